@@ -1,0 +1,1 @@
+"""Replay traces on BlockManagers, measure, and report (see README.md, "How measurements are made")."""

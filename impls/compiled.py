@@ -1,0 +1,131 @@
+"""Contract plumbing shared by the compiled (Numba) designs.
+
+A compiled design keeps its whole state in NumPy arrays or Numba typed containers, exposed as the tuple
+``self.state``, and provides :class:`Kernels`: ``@njit`` functions taking ``*state`` first. The per-call
+methods below cross into compiled code once per contract call (paying Numba's dispatch, about 130 ns per
+array argument on our machines); the harness's compiled replay calls the same kernels from compiled code
+with no dispatch at all. Kernels validate their input and return status codes (see
+:mod:`impls.contract`), so both paths enforce the same rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from .base import ManagerBase
+from .contract import E_BLOCK_RANGE, E_BUFFER, E_COUNT, E_NO_BLOCKS, blocks_for, fork_culprit
+from .validation import check_active
+
+
+class Kernels(NamedTuple):
+    """A compiled design's operations; each takes ``*state`` first and returns a status code."""
+
+    can_allocate: Callable  # (n) -> 1 | 0 | <0
+    allocate: Callable  # (seq, num_tokens) -> 0 | <0
+    append: Callable  # (seq) -> (1 if copy-on-write else 0 | <0, src, dst)
+    fork: Callable  # (parent, child) -> 0 | <0
+    free: Callable  # (seq) -> 0 | <0
+    decode_step: Callable  # (seq_ids, cow_out, slot_out) -> (number of CoWs | <0, detail)
+    lookup: Callable  # (seq_ids, slot_out) -> (0 | <0, detail)
+    last_slot: Callable  # (seq) -> slot | <0
+
+
+class CompiledBlockManager(ManagerBase):
+    """Base class of compiled designs. Subclasses set ``kernels``, ``self.state`` and ``self._lens``."""
+
+    kernels: Kernels
+    state: tuple
+    _lens: np.ndarray
+
+    def can_allocate(self, num_blocks: int) -> bool:
+        """Whether the free pool holds at least ``num_blocks`` blocks."""
+        rc = self.kernels.can_allocate(*self.state, num_blocks)
+        if rc < 0:
+            self._fail(E_COUNT, need=num_blocks)
+        return rc == 1
+
+    def allocate(self, seq_id: int, num_tokens: int) -> None:
+        """Give a new sequence ``ceil(num_tokens / block_size)`` fresh blocks with ref count 1."""
+        rc = self.kernels.allocate(*self.state, seq_id, num_tokens)
+        if rc:
+            self._fail(rc, seq_id, num_tokens=num_tokens, need=blocks_for(num_tokens, self.block_size))
+
+    def append_slot(self, seq_id: int) -> tuple[int, int] | None:
+        """Add one token; returns ``(src, dst)`` when the shared last block was copied, else None."""
+        rc, src, dst = self.kernels.append(*self.state, seq_id)
+        if rc < 0:
+            self._fail(rc, seq_id, need=1)
+        return (src, dst) if rc else None
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        """The child gets the parent's table and length; every block's ref count rises by one."""
+        rc = self.kernels.fork(*self.state, parent_id, child_id)
+        if rc:
+            self._fail(rc, fork_culprit(rc, parent_id, child_id, self.max_seqs))
+
+    def free(self, seq_id: int) -> None:
+        """Drop one reference to each block; blocks reaching zero return to the pool."""
+        rc = self.kernels.free(*self.state, seq_id)
+        if rc:
+            self._fail(rc, seq_id)
+
+    def last_slot(self, seq_id: int) -> int:
+        """Physical KV slot (``block * block_size + offset``) of the sequence's newest token."""
+        slot = self.kernels.last_slot(*self.state, seq_id)
+        if slot < 0:
+            self._fail(slot, seq_id)
+        return slot
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        """One decode step in one compiled call; same semantics as the interpreted designs' step.
+
+        ``seq_ids`` int64[n], ``cow_out`` int64[n, 2], ``slot_out`` int64[n]; returns the number of CoWs.
+        """
+        rc, detail = self.kernels.decode_step(*self.state, seq_ids, cow_out, slot_out)
+        if rc < 0:
+            self._fail_batch(rc, detail, seq_ids, min(len(cow_out), len(slot_out)))
+        return rc
+
+    def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
+        """Write the newest token's physical slot of each sequence to ``slot_out`` (read-only)."""
+        rc, detail = self.kernels.lookup(*self.state, seq_ids, slot_out)
+        if rc < 0:
+            self._fail_batch(rc, detail, seq_ids, len(slot_out))
+
+    def _fail_batch(self, rc: int, detail: int, seq_ids: np.ndarray, capacity: int) -> None:
+        if rc == E_NO_BLOCKS:
+            self._fail(rc, need=detail)
+        if rc == E_BUFFER:
+            self._fail(rc, capacity=capacity, need=len(seq_ids))
+        self._fail(rc, int(seq_ids[detail]))
+
+    # -- inspection (plain Python over the arrays: not on any hot path) --------------------------------------
+    def _check_active(self, seq_id: int) -> None:
+        rc = check_active(self._lens, seq_id)
+        if rc:
+            self._fail(rc, seq_id)
+
+    def seq_len(self, seq_id: int) -> int:
+        """Length of the sequence in tokens."""
+        self._check_active(seq_id)
+        return int(self._lens[seq_id])
+
+    def block_table(self, seq_id: int) -> list[int]:
+        """Physical block ids of the sequence in logical order (a copy)."""
+        self._check_active(seq_id)
+        return self._table(seq_id)
+
+    def ref_count(self, block_id: int) -> int:
+        """References held on a physical block (0 when it is in the free pool)."""
+        if block_id < 0 or block_id >= self.num_blocks:
+            self._fail(E_BLOCK_RANGE, block=block_id)
+        return self._ref(block_id)
+
+    def _table(self, seq_id: int) -> list[int]:  # pragma: no cover - every design overrides it
+        raise NotImplementedError
+
+    def _ref(self, block_id: int) -> int:  # pragma: no cover - every design overrides it
+        raise NotImplementedError

@@ -1,0 +1,157 @@
+"""Contract plumbing shared by the interpreted (pure-Python) designs.
+
+A design subclasses :class:`InterpretedBlockManager` and writes only its data structure: the primitives
+``_allocate``, ``_append``, ``_last_shared``, ``_fork``, ``_free``, ``_table``, ``_ref``, ``_last_slot`` and
+``num_free_blocks``. Validation, error order and the batched step live here once, so the designs differ only
+where their data structures do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .contract import (
+    E_BLOCK_RANGE,
+    E_BUFFER,
+    E_COUNT,
+    E_DUPLICATE,
+    E_NO_BLOCKS,
+    blocks_for,
+    fork_culprit,
+)
+from .base import ManagerBase
+from .validation import check_active, check_allocate, check_append, check_fork
+
+
+class InterpretedBlockManager(ManagerBase):
+    """Base class: validates every call, then hands the work to the design's primitives."""
+
+    kernels = None  # interpreted designs have no compiled kernels for the harness's compiled replay
+
+    def __init__(
+        self, num_blocks: int, block_size: int = 16, max_seqs: int = 256, max_blocks_per_seq: int = 256
+    ) -> None:
+        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
+        # Length in tokens per sequence row; 0 marks an inactive row (an active sequence has >= 1 token).
+        self._lens = [0] * self.max_seqs
+
+    def _needs_block(self, seq_id: int) -> bool:
+        return self._lens[seq_id] % self.block_size == 0 or self._last_shared(seq_id)
+
+    # -- the contract -----------------------------------------------------------------------------------
+    def can_allocate(self, num_blocks: int) -> bool:
+        """Whether the free pool holds at least ``num_blocks`` blocks."""
+        if num_blocks < 0:
+            self._fail(E_COUNT, need=num_blocks)
+        return self.num_free_blocks() >= num_blocks
+
+    def allocate(self, seq_id: int, num_tokens: int) -> None:
+        """Give a new sequence ``ceil(num_tokens / block_size)`` fresh blocks with ref count 1."""
+        rc = check_allocate(self._lens, self.max_blocks_per_seq, self.block_size, seq_id, num_tokens)
+        if rc:
+            self._fail(rc, seq_id, num_tokens=num_tokens)
+        need = blocks_for(num_tokens, self.block_size)
+        if need > self.num_free_blocks():
+            self._fail(E_NO_BLOCKS, seq_id, need=need)
+        self._allocate(seq_id, need)
+        self._lens[seq_id] = num_tokens
+
+    def append_slot(self, seq_id: int) -> tuple[int, int] | None:
+        """Add one token; returns ``(src, dst)`` when the shared last block was copied, else None."""
+        rc = check_append(self._lens, self.max_blocks_per_seq, self.block_size, seq_id)
+        if rc:
+            self._fail(rc, seq_id)
+        if self._needs_block(seq_id) and self.num_free_blocks() == 0:
+            self._fail(E_NO_BLOCKS, seq_id, need=1)
+        return self._append(seq_id)
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        """The child gets the parent's table and length; every block's ref count rises by one."""
+        rc = check_fork(self._lens, parent_id, child_id)
+        if rc:
+            self._fail(rc, fork_culprit(rc, parent_id, child_id, self.max_seqs))
+        self._fork(parent_id, child_id)
+        self._lens[child_id] = self._lens[parent_id]
+
+    def free(self, seq_id: int) -> None:
+        """Drop one reference to each block; blocks reaching zero return to the pool."""
+        rc = check_active(self._lens, seq_id)
+        if rc:
+            self._fail(rc, seq_id)
+        self._free(seq_id)
+        self._lens[seq_id] = 0
+
+    def block_table(self, seq_id: int) -> list[int]:
+        """Physical block ids of the sequence in logical order (a copy)."""
+        rc = check_active(self._lens, seq_id)
+        if rc:
+            self._fail(rc, seq_id)
+        return self._table(seq_id)
+
+    def seq_len(self, seq_id: int) -> int:
+        """Length of the sequence in tokens."""
+        rc = check_active(self._lens, seq_id)
+        if rc:
+            self._fail(rc, seq_id)
+        return self._lens[seq_id]
+
+    def ref_count(self, block_id: int) -> int:
+        """References held on a physical block (0 when it is in the free pool)."""
+        if block_id < 0 or block_id >= self.num_blocks:
+            self._fail(E_BLOCK_RANGE, block=block_id)
+        return self._ref(block_id)
+
+    def last_slot(self, seq_id: int) -> int:
+        """Physical KV slot (``block * block_size + offset``) of the sequence's newest token."""
+        rc = check_active(self._lens, seq_id)
+        if rc:
+            self._fail(rc, seq_id)
+        return self._last_slot(seq_id)
+
+    # -- batched entry points ---------------------------------------------------------------------------
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        """One decode step: append a token to each sequence in order and write its slot to ``slot_out``.
+
+        Copy-on-write pairs go to ``cow_out[:k]`` (k returned). The step is validated as a whole before
+        anything changes: it reserves its worst case, one free block per sequence at a block boundary or
+        with a shared last block (as vLLM's ``can_append_slots`` does), so it never fails half-way.
+        """
+        ids = seq_ids.tolist()
+        n = len(ids)
+        if len(slot_out) < n or len(cow_out) < n:
+            self._fail(E_BUFFER, capacity=min(len(slot_out), len(cow_out)), need=n)
+        lens, max_blocks, bs = self._lens, self.max_blocks_per_seq, self.block_size
+        seen = set()
+        need = 0
+        for s in ids:
+            rc = check_append(lens, max_blocks, bs, s)
+            if rc:
+                self._fail(rc, s)
+            if s in seen:
+                self._fail(E_DUPLICATE, s)
+            seen.add(s)
+            need += self._needs_block(s)
+        if need > self.num_free_blocks():
+            self._fail(E_NO_BLOCKS, need=need)
+        cows = []
+        slots = []
+        for s in ids:
+            cow = self._append(s)
+            if cow is not None:
+                cows.append(cow)
+            slots.append(self._last_slot(s))
+        slot_out[:n] = slots
+        if cows:
+            cow_out[: len(cows)] = cows
+        return len(cows)
+
+    def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
+        """Write the newest token's physical slot of each sequence to ``slot_out`` (read-only)."""
+        ids = seq_ids.tolist()
+        if len(slot_out) < len(ids):
+            self._fail(E_BUFFER, capacity=len(slot_out), need=len(ids))
+        for s in ids:
+            rc = check_active(self._lens, s)
+            if rc:
+                self._fail(rc, s)
+        slot_out[: len(ids)] = [self._last_slot(s) for s in ids]

@@ -1,0 +1,225 @@
+"""Compiled twin of design B (``"list-jit"``): per sequence an int64 array grown by doubling with a copy,
+as ``std::vector<int64_t>::push_back`` does. Ref counts an int64 array, the free pool an int64 array used as a
+stack (a vector reserved to the pool size).
+
+Against ``flat`` it isolates two things the article blames: per-sequence heap arrays that reallocate as they
+grow, and 8-byte block ids.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, typed
+
+from .compiled import CompiledBlockManager, Kernels
+from .contract import E_BUFFER, E_COUNT, E_DUPLICATE, E_NO_BLOCKS, OK
+from .validation import check_active_jit, check_allocate_jit, check_append_jit, check_fork_jit
+
+# meta slots
+BLOCK_SIZE, MAX_BLOCKS, TOP, STAMP = 0, 1, 2, 3
+
+
+@njit(cache=True)
+def _take(refs, pool, meta):
+    meta[TOP] -= 1
+    block = pool[meta[TOP]]
+    refs[block] = 1
+    return block
+
+
+@njit(cache=True)
+def _push_back(tables, seq, size, block):
+    """Store ``block`` at index ``size`` of the row, doubling its capacity (a copy) when it is full."""
+    row = tables[seq]
+    if size == row.shape[0]:
+        grown = np.empty(max(1, 2 * size), dtype=np.int64)
+        grown[:size] = row
+        tables[seq] = grown
+        row = grown
+    row[size] = block
+
+
+@njit(cache=True)
+def can_allocate(tables, lens, refs, pool, meta, marks, n):
+    if n < 0:
+        return E_COUNT
+    return 1 if meta[TOP] >= n else 0
+
+
+@njit(cache=True)
+def allocate(tables, lens, refs, pool, meta, marks, seq, num_tokens):
+    bs = meta[BLOCK_SIZE]
+    rc = check_allocate_jit(lens, meta[MAX_BLOCKS], bs, seq, num_tokens)
+    if rc != OK:
+        return rc
+    need = (num_tokens + bs - 1) // bs
+    if need > meta[TOP]:
+        return E_NO_BLOCKS
+    row = np.empty(need, dtype=np.int64)  # like std::vector<int64_t>(need)
+    for j in range(need):
+        row[j] = _take(refs, pool, meta)
+    tables[seq] = row
+    lens[seq] = num_tokens
+    return OK
+
+
+@njit(cache=True)
+def _needs_block(tables, lens, refs, seq, bs):
+    n = lens[seq]
+    return n % bs == 0 or refs[tables[seq][n // bs]] > 1
+
+
+@njit(cache=True)
+def _append(tables, lens, refs, pool, meta, seq, bs):
+    n = lens[seq]
+    lens[seq] = n + 1
+    j = n // bs
+    if n % bs == 0:
+        _push_back(tables, seq, j, _take(refs, pool, meta))
+        return 0, -1, -1
+    row = tables[seq]
+    src = row[j]
+    if refs[src] == 1:
+        return 0, -1, -1
+    refs[src] -= 1
+    dst = _take(refs, pool, meta)
+    row[j] = dst
+    return 1, src, dst
+
+
+@njit(cache=True)
+def append(tables, lens, refs, pool, meta, marks, seq):
+    bs = meta[BLOCK_SIZE]
+    rc = check_append_jit(lens, meta[MAX_BLOCKS], bs, seq)
+    if rc != OK:
+        return rc, -1, -1
+    if meta[TOP] == 0 and _needs_block(tables, lens, refs, seq, bs):
+        return E_NO_BLOCKS, -1, -1
+    return _append(tables, lens, refs, pool, meta, seq, bs)
+
+
+@njit(cache=True)
+def fork(tables, lens, refs, pool, meta, marks, parent, child):
+    rc = check_fork_jit(lens, parent, child)
+    if rc != OK:
+        return rc
+    nblocks = (lens[parent] + meta[BLOCK_SIZE] - 1) // meta[BLOCK_SIZE]
+    row = tables[parent][:nblocks].copy()
+    for block in row:
+        refs[block] += 1
+    tables[child] = row
+    lens[child] = lens[parent]
+    return OK
+
+
+@njit(cache=True)
+def free(tables, lens, refs, pool, meta, marks, seq):
+    rc = check_active_jit(lens, seq)
+    if rc != OK:
+        return rc
+    row = tables[seq]
+    for j in range((lens[seq] + meta[BLOCK_SIZE] - 1) // meta[BLOCK_SIZE] - 1, -1, -1):
+        block = row[j]
+        refs[block] -= 1
+        if refs[block] == 0:
+            pool[meta[TOP]] = block
+            meta[TOP] += 1
+    lens[seq] = 0
+    return OK
+
+
+@njit(cache=True)
+def last_slot(tables, lens, refs, pool, meta, marks, seq):
+    rc = check_active_jit(lens, seq)
+    if rc != OK:
+        return rc
+    bs = meta[BLOCK_SIZE]
+    n = lens[seq] - 1
+    return tables[seq][n // bs] * bs + n % bs
+
+
+@njit(cache=True)
+def decode_step(tables, lens, refs, pool, meta, marks, seq_ids, cow_out, slot_out):
+    bs = meta[BLOCK_SIZE]
+    n = seq_ids.shape[0]
+    if slot_out.shape[0] < n or cow_out.shape[0] < n:
+        return E_BUFFER, n
+    meta[STAMP] += 1
+    stamp = meta[STAMP]
+    need = 0
+    for i in range(n):  # validate the whole step before changing anything
+        seq = seq_ids[i]
+        rc = check_append_jit(lens, meta[MAX_BLOCKS], bs, seq)
+        if rc != OK:
+            return rc, i
+        if marks[seq] == stamp:
+            return E_DUPLICATE, i
+        marks[seq] = stamp
+        need += _needs_block(tables, lens, refs, seq, bs)
+    if need > meta[TOP]:
+        return E_NO_BLOCKS, need
+    cows = 0
+    for i in range(n):
+        seq = seq_ids[i]
+        cow, src, dst = _append(tables, lens, refs, pool, meta, seq, bs)
+        if cow:
+            cow_out[cows, 0] = src
+            cow_out[cows, 1] = dst
+            cows += 1
+        m = lens[seq] - 1
+        slot_out[i] = tables[seq][m // bs] * bs + m % bs
+    return cows, 0
+
+
+@njit(cache=True)
+def lookup(tables, lens, refs, pool, meta, marks, seq_ids, slot_out):
+    bs = meta[BLOCK_SIZE]
+    n = seq_ids.shape[0]
+    if slot_out.shape[0] < n:
+        return E_BUFFER, n
+    for i in range(n):
+        seq = seq_ids[i]
+        rc = check_active_jit(lens, seq)
+        if rc != OK:
+            return rc, i
+        m = lens[seq] - 1
+        slot_out[i] = tables[seq][m // bs] * bs + m % bs
+    return OK, 0
+
+
+@njit(cache=True)
+def _build(max_seqs):
+    tables = typed.List()
+    for _ in range(max_seqs):
+        tables.append(np.empty(0, dtype=np.int64))
+    return tables
+
+
+KERNELS = Kernels(can_allocate, allocate, append, fork, free, decode_step, lookup, last_slot)
+
+
+class ListJitBlockManager(CompiledBlockManager):
+    """Compiled twin of design B (``"list-jit"``): per-sequence int64 arrays grown by doubling."""
+
+    kernels = KERNELS
+
+    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
+                 max_blocks_per_seq: int = 256) -> None:
+        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
+        self._tables = _build(self.max_seqs)
+        self._lens = np.zeros(self.max_seqs, dtype=np.int64)
+        self._refs = np.zeros(self.num_blocks, dtype=np.int64)
+        pool = np.arange(self.num_blocks - 1, -1, -1, dtype=np.int64)  # the top hands out 0, 1, 2, ...
+        self._meta = np.array([self.block_size, self.max_blocks_per_seq, self.num_blocks, 0], dtype=np.int64)
+        marks = np.zeros(self.max_seqs, dtype=np.int64)
+        self.state = (self._tables, self._lens, self._refs, pool, self._meta, marks)
+
+    def num_free_blocks(self) -> int:
+        return int(self._meta[TOP])
+
+    def _table(self, seq_id: int) -> list[int]:
+        n = -(-int(self._lens[seq_id]) // self.block_size)
+        return self._tables[seq_id][:n].tolist()
+
+    def _ref(self, block_id: int) -> int:
+        return int(self._refs[block_id])

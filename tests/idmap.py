@@ -1,0 +1,29 @@
+"""Compare an implementation with the reference model up to a renaming of physical block ids."""
+
+from __future__ import annotations
+
+
+class IdMap:
+    """A growing bijection between the model's block ids and one implementation's."""
+
+    def __init__(self) -> None:
+        self.to_impl: dict[int, int] = {}
+        self.to_model: dict[int, int] = {}
+
+    def bind(self, model_id: int, impl_id: int) -> None:
+        known = self.to_impl.get(model_id)
+        if known is None:
+            assert impl_id not in self.to_model, f"impl block {impl_id} already stands for another block"
+            self.to_impl[model_id] = impl_id
+            self.to_model[impl_id] = model_id
+        else:
+            assert known == impl_id, f"model block {model_id} is impl block {known}, now {impl_id}"
+
+    def forget_free(self, model_refs: list[int]) -> None:
+        """Blocks back in the pool may be renamed when taken again."""
+        for model_id in [m for m in self.to_impl if model_refs[m] == 0]:
+            del self.to_model[self.to_impl.pop(model_id)]
+
+    def slot(self, model_slot: int, impl_slot: int, block_size: int) -> None:
+        assert model_slot % block_size == impl_slot % block_size, "slot offsets differ"
+        self.bind(model_slot // block_size, impl_slot // block_size)

@@ -1,0 +1,88 @@
+"""The batched decode step gives the same state as the same appends done one call at a time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from impls import REGISTRY, NoFreeBlocksError
+
+CFG = {"num_blocks": 64, "block_size": 4, "max_seqs": 8, "max_blocks_per_seq": 8}
+
+
+def snapshot(mgr) -> tuple:
+    """Everything observable through the contract."""
+    tables = {}
+    for seq in range(mgr.max_seqs):
+        try:
+            tables[seq] = (mgr.seq_len(seq), list(mgr.block_table(seq)))
+        except KeyError:
+            pass
+    refs = [mgr.ref_count(b) for b in range(mgr.num_blocks)]
+    return mgr.num_free_blocks(), tables, refs
+
+
+def build(name: str, prompts: list[int], forks: list[tuple[int, int]]):
+    mgr = REGISTRY[name](**CFG)
+    for seq, tokens in enumerate(prompts):
+        mgr.allocate(seq, tokens)
+    for parent, child in forks:
+        mgr.fork(parent, child)
+    return mgr
+
+
+SETUP = st.tuples(
+    st.lists(st.integers(1, 12), min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(0, 3), st.integers(4, 7)), max_size=4, unique_by=lambda f: f[1]),
+)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+@settings(max_examples=25, deadline=None)
+@given(setup=SETUP, steps=st.integers(1, 12))
+def test_decode_step_matches_per_call(name: str, setup, steps: int) -> None:
+    prompts, forks = setup
+    forks = [(p, c) for p, c in forks if p < len(prompts)]
+    batched, per_call = build(name, prompts, forks), build(name, prompts, forks)
+    running = np.array(sorted({*range(len(prompts)), *(c for _, c in forks)}), dtype=np.int64)
+    cow_out, slot_out = np.zeros((len(running), 2), np.int64), np.zeros(len(running), np.int64)
+    for _ in range(steps):
+        try:
+            ncow = batched.decode_step(running, cow_out, slot_out)
+        except ValueError:  # a sequence reached max_blocks_per_seq: the per-call path must refuse too
+            with pytest.raises(ValueError):
+                for seq in running.tolist():
+                    per_call.append_slot(seq)
+            return
+        cows = [c for c in (per_call.append_slot(s) for s in running.tolist()) if c is not None]
+        assert cow_out[:ncow].tolist() == [list(c) for c in cows]
+        assert slot_out.tolist() == [per_call.last_slot(s) for s in running.tolist()]
+        assert snapshot(batched) == snapshot(per_call)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_failed_step_changes_nothing(name: str) -> None:
+    mgr = REGISTRY[name](num_blocks=6, block_size=2, max_seqs=4, max_blocks_per_seq=4)
+    mgr.allocate(0, 2)  # at a boundary: needs a block
+    mgr.allocate(1, 3)
+    mgr.fork(1, 2)  # 1 and 2 share a partial last block: each may need a copy
+    before = snapshot(mgr)
+    cow_out, slot_out = np.zeros((4, 2), np.int64), np.zeros(4, np.int64)
+    cases = [
+        ([0, 1, 1], ValueError),  # duplicate
+        ([0, 3], KeyError),  # inactive
+        ([0, 9], ValueError),  # out of range
+    ]
+    for ids, error in cases:
+        with pytest.raises(error):
+            mgr.decode_step(np.array(ids, dtype=np.int64), cow_out, slot_out)
+        assert snapshot(mgr) == before
+    with pytest.raises(ValueError):  # output buffers too small
+        mgr.decode_step(np.array([0, 1], dtype=np.int64), cow_out[:1], slot_out)
+    mgr.allocate(3, 4)  # leaves 1 free block; the step's worst case is 3
+    before = snapshot(mgr)
+    with pytest.raises(NoFreeBlocksError):
+        mgr.decode_step(np.array([0, 1, 2], dtype=np.int64), cow_out, slot_out)
+    assert snapshot(mgr) == before
