@@ -139,10 +139,12 @@ class ReferenceModel:
 
         Returns (copy-on-write pairs, slots) rather than filling buffers: the model needs no speed.
         """
-        for i, seq in enumerate(seq_ids):
+        seen = set()
+        for seq in seq_ids:
             self._check_append(seq)
-            if seq in seq_ids[:i]:
+            if seq in seen:
                 raise ValueError("duplicate")
+            seen.add(seq)
         if sum(self._needs_block(s) for s in seq_ids) > len(self.free_ids):
             raise NoFreeBlocksError("step")
         cows = [cow for cow in (self._append(s) for s in seq_ids) if cow is not None]

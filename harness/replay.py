@@ -1,0 +1,75 @@
+"""Applying a trace to a BlockManager, and checking that it ended where the trace says it must.
+
+The timed replays (:mod:`harness.timed`) use their own tight loops; this module is the plain, obviously
+correct walk the tests and the post-replay checks rely on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scenarios.trace import ALLOCATE, APPEND, CAN_ALLOCATE, FORK, FREE, Trace, canonical_tables
+
+REGIMES = ("per-call", "batched")
+
+
+class ReplayError(AssertionError):
+    """An implementation disagreed with the trace: a wrong answer, a failure, or a wrong end state."""
+
+
+def apply_pool_op(mgr, op: int, a0: int, a1: int) -> None:
+    """One pool operation of a trace, as a scheduler issues it."""
+    if op == CAN_ALLOCATE:
+        if mgr.can_allocate(a0) != bool(a1):
+            raise ReplayError(f"can_allocate({a0}) answered {not a1}, the trace expects {bool(a1)}")
+    elif op == ALLOCATE:
+        mgr.allocate(a0, a1)
+    elif op == FORK:
+        mgr.fork(a0, a1)
+    elif op == FREE:
+        mgr.free(a0)
+    elif op == APPEND:
+        mgr.append_slot(a0)
+    else:
+        raise ReplayError(f"unknown op code {op}")
+
+
+def replay(trace: Trace, mgr, regime: str = "per-call") -> int:
+    """Apply every step of ``trace`` to ``mgr``; returns the number of copy-on-writes it reported."""
+    if regime not in REGIMES:
+        raise ValueError(f"unknown regime {regime!r}; choose from {REGIMES}")
+    op, a0, a1 = trace.op.tolist(), trace.a0.tolist(), trace.a1.tolist()
+    n = int(trace.running_per_step().max(initial=0))
+    cow_out, slot_out = np.zeros((n, 2), np.int64), np.zeros(n, np.int64)
+    cows = 0
+    for step in range(trace.num_steps):
+        lo, mid, hi = int(trace.step_offsets[step]), int(trace.decode_offsets[step]), int(trace.step_offsets[step + 1])
+        for i in range(lo, mid):
+            apply_pool_op(mgr, op[i], a0[i], a1[i])
+        if regime == "batched":
+            step_cows = mgr.decode_step(trace.a0[mid:hi].astype(np.int64), cow_out, slot_out)
+        else:
+            step_cows = sum(mgr.append_slot(a0[i]) is not None for i in range(mid, hi))
+        if step_cows != trace.step_cows[step]:
+            raise ReplayError(f"step {step}: {step_cows} copy-on-writes, the trace expects {trace.step_cows[step]}")
+        cows += step_cows
+    return cows
+
+
+def check_end_state(trace: Trace, mgr) -> None:
+    """The manager's free count, live rows, lengths and tables (up to renaming) must match the trace."""
+    expected_free = trace.header["final_free"]
+    if mgr.num_free_blocks() != expected_free:
+        raise ReplayError(f"{mgr.num_free_blocks()} free blocks at the end, the trace expects {expected_free}")
+    tables = {}
+    for row, length in enumerate(trace.final_lens.tolist()):
+        try:
+            got = mgr.seq_len(row)
+        except KeyError:
+            got = 0
+        if got != length:
+            raise ReplayError(f"row {row}: length {got} at the end, the trace expects {length}")
+        if length:
+            tables[row] = mgr.block_table(row)
+    if canonical_tables(tables) != trace.final_canon.tolist():
+        raise ReplayError("block tables at the end differ from the trace's (up to renaming of block ids)")

@@ -1,0 +1,103 @@
+"""Scenarios: every one generates, saves, loads and replays identically on every implementation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.replay import check_end_state, replay
+from impls import REGISTRY
+from scenarios import SCENARIOS, ScenarioError, generate, load, read_requests_csv, save
+
+SHARING = {"shared-prefix", "parallel-sampling", "beam-search"}
+REAL = {"azure-code", "mooncake"}
+
+
+def small(name: str, **extra):
+    """A short version of each scenario, so the whole catalogue replays in seconds."""
+    if name in REAL:
+        return generate(name, duration_s=40, **extra)
+    if name == "long-context":
+        return generate(name, steps=60, **extra)
+    return generate(name, steps=40, **extra)
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("traces")
+    return {name: load(save(small(name), folder / f"{name}.npz")) for name in SCENARIOS}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_every_scenario_replays_on_every_implementation(traces, name: str) -> None:
+    trace = traces[name]
+    for impl, cls in REGISTRY.items():
+        for regime in ("per-call", "batched"):
+            mgr = cls(**trace.config)
+            cows = replay(trace, mgr, regime)
+            assert cows == trace.header["cow_count"], (impl, regime)
+            check_end_state(trace, mgr)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_trace_properties(traces, name: str) -> None:
+    trace = traces[name]
+    h = trace.header
+    assert h["peak_blocks_in_use"] <= h["config"]["num_blocks"]
+    assert h["live_at_end"] == int(np.count_nonzero(trace.final_lens))
+    if name in REAL:
+        assert h["live_at_end"] == 0  # every request in the window ran to completion
+    if name in SHARING:
+        assert h["cow_count"] > 0
+    if name == "paper":
+        assert h["cow_count"] == 0
+        assert set(trace.running_per_step().tolist()) == {256}
+
+
+def test_shared_prefix_reaches_ref_counts_in_the_hundreds() -> None:
+    trace = generate("shared-prefix", steps=5)
+    mgr = REGISTRY["list"](**trace.config)
+    replay(trace, mgr)
+    root_block = mgr.block_table(0)[0]
+    assert mgr.ref_count(root_block) > 200
+
+
+def test_pressure_preempts_and_recomputes() -> None:
+    trace = generate("pressure", steps=300)
+    assert trace.header["preemptions"] > 0
+    assert trace.header["peak_blocks_in_use"] == trace.header["config"]["num_blocks"]
+
+
+def test_generation_is_deterministic() -> None:
+    a, b, c = generate("beam-search", steps=30), generate("beam-search", steps=30), generate("beam-search", steps=30, seed=1)
+    assert a.header["checksum"] == b.header["checksum"] != c.header["checksum"]
+
+
+@pytest.mark.parametrize("name, window", [("azure-code", (0.0, 60.0)), ("mooncake", (30.0, 30.0))])
+def test_real_trace_keeps_every_request_of_its_window(name: str, window) -> None:
+    start, duration = window
+    trace = generate(name, start_s=start, duration_s=duration)
+    df = read_requests_csv(SCENARIOS[name].defaults["csv"])
+    expected = int(((df.timestamp >= start) & (df.timestamp < start + duration)).sum())
+    assert trace.header["num_requests"] == expected > 0
+    admitted = trace.header["ops_by_kind"]["allocate"] - trace.header["preemptions"]
+    assert admitted == expected
+
+
+@pytest.mark.parametrize(
+    "name, params, match",
+    [
+        ("paper", {"prompt_mean": 10_000}, "does not fit"),
+        ("paper", {"max_blocks_per_seq": 70_000}, "exceeds the pool"),
+        ("paper", {"running": 0}, "must be positive"),
+        ("paper", {"steps": "many"}, "takes a int"),
+        ("paper", {"nonsense": 1}, "no parameter"),
+        ("shared-prefix", {"num_blocks": 300, "steps": 20}, "pool"),
+        ("azure-code", {"max_blocks_per_seq": 4}, "line"),
+        ("azure-code", {"start_s": 1e9}, "no request"),
+        ("nonexistent", {}, "unknown scenario"),
+    ],
+)
+def test_impossible_parameters_are_refused(name: str, params: dict, match: str) -> None:
+    with pytest.raises(ScenarioError, match=match):
+        generate(name, **params)
