@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("name", nargs="?", help="scenario name (see `kvblock-bench scenarios`)")
     p.add_argument("-o", "--output", help="trace file to write (.npz)")
-    p.add_argument("--from-csv", metavar="CSV", help="import requests from a CSV (timestamp, prompt_tokens, output_tokens)")
+    p.add_argument("--from-csv", metavar="CSV",
+                   help="import requests from a CSV (timestamp, prompt_tokens, output_tokens)")
     p.add_argument("--show", metavar="FILE", help="summarise a trace file")
     return parser
 

@@ -6,6 +6,8 @@ from .dict_jit import DictJitBlockManager
 from .flat import FlatBlockManager
 from .list_design import ListBlockManager
 from .list_jit import ListJitBlockManager
+from .nano_vllm import NanoVllmBlockManager
+from .vllm_v1 import VllmV1BlockManager
 
 REGISTRY: dict[str, type] = {
     "dict": DictBlockManager,
@@ -13,6 +15,21 @@ REGISTRY: dict[str, type] = {
     "flat": FlatBlockManager,
     "dict-jit": DictJitBlockManager,
     "list-jit": ListJitBlockManager,
+    # Contenders: the published designs of real engines, under the same contract.
+    "vllm-v1": VllmV1BlockManager,
+    "nano-vllm": NanoVllmBlockManager,
 }
 
-__all__ = ["REGISTRY", "BlockManager", "NoFreeBlocksError"]
+# Registered names that cannot run in this environment -> what to install.
+UNAVAILABLE: dict[str, str] = {}
+
+try:
+    import torch  # noqa: F401  (torch is an optional extra; only the "sglang" contender needs it)
+except ImportError:
+    UNAVAILABLE["sglang"] = "needs torch: pip install -e '.[torch]'"
+else:
+    from .sglang import SGLangBlockManager
+
+    REGISTRY["sglang"] = SGLangBlockManager
+
+__all__ = ["REGISTRY", "UNAVAILABLE", "BlockManager", "NoFreeBlocksError"]

@@ -16,6 +16,7 @@ class ManagerBase:
         self.block_size = int(block_size)
         self.max_seqs = int(max_seqs)
         self.max_blocks_per_seq = int(max_blocks_per_seq)
+        self.block_shift = self.block_size.bit_length() - 1  # block_size is a power of two
 
     def num_free_blocks(self) -> int:  # pragma: no cover - every design overrides it
         raise NotImplementedError

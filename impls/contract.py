@@ -85,6 +85,8 @@ def check_config(num_blocks: int, block_size: int, max_seqs: int, max_blocks_per
     ):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if block_size & (block_size - 1):
+        raise ValueError(f"block_size must be a power of two (as in vLLM, SGLang and TensorRT-LLM), got {block_size}")
     if num_blocks > MAX_NUM_BLOCKS:
         raise ValueError(f"num_blocks={num_blocks} exceeds the supported maximum {MAX_NUM_BLOCKS}")
 

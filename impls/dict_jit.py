@@ -13,19 +13,26 @@ from numba import njit, typed, types
 
 from .compiled import CompiledBlockManager, Kernels
 from .contract import E_BUFFER, E_COUNT, E_DUPLICATE, E_NO_BLOCKS, OK
-from .validation import check_active_jit, check_allocate_jit, check_append_jit, check_fork_jit
+from .validation import (
+    blocks_needed_jit,
+    check_active_jit,
+    check_allocate_jit,
+    check_append_jit,
+    check_fork_jit,
+    slot_of_jit,
+)
 
 # meta slots
-BLOCK_SIZE, MAX_BLOCKS, STAMP = 0, 1, 2
+BLOCK_SHIFT, MAX_BLOCKS, STAMP = 0, 1, 2
 _i64 = types.int64
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _new_table():
     return typed.Dict.empty(key_type=_i64, value_type=_i64)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _take(refs, pool):
     block = pool.pop()
     refs[block] = 1
@@ -41,11 +48,11 @@ def can_allocate(tables, lens, refs, pool, meta, marks, n):
 
 @njit(cache=True)
 def allocate(tables, lens, refs, pool, meta, marks, seq, num_tokens):
-    bs = meta[BLOCK_SIZE]
-    rc = check_allocate_jit(lens, meta[MAX_BLOCKS], bs, seq, num_tokens)
+    sh = meta[BLOCK_SHIFT]
+    rc = check_allocate_jit(lens, meta[MAX_BLOCKS], sh, seq, num_tokens)
     if rc != OK:
         return rc
-    need = (num_tokens + bs - 1) // bs
+    need = blocks_needed_jit(num_tokens, sh)
     if need > len(pool):
         return E_NO_BLOCKS
     table = _new_table()
@@ -56,19 +63,22 @@ def allocate(tables, lens, refs, pool, meta, marks, seq, num_tokens):
     return OK
 
 
-@njit(cache=True)
-def _needs_block(tables, lens, refs, seq, bs):
+@njit(cache=True, inline="always")
+def _needs_block(tables, lens, refs, seq, sh):
     n = lens[seq]
-    return n % bs == 0 or refs[tables[seq][n // bs]] > 1
+    if (n & ((1 << sh) - 1)) == 0:
+        return True
+    # (not `return a or b`: Numba lowers that form about 20x slower than the branch)
+    return refs[tables[seq][n >> sh]] > 1
 
 
-@njit(cache=True)
-def _append(tables, lens, refs, pool, seq, bs):
+@njit(cache=True, inline="always")
+def _append(tables, lens, refs, pool, seq, sh):
     n = lens[seq]
     lens[seq] = n + 1
     table = tables[seq]
-    j = n // bs
-    if n % bs == 0:
+    j = n >> sh
+    if (n & ((1 << sh) - 1)) == 0:
         table[j] = _take(refs, pool)
         return 0, -1, -1
     src = table[j]
@@ -82,13 +92,13 @@ def _append(tables, lens, refs, pool, seq, bs):
 
 @njit(cache=True)
 def append(tables, lens, refs, pool, meta, marks, seq):
-    bs = meta[BLOCK_SIZE]
-    rc = check_append_jit(lens, meta[MAX_BLOCKS], bs, seq)
+    sh = meta[BLOCK_SHIFT]
+    rc = check_append_jit(lens, meta[MAX_BLOCKS], sh, seq)
     if rc != OK:
         return rc, -1, -1
-    if len(pool) == 0 and _needs_block(tables, lens, refs, seq, bs):
+    if len(pool) == 0 and _needs_block(tables, lens, refs, seq, sh):
         return E_NO_BLOCKS, -1, -1
-    return _append(tables, lens, refs, pool, seq, bs)
+    return _append(tables, lens, refs, pool, seq, sh)
 
 
 @njit(cache=True)
@@ -128,47 +138,49 @@ def last_slot(tables, lens, refs, pool, meta, marks, seq):
     rc = check_active_jit(lens, seq)
     if rc != OK:
         return rc
-    bs = meta[BLOCK_SIZE]
+    sh = meta[BLOCK_SHIFT]
     n = lens[seq] - 1
-    return tables[seq][n // bs] * bs + n % bs
+    return slot_of_jit(tables[seq][n >> sh], n, sh)
 
 
 @njit(cache=True)
 def decode_step(tables, lens, refs, pool, meta, marks, seq_ids, cow_out, slot_out):
-    bs = meta[BLOCK_SIZE]
+    sh = meta[BLOCK_SHIFT]
     n = seq_ids.shape[0]
     if slot_out.shape[0] < n or cow_out.shape[0] < n:
         return E_BUFFER, n
     meta[STAMP] += 1
     stamp = meta[STAMP]
-    need = 0
     for i in range(n):  # validate the whole step before changing anything
         seq = seq_ids[i]
-        rc = check_append_jit(lens, meta[MAX_BLOCKS], bs, seq)
+        rc = check_append_jit(lens, meta[MAX_BLOCKS], sh, seq)
         if rc != OK:
             return rc, i
         if marks[seq] == stamp:
             return E_DUPLICATE, i
         marks[seq] = stamp
-        need += _needs_block(tables, lens, refs, seq, bs)
-    if need > len(pool):
-        return E_NO_BLOCKS, need
+    if n > len(pool):  # only a tight pool needs the exact worst case (a ref-count read per sequence)
+        need = 0
+        for i in range(n):
+            need += _needs_block(tables, lens, refs, seq_ids[i], sh)
+        if need > len(pool):
+            return E_NO_BLOCKS, need
     cows = 0
     for i in range(n):
         seq = seq_ids[i]
-        cow, src, dst = _append(tables, lens, refs, pool, seq, bs)
+        cow, src, dst = _append(tables, lens, refs, pool, seq, sh)
         if cow:
             cow_out[cows, 0] = src
             cow_out[cows, 1] = dst
             cows += 1
         m = lens[seq] - 1
-        slot_out[i] = tables[seq][m // bs] * bs + m % bs
+        slot_out[i] = slot_of_jit(tables[seq][m >> sh], m, sh)
     return cows, 0
 
 
 @njit(cache=True)
 def lookup(tables, lens, refs, pool, meta, marks, seq_ids, slot_out):
-    bs = meta[BLOCK_SIZE]
+    sh = meta[BLOCK_SHIFT]
     n = seq_ids.shape[0]
     if slot_out.shape[0] < n:
         return E_BUFFER, n
@@ -178,7 +190,7 @@ def lookup(tables, lens, refs, pool, meta, marks, seq_ids, slot_out):
         if rc != OK:
             return rc, i
         m = lens[seq] - 1
-        slot_out[i] = tables[seq][m // bs] * bs + m % bs
+        slot_out[i] = slot_of_jit(tables[seq][m >> sh], m, sh)
     return OK, 0
 
 
@@ -207,7 +219,7 @@ class DictJitBlockManager(CompiledBlockManager):
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
         self._tables, self._refs, self._pool = _build(self.num_blocks, self.max_seqs)
         self._lens = np.zeros(self.max_seqs, dtype=np.int64)
-        meta = np.array([self.block_size, self.max_blocks_per_seq, 0], dtype=np.int64)
+        meta = np.array([self.block_shift, self.max_blocks_per_seq, 0], dtype=np.int64)
         marks = np.zeros(self.max_seqs, dtype=np.int64)
         self.state = (self._tables, self._lens, self._refs, self._pool, meta, marks)
 

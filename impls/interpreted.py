@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .base import ManagerBase
 from .contract import (
     E_BLOCK_RANGE,
     E_BUFFER,
@@ -19,7 +20,6 @@ from .contract import (
     blocks_for,
     fork_culprit,
 )
-from .base import ManagerBase
 from .validation import check_active, check_allocate, check_append, check_fork
 
 
@@ -47,7 +47,7 @@ class InterpretedBlockManager(ManagerBase):
 
     def allocate(self, seq_id: int, num_tokens: int) -> None:
         """Give a new sequence ``ceil(num_tokens / block_size)`` fresh blocks with ref count 1."""
-        rc = check_allocate(self._lens, self.max_blocks_per_seq, self.block_size, seq_id, num_tokens)
+        rc = check_allocate(self._lens, self.max_blocks_per_seq, self.block_shift, seq_id, num_tokens)
         if rc:
             self._fail(rc, seq_id, num_tokens=num_tokens)
         need = blocks_for(num_tokens, self.block_size)
@@ -58,10 +58,10 @@ class InterpretedBlockManager(ManagerBase):
 
     def append_slot(self, seq_id: int) -> tuple[int, int] | None:
         """Add one token; returns ``(src, dst)`` when the shared last block was copied, else None."""
-        rc = check_append(self._lens, self.max_blocks_per_seq, self.block_size, seq_id)
+        rc = check_append(self._lens, self.max_blocks_per_seq, self.block_shift, seq_id)
         if rc:
             self._fail(rc, seq_id)
-        if self._needs_block(seq_id) and self.num_free_blocks() == 0:
+        if self.num_free_blocks() == 0 and self._needs_block(seq_id):
             self._fail(E_NO_BLOCKS, seq_id, need=1)
         return self._append(seq_id)
 
@@ -120,19 +120,19 @@ class InterpretedBlockManager(ManagerBase):
         n = len(ids)
         if len(slot_out) < n or len(cow_out) < n:
             self._fail(E_BUFFER, capacity=min(len(slot_out), len(cow_out)), need=n)
-        lens, max_blocks, bs = self._lens, self.max_blocks_per_seq, self.block_size
+        lens, max_blocks, shift = self._lens, self.max_blocks_per_seq, self.block_shift
         seen = set()
-        need = 0
         for s in ids:
-            rc = check_append(lens, max_blocks, bs, s)
+            rc = check_append(lens, max_blocks, shift, s)
             if rc:
                 self._fail(rc, s)
             if s in seen:
                 self._fail(E_DUPLICATE, s)
             seen.add(s)
-            need += self._needs_block(s)
-        if need > self.num_free_blocks():
-            self._fail(E_NO_BLOCKS, need=need)
+        if n > self.num_free_blocks():  # only a tight pool needs the exact worst case
+            need = sum(self._needs_block(s) for s in ids)
+            if need > self.num_free_blocks():
+                self._fail(E_NO_BLOCKS, need=need)
         cows = []
         slots = []
         for s in ids:

@@ -1,9 +1,12 @@
 """The contract's input checks, written once for both worlds.
 
 Each function takes ``lens`` (per sequence row: its length in tokens, 0 when inactive; a list or a NumPy
-array) and scalars, and returns a status code from :mod:`impls.contract`. The interpreted designs call these
-functions as they are; the compiled designs call the ``njit`` twins at the bottom of this module, built from
-the same source, so both worlds enforce identical rules in identical order.
+array) and scalars (``shift`` is log2 of the block size: shifts and masks, not divisions, which cost a
+hardware divide each in compiled code), and returns a status code from :mod:`impls.contract`. The
+interpreted designs call these functions as they are; the compiled designs call the ``njit`` twins at
+the bottom of this module, built from the same source, so both worlds enforce identical rules in identical
+order. The twins are inlined into the kernels (``inline="always"``): a call that is not inlined passes
+arrays by reference count, and those atomic increments cost more than the checks themselves.
 """
 
 from __future__ import annotations
@@ -22,27 +25,27 @@ def check_active(lens, seq):
     return OK
 
 
-def check_allocate(lens, max_blocks, block_size, seq, num_tokens):
+def check_allocate(lens, max_blocks, shift, seq, num_tokens):
     """Range, token count and size, then the row must be free."""
     if seq < 0 or seq >= len(lens):
         return E_SEQ_RANGE
     if num_tokens < 1:
         return E_TOKENS
-    if (num_tokens + block_size - 1) // block_size > max_blocks:
+    if (num_tokens + (1 << shift) - 1) >> shift > max_blocks:
         return E_TOO_LONG
     if lens[seq] != 0:
         return E_ACTIVE
     return OK
 
 
-def check_append(lens, max_blocks, block_size, seq):
+def check_append(lens, max_blocks, shift, seq):
     """Range, active, then room for one more token (a new block at a boundary)."""
     if seq < 0 or seq >= len(lens):
         return E_SEQ_RANGE
     n = lens[seq]
     if n == 0:
         return E_INACTIVE
-    if n % block_size == 0 and n // block_size >= max_blocks:
+    if n & ((1 << shift) - 1) == 0 and n >> shift >= max_blocks:
         return E_TOO_LONG
     return OK
 
@@ -58,7 +61,19 @@ def check_fork(lens, parent, child):
     return OK
 
 
-check_active_jit = njit(cache=True)(check_active)
-check_allocate_jit = njit(cache=True)(check_allocate)
-check_append_jit = njit(cache=True)(check_append)
-check_fork_jit = njit(cache=True)(check_fork)
+def blocks_needed(tokens, shift):
+    """Blocks holding ``tokens`` tokens."""
+    return (tokens + (1 << shift) - 1) >> shift
+
+
+def slot_of(block, pos, shift):
+    """Physical KV slot of token position ``pos`` when its block is ``block``."""
+    return (block << shift) | (pos & ((1 << shift) - 1))
+
+
+blocks_needed_jit = njit(cache=True, inline="always")(blocks_needed)
+slot_of_jit = njit(cache=True, inline="always")(slot_of)
+check_active_jit = njit(cache=True, inline="always")(check_active)
+check_allocate_jit = njit(cache=True, inline="always")(check_allocate)
+check_append_jit = njit(cache=True, inline="always")(check_append)
+check_fork_jit = njit(cache=True, inline="always")(check_fork)

@@ -133,7 +133,7 @@ class LengthSampler:
             prompts[:] = self.fixed_prompt
         prompts = np.minimum(prompts, self.cap - 1)
         outputs = np.minimum(outputs, self.cap - prompts)
-        self._buf = iter(zip(prompts.tolist(), outputs.tolist()))
+        self._buf = iter(zip(prompts.tolist(), outputs.tolist(), strict=True))
 
     def __call__(self) -> tuple[int, int]:
         try:

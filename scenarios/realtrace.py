@@ -127,7 +127,7 @@ def build_real_trace(name: str, p: dict) -> Trace:
     steps_per_trace_second = len(window) / span / arrivals_per_step
     arrival = np.floor((window.timestamp.to_numpy() - window.timestamp.iloc[0]) * steps_per_trace_second)
     requests = [Request(i, int(pr), int(out), int(at)) for i, (pr, out, at) in
-                enumerate(zip(window.prompt_tokens, window.output_tokens, arrival))]
+                enumerate(zip(window.prompt_tokens, window.output_tokens, arrival, strict=True))]
 
     source = OpenLoop(requests)
     config = {"num_blocks": p["num_blocks"], "block_size": bs, "max_seqs": p["concurrency"],

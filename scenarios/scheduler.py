@@ -137,8 +137,8 @@ class Scheduler:
     """Continuous batching over rows ``[0, max_seqs)``. Scenarios override :meth:`place` and :meth:`events`.
 
     ``source(step, want)`` yields the requests that arrive at ``step``; a closed-loop source (an endless
-    supply) yields ``want``, enough to fill the free places. ``max_running`` caps concurrency; ``preempt`` chooses between recompute preemption and an
-    error when the pool cannot hold the running sequences.
+    supply) yields ``want``, enough to fill the free places. ``max_running`` caps concurrency; ``preempt``
+    chooses between recompute preemption and an error when the pool cannot hold the running sequences.
     """
 
     def __init__(self, builder: TraceBuilder, source: Callable[[int, int], Iterator[Request]], max_running: int,

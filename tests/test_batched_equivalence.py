@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -16,10 +18,8 @@ def snapshot(mgr) -> tuple:
     """Everything observable through the contract."""
     tables = {}
     for seq in range(mgr.max_seqs):
-        try:
+        with contextlib.suppress(KeyError):
             tables[seq] = (mgr.seq_len(seq), list(mgr.block_table(seq)))
-        except KeyError:
-            pass
     refs = [mgr.ref_count(b) for b in range(mgr.num_blocks)]
     return mgr.num_free_blocks(), tables, refs
 

@@ -26,7 +26,8 @@ def test_trace_generate_and_show(tmp_path, capsys) -> None:
 
 def test_trace_from_csv(tmp_path) -> None:
     csv = tmp_path / "mine.csv"
-    csv.write_text("timestamp,prompt_tokens,output_tokens\n" + "".join(f"{i * 0.5},{30 + i},{4 + i % 3}\n" for i in range(40)))
+    rows = "".join(f"{i * 0.5},{30 + i},{4 + i % 3}\n" for i in range(40))
+    csv.write_text("timestamp,prompt_tokens,output_tokens\n" + rows)
     out = tmp_path / "mine.npz"
     assert main(["trace", "--from-csv", str(csv), "--concurrency", "8", "-o", str(out)]) == 0
     trace = load(out)

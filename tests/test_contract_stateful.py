@@ -96,10 +96,10 @@ class ContractMachine(RuleBasedStateMachine):
                 continue
             assert error is None, f"{name}.decode_step({seqs}) succeeded; the model raised {error.__name__}"
             assert ncow == len(cows), f"{name}: {ncow} copy-on-writes, model {len(cows)}"
-            for (src, dst), (isrc, idst) in zip(cows, cow_out[:ncow].tolist()):
+            for (src, dst), (isrc, idst) in zip(cows, cow_out[:ncow].tolist(), strict=True):
                 self.maps[name].bind(src, isrc)
                 self.maps[name].bind(dst, idst)
-            for model_slot, impl_slot in zip(slots, slot_out.tolist()):
+            for model_slot, impl_slot in zip(slots, slot_out.tolist(), strict=True):
                 self.maps[name].slot(model_slot, impl_slot, CFG["block_size"])
 
     @rule(seqs=st.lists(SEQS, max_size=CFG["max_seqs"]))
@@ -117,7 +117,7 @@ class ContractMachine(RuleBasedStateMachine):
                 assert error is not None and type(exc) is error, f"{name}.lookup({seqs}): {exc!r}"
                 continue
             assert error is None, f"{name}.lookup({seqs}) succeeded; the model raised {error.__name__}"
-            for model_slot, impl_slot in zip(slots, slot_out.tolist()):
+            for model_slot, impl_slot in zip(slots, slot_out.tolist(), strict=True):
                 self.maps[name].slot(model_slot, impl_slot, CFG["block_size"])
 
     @rule(seq=SEQS)
@@ -148,7 +148,7 @@ class ContractMachine(RuleBasedStateMachine):
                 assert mgr.seq_len(seq) == model.lens[seq], f"{name}: length of {seq}"
                 table = list(mgr.block_table(seq))
                 assert len(table) == len(model.tables[seq]), f"{name}: table length of {seq}"
-                for model_id, impl_id in zip(model.tables[seq], table):
+                for model_id, impl_id in zip(model.tables[seq], table, strict=True):
                     ids.bind(model_id, impl_id)
             for impl_id in range(CFG["num_blocks"]):
                 model_id = ids.to_model.get(impl_id)

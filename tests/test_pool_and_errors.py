@@ -49,6 +49,7 @@ def test_flat_uses_uint16_ids_up_to_65536_and_uint32_above() -> None:
     [
         {"num_blocks": 0},
         {"num_blocks": 8, "block_size": 0},
+        {"num_blocks": 8, "block_size": 12},
         {"num_blocks": 8, "max_seqs": -1},
         {"num_blocks": 8, "max_blocks_per_seq": 2.5},
         {"num_blocks": 2**31},

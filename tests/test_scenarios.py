@@ -69,7 +69,8 @@ def test_pressure_preempts_and_recomputes() -> None:
 
 
 def test_generation_is_deterministic() -> None:
-    a, b, c = generate("beam-search", steps=30), generate("beam-search", steps=30), generate("beam-search", steps=30, seed=1)
+    a, b = generate("beam-search", steps=30), generate("beam-search", steps=30)
+    c = generate("beam-search", steps=30, seed=1)
     assert a.header["checksum"] == b.header["checksum"] != c.header["checksum"]
 
 

@@ -1,0 +1,248 @@
+"""Timed replays of a trace on one BlockManager.
+
+Two drivers, one result shape (:class:`StepTimes`, nanoseconds per step and per kind of work):
+
+- :func:`run_interpreted` walks the trace in Python, as a Python scheduler would, and times every pool
+  operation, the decode phase and the lookup phase with ``perf_counter_ns``. Per-call regime: one contract
+  call per operation (``append_slot`` per sequence, then ``last_slot`` per sequence for the slot mapping).
+  Batched regime: pool operations per call, then one ``decode_step`` (appends and slot mapping fused) and,
+  timed apart and not part of the step, one ``lookup`` for the lookup metric.
+- :func:`compiled_driver` builds, for a design with compiled kernels, a Numba replay loop that calls the
+  kernels directly: the batched regime with the whole step compiled, no Python and no dispatch per step.
+  With ``detail=False`` it times each step as one region (the step-time figures); with ``detail=True`` it
+  times each operation (the per-block and per-lookup figures). Ticks are converted with the calibrated TSC.
+
+Every replay reports its copy-on-write count per step; :func:`harness.runner` checks them and the end state.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from impls.contract import blocks_for
+from scenarios.trace import ALLOCATE, CAN_ALLOCATE, FORK, FREE, Trace
+
+from .clock import ns_per_tick, ticks
+from .replay import ReplayError
+
+KINDS = ("alloc", "free", "other", "decode", "lookup")  # "other": can_allocate and fork
+_ALLOC, _FREE, _OTHER, _DECODE, _LOOKUP = range(5)
+
+
+@dataclass
+class Prepared:
+    """A trace in the shapes the drivers want, built once, outside any timed region."""
+
+    trace: Trace
+    op: list[int]
+    a0: list[int]
+    a1: list[int]
+    bounds: list[tuple[int, int, int]]  # per step: first pool op, first append, end
+    decode_ids: list[np.ndarray]  # per step: int64 row ids of the decode step
+    op_blocks: np.ndarray  # per op: blocks taken (allocate) or released (free), else 0
+    seq_ids: np.ndarray  # a0 as int64, for the compiled driver's slices
+    arrays64: tuple[np.ndarray, np.ndarray, np.ndarray]  # op, a0, a1 as int64 for the compiled driver
+    max_batch: int
+
+    @classmethod
+    def from_trace(cls, trace: Trace) -> Prepared:
+        so, do = trace.step_offsets.tolist(), trace.decode_offsets.tolist()
+        seq_ids = trace.a0.astype(np.int64)
+        return cls(
+            trace=trace,
+            op=trace.op.tolist(),
+            a0=trace.a0.tolist(),
+            a1=trace.a1.tolist(),
+            bounds=[(so[s], do[s], so[s + 1]) for s in range(trace.num_steps)],
+            decode_ids=[seq_ids[do[s] : so[s + 1]] for s in range(trace.num_steps)],
+            op_blocks=op_block_counts(trace),
+            seq_ids=seq_ids,
+            arrays64=(trace.op.astype(np.int64), seq_ids, trace.a1.astype(np.int64)),
+            max_batch=max(1, int(trace.running_per_step().max(initial=0))),
+        )
+
+    @property
+    def num_steps(self) -> int:
+        return self.trace.num_steps
+
+
+def op_block_counts(trace: Trace) -> np.ndarray:
+    """Blocks each ALLOCATE takes and each FREE releases (the freed table's length), from row lengths
+    tracked through the trace."""
+    bs = trace.config["block_size"]
+    lens = [0] * trace.config["max_seqs"]
+    out = np.zeros(len(trace.op), dtype=np.int64)
+    op, a0, a1 = trace.op.tolist(), trace.a0.tolist(), trace.a1.tolist()
+    for i, (o, x, y) in enumerate(zip(op, a0, a1, strict=True)):
+        if o == ALLOCATE:
+            lens[x] = y
+            out[i] = blocks_for(y, bs)
+        elif o == FREE:
+            out[i] = blocks_for(lens[x], bs)
+            lens[x] = 0
+        elif o == FORK:
+            lens[y] = lens[x]
+        elif o != CAN_ALLOCATE:
+            lens[x] += 1
+    return out
+
+
+@dataclass
+class StepTimes:
+    """Raw samples of one replay: nanoseconds per step and kind, CoWs per step, and the clock used."""
+
+    ns: np.ndarray  # [steps, 5] float64, columns KINDS
+    cows: np.ndarray  # [steps] int64
+    step_ns: np.ndarray  # [steps] float64: the step-time figure (what the step cost the engine)
+    timed_regions_per_step: float  # timer reads around work, per step (for the overhead figure)
+    clock: str
+
+
+def run_interpreted(prep: Prepared, mgr, regime: str) -> StepTimes:
+    """Time a replay issued from Python (both regimes, every implementation)."""
+    perf = time.perf_counter_ns
+    op, a0, a1 = prep.op, prep.a0, prep.a1
+    ns = np.zeros((prep.num_steps, len(KINDS)))
+    cows = np.zeros(prep.num_steps, dtype=np.int64)
+    cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
+    slot_out = np.zeros(prep.max_batch, dtype=np.int64)
+    batched = regime == "batched"
+    regions = 0
+    for s, (lo, mid, hi) in enumerate(prep.bounds):
+        row = ns[s]
+        for i in range(lo, mid):
+            o = op[i]
+            if o == CAN_ALLOCATE:
+                t0 = perf()
+                ok = mgr.can_allocate(a0[i])
+                t1 = perf()
+                if ok != bool(a1[i]):
+                    raise ReplayError(f"step {s}: can_allocate({a0[i]}) answered {ok}, the trace expects {bool(a1[i])}")
+                row[_OTHER] += t1 - t0
+            elif o == ALLOCATE:
+                t0 = perf()
+                mgr.allocate(a0[i], a1[i])
+                t1 = perf()
+                row[_ALLOC] += t1 - t0
+            elif o == FREE:
+                t0 = perf()
+                mgr.free(a0[i])
+                t1 = perf()
+                row[_FREE] += t1 - t0
+            else:  # FORK
+                t0 = perf()
+                mgr.fork(a0[i], a1[i])
+                t1 = perf()
+                row[_OTHER] += t1 - t0
+        ids = prep.decode_ids[s]
+        if batched:
+            t0 = perf()
+            cows[s] = mgr.decode_step(ids, cow_out, slot_out)
+            t1 = perf()
+            mgr.lookup(ids, slot_out)
+            t2 = perf()
+        else:
+            n = 0
+            append = mgr.append_slot
+            last_slot = mgr.last_slot
+            t0 = perf()
+            for i in range(mid, hi):
+                if append(a0[i]) is not None:
+                    n += 1
+            t1 = perf()
+            for i in range(mid, hi):
+                last_slot(a0[i])
+            t2 = perf()
+            cows[s] = n
+        row[_DECODE] = t1 - t0
+        row[_LOOKUP] = t2 - t1
+        regions += mid - lo + (1 if batched else 2)
+    step_ns = ns[:, _ALLOC] + ns[:, _FREE] + ns[:, _OTHER] + ns[:, _DECODE]
+    if not batched:  # the per-call scheduler needs its slot mapping from last_slot calls
+        step_ns = step_ns + ns[:, _LOOKUP]
+    return StepTimes(ns, cows, step_ns, regions / max(1, prep.num_steps), "perf_counter_ns")
+
+
+def compiled_driver(kernels):
+    """A compiled replay loop over ``kernels`` (see :class:`impls.compiled.Kernels`).
+
+    Returns ``drive(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out, ticks_out,
+    cows_out, detail) -> (status, step, op_index)``: status 0 on success, else the failing kernel's code (or
+    1 for a ``can_allocate`` answer that disagrees with the trace). Compiled on first call, per design.
+    """
+    k_can, k_alloc, k_fork, k_free = kernels.can_allocate, kernels.allocate, kernels.fork, kernels.free
+    k_step, k_lookup = kernels.decode_step, kernels.lookup
+
+    @njit
+    def drive(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out, ticks_out, cows_out,
+              detail):
+        t0 = 0
+        for s in range(decode_offsets.shape[0]):
+            t_step = ticks()
+            for i in range(step_offsets[s], decode_offsets[s]):
+                o = op[i]
+                if detail:
+                    t0 = ticks()
+                if o == CAN_ALLOCATE:
+                    rc = k_can(*state, a0[i])
+                    if rc != a1[i]:
+                        return 1, s, i
+                    rc = 0
+                    kind = _OTHER
+                elif o == ALLOCATE:
+                    rc = k_alloc(*state, a0[i], a1[i])
+                    kind = _ALLOC
+                elif o == FREE:
+                    rc = k_free(*state, a0[i])
+                    kind = _FREE
+                else:
+                    rc = k_fork(*state, a0[i], a1[i])
+                    kind = _OTHER
+                if detail:
+                    ticks_out[s, kind] += ticks() - t0
+                if rc != 0:
+                    return rc, s, i
+            ids = seq_ids[decode_offsets[s] : step_offsets[s + 1]]
+            if detail:
+                t0 = ticks()
+            rc, _ = k_step(*state, ids, cow_out, slot_out)
+            t1 = ticks()
+            if rc < 0:
+                return rc, s, decode_offsets[s]
+            cows_out[s] = rc
+            if detail:
+                ticks_out[s, _DECODE] = t1 - t0
+                t0 = ticks()
+                k_lookup(*state, ids, slot_out)
+                ticks_out[s, _LOOKUP] = ticks() - t0
+            else:
+                ticks_out[s, _DECODE] = t1 - t_step  # the whole step as one region
+        return 0, 0, 0
+
+    return drive
+
+
+def run_compiled(prep: Prepared, mgr, drive, detail: bool) -> StepTimes:
+    """Time a whole-step-compiled replay (batched regime of a compiled design)."""
+    t = prep.trace
+    ticks_out = np.zeros((prep.num_steps, len(KINDS)), dtype=np.int64)
+    cows = np.zeros(prep.num_steps, dtype=np.int64)
+    cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
+    slot_out = np.zeros(prep.max_batch, dtype=np.int64)
+    op, a0, a1 = prep.arrays64
+    status, step, index = drive(mgr.state, op, a0, a1, prep.seq_ids, t.step_offsets, t.decode_offsets, cow_out,
+                                slot_out, ticks_out, cows, detail)
+    if status:
+        raise ReplayError(f"compiled replay failed at step {step}, op {index}: status {status}")
+    ns = ticks_out * ns_per_tick()
+    if detail:
+        step_ns = ns[:, _ALLOC] + ns[:, _FREE] + ns[:, _OTHER] + ns[:, _DECODE]
+        regions = float((t.decode_offsets - t.step_offsets[:-1]).mean()) + 1
+    else:
+        step_ns = ns[:, _DECODE].copy()
+        regions = 1.0
+    return StepTimes(ns, cows, step_ns, regions, "rdtsc")

@@ -1,0 +1,203 @@
+"""What makes each contender its engine's design: free-queue order, sentinels, batched frees, FIFO reuse.
+
+The contract tests already hold the contenders to the reference model; these check the engine-specific
+structure behind them, which the contract cannot see (it compares up to a renaming of block ids).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from impls import REGISTRY, UNAVAILABLE
+from impls.nano_vllm import NanoVllmBlockManager
+from impls.vllm_v1 import FreeKVCacheBlockQueue, KVCacheBlock, VllmV1BlockManager
+
+BS = 4
+
+
+def queue_ids(queue: FreeKVCacheBlockQueue) -> list[int]:
+    """Free block ids front to back, after checking both link directions, the sentinels and the count."""
+    head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
+    assert head.block_id == tail.block_id == -1
+    assert head.prev_free_block is None and tail.next_free_block is None
+    forward, block = [], head.next_free_block
+    while block is not tail:
+        assert block.next_free_block.prev_free_block is block, f"broken link after block {block.block_id}"
+        forward.append(block)
+        block = block.next_free_block
+    backward, block = [], tail.prev_free_block
+    while block is not head:
+        backward.append(block)
+        block = block.prev_free_block
+    assert backward[::-1] == forward
+    assert queue.num_free_blocks == len(forward)
+    return [b.block_id for b in forward]
+
+
+def check_vllm(mgr: VllmV1BlockManager) -> list[int]:
+    """Free blocks are exactly the unreferenced ones; blocks in use carry no links."""
+    ids = queue_ids(mgr.free_block_queue)
+    assert sorted(ids) == [b.block_id for b in mgr.blocks if b.ref_cnt == 0]
+    for block in mgr.blocks:
+        if block.ref_cnt:
+            assert block.prev_free_block is None and block.next_free_block is None
+    return ids
+
+
+# -- vllm-v1 ------------------------------------------------------------------------------------------------
+def test_vllm_queue_starts_in_id_order_between_sentinels() -> None:
+    mgr = VllmV1BlockManager(num_blocks=6, block_size=BS)
+    assert check_vllm(mgr) == [0, 1, 2, 3, 4, 5]
+    assert not hasattr(mgr.blocks[0], "__dict__")  # slotted: no per-block dict
+
+
+def test_vllm_frees_tail_first_to_the_back_of_the_queue() -> None:
+    mgr = VllmV1BlockManager(num_blocks=8, block_size=BS)
+    mgr.allocate(0, 3 * BS)  # blocks 0, 1, 2
+    mgr.allocate(1, BS)  # block 3
+    mgr.free(0)
+    # Freed blocks join the back in reverse table order: older free blocks (LRU) go first, then the tail.
+    assert check_vllm(mgr) == [4, 5, 6, 7, 2, 1, 0]
+    mgr.allocate(2, 5 * BS)
+    assert mgr.block_table(2) == [4, 5, 6, 7, 2]
+    assert check_vllm(mgr) == [1, 0]
+
+
+def test_vllm_drained_pool_hands_out_the_freed_tail_first() -> None:
+    mgr = VllmV1BlockManager(num_blocks=4, block_size=BS)
+    mgr.allocate(0, 3 * BS)
+    mgr.allocate(1, BS)
+    assert check_vllm(mgr) == []
+    mgr.free(0)
+    assert check_vllm(mgr) == [2, 1, 0]
+    mgr.allocate(2, 1)
+    assert mgr.block_table(2) == [2]
+
+
+def test_vllm_shared_blocks_stay_out_of_the_queue_until_the_last_reference() -> None:
+    mgr = VllmV1BlockManager(num_blocks=8, block_size=BS)
+    mgr.allocate(0, 2 * BS + 1)  # 0, 1, 2 (last block partial)
+    mgr.fork(0, 1)
+    assert mgr.append_slot(1) == (2, 3)  # copy-on-write takes the queue's front block
+    mgr.free(0)  # blocks 0 and 1 are still the child's; block 2 is released
+    assert check_vllm(mgr) == [4, 5, 6, 7, 2]
+    mgr.free(1)
+    assert check_vllm(mgr) == [4, 5, 6, 7, 2, 3, 1, 0]
+
+
+def test_vllm_queue_bulk_operations_keep_links_and_count() -> None:
+    blocks = [KVCacheBlock(i) for i in range(6)]
+    queue = FreeKVCacheBlockQueue(blocks)
+    assert queue.popleft_n(0) == [] and queue_ids(queue) == [0, 1, 2, 3, 4, 5]
+    taken = queue.popleft_n(4)
+    assert [b.block_id for b in taken] == [0, 1, 2, 3] and queue_ids(queue) == [4, 5]
+    assert all(b.prev_free_block is None and b.next_free_block is None for b in taken)
+    queue.append_n(taken[::-1])
+    assert queue_ids(queue) == [4, 5, 3, 2, 1, 0]
+    queue.remove(blocks[2])
+    assert queue_ids(queue) == [4, 5, 3, 1, 0]
+    assert queue.popleft() is blocks[4]
+    everything = queue.popleft_n(queue.num_free_blocks)
+    assert queue_ids(queue) == [] and queue.fake_free_list_head.next_free_block is queue.fake_free_list_tail
+    queue.append_n([])
+    queue.append(everything[0])
+    assert queue_ids(queue) == [5]
+
+
+# -- nano-vllm ----------------------------------------------------------------------------------------------
+def check_nano(mgr: NanoVllmBlockManager) -> list[int]:
+    in_use = {b.block_id for b in mgr.blocks if b.ref_count}
+    assert mgr.used_block_ids == in_use
+    assert sorted(mgr.free_block_ids) == sorted(set(range(mgr.num_blocks)) - in_use)
+    return list(mgr.free_block_ids)
+
+
+def test_nano_reuses_block_ids_first_in_first_out() -> None:
+    mgr = NanoVllmBlockManager(num_blocks=6, block_size=BS)
+    mgr.allocate(0, 2 * BS)
+    assert mgr.block_table(0) == [0, 1] and check_nano(mgr) == [2, 3, 4, 5]
+    mgr.free(0)
+    assert check_nano(mgr) == [2, 3, 4, 5, 1, 0]  # appended on the right, tail first
+    mgr.allocate(1, 1)
+    assert mgr.block_table(1) == [2]  # FIFO: the oldest free id, not the one just freed (a stack's LIFO)
+    mgr.fork(1, 2)
+    assert mgr.append_slot(2) == (2, 3)
+    mgr.free(1)
+    assert check_nano(mgr) == [4, 5, 1, 0, 2]
+    mgr.allocate(3, 3 * BS)
+    assert mgr.block_table(3) == [4, 5, 1]
+
+
+# -- sglang -------------------------------------------------------------------------------------------------
+@pytest.fixture
+def sglang_cls():
+    pytest.importorskip("torch")
+    from impls.sglang import SGLangBlockManager
+
+    return SGLangBlockManager
+
+
+@pytest.fixture
+def cat_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts torch.cat calls (one entry, the number of tensors joined, per call)."""
+    torch = pytest.importorskip("torch")
+    calls, real_cat = [], torch.cat
+
+    def counting_cat(tensors, *args, **kwargs):
+        tensors = list(tensors)
+        calls.append(len(tensors))
+        return real_cat(tensors, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "cat", counting_cat)
+    return calls
+
+
+def test_sglang_pending_frees_count_as_free_and_join_only_when_needed(sglang_cls, cat_calls) -> None:
+    mgr = sglang_cls(num_blocks=8, block_size=BS, max_seqs=4, max_blocks_per_seq=8)
+    mgr.allocate(0, 2 * BS)  # 0, 1
+    mgr.allocate(1, 4 * BS)  # 2..5; the head keeps 6, 7
+    mgr.free(0)
+    mgr.free(1)
+    assert [t.tolist() for t in mgr.free_group] == [[0, 1], [2, 3, 4, 5]] and mgr.num_pending == 6
+    assert mgr.free_pages.tolist() == [6, 7]
+    assert mgr.num_free_blocks() == 8 and mgr.can_allocate(8)
+    mgr.allocate(2, 2 * BS)  # fits in the head: no join
+    assert mgr.block_table(2) == [6, 7] and cat_calls == [] and mgr.num_pending == 6
+    mgr.allocate(3, 3 * BS)  # the head is empty: one torch.cat joins both pending groups
+    assert cat_calls == [3]
+    assert mgr.block_table(3) == [0, 1, 2] and mgr.free_group == [] and mgr.num_pending == 0
+    assert mgr.free_pages.tolist() == [3, 4, 5] and mgr.num_free_blocks() == 3
+
+
+def test_sglang_pending_ids_survive_reuse_of_their_row(sglang_cls) -> None:
+    mgr = sglang_cls(num_blocks=8, block_size=BS, max_seqs=2, max_blocks_per_seq=8)
+    mgr.allocate(0, 2 * BS)  # 0, 1
+    mgr.allocate(1, 4 * BS)  # 2..5
+    mgr.free(0)
+    mgr.allocate(0, 2 * BS)  # row 0 is rewritten with 6, 7
+    assert mgr.block_table(0) == [6, 7]
+    assert [t.tolist() for t in mgr.free_group] == [[0, 1]]  # copies, not views of the row
+    mgr.free(1)
+    assert mgr.num_free_blocks() == 6 and sorted(mgr.ref_count(b) for b in range(8)) == [0] * 6 + [1] * 2
+
+
+# -- registration -------------------------------------------------------------------------------------------
+def test_contenders_follow_the_designs_in_the_registry() -> None:
+    names = list(REGISTRY)
+    assert names[:5] == ["dict", "list", "flat", "dict-jit", "list-jit"]
+    assert names[5:7] == ["vllm-v1", "nano-vllm"]
+    assert ("sglang" in REGISTRY) != ("sglang" in UNAVAILABLE)
+
+
+def test_sglang_is_reported_unavailable_without_torch() -> None:
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # makes `import torch` raise ImportError
+        "import impls; print('sglang' in impls.REGISTRY, impls.UNAVAILABLE['sglang'])"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False needs torch: pip install -e '.[torch]'"
