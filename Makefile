@@ -20,6 +20,18 @@ test: setup
 	$(PY) -m pytest -q
 	$(PY) -m ruff check .
 
+# The default matrix (all scenarios, all implementations, both regimes): about ten minutes on two cores.
+bench: setup
+	$(CLI) run --figures
+
+# A reduced matrix (short traces, one repetition): about a minute.
+bench-quick: setup
+	$(CLI) run --quick --figures
+
+# Reports and figures of the latest run (RUN=<id or path> for another).
+report: setup
+	$(CLI) report $(RUN)
+
 lint: setup
 	$(PY) -m ruff check .
 

@@ -91,6 +91,57 @@ def _split_trace_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return own, params
 
 
+def _csv_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .report import console_summary, write_reports
+    from .runner import RunConfig, run
+
+    if args.trace and args.scenario:
+        raise ScenarioError("give --scenario or --trace, not both")
+    cfg = RunConfig(
+        scenarios=_csv_list(args.scenario or ""),
+        impls=_csv_list(args.impl or ""),
+        regimes=_csv_list(args.regime) if args.regime else ["per-call", "batched"],
+        trace_file=Path(args.trace) if args.trace else None,
+        quick=args.quick,
+        reps=args.reps if args.reps is not None else (1 if args.quick else 3),
+        paced=not args.no_paced,
+        l1d=not args.no_l1d,
+        allocations=not args.no_allocations,
+        table_copy=not args.no_table_copy,
+        root=Path(args.results),
+        label=args.label or "",
+        progress=not args.no_progress,
+    )
+    if cfg.reps < 1:
+        raise ScenarioError("--reps must be at least 1")
+    run_dir = run(cfg, argv=["kvblock-bench", *sys.argv[1:]])
+    write_reports(run_dir)
+    if args.figures:
+        from .plots import render_figures
+
+        render_figures(run_dir)
+    print(console_summary(run_dir))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import console_summary, write_reports
+    from .results import resolve_run
+
+    run_dir = write_reports(resolve_run(args.run, Path(args.results)))
+    if not args.no_figures:
+        from .plots import render_figures
+
+        render_figures(run_dir)
+    print((run_dir / "paper_table.md").read_text())
+    print(console_summary(run_dir))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvblock-bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -107,6 +158,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-csv", metavar="CSV",
                    help="import requests from a CSV (timestamp, prompt_tokens, output_tokens)")
     p.add_argument("--show", metavar="FILE", help="summarise a trace file")
+
+    p = sub.add_parser("run", help="replay scenarios on implementations and measure (writes results/<run-id>/)",
+                       description="Without --scenario/--impl: the default matrix (see README, 'The matrix').")
+    p.add_argument("--scenario", metavar="S,...", help="scenarios to run (default: all)")
+    p.add_argument("--trace", metavar="FILE", help="replay a trace file instead of named scenarios")
+    p.add_argument("--impl", metavar="I,...", help="implementations (default: all in the registry)")
+    p.add_argument("--regime", metavar="R,...", help="per-call, batched (default: both)")
+    p.add_argument("--quick", action="store_true", help="short traces, one repetition: about a minute")
+    p.add_argument("--reps", type=int, help="repetitions per cell (default 3, --quick 1)")
+    p.add_argument("--results", default="results", help="results folder (default: results)")
+    p.add_argument("--label", help="appended to the run id")
+    p.add_argument("--no-paced", action="store_true", help="skip the paced open-loop CPU-share runs")
+    p.add_argument("--no-l1d", action="store_true", help="skip L1D-miss measurement (perf or callgrind)")
+    p.add_argument("--no-allocations", action="store_true", help="skip allocation counting")
+    p.add_argument("--no-table-copy", action="store_true", help="skip the block-table copy study (rule 3)")
+    p.add_argument("--figures", action="store_true", help="also render figures (as `kvblock-bench report`)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("report", help="write reports (and figures) for a run and print the paper table")
+    p.add_argument("run", nargs="?", help="run id or directory (default: results/latest)")
+    p.add_argument("--results", default="results", help="results folder (default: results)")
+    p.add_argument("--no-figures", action="store_true", help="tables only")
     return parser
 
 
@@ -126,7 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         if args.command == "scenarios":
             return cmd_scenarios(args)
-    except (ScenarioError, TraceError) as exc:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "report":
+            return cmd_report(args)
+    except (ScenarioError, TraceError, ValueError, FileNotFoundError) as exc:
         print(f"kvblock-bench: error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -27,7 +27,7 @@ from impls.contract import blocks_for
 from scenarios.trace import ALLOCATE, CAN_ALLOCATE, FORK, FREE, Trace
 
 from .clock import ns_per_tick, ticks
-from .replay import ReplayError
+from .replay import ReplayError, apply_pool_op
 
 KINDS = ("alloc", "free", "other", "decode", "lookup")  # "other": can_allocate and fork
 _ALLOC, _FREE, _OTHER, _DECODE, _LOOKUP = range(5)
@@ -165,6 +165,48 @@ def run_interpreted(prep: Prepared, mgr, regime: str) -> StepTimes:
     if not batched:  # the per-call scheduler needs its slot mapping from last_slot calls
         step_ns = step_ns + ns[:, _LOOKUP]
     return StepTimes(ns, cows, step_ns, regions / max(1, prep.num_steps), "perf_counter_ns")
+
+
+def step_runner(prep: Prepared, mgr, regime: str):
+    """An untimed ``run(lo, hi)`` that replays steps ``[lo, hi)`` from Python, as the timed interpreted
+    driver does (for allocation counting, paced runs and instruction counts)."""
+    op, a0, a1 = prep.op, prep.a0, prep.a1
+    cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
+    slot_out = np.zeros(prep.max_batch, dtype=np.int64)
+    batched = regime == "batched"
+
+    def run(lo: int, hi: int) -> None:
+        for s in range(lo, hi):
+            first, mid, end = prep.bounds[s]
+            for i in range(first, mid):
+                apply_pool_op(mgr, op[i], a0[i], a1[i])
+            if batched:
+                mgr.decode_step(prep.decode_ids[s], cow_out, slot_out)
+            else:
+                for i in range(mid, end):
+                    mgr.append_slot(a0[i])
+                for i in range(mid, end):
+                    mgr.last_slot(a0[i])
+
+    return run
+
+
+def compiled_step_runner(prep: Prepared, mgr, drive):
+    """``run(lo, hi)`` replaying steps ``[lo, hi)`` through the compiled driver (untimed use)."""
+    t = prep.trace
+    op, a0, a1 = prep.arrays64
+    cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
+    slot_out = np.zeros(prep.max_batch, dtype=np.int64)
+    ticks_out = np.zeros((prep.num_steps, len(KINDS)), dtype=np.int64)
+    cows = np.zeros(prep.num_steps, dtype=np.int64)
+
+    def run(lo: int, hi: int) -> None:
+        status, step, index = drive(mgr.state, op, a0, a1, prep.seq_ids, t.step_offsets[lo : hi + 1],
+                                    t.decode_offsets[lo:hi], cow_out, slot_out, ticks_out, cows, False)
+        if status:
+            raise ReplayError(f"compiled replay failed at step {lo + step}, op {index}: status {status}")
+
+    return run
 
 
 def compiled_driver(kernels):

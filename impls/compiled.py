@@ -118,6 +118,12 @@ class CompiledBlockManager(ManagerBase):
         self._check_active(seq_id)
         return self._table(seq_id)
 
+    def table_nbytes(self, seq_id: int) -> int | None:
+        """Bytes of block-table state held for this sequence (what is counted is design-specific and said in
+        each design's ``_table_nbytes``); None where the design cannot tell."""
+        self._check_active(seq_id)
+        return self._table_nbytes(seq_id)
+
     def ref_count(self, block_id: int) -> int:
         """References held on a physical block (0 when it is in the free pool)."""
         if block_id < 0 or block_id >= self.num_blocks:

@@ -6,6 +6,8 @@ blocks in use. Every allocate builds a new dict; every block taken inserts a key
 
 from __future__ import annotations
 
+import sys
+
 from .interpreted import InterpretedBlockManager
 
 
@@ -71,6 +73,11 @@ class DictBlockManager(InterpretedBlockManager):
 
     def _ref(self, block_id: int) -> int:
         return self._refs.get(block_id, 0)
+
+    def _table_nbytes(self, seq_id: int) -> int:
+        # The dict plus its key and value int objects (small ints are shared by CPython, counted anyway).
+        table = self._tables[seq_id]
+        return sys.getsizeof(table) + sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in table.items())
 
     def _last_slot(self, seq_id: int) -> int:
         n = self._lens[seq_id] - 1

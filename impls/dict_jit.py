@@ -232,3 +232,6 @@ class DictJitBlockManager(CompiledBlockManager):
 
     def _ref(self, block_id: int) -> int:
         return self._refs.get(block_id, 0)
+
+    def _table_nbytes(self, seq_id: int) -> None:
+        return None  # a Numba typed.Dict does not expose its memory footprint

@@ -231,6 +231,25 @@ def lookup(table, ints, seq_ids, slot_out):
     return OK, 0
 
 
+def check_table_buffer(table: object, max_seqs: int, max_blocks_per_seq: int, num_blocks: int) -> None:
+    """Raise ``ValueError`` unless ``table`` can serve as the flat design's block table.
+
+    The kernels are compiled for C-contiguous arrays of :func:`table_dtype`; any other buffer would either
+    compile a second, slower specialisation or silently write to a copy.
+    """
+    if not isinstance(table, np.ndarray):
+        raise ValueError(f"table must be a numpy.ndarray, got {type(table).__name__}")
+    shape, dtype = (max_seqs, max_blocks_per_seq), table_dtype(num_blocks)
+    if table.shape != shape:
+        raise ValueError(f"table has shape {table.shape}, expected (max_seqs, max_blocks_per_seq) = {shape}")
+    if table.dtype != dtype:
+        raise ValueError(f"table has dtype {table.dtype}, expected {dtype} for num_blocks={num_blocks}")
+    if not (table.flags.c_contiguous and table.flags.aligned):
+        raise ValueError("table must be C-contiguous and aligned")
+    if not table.flags.writeable:
+        raise ValueError("table must be writeable")
+
+
 KERNELS = Kernels(can_allocate, allocate, append, fork, free, decode_step, lookup, last_slot)
 
 
@@ -240,10 +259,19 @@ class FlatBlockManager(CompiledBlockManager):
     kernels = KERNELS
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
-                 max_blocks_per_seq: int = 256) -> None:
+                 max_blocks_per_seq: int = 256, *, table: np.ndarray | None = None) -> None:
+        """``table``, if given, becomes the block table (zeroed here) instead of a fresh array: e.g. the NumPy
+        view of a pinned torch tensor, so that the table can be copied to a GPU as it is (rule 3). It must be
+        exactly what the design would allocate: shape ``(max_seqs, max_blocks_per_seq)``, dtype
+        :func:`table_dtype` of ``num_blocks``, C-contiguous and writeable; else ``ValueError``."""
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
         s, n = self.max_seqs, self.num_blocks
-        self.table = np.zeros((s, self.max_blocks_per_seq), dtype=table_dtype(n))
+        if table is None:
+            self.table = np.zeros((s, self.max_blocks_per_seq), dtype=table_dtype(n))
+        else:
+            check_table_buffer(table, s, self.max_blocks_per_seq, n)
+            table[...] = 0  # the same starting state as a fresh table
+            self.table = table
         self.ints = np.zeros(HEADER + 2 * s + 2 * n, dtype=np.int32)
         self.ints[TOP], self.ints[NUM_BLOCKS], self.ints[BLOCK_SHIFT] = n, n, self.block_shift
         self._lens, self._refs, stack, _ = _parts(self.table, self.ints)
@@ -258,3 +286,7 @@ class FlatBlockManager(CompiledBlockManager):
 
     def _ref(self, block_id: int) -> int:
         return int(self._refs[block_id])
+
+    def _table_nbytes(self, seq_id: int) -> int:
+        # One preallocated row of the flat table, whatever the sequence's length.
+        return self.table.itemsize * self.max_blocks_per_seq

@@ -95,6 +95,14 @@ class InterpretedBlockManager(ManagerBase):
             self._fail(rc, seq_id)
         return self._lens[seq_id]
 
+    def table_nbytes(self, seq_id: int) -> int | None:
+        """Bytes of block-table state held for this sequence (what is counted is design-specific and said in
+        each design's ``_table_nbytes``); None where the design cannot tell."""
+        rc = check_active(self._lens, seq_id)
+        if rc:
+            self._fail(rc, seq_id)
+        return self._table_nbytes(seq_id)
+
     def ref_count(self, block_id: int) -> int:
         """References held on a physical block (0 when it is in the free pool)."""
         if block_id < 0 or block_id >= self.num_blocks:

@@ -5,6 +5,8 @@ grow (reallocate and copy) the list.
 
 from __future__ import annotations
 
+import sys
+
 from .interpreted import InterpretedBlockManager
 
 
@@ -65,6 +67,11 @@ class ListBlockManager(InterpretedBlockManager):
 
     def _ref(self, block_id: int) -> int:
         return self._refs[block_id]
+
+    def _table_nbytes(self, seq_id: int) -> int:
+        # The list (with its over-allocated capacity) plus its int objects.
+        table = self._tables[seq_id]
+        return sys.getsizeof(table) + sum(sys.getsizeof(b) for b in table)
 
     def _last_slot(self, seq_id: int) -> int:
         n = self._lens[seq_id] - 1

@@ -235,3 +235,7 @@ class ListJitBlockManager(CompiledBlockManager):
 
     def _ref(self, block_id: int) -> int:
         return int(self._refs[block_id])
+
+    def _table_nbytes(self, seq_id: int) -> int:
+        # The row's data buffer at its current (doubled) capacity; array headers not counted.
+        return int(self._tables[seq_id].nbytes)

@@ -19,6 +19,7 @@ contract; block tables live here, per sequence row, instead of on nano-vllm's ``
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 
 from .interpreted import InterpretedBlockManager
@@ -93,6 +94,11 @@ class NanoVllmBlockManager(InterpretedBlockManager):
             block.ref_count -= 1
             if block.ref_count == 0:
                 self._deallocate_block(block_id)
+
+    def _table_nbytes(self, seq_id: int) -> int:
+        # The per-sequence list plus its int objects (Block objects belong to the pool, not the table).
+        table = self.block_tables[seq_id]
+        return sys.getsizeof(table) + sum(sys.getsizeof(b) for b in table)
 
     def _table(self, seq_id: int) -> list[int]:
         return self.block_tables[seq_id].copy()

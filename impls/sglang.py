@@ -100,6 +100,10 @@ class SGLangBlockManager(InterpretedBlockManager):
             self.free_group.append(freed)
             self.num_pending += len(freed)
 
+    def _table_nbytes(self, seq_id: int) -> int:
+        # One preallocated row of the req_to_token-like tensor.
+        return self.req_to_token.element_size() * self.max_blocks_per_seq
+
     def _table(self, seq_id: int) -> list[int]:
         return self.req_to_token[seq_id, :self._nblocks[seq_id]].tolist()
 

@@ -20,6 +20,7 @@ last block copies it, as in our contract.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from .interpreted import InterpretedBlockManager
@@ -151,6 +152,10 @@ class VllmV1BlockManager(InterpretedBlockManager):
             if block.ref_cnt == 0:
                 freed.append(block)
         self.free_block_queue.append_n(freed)
+
+    def _table_nbytes(self, seq_id: int) -> int:
+        # The per-request list of block references (the block objects are the pool's, preallocated).
+        return sys.getsizeof(self.req_to_blocks[seq_id])
 
     def _table(self, seq_id: int) -> list[int]:
         return [block.block_id for block in self.req_to_blocks[seq_id]]

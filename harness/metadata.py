@@ -1,0 +1,87 @@
+"""Machine and software metadata recorded with every run (what a reader needs to trust or reproduce it)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+
+from .perfcounters import perf_status
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cache_sizes() -> dict[str, str]:
+    """Per-core cache sizes from sysfs (``L1d``, ``L1i``, ``L2``, ``L3``)."""
+    out: dict[str, str] = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = (index / "size").read_text().strip()
+            ways = (index / "ways_of_associativity").read_text().strip()
+        except OSError:
+            continue
+        name = f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")
+        out[name] = f"{size} ({ways}-way)"
+    return out
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for dist in ("numpy", "numba", "llvmlite", "pandas", "matplotlib", "torch", "memray", "kvblock-bench"):
+        try:
+            found[dist] = importlib_metadata.version(dist)
+        except importlib_metadata.PackageNotFoundError:
+            found[dist] = "not installed"
+    return found
+
+
+def git_commit() -> str:
+    commit = _run(["git", "rev-parse", "--short=12", "HEAD"]) or "unknown"
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
+    return commit + ("-dirty" if dirty else "")
+
+
+def perf_event_paranoid() -> str:
+    try:
+        return Path("/proc/sys/kernel/perf_event_paranoid").read_text().strip()
+    except OSError:
+        return "unavailable"
+
+
+def collect(argv: list[str] | None = None) -> dict:
+    """Everything about this machine and this invocation that a run records in ``meta.json``."""
+    pmu, pmu_reason = perf_status()
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "caches": cache_sizes(),
+        "platform": platform.platform(),
+        "hostname": platform.node(),
+        "versions": versions(),
+        "pmu": pmu,
+        "pmu_reason": pmu_reason,
+        "perf_event_paranoid": perf_event_paranoid(),
+        "git_commit": git_commit(),
+        "command_line": shlex.join(argv if argv is not None else sys.argv),
+    }

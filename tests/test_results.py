@@ -1,0 +1,60 @@
+"""Result files: tidy rows, atomic writes, unique run directories, the latest link, interruption safety."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+from harness import results
+from harness.results import Row, new_run_dir, point_latest, read_rows, resolve_run, write_rows
+
+
+def test_row_refuses_numbers_for_unmeasured_figures() -> None:
+    row = Row("paper", "flat", "batched", "l1d_miss_pct", 0.0, "%", "perf", "unsupported", "no PMU")
+    assert math.isnan(row.value)
+    with pytest.raises(ValueError):
+        Row("paper", "flat", "batched", "lookup_ns", float("nan"), "ns", "rdtsc")
+    with pytest.raises(ValueError):
+        Row("paper", "flat", "batched", "lookup_ns", 1.0, "ns", "rdtsc", status="guessed")
+
+
+def test_round_trip(tmp_path) -> None:
+    rows = [Row("paper", "flat", "batched", "lookup_ns", 2.5, "ns", "rdtsc", how="x, y"),
+            Row("paper", "flat", "batched", "l1d_miss_pct", 0, "%", "perf", "unsupported", "no PMU")]
+    write_rows(tmp_path / "results.csv", rows)
+    back = read_rows(tmp_path / "results.csv")
+    assert back[0] == rows[0]
+    assert back[1].status == "unsupported" and math.isnan(back[1].value)
+    header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
+    assert header[:7] == ["scenario", "impl", "regime", "metric", "value", "unit", "source"]
+
+
+def test_interrupted_write_keeps_the_previous_file(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "results.csv"
+    write_rows(path, [Row("a", "b", "c", "m", 1.0, "ns", "s")])
+
+    def boom(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(results.os, "replace", boom)
+    with pytest.raises(KeyboardInterrupt):
+        write_rows(path, [Row("a", "b", "c", "m", 2.0, "ns", "s")])
+    monkeypatch.undo()
+    assert read_rows(path)[0].value == 1.0
+    assert [p.name for p in tmp_path.iterdir()] == ["results.csv"]  # no temporary left behind
+
+
+def test_run_dirs_are_unique_and_latest_follows(tmp_path) -> None:
+    a, b = new_run_dir(tmp_path, "x"), new_run_dir(tmp_path, "x")
+    assert a != b and a.is_dir() and b.is_dir()
+    write_rows(a / "results.csv", [])
+    write_rows(b / "results.csv", [])
+    point_latest(a)
+    point_latest(b)
+    assert os.readlink(tmp_path / "latest") == b.name
+    assert resolve_run(None, tmp_path) == b.resolve()
+    assert resolve_run(a.name, tmp_path) == a.resolve()
+    with pytest.raises(FileNotFoundError):
+        resolve_run("nope", tmp_path)

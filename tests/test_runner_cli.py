@@ -1,0 +1,91 @@
+"""The benchmark runner and its command line, end to end on tiny matrices (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import impls
+from harness import runner
+from harness.cli import main
+from harness.results import read_rows
+from impls.flat import FlatBlockManager
+
+
+def run_cli(tmp_path, *args: str) -> int:
+    return main(["run", "--results", str(tmp_path), "--quick", "--no-progress", "--no-paced", "--no-l1d",
+                 "--no-table-copy", *args])
+
+
+def test_run_writes_a_complete_run_directory(tmp_path, capsys) -> None:
+    assert run_cli(tmp_path, "--scenario", "paper", "--impl", "dict,flat") == 0
+    run_dir = (tmp_path / "latest").resolve()
+    rows = read_rows(run_dir / "results.csv")
+    cells = {(r.impl, r.regime) for r in rows if r.metric == "seq_step_ns"}
+    assert cells == {("dict", "per-call"), ("dict", "batched"), ("flat", "per-call"), ("flat", "batched")}
+    metrics = {r.metric for r in rows}
+    for m in ("lookup_ns", "alloc_ns", "free_ns", "alloc_free_ns", "seq_step_ns", "step_p99_ns", "cpu_share_pct",
+              "allocs_per_step", "table_bytes_per_seq", "harness_overhead_pct", "compile_s"):
+        assert m in metrics, m
+    flat_batched = {r.metric: r for r in rows if r.impl == "flat" and r.regime == "batched"}
+    assert flat_batched["allocs_per_step"].value == 0  # counted, not assumed
+    assert flat_batched["seq_step_ns"].source == "rdtsc"
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["complete"] and meta["cpu_model"] and "numba" in meta["versions"]
+    assert (run_dir / "paper_table.md").exists() and (run_dir / "summary.md").exists()
+    assert (run_dir / "raw" / "paper" / "flat__batched.json.gz").exists()
+    out = capsys.readouterr().out
+    assert "paper scenario" in out and "flat" in out
+
+
+def test_unknown_names_are_refused(tmp_path, capsys) -> None:
+    assert run_cli(tmp_path, "--impl", "nope") == 2
+    assert "unknown implementation" in capsys.readouterr().err
+    assert run_cli(tmp_path, "--scenario", "nope") == 2
+    assert run_cli(tmp_path, "--regime", "sideways") == 2
+
+
+class WrongFlat(FlatBlockManager):
+    """Fast and wrong: forgets to free, so its end state cannot match the trace."""
+
+    def free(self, seq_id: int) -> None:
+        pass
+
+
+def test_a_wrong_implementation_is_marked_failed_not_ranked(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(impls.REGISTRY, "wrong", WrongFlat)
+    monkeypatch.setattr(runner, "REGISTRY", impls.REGISTRY)
+    assert run_cli(tmp_path, "--scenario", "paper", "--impl", "wrong,list", "--regime", "per-call") == 0
+    rows = read_rows((tmp_path / "latest") / "results.csv")
+    wrong = [r for r in rows if r.impl == "wrong"]
+    assert [r.status for r in wrong] == ["failed"] and wrong[0].metric == "correctness"
+    assert any(r.impl == "list" and r.metric == "seq_step_ns" for r in rows)
+
+
+def test_interrupted_run_keeps_finished_scenarios(tmp_path, monkeypatch) -> None:
+    calls = []
+    original = runner.ScenarioBench.measure_timings
+
+    def interrupt_second(self):
+        calls.append(self.name)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(runner.ScenarioBench, "measure_timings", interrupt_second)
+    with pytest.raises(KeyboardInterrupt):
+        run_cli(tmp_path, "--scenario", "paper,shared-prefix", "--impl", "flat", "--no-allocations")
+    run_dir = (tmp_path / "latest").resolve()
+    rows = read_rows(run_dir / "results.csv")
+    assert {r.scenario for r in rows if r.metric == "seq_step_ns"} == {"paper"}
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert not meta["complete"] and "interrupted" in meta
+
+
+def test_report_rewrites_tables_for_an_existing_run(tmp_path, capsys) -> None:
+    assert run_cli(tmp_path, "--scenario", "paper", "--impl", "flat", "--regime", "batched", "--no-allocations") == 0
+    (tmp_path / "latest" / "paper_table.md").unlink()
+    assert main(["report", "--results", str(tmp_path), "--no-figures"]) == 0
+    assert (tmp_path / "latest" / "paper_table.md").exists()
+    assert "article" in capsys.readouterr().out
