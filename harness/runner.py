@@ -302,6 +302,7 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path:
                 else [(i, r) for i in impls for r in cfg.regimes])
 
     total = sum(len(cells_of(n)) * (cfg.reps + cfg.allocations + (cfg.paced and n == PAPER)) + (n == PAPER) * cfg.l1d
+                + (cfg.table_copy and (n == PAPER or n.startswith("concurrency-")))
                 for n, _, _ in plan)
     bar = tqdm(total=total, desc="kvblock-bench", unit="cell", disable=not cfg.progress, file=sys.stderr)
 
@@ -337,6 +338,14 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path:
             if name == PAPER or name.startswith("trace:"):
                 rows += extra_measurements(name, trace, cells, cfg, tick)
                 write_rows(run_dir / "results.csv", rows)
+            if cfg.table_copy and (name == PAPER or name.startswith("concurrency-")):
+                from .table_copy import measure as measure_table_copy
+
+                copy_rows, copy_raw = measure_table_copy(trace)
+                rows += copy_rows
+                write_json(run_dir / "raw" / name / "flat__table-copy.json.gz", copy_raw, compress=True)
+                write_rows(run_dir / "results.csv", rows)
+                tick(f"{name} table copy")
         meta["complete"] = True
     except KeyboardInterrupt:
         meta["interrupted"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
