@@ -27,7 +27,7 @@ import numpy as np
 
 from impls import REGISTRY, UNAVAILABLE
 from scenarios import SCENARIOS, Trace, generate, load, save
-from scenarios.trace import FORMAT_VERSION
+from scenarios.trace import FORMAT_VERSION, content_digest
 
 from . import clock, metadata
 from .allocations import count_allocations, nrt_allocations
@@ -301,7 +301,8 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path:
         return (default_cells(name, impls, cfg.regimes) if not explicit
                 else [(i, r) for i in impls for r in cfg.regimes])
 
-    total = sum(len(cells_of(n)) * (cfg.reps + cfg.allocations + (cfg.paced and n == PAPER)) + (n == PAPER) * cfg.l1d
+    total = sum(len(cells_of(n)) * (cfg.reps + cfg.allocations + (cfg.paced and n == PAPER))
+                + (n == PAPER) * (cfg.l1d + 1)
                 + (cfg.table_copy and (n == PAPER or n.startswith("concurrency-")))
                 for n, _, _ in plan)
     bar = tqdm(total=total, desc="kvblock-bench", unit="cell", disable=not cfg.progress, file=sys.stderr)
@@ -316,7 +317,7 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path:
                 trace, gen_s = cached_trace(name, overrides, cache_dir)
                 rows.append(Row(name, "-", "-", "trace_s", gen_s, "s", "wall clock",
                                 how="generate (or load from the trace cache) the scenario's trace"))
-            checksum = trace.header["checksum"]
+            checksum = content_digest(trace)
             if checksum in seen:  # the same trace twice (concurrency-256 is paper): measure once, say so
                 rows += [Row(name, r.impl, r.regime, r.metric, r.value, r.unit, r.source, r.status,
                              f"{r.how}; same trace as {seen[checksum]}")
@@ -368,4 +369,9 @@ def extra_measurements(name: str, trace: Trace, cells: list[tuple[str, str]], cf
 
         rows += l1d_rows(name, trace, cells, quick=cfg.quick)
         tick(f"{name} L1D")
+    if name == PAPER:
+        from .idwidth import idwidth_rows
+
+        rows += idwidth_rows(trace)
+        tick(f"{name} id width")
     return rows

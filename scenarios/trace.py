@@ -127,9 +127,17 @@ def canonical_tables(tables: Mapping[int, Sequence[int]]) -> list[int]:
 
 
 def _checksum(header: Mapping, arrays: Mapping[str, np.ndarray]) -> str:
-    digest = hashlib.sha256()
     body = {k: v for k, v in header.items() if k != "checksum"}
-    digest.update(json.dumps(body, sort_keys=True).encode())
+    return _digest(json.dumps(body, sort_keys=True).encode(), arrays)
+
+
+def content_digest(trace: Trace) -> str:
+    """Identity of the work a trace asks for (configuration and ops), whatever its scenario is called."""
+    return _digest(json.dumps(trace.header["config"], sort_keys=True).encode(), trace.arrays)
+
+
+def _digest(prefix: bytes, arrays: Mapping[str, np.ndarray]) -> str:
+    digest = hashlib.sha256(prefix)
     for name in sorted(ARRAYS):
         arr = np.ascontiguousarray(arrays[name], dtype=ARRAYS[name])
         digest.update(name.encode())
@@ -155,6 +163,7 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
     header = np.frombuffer(json.dumps(trace.header, sort_keys=True).encode(), dtype=np.uint8)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes owner-only files; keep the usual permissions
         with os.fdopen(fd, "wb") as fh:
             np.savez_compressed(fh, header=header, **trace.arrays)
         os.replace(tmp, path)
@@ -163,6 +172,12 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def load(path: str | os.PathLike) -> Trace:

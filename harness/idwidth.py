@@ -1,0 +1,167 @@
+"""Block-id width, measured: the batched slot lookup over flat tables of uint16, int32 and int64 ids.
+
+The article's rule 2 stores block ids as uint16 (a 32-block table is one 64-byte cache line). This module
+measures what the width does to the lookup the attention kernel needs (newest token of each running
+sequence -> physical slot, ``slot = (block << shift) | (pos & mask)``, the arithmetic of
+:func:`impls.flat.lookup` without its per-sequence liveness check) and to the table's size.
+
+States. ``paper``: the flat design's table after replaying the first steps of the ``paper`` trace (256
+sequences, 256 blocks per row), copied into each dtype. ``large``: the same rows tiled to many more
+sequences (default 32,768), so that the lines a lookup pass touches (one per sequence) no longer fit L1 or L2
+and rows of wider ids spread over more pages. Only the ids are tiled: lookups read, so sharing between tiled
+rows is harmless, and every id stays below 65,536, valid for all three dtypes.
+
+Timing. One compiled loop repeats the lookup pass ``reps`` times; ``perf_counter_ns`` around the call, reps
+chosen so one call lasts about :data:`TARGET_NS`; the three dtypes interleaved over :data:`RUNS` calls; the
+figure is the median call / (reps x sequences). The first call of each dtype (Numba compile or cache load)
+is timed apart (``idwidth_compile_s``). Every dtype's slots are checked against the design's own ``lookup``
+before anything is timed.
+
+Rows (:class:`harness.results.Row`): scenario ``paper``, impl ``flat``, regime ``<dtype>/<state>`` (e.g.
+``uint16/paper``, ``int64/large``); metrics ``idwidth_lookup_ns`` (per lookup), ``table_bytes_per_seq``
+(itemsize x max_blocks_per_seq), ``idwidth_table_bytes`` (the whole table) and, on the ``paper`` state rows,
+``idwidth_compile_s`` (the first call of each dtype).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+from numba import njit
+
+from impls.flat import FlatBlockManager
+from scenarios import Trace, generate
+
+from .drivers import Prepared, step_runner
+from .replay import apply_pool_op
+from .results import Row
+
+DTYPES = (np.uint16, np.int32, np.int64)
+STEPS = 200
+LARGE_SEQS = 32768
+TARGET_NS = 2_000_000
+RUNS = 7
+SOURCE = "perf_counter_ns"
+
+
+@njit(cache=True)
+def _lookup_loop(table, lens, seq_ids, shift, reps, slot_out):
+    mask = (np.int64(1) << shift) - 1
+    n = seq_ids.shape[0]
+    acc = np.int64(0)
+    for r in range(reps):
+        for i in range(n):
+            seq = seq_ids[i]
+            m = np.int64(lens[seq]) - 1
+            slot_out[i] = (np.int64(table[seq, m >> shift]) << shift) | (m & mask)
+        # reading a result back each pass keeps the compiler from collapsing identical passes
+        acc += slot_out[r % n]
+    return acc
+
+
+def paper_state(trace: Trace | None = None, steps: int = STEPS) -> tuple[FlatBlockManager, np.ndarray]:
+    """The flat manager after ``steps`` steps of ``trace`` (default: the ``paper`` scenario) and the row ids
+    of the next decode step, in decode order."""
+    if trace is None:
+        trace = generate("paper", steps=steps + 1)
+    steps = min(steps, trace.num_steps - 1)
+    prep = Prepared.from_trace(trace)
+    mgr = FlatBlockManager(**trace.config)
+    step_runner(prep, mgr, "batched")(0, steps)
+    # the next step's pool operations decide which rows decode in it: apply them too
+    first, mid, _ = prep.bounds[steps]
+    for i in range(first, mid):
+        apply_pool_op(mgr, prep.op[i], prep.a0[i], prep.a1[i])
+    return mgr, prep.decode_ids[steps].astype(np.int64)
+
+
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _tables(mgr: FlatBlockManager, seq_ids: np.ndarray, num_seqs: int | None) -> Arrays:
+    """(table, int32 lengths, row ids) of the paper state, or of it tiled to ``num_seqs`` rows."""
+    table = np.ascontiguousarray(mgr.table)
+    lens = np.ascontiguousarray(mgr._lens, dtype=np.int32)
+    if num_seqs is None:
+        return table, lens.copy(), seq_ids
+    src = seq_ids[np.arange(num_seqs) % seq_ids.shape[0]]
+    return np.ascontiguousarray(table[src]), lens[src].copy(), np.arange(num_seqs, dtype=np.int64)
+
+
+def _time_call(table: np.ndarray, lens: np.ndarray, ids: np.ndarray, shift: int, reps: int,
+               out: np.ndarray) -> int:
+    t0 = time.perf_counter_ns()
+    _lookup_loop(table, lens, ids, shift, reps, out)
+    return time.perf_counter_ns() - t0
+
+
+def measure(trace: Trace | None = None, steps: int = STEPS, large_seqs: int = LARGE_SEQS, runs: int = RUNS,
+            target_ns: int = TARGET_NS) -> dict[str, dict]:
+    """Raw measurements per ``<dtype>/<state>``: ns per lookup of every run, reps, sizes, compile seconds.
+
+    ``large_seqs=0`` measures the paper state only.
+    """
+    mgr, seq_ids = paper_state(trace, steps)
+    if seq_ids.shape[0] == 0:
+        raise ValueError(f"no sequence decodes at step {steps}: nothing to look up")
+    if mgr.num_blocks > 2**16:
+        raise ValueError(f"{mgr.num_blocks} blocks: uint16 ids cannot name them (the paper scenario has 65,536)")
+    steps = min(steps, (trace.num_steps - 1) if trace is not None else steps)
+    shift = int(mgr.block_shift)
+    expected = np.zeros(seq_ids.shape[0], dtype=np.int64)
+    mgr.lookup(seq_ids, expected)
+    states = {"paper": None, **({"large": large_seqs} if large_seqs else {})}
+    out: dict[str, dict] = {}
+    for state, num_seqs in states.items():
+        base, lens, ids = _tables(mgr, seq_ids, num_seqs)
+        slots = np.zeros(ids.shape[0], dtype=np.int64)
+        cases = {}
+        for dtype in DTYPES:
+            name = f"{np.dtype(dtype).name}/{state}"
+            table = base.astype(dtype)
+            t0 = time.perf_counter()
+            _lookup_loop(table, lens, ids, shift, 1, slots)
+            # only a dtype's first call compiles (or loads from cache); later states reuse it
+            compile_s = time.perf_counter() - t0 if state == "paper" else None
+            want = expected if num_seqs is None else expected[np.arange(num_seqs) % expected.shape[0]]
+            if not np.array_equal(slots, want):
+                raise AssertionError(f"{name}: slots differ from the flat design's lookup")
+            per_pass = max(1, min(_time_call(table, lens, ids, shift, 1, slots) for _ in range(3)))
+            reps = max(1, int(target_ns // per_pass))
+            cases[name] = {"table": table, "reps": reps, "ns": [], "compile_s": compile_s, "steps": steps,
+                           "seqs": int(ids.shape[0]), "max_blocks_per_seq": int(table.shape[1]),
+                           "itemsize": int(table.itemsize), "table_bytes": int(table.nbytes)}
+        for _ in range(runs):  # dtypes interleaved so that drift hits all alike
+            for case in cases.values():
+                ns = _time_call(case["table"], lens, ids, shift, case["reps"], slots)
+                case["ns"].append(ns / (case["reps"] * case["seqs"]))
+        for name, case in cases.items():
+            del case["table"]
+            out[name] = case
+    return out
+
+
+def idwidth_rows(trace: Trace | None = None, scenario: str = "paper", steps: int = STEPS,
+                 large_seqs: int = LARGE_SEQS, runs: int = RUNS) -> list[Row]:
+    """The block-id width figures as rows (see the module docstring); about two seconds."""
+    rows = []
+    for regime, case in measure(trace, steps, large_seqs, runs).items():
+        state = (f"{case['seqs']} sequences x {case['max_blocks_per_seq']} blocks"
+                 + (" (paper state tiled)" if regime.endswith("/large")
+                    else f" (paper state after {case['steps']} steps)"))
+        how = (f"compiled batched lookup (newest token -> slot) over a {regime.split('/')[0]} flat table of {state}; "
+               f"{case['reps']} passes per call, median of {len(case['ns'])} calls")
+        rows += [
+            Row(scenario, "flat", regime, "idwidth_lookup_ns", statistics.median(case["ns"]), "ns", SOURCE,
+                how=how + "; per lookup"),
+            Row(scenario, "flat", regime, "table_bytes_per_seq", case["itemsize"] * case["max_blocks_per_seq"], "B",
+                "dtype itemsize", how=f"{case['itemsize']} B x {case['max_blocks_per_seq']} blocks per row"),
+            Row(scenario, "flat", regime, "idwidth_table_bytes", case["table_bytes"], "B", "dtype itemsize",
+                how=f"whole table: {state}"),
+        ]
+        if case["compile_s"] is not None:
+            rows.append(Row(scenario, "flat", regime, "idwidth_compile_s", case["compile_s"], "s", "wall clock",
+                            how="first call of the lookup loop for this dtype (Numba compile or cache load)"))
+    return rows
