@@ -38,3 +38,28 @@ lint: setup
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .benchmarks
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# -- CI comparison of the designs (README, "Benchmarks in CI") ---------------------------------------------
+BASELINE    ?= results/baselines/bench-ci.json
+BENCH_LAST  := results/bench-ci-latest
+
+.PHONY: bench-ci bench-compare bench-baseline gate
+
+# Times every (operation x implementation) benchmark; the JSON goes to a fresh results/<time>-bench-ci/.
+bench-ci: setup
+	@dir=$$($(PY) -c 'from harness.results import new_run_dir; print(new_run_dir(label="bench-ci"))') && \
+	$(PY) -m pytest benchmarks -q --benchmark-only --benchmark-json=$$dir/benchmarks.json && \
+	ln -sfn $$(basename $$dir) $(BENCH_LAST) && echo "wrote $$dir/benchmarks.json"
+
+# The latest bench-ci run against $(BASELINE), side by side with the change of each figure.
+bench-compare: setup
+	@test -f $(BENCH_LAST)/benchmarks.json || { echo "no bench-ci run yet: run make bench-ci first"; exit 1; }
+	$(VENV)/bin/pytest-benchmark compare --between=min,median $(BASELINE) $(BENCH_LAST)/benchmarks.json
+
+# Runs bench-ci and saves it as $(BASELINE) (e.g. make bench-baseline BASELINE=results/baselines/mybox.json).
+bench-baseline: bench-ci
+	$(PY) -m benchmarks.baseline $(BENCH_LAST)/benchmarks.json $(BASELINE)
+
+# The deterministic gate: allocations, callgrind instruction counts, a wide wall-clock floor.
+gate: setup
+	$(PY) -m harness.gate

@@ -17,7 +17,9 @@ Every replay reports its copy-on-write count per step; :func:`harness.runner` ch
 
 from __future__ import annotations
 
+import re
 import time
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -167,105 +169,129 @@ def run_interpreted(prep: Prepared, mgr, regime: str) -> StepTimes:
     return StepTimes(ns, cows, step_ns, regions / max(1, prep.num_steps), "perf_counter_ns")
 
 
-def step_runner(prep: Prepared, mgr, regime: str):
-    """An untimed ``run(lo, hi)`` that replays steps ``[lo, hi)`` from Python, as the timed interpreted
-    driver does (for allocation counting, paced runs and instruction counts)."""
-    op, a0, a1 = prep.op, prep.a0, prep.a1
+def step_runner(prep: Prepared, mgr, regime: str, cows: np.ndarray | None = None):
+    """An untimed ``run(lo, hi)`` that replays steps ``[lo, hi)`` from Python through the same calls as the
+    timed interpreted driver (for allocation counts, paced runs and instruction counts); copy-on-write
+    counts per step go to ``cows`` when given."""
+    op, a0, a1, bounds, decode_ids = prep.op, prep.a0, prep.a1, prep.bounds, prep.decode_ids
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
+    cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
+    decode_step, append, last_slot = mgr.decode_step, mgr.append_slot, mgr.last_slot
     batched = regime == "batched"
 
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
-            first, mid, end = prep.bounds[s]
+            first, mid, end = bounds[s]
             for i in range(first, mid):
                 apply_pool_op(mgr, op[i], a0[i], a1[i])
             if batched:
-                mgr.decode_step(prep.decode_ids[s], cow_out, slot_out)
-            else:
-                for i in range(mid, end):
-                    mgr.append_slot(a0[i])
-                for i in range(mid, end):
-                    mgr.last_slot(a0[i])
+                cows[s] = decode_step(decode_ids[s], cow_out, slot_out)
+                continue
+            n = 0
+            for i in range(mid, end):
+                if append(a0[i]) is not None:
+                    n += 1
+            for i in range(mid, end):
+                last_slot(a0[i])
+            cows[s] = n
 
     return run
 
 
-def compiled_step_runner(prep: Prepared, mgr, drive):
-    """``run(lo, hi)`` replaying steps ``[lo, hi)`` through the compiled driver (untimed use)."""
+def compiled_step_runner(prep: Prepared, mgr, drive, cows: np.ndarray | None = None):
+    """``run(lo, hi)`` replaying steps ``[lo, hi)`` through the compiled driver (untimed use); copy-on-write
+    counts per step go to ``cows`` when given."""
     t = prep.trace
     op, a0, a1 = prep.arrays64
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
     ticks_out = np.zeros((prep.num_steps, len(KINDS)), dtype=np.int64)
-    cows = np.zeros(prep.num_steps, dtype=np.int64)
+    cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
 
     def run(lo: int, hi: int) -> None:
         status, step, index = drive(mgr.state, op, a0, a1, prep.seq_ids, t.step_offsets[lo : hi + 1],
-                                    t.decode_offsets[lo:hi], cow_out, slot_out, ticks_out, cows, False)
+                                    t.decode_offsets[lo:hi], cow_out, slot_out, ticks_out[lo:hi], cows[lo:hi],
+                                    False)
         if status:
             raise ReplayError(f"compiled replay failed at step {lo + step}, op {index}: status {status}")
 
     return run
 
 
-def compiled_driver(kernels):
-    """A compiled replay loop over ``kernels`` (see :class:`impls.compiled.Kernels`).
+# Bound per design by compiled_driver(); the loop reads them as Numba globals, so that each design's loop is a
+# module-level function of its own that Numba can cache (a closure over the kernels is never found in
+# Numba's cache: compiling it costs about 1.5 s per design natively and half a minute under valgrind).
+_k_can = _k_alloc = _k_fork = _k_free = _k_step = _k_lookup = None
 
-    Returns ``drive(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out, ticks_out,
-    cows_out, detail) -> (status, step, op_index)``: status 0 on success, else the failing kernel's code (or
-    1 for a ``can_allocate`` answer that disagrees with the trace). Compiled on first call, per design.
-    """
-    k_can, k_alloc, k_fork, k_free = kernels.can_allocate, kernels.allocate, kernels.fork, kernels.free
-    k_step, k_lookup = kernels.decode_step, kernels.lookup
 
-    @njit
-    def drive(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out, ticks_out, cows_out,
-              detail):
-        t0 = 0
-        for s in range(decode_offsets.shape[0]):
-            t_step = ticks()
-            for i in range(step_offsets[s], decode_offsets[s]):
-                o = op[i]
-                if detail:
-                    t0 = ticks()
-                if o == CAN_ALLOCATE:
-                    rc = k_can(*state, a0[i])
-                    if rc != a1[i]:
-                        return 1, s, i
-                    rc = 0
-                    kind = _OTHER
-                elif o == ALLOCATE:
-                    rc = k_alloc(*state, a0[i], a1[i])
-                    kind = _ALLOC
-                elif o == FREE:
-                    rc = k_free(*state, a0[i])
-                    kind = _FREE
-                else:
-                    rc = k_fork(*state, a0[i], a1[i])
-                    kind = _OTHER
-                if detail:
-                    ticks_out[s, kind] += ticks() - t0
-                if rc != 0:
-                    return rc, s, i
-            ids = seq_ids[decode_offsets[s] : step_offsets[s + 1]]
+def _replay_loop(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out, ticks_out, cows_out,
+                 detail):
+    t0 = 0
+    for s in range(decode_offsets.shape[0]):
+        t_step = ticks()
+        for i in range(step_offsets[s], decode_offsets[s]):
+            o = op[i]
             if detail:
                 t0 = ticks()
-            rc, _ = k_step(*state, ids, cow_out, slot_out)
-            t1 = ticks()
-            if rc < 0:
-                return rc, s, decode_offsets[s]
-            cows_out[s] = rc
-            if detail:
-                ticks_out[s, _DECODE] = t1 - t0
-                t0 = ticks()
-                k_lookup(*state, ids, slot_out)
-                ticks_out[s, _LOOKUP] = ticks() - t0
+            if o == CAN_ALLOCATE:
+                rc = _k_can(*state, a0[i])
+                if rc != a1[i]:
+                    return 1, s, i
+                rc = 0
+                kind = _OTHER
+            elif o == ALLOCATE:
+                rc = _k_alloc(*state, a0[i], a1[i])
+                kind = _ALLOC
+            elif o == FREE:
+                rc = _k_free(*state, a0[i])
+                kind = _FREE
             else:
-                ticks_out[s, _DECODE] = t1 - t_step  # the whole step as one region
-        return 0, 0, 0
+                rc = _k_fork(*state, a0[i], a1[i])
+                kind = _OTHER
+            if detail:
+                ticks_out[s, kind] += ticks() - t0
+            if rc != 0:
+                return rc, s, i
+        ids = seq_ids[decode_offsets[s] : step_offsets[s + 1]]
+        if detail:
+            t0 = ticks()
+        rc, _ = _k_step(*state, ids, cow_out, slot_out)
+        t1 = ticks()
+        if rc < 0:
+            return rc, s, decode_offsets[s]
+        cows_out[s] = rc
+        if detail:
+            ticks_out[s, _DECODE] = t1 - t0
+            t0 = ticks()
+            _k_lookup(*state, ids, slot_out)
+            ticks_out[s, _LOOKUP] = ticks() - t0
+        else:
+            ticks_out[s, _DECODE] = t1 - t_step  # the whole step as one region
+    return 0, 0, 0
 
-    return drive
+
+_DRIVERS: dict[str, object] = {}
+
+
+def compiled_driver(kernels):
+    """The compiled replay loop over ``kernels`` (see :class:`impls.compiled.Kernels`), cached per design.
+
+    ``drive(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out, ticks_out, cows_out,
+    detail) -> (status, step, op_index)``: status 0 on success, else the failing kernel's code (or 1 for a
+    ``can_allocate`` answer that disagrees with the trace). With ``detail`` it times every operation, else
+    each whole step as one region (column ``decode`` of ``ticks_out``).
+    """
+    key = kernels.decode_step.py_func.__module__
+    if key not in _DRIVERS:
+        env = {**_replay_loop.__globals__, "_k_can": kernels.can_allocate, "_k_alloc": kernels.allocate,
+               "_k_fork": kernels.fork, "_k_free": kernels.free, "_k_step": kernels.decode_step,
+               "_k_lookup": kernels.lookup}
+        name = "replay_loop_" + re.sub(r"\W", "_", key)
+        fn = types.FunctionType(_replay_loop.__code__, env, name)
+        fn.__qualname__ = name
+        _DRIVERS[key] = njit(cache=True)(fn)
+    return _DRIVERS[key]
 
 
 def run_compiled(prep: Prepared, mgr, drive, detail: bool) -> StepTimes:

@@ -1,5 +1,11 @@
 """KV-cache BlockManager implementations behind one contract (see :mod:`impls.contract`)."""
 
+# ruff: noqa: E402  (Numba's cache folder must be chosen before the kernels below are decorated)
+
+from ._numba_cache import pin_numba_cache
+
+pin_numba_cache()  # before any @njit(cache=True) below is decorated
+
 from .contract import BlockManager, NoFreeBlocksError
 from .dict_design import DictBlockManager
 from .dict_jit import DictJitBlockManager

@@ -1,0 +1,336 @@
+"""Instruction counts (and simulated cache misses) of replay regions, from valgrind's callgrind.
+
+Callgrind counts every guest instruction the process executes, so the count of a region does not vary with
+the machine's load: it is the figure a CI gate can rest on. Counting is switched on only around each region
+with client requests (``harness/valgrind_region.c``, compiled here with gcc and loaded by the region script
+through ctypes); importing NumPy and Numba under full instrumentation would cost half a minute per process.
+
+One valgrind process measures many (implementation, regime) cells of one trace (:mod:`harness.callgrind_region`
+is the script it runs). For each cell the region covers steps ``[warm, warm + steps)`` and is followed by an
+empty region (the same call path over zero steps); a cell's figure is the region minus the empty region, so
+the cost of the call path into the region (ctypes, a Numba dispatch) is not charged to the data structure.
+
+The process runs with its environment pinned, so that the same code gives the same counts: ``PYTHONHASHSEED=0``,
+address-space randomisation off (``setarch -R``), ``NUMBA_CPU_NAME=generic`` (valgrind cannot execute
+AVX-512, and Numba's cache is keyed by the CPU name) and a dedicated ``NUMBA_CACHE_DIR`` that a native run of
+the same script fills first, so that kernels load from the cache under valgrind instead of compiling slowly.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+_REPO = _HERE.parent
+_C_SOURCE = _HERE / "valgrind_region.c"
+
+# (size in bytes, associativity, line size) of the simulated caches: a recent server core's L1s (48 KiB
+# 12-way data, 32 KiB 8-way instruction) and its 2 MiB 16-way L2 standing in for the last level, which
+# callgrind simulates as one level. Fixed, so that miss counts do not depend on the machine CI runs on.
+CACHE_SIM = {"I1": (32768, 8, 64), "D1": (49152, 12, 64), "LL": (2097152, 16, 64)}
+CACHE_GEOMETRY = "callgrind cache simulation: D1 48 KiB 12-way, I1 32 KiB 8-way, LL 2 MiB 16-way, 64-byte lines"
+
+EVENTS = ("Ir", "Dr", "Dw", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")
+# Warm steps replayed with instrumentation on (and then zeroed) so the simulated caches hold the working set.
+CACHE_WARM_STEPS = 2
+# Native environment variables a Python process may need to start; everything else is left out so that a
+# user's PYTHON* or NUMBA_* settings cannot change the counts.
+_PASSED_ENV = ("PATH", "HOME", "TMPDIR", "LD_LIBRARY_PATH", "VALGRIND_LIB")
+
+
+class CallgrindError(RuntimeError):
+    """Valgrind or the region script failed, or the dump files lack a region; the message says which."""
+
+
+class CallgrindUnavailable(CallgrindError):
+    """Valgrind, gcc or valgrind's headers are missing: no figure can be measured here."""
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Callgrind events of one cell: its region minus its empty region, and the work the region did.
+
+    Cache events (``dr`` .. ``dlmw``) are None when measured without cache simulation. Being differences,
+    miss counts of a tiny region can come out slightly negative (the empty region found colder caches).
+    """
+
+    ir: int
+    seq_steps: int
+    steps: int
+    dr: int | None = None
+    dw: int | None = None
+    i1mr: int | None = None
+    d1mr: int | None = None
+    d1mw: int | None = None
+    ilmr: int | None = None
+    dlmr: int | None = None
+    dlmw: int | None = None
+
+    @property
+    def instructions_per_seq_step(self) -> float:
+        """Instructions per sequence-step (one sequence advanced by one decode step, pool ops included)."""
+        return self.ir / self.seq_steps
+
+    @property
+    def instructions_per_step(self) -> float:
+        """Instructions per decode step of the whole batch."""
+        return self.ir / self.steps
+
+    @property
+    def l1d_miss_pct(self) -> float | None:
+        """Simulated L1D misses (reads and writes) per 100 data accesses; None without cache simulation."""
+        if self.dr is None or self.dw is None or self.d1mr is None or self.d1mw is None:
+            return None
+        return (self.d1mr + self.d1mw) / (self.dr + self.dw) * 100.0
+
+    @classmethod
+    def from_events(cls, region: dict[str, int], empty: dict[str, int], seq_steps: int, steps: int) -> Counts:
+        """The difference of two dumps' totals (events missing from a dump stay None)."""
+        diff = {name.lower(): region[name] - empty.get(name, 0) for name in EVENTS if name in region}
+        return cls(seq_steps=seq_steps, steps=steps, **diff)
+
+
+def build_dir() -> Path:
+    """Where the compiled client-request library and the dedicated Numba cache live.
+
+    ``$KVBLOCK_BENCH_BUILD/callgrind`` if set, else ``build/callgrind`` in a source checkout (removed by
+    ``make clean``), else ``~/.cache/kvblock-bench/callgrind``.
+    """
+    if os.environ.get("KVBLOCK_BENCH_BUILD"):
+        root = Path(os.environ["KVBLOCK_BENCH_BUILD"])
+    elif (_REPO / "pyproject.toml").is_file():
+        root = _REPO / "build"
+    else:
+        root = Path.home() / ".cache" / "kvblock-bench"
+    return root / "callgrind"
+
+
+def _digest(paths: list[Path], *extra: str) -> str:
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    for item in extra:
+        h.update(item.encode())
+    return h.hexdigest()[:16]
+
+
+@cache
+def region_library() -> Path:
+    """The client-request library, compiled once per source (and compiler) into :func:`build_dir`."""
+    cc = os.environ.get("CC", "gcc")
+    if shutil.which(cc) is None:
+        raise CallgrindUnavailable(f"no C compiler ({cc}) to build {_C_SOURCE.name}; install gcc")
+    lib = build_dir() / f"valgrind_region-{_digest([_C_SOURCE], cc)}.so"
+    if lib.is_file():
+        return lib
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=lib.parent, suffix=".so.tmp")
+    os.close(fd)
+    try:
+        proc = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", tmp, str(_C_SOURCE)],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            hint = " (valgrind's headers are missing: install valgrind)" if "valgrind/" in proc.stderr else ""
+            raise CallgrindUnavailable(f"could not compile {_C_SOURCE.name}{hint}: {proc.stderr.strip()[-500:]}")
+        os.replace(tmp, lib)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return lib
+
+
+def numba_cache_dir() -> Path:
+    """A Numba cache used only by callgrind runs, keyed by the sources of what it caches and the toolchain.
+
+    Keyed by content because Numba does not invalidate a cached function when a function it calls changes.
+    """
+    import numba
+
+    sources = [*(_REPO / "impls").glob("*.py"), _HERE / "callgrind_region.py", _HERE / "clock.py",
+               _HERE / "drivers.py"]
+    key = _digest(sources, numba.__version__, sys.version, platform.machine())
+    return build_dir() / f"numba-{key}"
+
+
+@cache
+def _aslr_prefix() -> tuple[str, ...]:
+    """``setarch <machine> -R`` when it works here (some containers forbid changing the personality)."""
+    if shutil.which("setarch") is None:
+        warnings.warn("setarch not found: address-space randomisation stays on; counts may vary slightly",
+                      stacklevel=3)
+        return ()
+    prefix = ("setarch", platform.machine(), "-R")
+    if subprocess.run([*prefix, "true"], capture_output=True, check=False).returncode != 0:
+        warnings.warn("setarch -R failed here: address-space randomisation stays on; counts may vary slightly",
+                      stacklevel=3)
+        return ()
+    return prefix
+
+
+def available() -> tuple[bool, str]:
+    """Whether callgrind measurements can run here, and if not, why (never a guessed figure)."""
+    if sys.platform != "linux":
+        return False, f"callgrind measurements need Linux (this is {sys.platform})"
+    if shutil.which("valgrind") is None:
+        return False, "valgrind is not installed (apt-get install valgrind)"
+    try:
+        lib = region_library()
+    except CallgrindUnavailable as exc:
+        return False, str(exc)
+    version = subprocess.run(["valgrind", "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    return True, f"{version}, client requests from {lib.name}"
+
+
+def environment(numba_cache: Path) -> dict[str, str]:
+    """The pinned environment of both the native warm-up and the valgrind run."""
+    env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+    pythonpath = [str(_REPO)] if (_REPO / "pyproject.toml").is_file() else []
+    env.update(
+        PYTHONHASHSEED="0",
+        LC_ALL="C",
+        NUMBA_CPU_NAME="generic",
+        NUMBA_CACHE_DIR=str(numba_cache),
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join(pythonpath),
+    )
+    return env
+
+
+def valgrind_command(out_file: Path, cache_sim: bool) -> list[str]:
+    """The valgrind part of the command line (the region script's command follows it)."""
+    cmd = [*_aslr_prefix(), "valgrind", "-q", "--tool=callgrind", "--instr-atstart=no", "--dump-line=no",
+           f"--cache-sim={'yes' if cache_sim else 'no'}", f"--callgrind-out-file={out_file}"]
+    if cache_sim:
+        cmd += [f"--{name}={size},{assoc},{line}" for name, (size, assoc, line) in CACHE_SIM.items()]
+    return cmd
+
+
+def region_args(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int, cache_warm: int,
+                lib: Path) -> list[str]:
+    """Command line of :mod:`harness.callgrind_region` for these cells."""
+    args = [sys.executable, "-m", "harness.callgrind_region", "--trace", str(trace_path), "--lib", str(lib),
+            "--warm", str(warm_steps), "--steps", str(steps), "--cache-warm", str(cache_warm)]
+    for impl, regime in cells:
+        args += ["--cell", impl, regime]
+    return args
+
+
+_TRIGGER = re.compile(r"^desc: Trigger: Client Request: (.*)$", re.MULTILINE)
+_EVENTS = re.compile(r"^events: (.*)$", re.MULTILINE)
+_TOTALS = re.compile(r"^totals: (.*)$", re.MULTILINE)
+
+
+def parse_dumps(out_file: Path) -> dict[str, dict[str, int]]:
+    """Totals of every client-request dump (``<out_file>.<n>``), by label.
+
+    The ``totals:`` line is read, not ``summary:``, which callgrind 3.19 garbles after a counter reset.
+    """
+    dumps: dict[str, dict[str, int]] = {}
+    for path in sorted(out_file.parent.glob(out_file.name + ".*")):
+        text = path.read_text(errors="replace")
+        trigger, events, totals = _TRIGGER.search(text), _EVENTS.search(text), _TOTALS.search(text)
+        if not (trigger and events and totals):
+            continue
+        names, values = events.group(1).split(), [int(v) for v in totals.group(1).split()]
+        values += [0] * (len(names) - len(values))  # callgrind drops trailing zero counts
+        dumps[trigger.group(1)] = dict(zip(names, values, strict=True))
+    return dumps
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> None:
+    try:
+        proc = subprocess.run(cmd, env=env, cwd=_REPO, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise CallgrindError(f"{what} ran past {timeout:.0f} s: {' '.join(cmd)}") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip()[-2000:]
+        raise CallgrindError(f"{what} failed with exit status {proc.returncode}:\n{tail}")
+
+
+def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int) -> list[int]:
+    """Sequences decoding in each measured step; raises ValueError for an unknown cell or a range the trace
+    does not hold, before any process starts."""
+    from impls import REGISTRY, UNAVAILABLE
+    from scenarios import load
+
+    from .replay import REGIMES
+
+    for impl, regime in cells:
+        if impl not in REGISTRY:
+            hint = UNAVAILABLE.get(impl, f"choose from {sorted(REGISTRY)}")
+            raise ValueError(f"unknown implementation {impl!r}: {hint}")
+        if regime not in REGIMES:
+            raise ValueError(f"unknown regime {regime!r}; choose from {REGIMES}")
+    trace = load(trace_path)
+    if warm_steps < 1 or steps < 1:
+        raise ValueError(f"need warm_steps >= 1 and steps >= 1, got {warm_steps} and {steps}")
+    if warm_steps + steps > trace.num_steps:
+        raise ValueError(f"{trace_path} has {trace.num_steps} steps; warm {warm_steps} + {steps} do not fit")
+    return trace.running_per_step()[warm_steps : warm_steps + steps].tolist()
+
+
+def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], warm_steps: int, steps: int,
+                 cache_sim: bool = True, runs: int = 1, timeout: float = 1800.0) -> list[dict[tuple[str, str], Counts]]:
+    """Measure ``cells`` (``(impl, regime)``) in ``runs`` independent valgrind processes (in parallel, up to
+    the number of CPUs); returns one result per run.
+
+    Each cell replays steps ``[0, warm_steps)`` uninstrumented on a fresh manager, then counts steps
+    ``[warm_steps, warm_steps + steps)``. ``timeout`` bounds each process, in seconds. Raises
+    :class:`CallgrindUnavailable` where valgrind cannot run, :class:`CallgrindError` when a run fails.
+    """
+    ok, why = available()
+    if not ok:
+        raise CallgrindUnavailable(why)
+    trace_path = Path(trace_path).resolve()
+    running = _check_request(trace_path, cells, warm_steps, steps)
+    cache_warm = min(CACHE_WARM_STEPS, warm_steps - 1) if cache_sim else 0
+    numba_cache = numba_cache_dir()
+    numba_cache.mkdir(parents=True, exist_ok=True)
+    env = environment(numba_cache)
+    args = region_args(trace_path, cells, warm_steps, steps, cache_warm, region_library())
+    _run(args, env, timeout, "native warm-up of the region script")  # fills the Numba cache, checks the replay
+
+    def one_run(out_dir: Path) -> dict[tuple[str, str], Counts]:
+        out_file = out_dir / "callgrind.out"
+        _run([*valgrind_command(out_file, cache_sim), *args], env, timeout, "callgrind run")
+        dumps = parse_dumps(out_file)
+        result = {}
+        for impl, regime in cells:
+            region, empty = dumps.get(f"{impl}|{regime}|{steps}"), dumps.get(f"{impl}|{regime}|0")
+            if region is None or empty is None:
+                raise CallgrindError(f"{out_dir}: no dump for {impl}|{regime} (dumps: {sorted(dumps)})")
+            result[(impl, regime)] = Counts.from_events(region, empty, int(sum(running)), steps)
+        return result
+
+    with tempfile.TemporaryDirectory(prefix="kvb-callgrind-") as tmp:
+        dirs = [Path(tmp) / f"run{i}" for i in range(runs)]
+        for d in dirs:
+            d.mkdir()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(runs, os.cpu_count() or 1))) as pool:
+            return list(pool.map(one_run, dirs))
+
+
+def measure(trace_path: str | os.PathLike, cells: list[tuple[str, str]], warm_steps: int, steps: int,
+            cache_sim: bool = True, timeout: float = 1800.0) -> dict[tuple[str, str], Counts]:
+    """Callgrind counts per cell (region minus empty region) from one valgrind process; see :func:`measure_runs`."""
+    return measure_runs(trace_path, cells, warm_steps, steps, cache_sim=cache_sim, runs=1, timeout=timeout)[0]
+
+
+def as_dict(counts: Counts) -> dict[str, float | int | None]:
+    """Fields and derived figures, for JSON output."""
+    return {**dataclasses.asdict(counts), "instructions_per_seq_step": counts.instructions_per_seq_step,
+            "l1d_miss_pct": counts.l1d_miss_pct}

@@ -1,0 +1,180 @@
+"""Replay regions of a trace: the call paths that callgrind counts and the allocation gate counts.
+
+:func:`prepare_cell` builds a fresh manager for one (implementation, regime) cell and returns ``advance(lo,
+hi)``, which replays steps ``[lo, hi)`` through that cell's call path:
+
+- ``per-call``: one contract call per pool operation, ``append_slot`` per decoding sequence, then
+  ``last_slot`` per sequence for the slot mapping (as :func:`harness.drivers.run_interpreted` does);
+- ``batched``, interpreted design: pool operations per call, then one ``decode_step`` per step;
+- ``batched``, compiled design: one call into the compiled replay loop of
+  :func:`harness.drivers.compiled_driver` (``detail=False``: two clock reads per step), which Numba loads
+  from its cache.
+
+Run as ``python -m harness.callgrind_region`` (by :mod:`harness.callgrind`, natively first and then under
+callgrind), it measures each cell's region and an empty region, bracketed by client requests.
+"""
+
+# ruff: noqa: E402
+from __future__ import annotations
+
+import sys
+
+# Registered designs that need torch. Importing torch costs some 17 s under valgrind, so when run as the
+# region script without such a cell, torch is blocked before anything imports impls (scenarios does, too):
+# `import torch` then fails at once and impls lists those designs as unavailable.
+_NEEDS_TORCH = frozenset({"sglang"})
+if __name__ == "__main__" and _NEEDS_TORCH.isdisjoint(sys.argv):
+    sys.modules["torch"] = None
+
+import argparse
+import ctypes
+import gc
+from collections.abc import Callable
+
+import numpy as np
+
+from impls import REGISTRY
+from scenarios import load
+
+from .drivers import Prepared, compiled_driver, compiled_step_runner, step_runner
+from .replay import REGIMES, ReplayError
+
+Advance = Callable[[int, int], None]
+# Empty advances before a region so that Python's specialising interpreter has settled on the call path.
+_QUICKEN_CALLS = 10
+
+def prepare_cell(prep: Prepared, impl: str, regime: str) -> tuple[object, Advance, np.ndarray]:
+    """A fresh manager for the trace's config, its ``advance(lo, hi)``, and the per-step CoW counts it fills."""
+    if regime not in REGIMES:
+        raise ValueError(f"unknown regime {regime!r}; choose from {REGIMES}")
+    cls = REGISTRY[impl]
+    mgr = cls(**prep.trace.config)
+    cows = np.full(prep.num_steps, -1, dtype=np.int64)
+    if regime == "batched" and cls.kernels is not None:
+        return mgr, compiled_step_runner(prep, mgr, compiled_driver(cls.kernels), cows), cows
+    return mgr, step_runner(prep, mgr, regime, cows), cows
+
+
+def check_cows(prep: Prepared, cows: np.ndarray, lo: int, hi: int, label: str) -> None:
+    """The copy-on-writes reported for steps ``[lo, hi)`` must be the trace's."""
+    expected = prep.trace.step_cows[lo:hi]
+    bad = np.flatnonzero(cows[lo:hi] != expected)
+    if bad.size:
+        s = lo + int(bad[0])
+        raise ReplayError(f"{label}: step {s} reported {cows[s]} copy-on-writes, the trace expects {expected[s - lo]}")
+
+
+class Regions:
+    """The client requests of ``harness/valgrind_region.c`` (no-ops outside valgrind)."""
+
+    def __init__(self, lib_path: str) -> None:
+        lib = ctypes.CDLL(lib_path)
+        lib.kvb_stop.argtypes = [ctypes.c_char_p]
+        self.instrument, self._zero, self.stop = lib.kvb_instrument, lib.kvb_zero, lib.kvb_stop
+        self.on_valgrind = bool(lib.kvb_on_valgrind())
+
+    def zero(self, label: bytes = b"") -> None:
+        self._zero()
+
+
+class PerfRegions:
+    """The same protocol for ``perf stat --delay=-1 --control fifo:CTL,ACK``: counting is enabled from
+    :meth:`zero` to :meth:`stop` of the one region whose label is ``wanted`` (perf sums whatever is enabled,
+    so each region gets its own process)."""
+
+    on_valgrind = False
+
+    def __init__(self, ctl: str, ack: str, wanted: str) -> None:
+        self.ctl, self.ack = open(ctl, "w"), open(ack)  # noqa: SIM115 - held for the process's life
+        self.wanted, self.active = wanted.encode(), False
+
+    def _send(self, command: str) -> None:
+        self.ctl.write(command + "\n")
+        self.ctl.flush()
+        self.ack.readline()  # perf answers "ack" once the counters are switched
+
+    def instrument(self) -> None:
+        pass
+
+    def zero(self, label: bytes = b"") -> None:
+        if label == self.wanted:
+            self.active = True
+            self._send("enable")
+
+    def stop(self, label: bytes) -> None:
+        if self.active:
+            self._send("disable")
+            self.active = False
+
+
+def measure_cell(regions: Regions, prep: Prepared, impl: str, regime: str, warm: int, steps: int,
+                 cache_warm: int) -> None:
+    """Dump ``impl|regime|<steps>`` (steps ``[warm, warm + steps)``) and ``impl|regime|0`` (no step)."""
+    _, advance, cows = prepare_cell(prep, impl, regime)
+    start, end = warm - cache_warm, warm + steps
+    advance(0, start)  # compiles or loads the call path, and brings the manager to the region's state
+    for _ in range(_QUICKEN_CALLS):
+        advance(start, start)
+    label, empty_label = f"{impl}|{regime}|{steps}".encode(), f"{impl}|{regime}|0".encode()
+    gc.collect()
+    regions.instrument()
+    advance(start, warm)  # fills the simulated caches; its counts are zeroed next
+    regions.zero(label)
+    advance(warm, end)
+    regions.stop(label)
+    gc.collect()
+    regions.instrument()
+    regions.zero(empty_label)
+    advance(end, end)
+    regions.stop(empty_label)
+    check_cows(prep, cows, 0, end, f"{impl} {regime}")
+
+
+def compiled_here() -> list[str]:
+    """Cached Numba functions of the project that this process compiled instead of loading from the cache."""
+    from numba.core.registry import CPUDispatcher
+
+    from .drivers import _DRIVERS
+
+    found = [(f"replay loop of {module}", drive) for module, drive in _DRIVERS.items()]
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] in ("impls", "harness"):
+            found += [(f"{name}.{attr}", obj) for attr, obj in vars(module).items() if isinstance(obj, CPUDispatcher)]
+    return sorted({label for label, dispatcher in found if dispatcher.stats.cache_misses})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trace", required=True)
+    parser.add_argument("--lib", help="the compiled valgrind_region.c (callgrind mode)")
+    parser.add_argument("--perf", nargs=3, metavar=("CTL", "ACK", "LABEL"),
+                        help="perf mode: control and ack FIFOs of `perf stat --control`, and the region to count")
+    parser.add_argument("--warm", type=int, required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--cache-warm", type=int, default=0)
+    parser.add_argument("--cell", nargs=2, action="append", metavar=("IMPL", "REGIME"), required=True)
+    args = parser.parse_args(argv)
+
+    if bool(args.lib) == bool(args.perf):
+        parser.error("give exactly one of --lib (callgrind) and --perf")
+    regions = Regions(args.lib) if args.lib else PerfRegions(*args.perf)
+    prep = Prepared.from_trace(load(args.trace))
+    regions.instrument()  # the first use of the ctypes path, out of any measured region
+    regions.zero(b"kvb|warm-up")
+    regions.stop(b"kvb|warm-up")
+    for impl, regime in args.cell:
+        measure_cell(regions, prep, impl, regime, args.warm, args.steps, args.cache_warm)
+        gc.collect()
+        print(f"{impl}|{regime}: ok", flush=True)
+    compiled = compiled_here()
+    if regions.on_valgrind and compiled:
+        # Compiling under valgrind is slow, and LLVM's allocations shift the heap, so counts would differ from
+        # run to run. The native run before this one fills the cache; a miss means a source changed meanwhile.
+        print(f"compiled under valgrind instead of loading from Numba's cache: {', '.join(compiled)}",
+              file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

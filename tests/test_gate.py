@@ -1,0 +1,117 @@
+"""The CI gate's pieces: its committed trace, the replay regions it measures, callgrind parsing, the checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import callgrind, callgrind_region, gate
+from harness.drivers import Prepared
+from harness.replay import REGIMES, check_end_state
+from impls import REGISTRY
+from scenarios import load
+
+
+@pytest.fixture(scope="module")
+def prep() -> Prepared:
+    return Prepared.from_trace(load(gate.TRACE))
+
+
+def test_committed_trace_is_what_the_generator_makes() -> None:
+    """If the scenario generator changes, regenerate: python -m harness.gate --write-trace."""
+    assert load(gate.TRACE).header["checksum"] == gate.gate_trace().header["checksum"]
+
+
+def test_trace_holds_the_measured_steps(prep: Prepared) -> None:
+    assert prep.num_steps >= gate.WARM_STEPS + gate.STEPS
+
+
+@pytest.mark.parametrize("regime", REGIMES)
+@pytest.mark.parametrize("impl", sorted(REGISTRY))
+def test_regions_replay_the_trace_exactly(prep: Prepared, impl: str, regime: str) -> None:
+    """advance() in pieces (as the gate calls it) reaches the trace's end state with its CoW counts."""
+    mgr, advance, cows = callgrind_region.prepare_cell(prep, impl, regime)
+    advance(0, 5)
+    advance(5, 5)
+    advance(5, prep.num_steps)
+    callgrind_region.check_cows(prep, cows, 0, prep.num_steps, f"{impl} {regime}")
+    check_end_state(prep.trace, mgr)
+
+
+def test_flat_batched_region_allocates_nothing(prep: Prepared) -> None:
+    assert gate.allocations(prep, "flat", "batched", 4, 8) == (0.0, 0.0)
+
+
+def test_region_script_runs_natively(prep: Prepared, capsys: pytest.CaptureFixture[str]) -> None:
+    """The script callgrind runs works outside valgrind, where its client requests do nothing."""
+    ok, why = callgrind.available()
+    if not ok:
+        pytest.skip(why)
+    argv = ["--trace", str(gate.TRACE), "--lib", str(callgrind.region_library()), "--warm", "4", "--steps", "4",
+            "--cache-warm", "2", "--cell", "flat", "batched", "--cell", "dict", "per-call"]
+    assert callgrind_region.main(argv) == 0
+    assert capsys.readouterr().out.splitlines() == ["flat|batched: ok", "dict|per-call: ok"]
+
+
+DUMP = """# callgrind format
+version: 1
+desc: D1 cache: 49152 B, 64 B, 12-way associative
+desc: Trigger: Client Request: {label}
+events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw
+summary: 18446744073709535568 1 2 3 4 5 6 7 8
+fn=(1) f
+0 1
+totals: {totals}
+"""
+
+
+def test_dumps_are_read_from_totals(tmp_path: Path) -> None:
+    out = tmp_path / "callgrind.out"
+    (tmp_path / "callgrind.out.1").write_text(DUMP.format(label="flat|batched|32", totals="1100 400 200 9 30 10"))
+    (tmp_path / "callgrind.out.2").write_text(DUMP.format(label="flat|batched|0", totals="100 40 20 1 5 2 1 1 1"))
+    (tmp_path / "callgrind.out").write_text("events: Ir\ntotals: 0\n")  # the end-of-program dump has no label
+    dumps = callgrind.parse_dumps(out)
+    assert sorted(dumps) == ["flat|batched|0", "flat|batched|32"]
+    counts = callgrind.Counts.from_events(dumps["flat|batched|32"], dumps["flat|batched|0"], seq_steps=100, steps=2)
+    assert (counts.ir, counts.dr, counts.dw, counts.d1mr, counts.d1mw, counts.dlmw) == (1000, 360, 180, 25, 8, -1)
+    assert counts.instructions_per_seq_step == 10.0
+    assert counts.l1d_miss_pct == pytest.approx(33 / 540 * 100)
+
+
+def test_without_cache_simulation_there_is_no_miss_rate() -> None:
+    counts = callgrind.Counts.from_events({"Ir": 500}, {"Ir": 100}, seq_steps=4, steps=1)
+    assert (counts.ir, counts.dr, counts.l1d_miss_pct) == (400, None, None)
+
+
+def test_measure_rejects_ranges_outside_the_trace() -> None:
+    if not callgrind.available()[0]:
+        pytest.skip("valgrind unavailable")
+    with pytest.raises(ValueError, match="do not fit"):
+        callgrind.measure(gate.TRACE, [("flat", "batched")], warm_steps=40, steps=40)
+
+
+def figures(flat_ir: int, dict_ir: int, flat_allocs: float = 0.0) -> dict:
+    cells = {key: gate.CellFigures(*key) for key in [("flat", "batched"), ("dict", "batched")]}
+    for key, ir in zip(cells, (flat_ir, dict_ir), strict=True):
+        cells[key].instructions, cells[key].seq_steps = [ir, ir], 100
+        cells[key].memray_per_step = cells[key].nrt_per_step = 0.0
+    cells[("flat", "batched")].memray_per_step = flat_allocs
+    return cells
+
+
+def test_gate_passes_and_fails_on_its_floors() -> None:
+    assert gate.check(figures(1_000, 80_000), wall=(300.0, 4.0)) == []
+    assert "floor is 10x" in gate.check(figures(1_000, 9_000), wall=None)[0]
+    assert "allocates" in gate.check(figures(1_000, 80_000, flat_allocs=0.5), wall=None)[0]
+    assert "faster than batched dict" in gate.check(figures(1_000, 80_000), wall=(300.0, 150.0))[0]
+    unstable = figures(1_000, 80_000)
+    unstable[("dict", "batched")].instructions = [80_000, 80_001]
+    assert "differ between identical runs" in gate.check(unstable, wall=None)[0]
+
+
+def test_table_lists_every_cell() -> None:
+    text = gate.table(figures(1_000, 80_000))
+    assert "80.0" in text and text.count("\n") == 2
+    assert np.isfinite(gate.CellFigures("flat", "batched", [10], 5).instructions_per_seq_step)
