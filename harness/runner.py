@@ -6,7 +6,7 @@ cells (A B C A B C ...) so that machine drift hits all alike. Every replay is ch
 (copy-on-writes per step, end state), so a fast wrong implementation never reaches a table. After each
 scenario its rows are written (atomically) with the raw samples; an interrupted run keeps what finished.
 
-The default matrix keeps ``make bench`` near ten minutes on two cores (see :data:`POLICY`): the article's
+The default matrix keeps ``make bench`` near ten minutes on two cores (see :func:`default_cells`): the article's
 designs run everywhere in both regimes; the compiled twins run batched everywhere and per call on ``paper``;
 the engine contenders run on ``paper``; the concurrency sweep replays 500 steps. Naming scenarios or
 implementations on the command line runs exactly what was named.
@@ -57,7 +57,7 @@ WARM_STEPS = 5
 
 @dataclass
 class RunConfig:
-    """What to run. Empty ``scenarios`` / ``impls`` mean the default matrix (:data:`POLICY`)."""
+    """What to run. Empty ``scenarios`` / ``impls`` mean the default matrix (:func:`default_cells`)."""
 
     scenarios: list[str] = field(default_factory=list)
     impls: list[str] = field(default_factory=list)
@@ -85,8 +85,6 @@ def default_cells(scenario: str, impls: Iterable[str], regimes: Iterable[str]) -
                 cells.append((impl, regime))
     return cells
 
-
-POLICY = default_cells.__doc__
 
 
 # -- traces ---------------------------------------------------------------------------------------------
