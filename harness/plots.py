@@ -78,7 +78,11 @@ class RunData:
     def load(cls, run_dir: Path | str | None) -> RunData:
         """A run directory (or run id, or None for the latest run), as :func:`harness.report.load_run` finds it."""
         run_dir, df, meta = load_run(run_dir)
-        index = {(r["scenario"], r["impl"], r["regime"], r["metric"]): r for r in df.to_dict("records")}
+        index: dict[tuple[str, str, str, str], dict] = {}
+        for r in df.to_dict("records"):
+            key = (r["scenario"], r["impl"], r["regime"], r["metric"])
+            if key not in index or (r["status"] == "ok" and index[key]["status"] != "ok"):
+                index[key] = r  # a measured fallback (callgrind-sim) wins over an unsupported primary (perf)
         return cls(Path(run_dir), df, meta, index)
 
     @property
@@ -636,7 +640,10 @@ def fig_paper_vs_article(run: RunData) -> Figure | None:
             ax.set_yscale("log")
         ax.set_xticks(range(len(SCHEMES)), [label(i) for i in SCHEMES.values()], fontsize=8)
         ax.set_xlim(-0.5, len(SCHEMES) - 0.5)
-        ax.set_title(title, fontsize=9.5)
+        sources = sorted({row["source"] for impl in SCHEMES.values() for r in REGIMES
+                          if (row := run.get(PAPER, impl, r, metric)) is not None and row["status"] == "ok"})
+        ax.set_title(title + (f"\nmeasured by: {', '.join(sources)}" if metric == "l1d_miss_pct" and sources else ""),
+                     fontsize=9.5)
         ax.set_ylabel(ylabel, fontsize=8.5)
         ax.grid(axis="y", which="both", alpha=0.25)
     handles = [Patch(facecolor="0.6", edgecolor="white", hatch=REGIME_HATCH[r], label=f"measured, {r}")

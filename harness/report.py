@@ -165,6 +165,25 @@ def engines_section(df: pd.DataFrame, scenario: str = "paper") -> str:
     return "\n".join(out) + "\n"
 
 
+def table_copy_section(df: pd.DataFrame) -> str:
+    """Rule 3: per step, the cost of getting the block tables to the device, per variant and scenario."""
+    sub = df[df.metric.isin(["table_copy_ns", "table_copy_ns_per_seq", "table_copy_bytes", "table_copy_device_ns"])]
+    if sub.empty or not (sub.status == "ok").any():
+        reasons = sorted(set(sub.how)) if not sub.empty else []
+        return ("# Rule 3: block tables to the device\n\nNot measured" + (f": {reasons[0]}" if reasons else "") + "\n")
+    out = ["# Rule 3: block tables to the device", "",
+           "Host time per step (median over the measured steps) to turn the step's block tables into the int32 "
+           "tensor attention takes; `device` is CUDA-event time where a GPU was present.", "",
+           "| scenario | variant | host ns/step | host ns/seq | bytes/step | device ns/step |",
+           "|---|---|---|---|---|---|"]
+    for (scenario, variant), _ in sub.groupby(["scenario", "regime"], sort=False):
+        vals = [_get(df, scenario, "flat", variant, m) for m in
+                ("table_copy_ns", "table_copy_ns_per_seq", "table_copy_bytes", "table_copy_device_ns")]
+        cells = [_fmt(v) if st == "ok" else st for v, _src, st in vals]
+        out.append(f"| {scenario} | {variant} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 def write_reports(run: str | Path | None = None) -> Path:
     """Write ``paper_table.md`` and ``summary.md`` into the run directory; returns it."""
     from .results import atomic_write_text
@@ -172,7 +191,8 @@ def write_reports(run: str | Path | None = None) -> Path:
     run_dir, df, meta = load_run(run)
     paper = paper_table(df, meta) if (df.scenario == "paper").any() else "# No `paper` scenario in this run\n"
     engines = engines_section(df)
-    atomic_write_text(run_dir / "paper_table.md", paper + ("\n" + engines if engines else ""))
+    copies = table_copy_section(df)
+    atomic_write_text(run_dir / "paper_table.md", paper + ("\n" + engines if engines else "") + "\n" + copies)
     atomic_write_text(run_dir / "summary.md", scenario_summary(df, meta))
     return run_dir
 
