@@ -12,12 +12,13 @@ import numpy as np
 from numba import njit, typed
 
 from .compiled import CompiledBlockManager, Kernels
-from .contract import E_BUFFER, E_COUNT, E_DUPLICATE, E_NO_BLOCKS, OK
+from .contract import E_BUFFER, E_COUNT, E_NO_BLOCKS, OK
 from .validation import (
     blocks_needed_jit,
     check_active_jit,
     check_allocate_jit,
     check_append_jit,
+    check_batch_jit,
     check_fork_jit,
     slot_of_jit,
 )
@@ -156,14 +157,9 @@ def decode_step(tables, lens, refs, pool, meta, marks, seq_ids, cow_out, slot_ou
         return E_BUFFER, n
     meta[STAMP] += 1
     stamp = meta[STAMP]
-    for i in range(n):  # validate the whole step before changing anything
-        seq = seq_ids[i]
-        rc = check_append_jit(lens, meta[MAX_BLOCKS], sh, seq)
-        if rc != OK:
-            return rc, i
-        if marks[seq] == stamp:
-            return E_DUPLICATE, i
-        marks[seq] = stamp
+    rc, i = check_batch_jit(lens, marks, stamp, meta[MAX_BLOCKS], sh, seq_ids)  # before changing anything
+    if rc != OK:
+        return rc, i
     if n > meta[TOP]:  # only a tight pool needs the exact worst case (a ref-count read per sequence)
         need = 0
         for i in range(n):

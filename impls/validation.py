@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from .contract import E_ACTIVE, E_INACTIVE, E_SEQ_RANGE, E_TOKENS, E_TOO_LONG, OK
+from .contract import E_ACTIVE, E_DUPLICATE, E_INACTIVE, E_SEQ_RANGE, E_TOKENS, E_TOO_LONG, OK
 
 
 def check_active(lens, seq):
@@ -77,3 +77,21 @@ check_active_jit = njit(cache=True, inline="always")(check_active)
 check_allocate_jit = njit(cache=True, inline="always")(check_allocate)
 check_append_jit = njit(cache=True, inline="always")(check_append)
 check_fork_jit = njit(cache=True, inline="always")(check_fork)
+
+
+@njit(cache=True, inline="always")
+def check_batch_jit(lens, marks, stamp, max_blocks, shift, seq_ids):
+    """A compiled decode step's validation pass: every id valid for an append and listed once.
+
+    ``marks`` is a per-row scratch array and ``stamp`` a value no row holds yet, so duplicates are found
+    without allocating. Returns ``(code, index of the offending id)``.
+    """
+    for i in range(seq_ids.shape[0]):
+        seq = seq_ids[i]
+        rc = check_append_jit(lens, max_blocks, shift, seq)
+        if rc != OK:
+            return rc, i
+        if marks[seq] == stamp:
+            return E_DUPLICATE, i
+        marks[seq] = stamp
+    return OK, 0
