@@ -9,7 +9,9 @@ scenario its rows are written (atomically) with the raw samples; an interrupted 
 The default matrix keeps ``make bench`` near ten minutes on two cores (see :func:`default_cells`): the article's
 designs run everywhere in both regimes; the compiled twins run batched everywhere and per call on ``paper``;
 the engine contenders run on ``paper``; the concurrency sweep replays 500 steps. Naming scenarios or
-implementations on the command line runs exactly what was named.
+implementations on the command line runs exactly what was named. ``--quick`` (``make bench-quick``, about a
+minute) replays 200 steps once, counts allocations and copies tables on ``paper`` only, and skips the
+callgrind simulation.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 
 from impls import REGISTRY, UNAVAILABLE
 from scenarios import SCENARIOS, Trace, generate, load, save
+from scenarios.scheduler import GENERATOR_VERSION
 from scenarios.trace import FORMAT_VERSION, content_digest
 
 from . import clock, metadata
@@ -100,7 +103,8 @@ def scenario_overrides(name: str, quick: bool) -> dict:
 def cached_trace(name: str, overrides: dict, cache_dir: Path) -> tuple[Trace, float]:
     """Generate a scenario's trace, or read it from the cache (keyed by scenario, parameters and format)."""
     params = SCENARIOS[name].params(overrides)
-    key = hashlib.sha256(json.dumps([name, params, FORMAT_VERSION], sort_keys=True).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([name, params, FORMAT_VERSION, GENERATOR_VERSION], sort_keys=True).encode())
+    key = key.hexdigest()[:16]
     path = cache_dir / f"{name}-{key}.npz"
     t0 = time.perf_counter()
     if path.exists():
@@ -299,9 +303,14 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path:
         return (default_cells(name, impls, cfg.regimes) if not explicit
                 else [(i, r) for i in impls for r in cfg.regimes])
 
-    total = sum(len(cells_of(n)) * (cfg.reps + cfg.allocations + (cfg.paced and n == PAPER))
-                + (n == PAPER) * (cfg.l1d + 1)
-                + (cfg.table_copy and (n == PAPER or n.startswith("concurrency-")))
+    def counts_allocations(name: str) -> bool:
+        return cfg.allocations and (name == PAPER or not cfg.quick)
+
+    def copies_tables(name: str) -> bool:
+        return cfg.table_copy and (name == PAPER or (name.startswith("concurrency-") and not cfg.quick))
+
+    total = sum(len(cells_of(n)) * (cfg.reps + counts_allocations(n) + (cfg.paced and n == PAPER))
+                + (n == PAPER) * (cfg.l1d + 1) + copies_tables(n)
                 for n, _, _ in plan)
     bar = tqdm(total=total, desc="kvblock-bench", unit="cell", disable=not cfg.progress, file=sys.stderr)
 
@@ -326,7 +335,7 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path:
             cells = cells_of(name)
             bench = ScenarioBench(name, trace, cells, cfg, calib, drivers, tick)
             bench.measure_timings()
-            if cfg.allocations:
+            if counts_allocations(name):
                 bench.measure_allocations()
             if cfg.paced and name == PAPER:
                 bench.measure_paced()
@@ -337,7 +346,7 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path:
             if name == PAPER or name.startswith("trace:"):
                 rows += extra_measurements(name, trace, cells, cfg, tick)
                 write_rows(run_dir / "results.csv", rows)
-            if cfg.table_copy and (name == PAPER or name.startswith("concurrency-")):
+            if copies_tables(name):
                 from .table_copy import measure as measure_table_copy
 
                 copy_rows, copy_raw = measure_table_copy(trace)

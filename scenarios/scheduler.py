@@ -28,6 +28,9 @@ from impls.reference import ReferenceModel
 
 from .trace import ALLOCATE, APPEND, CAN_ALLOCATE, FORK, FREE, OP_NAMES, Trace, canonical_tables, finalize
 
+# Bump when a change to the scheduler or the scenarios changes the traces they generate for the same parameters.
+GENERATOR_VERSION = 1
+
 
 class ScenarioError(ValueError):
     """Parameters that cannot make a valid trace (say, prompts larger than the pool)."""
@@ -111,6 +114,7 @@ class TraceBuilder:
         ops = {name: self.op.count(code) for code, name in OP_NAMES.items()}
         header = {
             "scenario": scenario,
+            "generator_version": GENERATOR_VERSION,
             "params": params,
             "seed": seed,
             "config": self.config,

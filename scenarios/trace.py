@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 FORMAT = "kvblock-bench-trace"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 # Op codes; a0/a1 per op:
 CAN_ALLOCATE = 0  # a0 = blocks asked for, a1 = the answer the scheduler got (1/0)
@@ -47,8 +47,9 @@ ARRAYS = {  # name -> dtype
     "final_canon": np.int32,
 }
 HEADER_KEYS = {
-    "format", "version", "scenario", "params", "seed", "config", "num_steps", "num_ops", "num_requests",
-    "peak_blocks_in_use", "cow_count", "preemptions", "final_free", "live_at_end", "ops_by_kind", "checksum",
+    "format", "version", "scenario", "generator_version", "params", "seed", "config", "num_steps", "num_ops",
+    "num_requests", "peak_blocks_in_use", "cow_count", "preemptions", "final_free", "live_at_end", "ops_by_kind",
+    "checksum",
 }
 
 
