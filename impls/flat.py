@@ -191,7 +191,9 @@ def decode_step(table, ints, seq_ids, cow_out, slot_out):
     rc, i = check_batch_jit(lens, marks, stamp, table.shape[1], sh, seq_ids)  # before changing anything
     if rc != OK:
         return rc, i
-    if n > ints[TOP]:  # only a tight pool needs the exact worst case (a ref-count read per sequence)
+    # Only a tight pool needs the exact worst case (a ref-count read per sequence). The loop stays in each
+    # design: it reads that design's table, which is the point of comparing them.
+    if n > ints[TOP]:
         need = 0
         for i in range(n):
             need += _needs_block(table, lens, refs, seq_ids[i], sh)

@@ -68,7 +68,7 @@ def _convert(key: str, value: object, default: object) -> object:
             if str(value).lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
                 return str(value).lower() in ("1", "true", "yes", "on")
             raise ValueError(value)
-        if isinstance(default, int) or (default is None and key.endswith(("_steps", "steps"))):
+        if isinstance(default, int):
             if isinstance(value, bool):
                 raise ValueError(value)
             number = float(value)

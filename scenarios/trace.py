@@ -79,10 +79,6 @@ class Trace:
             return arrays[name]
         raise AttributeError(name)
 
-    def step_ops(self, step: int) -> slice:
-        """The pool operations of ``step`` (everything before its decode appends)."""
-        return slice(int(self.step_offsets[step]), int(self.decode_offsets[step]))
-
     def decode_ids(self, step: int) -> np.ndarray:
         """Row ids the decode step of ``step`` appends to, in order (a view of ``a0``)."""
         return self.a0[int(self.decode_offsets[step]) : int(self.step_offsets[step + 1])]
