@@ -2,7 +2,11 @@
 comma   := ,
 VENV    ?= .venv
 PYTHON  ?= python3
-EXTRAS  ?= test
+# The design's packages are the default: torch brings the rule-3 study and the sglang contender.
+# EXTRAS=test is the lighter path (torch rows are then marked skipped, with the reason).
+EXTRAS  ?= test,torch
+# torch's pin on our machines: a local CPU build (any other release pulls a multi-GB CUDA build).
+TORCH_PIN ?= torch==2.13.0
 PY      := $(VENV)/bin/python
 CLI     := $(VENV)/bin/kvblock-bench
 STAMP   := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
@@ -13,6 +17,7 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	$(if $(findstring torch,$(EXTRAS)),$(PY) -m pip install --quiet --disable-pip-version-check '$(TORCH_PIN)')
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
@@ -47,7 +52,7 @@ BENCH_LAST  := results/bench-ci-latest
 
 # Times every (operation x implementation) benchmark; the JSON goes to a fresh results/<time>-bench-ci/.
 bench-ci: setup
-	@dir=$$($(PY) -c 'from harness.results import new_run_dir; print(new_run_dir(label="bench-ci"))') && \
+	@dir=$$($(PY) -c 'from harness.output.results import new_run_dir; print(new_run_dir(label="bench-ci"))') && \
 	$(PY) -m pytest benchmarks -q --benchmark-only --benchmark-json=$$dir/benchmarks.json && \
 	ln -sfn $$(basename $$dir) $(BENCH_LAST) && echo "wrote $$dir/benchmarks.json"
 
@@ -58,8 +63,8 @@ bench-compare: setup
 
 # Runs bench-ci and saves it as $(BASELINE) (e.g. make bench-baseline BASELINE=results/baselines/mybox.json).
 bench-baseline: bench-ci
-	$(PY) -m benchmarks.baseline $(BENCH_LAST)/benchmarks.json $(BASELINE)
+	$(CLI) baseline $(BENCH_LAST)/benchmarks.json $(BASELINE)
 
 # The deterministic gate: allocations, callgrind instruction counts, a wide wall-clock floor.
 gate: setup
-	$(PY) -m harness.gate
+	$(CLI) gate

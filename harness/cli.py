@@ -1,36 +1,71 @@
-"""The ``kvblock-bench`` command line: scenarios, traces, benchmark runs and reports."""
+"""The ``kvblock-bench`` command line: one entry point, one subcommand per job.
+
+``scenarios``, ``trace``, ``run``, ``report``, ``gate``, ``table-copy``, ``baseline`` and ``check`` share
+this parser and its error handling: bad input ends as one line on stderr naming the flag, file or line and
+the fix, with exit status 2, never a traceback. An interrupted command says so and exits with 130.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from scenarios import SCENARIOS, ScenarioError, TraceError, generate, load, save
-from scenarios.realtrace import build_real_trace
+from scenarios import SCENARIOS, ScenarioError, TraceError
+
+EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE = 2, 130, 141
+PROG = "kvblock-bench"
 
 
-def _scenario_params(extra: Sequence[str]) -> dict[str, str]:
-    """``--steps 500 --seed 3`` -> {"steps": "500", "seed": "3"}; values are converted per scenario."""
-    params: dict[str, str] = {}
-    items = list(extra)
-    while items:
-        key = items.pop(0)
-        if not key.startswith("--") or len(key) < 3:
-            raise ScenarioError(f"expected --PARAM VALUE, got {key!r}")
-        key = key[2:]
-        if "=" in key:
-            key, value = key.split("=", 1)
-        elif items and not items[0].startswith("--"):
-            value = items.pop(0)
-        else:
-            raise ScenarioError(f"--{key} needs a value")
-        params[key.replace("-", "_")] = value
-    return params
+class UsageError(ValueError):
+    """Bad input on the command line; the message says which and how to fix it."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line (no usage block): ``kvblock-bench run: error: ... (see --help)``."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def csv_list(text: str) -> list[str]:
+    """``a,b,c`` -> [a, b, c]; an empty item or a repeated one is an error, not a silent default."""
+    items = [item.strip() for item in text.split(",")]
+    if not text.strip() or any(not item for item in items):
+        raise argparse.ArgumentTypeError(f"empty name in {text!r}: give comma-separated names, e.g. flat,dict")
+    repeated = sorted({item for item in items if items.count(item) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"{', '.join(repeated)} given twice in {text!r}")
+    return items
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def writable_dir(path: Path, flag: str) -> Path:
+    """``path`` as a folder this process can create files in (made if missing), checked before any work."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {path}: is a file, not a folder; give a folder (default: results)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot create it ({exc.strerror}); give a folder you can write") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: not writable; give a folder you can write")
+    return path
+
+
+# -- scenarios and traces ---------------------------------------------------------------------------------
 def cmd_scenarios(args: argparse.Namespace) -> int:
     width = max(map(len, SCENARIOS))
     for name, sc in SCENARIOS.items():
@@ -42,24 +77,46 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_trace(args: argparse.Namespace, extra: Sequence[str]) -> int:
+PARAM_PREFIX = "param_"
+
+
+def scenario_params(scenario: str, args: argparse.Namespace) -> dict[str, str]:
+    """The ``--PARAM VALUE`` options given, checked against the scenario's own parameters; values stay
+    strings, converted and range-checked by the scenario itself."""
+    given = {k.removeprefix(PARAM_PREFIX): v for k, v in vars(args).items()
+             if k.startswith(PARAM_PREFIX) and v is not None}
+    foreign = sorted(set(given) - set(SCENARIOS[scenario].defaults))
+    if foreign:
+        raise UsageError(f"--{foreign[0].replace('_', '-')}: not a parameter of scenario {scenario!r}; "
+                         f"`{PROG} scenarios -v` lists each scenario's parameters")
+    return given
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from scenarios import generate, load, save
+    from scenarios.realtrace import build_real_trace
+
     if args.show:
-        if args.name or args.from_csv or extra:
-            raise ScenarioError("--show takes only a trace file")
+        if args.name or args.from_csv or args.output or scenario_params("azure-code", args):
+            raise UsageError("--show takes only a trace file")
         summary = load(args.show).summary()
         width = max(map(len, summary))
         for key, value in summary.items():
-            print(f"{key:<{width}}  {json.dumps(value) if isinstance(value, dict) else value}")
+            print(f"{key:<{width}}  {value}")
         return 0
     if bool(args.name) == bool(args.from_csv):
-        raise ScenarioError("give either a scenario NAME or --from-csv FILE (see `kvblock-bench scenarios`)")
+        raise UsageError(f"give either a scenario NAME or --from-csv FILE (see `{PROG} scenarios`)")
+    if args.name and args.name not in SCENARIOS:
+        raise UsageError(f"unknown scenario {args.name!r}; known: {', '.join(SCENARIOS)}")
     if not args.output:
-        raise ScenarioError("-o FILE is required")
-    params = _scenario_params(extra)
+        raise UsageError("-o FILE is required: where to write the trace (.npz)")
+    check_output_file(Path(args.output))
+    params = scenario_params("azure-code" if args.from_csv else args.name, args)
     if args.from_csv:
+        csv_path = Path(args.from_csv)
         base = SCENARIOS["azure-code"]
-        overrides = {**params, "csv": str(Path(args.from_csv).resolve()), "duration_s": params.get("duration_s")}
-        trace = build_real_trace(f"csv:{Path(args.from_csv).name}", base.params(overrides))
+        trace = build_real_trace(f"csv:{csv_path.name}", base.params({**params, "csv": str(csv_path.resolve()),
+                                                                     "duration_s": params.get("duration_s")}))
     else:
         trace = generate(args.name, **params)
     path = save(trace, args.output)
@@ -69,42 +126,28 @@ def cmd_trace(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return 0
 
 
-_TRACE_OPTIONS = {"-o", "--output", "--from-csv", "--show"}
+def check_output_file(path: Path) -> None:
+    """Refuse an output path that cannot be written, before minutes of simulation."""
+    if path.is_dir():
+        raise UsageError(f"-o {path}: is a folder; give a file name such as {path / 'trace.npz'}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"-o {path}: folder {parent} does not exist; create it first")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"-o {path}: not writable; choose a path you can write")
 
 
-def _split_trace_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Separate ``trace``'s own options from scenario parameters (``--PARAM VALUE``), which argparse
-    cannot tell from a positional NAME."""
-    own, params = [], []
-    items = list(argv)
-    while items:
-        token = items.pop(0)
-        name = token.split("=", 1)[0]
-        if name in _TRACE_OPTIONS or name in ("-h", "--help") or not token.startswith("--"):
-            own.append(token)
-            if name in _TRACE_OPTIONS and "=" not in token and items:
-                own.append(items.pop(0))
-        else:
-            params.append(token)
-            if "=" not in token and items and not items[0].startswith("-"):
-                params.append(items.pop(0))
-    return own, params
-
-
-def _csv_list(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
+# -- runs and reports ------------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
-    from .report import console_summary, write_reports
-    from .runner import RunConfig, run
+    from harness.measure.runner import RunConfig, run
+    from harness.output.report import console_summary, write_reports
 
     if args.trace and args.scenario:
-        raise ScenarioError("give --scenario or --trace, not both")
+        raise UsageError("give --scenario or --trace, not both")
     cfg = RunConfig(
-        scenarios=_csv_list(args.scenario or ""),
-        impls=_csv_list(args.impl or ""),
-        regimes=_csv_list(args.regime) if args.regime else ["per-call", "batched"],
+        scenarios=args.scenario or [],
+        impls=args.impl or [],
+        regimes=args.regime or ["per-call", "batched"],
         trace_file=Path(args.trace) if args.trace else None,
         quick=args.quick,
         reps=args.reps if args.reps is not None else (1 if args.quick else 3),
@@ -112,16 +155,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         l1d=not args.no_l1d,
         allocations=not args.no_allocations,
         table_copy=not args.no_table_copy,
-        root=Path(args.results),
+        root=writable_dir(Path(args.results), "--results"),
         label=args.label or "",
         progress=not args.no_progress,
     )
-    if cfg.reps < 1:
-        raise ScenarioError("--reps must be at least 1")
-    run_dir = run(cfg, argv=["kvblock-bench", *sys.argv[1:]])
+    run_dir = run(cfg, argv=[PROG, *sys.argv[1:]])
+    if run_dir is None:
+        raise UsageError("nothing to measure: the selection has no cell (see `kvblock-bench run --help`)")
     write_reports(run_dir)
     if args.figures:
-        from .plots import render_figures
+        from harness.output.plots import render_figures
 
         render_figures(run_dir)
     print(console_summary(run_dir))
@@ -129,12 +172,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import console_summary, write_reports
-    from .results import resolve_run
+    from harness.output.report import console_summary, write_reports
+    from harness.output.results import resolve_run
 
     run_dir = write_reports(resolve_run(args.run, Path(args.results)))
     if not args.no_figures:
-        from .plots import render_figures
+        from harness.output.plots import render_figures
 
         render_figures(run_dir)
     print((run_dir / "paper_table.md").read_text())
@@ -142,32 +185,57 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kvblock-bench", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def cmd_gate(args: argparse.Namespace) -> int:
+    from harness.ci import gate
 
-    p = sub.add_parser("scenarios", help="list the scenarios with their descriptions")
-    p.add_argument("-v", "--verbose", action="store_true", help="show every parameter and its default")
+    return gate.run(args)
 
+
+def cmd_table_copy(args: argparse.Namespace) -> int:
+    from harness.studies.table_copy import measurement
+
+    return measurement.run(args)
+
+
+def cmd_baseline(args: argparse.Namespace) -> int:
+    from harness.ci import baseline
+
+    return baseline.run(args)
+
+
+# -- the parser ------------------------------------------------------------------------------------------
+def _add_trace(sub) -> None:
     p = sub.add_parser(
         "trace", help="generate a trace file, import one from a CSV, or summarise one",
-        description="kvblock-bench trace NAME [--PARAM VALUE ...] -o FILE | --from-csv CSV -o FILE | --show FILE",
+        description=f"{PROG} trace NAME [--PARAM VALUE ...] -o FILE | --from-csv CSV [--PARAM VALUE ...] -o FILE "
+                    f"| --show FILE. Each scenario's parameters: `{PROG} scenarios -v`.",
     )
     p.add_argument("name", nargs="?", help="scenario name (see `kvblock-bench scenarios`)")
     p.add_argument("-o", "--output", help="trace file to write (.npz)")
     p.add_argument("--from-csv", metavar="CSV",
                    help="import requests from a CSV (timestamp, prompt_tokens, output_tokens)")
     p.add_argument("--show", metavar="FILE", help="summarise a trace file")
+    group = p.add_argument_group("scenario parameters (each scenario takes its own: `kvblock-bench scenarios -v`)")
+    keys = dict.fromkeys(key for sc in SCENARIOS.values() for key in sc.defaults if key != "csv")
+    for key in keys:
+        group.add_argument(f"--{key.replace('_', '-')}", dest=PARAM_PREFIX + key, metavar="VALUE")
 
-    p = sub.add_parser("run", help="replay scenarios on implementations and measure (writes results/<run-id>/)",
-                       description="Without --scenario/--impl: the default matrix (see README, 'The matrix').")
-    p.add_argument("--scenario", metavar="S,...", help="scenarios to run (default: all)")
+
+def _add_run(sub, results: argparse.ArgumentParser) -> None:
+    from harness.measure.matrix import describe
+
+    p = sub.add_parser("run", parents=[results],
+                       help="replay scenarios on implementations and measure (writes results/<run-id>/)",
+                       description="Without --scenario/--impl/--trace: the default matrix.\n\n" + describe(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scenario", type=csv_list, metavar="S,...", help="scenarios to run (default: all)")
     p.add_argument("--trace", metavar="FILE", help="replay a trace file instead of named scenarios")
-    p.add_argument("--impl", metavar="I,...", help="implementations (default: all in the registry)")
-    p.add_argument("--regime", metavar="R,...", help="per-call, batched (default: both)")
+    p.add_argument("--impl", type=csv_list, metavar="I,...",
+                   help="implementations: registered names, package.module:Class, or entry-point names "
+                        "(default: all registered)")
+    p.add_argument("--regime", type=csv_list, metavar="R,...", help="per-call, batched (default: both)")
     p.add_argument("--quick", action="store_true", help="short traces, one repetition: about a minute")
-    p.add_argument("--reps", type=int, help="repetitions per cell (default 3, --quick 1)")
-    p.add_argument("--results", default="results", help="results folder (default: results)")
+    p.add_argument("--reps", type=positive_int, help="repetitions per cell (default 3, --quick 1)")
     p.add_argument("--label", help="appended to the run id")
     p.add_argument("--no-paced", action="store_true", help="skip the paced open-loop CPU-share runs")
     p.add_argument("--no-l1d", action="store_true", help="skip L1D-miss measurement (perf or callgrind)")
@@ -176,37 +244,66 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--figures", action="store_true", help="also render figures (as `kvblock-bench report`)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    p = sub.add_parser("report", help="write reports (and figures) for a run and print the paper table")
+
+def build_parser() -> Parser:
+    from harness.ci import baseline, gate
+    from harness.studies.table_copy import measurement as table_copy
+
+    parser = Parser(prog=PROG, description=__doc__.split("\n")[0])
+    results = Parser(add_help=False)
+    results.add_argument("--results", default="results", help="results folder (default: results)")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    p = sub.add_parser("scenarios", help="list the scenarios with their descriptions")
+    p.add_argument("-v", "--verbose", action="store_true", help="show every parameter and its default")
+    _add_trace(sub)
+    _add_run(sub, results)
+    p = sub.add_parser("report", parents=[results],
+                       help="write reports (and figures) for a run and print the paper table")
     p.add_argument("run", nargs="?", help="run id or directory (default: results/latest)")
-    p.add_argument("--results", default="results", help="results folder (default: results)")
     p.add_argument("--no-figures", action="store_true", help="tables only")
+    gate.add_arguments(sub.add_parser("gate", help="the CI gate: allocations, instruction counts, wall-clock floor",
+                                      description=gate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    table_copy.add_arguments(sub.add_parser("table-copy", help="rule 3 alone: block tables to the device"))
+    baseline.add_arguments(sub.add_parser("baseline", help="save a pytest-benchmark JSON as a committed baseline"))
     return parser
 
 
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "scenarios": cmd_scenarios, "trace": cmd_trace, "run": cmd_run, "report": cmd_report, "gate": cmd_gate,
+    "table-copy": cmd_table_copy, "baseline": cmd_baseline,
+}
+# What a command may raise for bad input: shown as one line, exit status 2.
+INPUT_ERRORS = (UsageError, ScenarioError, TraceError, ValueError, FileNotFoundError, IsADirectoryError,
+                NotADirectoryError, PermissionError)
+
+
+def _dispatch(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    return COMMANDS[args.command](args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if argv and argv[0] == "trace":
-        own, extra = _split_trace_argv(argv[1:])
-        argv = ["trace", *own]
-    args, unknown = parser.parse_known_args(argv)
-    extra += unknown
+    """Run one subcommand; returns the exit status."""
     try:
-        if args.command == "trace":
-            return cmd_trace(args, extra)
-        if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        if args.command == "scenarios":
-            return cmd_scenarios(args)
-        if args.command == "run":
-            return cmd_run(args)
-        if args.command == "report":
-            return cmd_report(args)
-    except (ScenarioError, TraceError, ValueError, FileNotFoundError) as exc:
-        print(f"kvblock-bench: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except INPUT_ERRORS as exc:
+        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `kvblock-bench scenarios -v | head`: the reader left, which is fine
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_PIPE
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        text = f"{exc.filename}: {exc.strerror}"
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

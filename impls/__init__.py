@@ -1,41 +1,20 @@
-"""KV-cache BlockManager implementations behind one contract (see :mod:`impls.contract`)."""
+"""KV-cache BlockManager implementations behind one contract (see :mod:`impls.contract`).
 
-# ruff: noqa: E402  (Numba's cache folder must be chosen before the kernels below are decorated)
+Which implementations exist, and every fact about each, is in :mod:`impls.registry`. ``REGISTRY`` maps the
+names that import here to their classes; ``UNAVAILABLE`` maps the others to what to install.
+"""
+
+# ruff: noqa: E402  (Numba's cache folder must be chosen before any kernel is decorated)
 
 from ._numba_cache import pin_numba_cache
 
-pin_numba_cache()  # before any @njit(cache=True) below is decorated
+pin_numba_cache()  # before any @njit(cache=True) in the modules the registry imports
 
 from .contract import BlockManager, NoFreeBlocksError
-from .dict_design import DictBlockManager
-from .dict_jit import DictJitBlockManager
-from .flat import FlatBlockManager
-from .list_design import ListBlockManager
-from .list_jit import ListJitBlockManager
-from .nano_vllm import NanoVllmBlockManager
-from .vllm_v1 import VllmV1BlockManager
+from .registry import RECORDS, load_all
 
-REGISTRY: dict[str, type] = {
-    "dict": DictBlockManager,
-    "list": ListBlockManager,
-    "flat": FlatBlockManager,
-    "dict-jit": DictJitBlockManager,
-    "list-jit": ListJitBlockManager,
-    # Contenders: the published designs of real engines, under the same contract.
-    "vllm-v1": VllmV1BlockManager,
-    "nano-vllm": NanoVllmBlockManager,
-}
+REGISTRY: dict[str, type]
+UNAVAILABLE: dict[str, str]
+REGISTRY, UNAVAILABLE = load_all()
 
-# Registered names that cannot run in this environment -> what to install.
-UNAVAILABLE: dict[str, str] = {}
-
-try:
-    import torch  # noqa: F401  (torch is an optional extra; only the "sglang" contender needs it)
-except ImportError:
-    UNAVAILABLE["sglang"] = "needs torch: pip install -e '.[torch]'"
-else:
-    from .sglang import SGLangBlockManager
-
-    REGISTRY["sglang"] = SGLangBlockManager
-
-__all__ = ["REGISTRY", "UNAVAILABLE", "BlockManager", "NoFreeBlocksError"]
+__all__ = ["RECORDS", "REGISTRY", "UNAVAILABLE", "BlockManager", "NoFreeBlocksError"]

@@ -10,7 +10,7 @@
 #      results/<id>-table-copy/results.csv (tidy rows, metric table_copy_*, source cuda-events / perf_counter_ns)
 #      with raw per-step samples under raw/, then prints a small table.
 #
-# Usage: scripts/gpu_check.sh [options of `python -m harness.table_copy`, e.g. --steps 100 --out DIR]
+# Usage: scripts/gpu_check.sh [options of `kvblock-bench table-copy`, e.g. --steps 100 --out DIR]
 # Environment: PYTHON=/path/to/python (skip the venv), VENV=.venv, LIMIT_S=900 (wall-clock limit of step 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,4 +40,4 @@ limit=()
 if command -v timeout >/dev/null; then
     limit=(timeout "${LIMIT_S:-900}")
 fi
-"${limit[@]}" "$PY" -m harness.table_copy --device cuda "$@"
+"${limit[@]}" "$PY" -m harness.cli table-copy --device cuda "$@"

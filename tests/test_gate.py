@@ -7,9 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import callgrind, callgrind_region, gate
-from harness.drivers import Prepared
-from harness.replay import REGIMES, check_end_state
+from harness.ci import gate
+from harness.counters import callgrind
+from harness.counters import regions as callgrind_region
+from harness.measure.drivers import Prepared
+from harness.measure.replay import REGIMES, check_end_state
 from impls import REGISTRY
 from scenarios import load
 
@@ -20,7 +22,7 @@ def prep() -> Prepared:
 
 
 def test_committed_trace_is_what_the_generator_makes() -> None:
-    """If the scenario generator changes, regenerate: python -m harness.gate --write-trace."""
+    """If the scenario generator changes, regenerate: python -m harness.ci.gate --write-trace."""
     assert load(gate.TRACE).header["checksum"] == gate.gate_trace().header["checksum"]
 
 

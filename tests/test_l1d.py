@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from harness import l1d
+from harness.counters import l1d
 from scenarios import generate, save
 
 

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from harness.drivers import KINDS, StepTimes
-from harness.metrics import Work, timing_rows
+from harness.measure.drivers import KINDS, StepTimes
+from harness.measure.metrics import Work, timing_rows
 
 
 def fake(step_ns: list[float], alloc=0.0, free=0.0, lookup=0.0, regions=2.0) -> StepTimes:

@@ -12,8 +12,9 @@ import nbformat
 import numpy as np
 import pytest
 
-from harness import idwidth, plots
-from harness.results import Row, read_rows, write_rows
+from harness.output import plots
+from harness.output.results import Row, read_rows, write_rows
+from harness.studies import idwidth
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "results" / "sample"

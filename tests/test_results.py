@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from harness import results
-from harness.results import Row, new_run_dir, point_latest, read_rows, resolve_run, write_rows
+from harness.output import results
+from harness.output.results import Row, new_run_dir, point_latest, read_rows, resolve_run, write_rows
 
 
 def test_row_refuses_numbers_for_unmeasured_figures() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.replay import check_end_state, replay
+from harness.measure.replay import check_end_state, replay
 from impls import REGISTRY
 from scenarios import SCENARIOS, ScenarioError, generate, load, read_requests_csv, save
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from harness import table_copy as tc
-from harness.replay import replay
+from harness.measure.replay import replay
+from harness.studies import table_copy as tc
 from impls.flat import FlatBlockManager, table_dtype
 from scenarios import generate
 

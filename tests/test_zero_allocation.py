@@ -12,7 +12,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from harness.allocations import count_allocations, nrt_allocations
+from harness.counters.allocations import count_allocations, nrt_allocations
 from impls import REGISTRY
 
 K = 200

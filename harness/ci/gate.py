@@ -1,9 +1,9 @@
 """The CI gate: figures that do not vary between identical runs, with floors that fail the build.
 
-``python -m harness.gate`` (``make gate``) checks, on a small committed trace (:data:`TRACE`):
+``kvblock-bench gate`` (``make gate``) checks, on a small committed trace (:data:`TRACE`):
 
 1. allocations: the batched ``flat`` step allocates nothing (memray events and Numba runtime allocations,
-   steps minus an empty region, as in :mod:`harness.allocations`); the other cells' counts are reported;
+   steps minus an empty region, as in :mod:`harness.counters.allocations`); the other cells' counts are reported;
 2. instructions: callgrind counts per sequence-step of every core design in both regimes, from two
    independent valgrind runs that must agree exactly; floors (:data:`INSTRUCTION_FLOORS`) on how many
    times more instructions a cell needs than batched ``flat``;
@@ -19,26 +19,25 @@ import argparse
 import json
 import math
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from impls import REGISTRY
+from harness.counters import callgrind
+from harness.counters.allocations import allocations_per_step
+from harness.counters.regions import prepare_cell
+from harness.measure.clock import tsc_usable
+from harness.measure.drivers import Prepared, compiled_driver, run_compiled, run_interpreted
+from harness.output.results import atomic_write_text
+from impls import REGISTRY, registry
 from scenarios import Trace, generate, load, save
 
-from . import callgrind
-from .allocations import count_allocations, nrt_allocations
-from .callgrind_region import prepare_cell
-from .clock import tsc_usable
-from .drivers import Prepared, compiled_driver, run_compiled, run_interpreted
-
-TRACE = Path(__file__).resolve().parents[1] / "scenarios" / "data" / "gate-paper.npz"
+TRACE = Path(__file__).resolve().parents[2] / "scenarios" / "data" / "gate-paper.npz"
 # How TRACE was made; tests/test_gate.py regenerates it and compares checksums.
 TRACE_SCENARIO = "paper"
 TRACE_PARAMS = {"steps": 48, "running": 64, "num_blocks": 8192}
 WARM_STEPS, STEPS = 16, 32
-CORE = ("dict", "list", "flat", "dict-jit", "list-jit")
+CORE = tuple(registry.names("design", "twin"))  # the article's designs and their compiled twins
 REGIMES = ("batched", "per-call")
 BASE = ("flat", "batched")
 # (impl, regime) -> the least number of times more instructions per sequence-step than batched flat.
@@ -74,28 +73,11 @@ def gate_trace() -> Trace:
     return generate(TRACE_SCENARIO, **TRACE_PARAMS)
 
 
-def _count_both(fn) -> tuple[int, int]:
-    """memray events and Numba runtime allocations of one call of ``fn``, counted together."""
-    nrt = 0
-
-    def counted() -> None:
-        nonlocal nrt
-        nrt = nrt_allocations(fn, 1)
-
-    return count_allocations(counted, 1), nrt
-
-
 def allocations(prep: Prepared, impl: str, regime: str, warm: int, steps: int) -> tuple[float, float]:
     """Allocations per step (memray, Numba runtime) of steps ``[warm, warm + steps)``, less an empty region."""
     _, advance, _ = prepare_cell(prep, impl, regime)
-    end = warm + steps
     advance(0, warm)
-    for _ in range(10):
-        advance(warm, warm)
-    _count_both(lambda: advance(warm, warm))  # the counters' own first-use allocations
-    region = _count_both(lambda: advance(warm, end))
-    empty = _count_both(lambda: advance(end, end))
-    return (region[0] - empty[0]) / steps, (region[1] - empty[1]) / steps
+    return allocations_per_step(advance, warm, warm + steps)
 
 
 def _median_step_ns(impl: str, prep: Prepared) -> float:
@@ -174,18 +156,17 @@ def measure_instructions(trace: Path, cells: dict[tuple[str, str], CellFigures])
     return ""
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness.gate", description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``kvblock-bench gate``'s options."""
     parser.add_argument("--trace", type=Path, default=TRACE, help="trace file (default: the committed gate trace)")
     parser.add_argument("--contenders", action="store_true", help="also report the engines' designs")
     parser.add_argument("--no-callgrind", action="store_true", help="skip the instruction counts (not for CI)")
     parser.add_argument("--json", type=Path, help="also write the figures and failures to this file")
     parser.add_argument("--write-trace", action="store_true", help="regenerate the gate trace into --trace and exit")
-    return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Run the gate; the exit status says whether it passed (see the module docstring)."""
     if args.write_trace:
         print(f"wrote {save(gate_trace(), args.trace)}")
         return 0
@@ -225,8 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         payload = {"cells": [asdict(c) for c in cells.values()], "wall_ns": {"dict": dict_ns, "flat": flat_ns},
                    "failures": failures, "unmeasured": unmeasured, "seconds": elapsed, "phases": phases}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(payload, indent=2))
+        atomic_write_text(args.json, json.dumps(payload, indent=2))
     for failure in failures:
         print(f"FAIL: {failure}")
     if unmeasured:
@@ -237,6 +217,3 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAIL
     return EXIT_UNMEASURED if unmeasured else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

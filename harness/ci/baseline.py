@@ -1,6 +1,6 @@
 """Save a ``--benchmark-json`` file as a committed baseline: statistics and machine info, without raw rounds.
 
-``python -m benchmarks.baseline RUN_JSON BASELINE_JSON`` (``make bench-baseline``). pytest-benchmark's JSON
+``kvblock-bench baseline RUN_JSON BASELINE_JSON`` (``make bench-baseline``). pytest-benchmark's JSON
 holds every round's timing (megabytes for the fast operations); ``pytest-benchmark compare`` needs only
 the statistics, which are kept with ``machine_info`` and ``commit_info`` so a baseline says where it ran.
 """
@@ -8,10 +8,9 @@ the statistics, which are kept with ``machine_info`` and ``commit_info`` so a ba
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-from harness.results import atomic_write_text
+from harness.output.results import atomic_write_text
 
 
 def strip_rounds(run: dict) -> dict:
@@ -27,15 +26,17 @@ def save_baseline(run_json: Path, baseline_json: Path) -> None:
     atomic_write_text(baseline_json, json.dumps(strip_rounds(run), indent=1, sort_keys=True) + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print(__doc__.strip().split("\n")[2], file=sys.stderr)
-        return 2
-    save_baseline(Path(args[0]), Path(args[1]))
-    print(f"saved baseline {args[1]} from {args[0]}")
+def add_arguments(parser) -> None:
+    """``kvblock-bench baseline``'s arguments."""
+    parser.add_argument("run_json", type=Path, help="a pytest-benchmark --benchmark-json file")
+    parser.add_argument("baseline_json", type=Path, help="the baseline to write (e.g. results/baselines/mybox.json)")
+
+
+def run(args) -> int:
+    """Save the run's statistics as the baseline."""
+    try:
+        save_baseline(args.run_json, args.baseline_json)
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{args.run_json}: not a pytest-benchmark JSON file ({exc})") from None
+    print(f"saved baseline {args.baseline_json} from {args.run_json}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,7 +4,7 @@ With a PMU (``perf stat`` counts L1D events): Linux perf hardware counters, swit
 region by the region script through ``perf stat --delay=-1 --control fifo:...``; one process per region, the
 region minus the same call path over zero steps. Without one (VMs, CI, our machines): a row saying perf is
 ``unsupported`` (or ``unavailable``, with why), then the fallback: callgrind's cache simulation with a fixed,
-stated geometry (:data:`harness.callgrind.CACHE_GEOMETRY`), hash seed and address-space layout pinned,
+stated geometry (:data:`harness.counters.callgrind.CACHE_GEOMETRY`), hash seed and address-space layout pinned,
 region isolated the same way. The ``source`` column says which; a figure that could not be measured is a
 row without a value, never a number.
 """
@@ -17,11 +17,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.counters import callgrind
+from harness.counters.perf import L1D_EVENTS, perf_status
+from harness.output.results import Row
 from scenarios import Trace, save
-
-from . import callgrind
-from .perfcounters import L1D_EVENTS, perf_status
-from .results import Row
 
 WARM_STEPS = 20  # past the paper trace's first step (256 admissions), which is not a steady-state step
 STEPS, QUICK_STEPS = 16, 4  # QUICK_STEPS: perf only (callgrind is skipped with --quick)
@@ -36,7 +35,7 @@ def _perf_region(trace_path: Path, impl: str, regime: str, label: str, warm: int
         os.mkfifo(ctl)
         os.mkfifo(ack)
         cmd = ["perf", "stat", "-x,", "-o", str(out), "-e", ",".join(events), "--delay=-1",
-               f"--control=fifo:{ctl},{ack}", "--", sys.executable, "-m", "harness.callgrind_region",
+               f"--control=fifo:{ctl},{ack}", "--", sys.executable, "-m", "harness.counters.regions",
                "--trace", str(trace_path), "--warm", str(warm), "--steps", str(steps),
                "--perf", str(ctl), str(ack), label, "--cell", impl, regime]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)

@@ -20,7 +20,6 @@ import re
 import statistics
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib as mpl
@@ -32,18 +31,17 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import NullFormatter
 
-from .report import DESIGN_ROWS, ENGINES, article_table, load_run, machine_line
-from .results import atomic_write_bytes, read_json
+from harness.measure.matrix import SWEEP, matches
+from harness.output.report import article_table, machine_line
+from harness.output.results import atomic_write_bytes
+from harness.output.rundata import REGIMES, RunData, ordered
+from impls import registry
 
 log = logging.getLogger(__name__)
 
 PAPER = "paper"
-REGIMES = ("batched", "per-call")
-IMPL_ORDER = [impl for _, impl, _ in DESIGN_ROWS] + ENGINES
-LABELS = {impl: f"{label} {impl}" for label, impl, _ in DESIGN_ROWS}
-SCHEMES = {"A": "dict", "B": "list", "C": "flat"}
-COLORS = {"dict": "#1f77b4", "list": "#ff7f0e", "flat": "#2ca02c", "dict-jit": "#9ecae1", "list-jit": "#fdae6b",
-          "vllm-v1": "#9467bd", "nano-vllm": "#8c564b", "sglang": "#e377c2"}
+# The article's designs A, B, C -> our implementation of each (from the registry).
+SCHEMES = {r.letter: r.name for r in registry.RECORDS if r.compares_with_article}
 REGIME_STYLE = {"batched": "-", "per-call": "--"}
 REGIME_HATCH = {"batched": "", "per-call": "\\\\\\"}  # line hatches: dot hatches make SVGs ten times larger
 DTYPE_COLORS = {"uint16": "#2ca02c", "int32": "#bcbd22", "int64": "#d62728"}
@@ -65,79 +63,16 @@ ARTICLE_OF = {"lookup_ns": "lookup_ns_per_step", "alloc_free_ns": "alloc_free_ns
               "cpu_share_pct": "cpu_share_pct_at_2000_steps_s", "l1d_miss_pct": "l1d_miss_pct"}
 
 
-@dataclass
-class RunData:
-    """One run as the figure functions read it."""
-
-    run_dir: Path
-    df: pd.DataFrame
-    meta: dict
-    index: dict[tuple[str, str, str, str], dict] = field(default_factory=dict)
-
-    @classmethod
-    def load(cls, run_dir: Path | str | None) -> RunData:
-        """A run directory (or run id, or None for the latest run), as :func:`harness.report.load_run` finds it."""
-        run_dir, df, meta = load_run(run_dir)
-        index: dict[tuple[str, str, str, str], dict] = {}
-        for r in df.to_dict("records"):
-            key = (r["scenario"], r["impl"], r["regime"], r["metric"])
-            if key not in index or (r["status"] == "ok" and index[key]["status"] != "ok"):
-                index[key] = r  # a measured fallback (callgrind-sim) wins over an unsupported primary (perf)
-        return cls(Path(run_dir), df, meta, index)
-
-    @property
-    def run_id(self) -> str:
-        """The run directory's name."""
-        return self.run_dir.name
-
-    def get(self, scenario: str, impl: str, regime: str, metric: str) -> dict | None:
-        """The row as a dict, or None when the run has no such figure."""
-        return self.index.get((scenario, impl, regime, metric))
-
-    def value(self, scenario: str, impl: str, regime: str, metric: str) -> float:
-        """The figure if it was measured (status ok, finite), else NaN."""
-        row = self.get(scenario, impl, regime, metric)
-        if row is None or row["status"] != "ok":
-            return math.nan
-        v = float(row["value"])
-        return v if math.isfinite(v) else math.nan
-
-    def impls(self, scenario: str, metric: str, regime: str | None = None) -> list[str]:
-        """Implementations with a row of ``metric`` (any status), in the reports' order, unknown ones last."""
-        sel = self.df[(self.df.scenario == scenario) & (self.df.metric == metric)]
-        if regime is not None:
-            sel = sel[sel.regime == regime]
-        found = list(dict.fromkeys(sel.impl))
-        return [i for i in IMPL_ORDER if i in found] + [i for i in found if i not in IMPL_ORDER]
-
-    def regimes(self, scenario: str, metric: str) -> list[str]:
-        """Regimes with a row of ``metric`` in ``scenario`` (any status), batched first."""
-        found = set(self.df[(self.df.scenario == scenario) & (self.df.metric == metric)].regime)
-        return [r for r in REGIMES if r in found]
-
-    def raw(self, scenario: str, impl: str, regime: str) -> dict | None:
-        """A cell's raw samples (``clock``, ``step_ns``, ``kind_ns_totals``), or None if absent or unreadable."""
-        path = self.run_dir / "raw" / scenario / f"{impl}__{regime}.json.gz"
-        if not path.is_file():
-            return None
-        try:
-            data = read_json(path)
-        except (OSError, ValueError) as exc:
-            log.warning("unreadable raw file %s: %s", path, exc)
-            return None
-        return data if isinstance(data, dict) else None
-
-
 # -- shared drawing -------------------------------------------------------------------------------------
 def label(impl: str) -> str:
-    """``"A dict"`` for the article's designs and their twins, the bare name otherwise."""
-    return LABELS.get(impl, impl)
+    """The registry's label (``"A dict"`` for the article's designs and their twins), the bare name otherwise."""
+    return registry.record(impl).label
 
 
 def color(impl: str) -> str:
     """One colour per implementation across all figures (a stable pick from tab10 for unknown ones)."""
-    if impl in COLORS:
-        return COLORS[impl]
+    if registry.record(impl).color:
+        return registry.record(impl).color
     palette = mpl.colormaps["tab10"].colors
     return mpl.colors.to_hex(palette[sum(map(ord, impl)) % len(palette)])
 
@@ -152,13 +87,14 @@ def _status_word(row: dict | None, meta: dict) -> str:
 
 
 def _reps_of(row: dict | None) -> int | None:
-    match = re.search(r"median of (\d+) rep", str(row.get("how", "")) if row else "")
-    return int(match.group(1)) if match else None
+    reps = row.get("reps") if row else None
+    return int(reps) if reps is not None and not pd.isna(reps) else None
 
 
 def _rate_of(row: dict | None) -> float:
-    match = re.search(r"x ([\d.,]+) steps/s", str(row.get("how", "")) if row else "")
-    return float(match.group(1).replace(",", "")) if match else DEFAULT_RATE
+    """The step rate a CPU-share row was computed at (its ``step_rate`` column), else the article's."""
+    rate = row.get("step_rate") if row else None
+    return float(rate) if rate is not None and not pd.isna(rate) else DEFAULT_RATE
 
 
 def _new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1, **kw) -> tuple[Figure, list[Axes]]:
@@ -227,6 +163,67 @@ def _rep_values(run: RunData, scenario: str, impl: str, regime: str, metric: str
     return [value * t / mid for t in totals] if mid > 0 else []
 
 
+def _whisker(ax: Axes, x: float, lo: float, hi: float, shade: str = "black") -> None:
+    ax.vlines(x, lo, hi, color=shade, lw=0.9)
+    ax.plot([x, x], [lo, hi], ls="", marker="_", color=shade, ms=5)
+
+
+def _op_spread(ax: Axes, run: RunData, impl: str, regime: str, metric: str, x: float, v: float) -> str:
+    """Draw the bar's spread; returns what it is ("ci", "reps", "steps" or "")."""
+    row = run.get(PAPER, impl, regime, metric) or {}
+    lo, hi = row.get("ci_low"), row.get("ci_high")
+    if lo is not None and hi is not None and not (pd.isna(lo) or pd.isna(hi)):
+        _whisker(ax, x, float(lo), float(hi))
+        return "ci"
+    if metric == "seq_step_ns":
+        mean_step = run.value(PAPER, impl, regime, "step_mean_ns")
+        p50, p99 = (run.value(PAPER, impl, regime, m) for m in ("step_p50_ns", "step_p99_ns"))
+        if mean_step > 0 and not (math.isnan(p50) or math.isnan(p99)):
+            running = mean_step / v  # seq_step = mean step / mean running sequences, exactly
+            _whisker(ax, x, p50 / running, p99 / running)
+            return "steps"
+        return ""
+    reps = _rep_values(run, PAPER, impl, regime, metric, v)
+    if reps:
+        _whisker(ax, x, min(reps), max(reps), "0.15")
+        return "reps"
+    return ""
+
+
+def _op_article(ax: Axes, art: pd.DataFrame, impl: str, metric: str, x: float) -> None:
+    scheme = next((s for s, i in SCHEMES.items() if i == impl), None)
+    if scheme in art.index and metric in ARTICLE_OF:
+        a = art.loc[scheme]
+        ax.plot(x, float(a[ARTICLE_OF[metric]]), marker=_article_marker(a.bound)[0], mfc="none", mec="black",
+                ms=6, ls="")
+
+
+def _op_panel(ax: Axes, run: RunData, regime: str, art: pd.DataFrame) -> tuple[list[str], set[str], set[int]]:
+    """Bars of one regime; returns (impls drawn, kinds of spread drawn, repetition counts seen)."""
+    impls = list(dict.fromkeys(i for m in OP_METRICS for i in run.impls(PAPER, m, regime)))
+    width = 0.84 / len(impls)
+    spreads: set[str] = set()
+    reps_seen: set[int] = set()
+    for g, metric in enumerate(OP_METRICS):
+        for k, impl in enumerate(impls):
+            x = g - 0.42 + width * (k + 0.5)
+            row = run.get(PAPER, impl, regime, metric)
+            v = run.value(PAPER, impl, regime, metric)
+            if math.isnan(v) or v <= 0:
+                if row is not None:
+                    _word_at(ax, x, _status_word(row, run.meta) if math.isnan(v) else "0")
+                continue
+            ax.bar(x, v, width, color=color(impl), edgecolor="white", linewidth=0.4)
+            reps_seen.update(n for n in [_reps_of(row)] if n)
+            spreads.add(_op_spread(ax, run, impl, regime, metric, x, v))
+            _op_article(ax, art, impl, metric, x)
+    return impls, spreads - {""}, reps_seen
+
+
+SPREAD_WORDS = {"ci": "whiskers: 95 % bootstrap interval", "reps": "per-op whiskers: min–max over repetitions",
+                "steps": "whole-step whiskers: per-step\np50–p99 ÷ mean running sequences"}
+
+
 def fig_op_latency(run: RunData) -> Figure | None:
     """Per-operation latency per design, paper scenario, one panel per regime, log scale."""
     regimes = [r for r in REGIMES if any(run.impls(PAPER, m, r) for m in OP_METRICS)]
@@ -235,41 +232,8 @@ def fig_op_latency(run: RunData) -> Figure | None:
         return None
     art = article_table()
     fig, axes = _new_figure(12, 4.2 * len(regimes), len(regimes), 1)
-    reps_seen: set[int] = set()
     for ax, regime in zip(axes, regimes, strict=True):
-        impls = list(dict.fromkeys(i for m in OP_METRICS for i in run.impls(PAPER, m, regime)))
-        width = 0.84 / len(impls)
-        spread_drawn = False
-        for g, metric in enumerate(OP_METRICS):
-            for k, impl in enumerate(impls):
-                x = g - 0.42 + width * (k + 0.5)
-                row = run.get(PAPER, impl, regime, metric)
-                v = run.value(PAPER, impl, regime, metric)
-                if math.isnan(v) or v <= 0:
-                    if row is not None:
-                        _word_at(ax, x, _status_word(row, run.meta) if math.isnan(v) else "0")
-                    continue
-                ax.bar(x, v, width, color=color(impl), edgecolor="white", linewidth=0.4)
-                n = _reps_of(row)
-                if n:
-                    reps_seen.add(n)
-                if metric == "seq_step_ns":
-                    mean_step = run.value(PAPER, impl, regime, "step_mean_ns")
-                    lo, hi = (run.value(PAPER, impl, regime, m) for m in ("step_p50_ns", "step_p99_ns"))
-                    if mean_step > 0 and not (math.isnan(lo) or math.isnan(hi)):
-                        running = mean_step / v  # seq_step = mean step / mean running sequences, exactly
-                        ax.vlines(x, lo / running, hi / running, color="black", lw=0.9)
-                        ax.plot([x, x], [lo / running, hi / running], ls="", marker="_", color="black", ms=5)
-                else:
-                    reps = _rep_values(run, PAPER, impl, regime, metric, v)
-                    if reps:
-                        ax.vlines(x, min(reps), max(reps), color="0.15", lw=0.9)
-                        spread_drawn = True
-                scheme = next((s for s, i in SCHEMES.items() if i == impl), None)
-                if scheme in art.index and metric in ARTICLE_OF:
-                    a = art.loc[scheme]
-                    marker, _ = _article_marker(a.bound)
-                    ax.plot(x, float(a[ARTICLE_OF[metric]]), marker=marker, mfc="none", mec="black", ms=6, ls="")
+        impls, spreads, reps_seen = _op_panel(ax, run, regime, art)
         ax.set_yscale("log")
         ax.set_xticks(range(len(OP_METRICS)), [OP_METRICS[m][0] for m in OP_METRICS], fontsize=8.5)
         ax.set_xlim(-0.5, len(OP_METRICS) - 0.5)
@@ -277,11 +241,10 @@ def fig_op_latency(run: RunData) -> Figure | None:
         ax.set_title(f"{regime} regime", fontsize=10)
         ax.grid(axis="y", which="both", alpha=0.25)
         reps_text = "/".join(map(str, sorted(reps_seen))) or "?"
-        spread = ("per-op whiskers: min–max\nover repetitions (raw/)" if spread_drawn
-                  else f"per-op bars: median of {reps_text} rep(s),\nno spread measured")
-        _note(ax, f"{spread}\nwhole-step whiskers: per-step\np50–p99 ÷ mean running sequences")
+        words = [SPREAD_WORDS[k] for k in sorted(spreads)] or [f"bars: median of {reps_text} rep(s),\nno spread"]
+        _note(ax, "\n".join(words))
         handles = [Patch(color=color(i), label=label(i)) for i in impls]
-        handles += [Line2D([], [], color="black", marker="_", lw=0.9, label="p50–p99 (step) / spread (ops)")]
+        handles += [Line2D([], [], color="black", marker="_", lw=0.9, label="spread (see note)")]
         handles += _article_handles()
         ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False)
     return _finish(fig, run, "Per-operation latency by design, paper scenario (the article's workload)")
@@ -323,7 +286,7 @@ def fig_step_cdf(run: RunData) -> Figure | None:
         clocks = ", ".join(sorted({c[2] for c in curves}))
         notes.append(f"{regime}: {counts} per line;\n  clocks: {clocks}")
     axes[0].set_ylabel("fraction of steps ≤ x")
-    order = [i for i in IMPL_ORDER if i in shown] + [i for i in shown if i not in IMPL_ORDER]
+    order = ordered(shown)
     axes[-1].legend(handles=[shown[i] for i in order], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1),
                     frameon=False)
     _note(axes[-1], "\n".join(notes))
@@ -332,18 +295,16 @@ def fig_step_cdf(run: RunData) -> Figure | None:
 
 def fig_cpu_concurrency(run: RunData) -> Figure | None:
     """Computed CPU share at 2,000 steps/s against the number of running sequences (concurrency sweep)."""
-    sweep = {}
-    for scenario in dict.fromkeys(run.df.scenario):
-        match = re.fullmatch(r"concurrency-(\d+)", str(scenario))
-        if match:
-            sweep[int(match.group(1))] = scenario
+    sweep = {}  # running sequences -> scenario, from the rows' seqs column
+    rows = run.df[(run.df.metric == "cpu_share_pct") & run.df.seqs.notna()]
+    for scenario, seqs in zip(rows.scenario, rows.seqs, strict=True):
+        if matches(str(scenario), (SWEEP,)):
+            sweep[int(seqs)] = scenario
     lines = []
     rate = DEFAULT_RATE
     for regime in REGIMES:
         impls = list(dict.fromkeys(i for s in sweep.values() for i in run.impls(s, "cpu_share_pct", regime)))
-        for impl in IMPL_ORDER + sorted(set(impls) - set(IMPL_ORDER)):
-            if impl not in impls:
-                continue
+        for impl in ordered(impls):
             pts = [(n, run.value(sweep[n], impl, regime, "cpu_share_pct")) for n in sorted(sweep)]
             pts = [(n, v) for n, v in pts if not math.isnan(v) and v > 0]
             if pts:
@@ -527,11 +488,32 @@ def _cache_bytes(text: str) -> float:
     return float(match.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[match.group(2)]
 
 
+def _idwidth_panel(ax: Axes, run: RunData, metric: str, states: list[str], dtypes: list[str]) -> set[int]:
+    """Bars of ``metric`` per table state and id width; returns the call counts the bars are medians of."""
+    width = 0.8 / len(dtypes)
+    calls: set[int] = set()
+    for s, state in enumerate(states):
+        for d, dtype in enumerate(dtypes):
+            regime = f"{dtype}/{state}" if state else dtype
+            x = s - 0.4 + width * (d + 0.5)
+            v = run.value(PAPER, "flat", regime, metric)
+            row = run.get(PAPER, "flat", regime, metric)
+            if math.isnan(v):
+                if row is not None:
+                    _word_at(ax, x, _status_word(row, run.meta))
+                continue
+            ax.bar(x, v, width, color=DTYPE_COLORS[dtype])
+            text = f"{v:.3g}" if metric == "idwidth_lookup_ns" else _human_bytes(v)
+            ax.text(x, v, text, ha="center", va="bottom", fontsize=6.5)
+            calls.update(n for n in [_reps_of(row)] if n)
+    return calls
+
+
 def fig_idwidth(run: RunData) -> Figure | None:
     """Block-id width: lookup time, bytes per sequence and whole-table bytes for uint16 / int32 / int64."""
     sel = run.df[(run.df.scenario == PAPER) & (run.df.metric == "idwidth_lookup_ns")]
     if sel.empty:
-        log.warning("idwidth: no idwidth_lookup_ns rows (harness.idwidth.idwidth_rows not run)")
+        log.warning("idwidth: no idwidth_lookup_ns rows (harness.studies.idwidth.idwidth_rows not run)")
         return None
     cases = [str(r).split("/", 1) for r in dict.fromkeys(sel.regime)]
     dtypes = [d for d in DTYPE_COLORS if any(c[0] == d for c in cases)]
@@ -540,31 +522,15 @@ def fig_idwidth(run: RunData) -> Figure | None:
         return None
     states = list(dict.fromkeys(c[1] if len(c) > 1 else "" for c in cases))
     fig, axes = _new_figure(12, 4.4, 1, 3)
-    width = 0.8 / len(dtypes)
-    how = ""
+    calls: set[int] = set()
     for ax, metric, ylabel in ((axes[0], "idwidth_lookup_ns", "time per lookup (ns)"),
                                (axes[2], "idwidth_table_bytes", "whole table (bytes, log scale)")):
-        for s, state in enumerate(states):
-            for d, dtype in enumerate(dtypes):
-                regime = f"{dtype}/{state}" if state else dtype
-                x = s - 0.4 + width * (d + 0.5)
-                v = run.value(PAPER, "flat", regime, metric)
-                row = run.get(PAPER, "flat", regime, metric)
-                if math.isnan(v):
-                    if row is not None:
-                        _word_at(ax, x, _status_word(row, run.meta))
-                    continue
-                ax.bar(x, v, width, color=DTYPE_COLORS[dtype])
-                text = f"{v:.3g}" if metric == "idwidth_lookup_ns" else _human_bytes(v)
-                ax.text(x, v, text, ha="center", va="bottom", fontsize=6.5)
-                if metric == "idwidth_lookup_ns" and row is not None:
-                    how = str(row["how"])
+        calls |= _idwidth_panel(ax, run, metric, states, dtypes)
         ax.set_xticks(range(len(states)), [_state_label(run, st) for st in states], fontsize=7.5)
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", which="both", alpha=0.25)
-    match = re.search(r"median of (\d+) calls", how)
-    calls = f", median of {match.group(1)} calls" if match else ""
-    axes[0].set_title(f"batched lookup (newest token -> slot){calls}", fontsize=9.5)
+    median_of = f", median of {'/'.join(map(str, sorted(calls)))} calls" if calls else ""
+    axes[0].set_title(f"batched lookup (newest token -> slot){median_of}", fontsize=9.5)
     axes[0].set_ylim(0, axes[0].get_ylim()[1] * 1.12)
     axes[2].set_title("table size vs caches", fontsize=9.5)
     axes[2].set_yscale("log")
@@ -597,9 +563,10 @@ def _human_bytes(v: float) -> str:
 
 
 def _state_label(run: RunData, state: str) -> str:
+    """``state`` with the table rows it covers (the rows' ``seqs`` column)."""
     sel = run.df[(run.df.metric == "idwidth_table_bytes") & run.df.regime.astype(str).str.endswith("/" + state)]
-    match = re.search(r"(\d+) sequences x (\d+) blocks", str(sel.how.iloc[0])) if len(sel) else None
-    return f"{state}\n{int(match.group(1)):,} seqs x {match.group(2)} blocks" if match else state
+    seqs = sel.seqs.dropna()
+    return f"{state}\n{int(seqs.iloc[0]):,} sequences" if len(seqs) else state
 
 
 def fig_paper_vs_article(run: RunData) -> Figure | None:

@@ -21,20 +21,15 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from impls import REGISTRY, UNAVAILABLE
-from scenarios import SCENARIOS, Trace, generate, load, save
-from scenarios.scheduler import GENERATOR_VERSION
-from scenarios.trace import FORMAT_VERSION, content_digest
-
-from . import clock, metadata
-from .allocations import count_allocations, nrt_allocations
-from .drivers import (
+from harness.counters.allocations import allocations_per_step
+from harness.measure import clock
+from harness.measure.drivers import (
     Prepared,
     StepTimes,
     compiled_driver,
@@ -43,17 +38,17 @@ from .drivers import (
     run_interpreted,
     step_runner,
 )
-from .metrics import Work, timing_rows
-from .paced import paced_run
-from .replay import REGIMES, ReplayError, check_end_state
-from .results import RESULTS_DIR, Row, new_run_dir, point_latest, write_json, write_rows
+from harness.measure.matrix import REGIMES, ScenarioPlan, plan_scenario
+from harness.measure.metrics import Work, timing_rows
+from harness.measure.paced import paced_run
+from harness.measure.replay import ReplayError, check_end_state
+from harness.output import metadata
+from harness.output.results import RESULTS_DIR, Row, new_run_dir, point_latest, write_json, write_rows
+from impls import REGISTRY, UNAVAILABLE
+from scenarios import SCENARIOS, Trace, generate, load, save
+from scenarios.scheduler import GENERATOR_VERSION
+from scenarios.trace import FORMAT_VERSION, content_digest
 
-DESIGNS = ("dict", "list", "flat")
-TWINS = ("dict-jit", "list-jit")
-PAPER = "paper"
-QUICK_OVERRIDES = {"azure-code": {"duration_s": 60.0}, "mooncake": {"duration_s": 30.0}}
-QUICK_STEPS = 200
-SWEEP_STEPS = 500
 ALLOC_STEPS = 20  # steps counted for allocations per step (after warm-up)
 WARM_STEPS = 5
 
@@ -77,29 +72,7 @@ class RunConfig:
     progress: bool = True
 
 
-def default_cells(scenario: str, impls: Iterable[str], regimes: Iterable[str]) -> list[tuple[str, str]]:
-    """The default matrix policy for one scenario (explicit --impl/--scenario lists bypass it)."""
-    cells = []
-    for impl in impls:
-        for regime in regimes:
-            if impl in DESIGNS or (impl in TWINS and (regime == "batched" or scenario == PAPER)) or (
-                impl not in DESIGNS + TWINS and scenario == PAPER
-            ):
-                cells.append((impl, regime))
-    return cells
-
-
-
 # -- traces ---------------------------------------------------------------------------------------------
-def scenario_overrides(name: str, quick: bool) -> dict:
-    """Parameters the bench sets on top of a scenario's defaults."""
-    if quick:
-        return dict(QUICK_OVERRIDES.get(name, {"steps": QUICK_STEPS}))
-    if name.startswith("concurrency-"):
-        return {"steps": SWEEP_STEPS}
-    return {}
-
-
 def cached_trace(name: str, overrides: dict, cache_dir: Path) -> tuple[Trace, float]:
     """Generate a scenario's trace, or read it from the cache (keyed by scenario, parameters and format)."""
     params = SCENARIOS[name].params(overrides)
@@ -122,18 +95,23 @@ class ScenarioBench:
     """Measures every cell of one trace."""
 
     def __init__(self, name: str, trace: Trace, cells: list[tuple[str, str]], cfg: RunConfig, calib: dict,
-                 drivers: dict, tick: Callable[[str], None]) -> None:
-        self.name, self.trace, self.cells, self.cfg, self.calib = name, trace, cells, cfg, calib
+                 drivers: dict, tick: Callable[[str], None], classes: dict[str, type] | None = None) -> None:
+        self.name, self.trace, self.cells, self.cfg, self.calib = name, trace, list(cells), cfg, calib
         self.prep = Prepared.from_trace(trace)
         self.work = Work.of(self.prep)
         self.drivers = drivers  # impl -> compiled driver, shared across scenarios (compiled once)
+        self.classes = classes if classes is not None else REGISTRY
         self.tick = tick
         self.rows: list[Row] = []
         self.raw: dict[tuple[str, str], dict] = {}
         self.last_mgr: dict[tuple[str, str], object] = {}
 
     def compiled(self, impl: str, regime: str) -> bool:
-        return regime == "batched" and REGISTRY[impl].kernels is not None and clock.tsc_usable()
+        return regime == "batched" and self.kernels(impl) is not None and clock.tsc_usable()
+
+    def kernels(self, impl: str):
+        """The design's compiled kernels (see :class:`impls.compiled.Kernels`), None for interpreted ones."""
+        return getattr(self.classes[impl], "kernels", None)
 
     def row(self, impl: str, regime: str, metric: str, value: float, unit: str, source: str, how: str = "",
             status: str = "ok") -> None:
@@ -141,7 +119,7 @@ class ScenarioBench:
 
     def warm_up(self, impl: str, regime: str) -> None:
         """First calls (Numba cache load or compile) on a scratch manager, outside every timed region."""
-        cls = REGISTRY[impl]
+        cls = self.classes[impl]
         t0 = time.perf_counter()
         mgr = cls(**self.trace.config)
         steps = min(WARM_STEPS, self.prep.num_steps)
@@ -155,11 +133,11 @@ class ScenarioBench:
         else:
             step_runner(self.prep, mgr, regime)(0, steps)
             what = "first steps from Python (Numba cache load where compiled)"
-        if cls.kernels is not None:
+        if self.kernels(impl) is not None:
             self.row(impl, regime, "compile_s", time.perf_counter() - t0, "s", "wall clock", what)
 
     def replay(self, impl: str, regime: str, detail: bool) -> StepTimes:
-        mgr = REGISTRY[impl](**self.trace.config)
+        mgr = self.classes[impl](**self.trace.config)
         gc.collect()
         gc.freeze()  # collections triggered by the replay's own allocations scan only what it creates
         try:
@@ -181,7 +159,7 @@ class ScenarioBench:
         """A cell that disagreed with the trace: one ``failed`` row, and no figure from it anywhere."""
         self.rows.append(Row(self.name, cell[0], cell[1], "correctness", float("nan"), "", "trace check", "failed",
                              f"{type(exc).__name__}: {exc}"))
-        self.cells.remove(cell)
+        self.cells = [c for c in self.cells if c != cell]  # our own list: the caller's plan is left as it was
 
     def measure_timings(self) -> None:
         for cell in list(self.cells):
@@ -225,32 +203,28 @@ class ScenarioBench:
                          status="unavailable")
 
     def measure_allocations(self) -> None:
-        """Allocation events per step over ALLOC_STEPS steps, minus the same call path over zero steps.
-
-        Each counter gets a fresh manager advanced (uncounted) to the same step, so both see the same work.
-        """
+        """Allocation events per step over ALLOC_STEPS steps (see :func:`allocations_per_step`), on a fresh
+        manager advanced (uncounted) to the region's first step."""
         lo = min(WARM_STEPS, max(0, self.prep.num_steps - ALLOC_STEPS))
         hi = min(self.prep.num_steps, lo + ALLOC_STEPS)
         for impl, regime in self.cells:
             compiled = self.compiled(impl, regime)
             path = "compiled replay loop" if compiled else f"Python driver, {regime}"
-            for metric, counter, source in (("allocs_per_step", count_allocations, "memray"),
-                                            ("nrt_allocs_per_step", nrt_allocations, "nrt-stats")):
-                mgr = REGISTRY[impl](**self.trace.config)
-                run = (compiled_step_runner(self.prep, mgr, self.drivers[impl]) if compiled
+            mgr = self.classes[impl](**self.trace.config)
+            advance = (compiled_step_runner(self.prep, mgr, self.drivers[impl]) if compiled
                        else step_runner(self.prep, mgr, regime))
-                run(0, lo)
-                counter(lambda run=run: run(lo, lo), 1)  # the counter's own first-use allocations
-                empty = counter(lambda run=run: run(lo, lo), 1)
-                events = counter(lambda run=run: run(lo, hi), 1)
-                self.row(impl, regime, metric, (events - empty) / max(1, hi - lo), "allocs/step", source,
-                         f"steps {lo}-{hi} via the {path}, minus the same call over zero steps")
+            advance(0, lo)
+            counts = allocations_per_step(advance, lo, hi)
+            for metric, value, source in (("allocs_per_step", counts[0], "memray"),
+                                          ("nrt_allocs_per_step", counts[1], "nrt-stats")):
+                self.rows.append(Row(self.name, impl, regime, metric, value, "allocs/step", source, how=(
+                    f"steps {lo}-{hi} via the {path}, minus the same call over zero steps"), steps=hi - lo))
             self.tick(f"{self.name} {impl} {regime} allocations")
 
     def measure_paced(self) -> None:
         rate = self.trace.header["params"].get("step_rate", 2000)
         for impl, regime in self.cells:
-            cls = REGISTRY[impl]
+            cls = self.classes[impl]
             result = paced_run(self.prep, lambda cls=cls: cls(**self.trace.config), regime, rate)
             how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), thread CPU time "
                    f"minus an idle paced run; compiled designs pay one dispatch per call")
@@ -260,58 +234,150 @@ class ScenarioBench:
             self.tick(f"{self.name} {impl} {regime} paced")
 
 
-def run(cfg: RunConfig, argv: list[str] | None = None) -> Path:
-    """Run the matrix; returns the run directory (also pointed to by ``results/latest``)."""
-    from tqdm import tqdm
 
-    unknown = [i for i in cfg.impls if i not in REGISTRY and i not in UNAVAILABLE]
-    if unknown:
-        raise ValueError(f"unknown implementation(s) {unknown}; known: {', '.join([*REGISTRY, *UNAVAILABLE])}")
+STUDY_FLAGS = {"allocations": "allocations", "paced": "paced", "l1d": "l1d", "table_copy": "table_copy"}
+
+
+def enabled_studies(cfg: RunConfig) -> list[str]:
+    """The studies this configuration runs (each ``--no-X`` flag switches one off; id width always runs)."""
+    return ["idwidth", *(study for study, flag in STUDY_FLAGS.items() if getattr(cfg, flag))]
+
+
+def resolve_impls(cfg: RunConfig) -> tuple[dict[str, type], dict[str, str]]:
+    """(name -> class to run, name -> why it is skipped) for the configuration's implementations."""
+    from impls.registry import PluginError, load_plugin
+
+    if len(set(cfg.impls)) != len(cfg.impls):
+        raise ValueError(f"--impl names an implementation twice: {','.join(cfg.impls)}")
+    classes: dict[str, type] = {}
+    for name in cfg.impls or list(REGISTRY):
+        if name in REGISTRY:
+            classes[name] = REGISTRY[name]
+        elif name not in UNAVAILABLE:
+            try:
+                classes[name] = load_plugin(name)
+            except PluginError as exc:
+                raise ValueError(f"{exc}; built in: {', '.join([*REGISTRY, *UNAVAILABLE])}") from None
+    skipped = {i: UNAVAILABLE[i] for i in (cfg.impls or UNAVAILABLE) if i in UNAVAILABLE}
+    return classes, skipped
+
+
+def check_config(cfg: RunConfig) -> None:
+    """Refuse a configuration before anything is created: unknown scenarios or regimes, bad counts."""
     bad = [s for s in cfg.scenarios if s not in SCENARIOS]
     if bad:
         raise ValueError(f"unknown scenario(s) {bad}; see `kvblock-bench scenarios`")
     bad = [r for r in cfg.regimes if r not in REGIMES]
-    if bad:
-        raise ValueError(f"unknown regime(s) {bad}; choose from {', '.join(REGIMES)}")
+    if bad or not cfg.regimes:
+        raise ValueError(f"unknown regime(s) {bad or cfg.regimes}; choose from {', '.join(REGIMES)}")
+    if cfg.reps < 1:
+        raise ValueError(f"--reps must be at least 1, got {cfg.reps}")
+    if cfg.trace_file and cfg.scenarios:
+        raise ValueError("give --scenario or --trace, not both")
+
+
+def build_plan(cfg: RunConfig, impls: list[str]) -> list[tuple[ScenarioPlan, Trace | None]]:
+    """The run's scenarios in order, each with its cells and studies (and the trace, for --trace)."""
     explicit = bool(cfg.scenarios or cfg.impls or cfg.trace_file)
-    impls = [i for i in (cfg.impls or list(REGISTRY)) if i in REGISTRY]
-    skipped_impls = {i: UNAVAILABLE[i] for i in (cfg.impls or UNAVAILABLE) if i in UNAVAILABLE}
-
-    run_dir = new_run_dir(cfg.root, cfg.label or ("quick" if cfg.quick else ""))
-    calib = {
-        "python_timer_ns": clock.python_timer_overhead_ns(),
-        "compiled_timer_ns": clock.compiled_timer_overhead_ns() if clock.tsc_usable() else None,
-        "tsc_ns_per_tick": clock.ns_per_tick() if clock.tsc_usable() else None,
-    }
-    meta = {**metadata.collect(argv), "config": {k: str(v) for k, v in vars(cfg).items()}, "calibration": calib,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "complete": False, "skipped_impls": skipped_impls}
-    write_json(run_dir / "meta.json", meta)
-    point_latest(run_dir)
-
-    plan: list[tuple[str, Trace | None, dict]] = []
+    studies = enabled_studies(cfg)
     if cfg.trace_file:
-        plan.append(("trace:" + Path(cfg.trace_file).name, load(cfg.trace_file), {}))
-    else:
-        for name in cfg.scenarios or list(SCENARIOS):
-            plan.append((name, None, scenario_overrides(name, cfg.quick)))
+        trace = load(cfg.trace_file)  # refused here, before any run folder exists
+        name = "trace:" + Path(cfg.trace_file).name
+        return [(plan_scenario(name, impls, cfg.regimes, explicit=True, quick=cfg.quick, enabled=studies), trace)]
+    return [(plan_scenario(name, impls, cfg.regimes, explicit=explicit, quick=cfg.quick, enabled=studies), None)
+            for name in cfg.scenarios or list(SCENARIOS)]
 
+
+class RunWriter:
+    """The run folder, created when the first figure is ready; ``latest`` moves to it only once it has rows."""
+
+    def __init__(self, cfg: RunConfig, meta: dict) -> None:
+        self.cfg, self.meta = cfg, meta
+        self.run_dir: Path | None = None
+        self.rows: list[Row] = []
+
+    def folder(self) -> Path:
+        if self.run_dir is None:
+            self.run_dir = new_run_dir(self.cfg.root, self.cfg.label or ("quick" if self.cfg.quick else ""))
+            write_json(self.run_dir / "meta.json", self.meta)
+        return self.run_dir
+
+    def add(self, rows: list[Row], raw: dict[str, object] | None = None) -> None:
+        """Keep ``rows`` (and raw files by relative path) and rewrite results.csv, atomically."""
+        run_dir = self.folder()
+        for rel, obj in (raw or {}).items():
+            write_json(run_dir / rel, obj, compress=True)
+        self.rows += rows
+        write_rows(run_dir / "results.csv", self.rows)
+        if self.rows:
+            point_latest(run_dir)
+
+    def finish(self, **fields: object) -> None:
+        self.meta.update(fields, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        if self.run_dir is not None:
+            write_json(self.run_dir / "meta.json", self.meta)
+
+
+def measure_scenario(plan: ScenarioPlan, trace: Trace, cfg: RunConfig, shared: dict, tick) -> tuple[list[Row], dict]:
+    """Every figure of one scenario: timed cells, then its studies. Returns (rows, raw files)."""
+    bench = ScenarioBench(plan.scenario, trace, plan.cells, cfg, shared["calib"], shared["drivers"], tick,
+                          shared["classes"])
+    bench.measure_timings()
+    if "allocations" in plan.studies:
+        bench.measure_allocations()
+    if "paced" in plan.studies:
+        bench.measure_paced()
+    raw = {f"raw/{plan.scenario}/{impl}__{regime}.json.gz": data for (impl, regime), data in bench.raw.items()}
+    rows = bench.rows + run_studies(plan, trace, bench.cells, cfg, tick, raw)
+    return rows, raw
+
+
+def run_studies(plan: ScenarioPlan, trace: Trace, cells: list[tuple[str, str]], cfg: RunConfig, tick,
+                raw: dict) -> list[Row]:
+    """The scenario's studies that need their own processes or machinery (L1D, id width, table copies)."""
     rows: list[Row] = []
-    drivers: dict = {}
-    seen: dict[str, str] = {}
-    cache_dir = cfg.root / ".trace-cache"
-    def cells_of(name: str) -> list[tuple[str, str]]:
-        return (default_cells(name, impls, cfg.regimes) if not explicit
-                else [(i, r) for i in impls for r in cfg.regimes])
+    if "l1d" in plan.studies:
+        from harness.counters.l1d import l1d_rows
 
-    def counts_allocations(name: str) -> bool:
-        return cfg.allocations and (name == PAPER or not cfg.quick)
+        rows += l1d_rows(plan.scenario, trace, cells, quick=cfg.quick)
+        tick(f"{plan.scenario} L1D")
+    if "idwidth" in plan.studies:
+        from harness.studies.idwidth import idwidth_rows
 
-    def copies_tables(name: str) -> bool:
-        return cfg.table_copy and (name == PAPER or (name.startswith("concurrency-") and not cfg.quick))
+        rows += idwidth_rows(trace, scenario=plan.scenario)
+        tick(f"{plan.scenario} id width")
+    if "table_copy" in plan.studies:
+        from harness.studies.table_copy import measure as measure_table_copy
 
-    total = sum(len(cells_of(n)) * (cfg.reps + counts_allocations(n) + (cfg.paced and n == PAPER))
-                + (n == PAPER) * (cfg.l1d + 1) + copies_tables(n)
-                for n, _, _ in plan)
+        copy_rows, copy_raw = measure_table_copy(trace)
+        rows += copy_rows
+        raw[f"raw/{plan.scenario}/flat__table-copy.json.gz"] = copy_raw
+        tick(f"{plan.scenario} table copy")
+    return rows
+
+
+def _calibrate() -> dict:
+    usable = clock.tsc_usable()
+    return {
+        "python_timer_ns": clock.python_timer_overhead_ns(),
+        "compiled_timer_ns": clock.compiled_timer_overhead_ns() if usable else None,
+        "tsc_ns_per_tick": clock.ns_per_tick() if usable else None,
+    }
+
+
+def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
+    """Run the matrix; returns the run directory (also pointed to by ``results/latest``), None if nothing ran."""
+    from tqdm import tqdm
+
+    check_config(cfg)
+    classes, skipped = resolve_impls(cfg)
+    plan = build_plan(cfg, list(classes))
+    shared = {"calib": _calibrate(), "drivers": {}, "classes": classes}
+    meta = {**metadata.collect(argv, classes), "config": {k: str(v) for k, v in vars(cfg).items()},
+            "calibration": shared["calib"], "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "complete": False,
+            "skipped_impls": skipped, "plan": [vars(p) for p, _ in plan]}
+    writer = RunWriter(cfg, meta)
+    total = sum(p.units(cfg.reps) for p, _ in plan)
     bar = tqdm(total=total, desc="kvblock-bench", unit="cell", disable=not cfg.progress, file=sys.stderr)
 
     def tick(what: str) -> None:
@@ -319,66 +385,39 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path:
         bar.update(1)
 
     try:
-        for name, trace, overrides in plan:
-            if trace is None:
-                trace, gen_s = cached_trace(name, overrides, cache_dir)
-                rows.append(Row(name, "-", "-", "trace_s", gen_s, "s", "wall clock",
-                                how="generate (or load from the trace cache) the scenario's trace"))
-            checksum = content_digest(trace)
-            if checksum in seen:  # the same trace twice (concurrency-256 is paper): measure once, say so
-                rows += [Row(name, r.impl, r.regime, r.metric, r.value, r.unit, r.source, r.status,
-                             f"{r.how}; same trace as {seen[checksum]}")
-                         for r in rows if r.scenario == seen[checksum] and r.metric != "trace_s"]
-                write_rows(run_dir / "results.csv", rows)
-                continue
-            seen[checksum] = name
-            cells = cells_of(name)
-            bench = ScenarioBench(name, trace, cells, cfg, calib, drivers, tick)
-            bench.measure_timings()
-            if counts_allocations(name):
-                bench.measure_allocations()
-            if cfg.paced and name == PAPER:
-                bench.measure_paced()
-            rows += bench.rows
-            for (impl, regime), raw in bench.raw.items():
-                write_json(run_dir / "raw" / name / f"{impl}__{regime}.json.gz", raw, compress=True)
-            write_rows(run_dir / "results.csv", rows)
-            if name == PAPER or name.startswith("trace:"):
-                rows += extra_measurements(name, trace, cells, cfg, tick)
-                write_rows(run_dir / "results.csv", rows)
-            if copies_tables(name):
-                from .table_copy import measure as measure_table_copy
-
-                copy_rows, copy_raw = measure_table_copy(trace)
-                rows += copy_rows
-                write_json(run_dir / "raw" / name / "flat__table-copy.json.gz", copy_raw, compress=True)
-                write_rows(run_dir / "results.csv", rows)
-                tick(f"{name} table copy")
-        meta["complete"] = True
+        _run_plan(plan, cfg, shared, writer, tick)
+        writer.finish(complete=True)
     except KeyboardInterrupt:
-        meta["interrupted"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        print(f"\ninterrupted: {run_dir} keeps every finished scenario", file=sys.stderr)
+        writer.finish(interrupted=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        where = writer.run_dir or "no run folder (nothing had finished)"
+        print(f"\ninterrupted: {where} keeps every finished scenario", file=sys.stderr)
+        raise
+    except BaseException:
+        writer.finish()
         raise
     finally:
         bar.close()
-        meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        write_json(run_dir / "meta.json", meta)
-        write_rows(run_dir / "results.csv", rows)
-    return run_dir
+    return writer.run_dir
 
 
-def extra_measurements(name: str, trace: Trace, cells: list[tuple[str, str]], cfg: RunConfig,
-                       tick: Callable[[str], None]) -> list[Row]:
-    """Counters that need their own process (L1D misses, instructions) and the table-copy study."""
-    rows: list[Row] = []
-    if cfg.l1d:
-        from .l1d import l1d_rows
-
-        rows += l1d_rows(name, trace, cells, quick=cfg.quick)
-        tick(f"{name} L1D")
-    if name == PAPER:
-        from .idwidth import idwidth_rows
-
-        rows += idwidth_rows(trace)
-        tick(f"{name} id width")
-    return rows
+def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, shared: dict, writer: RunWriter,
+              tick) -> None:
+    seen: dict[str, str] = {}  # trace content digest -> the scenario that measured it
+    cache_dir = cfg.root / ".trace-cache"
+    for scenario_plan, given in plan:
+        name = scenario_plan.scenario
+        trace, trace_rows = given, []
+        if trace is None:
+            trace, gen_s = cached_trace(name, scenario_plan.overrides, cache_dir)
+            trace_rows = [Row(name, "-", "-", "trace_s", gen_s, "s", "wall clock",
+                              how="generate (or load from the trace cache) the scenario's trace")]
+        checksum = content_digest(trace)
+        if checksum in seen:  # the same trace twice (concurrency-256 is paper): measure once, say so
+            writer.add(trace_rows + [replace(r, scenario=name, how=f"{r.how}; same trace as {seen[checksum]}")
+                                     for r in writer.rows if r.scenario == seen[checksum] and r.metric != "trace_s"])
+            for _ in range(scenario_plan.units(cfg.reps)):  # its share of the bar is done
+                tick(f"{name}: same trace as {seen[checksum]}")
+            continue
+        seen[checksum] = name
+        rows, raw = measure_scenario(scenario_plan, trace, cfg, shared, tick)
+        writer.add(trace_rows + rows, raw)

@@ -10,12 +10,15 @@ import sys
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 
-from .perfcounters import perf_status
+from harness.counters.perf import perf_status
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(cmd: list[str]) -> str:
+def _run(cmd: list[str], cwd: Path | None = None) -> str:
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False).stdout.strip()
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False,
+                              cwd=cwd).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -57,9 +60,25 @@ def versions() -> dict[str, str]:
 
 
 def git_commit() -> str:
-    commit = _run(["git", "rev-parse", "--short=12", "HEAD"]) or "unknown"
-    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
+    """The commit of the kvblock-bench checkout this code runs from (not of the current directory), with
+    ``-dirty`` when tracked files differ; "not a git checkout" for an installed package."""
+    if not (PROJECT_ROOT / ".git").exists():
+        return "not a git checkout"
+    commit = _run(["git", "rev-parse", "--short=12", "HEAD"], PROJECT_ROOT) or "unknown"
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], PROJECT_ROOT)
     return commit + ("-dirty" if dirty else "")
+
+
+def impl_versions(classes: dict[str, type]) -> dict[str, str]:
+    """For each implementation, its module and the version of the distribution that provides it."""
+    dists = importlib_metadata.packages_distributions()
+    out = {}
+    for name, cls in classes.items():
+        top = cls.__module__.split(".")[0]
+        found = dists.get(top, [])
+        version = importlib_metadata.version(found[0]) if found else "not an installed distribution"
+        out[name] = f"{cls.__module__}.{cls.__qualname__} ({found[0] if found else top} {version})"
+    return out
 
 
 def perf_event_paranoid() -> str:
@@ -69,10 +88,11 @@ def perf_event_paranoid() -> str:
         return "unavailable"
 
 
-def collect(argv: list[str] | None = None) -> dict:
+def collect(argv: list[str] | None = None, classes: dict[str, type] | None = None) -> dict:
     """Everything about this machine and this invocation that a run records in ``meta.json``."""
     pmu, pmu_reason = perf_status()
     return {
+        "impls": impl_versions(classes or {}),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "caches": cache_sizes(),

@@ -4,13 +4,13 @@
 hi)``, which replays steps ``[lo, hi)`` through that cell's call path:
 
 - ``per-call``: one contract call per pool operation, ``append_slot`` per decoding sequence, then
-  ``last_slot`` per sequence for the slot mapping (as :func:`harness.drivers.run_interpreted` does);
+  ``last_slot`` per sequence for the slot mapping (as :func:`harness.measure.drivers.run_interpreted` does);
 - ``batched``, interpreted design: pool operations per call, then one ``decode_step`` per step;
 - ``batched``, compiled design: one call into the compiled replay loop of
-  :func:`harness.drivers.compiled_driver` (``detail=False``: two clock reads per step), which Numba loads
+  :func:`harness.measure.drivers.compiled_driver` (``detail=False``: two clock reads per step), which Numba loads
   from its cache.
 
-Run as ``python -m harness.callgrind_region`` (by :mod:`harness.callgrind`, natively first and then under
+Run as ``python -m harness.counters.regions`` (by :mod:`harness.counters.callgrind`, natively first and then under
 callgrind), it measures each cell's region and an empty region, bracketed by client requests.
 """
 
@@ -33,15 +33,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from harness.counters.allocations import QUICKEN_CALLS
+from harness.measure.drivers import Prepared, compiled_driver, compiled_step_runner, step_runner
+from harness.measure.replay import REGIMES, ReplayError
 from impls import REGISTRY
 from scenarios import load
 
-from .drivers import Prepared, compiled_driver, compiled_step_runner, step_runner
-from .replay import REGIMES, ReplayError
-
 Advance = Callable[[int, int], None]
-# Empty advances before a region so that Python's specialising interpreter has settled on the call path.
-_QUICKEN_CALLS = 10
 
 def prepare_cell(prep: Prepared, impl: str, regime: str) -> tuple[object, Advance, np.ndarray]:
     """A fresh manager for the trace's config, its ``advance(lo, hi)``, and the per-step CoW counts it fills."""
@@ -113,7 +111,7 @@ def measure_cell(regions: Regions, prep: Prepared, impl: str, regime: str, warm:
     _, advance, cows = prepare_cell(prep, impl, regime)
     start, end = warm - cache_warm, warm + steps
     advance(0, start)  # compiles or loads the call path, and brings the manager to the region's state
-    for _ in range(_QUICKEN_CALLS):
+    for _ in range(QUICKEN_CALLS):
         advance(start, start)
     label, empty_label = f"{impl}|{regime}|{steps}".encode(), f"{impl}|{regime}|0".encode()
     gc.collect()
@@ -134,7 +132,7 @@ def compiled_here() -> list[str]:
     """Cached Numba functions of the project that this process compiled instead of loading from the cache."""
     from numba.core.registry import CPUDispatcher
 
-    from .drivers import _DRIVERS
+    from harness.measure.drivers import _DRIVERS
 
     found = [(f"replay loop of {module}", drive) for module, drive in _DRIVERS.items()]
     for name, module in list(sys.modules.items()):

@@ -11,25 +11,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from .results import read_json, resolve_run
+from harness.output.rundata import RunData
+from impls import registry
 
-PAPER_CSV = Path(__file__).resolve().parent / "data" / "paper_table.csv"
-DESIGN_ROWS = [("A", "dict", "hash map per sequence"), ("B", "list", "growable list per sequence"),
-               ("C", "flat", "flat table + free stack"), ("A'", "dict-jit", "A compiled (typed.Dict)"),
-               ("B'", "list-jit", "B compiled (doubling arrays)")]
-ENGINES = ["vllm-v1", "nano-vllm", "sglang"]
+PAPER_CSV = Path(__file__).resolve().parents[1] / "data" / "paper_table.csv"
+# The article's designs and their compiled twins: the rows of the paper table, in the registry's order.
+DESIGN_ROLES = ("design", "twin")
+ENGINE_ROLES = ("contender", "native", "plugin")
 REGIME_TITLES = {
     "batched": "Batched regime: one decode step per call (compiled designs: the whole step compiled)",
     "per-call": "Per-call regime: one contract call per operation from Python (compiled designs pay dispatch)",
 }
-
-
-def load_run(run: str | Path | None = None) -> tuple[Path, pd.DataFrame, dict]:
-    """(run directory, results as a DataFrame, meta) for a run id, a path, or None for the latest run."""
-    run_dir = resolve_run(run)
-    df = pd.read_csv(run_dir / "results.csv", keep_default_na=False, na_values=[""])
-    meta = read_json(run_dir / "meta.json") if (run_dir / "meta.json").exists() else {}
-    return run_dir, df, meta
 
 
 def article_table() -> pd.DataFrame:
@@ -46,16 +38,24 @@ def _fmt(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
-def _get(df: pd.DataFrame, scenario: str, impl: str, regime: str, metric: str) -> tuple[float, str, str]:
-    """(value, source, status) of one figure; NaN and 'missing' when the run has no such row."""
-    sel = df[(df.scenario == scenario) & (df.impl == impl) & (df.regime == regime) & (df.metric == metric)]
-    if sel.empty:
+def _get(run: RunData, scenario: str, impl: str, regime: str, metric: str) -> tuple[float, str, str]:
+    """(value, source, status) of one figure; NaN and 'missing' when the run has no such row. The source
+    names the other instruments' rows too (e.g. "callgrind-sim (perf: unsupported)")."""
+    row = run.get(scenario, impl, regime, metric)
+    if row is None:
         return math.nan, "", "missing"
-    ok = sel[sel.status == "ok"]  # a measured fallback (callgrind-sim) wins over the unsupported primary (perf)
-    row = (ok if len(ok) else sel).iloc[0]
-    others = [f"{r.source}: {r.status}" for r in sel.itertuples() if r.Index != row.name]
-    source = str(row.source) + (f" ({'; '.join(others)})" if others else "")
-    return float(row.value), source, str(row.status)
+    sel = run.df[(run.df.scenario == scenario) & (run.df.impl == impl) & (run.df.regime == regime)
+                 & (run.df.metric == metric)]
+    others = [f"{r.source}: {r.status}" for r in sel.itertuples() if r.source != row["source"]]
+    source = str(row["source"]) + (f" ({'; '.join(others)})" if others else "")
+    return run.value(scenario, impl, regime, metric), source, str(row["status"])
+
+
+def _rows_of(run: RunData, roles: tuple[str, ...]) -> list[registry.Impl]:
+    """Registry records (plug-ins too) of ``roles`` that the run has rows of, in the registry's order."""
+    present = list(dict.fromkeys(run.df.impl))
+    recs = [registry.record(i) for i in registry.names() + [i for i in present if i not in registry.BY_NAME]]
+    return [r for r in recs if r.role in roles and r.name in present]
 
 
 def machine_line(meta: dict) -> str:
@@ -64,11 +64,11 @@ def machine_line(meta: dict) -> str:
             f"PMU: {meta.get('pmu', '?')}; commit {meta.get('git_commit', '?')}")
 
 
-def paper_table(df: pd.DataFrame, meta: dict, scenario: str = "paper") -> str:
+def paper_table(run: RunData, scenario: str = "paper") -> str:
     """The article's table, each cell measured next to the article's figure, ratios to C in the same run."""
     art = article_table()
     out = [f"# The article's table, reproduced on the `{scenario}` scenario", "",
-           f"Machine: {machine_line(meta)}.", "",
+           f"Machine: {machine_line(run.meta)}.", "",
            "Each cell: our figure, its ratio to C (flat) measured in the same run, then the article's figure "
            "and its ratio to C. Lookup: ns per lookup (newest token -> block and slot). Alloc/free: ns per "
            "block taken by `allocate` or released by `free`. CPU share: block-manager CPU per second at 2,000 "
@@ -77,42 +77,50 @@ def paper_table(df: pd.DataFrame, meta: dict, scenario: str = "paper") -> str:
            "cheap accesses (an interpreter), so misses and instructions per sequence-step follow. The article's "
            "figures are C++; ours are Python and Numba on the machine above.", ""]
     for regime in ("batched", "per-call"):
-        c = {m: _get(df, scenario, "flat", regime, m)[0]
-             for m in ("lookup_ns", "alloc_free_ns", "cpu_share_pct", "l1d_miss_pct")}
         out += [f"## {REGIME_TITLES[regime]}", "",
                 "| design | impl | lookup ns | article | alloc/free ns | article | CPU share % (computed) "
                 "| CPU % (observed) | article | L1D miss % | source | article | L1D misses/seq-step | instr/seq-step |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for label, impl, desc in DESIGN_ROWS:
-            if not (df.impl == impl).any():
-                continue
-            scheme = label[0]
-            a = art.loc[scheme] if scheme in art.index else None
-            ac = art.loc["C"]
-            cells = [f"{label} {desc}", f"`{impl}`"]
-            for metric, col in (("lookup_ns", "lookup_ns_per_step"), ("alloc_free_ns", "alloc_free_ns_per_block"),
-                                ("cpu_share_pct", "cpu_share_pct_at_2000_steps_s")):
-                v = _get(df, scenario, impl, regime, metric)[0]
-                ratio = v / c[metric] if c[metric] and not math.isnan(c[metric]) else math.nan
-                cells.append(f"{_fmt(v)} ({_fmt(ratio, 2)}×)")
-                if metric == "cpu_share_pct":
-                    cells.append(_fmt(_get(df, scenario, impl, regime, "cpu_share_observed_pct")[0]))
-                article = "" if a is None or label.endswith("'") else (
-                    f"{'<' if a.bound == 'upper' else '~' if a.bound == 'approx' else ''}{_fmt(a[col])} "
-                    f"({_fmt(a[col] / ac[col], 2)}×)")
-                cells.append(article)
-            v, source, status = _get(df, scenario, impl, regime, "l1d_miss_pct")
-            cells += [_fmt(v) if status == "ok" else status, source,
-                      "" if a is None or label.endswith("'") else f"~{_fmt(a.l1d_miss_pct)}",
-                      _fmt(_get(df, scenario, impl, regime, "l1d_misses_per_seq_step")[0]),
-                      _fmt(_get(df, scenario, impl, regime, "instructions_per_seq_step")[0])]
-            out.append("| " + " | ".join(cells) + " |")
+        out += [_paper_row(run, scenario, regime, rec, art) for rec in _rows_of(run, DESIGN_ROLES)]
         out.append("")
-    out += _perf_note(df, scenario)
+    out += _perf_note(run, scenario)
     return "\n".join(out) + "\n"
 
 
-def _perf_note(df: pd.DataFrame, scenario: str) -> list[str]:
+ARTICLE_COLUMNS = (("lookup_ns", "lookup_ns_per_step"), ("alloc_free_ns", "alloc_free_ns_per_block"),
+                   ("cpu_share_pct", "cpu_share_pct_at_2000_steps_s"))
+
+
+def _article_cell(art: pd.DataFrame, rec: registry.Impl, column: str) -> str:
+    """The article's figure and its ratio to C, for the article's own designs only."""
+    if not rec.compares_with_article or rec.letter not in art.index:
+        return ""
+    a, c = art.loc[rec.letter], art.loc["C"]
+    bound = {"upper": "<", "approx": "~"}.get(a.bound, "")
+    return f"{bound}{_fmt(a[column])} ({_fmt(a[column] / c[column], 2)}×)"
+
+
+def _paper_row(run: RunData, scenario: str, regime: str, rec: registry.Impl, art: pd.DataFrame) -> str:
+    """One design's row of the paper table: each figure with its ratio to flat, beside the article's."""
+    cells = [f"{rec.label} {rec.description}", f"`{rec.name}`"]
+    for metric, column in ARTICLE_COLUMNS:
+        v = _get(run, scenario, rec.name, regime, metric)[0]
+        base = _get(run, scenario, "flat", regime, metric)[0]
+        ratio = v / base if base and not math.isnan(base) else math.nan
+        cells.append(f"{_fmt(v)} ({_fmt(ratio, 2)}×)")
+        if metric == "cpu_share_pct":
+            cells.append(_fmt(_get(run, scenario, rec.name, regime, "cpu_share_observed_pct")[0]))
+        cells.append(_article_cell(art, rec, column))
+    v, source, status = _get(run, scenario, rec.name, regime, "l1d_miss_pct")
+    article_l1d = f"~{_fmt(art.loc[rec.letter].l1d_miss_pct)}" if _article_cell(art, rec, "l1d_miss_pct") else ""
+    cells += [_fmt(v) if status == "ok" else status, source, article_l1d,
+              _fmt(_get(run, scenario, rec.name, regime, "l1d_misses_per_seq_step")[0]),
+              _fmt(_get(run, scenario, rec.name, regime, "instructions_per_seq_step")[0])]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _perf_note(run: RunData, scenario: str) -> list[str]:
+    df = run.df
     l1d = df[(df.scenario == scenario) & (df.metric == "l1d_miss_pct")]
     hows = sorted(set(l1d.how.dropna()) - {""})
     return ["L1D sources: " + "; ".join(hows), ""] if hows else []
@@ -123,30 +131,31 @@ SUMMARY_METRICS = [("seq_step_ns", "ns/seq-step"), ("step_p99_ns", "p99 step ns"
                    ("cpu_share_pct", "CPU %")]
 
 
-def scenario_summary(df: pd.DataFrame, meta: dict) -> str:
+def scenario_summary(run: RunData) -> str:
     """One table per scenario: every cell's main figures and its slowdown against batched flat."""
-    out = ["# Per-scenario summary", "", f"Machine: {machine_line(meta)}.", "",
+    out = ["# Per-scenario summary", "", f"Machine: {machine_line(run.meta)}.", "",
            "×flat: seq-step time relative to batched `flat` in the same run (higher is slower).", ""]
+    df = run.df
     for scenario in dict.fromkeys(df.scenario):
         sub = df[df.scenario == scenario]
         cells = sub[sub.metric == "seq_step_ns"][["impl", "regime"]].drop_duplicates()
         if cells.empty:
             continue
-        base = _get(df, scenario, "flat", "batched", "seq_step_ns")[0]
+        base = _get(run, scenario, "flat", "batched", "seq_step_ns")[0]
         out += [f"## {scenario}", "", "| impl | regime | " + " | ".join(h for _, h in SUMMARY_METRICS) + " | ×flat |",
                 "|---|---|" + "---|" * (len(SUMMARY_METRICS) + 1)]
         for impl, regime in cells.itertuples(index=False):
-            vals = [_fmt(_get(df, scenario, impl, regime, m)[0]) for m, _ in SUMMARY_METRICS]
-            step = _get(df, scenario, impl, regime, "seq_step_ns")[0]
+            vals = [_fmt(_get(run, scenario, impl, regime, m)[0]) for m, _ in SUMMARY_METRICS]
+            step = _get(run, scenario, impl, regime, "seq_step_ns")[0]
             out.append(f"| `{impl}` | {regime} | " + " | ".join(vals) + f" | {_fmt(step / base, 3)} |")
         out.append("")
     return "\n".join(out) + "\n"
 
 
-def engines_section(df: pd.DataFrame, scenario: str = "paper") -> str:
+def engines_section(run: RunData, scenario: str = "paper") -> str:
     """Engine-style contenders (as engines run them: per call) beside batched flat, ratios in one run."""
-    flat = _get(df, scenario, "flat", "batched", "seq_step_ns")[0]
-    present = [e for e in ENGINES if (df.impl == e).any()]
+    flat = _get(run, scenario, "flat", "batched", "seq_step_ns")[0]
+    present = [r.name for r in _rows_of(run, ENGINE_ROLES)]
     if not present or math.isnan(flat):
         return ""
     out = [f"# Engines: contenders modelled on real engines, `{scenario}` scenario", "",
@@ -156,17 +165,18 @@ def engines_section(df: pd.DataFrame, scenario: str = "paper") -> str:
            "|---|---|---|---|---|---|---|"]
     for impl in [*present, "flat"]:
         for regime in ("per-call", "batched"):
-            v = _get(df, scenario, impl, regime, "seq_step_ns")[0]
+            v = _get(run, scenario, impl, regime, "seq_step_ns")[0]
             if math.isnan(v):
                 continue
-            out.append(f"| `{impl}` | {regime} | {_fmt(v)} | {_fmt(_get(df, scenario, impl, regime, 'lookup_ns')[0])} "
-                       f"| {_fmt(_get(df, scenario, impl, regime, 'alloc_free_ns')[0])} "
-                       f"| {_fmt(_get(df, scenario, impl, regime, 'allocs_per_step')[0])} | {_fmt(v / flat, 3)} |")
+            out.append(f"| `{impl}` | {regime} | {_fmt(v)} | {_fmt(_get(run, scenario, impl, regime, 'lookup_ns')[0])} "
+                       f"| {_fmt(_get(run, scenario, impl, regime, 'alloc_free_ns')[0])} "
+                       f"| {_fmt(_get(run, scenario, impl, regime, 'allocs_per_step')[0])} | {_fmt(v / flat, 3)} |")
     return "\n".join(out) + "\n"
 
 
-def table_copy_section(df: pd.DataFrame) -> str:
+def table_copy_section(run: RunData) -> str:
     """Rule 3: per step, the cost of getting the block tables to the device, per variant and scenario."""
+    df = run.df
     sub = df[df.metric.isin(["table_copy_ns", "table_copy_ns_per_seq", "table_copy_bytes", "table_copy_device_ns"])]
     if sub.empty or not (sub.status == "ok").any():
         reasons = sorted(set(sub.how)) if not sub.empty else []
@@ -177,7 +187,7 @@ def table_copy_section(df: pd.DataFrame) -> str:
            "| scenario | variant | host ns/step | host ns/seq | bytes/step | device ns/step |",
            "|---|---|---|---|---|---|"]
     for (scenario, variant), _ in sub.groupby(["scenario", "regime"], sort=False):
-        vals = [_get(df, scenario, "flat", variant, m) for m in
+        vals = [_get(run, scenario, "flat", variant, m) for m in
                 ("table_copy_ns", "table_copy_ns_per_seq", "table_copy_bytes", "table_copy_device_ns")]
         cells = [_fmt(v) if st == "ok" else st for v, _src, st in vals]
         out.append(f"| {scenario} | {variant} | " + " | ".join(cells) + " |")
@@ -186,32 +196,31 @@ def table_copy_section(df: pd.DataFrame) -> str:
 
 def write_reports(run: str | Path | None = None) -> Path:
     """Write ``paper_table.md`` and ``summary.md`` into the run directory; returns it."""
-    from .results import atomic_write_text
+    from harness.output.results import atomic_write_text
 
-    run_dir, df, meta = load_run(run)
-    paper = paper_table(df, meta) if (df.scenario == "paper").any() else "# No `paper` scenario in this run\n"
-    engines = engines_section(df)
-    copies = table_copy_section(df)
-    atomic_write_text(run_dir / "paper_table.md", paper + ("\n" + engines if engines else "") + "\n" + copies)
-    atomic_write_text(run_dir / "summary.md", scenario_summary(df, meta))
-    return run_dir
+    data = RunData.load(run)
+    paper = paper_table(data) if data.has("paper") else "# No `paper` scenario in this run\n"
+    engines = engines_section(data)
+    copies = table_copy_section(data)
+    atomic_write_text(data.run_dir / "paper_table.md", paper + ("\n" + engines if engines else "") + "\n" + copies)
+    atomic_write_text(data.run_dir / "summary.md", scenario_summary(data))
+    return data.run_dir
 
 
 def console_summary(run: str | Path | None = None) -> str:
     """A concise text for the end of a run: the paper table's main cells and where the reports are."""
-    run_dir, df, meta = load_run(run)
-    lines = [f"run: {run_dir}", f"machine: {machine_line(meta)}"]
-    if (df.scenario == "paper").any():
+    data = run if isinstance(run, RunData) else RunData.load(run)
+    run_dir, df = data.run_dir, data.df
+    lines = [f"run: {run_dir}", f"machine: {machine_line(data.meta)}"]
+    if data.has("paper"):
         lines.append("paper scenario, ns per sequence-step (lookup ns | alloc/free ns per block | CPU % at 2,000/s):")
         for regime in ("batched", "per-call"):
-            for _, impl, _ in DESIGN_ROWS + [("", e, "") for e in ENGINES]:
-                v = _get(df, "paper", impl, regime, "seq_step_ns")[0]
-                if math.isnan(v):
-                    continue
-                lookup = _get(df, "paper", impl, regime, "lookup_ns")[0]
-                af = _get(df, "paper", impl, regime, "alloc_free_ns")[0]
-                cpu = _get(df, "paper", impl, regime, "cpu_share_pct")[0]
+            for impl in data.impls("paper", "seq_step_ns", regime):
+                v, lookup, af, cpu = (data.value("paper", impl, regime, m) for m in
+                                      ("seq_step_ns", "lookup_ns", "alloc_free_ns", "cpu_share_pct"))
                 lines.append(f"  {regime:9s} {impl:10s} {_fmt(v):>8s}   ({_fmt(lookup)} | {_fmt(af)} | {_fmt(cpu)})")
+    if not data.meta.get("complete", True):
+        lines.append("INCOMPLETE run (interrupted or failed): only the scenarios it finished have figures")
     failed = df[df.status == "failed"]
     if len(failed):
         lines.append(f"{len(failed)} figure(s) FAILED: see results.csv (status column)")

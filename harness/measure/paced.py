@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .drivers import Prepared, step_runner
+from harness.measure.drivers import Prepared, step_runner
 
 
 @dataclass

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .drivers import KINDS, StepTimes
-from .results import Row
+from harness.measure.drivers import KINDS, StepTimes
+from harness.output.results import Row
 
 _K = {name: i for i, name in enumerate(KINDS)}
 
@@ -38,6 +38,7 @@ class Work:
     steps: int
     blocks_allocated: int
     blocks_freed: int
+    running: int = 0  # most sequences running in one step (the scenario's concurrency)
 
     @classmethod
     def of(cls, prep) -> Work:
@@ -47,6 +48,7 @@ class Work:
             steps=trace.num_steps,
             blocks_allocated=int(prep.op_blocks[trace.op == 1].sum()),
             blocks_freed=int(prep.op_blocks[trace.op == 3].sum()),
+            running=int(trace.running_per_step().max(initial=0)),
         )
 
 
@@ -74,10 +76,11 @@ def timing_rows(
     reps = len(step_samples)
     how = f"{how}; median of {reps} rep(s)"
 
-    def row(metric: str, value: float | None, unit: str, note: str = "") -> Row:
+    def row(metric: str, value: float | None, unit: str, note: str = "", rate: float | None = None) -> Row:
         if value is None:
             return Row(scenario, impl, regime, metric, float("nan"), unit, clock, "skipped", note)
-        return Row(scenario, impl, regime, metric, value, unit, clock, "ok", f"{how}{'; ' + note if note else ''}")
+        return Row(scenario, impl, regime, metric, value, unit, clock, "ok", f"{how}{'; ' + note if note else ''}",
+                   reps=reps, steps=work.steps, step_rate=rate, seqs=work.running)
 
     def kind_total(s: StepTimes, *kinds: str) -> float:
         return float(sum(s.ns[:, _K[k]].sum() for k in kinds))
@@ -90,7 +93,7 @@ def timing_rows(
         row("step_max_ns", _median(step_samples, lambda s: float(s.step_ns.max())), "ns"),
         row("step_mean_ns", mean_step, "ns"),
         row("cpu_share_pct", mean_step * step_rate / 1e9 * 100, "%",
-            f"computed: mean step time x {step_rate:g} steps/s"),
+            f"computed: mean step time x {step_rate:g} steps/s", rate=step_rate),
         row("lookup_ns", _median(detail_samples, lambda s: kind_total(s, "lookup") / work.seq_steps), "ns",
             "per lookup"),
     ]

@@ -5,7 +5,7 @@ the machine's load: it is the figure a CI gate can rest on. Counting is switched
 with client requests (``harness/valgrind_region.c``, compiled here with gcc and loaded by the region script
 through ctypes); importing NumPy and Numba under full instrumentation would cost half a minute per process.
 
-One valgrind process measures many (implementation, regime) cells of one trace (:mod:`harness.callgrind_region`
+One valgrind process measures many (implementation, regime) cells of one trace (:mod:`harness.counters.regions`
 is the script it runs). For each cell the region covers steps ``[warm, warm + steps)`` and is followed by an
 empty region (the same call path over zero steps); a cell's figure is the region minus the empty region, so
 the cost of the call path into the region (ctypes, a Numba dispatch) is not charged to the data structure.
@@ -34,7 +34,8 @@ from functools import cache
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
-_REPO = _HERE.parent
+_HARNESS = _HERE.parent
+_REPO = _HARNESS.parent
 _C_SOURCE = _HERE / "valgrind_region.c"
 
 # (size in bytes, associativity, line size) of the simulated caches: a recent server core's L1s (48 KiB
@@ -160,8 +161,8 @@ def numba_cache_dir() -> Path:
     """
     import numba
 
-    sources = [*(_REPO / "impls").glob("*.py"), _HERE / "callgrind_region.py", _HERE / "clock.py",
-               _HERE / "drivers.py"]
+    sources = [*(_REPO / "impls").rglob("*.py"), _HERE / "regions.py", _HARNESS / "measure" / "clock.py",
+               _HARNESS / "measure" / "drivers.py"]
     key = _digest(sources, numba.__version__, sys.version, platform.machine())
     return build_dir() / f"numba-{key}"
 
@@ -221,8 +222,8 @@ def valgrind_command(out_file: Path, cache_sim: bool) -> list[str]:
 
 def region_args(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int, cache_warm: int,
                 lib: Path) -> list[str]:
-    """Command line of :mod:`harness.callgrind_region` for these cells."""
-    args = [sys.executable, "-m", "harness.callgrind_region", "--trace", str(trace_path), "--lib", str(lib),
+    """Command line of :mod:`harness.counters.regions` for these cells."""
+    args = [sys.executable, "-m", "harness.counters.regions", "--trace", str(trace_path), "--lib", str(lib),
             "--warm", str(warm_steps), "--steps", str(steps), "--cache-warm", str(cache_warm)]
     for impl, regime in cells:
         args += ["--cell", impl, regime]
@@ -264,10 +265,9 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> None
 def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int) -> list[int]:
     """Sequences decoding in each measured step; raises ValueError for an unknown cell or a range the trace
     does not hold, before any process starts."""
+    from harness.measure.replay import REGIMES
     from impls import REGISTRY, UNAVAILABLE
     from scenarios import load
-
-    from .replay import REGIMES
 
     for impl, regime in cells:
         if impl not in REGISTRY:

@@ -12,7 +12,7 @@ Two drivers, one result shape (:class:`StepTimes`, nanoseconds per step and per 
   With ``detail=False`` it times each step as one region (the step-time figures); with ``detail=True`` it
   times each operation (the per-block and per-lookup figures). Ticks are converted with the calibrated TSC.
 
-Every replay reports its copy-on-write count per step; :func:`harness.runner` checks them and the end state.
+Every replay reports its copy-on-write count per step; :func:`harness.measure.runner` checks them and the end state.
 """
 
 from __future__ import annotations
@@ -25,11 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from harness.measure.clock import ns_per_tick, ticks
+from harness.measure.replay import ReplayError, apply_pool_op
 from impls.contract import blocks_for
 from scenarios.trace import ALLOCATE, CAN_ALLOCATE, FORK, FREE, Trace
-
-from .clock import ns_per_tick, ticks
-from .replay import ReplayError, apply_pool_op
 
 KINDS = ("alloc", "free", "other", "decode", "lookup")  # "other": can_allocate and fork
 _ALLOC, _FREE, _OTHER, _DECODE, _LOOKUP = range(5)
@@ -104,7 +103,9 @@ class StepTimes:
     clock: str
 
 
-def run_interpreted(prep: Prepared, mgr, regime: str) -> StepTimes:
+# One flat loop on purpose: this is the timed driver, and a helper call per operation would put interpreter
+# work between the timer reads of every region.
+def run_interpreted(prep: Prepared, mgr, regime: str) -> StepTimes:  # noqa: C901
     """Time a replay issued from Python (both regimes, every implementation)."""
     perf = time.perf_counter_ns
     op, a0, a1 = prep.op, prep.a0, prep.a1
@@ -225,7 +226,9 @@ def compiled_step_runner(prep: Prepared, mgr, drive, cows: np.ndarray | None = N
 _k_can = _k_alloc = _k_fork = _k_free = _k_step = _k_lookup = None
 
 
-def _replay_loop(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out, ticks_out, cows_out,
+# One function on purpose: Numba compiles it as the whole-step replay, and splitting it would add calls (and
+# reference counting of array arguments) to the measured step.
+def _replay_loop(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out, ticks_out, cows_out,  # noqa: C901
                  detail):
     t0 = 0
     for s in range(decode_offsets.shape[0]):

@@ -17,7 +17,7 @@ figure is the median call / (reps x sequences). The first call of each dtype (Nu
 is timed apart (``idwidth_compile_s``). Every dtype's slots are checked against the design's own ``lookup``
 before anything is timed.
 
-Rows (:class:`harness.results.Row`): scenario ``paper``, impl ``flat``, regime ``<dtype>/<state>`` (e.g.
+Rows (:class:`harness.output.results.Row`): scenario ``paper``, impl ``flat``, regime ``<dtype>/<state>`` (e.g.
 ``uint16/paper``, ``int64/large``); metrics ``idwidth_lookup_ns`` (per lookup), ``table_bytes_per_seq``
 (itemsize x max_blocks_per_seq), ``idwidth_table_bytes`` (the whole table) and, on the ``paper`` state rows,
 ``idwidth_compile_s`` (the first call of each dtype).
@@ -31,12 +31,11 @@ import time
 import numpy as np
 from numba import njit
 
+from harness.measure.drivers import Prepared, step_runner
+from harness.measure.replay import apply_pool_op
+from harness.output.results import Row
 from impls.flat import FlatBlockManager
 from scenarios import Trace, generate
-
-from .drivers import Prepared, step_runner
-from .replay import apply_pool_op
-from .results import Row
 
 DTYPES = (np.uint16, np.int32, np.int64)
 STEPS = 200
@@ -155,11 +154,11 @@ def idwidth_rows(trace: Trace | None = None, scenario: str = "paper", steps: int
                f"{case['reps']} passes per call, median of {len(case['ns'])} calls")
         rows += [
             Row(scenario, "flat", regime, "idwidth_lookup_ns", statistics.median(case["ns"]), "ns", SOURCE,
-                how=how + "; per lookup"),
+                how=how + "; per lookup", reps=len(case["ns"]), seqs=case["seqs"]),
             Row(scenario, "flat", regime, "table_bytes_per_seq", case["itemsize"] * case["max_blocks_per_seq"], "B",
                 "dtype itemsize", how=f"{case['itemsize']} B x {case['max_blocks_per_seq']} blocks per row"),
             Row(scenario, "flat", regime, "idwidth_table_bytes", case["table_bytes"], "B", "dtype itemsize",
-                how=f"whole table: {state}"),
+                how=f"whole table: {state}", seqs=case["seqs"]),
         ]
         if case["compile_s"] is not None:
             rows.append(Row(scenario, "flat", regime, "idwidth_compile_s", case["compile_s"], "s", "wall clock",

@@ -50,3 +50,34 @@ def nrt_allocations(fn: Callable[[], object], repeat: int) -> int:
     for _ in range(repeat):
         fn()
     return rtsys.get_allocation_stats().alloc - before
+
+
+QUICKEN_CALLS = 10  # empty calls first, so that Python's specialising interpreter has settled on the call path
+
+
+def count_both(fn: Callable[[], object]) -> tuple[int, int]:
+    """memray events and Numba runtime allocations of one call of ``fn``, counted together."""
+    nrt = 0
+
+    def counted() -> None:
+        nonlocal nrt
+        nrt = nrt_allocations(fn, 1)
+
+    return count_allocations(counted, 1), nrt
+
+
+def allocations_per_step(advance: Callable[[int, int], object], lo: int, hi: int) -> tuple[float, float]:
+    """Allocations per step (memray, Numba runtime) of ``advance(lo, hi)``, less the same call over no step.
+
+    The one protocol every allocation figure uses: ``advance(lo, hi)`` replays steps ``[lo, hi)`` of a
+    manager already brought to step ``lo``; empty calls settle the call path, one more pays the counters'
+    own first-use allocations, then the region and an empty region are counted, each in one pass of both
+    counters. The difference is what the steps themselves allocate.
+    """
+    for _ in range(QUICKEN_CALLS):
+        advance(lo, lo)
+    count_both(lambda: advance(lo, lo))
+    region = count_both(lambda: advance(lo, hi))
+    empty = count_both(lambda: advance(hi, hi))
+    steps = max(1, hi - lo)
+    return (region[0] - empty[0]) / steps, (region[1] - empty[1]) / steps

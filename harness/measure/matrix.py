@@ -1,0 +1,123 @@
+"""What a run measures, as data: which implementations and regimes on which scenario, and which studies.
+
+The default matrix keeps ``make bench`` near ten minutes on two cores. It is the tables below, read by the
+runner, by the progress bar's total and by the documentation (``kvblock-bench run --help`` prints
+:func:`describe`); nothing else decides what runs. Naming scenarios, implementations or a trace file on the
+command line replaces :data:`CELL_RULES` by "exactly what was named", while the studies keep their rules.
+``--quick`` replays short traces once and keeps the studies to ``paper``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from impls import registry
+
+REGIMES = ("per-call", "batched")
+PAPER = "paper"
+ALL = "*"  # every scenario
+SWEEP = "concurrency-*"  # the concurrency sweep
+TRACE = "trace:*"  # a trace file given with --trace
+
+
+@dataclass(frozen=True)
+class CellRule:
+    """Implementations of ``roles`` run in ``regimes`` on the scenarios matching ``scenarios``."""
+
+    roles: tuple[str, ...]
+    regimes: tuple[str, ...]
+    scenarios: tuple[str, ...] = (ALL,)
+
+
+# The article's designs everywhere in both regimes; the compiled twins batched everywhere and per call on the
+# paper workload; engines, natives and plug-ins on the paper workload.
+CELL_RULES: tuple[CellRule, ...] = (
+    CellRule(("design",), REGIMES),
+    CellRule(("twin",), ("batched",)),
+    CellRule(("twin",), ("per-call",), (PAPER,)),
+    CellRule(("contender", "native", "plugin"), REGIMES, (PAPER,)),
+)
+
+
+@dataclass(frozen=True)
+class Study:
+    """A measurement beyond the timed replays, on the scenarios matching ``scenarios`` (``quick``: in --quick)."""
+
+    name: str
+    scenarios: tuple[str, ...]
+    quick: tuple[str, ...]
+    per_cell: bool  # one progress unit per cell (else one per scenario)
+    what: str
+
+
+STUDIES: tuple[Study, ...] = (
+    Study("allocations", (ALL,), (PAPER,), True, "allocation events per step (memray, Numba runtime)"),
+    Study("paced", (PAPER,), (PAPER,), True, "open-loop paced run at the step rate: observed CPU share"),
+    Study("l1d", (PAPER, TRACE), (), False, "L1D misses and instructions (perf, else callgrind simulation)"),
+    Study("idwidth", (PAPER,), (PAPER,), False, "block-id width: uint16 / int32 / int64 lookups"),
+    Study("table_copy", (PAPER, SWEEP), (PAPER,), False, "rule 3: block tables to the device, per variant"),
+)
+
+# Parameters set on top of a scenario's defaults.
+SWEEP_STEPS = 500
+QUICK_STEPS = 200
+QUICK_OVERRIDES = {"azure-code": {"duration_s": 60.0}, "mooncake": {"duration_s": 30.0}}
+
+
+def matches(scenario: str, patterns: Iterable[str]) -> bool:
+    """``scenario`` matches one of ``patterns`` (a name, ``*``, or a prefix ending in ``*``)."""
+    return any(p == scenario or (p.endswith("*") and scenario.startswith(p[:-1])) for p in patterns)
+
+
+def overrides(scenario: str, quick: bool) -> dict:
+    """Scenario parameters the bench sets on top of the scenario's defaults."""
+    if quick:
+        return dict(QUICK_OVERRIDES.get(scenario, {"steps": QUICK_STEPS}))
+    if matches(scenario, (SWEEP,)):
+        return {"steps": SWEEP_STEPS}
+    return {}
+
+
+def default_cells(scenario: str, impls: Sequence[str], regimes: Sequence[str]) -> list[tuple[str, str]]:
+    """The (impl, regime) cells the default matrix measures on ``scenario``, in registry-then-regime order."""
+    return [(impl, regime) for impl in impls for regime in regimes
+            if any(registry.record(impl).role in rule.roles and regime in rule.regimes
+                   and matches(scenario, rule.scenarios) for rule in CELL_RULES)]
+
+
+@dataclass
+class ScenarioPlan:
+    """Everything one scenario of a run measures."""
+
+    scenario: str
+    overrides: dict
+    cells: list[tuple[str, str]]
+    studies: list[str] = field(default_factory=list)
+
+    def units(self, reps: int) -> int:
+        """Progress units: one per cell and repetition, one per cell of per-cell studies, one per other study."""
+        by_name = {s.name: s for s in STUDIES}
+        return len(self.cells) * reps + sum(len(self.cells) if by_name[s].per_cell else 1 for s in self.studies)
+
+
+def plan_scenario(scenario: str, impls: Sequence[str], regimes: Sequence[str], *, explicit: bool, quick: bool,
+                  enabled: Iterable[str]) -> ScenarioPlan:
+    """The plan of one scenario: its cells (all named ones when ``explicit``) and its enabled studies."""
+    cells = [(i, r) for i in impls for r in regimes] if explicit else default_cells(scenario, impls, regimes)
+    wanted = set(enabled)
+    studies = [s.name for s in STUDIES
+               if s.name in wanted and matches(scenario, s.quick if quick else s.scenarios)]
+    return ScenarioPlan(scenario, overrides(scenario, quick), cells, studies)
+
+
+def describe() -> str:
+    """The default matrix in words (for ``--help`` and the docs)."""
+    lines = ["default matrix (cells):"]
+    for rule in CELL_RULES:
+        where = "every scenario" if rule.scenarios == (ALL,) else ", ".join(rule.scenarios)
+        lines.append(f"  {'/'.join(rule.roles)}: {', '.join(rule.regimes)} on {where}")
+    lines.append("studies (scenarios; in --quick):")
+    for s in STUDIES:
+        lines.append(f"  {s.name}: {', '.join(s.scenarios)}; {', '.join(s.quick) or 'none'} -- {s.what}")
+    return "\n".join(lines)

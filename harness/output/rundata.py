@@ -1,0 +1,109 @@
+"""One finished (or interrupted) run as reports, figures and notebooks read it.
+
+:class:`RunData` loads ``results.csv`` (through :func:`harness.output.results.read_rows`, which refuses files
+it cannot trust), ``meta.json`` and, on demand, ``raw/``. Where a run holds two rows for the same figure from
+different instruments (perf unsupported, callgrind's simulation measured), the measured one is the figure:
+that rule lives here, in :meth:`RunData.load`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from harness.output.results import COLUMNS, read_json, read_rows, resolve_run
+from impls import registry
+
+log = logging.getLogger(__name__)
+
+REGIMES = ("batched", "per-call")  # the order reports and figures show them in
+IMPL_ORDER = registry.names()
+
+
+def ordered(impls) -> list[str]:
+    """``impls`` in the registry's order, unknown (plug-in) names last in their given order."""
+    found = list(dict.fromkeys(impls))
+    return [i for i in IMPL_ORDER if i in found] + [i for i in found if i not in IMPL_ORDER]
+
+
+@dataclass
+class RunData:
+    """A run: its directory, its rows as a DataFrame (columns :data:`COLUMNS`), its metadata."""
+
+    run_dir: Path
+    df: pd.DataFrame
+    meta: dict
+    index: dict[tuple[str, str, str, str], dict] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, run: Path | str | None = None, root: Path | None = None) -> RunData:
+        """A run directory, a run id under ``root`` (default ``results/``), or None for the latest run."""
+        run_dir = resolve_run(run, root) if root is not None else resolve_run(run)
+        rows = read_rows(run_dir / "results.csv")
+        df = pd.DataFrame([asdict(r) for r in rows], columns=COLUMNS)
+        meta_path = run_dir / "meta.json"
+        meta = read_json(meta_path) if meta_path.exists() else {}
+        index: dict[tuple[str, str, str, str], dict] = {}
+        for r in df.to_dict("records"):
+            key = (r["scenario"], r["impl"], r["regime"], r["metric"])
+            if key not in index or (r["status"] == "ok" and index[key]["status"] != "ok"):
+                index[key] = r  # a measured fallback (callgrind-sim) wins over an unsupported primary (perf)
+        return cls(Path(run_dir), df, meta if isinstance(meta, dict) else {}, index)
+
+    @property
+    def run_id(self) -> str:
+        """The run directory's name."""
+        return self.run_dir.name
+
+    def get(self, scenario: str, impl: str, regime: str, metric: str) -> dict | None:
+        """The row as a dict, or None when the run has no such figure."""
+        return self.index.get((scenario, impl, regime, metric))
+
+    def value(self, scenario: str, impl: str, regime: str, metric: str) -> float:
+        """The figure if it was measured (status ok, finite), else NaN."""
+        row = self.get(scenario, impl, regime, metric)
+        if row is None or row["status"] != "ok":
+            return math.nan
+        v = float(row["value"])
+        return v if math.isfinite(v) else math.nan
+
+    def has(self, scenario: str, impl: str | None = None) -> bool:
+        """Whether the run has any row of ``scenario`` (and of ``impl``, when given)."""
+        sel = self.df.scenario == scenario
+        if impl is not None:
+            sel &= self.df.impl == impl
+        return bool(sel.any())
+
+    def impls(self, scenario: str, metric: str, regime: str | None = None) -> list[str]:
+        """Implementations with a row of ``metric`` (any status), in the registry's order, unknown ones last."""
+        sel = self.df[(self.df.scenario == scenario) & (self.df.metric == metric)]
+        if regime is not None:
+            sel = sel[sel.regime == regime]
+        return ordered(sel.impl)
+
+    def regimes(self, scenario: str, metric: str) -> list[str]:
+        """Regimes with a row of ``metric`` in ``scenario`` (any status), batched first."""
+        found = set(self.df[(self.df.scenario == scenario) & (self.df.metric == metric)].regime)
+        return [r for r in REGIMES if r in found]
+
+    def raw(self, scenario: str, impl: str, regime: str) -> dict | None:
+        """A cell's raw samples (``clock``, ``step_ns``, ``kind_ns_totals``), or None if absent or unreadable."""
+        path = self.run_dir / "raw" / scenario / f"{impl}__{regime}.json.gz"
+        if not path.is_file():
+            return None
+        try:
+            data = read_json(path)
+        except (OSError, ValueError) as exc:
+            log.warning("unreadable raw file %s: %s", path, exc)
+            return None
+        return data if isinstance(data, dict) else None
+
+
+def load_run(run: str | Path | None = None) -> tuple[Path, pd.DataFrame, dict]:
+    """(run directory, results as a DataFrame, meta) for a run id, a path, or None for the latest run."""
+    data = RunData.load(run)
+    return data.run_dir, data.df, data.meta

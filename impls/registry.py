@@ -1,0 +1,118 @@
+"""Every implementation in one table: what it is, how it is shown, what it needs.
+
+One :class:`Impl` record per implementation is the only place its facts live; the runner, the reports, the
+figures, the gate, the command line and the tests all read them from here. Adding an implementation means
+writing its module and adding one record to :data:`RECORDS`.
+
+Roles:
+
+- ``design``: the article's designs A, B, C, as interpreted Python (``flat`` is compiled: its design *is* the
+  preallocated arrays and the kernels over them);
+- ``twin``: a compiled twin of design A or B, so that the batched regime compares data structures under
+  compilation, as the article's C++ did;
+- ``contender``: a model of a real engine's block manager;
+- ``native``: C++ builds of the article's designs (optional, see ``impls.native``);
+- ``plugin``: a user's implementation, loaded by ``package.module:Class`` or the ``kvblock_bench.impls``
+  entry-point group (see :func:`resolve`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib import metadata as importlib_metadata
+
+ROLES = ("design", "twin", "contender", "native", "plugin")
+ENTRY_POINT_GROUP = "kvblock_bench.impls"
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One implementation's facts. ``target`` is ``"module:Class"``; ``letter`` is the article's design."""
+
+    name: str
+    target: str
+    role: str
+    label: str
+    description: str
+    color: str
+    letter: str | None = None
+    needs: str = ""  # what to install when the module cannot be imported here
+
+    @property
+    def compares_with_article(self) -> bool:
+        """True for the article's own designs A, B, C (its figures sit beside theirs)."""
+        return self.role == "design" and self.letter is not None
+
+    def load(self) -> type:
+        """Import and return the class (``ImportError`` when a dependency is missing)."""
+        module, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+RECORDS: tuple[Impl, ...] = (
+    Impl("dict", "impls.dict_design:DictBlockManager", "design", "A dict", "hash map per sequence", "#1f77b4", "A"),
+    Impl("list", "impls.list_design:ListBlockManager", "design", "B list", "growable list per sequence", "#ff7f0e",
+         "B"),
+    Impl("flat", "impls.flat:FlatBlockManager", "design", "C flat", "flat table + free stack", "#2ca02c", "C"),
+    Impl("dict-jit", "impls.dict_jit:DictJitBlockManager", "twin", "A' dict-jit", "A compiled (typed.Dict)",
+         "#9ecae1", "A"),
+    Impl("list-jit", "impls.list_jit:ListJitBlockManager", "twin", "B' list-jit", "B compiled (doubling arrays)",
+         "#fdae6b", "B"),
+    Impl("vllm-v1", "impls.vllm_v1:VllmV1BlockManager", "contender", "vllm-v1",
+         "vLLM v1 block pool (intrusive free queue)", "#9467bd"),
+    Impl("nano-vllm", "impls.nano_vllm:NanoVllmBlockManager", "contender", "nano-vllm",
+         "nano-vllm block manager (deque of free ids)", "#8c564b"),
+    Impl("sglang", "impls.sglang:SGLangBlockManager", "contender", "sglang",
+         "SGLang page allocator (torch tensors)", "#e377c2", needs="needs torch: pip install -e '.[torch]'"),
+)
+
+BY_NAME: dict[str, Impl] = {r.name: r for r in RECORDS}
+
+
+def names(*roles: str) -> list[str]:
+    """Registered names with one of ``roles`` (all when none given), in the registry's order."""
+    return [r.name for r in RECORDS if not roles or r.role in roles]
+
+
+def record(name: str) -> Impl:
+    """The record of a registered name, or of a plug-in (a plain record with role ``plugin``)."""
+    if name in BY_NAME:
+        return BY_NAME[name]
+    return Impl(name, name, "plugin", name, "user implementation", "")
+
+
+def load_all() -> tuple[dict[str, type], dict[str, str]]:
+    """(name -> class for what imports here, name -> what to install for what does not)."""
+    classes: dict[str, type] = {}
+    missing: dict[str, str] = {}
+    for rec in RECORDS:
+        try:
+            classes[rec.name] = rec.load()
+        except ImportError as exc:
+            missing[rec.name] = rec.needs or f"cannot import {rec.target}: {exc}"
+    return classes, missing
+
+
+class PluginError(ValueError):
+    """An implementation named on the command line could not be loaded; the message says why."""
+
+
+def load_plugin(spec: str) -> type:
+    """The class named by ``package.module:Class`` or registered under the ``kvblock_bench.impls`` entry points."""
+    if ":" not in spec:
+        found = [ep for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]
+        if not found:
+            raise PluginError(f"unknown implementation {spec!r}: not registered, and not of the form "
+                              f"package.module:Class")
+        spec = found[0].value
+    module, _, attr = spec.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except ImportError as exc:
+        raise PluginError(f"implementation {spec!r}: cannot import {module!r} ({exc})") from None
+    except AttributeError:
+        raise PluginError(f"implementation {spec!r}: module {module!r} has no attribute {attr!r}") from None
+    if not isinstance(cls, type):
+        raise PluginError(f"implementation {spec!r}: {attr!r} is not a class")
+    return cls
