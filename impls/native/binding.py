@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..base import ManagerBase
-from ..contract import E_BUFFER, E_COUNT, E_INACTIVE, E_NO_BLOCKS, E_SEQ_RANGE, blocks_for, fork_culprit
+from ..contract import E_BUFFER, E_COUNT, E_INACTIVE, E_NO_BLOCKS, blocks_for, fork_culprit
 
 E_TRACE, E_OOM = -11, -12  # the native layer's own codes (see designs.cpp)
 KIND_DICT, KIND_LIST, KIND_FLAT = 0, 1, 2
@@ -301,6 +301,8 @@ def replay(mgr: NativeBlockManager, trace, detail: bool = False, lo: int = 0, hi
     apart (column ``lookup``, not part of the step). The replay continues from ``mgr``'s current state, so
     slices replayed one after another make the whole trace. A failure raises ``harness.replay.ReplayError``.
     """
+    if not isinstance(mgr, NativeBlockManager):
+        raise TypeError(f"replay needs a native manager, got {type(mgr).__name__}")
     t = prepare(trace)
     lo, hi = _slice(t.num_steps, lo, hi)
     steps, use_tsc = hi - lo, tsc_usable()
@@ -308,10 +310,10 @@ def replay(mgr: NativeBlockManager, trace, detail: bool = False, lo: int = 0, hi
     cows, allocs = np.zeros(steps, dtype=np.int64), np.zeros(steps, dtype=np.int64)
     cow_buf, slot_buf = np.zeros((t.max_batch, 2), dtype=np.int64), np.zeros(t.max_batch, dtype=np.int64)
     status = np.zeros(3, dtype=np.int64)
-    lib().kvb_replay(mgr._h, t.op.ctypes.data, t.a0.ctypes.data, t.a1.ctypes.data, len(t.op), t.step_offsets.ctypes.data,
-                     t.decode_offsets.ctypes.data, t.num_steps, lo, hi, int(bool(detail)), int(use_tsc),
-                     cow_buf.ctypes.data, slot_buf.ctypes.data, t.max_batch, ticks.ctypes.data, cows.ctypes.data,
-                     allocs.ctypes.data, steps, status.ctypes.data)
+    lib().kvb_replay(mgr._h, t.op.ctypes.data, t.a0.ctypes.data, t.a1.ctypes.data, len(t.op),
+                     t.step_offsets.ctypes.data, t.decode_offsets.ctypes.data, t.num_steps, lo, hi,
+                     int(bool(detail)), int(use_tsc), cow_buf.ctypes.data, slot_buf.ctypes.data, t.max_batch,
+                     ticks.ctypes.data, cows.ctypes.data, allocs.ctypes.data, steps, status.ctypes.data)
     if status[0]:
         from harness.replay import ReplayError
 
