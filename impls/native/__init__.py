@@ -1,7 +1,7 @@
 """The three designs in C++ (``cpp-dict``, ``cpp-list``, ``cpp-flat``) and a native replay driver.
 
 Importing this package builds ``designs.cpp`` with the system C++ compiler on first use (cached by digest,
-see :mod:`impls.native.build`) and loads it with ctypes. Without a compiler, or if the build fails, nothing
+see :mod:`impls.native.toolchain`) and loads it with ctypes. Without a compiler, or if the build fails, nothing
 raises: :data:`NATIVE` is empty and :data:`UNAVAILABLE_REASON` says why.
 
 - :data:`NATIVE`: name -> per-call wrapper class (the contract, one foreign call per operation: for tests and
@@ -29,7 +29,7 @@ from .binding import (
     replay,
     tsc_usable,
 )
-from .build import FLAGS, Build, BuildError, build
+from .toolchain import FLAGS, Build, BuildError, build
 
 NAMES = ("cpp-dict", "cpp-list", "cpp-flat")
 _CLASSES = {"cpp-dict": CppDictBlockManager, "cpp-list": CppListBlockManager, "cpp-flat": CppFlatBlockManager}
