@@ -248,6 +248,10 @@ def test_allocations_per_step(traces) -> None:
     assert native.alloc_count() - before == lst.allocs.sum()
 
 
+def test_timer_overhead_is_small_and_positive() -> None:
+    assert 0 < native.timer_overhead_ns(10_000) < 10_000
+
+
 # -- (d) the build cache ------------------------------------------------------------------------------------------
 def test_build_cache_compiles_once(tmp_path) -> None:
     source = tmp_path / "tiny.cpp"

@@ -27,6 +27,7 @@ from .binding import (
     ns_per_tick,
     prepare,
     replay,
+    timer_overhead_ns,
     tsc_usable,
 )
 from .toolchain import FLAGS, Build, BuildError, build
@@ -83,4 +84,5 @@ __all__ = [
     "ns_per_tick",
     "prepare",
     "replay",
+    "timer_overhead_ns",
 ]

@@ -50,6 +50,7 @@ _SIGNATURES = {  # name -> (restype, argtypes)
     "kvb_alloc_count": (_I64, []),
     "kvb_have_tsc": (_I64, []),
     "kvb_ns_per_tick": (_F64, []),
+    "kvb_empty_regions": (None, [_I64, _I64, _P]),
     "kvb_replay": (_I64, [_P, _P, _P, _P, _I64, _P, _P, _I64, _I64, _I64, _I64, _I64, _P, _P, _I64, _P, _P, _P,
                           _I64, _P]),
 }
@@ -57,8 +58,11 @@ ABI_VERSION = 1
 
 
 def load_library(path: Path) -> ctypes.CDLL:
-    """Open the built library and declare every function's signature."""
-    lib = ctypes.CDLL(str(path))
+    """Open the built library and declare every function's signature.
+
+    ``PyDLL``: calls keep the GIL, so no two Python threads can run native code at once (the managers and the
+    allocation counter are not thread-safe)."""
+    lib = ctypes.PyDLL(str(path))
     for name, (restype, argtypes) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
@@ -283,6 +287,15 @@ def tsc_usable() -> bool:
 def ns_per_tick() -> float:
     """TSC period in ns, calibrated in C++ (median of five 20 ms runs against ``CLOCK_MONOTONIC``)."""
     return float(lib().kvb_ns_per_tick())
+
+
+def timer_overhead_ns(n: int = 200_000) -> float:
+    """Median cost of an empty region timed with two reads of the replay's clock, in C++ (what one timed region
+    adds; ``harness.clock.compiled_timer_overhead_ns`` for the compiled driver)."""
+    use_tsc = tsc_usable()
+    out = np.zeros(n, dtype=np.int64)
+    lib().kvb_empty_regions(n, int(use_tsc), out.ctypes.data)
+    return float(np.median(out)) * (ns_per_tick() if use_tsc else 1.0)
 
 
 def _slice(num_steps: int, lo: int, hi: int | None) -> tuple[int, int]:

@@ -728,6 +728,16 @@ KVB_API double kvb_ns_per_tick() {
 #endif
 }
 
+// Fills out[0:n] with the ticks of an empty timed region (two clock reads), for the harness-overhead figure.
+KVB_API void kvb_empty_regions(int64_t n, int64_t use_tsc, int64_t* out) {
+    bool tsc = use_tsc != 0 && KVB_HAVE_TSC;
+    for (int64_t i = 0; i < n; ++i) {
+        int64_t t0 = tsc ? Tsc::now() : Steady::now();
+        int64_t t1 = tsc ? Tsc::now() : Steady::now();
+        out[i] = t1 - t0;
+    }
+}
+
 // Replays steps [lo, hi) of a trace on the manager. ticks_out [hi - lo, 5] (zeroed by the caller), cows_out and
 // allocs_out [hi - lo], capacity out_steps; cow_buf [cap, 2] and slot_buf [cap] scratch. use_tsc selects the
 // clock (TSC ticks, else steady_clock ns). Returns 0, or a status with status_out = {status, step, op index}.
