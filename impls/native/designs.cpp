@@ -398,16 +398,16 @@ struct Manager : D {
             *detail = n;
             return E_BUFFER;
         }
-        int32_t stamp = this->next_stamp();
+        int32_t mark = this->next_stamp();
         for (int64_t i = 0; i < n; ++i) {  // the whole step first, before changing anything
             int64_t seq = ids[i];
             int64_t rc = this->check_append(seq);
-            if (rc == OK && this->marks[seq] == stamp) rc = E_DUPLICATE;
+            if (rc == OK && this->marks[seq] == mark) rc = E_DUPLICATE;
             if (rc != OK) {
                 *detail = i;
                 return rc;
             }
-            this->marks[seq] = stamp;
+            this->marks[seq] = mark;
         }
         if (n > this->num_free()) {  // only a tight pool needs the exact worst case
             int64_t need = 0;
