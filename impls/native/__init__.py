@@ -1,0 +1,88 @@
+"""The three designs in C++ (``cpp-dict``, ``cpp-list``, ``cpp-flat``) and a native replay driver.
+
+Importing this package builds ``designs.cpp`` with the system C++ compiler on first use (cached by digest,
+see :mod:`impls.native.toolchain`) and loads it with ctypes. Without a compiler, or if the build fails, nothing
+raises: :data:`NATIVE` is empty and :data:`UNAVAILABLE_REASON` says why.
+
+- :data:`NATIVE`: name -> per-call wrapper class (the contract, one foreign call per operation: for tests and
+  checks, not for timing);
+- :func:`replay`: one foreign call replays a trace (or steps ``[lo, hi)``) inside C++ with the compiled
+  driver's timing; returns :class:`NativeReplay` (``harness.drivers.StepTimes(*r[:5])`` plus allocations per
+  step);
+- :func:`build_info`: compiler, version, flags, digest and library path, for a run's metadata.
+"""
+
+from __future__ import annotations
+
+from .binding import (
+    _LIB,
+    CppDictBlockManager,
+    CppFlatBlockManager,
+    CppListBlockManager,
+    NativeBlockManager,
+    NativeReplay,
+    NativeTrace,
+    alloc_count,
+    load_library,
+    ns_per_tick,
+    prepare,
+    replay,
+    timer_overhead_ns,
+    tsc_usable,
+)
+from .toolchain import FLAGS, Build, BuildError, build
+
+NAMES = ("cpp-dict", "cpp-list", "cpp-flat")
+_CLASSES = {"cpp-dict": CppDictBlockManager, "cpp-list": CppListBlockManager, "cpp-flat": CppFlatBlockManager}
+
+
+def _load() -> tuple[Build | None, str | None]:
+    try:
+        result = build()
+        _LIB[:] = [load_library(result.path)]
+    except (BuildError, OSError) as exc:
+        return None, f"native C++ designs unavailable: {exc}"
+    return result, None
+
+
+BUILD, UNAVAILABLE_REASON = _load()
+NATIVE: dict[str, type] = dict(_CLASSES) if UNAVAILABLE_REASON is None else {}
+
+
+def build_info() -> dict:
+    """What a run's metadata should record about the native library."""
+    if BUILD is None:
+        return {"available": False, "reason": UNAVAILABLE_REASON, "flags": list(FLAGS)}
+    return {
+        "available": True,
+        "compiler": BUILD.compiler,
+        "compiler_version": BUILD.compiler_version,
+        "flags": list(BUILD.flags),
+        "digest": BUILD.digest,
+        "library": str(BUILD.path),
+        "compiled_now": BUILD.compiled,
+        "compile_s": round(BUILD.seconds, 3),
+        "clock": "rdtsc" if tsc_usable() else "steady_clock",
+    }
+
+
+__all__ = [
+    "FLAGS",
+    "NAMES",
+    "NATIVE",
+    "UNAVAILABLE_REASON",
+    "BuildError",
+    "CppDictBlockManager",
+    "CppFlatBlockManager",
+    "CppListBlockManager",
+    "NativeBlockManager",
+    "NativeReplay",
+    "NativeTrace",
+    "alloc_count",
+    "build",
+    "build_info",
+    "ns_per_tick",
+    "prepare",
+    "replay",
+    "timer_overhead_ns",
+]

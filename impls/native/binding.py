@@ -1,0 +1,346 @@
+"""The ctypes binding of the native library, the per-call wrapper classes and the native replay.
+
+The wrappers implement the contract one foreign call per operation: they exist for the tests and the harness's
+checks, not for timing (a ctypes call costs about a microsecond). Timings come from :func:`replay`, one foreign
+call per replay, in which C++ walks the trace and times itself as the compiled driver does.
+
+Arguments are checked here before C++ sees them (integer types, int64 range by saturation, array dtypes,
+shapes and capacities); C++ checks the contract's rules itself and returns the codes of
+:mod:`impls.contract`, which become the same exceptions as in every other implementation.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+from functools import cache
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from ..base import ManagerBase
+from ..contract import E_BUFFER, E_COUNT, E_INACTIVE, E_NO_BLOCKS, blocks_for, fork_culprit
+
+E_TRACE, E_OOM = -11, -12  # the native layer's own codes (see designs.cpp)
+KIND_DICT, KIND_LIST, KIND_FLAT = 0, 1, 2
+KINDS = ("alloc", "free", "other", "decode", "lookup")  # the columns of harness.drivers.StepTimes.ns
+_ALLOC, _FREE, _OTHER, _DECODE = range(4)
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+_I64, _P, _F64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
+
+_SIGNATURES = {  # name -> (restype, argtypes)
+    "kvb_abi_version": (_I64, []),
+    "kvb_create": (_P, [_I64] * 5),
+    "kvb_destroy": (None, [_P]),
+    "kvb_can_allocate": (_I64, [_P, _I64]),
+    "kvb_allocate": (_I64, [_P, _I64, _I64]),
+    "kvb_append": (_I64, [_P, _I64, _P]),
+    "kvb_fork": (_I64, [_P, _I64, _I64]),
+    "kvb_free": (_I64, [_P, _I64]),
+    "kvb_last_slot": (_I64, [_P, _I64]),
+    "kvb_decode_step": (_I64, [_P, _P, _I64, _P, _I64, _P, _I64, _P]),
+    "kvb_lookup": (_I64, [_P, _P, _I64, _P, _I64, _P]),
+    "kvb_num_free": (_I64, [_P]),
+    "kvb_seq_len": (_I64, [_P, _I64]),
+    "kvb_block_table": (_I64, [_P, _I64, _P, _I64]),
+    "kvb_ref_count": (_I64, [_P, _I64]),
+    "kvb_table_nbytes": (_I64, [_P, _I64]),
+    "kvb_id_bytes": (_I64, [_P]),
+    "kvb_alloc_count": (_I64, []),
+    "kvb_have_tsc": (_I64, []),
+    "kvb_ns_per_tick": (_F64, []),
+    "kvb_empty_regions": (None, [_I64, _I64, _P]),
+    "kvb_replay": (_I64, [_P, _P, _P, _P, _I64, _P, _P, _I64, _I64, _I64, _I64, _I64, _P, _P, _I64, _P, _P, _P,
+                          _I64, _P]),
+}
+ABI_VERSION = 1
+
+
+def load_library(path: Path) -> ctypes.CDLL:
+    """Open the built library and declare every function's signature.
+
+    ``PyDLL``: calls keep the GIL, so no two Python threads can run native code at once (the managers and the
+    allocation counter are not thread-safe)."""
+    lib = ctypes.PyDLL(str(path))
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    if lib.kvb_abi_version() != ABI_VERSION:
+        raise OSError(f"{path} has ABI {lib.kvb_abi_version()}, expected {ABI_VERSION}")
+    return lib
+
+
+_LIB: list[ctypes.CDLL] = []  # set by impls.native once the library is loaded
+
+
+def lib() -> ctypes.CDLL:
+    if not _LIB:
+        from . import UNAVAILABLE_REASON
+
+        raise RuntimeError(f"the native designs are unavailable: {UNAVAILABLE_REASON}")
+    return _LIB[0]
+
+
+def _int(value: object, name: str = "argument") -> int:
+    """An integer argument as a C int64 (saturated: out-of-range values keep their meaning for every check)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    return min(max(int(value), _I64_MIN), _I64_MAX)
+
+
+def _ids(seq_ids: object) -> np.ndarray:
+    arr = np.asarray(seq_ids)
+    if arr.ndim != 1 or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
+        raise ValueError(f"seq_ids must be a 1-D integer array, got {arr.dtype} with shape {arr.shape}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _out(arr: object, name: str, ndim: int) -> np.ndarray:
+    """An output buffer C++ may write into: int64, C-contiguous, writeable, of the right shape."""
+    ok = (isinstance(arr, np.ndarray) and arr.dtype == np.int64 and arr.ndim == ndim and arr.flags.c_contiguous
+          and arr.flags.writeable and (ndim == 1 or arr.shape[1] == 2))
+    if not ok:
+        shape = "[n]" if ndim == 1 else "[n, 2]"
+        raise ValueError(f"{name} must be a writeable C-contiguous int64 array of shape {shape}")
+    return arr
+
+
+class NativeBlockManager(ManagerBase):
+    """A C++ design behind the contract, one foreign call per operation (subclasses set ``kind``)."""
+
+    kind: int
+
+    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
+                 max_blocks_per_seq: int = 256) -> None:
+        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
+        if self.max_blocks_per_seq * self.block_size > 2**31 - 1 or self.max_seqs > 2**31 - 1:
+            raise ValueError("the native designs keep lengths in int32: max_blocks_per_seq * block_size and "
+                             "max_seqs must stay below 2**31")
+        self._lib = lib()
+        self._h = self._lib.kvb_create(self.kind, self.num_blocks, self.block_size, self.max_seqs,
+                                       self.max_blocks_per_seq)
+        if not self._h:
+            raise MemoryError("the native manager could not be created")
+        self._pair = np.zeros(2, dtype=np.int64)
+        self._detail = np.zeros(1, dtype=np.int64)
+
+    def __del__(self) -> None:
+        h = getattr(self, "_h", None)
+        if h:
+            self._h = None
+            self._lib.kvb_destroy(h)
+
+    def _check(self, rc: int, seq: int = -1, **context: object) -> int:
+        if rc == E_OOM:
+            raise MemoryError("std::bad_alloc in the native manager")
+        if rc < 0:
+            self._fail(rc, seq, **context)
+        return rc
+
+    # -- the contract -----------------------------------------------------------------------------------
+    def can_allocate(self, num_blocks: int) -> bool:
+        rc = self._lib.kvb_can_allocate(self._h, _int(num_blocks))
+        if rc < 0:
+            self._check(E_COUNT, need=num_blocks)
+        return rc == 1
+
+    def allocate(self, seq_id: int, num_tokens: int) -> None:
+        rc = self._lib.kvb_allocate(self._h, _int(seq_id), _int(num_tokens))
+        self._check(rc, seq_id, num_tokens=num_tokens, need=blocks_for(int(num_tokens), self.block_size))
+
+    def append_slot(self, seq_id: int) -> tuple[int, int] | None:
+        rc = self._lib.kvb_append(self._h, _int(seq_id), self._pair.ctypes.data)
+        self._check(rc, seq_id, need=1)
+        return (int(self._pair[0]), int(self._pair[1])) if rc else None
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        rc = self._lib.kvb_fork(self._h, _int(parent_id), _int(child_id))
+        if rc:
+            self._check(rc, fork_culprit(rc, parent_id, child_id, self.max_seqs))
+
+    def free(self, seq_id: int) -> None:
+        self._check(self._lib.kvb_free(self._h, _int(seq_id)), seq_id)
+
+    def last_slot(self, seq_id: int) -> int:
+        return self._check(self._lib.kvb_last_slot(self._h, _int(seq_id)), seq_id)
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        ids, cow, slot = _ids(seq_ids), _out(cow_out, "cow_out", 2), _out(slot_out, "slot_out", 1)
+        rc = self._lib.kvb_decode_step(self._h, ids.ctypes.data, len(ids), cow.ctypes.data, cow.shape[0],
+                                       slot.ctypes.data, slot.shape[0], self._detail.ctypes.data)
+        if rc < 0:
+            self._fail_batch(rc, int(self._detail[0]), ids, min(cow.shape[0], slot.shape[0]))
+        return rc
+
+    def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
+        ids, slot = _ids(seq_ids), _out(slot_out, "slot_out", 1)
+        rc = self._lib.kvb_lookup(self._h, ids.ctypes.data, len(ids), slot.ctypes.data, slot.shape[0],
+                                  self._detail.ctypes.data)
+        if rc < 0:
+            self._fail_batch(rc, int(self._detail[0]), ids, slot.shape[0])
+
+    def _fail_batch(self, rc: int, detail: int, seq_ids: np.ndarray, capacity: int) -> None:
+        if rc == E_NO_BLOCKS:
+            self._fail(rc, need=detail)
+        if rc == E_BUFFER:
+            self._fail(rc, capacity=capacity, need=len(seq_ids))
+        self._check(rc, int(seq_ids[detail]))
+
+    # -- inspection -------------------------------------------------------------------------------------
+    def num_free_blocks(self) -> int:
+        return self._lib.kvb_num_free(self._h)
+
+    def seq_len(self, seq_id: int) -> int:
+        n = self._lib.kvb_seq_len(self._h, _int(seq_id))
+        self._check(E_INACTIVE if n == 0 else n, seq_id)
+        return n
+
+    def block_table(self, seq_id: int) -> list[int]:
+        out = np.zeros(blocks_for(self.seq_len(seq_id), self.block_size), dtype=np.int64)
+        n = self._check(self._lib.kvb_block_table(self._h, _int(seq_id), out.ctypes.data, len(out)), seq_id)
+        return out[:n].tolist()
+
+    def ref_count(self, block_id: int) -> int:
+        return self._check(self._lib.kvb_ref_count(self._h, _int(block_id)), block=block_id)
+
+    def table_nbytes(self, seq_id: int) -> int | None:
+        """Bytes of table state for the sequence: flat one preallocated row; list the vector object and its
+        capacity; dict the map object, its bucket array and nodes (pointer + key/value), before malloc's
+        rounding."""
+        return self._check(self._lib.kvb_table_nbytes(self._h, _int(seq_id)), seq_id)
+
+    def id_bytes(self) -> int:
+        """Bytes per block id in the table (2 for ``cpp-flat`` up to 65,536 blocks, else 4)."""
+        return self._lib.kvb_id_bytes(self._h)
+
+
+class CppDictBlockManager(NativeBlockManager):
+    """Design A in C++ (``"cpp-dict"``): ``std::unordered_map`` per sequence."""
+
+    kind = KIND_DICT
+
+
+class CppListBlockManager(NativeBlockManager):
+    """Design B in C++ (``"cpp-list"``): ``std::vector`` per sequence, grown by ``push_back``."""
+
+    kind = KIND_LIST
+
+
+class CppFlatBlockManager(NativeBlockManager):
+    """Design C in C++ (``"cpp-flat"``): flat uint16 (uint32 above 65,536 blocks) table + free-block stack."""
+
+    kind = KIND_FLAT
+
+
+# -- the native replay --------------------------------------------------------------------------------------
+class NativeTrace(NamedTuple):
+    """A trace's arrays in the dtypes C++ reads (no copy when they already are), built once per trace."""
+
+    op: np.ndarray  # uint8
+    a0: np.ndarray  # int32
+    a1: np.ndarray  # int32
+    step_offsets: np.ndarray  # int64 [steps + 1]
+    decode_offsets: np.ndarray  # int64 [steps]
+    max_batch: int
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.decode_offsets)
+
+
+def prepare(trace) -> NativeTrace:
+    """The arrays of a :class:`scenarios.trace.Trace` for :func:`replay`."""
+    if isinstance(trace, NativeTrace):
+        return trace
+    so = np.ascontiguousarray(trace.step_offsets, dtype=np.int64)
+    do = np.ascontiguousarray(trace.decode_offsets, dtype=np.int64)
+    if len(so) != len(do) + 1:
+        raise ValueError("step_offsets must hold one entry more than decode_offsets")
+    running = so[1:] - do
+    return NativeTrace(np.ascontiguousarray(trace.op, dtype=np.uint8), np.ascontiguousarray(trace.a0, dtype=np.int32),
+                       np.ascontiguousarray(trace.a1, dtype=np.int32), so, do, max(1, int(running.max(initial=0))))
+
+
+class NativeReplay(NamedTuple):
+    """One native replay; the first five fields are those of ``harness.drivers.StepTimes``, in its order."""
+
+    ns: np.ndarray  # [steps, 5] float64, columns KINDS
+    cows: np.ndarray  # [steps] int64
+    step_ns: np.ndarray  # [steps] float64
+    timed_regions_per_step: float
+    clock: str  # "rdtsc" or "steady_clock"
+    allocs: np.ndarray  # [steps] int64: allocation calls of the native containers in each step (pool ops included)
+
+
+def tsc_usable() -> bool:
+    """A constant-rate TSC on x86-64 Linux, as the compiled driver requires (``harness.clock.tsc_usable``)."""
+    if platform.machine() not in ("x86_64", "AMD64") or not lib().kvb_have_tsc():
+        return False
+    try:
+        return "constant_tsc" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@cache
+def ns_per_tick() -> float:
+    """TSC period in ns, calibrated in C++ (median of five 20 ms runs against ``CLOCK_MONOTONIC``)."""
+    return float(lib().kvb_ns_per_tick())
+
+
+def timer_overhead_ns(n: int = 200_000) -> float:
+    """Median cost of an empty region timed with two reads of the replay's clock, in C++ (what one timed region
+    adds; ``harness.clock.compiled_timer_overhead_ns`` for the compiled driver)."""
+    use_tsc = tsc_usable()
+    out = np.zeros(n, dtype=np.int64)
+    lib().kvb_empty_regions(n, int(use_tsc), out.ctypes.data)
+    return float(np.median(out)) * (ns_per_tick() if use_tsc else 1.0)
+
+
+def _slice(num_steps: int, lo: int, hi: int | None) -> tuple[int, int]:
+    hi = num_steps if hi is None else _int(hi, "hi")
+    lo = _int(lo, "lo")
+    if not 0 <= lo <= hi <= num_steps:
+        raise ValueError(f"step slice [{lo}, {hi}) is outside [0, {num_steps}]")
+    return lo, hi
+
+
+def replay(mgr: NativeBlockManager, trace, detail: bool = False, lo: int = 0, hi: int | None = None) -> NativeReplay:
+    """Replay steps ``[lo, hi)`` of ``trace`` (a Trace or :func:`prepare`'s result) on ``mgr`` inside C++.
+
+    One foreign call; C++ times as ``harness.drivers.run_compiled`` does: ``detail=False`` each whole step as
+    one region (column ``decode``), ``detail=True`` each pool operation by kind, the decode step, and a lookup
+    apart (column ``lookup``, not part of the step). The replay continues from ``mgr``'s current state, so
+    slices replayed one after another make the whole trace. A failure raises ``harness.replay.ReplayError``.
+    """
+    if not isinstance(mgr, NativeBlockManager):
+        raise TypeError(f"replay needs a native manager, got {type(mgr).__name__}")
+    t = prepare(trace)
+    lo, hi = _slice(t.num_steps, lo, hi)
+    steps, use_tsc = hi - lo, tsc_usable()
+    ticks = np.zeros((steps, len(KINDS)), dtype=np.int64)
+    cows, allocs = np.zeros(steps, dtype=np.int64), np.zeros(steps, dtype=np.int64)
+    cow_buf, slot_buf = np.zeros((t.max_batch, 2), dtype=np.int64), np.zeros(t.max_batch, dtype=np.int64)
+    status = np.zeros(3, dtype=np.int64)
+    lib().kvb_replay(mgr._h, t.op.ctypes.data, t.a0.ctypes.data, t.a1.ctypes.data, len(t.op),
+                     t.step_offsets.ctypes.data, t.decode_offsets.ctypes.data, t.num_steps, lo, hi,
+                     int(bool(detail)), int(use_tsc), cow_buf.ctypes.data, slot_buf.ctypes.data, t.max_batch,
+                     ticks.ctypes.data, cows.ctypes.data, allocs.ctypes.data, steps, status.ctypes.data)
+    if status[0]:
+        from harness.replay import ReplayError
+
+        raise ReplayError(f"native replay failed at step {status[1]}, op {status[2]}: status {status[0]}")
+    ns = ticks * (ns_per_tick() if use_tsc else 1.0)
+    if detail:
+        step_ns = ns[:, _ALLOC] + ns[:, _FREE] + ns[:, _OTHER] + ns[:, _DECODE]
+        pool_ops = t.decode_offsets[lo:hi] - t.step_offsets[lo:hi]
+        regions = float(pool_ops.mean()) + 1 if steps else 1.0
+    else:
+        step_ns, regions = ns[:, _DECODE].copy(), 1.0
+    return NativeReplay(ns, cows, step_ns, regions, "rdtsc" if use_tsc else "steady_clock", allocs)
+
+
+def alloc_count() -> int:
+    """Allocation calls made by every native container so far (a process-wide counter)."""
+    return int(lib().kvb_alloc_count())
