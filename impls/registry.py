@@ -11,7 +11,8 @@ Roles:
 - ``twin``: a compiled twin of design A or B, so that the batched regime compares data structures under
   compilation, as the article's C++ did;
 - ``contender``: a model of a real engine's block manager;
-- ``native``: C++ builds of the article's designs (optional, see ``impls.native``);
+- ``native``: C++ builds of the article's designs, replayed inside C++ (see :mod:`impls.native`; unavailable
+  without a C++ compiler);
 - ``plugin``: a user's implementation, loaded by ``package.module:Class`` or the ``kvblock_bench.impls``
   entry-point group (see :func:`resolve`).
 """
@@ -65,6 +66,13 @@ RECORDS: tuple[Impl, ...] = (
          "nano-vllm block manager (deque of free ids)", "#8c564b"),
     Impl("sglang", "impls.sglang:SGLangBlockManager", "contender", "sglang",
          "SGLang page allocator (torch tensors)", "#e377c2", needs="needs torch: pip install -e '.[torch]'"),
+    # The article's designs in its own language, replayed inside C++ (see impls/native).
+    Impl("cpp-dict", "impls.native.available:CppDictBlockManager", "native", "A cpp-dict",
+         "A in C++ (std::unordered_map per sequence)", "#08306b", "A"),
+    Impl("cpp-list", "impls.native.available:CppListBlockManager", "native", "B cpp-list",
+         "B in C++ (std::vector per sequence)", "#7f2704", "B"),
+    Impl("cpp-flat", "impls.native.available:CppFlatBlockManager", "native", "C cpp-flat",
+         "C in C++ (flat uint16 table + free stack)", "#00441b", "C"),
 )
 
 BY_NAME: dict[str, Impl] = {r.name: r for r in RECORDS}
@@ -90,7 +98,7 @@ def load_all() -> tuple[dict[str, type], dict[str, str]]:
         try:
             classes[rec.name] = rec.load()
         except ImportError as exc:
-            missing[rec.name] = rec.needs or f"cannot import {rec.target}: {exc}"
+            missing[rec.name] = rec.needs or str(exc)
     return classes, missing
 
 

@@ -7,9 +7,9 @@ import random
 
 import numpy as np
 import pytest
+from harness.replay import check_end_state
 
 import impls.native as native
-from harness.replay import check_end_state
 from impls.contract import NoFreeBlocksError
 from impls.native import toolchain
 from impls.reference import ReferenceModel

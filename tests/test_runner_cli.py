@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import impls
 from harness.cli import main
 from harness.measure import runner

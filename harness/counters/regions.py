@@ -34,21 +34,31 @@ from collections.abc import Callable
 import numpy as np
 
 from harness.counters.allocations import QUICKEN_CALLS
-from harness.measure.drivers import Prepared, compiled_driver, compiled_step_runner, step_runner
+from harness.measure.drivers import (
+    Prepared,
+    compiled_driver,
+    compiled_step_runner,
+    is_native,
+    native_step_runner,
+    step_runner,
+)
 from harness.measure.replay import REGIMES, ReplayError
 from impls import REGISTRY
 from scenarios import load
 
 Advance = Callable[[int, int], None]
 
-def prepare_cell(prep: Prepared, impl: str, regime: str) -> tuple[object, Advance, np.ndarray]:
+def prepare_cell(prep: Prepared, impl: str, regime: str, cls: type | None = None
+                 ) -> tuple[object, Advance, np.ndarray]:
     """A fresh manager for the trace's config, its ``advance(lo, hi)``, and the per-step CoW counts it fills."""
     if regime not in REGIMES:
         raise ValueError(f"unknown regime {regime!r}; choose from {REGIMES}")
-    cls = REGISTRY[impl]
+    cls = REGISTRY[impl] if cls is None else cls
     mgr = cls(**prep.trace.config)
     cows = np.full(prep.num_steps, -1, dtype=np.int64)
-    if regime == "batched" and cls.kernels is not None:
+    if regime == "batched" and is_native(cls):
+        return mgr, native_step_runner(prep, mgr, cows), cows
+    if regime == "batched" and getattr(cls, "kernels", None) is not None:
         return mgr, compiled_step_runner(prep, mgr, compiled_driver(cls.kernels), cows), cows
     return mgr, step_runner(prep, mgr, regime, cows), cows
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import time
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -48,11 +48,14 @@ class Prepared:
     seq_ids: np.ndarray  # a0 as int64, for the compiled driver's slices
     arrays64: tuple[np.ndarray, np.ndarray, np.ndarray]  # op, a0, a1 as int64 for the compiled driver
     max_batch: int
+    slot_digests: np.ndarray  # per step: the digest of the slot mapping every correct manager writes
+    native_arrays: object = field(default=None, repr=False)  # the trace for the native driver, made on demand
 
     @classmethod
     def from_trace(cls, trace: Trace) -> Prepared:
         so, do = trace.step_offsets.tolist(), trace.decode_offsets.tolist()
         seq_ids = trace.a0.astype(np.int64)
+        op_blocks, digests = op_block_counts(trace)
         return cls(
             trace=trace,
             op=trace.op.tolist(),
@@ -60,10 +63,11 @@ class Prepared:
             a1=trace.a1.tolist(),
             bounds=[(so[s], do[s], so[s + 1]) for s in range(trace.num_steps)],
             decode_ids=[seq_ids[do[s] : so[s + 1]] for s in range(trace.num_steps)],
-            op_blocks=op_block_counts(trace),
+            op_blocks=op_blocks,
             seq_ids=seq_ids,
             arrays64=(trace.op.astype(np.int64), seq_ids, trace.a1.astype(np.int64)),
             max_batch=max(1, int(trace.running_per_step().max(initial=0))),
+            slot_digests=digests,
         )
 
     @property
@@ -71,13 +75,21 @@ class Prepared:
         return self.trace.num_steps
 
 
-def op_block_counts(trace: Trace) -> np.ndarray:
-    """Blocks each ALLOCATE takes and each FREE releases (the freed table's length), from row lengths
-    tracked through the trace."""
+def slot_digest(slots, block_size: int) -> int:
+    """A digest of a step's slot mapping that every correct manager produces, whatever its block ids: the sum
+    of (offset in block + 1). A skipped or stale slot write changes it (offsets advance by one each step)."""
+    return int(((np.asarray(slots, dtype=np.int64) & (block_size - 1)) + 1).sum())
+
+
+def op_block_counts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Blocks each ALLOCATE takes and each FREE releases (the freed table's length), and each step's expected
+    slot digest (:func:`slot_digest`), from row lengths tracked through the trace."""
     bs = trace.config["block_size"]
     lens = [0] * trace.config["max_seqs"]
     out = np.zeros(len(trace.op), dtype=np.int64)
+    digests = np.zeros(trace.num_steps, dtype=np.int64)
     op, a0, a1 = trace.op.tolist(), trace.a0.tolist(), trace.a1.tolist()
+    step = np.searchsorted(trace.step_offsets, np.arange(len(op)), side="right") - 1
     for i, (o, x, y) in enumerate(zip(op, a0, a1, strict=True)):
         if o == ALLOCATE:
             lens[x] = y
@@ -89,7 +101,8 @@ def op_block_counts(trace: Trace) -> np.ndarray:
             lens[y] = lens[x]
         elif o != CAN_ALLOCATE:
             lens[x] += 1
-    return out
+            digests[step[i]] += ((lens[x] - 1) & (bs - 1)) + 1
+    return out, digests
 
 
 @dataclass
@@ -101,23 +114,52 @@ class StepTimes:
     step_ns: np.ndarray  # [steps] float64: the step-time figure (what the step cost the engine)
     timed_regions_per_step: float  # timer reads around work, per step (for the overhead figure)
     clock: str
+    digests: np.ndarray | None = None  # [steps] slot digest of each step's mapping, None where not taken
+
+    def check(self, prep: Prepared, lo: int = 0) -> None:
+        """Copy-on-write counts and slot digests of steps ``[lo, lo + len)`` must be the trace's."""
+        hi = lo + len(self.cows)
+        bad = np.flatnonzero(self.cows != prep.trace.step_cows[lo:hi])
+        if bad.size:
+            s = lo + int(bad[0])
+            raise ReplayError(f"step {s}: {self.cows[s - lo]} copy-on-writes, the trace expects "
+                              f"{prep.trace.step_cows[s]}")
+        if self.digests is not None:
+            bad = np.flatnonzero(self.digests != prep.slot_digests[lo:hi])
+            if bad.size:
+                raise ReplayError(f"step {lo + int(bad[0])}: the slot mapping differs from the trace's "
+                                  "(a slot not written, or a wrong offset)")
+
+
+def concat(parts: list[StepTimes]) -> StepTimes:
+    """Slices of one replay, in order, as one replay."""
+    digests = None if any(p.digests is None for p in parts) else np.concatenate([p.digests for p in parts])
+    steps = np.array([len(p.cows) for p in parts], dtype=float)
+    regions = float((steps * [p.timed_regions_per_step for p in parts]).sum() / max(1.0, steps.sum()))
+    return StepTimes(np.concatenate([p.ns for p in parts]), np.concatenate([p.cows for p in parts]),
+                     np.concatenate([p.step_ns for p in parts]), regions, parts[0].clock, digests)
 
 
 # One flat loop on purpose: this is the timed driver, and a helper call per operation would put interpreter
 # work between the timer reads of every region.
-def run_interpreted(prep: Prepared, mgr, regime: str) -> StepTimes:  # noqa: C901
-    """Time a replay issued from Python (both regimes, every implementation)."""
+def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | None = None) -> StepTimes:  # noqa: C901
+    """Time steps ``[lo, hi)`` (default: all) issued from Python (both regimes, every implementation), on a
+    manager already at step ``lo``. The slot mapping of every step is digested outside the timed regions."""
     perf = time.perf_counter_ns
+    hi = prep.num_steps if hi is None else hi
     op, a0, a1 = prep.op, prep.a0, prep.a1
-    ns = np.zeros((prep.num_steps, len(KINDS)))
-    cows = np.zeros(prep.num_steps, dtype=np.int64)
+    mask = prep.trace.config["block_size"] - 1
+    ns = np.zeros((hi - lo, len(KINDS)))
+    cows = np.zeros(hi - lo, dtype=np.int64)
+    digests = np.zeros(hi - lo, dtype=np.int64)
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
     batched = regime == "batched"
     regions = 0
-    for s, (lo, mid, hi) in enumerate(prep.bounds):
-        row = ns[s]
-        for i in range(lo, mid):
+    for s in range(lo, hi):
+        first, mid, end = prep.bounds[s]
+        row = ns[s - lo]
+        for i in range(first, mid):
             o = op[i]
             if o == CAN_ALLOCATE:
                 t0 = perf()
@@ -142,32 +184,41 @@ def run_interpreted(prep: Prepared, mgr, regime: str) -> StepTimes:  # noqa: C90
                 t1 = perf()
                 row[_OTHER] += t1 - t0
         ids = prep.decode_ids[s]
+        n = end - mid
         if batched:
+            slot_out[:n] = -1  # a step that skips its slot writes must not pass on the previous step's
             t0 = perf()
-            cows[s] = mgr.decode_step(ids, cow_out, slot_out)
+            cows[s - lo] = mgr.decode_step(ids, cow_out, slot_out)
             t1 = perf()
+            digests[s - lo] = ((slot_out[:n] & mask) + 1).sum()
+            slot_out[:n] = -1
+            t1b = perf()
             mgr.lookup(ids, slot_out)
             t2 = perf()
+            if ((slot_out[:n] & mask) + 1).sum() != digests[s - lo]:
+                digests[s - lo] = -1  # lookup disagrees with the step's own mapping
+            row[_LOOKUP] = t2 - t1b
         else:
-            n = 0
+            count = 0
             append = mgr.append_slot
             last_slot = mgr.last_slot
+            seqs = a0[mid:end]
             t0 = perf()
-            for i in range(mid, hi):
-                if append(a0[i]) is not None:
-                    n += 1
+            for seq in seqs:
+                if append(seq) is not None:
+                    count += 1
             t1 = perf()
-            for i in range(mid, hi):
-                last_slot(a0[i])
+            slots = [last_slot(seq) for seq in seqs]  # the scheduler's slot mapping, as it would keep it
             t2 = perf()
-            cows[s] = n
+            cows[s - lo] = count
+            digests[s - lo] = sum((slot & mask) + 1 for slot in slots)
+            row[_LOOKUP] = t2 - t1
         row[_DECODE] = t1 - t0
-        row[_LOOKUP] = t2 - t1
-        regions += mid - lo + (1 if batched else 2)
+        regions += mid - first + (1 if batched else 2)
     step_ns = ns[:, _ALLOC] + ns[:, _FREE] + ns[:, _OTHER] + ns[:, _DECODE]
     if not batched:  # the per-call scheduler needs its slot mapping from last_slot calls
         step_ns = step_ns + ns[:, _LOOKUP]
-    return StepTimes(ns, cows, step_ns, regions / max(1, prep.num_steps), "perf_counter_ns")
+    return StepTimes(ns, cows, step_ns, regions / max(1, hi - lo), "perf_counter_ns", digests)
 
 
 def step_runner(prep: Prepared, mgr, regime: str, cows: np.ndarray | None = None):
@@ -213,7 +264,7 @@ def compiled_step_runner(prep: Prepared, mgr, drive, cows: np.ndarray | None = N
     def run(lo: int, hi: int) -> None:
         status, step, index = drive(mgr.state, op, a0, a1, prep.seq_ids, t.step_offsets[lo : hi + 1],
                                     t.decode_offsets[lo:hi], cow_out, slot_out, ticks_out[lo:hi], cows[lo:hi],
-                                    False)
+                                    False, _NO_DIGESTS, 0)
         if status:
             raise ReplayError(f"compiled replay failed at step {lo + step}, op {index}: status {status}")
 
@@ -229,8 +280,9 @@ _k_can = _k_alloc = _k_fork = _k_free = _k_step = _k_lookup = None
 # One function on purpose: Numba compiles it as the whole-step replay, and splitting it would add calls (and
 # reference counting of array arguments) to the measured step.
 def _replay_loop(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out, ticks_out, cows_out,  # noqa: C901
-                 detail):
+                 detail, digests_out, mask):
     t0 = 0
+    digest = digests_out.shape[0] > 0  # slot digests, taken outside the timed regions (empty: not taken)
     for s in range(decode_offsets.shape[0]):
         t_step = ticks()
         for i in range(step_offsets[s], decode_offsets[s]):
@@ -264,26 +316,43 @@ def _replay_loop(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_o
         if rc < 0:
             return rc, s, decode_offsets[s]
         cows_out[s] = rc
+        if digest:
+            digests_out[s] = _digest_and_reset(slot_out, ids.shape[0], mask)
         if detail:
             ticks_out[s, _DECODE] = t1 - t0
             t0 = ticks()
             _k_lookup(*state, ids, slot_out)
             ticks_out[s, _LOOKUP] = ticks() - t0
+            if digest and _digest_and_reset(slot_out, ids.shape[0], mask) != digests_out[s]:
+                digests_out[s] = -1  # lookup disagrees with the step's own mapping
         else:
             ticks_out[s, _DECODE] = t1 - t_step  # the whole step as one region
     return 0, 0, 0
 
 
+@njit(inline="always")
+def _digest_and_reset(slot_out, n, mask):
+    """The step's slot digest (see :func:`slot_digest`); the slots are then set to -1, so that a next call that
+    skipped its writes cannot pass on these."""
+    d = 0
+    for j in range(n):
+        d += (slot_out[j] & mask) + 1
+        slot_out[j] = -1
+    return d
+
+
 _DRIVERS: dict[str, object] = {}
+_NO_DIGESTS = np.zeros(0, dtype=np.int64)
 
 
 def compiled_driver(kernels):
     """The compiled replay loop over ``kernels`` (see :class:`impls.compiled.Kernels`), cached per design.
 
     ``drive(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out, ticks_out, cows_out,
-    detail) -> (status, step, op_index)``: status 0 on success, else the failing kernel's code (or 1 for a
-    ``can_allocate`` answer that disagrees with the trace). With ``detail`` it times every operation, else
-    each whole step as one region (column ``decode`` of ``ticks_out``).
+    detail, digests_out, mask) -> (status, step, op_index)``: status 0 on success, else the failing kernel's
+    code (or 1 for a ``can_allocate`` answer that disagrees with the trace). With ``detail`` it times every
+    operation, else each whole step as one region (column ``decode`` of ``ticks_out``). A non-empty
+    ``digests_out`` receives each step's slot digest (``mask`` = block_size - 1), taken outside timed regions.
     """
     key = kernels.decode_step.py_func.__module__
     if key not in _DRIVERS:
@@ -297,23 +366,62 @@ def compiled_driver(kernels):
     return _DRIVERS[key]
 
 
-def run_compiled(prep: Prepared, mgr, drive, detail: bool) -> StepTimes:
-    """Time a whole-step-compiled replay (batched regime of a compiled design)."""
+def run_compiled(prep: Prepared, mgr, drive, detail: bool, lo: int = 0, hi: int | None = None) -> StepTimes:
+    """Time steps ``[lo, hi)`` (default: all) of a whole-step-compiled replay (batched regime of a compiled
+    design), on a manager already at step ``lo``."""
     t = prep.trace
-    ticks_out = np.zeros((prep.num_steps, len(KINDS)), dtype=np.int64)
-    cows = np.zeros(prep.num_steps, dtype=np.int64)
+    hi = prep.num_steps if hi is None else hi
+    ticks_out = np.zeros((hi - lo, len(KINDS)), dtype=np.int64)
+    cows = np.zeros(hi - lo, dtype=np.int64)
+    digests = np.zeros(hi - lo, dtype=np.int64)
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
-    slot_out = np.zeros(prep.max_batch, dtype=np.int64)
+    slot_out = np.full(prep.max_batch, -1, dtype=np.int64)
     op, a0, a1 = prep.arrays64
-    status, step, index = drive(mgr.state, op, a0, a1, prep.seq_ids, t.step_offsets, t.decode_offsets, cow_out,
-                                slot_out, ticks_out, cows, detail)
+    status, step, index = drive(mgr.state, op, a0, a1, prep.seq_ids, t.step_offsets[lo : hi + 1],
+                                t.decode_offsets[lo:hi], cow_out, slot_out, ticks_out, cows, detail, digests,
+                                t.config["block_size"] - 1)
     if status:
-        raise ReplayError(f"compiled replay failed at step {step}, op {index}: status {status}")
+        raise ReplayError(f"compiled replay failed at step {lo + step}, op {index}: status {status}")
     ns = ticks_out * ns_per_tick()
     if detail:
         step_ns = ns[:, _ALLOC] + ns[:, _FREE] + ns[:, _OTHER] + ns[:, _DECODE]
-        regions = float((t.decode_offsets - t.step_offsets[:-1]).mean()) + 1
+        regions = float((t.decode_offsets[lo:hi] - t.step_offsets[lo:hi]).mean()) + 1 if hi > lo else 1.0
     else:
         step_ns = ns[:, _DECODE].copy()
         regions = 1.0
-    return StepTimes(ns, cows, step_ns, regions, "rdtsc")
+    return StepTimes(ns, cows, step_ns, regions, "rdtsc", digests)
+
+
+# -- the native driver (C++ designs, impls.native) -----------------------------------------------------------
+def is_native(cls: type) -> bool:
+    """Whether ``cls`` is replayed inside C++ (the ``cpp-*`` designs)."""
+    return getattr(cls, "native", False) is True
+
+
+def _native_replay(prep: Prepared, mgr, detail: bool, lo: int, hi: int):
+    from impls import native
+
+    if prep.native_arrays is None:
+        prep.native_arrays = native.prepare(prep.trace)
+    try:
+        return native.replay(mgr, prep.native_arrays, detail, lo, hi)
+    except native.NativeReplayError as exc:
+        raise ReplayError(str(exc)) from None
+
+
+def native_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None):
+    """``run(lo, hi)`` replaying steps ``[lo, hi)`` inside C++ (untimed use: allocations, instruction counts);
+    copy-on-write counts per step go to ``cows`` when given."""
+    cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
+
+    def run(lo: int, hi: int) -> None:
+        cows[lo:hi] = _native_replay(prep, mgr, False, lo, hi).cows
+
+    return run
+
+
+def run_native(prep: Prepared, mgr, detail: bool, lo: int = 0, hi: int | None = None) -> StepTimes:
+    """Time steps ``[lo, hi)`` inside C++: one foreign call, timed as :func:`run_compiled` times the compiled
+    loop. The C++ driver keeps its slot mapping to itself: slots are checked by :func:`verify_slots`."""
+    r = _native_replay(prep, mgr, detail, lo, prep.num_steps if hi is None else hi)
+    return StepTimes(r.ns, r.cows, r.step_ns, r.timed_regions_per_step, r.clock)

@@ -31,13 +31,20 @@ class CellRule:
 
 
 # The article's designs everywhere in both regimes; the compiled twins batched everywhere and per call on the
-# paper workload; engines, natives and plug-ins on the paper workload.
+# paper workload; the C++ designs batched everywhere (a replay inside C++ takes milliseconds); engines and
+# plug-ins on the paper workload.
 CELL_RULES: tuple[CellRule, ...] = (
     CellRule(("design",), REGIMES),
     CellRule(("twin",), ("batched",)),
     CellRule(("twin",), ("per-call",), (PAPER,)),
-    CellRule(("contender", "native", "plugin"), REGIMES, (PAPER,)),
+    CellRule(("native",), ("batched",)),
+    CellRule(("contender", "plugin"), REGIMES, (PAPER,)),
 )
+
+
+# Regimes a role can run in at all, named or not: the C++ designs replay inside C++ only (a per-call regime
+# would time ctypes, not the design).
+ROLE_REGIMES = {"native": ("batched",)}
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,7 @@ def plan_scenario(scenario: str, impls: Sequence[str], regimes: Sequence[str], *
                   enabled: Iterable[str]) -> ScenarioPlan:
     """The plan of one scenario: its cells (all named ones when ``explicit``) and its enabled studies."""
     cells = [(i, r) for i in impls for r in regimes] if explicit else default_cells(scenario, impls, regimes)
+    cells = [(i, r) for i, r in cells if r in ROLE_REGIMES.get(registry.record(i).role, REGIMES)]
     wanted = set(enabled)
     studies = [s.name for s in STUDIES
                if s.name in wanted and matches(scenario, s.quick if quick else s.scenarios)]

@@ -1,17 +1,20 @@
 """From raw replay samples to the figures we publish. Pure functions: tested with fake timings.
 
-Every figure is the median over repetitions of a per-repetition value, and every row says how it was made:
+Replays run in slices of steps, interleaved across implementations (:mod:`harness.measure.runner`); a block is
+one slice of one repetition. Every timed figure is time over work summed over all blocks (a mean weighted by
+work), with a 95 % block-bootstrap interval (:mod:`harness.measure.stats`) in ``ci_low``/``ci_high``:
 
 - ``seq_step_ns``: block-manager time per running sequence per step (all pool operations, the decode appends,
   and in the per-call regime the slot lookups), total time / sequence-steps;
-- ``step_p50_ns`` / ``step_p99_ns`` / ``step_max_ns``: distribution of whole-step times;
+- ``step_mean_ns``: total time / steps; ``step_p50_ns`` / ``step_p99_ns`` / ``step_max_ns``: distribution of
+  whole-step times (median over repetitions, no interval);
 - ``lookup_ns``: the slot lookup the attention kernel needs (newest token of each running sequence ->
   physical block and slot), per lookup;
 - ``alloc_ns`` / ``free_ns`` / ``alloc_free_ns``: ``allocate`` time per block it takes, ``free`` time per
   table block it releases (its table's length: shared blocks are released, not always returned to the pool),
   and both together per block;
 - ``cpu_share_pct``: block-manager CPU time per second at the target step rate, computed from the closed-loop
-  mean step time (``mean_step_ns * step_rate / 1e9 * 100``);
+  mean step time (``step_mean_ns * step_rate / 1e9 * 100``);
 - ``harness_overhead_pct``: the calibrated cost of the timer reads around the step's work, relative to the
   step time.
 """
@@ -25,31 +28,89 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.measure.drivers import KINDS, StepTimes
+from harness.measure.stats import block_sums, ratio_of_sums
 from harness.output.results import Row
+from scenarios.trace import ALLOCATE, FREE
 
 _K = {name: i for i, name in enumerate(KINDS)}
 
 
 @dataclass(frozen=True)
 class Work:
-    """What a trace asks of a manager: the denominators of the per-unit figures."""
+    """What a trace asks of a manager, per step: the denominators of the per-unit figures."""
 
-    seq_steps: int
-    steps: int
-    blocks_allocated: int
-    blocks_freed: int
-    running: int = 0  # most sequences running in one step (the scenario's concurrency)
+    seq_steps_per_step: np.ndarray
+    alloc_blocks_per_step: np.ndarray
+    free_blocks_per_step: np.ndarray
 
     @classmethod
     def of(cls, prep) -> Work:
         trace = prep.trace
-        return cls(
-            seq_steps=int(trace.running_per_step().sum()),
-            steps=trace.num_steps,
-            blocks_allocated=int(prep.op_blocks[trace.op == 1].sum()),
-            blocks_freed=int(prep.op_blocks[trace.op == 3].sum()),
-            running=int(trace.running_per_step().max(initial=0)),
-        )
+        step_of_op = np.searchsorted(trace.step_offsets, np.arange(len(trace.op)), side="right") - 1
+        per_step = [np.bincount(step_of_op, weights=prep.op_blocks * (trace.op == code), minlength=trace.num_steps)
+                    for code in (ALLOCATE, FREE)]
+        return cls(trace.running_per_step().astype(float), *per_step)
+
+    @classmethod
+    def uniform(cls, steps: int, seqs_per_step: float, alloc_blocks: float = 0, free_blocks: float = 0) -> Work:
+        """The same work in every step (for tests and synthetic inputs)."""
+        return cls(np.full(steps, float(seqs_per_step)), np.full(steps, alloc_blocks / steps),
+                   np.full(steps, free_blocks / steps))
+
+    @property
+    def steps(self) -> int:
+        return len(self.seq_steps_per_step)
+
+    @property
+    def seq_steps(self) -> int:
+        return int(self.seq_steps_per_step.sum())
+
+    @property
+    def blocks_allocated(self) -> int:
+        return round(self.alloc_blocks_per_step.sum())
+
+    @property
+    def blocks_freed(self) -> int:
+        return round(self.free_blocks_per_step.sum())
+
+    @property
+    def running(self) -> int:
+        """Most sequences running in one step (the scenario's concurrency)."""
+        return int(self.seq_steps_per_step.max(initial=0))
+
+
+def all_steps(work: Work) -> list[tuple[int, int]]:
+    """One slice covering every step."""
+    return [(0, work.steps)]
+
+
+# metric -> (time: what is summed per step, work: the denominator per step); both from the same replays.
+def _time(samples: Sequence[StepTimes], slices, fn: Callable[[StepTimes], np.ndarray]) -> np.ndarray:
+    return np.concatenate([block_sums(fn(s), slices) for s in samples])
+
+
+def cell_blocks(work: Work, step_samples: Sequence[StepTimes], detail_samples: Sequence[StepTimes],
+                slices: list[tuple[int, int]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per block (repetition x slice): (time, work) of each timed figure, the input of every estimate."""
+    def work_of(per_step: np.ndarray, reps: int) -> np.ndarray:
+        return np.tile(block_sums(per_step, slices), reps)
+
+    n_step, n_detail = len(step_samples), len(detail_samples)
+    seq = work.seq_steps_per_step
+    ones = np.ones(work.steps)
+    moved = work.alloc_blocks_per_step + work.free_blocks_per_step
+
+    def kind(*kinds: str) -> Callable[[StepTimes], np.ndarray]:
+        return lambda s: sum(s.ns[:, _K[k]] for k in kinds)
+
+    return {
+        "seq_step_ns": (_time(step_samples, slices, lambda s: s.step_ns), work_of(seq, n_step)),
+        "step_mean_ns": (_time(step_samples, slices, lambda s: s.step_ns), work_of(ones, n_step)),
+        "lookup_ns": (_time(detail_samples, slices, kind("lookup")), work_of(seq, n_detail)),
+        "alloc_ns": (_time(detail_samples, slices, kind("alloc")), work_of(work.alloc_blocks_per_step, n_detail)),
+        "free_ns": (_time(detail_samples, slices, kind("free")), work_of(work.free_blocks_per_step, n_detail)),
+        "alloc_free_ns": (_time(detail_samples, slices, kind("alloc", "free")), work_of(moved, n_detail)),
+    }
 
 
 def _median(samples: Sequence[StepTimes], fn: Callable[[StepTimes], float]) -> float:
@@ -64,54 +125,53 @@ def timing_rows(
     step_rate: float,
     timer_overhead_ns: float,
     how: str,
+    slices: list[tuple[int, int]] | None = None,
 ) -> list[Row]:
     """The timing figures of one (scenario, impl, regime) cell.
 
     ``step_samples`` give the step-time figures, ``detail_samples`` the per-operation ones (the same replays
-    for interpreted drivers; separate replays for the compiled driver, which times whole steps as one region
-    and operations one by one in different passes).
+    for interpreted drivers; separate replays for the compiled and native drivers, which time whole steps as
+    one region and operations one by one in different passes). ``slices`` are the step ranges replayed as
+    blocks (default: one block per repetition).
     """
     scenario, impl, regime = cell
+    slices = slices or all_steps(work)
     clock = step_samples[0].clock
     reps = len(step_samples)
-    how = f"{how}; median of {reps} rep(s)"
+    blocks = cell_blocks(work, step_samples, detail_samples, slices)
+    how = f"{how}; time / work over {reps} rep(s) x {len(slices)} slice(s), 95 % block-bootstrap interval"
+    common = {"reps": reps, "steps": work.steps, "seqs": work.running}
 
-    def row(metric: str, value: float | None, unit: str, note: str = "", rate: float | None = None) -> Row:
-        if value is None:
-            return Row(scenario, impl, regime, metric, float("nan"), unit, clock, "skipped", note)
-        return Row(scenario, impl, regime, metric, value, unit, clock, "ok", f"{how}{'; ' + note if note else ''}",
-                   reps=reps, steps=work.steps, step_rate=rate, seqs=work.running)
+    def row(metric: str, unit: str, note: str = "", scale: float = 1.0, rate: float | None = None) -> Row:
+        time, amount = blocks[metric.replace("cpu_share_pct", "step_mean_ns")]
+        if not amount.sum():
+            return Row(scenario, impl, regime, metric, float("nan"), unit, clock, "skipped", note or "no such work")
+        est = ratio_of_sums(time, amount)
+        return Row(scenario, impl, regime, metric, est.value * scale, unit, clock, "ok",
+                   f"{how}{'; ' + note if note else ''}", ci_low=_scaled(est.low, scale),
+                   ci_high=_scaled(est.high, scale), step_rate=rate, **common)
 
-    def kind_total(s: StepTimes, *kinds: str) -> float:
-        return float(sum(s.ns[:, _K[k]].sum() for k in kinds))
+    def pct(metric: str, fn: Callable[[StepTimes], float]) -> Row:
+        return Row(scenario, impl, regime, metric, _median(step_samples, fn), "ns", clock, "ok",
+                   f"{how.split(';')[0]}; median over repetitions", **common)
 
-    mean_step = _median(step_samples, lambda s: float(s.step_ns.mean()))
-    rows = [
-        row("seq_step_ns", _median(step_samples, lambda s: float(s.step_ns.sum()) / work.seq_steps), "ns"),
-        row("step_p50_ns", _median(step_samples, lambda s: float(np.percentile(s.step_ns, 50))), "ns"),
-        row("step_p99_ns", _median(step_samples, lambda s: float(np.percentile(s.step_ns, 99))), "ns"),
-        row("step_max_ns", _median(step_samples, lambda s: float(s.step_ns.max())), "ns"),
-        row("step_mean_ns", mean_step, "ns"),
-        row("cpu_share_pct", mean_step * step_rate / 1e9 * 100, "%",
-            f"computed: mean step time x {step_rate:g} steps/s", rate=step_rate),
-        row("lookup_ns", _median(detail_samples, lambda s: kind_total(s, "lookup") / work.seq_steps), "ns",
-            "per lookup"),
-    ]
-    alloc = (_median(detail_samples, lambda s: kind_total(s, "alloc") / work.blocks_allocated)
-             if work.blocks_allocated else None)
-    free = _median(detail_samples, lambda s: kind_total(s, "free") / work.blocks_freed) if work.blocks_freed else None
-    moved = work.blocks_allocated + work.blocks_freed
-    both = _median(detail_samples, lambda s: kind_total(s, "alloc", "free") / moved) if moved else None
     # Each allocate/free is its own timed region, so these include one timer read per call (harness_overhead_ns
     # / regions per step gives its size); the whole-step figures above time each step as one region.
     per_call = f"one timed region per call, {timer_overhead_ns:.0f} ns timer cost included"
-    rows += [
-        row("alloc_ns", alloc, "ns",
-            f"per block taken by allocate; {per_call}" if alloc is not None else "no allocate in trace"),
-        row("free_ns", free, "ns",
-            f"per table block released by free; {per_call}" if free is not None else "no free in trace"),
-        row("alloc_free_ns", both, "ns", f"per block taken or released; {per_call}"),
+    rows = [
+        row("seq_step_ns", "ns"),
+        pct("step_p50_ns", lambda s: float(np.percentile(s.step_ns, 50))),
+        pct("step_p99_ns", lambda s: float(np.percentile(s.step_ns, 99))),
+        pct("step_max_ns", lambda s: float(s.step_ns.max())),
+        row("step_mean_ns", "ns"),
+        row("cpu_share_pct", "%", f"computed: mean step time x {step_rate:g} steps/s", step_rate / 1e9 * 100,
+            step_rate),
+        row("lookup_ns", "ns", "per lookup"),
+        row("alloc_ns", "ns", f"per block taken by allocate; {per_call}"),
+        row("free_ns", "ns", f"per table block released by free; {per_call}"),
+        row("alloc_free_ns", "ns", f"per block taken or released; {per_call}"),
     ]
+    mean_step = ratio_of_sums(*blocks["step_mean_ns"]).value
     regions = statistics.median(s.timed_regions_per_step for s in step_samples)
     overhead = regions * timer_overhead_ns
     rows += [
@@ -121,3 +181,7 @@ def timing_rows(
             "calibration", how="calibrated timer cost per step / mean step time"),
     ]
     return rows
+
+
+def _scaled(x: float, scale: float) -> float | None:
+    return None if x != x else x * scale  # NaN (too few blocks): no interval

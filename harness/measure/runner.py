@@ -1,22 +1,17 @@
-"""The benchmark matrix: scenarios x implementations x regimes, measured, checked and written as it goes.
+"""A run: the matrix's scenarios, each measured, checked and written as it goes.
 
-For each scenario the trace is generated (or read from the trace cache), every cell is warmed up (Numba
-compilation or cache loading, timed and reported as ``compile_s``), then repetitions run interleaved across
-cells (A B C A B C ...) so that machine drift hits all alike. Every replay is checked against the trace
-(copy-on-writes per step, end state), so a fast wrong implementation never reaches a table. After each
-scenario its rows are written (atomically) with the raw samples; an interrupted run keeps what finished.
-
-The default matrix keeps ``make bench`` near ten minutes on two cores (see :func:`default_cells`): the article's
-designs run everywhere in both regimes; the compiled twins run batched everywhere and per call on ``paper``;
-the engine contenders run on ``paper``; the concurrency sweep replays 500 steps. Naming scenarios or
-implementations on the command line runs exactly what was named. ``--quick`` (``make bench-quick``, about a
-minute) replays 200 steps once, counts allocations and copies tables on ``paper`` only, and skips the
-callgrind simulation.
+For each scenario (:mod:`harness.measure.matrix` says which cells and studies) the trace is generated (or read
+from the trace cache), every cell is warmed up (Numba compilation or cache loading, timed as ``compile_s``),
+then the cells' repetitions run interleaved in slices of steps (:mod:`harness.measure.interleave`), so that
+machine drift hits all alike; ratios to ``flat`` and an A/A control come with paired bootstrap intervals.
+Every replay is checked against the trace (copy-on-writes and slot digests per step, end state), so a fast
+wrong implementation never reaches a table. After each scenario its rows are written (atomically) with the
+raw samples; an interrupted run keeps what finished. The run folder is created when the first scenario has
+figures, and ``results/latest`` moves to it only then: a run that fails before measuring leaves no trace.
 """
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import sys
@@ -29,19 +24,12 @@ import numpy as np
 
 from harness.counters.allocations import allocations_per_step
 from harness.measure import clock
-from harness.measure.drivers import (
-    Prepared,
-    StepTimes,
-    compiled_driver,
-    compiled_step_runner,
-    run_compiled,
-    run_interpreted,
-    step_runner,
-)
+from harness.measure.drivers import KINDS, Prepared
+from harness.measure.interleave import CELL_ERRORS, Driver, Replays, interleaved, slice_bounds, verify_slots
 from harness.measure.matrix import REGIMES, ScenarioPlan, plan_scenario
-from harness.measure.metrics import Work, timing_rows
+from harness.measure.metrics import Work, cell_blocks, timing_rows
 from harness.measure.paced import paced_run
-from harness.measure.replay import ReplayError, check_end_state
+from harness.measure.stats import paired_ratio
 from harness.output import metadata
 from harness.output.results import RESULTS_DIR, Row, new_run_dir, point_latest, write_json, write_rows
 from impls import REGISTRY, UNAVAILABLE
@@ -91,116 +79,138 @@ def cached_trace(name: str, overrides: dict, cache_dir: Path) -> tuple[Trace, fl
 
 
 # -- one scenario ------------------------------------------------------------------------------------------
+RATIO_METRICS = ("seq_step_ns", "lookup_ns", "alloc_free_ns")  # each against flat in the same regime
+BASE_IMPL = "flat"
+
+
 class ScenarioBench:
-    """Measures every cell of one trace."""
+    """Measures every cell of one trace: interleaved timed replays, then the cell's counters."""
 
     def __init__(self, name: str, trace: Trace, cells: list[tuple[str, str]], cfg: RunConfig, calib: dict,
                  drivers: dict, tick: Callable[[str], None], classes: dict[str, type] | None = None) -> None:
         self.name, self.trace, self.cells, self.cfg, self.calib = name, trace, list(cells), cfg, calib
         self.prep = Prepared.from_trace(trace)
         self.work = Work.of(self.prep)
-        self.drivers = drivers  # impl -> compiled driver, shared across scenarios (compiled once)
-        self.classes = classes if classes is not None else REGISTRY
+        self.slices = slice_bounds(self.prep.num_steps)
+        classes = classes if classes is not None else REGISTRY
+        self.drivers = {(i, r, ""): Driver(self.prep, classes[i], r, drivers, i) for i, r in self.cells}
         self.tick = tick
         self.rows: list[Row] = []
         self.raw: dict[tuple[str, str], dict] = {}
-        self.last_mgr: dict[tuple[str, str], object] = {}
-
-    def compiled(self, impl: str, regime: str) -> bool:
-        return regime == "batched" and self.kernels(impl) is not None and clock.tsc_usable()
-
-    def kernels(self, impl: str):
-        """The design's compiled kernels (see :class:`impls.compiled.Kernels`), None for interpreted ones."""
-        return getattr(self.classes[impl], "kernels", None)
 
     def row(self, impl: str, regime: str, metric: str, value: float, unit: str, source: str, how: str = "",
-            status: str = "ok") -> None:
-        self.rows.append(Row(self.name, impl, regime, metric, value, unit, source, status, how))
+            status: str = "ok", **columns) -> None:
+        self.rows.append(Row(self.name, impl, regime, metric, value, unit, source, status, how, **columns))
 
-    def warm_up(self, impl: str, regime: str) -> None:
-        """First calls (Numba cache load or compile) on a scratch manager, outside every timed region."""
-        cls = self.classes[impl]
+    def warm_up(self, key) -> None:
+        """First calls (Numba cache load or compile, C++ library load) outside every timed region; the native
+        driver's slot mapping is checked here, from Python, once."""
+        driver = self.drivers[key]
         t0 = time.perf_counter()
-        mgr = cls(**self.trace.config)
-        steps = min(WARM_STEPS, self.prep.num_steps)
-        if self.compiled(impl, regime):
-            fresh = impl not in self.drivers
-            if fresh:
-                self.drivers[impl] = compiled_driver(cls.kernels)
-            compiled_step_runner(self.prep, mgr, self.drivers[impl])(0, steps)
-            what = "first call of the compiled replay: " + (
-                "Numba compiles the driver, kernels load from the cache" if fresh else "driver compiled earlier")
-        else:
-            step_runner(self.prep, mgr, regime)(0, steps)
-            what = "first steps from Python (Numba cache load where compiled)"
-        if self.kernels(impl) is not None:
-            self.row(impl, regime, "compile_s", time.perf_counter() - t0, "s", "wall clock", what)
-
-    def replay(self, impl: str, regime: str, detail: bool) -> StepTimes:
-        mgr = self.classes[impl](**self.trace.config)
-        gc.collect()
-        gc.freeze()  # collections triggered by the replay's own allocations scan only what it creates
-        try:
-            if self.compiled(impl, regime):
-                samples = run_compiled(self.prep, mgr, self.drivers[impl], detail)
-            else:
-                samples = run_interpreted(self.prep, mgr, regime)
-        finally:
-            gc.unfreeze()
-        if not np.array_equal(samples.cows, self.trace.step_cows):
-            step = int(np.flatnonzero(samples.cows != self.trace.step_cows)[0])
-            raise ReplayError(f"step {step}: {samples.cows[step]} copy-on-writes, trace expects "
-                              f"{self.trace.step_cows[step]}")
-        check_end_state(self.trace, mgr)
-        self.last_mgr[(impl, regime)] = mgr
-        return samples
+        driver.advance(driver.new())(0, min(WARM_STEPS, self.prep.num_steps))
+        if driver.kind == "native":
+            verify_slots(driver)
+        if driver.kind != "python" or getattr(driver.cls, "kernels", None) is not None:
+            self.row(key[0], key[1], "compile_s", time.perf_counter() - t0, "s", "wall clock",
+                     f"first steps through the {driver.kind} driver (compile or cache load)")
 
     def fail(self, cell: tuple[str, str], exc: Exception) -> None:
         """A cell that disagreed with the trace: one ``failed`` row, and no figure from it anywhere."""
-        self.rows.append(Row(self.name, cell[0], cell[1], "correctness", float("nan"), "", "trace check", "failed",
-                             f"{type(exc).__name__}: {exc}"))
+        self.row(cell[0], cell[1], "correctness", float("nan"), "", "trace check", "failed",
+                 f"{type(exc).__name__}: {exc}")
         self.cells = [c for c in self.cells if c != cell]  # our own list: the caller's plan is left as it was
+        self.drivers.pop((*cell, ""), None)
 
     def measure_timings(self) -> None:
-        for cell in list(self.cells):
+        for key in list(self.drivers):
             try:
-                self.warm_up(*cell)
-            except (ReplayError, ValueError, KeyError, MemoryError) as exc:
-                self.fail(cell, exc)
-        steps: dict[tuple[str, str], list[StepTimes]] = {c: [] for c in self.cells}
-        details: dict[tuple[str, str], list[StepTimes]] = {c: [] for c in self.cells}
-        for _ in range(self.cfg.reps):
-            for cell in list(self.cells):  # interleaved: A B C A B C ...
-                try:
-                    steps[cell].append(self.replay(*cell, detail=False))
-                    details[cell].append(self.replay(*cell, detail=True) if self.compiled(*cell) else steps[cell][-1])
-                except (ReplayError, ValueError, KeyError, MemoryError) as exc:
-                    self.fail(cell, exc)
-                self.tick(f"{self.name} {cell[0]} {cell[1]}")
+                self.warm_up(key)
+            except CELL_ERRORS as exc:
+                self.fail(key[:2], exc)
+        aa = self._aa_key()
+        timed = {**self.drivers, **({aa: self.drivers[(*aa[:2], "")]} if aa else {})}
+        steps = interleaved(timed, self.cfg.reps, False, self.slices,
+                            lambda key: key[2] or self.tick(f"{self.name} {key[0]} {key[1]}"))
+        detailed = {k: d for k, d in self.drivers.items() if d.separate_detail and k not in steps.failed}
+        details = interleaved(detailed, self.cfg.reps, True, self.slices)
+        for key, exc in {**steps.failed, **details.failed}.items():
+            if not key[2] and key[:2] in self.cells:
+                self.fail(key[:2], exc)
         for impl, regime in self.cells:
-            cell = (impl, regime)
-            compiled = self.compiled(impl, regime)
-            overhead = self.calib["compiled_timer_ns" if compiled else "python_timer_ns"]
-            how = ("closed loop, whole step compiled (Numba replay loop calling the kernels), TSC"
-                   if compiled else f"closed loop from Python, {regime}, perf_counter_ns")
-            self.rows += timing_rows((self.name, impl, regime), self.work, steps[cell], details[cell],
-                                     self.trace.header["params"].get("step_rate", 2000), overhead, how)
-            self.raw[cell] = {
-                "clock": steps[cell][0].clock,
-                "step_ns": [s.step_ns.round(1).tolist() for s in steps[cell]],
-                "kind_ns_totals": [dict(zip(("alloc", "free", "other", "decode", "lookup"),
-                                            s.ns.sum(axis=0).round(1).tolist(), strict=True))
-                                   for s in details[cell]],
-            }
-            mgr = self.last_mgr[cell]
-            sizes = [mgr.table_nbytes(row) for row in np.flatnonzero(self.trace.final_lens).tolist()]
-            if sizes and sizes[0] is not None:
-                self.row(impl, regime, "table_bytes_per_seq", float(np.mean(sizes)), "B", "design introspection",
-                         f"mean over the {len(sizes)} live sequences at the end (see the design's _table_nbytes)")
-            else:
-                self.row(impl, regime, "table_bytes_per_seq", float("nan"), "B", "design introspection",
-                         "the design cannot report it" if sizes else "no live sequence at the end",
-                         status="unavailable")
+            key = (impl, regime, "")
+            self._cell_rows(key, steps.samples[key], details.samples.get(key, steps.samples[key]),
+                            steps.last_mgr[key])
+        self._ratio_rows(steps, details)
+        if aa and aa in steps.samples and (*aa[:2], "") in steps.samples:
+            self._aa_row(aa, steps)
+
+    def _aa_key(self):
+        """The A/A control: batched flat (else the first cell) replayed twice as if it were two cells."""
+        if not self.drivers:
+            return None
+        key = (BASE_IMPL, "batched", "") if (BASE_IMPL, "batched", "") in self.drivers else next(iter(self.drivers))
+        return (*key[:2], "aa")
+
+    def _cell_rows(self, key, step_samples, detail_samples, mgr) -> None:
+        impl, regime, _ = key
+        driver = self.drivers[key]
+        self.rows += timing_rows((self.name, impl, regime), self.work, step_samples, detail_samples,
+                                 self.trace.header["params"].get("step_rate", 2000),
+                                 driver.timer_overhead(self.calib), driver.how(), self.slices)
+        self.raw[(impl, regime)] = {
+            "clock": step_samples[0].clock,
+            "slices": self.slices,
+            "step_ns": [s.step_ns.round(1).tolist() for s in step_samples],
+            "kind_ns_totals": [dict(zip(KINDS, s.ns.sum(axis=0).round(1).tolist(), strict=True))
+                               for s in detail_samples],
+        }
+        sizes = [mgr.table_nbytes(row) for row in np.flatnonzero(self.trace.final_lens).tolist()]
+        if sizes and sizes[0] is not None:
+            self.row(impl, regime, "table_bytes_per_seq", float(np.mean(sizes)), "B", "design introspection",
+                     f"mean over the {len(sizes)} live sequences at the end (see the design's _table_nbytes)")
+        else:
+            self.row(impl, regime, "table_bytes_per_seq", float("nan"), "B", "design introspection",
+                     "the design cannot report it" if sizes else "no live sequence at the end",
+                     status="unavailable")
+
+    def _blocks(self, key, steps: Replays, details: Replays):
+        step = steps.samples[key]
+        return cell_blocks(self.work, step, details.samples.get(key, step), self.slices)
+
+    def _ratio_rows(self, steps: Replays, details: Replays) -> None:
+        """Each cell against flat in the same regime (and against batched flat), paired block by block."""
+        for impl, regime in self.cells:
+            mine = self._blocks((impl, regime, ""), steps, details)
+            for base_regime, suffix in ((regime, "_vs_flat"), ("batched", "_vs_flat_batched")):
+                base_key = (BASE_IMPL, base_regime, "")
+                if base_key not in steps.samples or base_key == (impl, regime, "") or (
+                        suffix == "_vs_flat_batched" and regime == "batched"):
+                    continue
+                base = self._blocks(base_key, steps, details)
+                metrics = RATIO_METRICS if suffix == "_vs_flat" else ("seq_step_ns",)
+                for metric in metrics:
+                    self._ratio_row(impl, regime, metric + suffix, mine[metric], base[metric])
+
+    def _ratio_row(self, impl: str, regime: str, metric: str, mine, base) -> None:
+        if not mine[1].sum() or not base[1].sum():
+            return
+        est = paired_ratio(mine[0], base[0], mine[1], base[1])
+        self.row(impl, regime, metric, est.value, "x", "ratio",
+                 "time per unit of work over flat's, the same (repetition, slice) blocks drawn for both; "
+                 "95 % paired block-bootstrap interval", ci_low=_finite(est.low), ci_high=_finite(est.high),
+                 reps=self.cfg.reps, steps=self.work.steps)
+
+    def _aa_row(self, aa, steps: Replays) -> None:
+        impl, regime, _ = aa
+        copy = cell_blocks(self.work, steps.samples[aa], steps.samples[aa], self.slices)["seq_step_ns"]
+        orig = cell_blocks(self.work, steps.samples[(impl, regime, "")], steps.samples[(impl, regime, "")],
+                           self.slices)["seq_step_ns"]
+        est = paired_ratio(copy[0], orig[0])
+        verdict = "no difference" if est.contains(1.0) else "differs: the noise floor of this run"
+        self.row(impl, regime, "aa_ratio", est.value, "x", "ratio",
+                 f"A/A control: the same cell replayed twice, interleaved as two cells; seq-step time of the copy "
+                 f"over the original; {verdict}", ci_low=_finite(est.low), ci_high=_finite(est.high),
+                 reps=self.cfg.reps, steps=self.work.steps)
 
     def measure_allocations(self) -> None:
         """Allocation events per step over ALLOC_STEPS steps (see :func:`allocations_per_step`), on a fresh
@@ -208,31 +218,33 @@ class ScenarioBench:
         lo = min(WARM_STEPS, max(0, self.prep.num_steps - ALLOC_STEPS))
         hi = min(self.prep.num_steps, lo + ALLOC_STEPS)
         for impl, regime in self.cells:
-            compiled = self.compiled(impl, regime)
-            path = "compiled replay loop" if compiled else f"Python driver, {regime}"
-            mgr = self.classes[impl](**self.trace.config)
-            advance = (compiled_step_runner(self.prep, mgr, self.drivers[impl]) if compiled
-                       else step_runner(self.prep, mgr, regime))
+            driver = self.drivers[(impl, regime, "")]
+            advance = driver.advance(driver.new())
             advance(0, lo)
             counts = allocations_per_step(advance, lo, hi)
             for metric, value, source in (("allocs_per_step", counts[0], "memray"),
                                           ("nrt_allocs_per_step", counts[1], "nrt-stats")):
-                self.rows.append(Row(self.name, impl, regime, metric, value, "allocs/step", source, how=(
-                    f"steps {lo}-{hi} via the {path}, minus the same call over zero steps"), steps=hi - lo))
+                self.row(impl, regime, metric, value, "allocs/step", source,
+                         f"steps {lo}-{hi} via the {driver.kind} driver, minus the same call over zero steps",
+                         steps=hi - lo)
             self.tick(f"{self.name} {impl} {regime} allocations")
 
     def measure_paced(self) -> None:
         rate = self.trace.header["params"].get("step_rate", 2000)
         for impl, regime in self.cells:
-            cls = self.classes[impl]
-            result = paced_run(self.prep, lambda cls=cls: cls(**self.trace.config), regime, rate)
+            driver = self.drivers[(impl, regime, "")]
+            result = paced_run(self.prep, driver.new, regime, rate)
             how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), thread CPU time "
                    f"minus an idle paced run; compiled designs pay one dispatch per call")
-            self.row(impl, regime, "cpu_share_observed_pct", result.cpu_share_pct, "%", "thread_time_ns", how)
+            self.row(impl, regime, "cpu_share_observed_pct", result.cpu_share_pct, "%", "thread_time_ns", how,
+                     step_rate=rate, steps=result.steps)
             self.row(impl, regime, "deadline_misses", result.deadline_misses, "steps", "perf_counter_ns",
-                     f"steps whose work ended after the next step was due, of {result.steps}")
+                     f"steps whose work ended after the next step was due, of {result.steps}", steps=result.steps)
             self.tick(f"{self.name} {impl} {regime} paced")
 
+
+def _finite(x: float) -> float | None:
+    return None if x != x else x
 
 
 STUDY_FLAGS = {"allocations": "allocations", "paced": "paced", "l1d": "l1d", "table_copy": "table_copy"}

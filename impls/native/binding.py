@@ -110,6 +110,7 @@ class NativeBlockManager(ManagerBase):
     """A C++ design behind the contract, one foreign call per operation (subclasses set ``kind``)."""
 
     kind: int
+    native = True  # replayed inside C++ by :func:`replay` (drivers look for this flag)
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
@@ -262,6 +263,10 @@ def prepare(trace) -> NativeTrace:
                        np.ascontiguousarray(trace.a1, dtype=np.int32), so, do, max(1, int(running.max(initial=0))))
 
 
+class NativeReplayError(RuntimeError):
+    """A native replay disagreed with the trace (a failed operation, or a can_allocate answer)."""
+
+
 class NativeReplay(NamedTuple):
     """One native replay; the first five fields are those of ``harness.drivers.StepTimes``, in its order."""
 
@@ -312,7 +317,7 @@ def replay(mgr: NativeBlockManager, trace, detail: bool = False, lo: int = 0, hi
     One foreign call; C++ times as ``harness.drivers.run_compiled`` does: ``detail=False`` each whole step as
     one region (column ``decode``), ``detail=True`` each pool operation by kind, the decode step, and a lookup
     apart (column ``lookup``, not part of the step). The replay continues from ``mgr``'s current state, so
-    slices replayed one after another make the whole trace. A failure raises ``harness.replay.ReplayError``.
+    slices replayed one after another make the whole trace. A failure raises :class:`NativeReplayError`.
     """
     if not isinstance(mgr, NativeBlockManager):
         raise TypeError(f"replay needs a native manager, got {type(mgr).__name__}")
@@ -328,9 +333,7 @@ def replay(mgr: NativeBlockManager, trace, detail: bool = False, lo: int = 0, hi
                      int(bool(detail)), int(use_tsc), cow_buf.ctypes.data, slot_buf.ctypes.data, t.max_batch,
                      ticks.ctypes.data, cows.ctypes.data, allocs.ctypes.data, steps, status.ctypes.data)
     if status[0]:
-        from harness.replay import ReplayError
-
-        raise ReplayError(f"native replay failed at step {status[1]}, op {status[2]}: status {status[0]}")
+        raise NativeReplayError(f"native replay failed at step {status[1]}, op {status[2]}: status {status[0]}")
     ns = ticks * (ns_per_tick() if use_tsc else 1.0)
     if detail:
         step_ns = ns[:, _ALLOC] + ns[:, _FREE] + ns[:, _OTHER] + ns[:, _DECODE]

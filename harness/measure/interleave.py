@@ -1,0 +1,179 @@
+"""Timed replays of every cell of a trace, interleaved in short slices so that machine drift hits all alike.
+
+A repetition gives each cell a fresh manager, then walks the trace in :data:`SLICES_PER_REP` slices of steps;
+within each slice every cell replays those steps on its own manager, in an order rotated from slice to slice
+(no cell always runs first, or right after the slowest). A slow phase of the machine lasts longer than a
+slice, so it falls on every cell of the slice alike, and the ratios between cells, computed over the same
+blocks (:mod:`harness.measure.stats`), stay put while absolute times drift. After the last slice each cell's
+replay is checked as a whole: copy-on-writes and slot-mapping digests of every step, and the end state.
+
+Three drivers replay a slice (:class:`Driver`): ``python`` (contract calls from Python, both regimes), ``compiled``
+(a Numba loop calling a compiled design's kernels, batched) and ``native`` (the C++ designs' own loop, batched).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harness.measure import clock
+from harness.measure.drivers import (
+    Prepared,
+    StepTimes,
+    compiled_driver,
+    compiled_step_runner,
+    concat,
+    is_native,
+    native_step_runner,
+    run_compiled,
+    run_interpreted,
+    run_native,
+    slot_digest,
+    step_runner,
+)
+from harness.measure.replay import ReplayError, apply_pool_op, check_end_state
+
+SLICES_PER_REP = 20
+CELL_ERRORS = (ReplayError, ValueError, KeyError, TypeError, MemoryError)
+
+Key = tuple[str, str, str]  # (impl, regime, tag); tag "" for a cell, "aa" for the A/A control's copy
+
+
+def slice_bounds(num_steps: int, slices: int = SLICES_PER_REP) -> list[tuple[int, int]]:
+    """``[lo, hi)`` step ranges: ``slices`` near-equal slices of the trace (fewer for a short trace)."""
+    size = max(1, -(-num_steps // max(1, slices)))
+    return [(lo, min(num_steps, lo + size)) for lo in range(0, num_steps, size)] or [(0, 0)]
+
+
+@dataclass
+class Driver:
+    """How one (implementation, regime) is replayed: fresh managers, timed slices, untimed advances."""
+
+    prep: Prepared
+    cls: type
+    regime: str
+    compiled_loops: dict  # impl -> compiled replay loop, shared across scenarios (compiled once)
+    impl: str
+
+    @property
+    def kind(self) -> str:
+        if self.regime == "batched" and is_native(self.cls):
+            return "native"
+        if self.regime == "batched" and getattr(self.cls, "kernels", None) is not None and clock.tsc_usable():
+            return "compiled"
+        return "python"
+
+    @property
+    def separate_detail(self) -> bool:
+        """Whether per-operation times need their own replays (whole-step timing is one region otherwise)."""
+        return self.kind != "python"
+
+    def loop(self):
+        if self.impl not in self.compiled_loops:
+            self.compiled_loops[self.impl] = compiled_driver(self.cls.kernels)
+        return self.compiled_loops[self.impl]
+
+    def new(self):
+        return self.cls(**self.prep.trace.config)
+
+    def timed(self, mgr, detail: bool, lo: int, hi: int) -> StepTimes:
+        if self.kind == "native":
+            return run_native(self.prep, mgr, detail, lo, hi)
+        if self.kind == "compiled":
+            return run_compiled(self.prep, mgr, self.loop(), detail, lo, hi)
+        return run_interpreted(self.prep, mgr, self.regime, lo, hi)
+
+    def advance(self, mgr, cows: np.ndarray | None = None) -> Callable[[int, int], None]:
+        """Untimed ``run(lo, hi)`` through the same call path (allocation counts, warm-up)."""
+        if self.kind == "native":
+            return native_step_runner(self.prep, mgr, cows)
+        if self.kind == "compiled":
+            return compiled_step_runner(self.prep, mgr, self.loop(), cows)
+        return step_runner(self.prep, mgr, self.regime, cows)
+
+    def how(self) -> str:
+        return {"native": "closed loop, whole trace replayed inside C++ (one foreign call per slice)",
+                "compiled": "closed loop, whole step compiled (Numba replay loop calling the kernels), TSC",
+                "python": f"closed loop from Python, {self.regime}, perf_counter_ns"}[self.kind]
+
+    def timer_overhead(self, calib: dict) -> float:
+        if self.kind == "python":
+            return calib["python_timer_ns"]
+        if self.kind == "native":
+            from impls import native
+
+            return native.timer_overhead_ns(20_000)
+        return calib["compiled_timer_ns"]
+
+
+def verify_slots(driver: Driver) -> None:
+    """Replay the trace through the contract from Python and check every step's slot mapping: for the native
+    driver, whose C++ loop keeps its slots to itself (the timed replays check the others as they go)."""
+    prep, mgr = driver.prep, driver.new()
+    cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
+    slot_out = np.zeros(prep.max_batch, dtype=np.int64)
+    bs = prep.trace.config["block_size"]
+    for s, (first, mid, end) in enumerate(prep.bounds):
+        for i in range(first, mid):
+            apply_pool_op(mgr, prep.op[i], prep.a0[i], prep.a1[i])
+        slot_out[:] = -1
+        mgr.decode_step(prep.decode_ids[s], cow_out, slot_out)
+        if slot_digest(slot_out[: end - mid], bs) != prep.slot_digests[s]:
+            raise ReplayError(f"step {s}: the slot mapping differs from the trace's")
+
+
+@dataclass
+class Replays:
+    """What interleaved repetitions produced: samples per key, failures, and each key's last manager."""
+
+    samples: dict[Key, list[StepTimes]] = field(default_factory=dict)
+    failed: dict[Key, Exception] = field(default_factory=dict)
+    last_mgr: dict[Key, object] = field(default_factory=dict)
+
+
+def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: list[tuple[int, int]],
+                done: Callable[[Key], None] = lambda key: None, out: Replays | None = None) -> Replays:
+    """``reps`` repetitions of every driver, interleaved slice by slice; ``done(key)`` after each repetition."""
+    out = out or Replays()
+    keys = list(drivers)
+    for _ in range(reps):
+        mgrs = {k: drivers[k].new() for k in keys if k not in out.failed}
+        parts: dict[Key, list[StepTimes]] = {k: [] for k in mgrs}
+        gc.collect()
+        gc.freeze()  # collections triggered by the replays' own allocations scan only what they create
+        try:
+            for i, (lo, hi) in enumerate(slices):
+                for k in keys[i % len(keys):] + keys[: i % len(keys)]:  # rotated: no cell always first
+                    if k in parts and k not in out.failed:
+                        _slice(drivers[k], mgrs[k], detail, lo, hi, parts[k], out, k)
+        finally:
+            gc.unfreeze()
+        for k in parts:
+            _finish(drivers[k], mgrs[k], parts[k], out, k)
+            done(k)
+    return out
+
+
+def _slice(driver: Driver, mgr, detail: bool, lo: int, hi: int, parts: list, out: Replays, key: Key) -> None:
+    try:
+        parts.append(driver.timed(mgr, detail, lo, hi))
+    except CELL_ERRORS as exc:
+        out.failed[key] = exc
+
+
+def _finish(driver: Driver, mgr, parts: list[StepTimes], out: Replays, key: Key) -> None:
+    """Check one repetition of one key as a whole replay, and keep it."""
+    if key in out.failed:
+        return
+    try:
+        samples = concat(parts)
+        samples.check(driver.prep)
+        check_end_state(driver.prep.trace, mgr)
+    except CELL_ERRORS as exc:
+        out.failed[key] = exc
+        return
+    out.samples.setdefault(key, []).append(samples)
+    out.last_mgr[key] = mgr

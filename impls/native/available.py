@@ -1,0 +1,15 @@
+"""The native classes, importable only where the C++ library was built (the registry's targets point here).
+
+Importing this module raises ``ImportError`` with the reason when there is no compiler or the build failed,
+which is how :func:`impls.registry.load_all` learns that the ``cpp-*`` implementations are unavailable.
+"""
+
+from __future__ import annotations
+
+from . import UNAVAILABLE_REASON
+from .binding import CppDictBlockManager, CppFlatBlockManager, CppListBlockManager
+
+if UNAVAILABLE_REASON is not None:
+    raise ImportError(UNAVAILABLE_REASON)
+
+__all__ = ["CppDictBlockManager", "CppFlatBlockManager", "CppListBlockManager"]
