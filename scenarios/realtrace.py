@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import math
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,10 +79,17 @@ def read_requests_csv(path: str | Path) -> pd.DataFrame:
         path = DATA_DIR / path
     with _open_csv(path) as fh:
         rows = csv.reader(_decoded_lines(path, fh))
-        columns = _header(path, rows)
-        out = _read_rows(path, rows, columns)
+        _header(path, rows)
+        out = _read_fast(path)
+        if out is None:  # something to report (or blank or multi-line rows): the exact, slower reader
+            fh.seek(0)
+            rows = csv.reader(_decoded_lines(path, fh))
+            out = _read_rows(path, rows, _header(path, rows))
     if out.empty:
         raise ScenarioError(f"{path}: no requests (only a header line); add rows of {','.join(COLUMNS)}")
+    ts = out["timestamp"].to_numpy()
+    if np.all(ts[1:] >= ts[:-1]):
+        return out
     return out.sort_values("timestamp", kind="stable").reset_index(drop=True)
 
 
@@ -136,6 +144,50 @@ def _header(path: Path, rows: Iterator[list[str]]) -> tuple[int, list[int]]:
     return len(header), [header.index(c) for c in COLUMNS]
 
 
+def _read_fast(path: Path) -> pd.DataFrame | None:
+    """pandas' C parser, in chunks, into preallocated columns; None unless every value is valid and each row is
+    one line of the file (then line numbers are exact without looking at the text again)."""
+    n = _count_lines(path) - 1
+    cols = {"timestamp": np.empty(n, np.float64), "prompt_tokens": np.empty(n, np.int64),
+            "output_tokens": np.empty(n, np.int64)}
+    done = 0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)  # rows longer than the header
+            for chunk in pd.read_csv(path, dtype=dict.fromkeys(COLUMNS, np.float64), chunksize=CHUNK_ROWS * 4,
+                                     encoding="utf-8", index_col=False, skip_blank_lines=False,
+                                     keep_default_na=False):
+                if not set(COLUMNS) <= set(chunk.columns) or done + len(chunk) > n or _any_bad(chunk):
+                    return None
+                for col, out in cols.items():
+                    out[done : done + len(chunk)] = chunk[col].to_numpy()
+                done += len(chunk)
+    except (ValueError, TypeError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.ParserWarning, OSError):
+        return None
+    if done != n:
+        return None
+    cols["line"] = np.arange(2, n + 2, dtype=np.int64)
+    return pd.DataFrame(cols, copy=False)
+
+
+def _any_bad(chunk: pd.DataFrame) -> bool:
+    ts = chunk["timestamp"].to_numpy()
+    if np.any(~np.isfinite(ts) | (ts < 0)):
+        return True
+    tokens = chunk[["prompt_tokens", "output_tokens"]].to_numpy()
+    with np.errstate(invalid="ignore"):
+        return bool(np.any(~np.isfinite(tokens) | (tokens < 1) | (tokens > MAX_TOKENS) | (tokens != np.floor(tokens))))
+
+
+def _count_lines(path: Path) -> int:
+    lines, last = 0, b"\n"
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 22):
+            lines += block.count(b"\n")
+            last = block[-1:]
+    return lines + (last != b"\n")
+
+
 def _read_rows(path: Path, rows: Iterator[list[str]], columns: tuple[int, list[int]]) -> pd.DataFrame:
     width, (it, ip, io) = columns
     text: list[list[str]] = [[], [], []]
@@ -184,7 +236,7 @@ class OpenLoop:
     """Requests in arrival order (columns of arrays), made and released when their arrival step comes."""
 
     def __init__(self, prompt: np.ndarray, output: np.ndarray, arrival: np.ndarray) -> None:
-        self.prompt, self.output, self.arrival = prompt.tolist(), output.tolist(), arrival.tolist()
+        self.prompt, self.output, self.arrival = prompt, output, arrival
         self.next = 0
 
     @property
@@ -195,18 +247,19 @@ class OpenLoop:
         while self.next < len(self.arrival) and self.arrival[self.next] <= step:
             i = self.next
             self.next += 1
-            yield Request(i, self.prompt[i], self.output[i], self.arrival[i])
+            yield Request(i, int(self.prompt[i]), int(self.output[i]), int(self.arrival[i]))
 
 
 def _window(name: str, p: dict) -> pd.DataFrame:
     df = read_requests_csv(p["csv"])
     start = p["start_s"]
     end = math.inf if p["duration_s"] is None else start + p["duration_s"]
-    window = df[(df.timestamp >= start) & (df.timestamp < end)]
+    inside = (df.timestamp >= start) & (df.timestamp < end)
+    window = df if inside.all() else df[inside]
     if window.empty:
         raise ScenarioError(f"{name}: no request arrives in the window [{start}, {end}) s; "
                             f"the file's requests arrive in [{df.timestamp.iloc[0]}, {df.timestamp.iloc[-1]}] s")
-    return window.reset_index(drop=True)
+    return window if window is df else window.reset_index(drop=True)
 
 
 def _max_blocks(name: str, p: dict, window: pd.DataFrame) -> int:
@@ -220,11 +273,11 @@ def _max_blocks(name: str, p: dict, window: pd.DataFrame) -> int:
     for col, tokens in (("prompt_tokens", window.prompt_tokens), ("output_tokens", total)):
         over = np.flatnonzero((tokens > cap).to_numpy())
         if len(over):
-            row = window.iloc[int(over[0])]
-            amount = (f"{row.prompt_tokens} prompt tokens" if col == "prompt_tokens" else
-                      f"{row.prompt_tokens} prompt + {row.output_tokens} output = {tokens.iloc[int(over[0])]} tokens")
-            raise ScenarioError(f"{name}: line {row.line}, column {col!r}: {amount} exceed what a sequence can hold, "
-                                f"{what} = {cap}; {fix} or drop that request")
+            k = int(over[0])
+            prompt, output = int(window.prompt_tokens.iat[k]), int(window.output_tokens.iat[k])
+            amount = f"{prompt} prompt" + ("" if col == "prompt_tokens" else f" + {output} output = {prompt + output}")
+            raise ScenarioError(f"{p['csv']}: line {int(window.line.iat[k])}, column {col!r}: {amount} tokens exceed "
+                                f"what a sequence can hold, {what} = {cap}; {fix} or drop that request")
     return p["max_blocks_per_seq"] or blocks_for(int(total.max()), bs)
 
 
@@ -236,9 +289,9 @@ def _check_steps(name: str, p: dict, window: pd.DataFrame, arrival: np.ndarray) 
         return
     span = float(window.timestamp.iloc[-1] - window.timestamp.iloc[0])
     fits = span * p["max_steps"] / need * 0.8
-    hint = f"--duration-s {fits:.3g}" if fits > 0 else "--duration-s (fewer requests)"
+    hint = f"--duration-s {float(f'{fits:.2g}'):.12g}" if fits > 0 else "--duration-s (fewer requests)"
     raise ScenarioError(
-        f"{name}: the {len(window)} requests in the window need at least {need} decode steps ({int(outputs.sum())} "
+        f"{p['csv']}: the {len(window)} requests in the window need at least {need} decode steps ({int(outputs.sum())} "
         f"output tokens at {p['concurrency']} sequences per step), more than max_steps={p['max_steps']}; "
         f"shorten the window with {hint} (and --start-s), or raise --max-steps"
     )
