@@ -220,3 +220,30 @@ def test_save_into_a_file_path_is_a_trace_error(tmp_path, trace) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(TraceError, match="not a folder"):
         save(trace, tmp_path / "file" / "t.npz")
+
+
+# -- scenario parameters: one-line errors naming the flag, the valid range and the fix; nothing capped ------
+@pytest.mark.parametrize(
+    "argv, needles",
+    [
+        (["paper", "--block-size", "3"], ["--block-size 3", "power of two", "e.g. --block-size 16"]),
+        (["paper", "--seed", "-1"], ["--seed -1", "[0, 9223372036854775807]", "e.g. --seed 0"]),
+        (["paper", "--sigma", "nan"], ["--sigma nan", "[0, 10]", "e.g. --sigma 1.0"]),
+        (["paper", "--running", "100000"], ["--running 100000", "65536 blocks", "raise --num-blocks"]),
+        (["paper", "--steps", "1e400"], ["'steps'", "e.g. --steps 2000"]),
+        (["paper", "--num-blocks", "99999999999"], ["--num-blocks", "[1, 16777216]"]),
+        (["beam-search", "--beam-width", "9", "--running", "4"], ["--beam-width 9", "running=4"]),
+        (["azure-code", "--concurrency", "-5"], ["--concurrency -5", "positive", "e.g. --concurrency 256"]),
+        (["azure-code", "--duration-s", "inf"], ["--duration-s inf"]),
+        (["azure-code", "--max-steps", "0"], ["--max-steps 0"]),
+    ],
+)
+def test_bad_scenario_parameters(tmp_path, capsys, argv, needles) -> None:
+    from harness.cli import main
+
+    assert main(["trace", *argv, "-o", str(tmp_path / "t.npz")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvblock-bench: error: ") and err.count("\n") == 1, err
+    for needle in needles:
+        assert needle in err, err
+    assert not (tmp_path / "t.npz").exists()
