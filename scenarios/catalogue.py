@@ -17,7 +17,7 @@ import numpy as np
 
 from .realtrace import REAL_TRACES, build_real_trace
 from .scheduler import Request, ScenarioError, Scheduler, Seq, TraceBuilder
-from .trace import Trace
+from .trace import MAX_POOL_BLOCKS, Trace
 
 COMMON = {
     "num_blocks": 65536,
@@ -80,30 +80,84 @@ def _convert(key: str, value: object, default: object) -> object:
         return type(default)(value)
     except (TypeError, ValueError, OverflowError):
         kind = "number" if default is None else type(default).__name__
-        raise ScenarioError(f"parameter {key!r} takes a {kind}, got {value!r}") from None
+        example = f"; e.g. --{key.replace('_', '-')} {default}" if default is not None else ""
+        raise ScenarioError(f"parameter {key!r} takes a {kind}, got {value!r}{example}") from None
+
+
+MAX_TOKENS = 2**31 - 1  # token counts are int32 in traces
+MAX_ROWS = 1 << 20  # running / concurrency
+MAX_SEQUENCE_STEPS = 1 << 25  # steps * running: a synthetic trace of at most a few hundred MB
+_BIG = 10**12
+# parameter -> (lowest, highest, what it is); a value outside fails naming both and the fix.
+LIMITS: dict[str, tuple[float, float, str]] = {
+    "num_blocks": (1, MAX_POOL_BLOCKS, "blocks in the pool"),
+    "block_size": (1, 1 << 16, "tokens per block, a power of two"),
+    "max_blocks_per_seq": (0, MAX_POOL_BLOCKS, "blocks a sequence may hold"),
+    "running": (1, MAX_ROWS, "sequences running at once"),
+    "concurrency": (1, MAX_ROWS, "sequences running at once"),
+    "steps": (1, MAX_SEQUENCE_STEPS, "decode steps"),
+    "max_steps": (1, _BIG, "decode steps a real trace may take"),
+    "step_rate": (1, _BIG, "target decode steps per second"),
+    "prompt_mean": (1, MAX_TOKENS, "mean prompt tokens"),
+    "output_mean": (1, MAX_TOKENS, "mean output tokens"),
+    "system_prompt": (1, MAX_TOKENS, "system prompt tokens"),
+    "samples": (1, MAX_ROWS, "samples per prompt"),
+    "beam_width": (1, MAX_ROWS, "beams per request"),
+    "sigma": (0, 10, "log-space standard deviation of the lengths"),
+    "prune_prob": (0, 1, "probability that a beam group prunes a beam each step"),
+    "seed": (0, 2**63 - 1, "random seed"),
+    "start_s": (0, _BIG, "seconds into the file where the window starts"),
+    "duration_s": (1e-9, _BIG, "seconds of the file to replay"),
+}
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def _fail(key: str, p: dict, need: str, fix: str) -> None:
+    raise ScenarioError(f"{_flag(key)} {p[key]!r}: {key} {need}; {fix}")
 
 
 def _check(name: str, p: dict) -> None:
-    positive = ("num_blocks", "block_size", "running", "steps", "step_rate",
-                "prompt_mean", "output_mean", "samples", "beam_width", "system_prompt", "concurrency")
-    for key in positive:
-        if key in p and p[key] is not None and p[key] <= 0:
-            raise ScenarioError(f"{name}: {key} must be positive, got {p[key]}")
-    if "sigma" in p and p["sigma"] < 0:
-        raise ScenarioError(f"{name}: sigma must be >= 0")
-    if "prune_prob" in p and not 0 <= p["prune_prob"] <= 1:
-        raise ScenarioError(f"{name}: prune_prob must lie in [0, 1]")
-    if p["max_blocks_per_seq"] < 0 or (p["max_blocks_per_seq"] == 0 and "csv" not in p):
-        raise ScenarioError(f"{name}: max_blocks_per_seq must be positive, got {p['max_blocks_per_seq']}")
-    cap = (p["max_blocks_per_seq"] or p["num_blocks"]) * p["block_size"]
+    """Every parameter in its range and consistent with the others; one-line errors that name the fix."""
+    for key, (low, high, what) in LIMITS.items():
+        value = p.get(key)
+        if value is None or isinstance(value, bool):
+            continue
+        if not low <= value <= high:  # NaN fails too
+            default = SCENARIOS[name].defaults.get(key) if name in SCENARIOS else None
+            example = f"e.g. {_flag(key)} {default}" if default is not None else "pick a value in range"
+            _fail(key, p, f"must be {'positive, ' if low == 1 else ''}in [{low}, {high}] ({what})", example)
+    if p["max_blocks_per_seq"] == 0 and "csv" not in p:
+        _fail("max_blocks_per_seq", p, "must be positive (0 means 'fit the longest request' only for CSV traces)",
+              "e.g. --max-blocks-per-seq 256")
+    if p["block_size"] & (p["block_size"] - 1):
+        _fail("block_size", p, "must be a power of two (as in vLLM, SGLang and TensorRT-LLM)", "e.g. --block-size 16")
+    _check_sizes(p)
+
+
+def _check_sizes(p: dict) -> None:
     if p["max_blocks_per_seq"] > p["num_blocks"]:
-        raise ScenarioError(
-            f"{name}: max_blocks_per_seq={p['max_blocks_per_seq']} exceeds the pool ({p['num_blocks']} blocks)"
-        )
-    if "prompt_mean" in p and p["prompt_mean"] >= cap:
-        raise ScenarioError(f"{name}: prompt_mean={p['prompt_mean']} does not fit a sequence of {cap} tokens")
-    if "system_prompt" in p and p["system_prompt"] >= cap:
-        raise ScenarioError(f"{name}: system_prompt={p['system_prompt']} does not fit a sequence of {cap} tokens")
+        _fail("max_blocks_per_seq", p, f"exceeds the pool ({p['num_blocks']} blocks)",
+              "lower --max-blocks-per-seq or raise --num-blocks")
+    cap = (p["max_blocks_per_seq"] or p["num_blocks"]) * p["block_size"]
+    if cap > MAX_TOKENS:
+        _fail("block_size", p, f"times blocks per sequence gives {cap} tokens, more than {MAX_TOKENS}",
+              "lower --max-blocks-per-seq or --block-size")
+    for key in ("prompt_mean", "system_prompt"):
+        if key in p and p[key] >= cap:
+            _fail(key, p, f"does not fit a sequence of {cap} tokens", "lower it or raise --max-blocks-per-seq")
+    rows = "running" if "running" in p else "concurrency"
+    if p[rows] > p["num_blocks"]:
+        _fail(rows, p, f"exceeds the pool's {p['num_blocks']} blocks (each sequence needs at least one; "
+              "nothing is capped silently)", f"lower {_flag(rows)} or raise --num-blocks")
+    for key in ("samples", "beam_width"):
+        if key in p and p[key] > p[rows]:
+            _fail(key, p, f"exceeds running={p[rows]} (a group takes {key} rows)", "raise --running or lower it")
+    if "steps" in p and p["steps"] * p[rows] > MAX_SEQUENCE_STEPS:
+        _fail("steps", p, f"times running={p[rows]} exceeds {MAX_SEQUENCE_STEPS} sequence-steps (a trace too large "
+              "to hold)", "lower --steps or --running")
 
 
 def _config(p: dict, max_seqs: int) -> dict:

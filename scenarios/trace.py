@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import struct
 import tempfile
 import zipfile
 import zlib
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from impls.contract import blocks_for, check_config
 
 FORMAT = "kvblock-bench-trace"
 FORMAT_VERSION = 2
@@ -55,6 +59,17 @@ HEADER_KEYS = {
 
 class TraceError(ValueError):
     """A trace file that cannot be used: truncated, corrupted, edited, or of another format version."""
+
+
+# Limits a file is held to before anything is decompressed (a few MB of zip may claim gigabytes).
+MAX_HEADER_BYTES = 1 << 20  # the JSON header
+MAX_TRACE_BYTES = 1 << 30  # all arrays together, in memory
+MAX_POOL_BLOCKS = 1 << 24  # num_blocks of a trace's configuration
+MAX_TABLE_ENTRIES = 1 << 28  # max_seqs * max_blocks_per_seq (a dense block table of that many int32)
+REGENERATE = "regenerate it with `kvblock-bench trace`"
+COUNT_FIELDS = ("num_steps", "num_ops", "num_requests", "peak_blocks_in_use", "cow_count", "preemptions",
+                "final_free", "live_at_end", "generator_version", "seed")
+CONFIG_KEYS = ("num_blocks", "block_size", "max_seqs", "max_blocks_per_seq")
 
 
 @dataclass
@@ -153,10 +168,45 @@ def finalize(header: dict, arrays: Mapping[str, np.ndarray]) -> Trace:
     return trace
 
 
-def save(trace: Trace, path: str | os.PathLike) -> Path:
-    """Write ``trace`` atomically (a temporary file renamed into place)."""
+def check_writable(path: str | os.PathLike) -> Path:
+    """Refuse an output path a trace cannot be written to; call it before the (long) simulation.
+
+    The nearest existing folder above ``path`` must be a writable folder (``save`` creates the missing ones),
+    and ``path`` itself must not be a folder. Raises :class:`TraceError` naming the path and the fix.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise TraceError(f"{path}: is a folder; give a file name for the trace (-o {path / 'trace.npz'})")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise TraceError(f"{path}: cannot write the trace: {folder} is not a folder; choose another output path")
+    if folder == path.parent:  # the real test: create (and remove) a file where the trace will go
+        try:
+            fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".probe")
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot write to {folder} ({exc.strerror}); choose another output path") from None
+        os.close(fd)
+        os.unlink(probe)
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        raise TraceError(f"{path}: cannot create folders in {folder} (permission denied); choose another output path")
+    return path
+
+
+def save(trace: Trace, path: str | os.PathLike) -> Path:
+    """Write ``trace`` atomically (a temporary file renamed into place); :class:`TraceError` if it cannot."""
+    path = check_writable(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write(trace, path)
+    except OSError as exc:
+        reason = exc.strerror or exc
+        raise TraceError(f"{path}: cannot write the trace ({reason}); choose another output path") from None
+    return path
+
+
+def _write(trace: Trace, path: Path) -> None:
     header = np.frombuffer(json.dumps(trace.header, sort_keys=True).encode(), dtype=np.uint8)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -168,7 +218,6 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return path
 
 
 def _umask() -> int:
@@ -177,52 +226,191 @@ def _umask() -> int:
     return mask
 
 
+# What a damaged zip can raise while it is read (zipfile, zlib and numpy's .npy reader).
+_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError, NotImplementedError,
+                RuntimeError, struct.error, OverflowError, UnicodeDecodeError)
+
+
 def load(path: str | os.PathLike) -> Trace:
-    """Read and fully check a trace file; raises :class:`TraceError` naming what is wrong."""
+    """Read and fully check a trace file; raises :class:`TraceError` naming what is wrong.
+
+    Sizes are checked before anything is decompressed: the header (at most ``MAX_HEADER_BYTES``) is read
+    first and validated, and each array's declared size and ``.npy`` shape must match the header's counts.
+    """
     path = Path(path)
+    if path.is_dir():
+        raise TraceError(f"{path}: is a folder, not a trace file; give the .npz file written by `kvblock-bench trace`")
     if not path.is_file():
         raise TraceError(f"{path}: no such trace file")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            contents = {name: data[name] for name in data.files}
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError) as exc:
-        raise TraceError(f"{path}: not a readable trace file (truncated or corrupted?): {exc}") from exc
-    if "header" not in contents:
-        raise TraceError(f"{path}: no header: not a kvblock-bench trace")
-    try:
-        header = json.loads(contents.pop("header").tobytes().decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TraceError(f"{path}: header is not valid JSON: {exc}") from exc
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise TraceError(f"{path}: not a kvblock-bench trace (format {header.get('format')!r})")
-    if header.get("version") != FORMAT_VERSION:
-        raise TraceError(
-            f"{path}: trace format version {header.get('version')!r}, this kvblock-bench reads version "
-            f"{FORMAT_VERSION}; regenerate it with `kvblock-bench trace`"
-        )
-    missing = sorted(set(ARRAYS) - set(contents))
-    if missing:
-        raise TraceError(f"{path}: missing arrays {missing}")
-    trace = Trace(header, contents)
-    try:
+        with zipfile.ZipFile(path) as zf:
+            members = _members(zf)
+            header = _read_header(zf, members)
+            validate_header(header)
+            arrays = {name: _read_array(zf, members, name, _expected_length(header, name)) for name in ARRAYS}
+        trace = Trace(header, arrays)
         validate(trace)
     except TraceError as exc:
-        raise TraceError(f"{path}: {exc}") from None
+        fix = "" if "kvblock-bench" in str(exc) else f"; {REGENERATE}"
+        raise TraceError(f"{path}: {exc}{fix}") from None
+    except PermissionError:
+        raise TraceError(f"{path}: cannot read the trace file (permission denied)") from None
+    except _READ_ERRORS as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise TraceError(f"{path}: not a readable trace file (truncated or corrupted?): {reason}; "
+                         f"{REGENERATE}") from None
     return trace
 
 
-def validate(trace: Trace) -> None:
-    """Structure and checksum checks; raises :class:`TraceError`."""
-    h, a = trace.header, trace.arrays
-    missing = sorted(HEADER_KEYS - set(h))
+def _members(zf: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
+    """The zip's members by array name, after checks that need no decompression."""
+    infos = zf.infolist()
+    names = [info.filename for info in infos]
+    if "header.npy" not in names:
+        raise TraceError("no header: not a kvblock-bench trace")
+    expected = {f"{name}.npy" for name in ["header", *ARRAYS]}
+    if len(set(names)) != len(names) or not set(names) <= expected:
+        extra = sorted({n for n in names if n not in expected or names.count(n) > 1})
+        raise TraceError(f"unexpected or repeated members {extra} in the zip; {REGENERATE}")
+    for info in infos:
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or info.flag_bits & 0x61:
+            raise TraceError(f"member {info.filename!r} is encrypted or uses an unsupported compression; {REGENERATE}")
+    return {info.filename[: -len(".npy")]: info for info in infos}
+
+
+def _read_header(zf: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo]) -> dict:
+    info = members["header"]
+    if info.file_size > MAX_HEADER_BYTES:
+        raise TraceError(f"header of {info.file_size} bytes (at most {MAX_HEADER_BYTES}): not a kvblock-bench trace")
+    raw = _read_array(zf, members, "header", None, np.uint8)
+    try:
+        header = json.loads(raw.tobytes().decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TraceError(f"header is not valid JSON: {exc}; {REGENERATE}") from None
+    if not isinstance(header, dict):
+        raise TraceError(f"header is a JSON {type(header).__name__}, not an object: not a kvblock-bench trace")
+    if header.get("format") != FORMAT:
+        raise TraceError(f"not a kvblock-bench trace (format {header.get('format')!r})")
+    if header.get("version") != FORMAT_VERSION:
+        raise TraceError(
+            f"trace format version {header.get('version')!r}, this kvblock-bench reads version "
+            f"{FORMAT_VERSION}; {REGENERATE}"
+        )
+    return header
+
+
+def _expected_length(h: dict, name: str) -> int | tuple[int, int]:
+    """Length an array must have by the (validated) header; a (low, high) range for ``final_canon``."""
+    cfg = h["config"]
+    lengths = {"op": h["num_ops"], "a0": h["num_ops"], "a1": h["num_ops"], "step_offsets": h["num_steps"] + 1,
+               "decode_offsets": h["num_steps"], "step_cows": h["num_steps"], "final_lens": cfg["max_seqs"]}
+    return lengths.get(name, (0, cfg["max_seqs"] * cfg["max_blocks_per_seq"]))
+
+
+def _read_array(zf: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], name: str,
+                length: int | tuple[int, int] | None, dtype: type | None = None) -> np.ndarray:
+    """One ``.npy`` member, its dtype, shape and declared size checked before its data is read."""
+    info, dtype = members.get(name), np.dtype(dtype or ARRAYS[name])
+    if info is None:
+        raise TraceError(f"missing array {name!r}; {REGENERATE}")
+    with zf.open(info) as fh:
+        version = np.lib.format.read_magic(fh)
+        if version not in ((1, 0), (2, 0)):
+            raise TraceError(f"array {name!r}: unsupported .npy version {version}; {REGENERATE}")
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, file_dtype = read_header(fh)
+        n = _check_shape(name, shape, file_dtype, dtype, length)
+        if info.file_size != fh.tell() + n * dtype.itemsize:
+            raise TraceError(f"array {name!r}: the zip declares {info.file_size} bytes for {n} values; {REGENERATE}")
+        out = np.empty(n, dtype=dtype)
+        if fh.readinto(memoryview(out).cast("B")) != out.nbytes:
+            raise TraceError(f"array {name!r} is truncated; {REGENERATE}")
+    return out
+
+
+def _check_shape(name: str, shape: tuple, file_dtype: np.dtype, dtype: np.dtype,
+                 length: int | tuple[int, int] | None) -> int:
+    if file_dtype != dtype or len(shape) != 1:
+        raise TraceError(f"array {name!r} has dtype {file_dtype} and shape {shape}, expected 1-D {dtype}; {REGENERATE}")
+    n = int(shape[0])
+    low, high = (0, MAX_HEADER_BYTES) if length is None else (length, length) if isinstance(length, int) else length
+    if not low <= n <= high:
+        want = f"{low}" if low == high else f"between {low} and {high}"
+        raise TraceError(f"array {name!r} holds {n} values, the header says {want}; {REGENERATE}")
+    return n
+
+
+def _require(ok: bool, field: str, what: str) -> None:
+    if not ok:
+        raise TraceError(f"header field {field!r} {what}; {REGENERATE}")
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def validate_header(h: Mapping) -> None:
+    """Schema of a header: fields, types, ranges and the configuration contract; raises :class:`TraceError`."""
+    if not isinstance(h, Mapping):
+        raise TraceError(f"header is a {type(h).__name__}, not a JSON object; {REGENERATE}")
+    missing, unknown = sorted(HEADER_KEYS - set(h)), sorted(set(h) - HEADER_KEYS)
     if missing:
-        raise TraceError(f"header lacks {missing}")
+        raise TraceError(f"header lacks {missing}; {REGENERATE}")
+    if unknown:
+        raise TraceError(f"header has unknown fields {unknown}; {REGENERATE}")
+    for key in ("scenario", "checksum"):
+        _require(isinstance(h[key], str), key, f"must be a string, got {h[key]!r}")
+    _require(re.fullmatch(r"[0-9a-f]{64}", h["checksum"]) is not None, "checksum", "must be 64 hex digits")
+    for key in ("params", "config", "ops_by_kind"):
+        _require(isinstance(h[key], dict), key, f"must be a JSON object, got {type(h[key]).__name__}")
+    for key in COUNT_FIELDS:
+        _require(_is_count(h[key]), key, f"must be an integer >= 0, got {h[key]!r}")
+    _require(h["num_steps"] >= 1, "num_steps", "must be at least 1")
+    _validate_config(h["config"])
+    _validate_counts(h)
+
+
+def _validate_config(cfg: dict) -> None:
+    _require(sorted(cfg) == sorted(CONFIG_KEYS), "config", f"must hold exactly {list(CONFIG_KEYS)}, got {sorted(cfg)}")
+    try:
+        check_config(**cfg)
+    except ValueError as exc:
+        raise TraceError(f"header field 'config': {exc}; {REGENERATE}") from None
+    _require(cfg["num_blocks"] <= MAX_POOL_BLOCKS, "config.num_blocks", f"must be at most {MAX_POOL_BLOCKS}")
+    _require(cfg["max_blocks_per_seq"] <= cfg["num_blocks"], "config.max_blocks_per_seq", "must not exceed num_blocks")
+    _require(cfg["max_seqs"] * cfg["max_blocks_per_seq"] <= MAX_TABLE_ENTRIES, "config",
+             f"max_seqs * max_blocks_per_seq must be at most {MAX_TABLE_ENTRIES}")
+
+
+def _validate_counts(h: Mapping) -> None:
+    cfg, ops = h["config"], h["ops_by_kind"]
+    nbytes = 9 * h["num_ops"] + 20 * h["num_steps"] + 4 * cfg["max_seqs"] * (1 + cfg["max_blocks_per_seq"])
+    _require(nbytes <= MAX_TRACE_BYTES, "num_ops", f"makes a trace of {nbytes} bytes, more than the {MAX_TRACE_BYTES} "
+             "a trace may hold (fewer steps or sequences)")
+    _require(sorted(ops) == sorted(OP_NAMES.values()) and all(map(_is_count, ops.values())), "ops_by_kind",
+             f"must give a count >= 0 for each of {sorted(OP_NAMES.values())}")
+    _require(sum(ops.values()) == h["num_ops"], "ops_by_kind", f"must add up to num_ops={h['num_ops']}")
+    _require(h["peak_blocks_in_use"] <= cfg["num_blocks"], "peak_blocks_in_use", "must not exceed config.num_blocks")
+    _require(h["final_free"] <= cfg["num_blocks"], "final_free", "must not exceed config.num_blocks")
+    _require(h["live_at_end"] <= cfg["max_seqs"], "live_at_end", "must not exceed config.max_seqs")
+
+
+def validate(trace: Trace) -> None:
+    """Header schema, structure, checksum and end-state consistency; raises :class:`TraceError`."""
+    h, a = trace.header, trace.arrays
+    validate_header(h)
     for name, dtype in ARRAYS.items():
-        if a[name].dtype != np.dtype(dtype) or a[name].ndim != 1:
-            raise TraceError(f"array {name!r} has dtype {a[name].dtype} and {a[name].ndim} dims, expected 1-D {dtype}")
+        if name not in a or a[name].dtype != np.dtype(dtype) or a[name].ndim != 1:
+            raise TraceError(f"array {name!r} is missing or not a 1-D {np.dtype(dtype)} array")
     if h["checksum"] != _checksum(h, a):
         raise TraceError("checksum mismatch: the file was modified or damaged after it was written")
-    steps, n_ops, cfg = h["num_steps"], h["num_ops"], h["config"]
+    _validate_steps(h, a)
+    _validate_ops(h, a)
+    _validate_end_state(h, a)
+
+
+def _validate_steps(h: Mapping, a: Mapping[str, np.ndarray]) -> None:
+    steps, n_ops = h["num_steps"], h["num_ops"]
     so, do = a["step_offsets"], a["decode_offsets"]
     if not (len(a["op"]) == len(a["a0"]) == len(a["a1"]) == n_ops):
         raise TraceError("op arrays disagree with num_ops")
@@ -230,16 +418,44 @@ def validate(trace: Trace) -> None:
         raise TraceError("step arrays disagree with num_steps")
     if so[0] != 0 or so[-1] != n_ops or np.any(np.diff(so) < 0) or np.any(do < so[:-1]) or np.any(do > so[1:]):
         raise TraceError("step offsets are not monotonic within the op arrays")
-    if n_ops and a["op"].max() > APPEND:
-        raise TraceError(f"unknown op code {int(a['op'].max())}")
-    rows = a["op"] != CAN_ALLOCATE
-    if np.any(rows) and (a["a0"][rows].min() < 0 or a["a0"][rows].max() >= cfg["max_seqs"]):
+    if np.any(a["step_cows"] < 0) or int(a["step_cows"].sum()) != h["cow_count"]:
+        raise TraceError("step_cows disagree with cow_count")
+
+
+def _validate_ops(h: Mapping, a: Mapping[str, np.ndarray]) -> None:
+    cfg, op, a0, a1 = h["config"], a["op"], a["a0"], a["a1"]
+    if len(op) and op.max() > APPEND:
+        raise TraceError(f"unknown op code {int(op.max())}")
+    counts = np.bincount(op, minlength=len(OP_NAMES))
+    if any(int(counts[code]) != h["ops_by_kind"][name] for code, name in OP_NAMES.items()):
+        raise TraceError("ops_by_kind disagrees with the op array")
+    rows = op != CAN_ALLOCATE
+    if np.any(rows) and (a0[rows].min() < 0 or a0[rows].max() >= cfg["max_seqs"]):
         raise TraceError("row ids outside [0, max_seqs)")
-    edges = np.zeros(n_ops + 1, dtype=np.int64)  # +1 where a decode part starts, -1 where it ends
-    np.add.at(edges, do, 1)
-    np.add.at(edges, so[1:], -1)
-    is_append = np.cumsum(edges)[:-1] > 0
-    if np.any((a["op"] == APPEND) != is_append):
+    forks, allocs, asks = op == FORK, op == ALLOCATE, op == CAN_ALLOCATE
+    if np.any(forks) and (a1[forks].min() < 0 or a1[forks].max() >= cfg["max_seqs"]):
+        raise TraceError("fork targets outside [0, max_seqs)")
+    if np.any(allocs) and (a1[allocs].min() < 1 or a1[allocs].max() > cfg["max_blocks_per_seq"] * cfg["block_size"]):
+        raise TraceError("allocations outside [1, max_blocks_per_seq * block_size] tokens")
+    if np.any(asks) and (a0[asks].min() < 0 or a1[asks].min() < 0 or a1[asks].max() > 1):
+        raise TraceError("can_allocate ops with a negative count or an answer other than 0/1")
+    edges = np.zeros(len(op) + 1, dtype=np.int64)  # +1 where a decode part starts, -1 where it ends
+    np.add.at(edges, a["decode_offsets"], 1)
+    np.add.at(edges, a["step_offsets"][1:], -1)
+    if np.any((op == APPEND) != (np.cumsum(edges)[:-1] > 0)):
         raise TraceError("appends must be exactly the decode part of each step")
-    if len(a["final_lens"]) != cfg["max_seqs"]:
+
+
+def _validate_end_state(h: Mapping, a: Mapping[str, np.ndarray]) -> None:
+    cfg, lens, canon = h["config"], a["final_lens"], a["final_canon"]
+    if len(lens) != cfg["max_seqs"]:
         raise TraceError("final_lens must have one entry per row")
+    if np.any(lens < 0) or np.any(lens > cfg["max_blocks_per_seq"] * cfg["block_size"]):
+        raise TraceError("final_lens outside [0, max_blocks_per_seq * block_size]")
+    if int(np.count_nonzero(lens)) != h["live_at_end"]:
+        raise TraceError("final_lens disagree with live_at_end")
+    if len(canon) != int(blocks_for(lens.astype(np.int64), cfg["block_size"]).sum()):
+        raise TraceError("final_canon does not hold the block tables of final_lens")
+    in_use = int(canon.max()) + 1 if len(canon) else 0
+    if (len(canon) and canon.min() < 0) or cfg["num_blocks"] - in_use != h["final_free"]:
+        raise TraceError("final_canon disagrees with final_free")
