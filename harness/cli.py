@@ -128,13 +128,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def check_output_file(path: Path) -> None:
     """Refuse an output path that cannot be written, before minutes of simulation."""
+    from scenarios.trace import check_writable
+
     if path.is_dir():
         raise UsageError(f"-o {path}: is a folder; give a file name such as {path / 'trace.npz'}")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"-o {path}: folder {parent} does not exist; create it first")
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UsageError(f"-o {path}: not writable; choose a path you can write")
+    check_writable(path)
 
 
 # -- runs and reports ------------------------------------------------------------------------------------
@@ -176,6 +174,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     from harness.output.results import resolve_run
 
     run_dir = write_reports(resolve_run(args.run, Path(args.results)))
+    if args.readme:
+        from harness.output.readme import write_readme
+        from harness.output.rundata import RunData
+
+        write_readme(Path(args.readme), RunData.load(run_dir))
+        print(f"rewrote the results section of {args.readme} from {run_dir}", file=sys.stderr)
     if not args.no_figures:
         from harness.output.plots import render_figures
 
@@ -262,6 +266,9 @@ def build_parser() -> Parser:
                        help="write reports (and figures) for a run and print the paper table")
     p.add_argument("run", nargs="?", help="run id or directory (default: results/latest)")
     p.add_argument("--no-figures", action="store_true", help="tables only")
+    p.add_argument("--readme", metavar="FILE",
+                   help="also rewrite FILE's section between <!-- results:begin --> and <!-- results:end --> "
+                        "(e.g. README.md from results/reference)")
     gate.add_arguments(sub.add_parser("gate", help="the CI gate: allocations, instruction counts, wall-clock floor",
                                       description=gate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     table_copy.add_arguments(sub.add_parser("table-copy", help="rule 3 alone: block tables to the device"))

@@ -1,20 +1,29 @@
 """KV-cache BlockManager implementations behind one contract (see :mod:`impls.contract`).
 
 Which implementations exist, and every fact about each, is in :mod:`impls.registry`. ``REGISTRY`` maps the
-names that import here to their classes; ``UNAVAILABLE`` maps the others to what to install.
+names that import here to their classes; ``UNAVAILABLE`` maps the others to what to install. Both are made on
+first use (importing a submodule such as :mod:`impls.reference` loads no design, builds no C++).
 """
 
-# ruff: noqa: E402  (Numba's cache folder must be chosen before any kernel is decorated)
+from __future__ import annotations
 
 from ._numba_cache import pin_numba_cache
 
 pin_numba_cache()  # before any @njit(cache=True) in the modules the registry imports
 
-from .contract import BlockManager, NoFreeBlocksError
-from .registry import RECORDS, load_all
+from .contract import BlockManager, NoFreeBlocksError  # noqa: E402
+from .registry import RECORDS, load_all  # noqa: E402
 
 REGISTRY: dict[str, type]
 UNAVAILABLE: dict[str, str]
-REGISTRY, UNAVAILABLE = load_all()
+
+
+def __getattr__(name: str) -> object:
+    if name in ("REGISTRY", "UNAVAILABLE"):
+        registry, unavailable = load_all()
+        globals().update(REGISTRY=registry, UNAVAILABLE=unavailable)
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["RECORDS", "REGISTRY", "UNAVAILABLE", "BlockManager", "NoFreeBlocksError"]

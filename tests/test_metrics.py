@@ -9,6 +9,7 @@ import pytest
 
 from harness.measure.drivers import KINDS, StepTimes
 from harness.measure.metrics import Work, timing_rows
+from harness.measure.stats import paired_ratio, ratio_of_sums
 
 
 def fake(step_ns: list[float], alloc=0.0, free=0.0, lookup=0.0, regions=2.0) -> StepTimes:
@@ -21,7 +22,7 @@ def fake(step_ns: list[float], alloc=0.0, free=0.0, lookup=0.0, regions=2.0) -> 
     return StepTimes(ns, np.zeros(n, dtype=np.int64), np.array(step_ns, dtype=float), regions, "fake")
 
 
-WORK = Work(seq_steps=400, steps=4, blocks_allocated=10, blocks_freed=30)
+WORK = Work.uniform(steps=4, seqs_per_step=100, alloc_blocks=10, free_blocks=30)
 
 
 def rows_by_metric(rows):
@@ -37,28 +38,55 @@ def test_per_unit_figures_use_the_right_denominators() -> None:
     assert rows["alloc_free_ns"].value == pytest.approx(140 / 40)
     assert rows["lookup_ns"].value == pytest.approx(800 / 400)
     assert rows["cpu_share_pct"].value == pytest.approx(100 * 2000 / 1e9 * 100)
+    assert rows["cpu_share_pct"].step_rate == 2000
     assert rows["harness_overhead_ns"].value == pytest.approx(20.0)
     assert rows["harness_overhead_pct"].value == pytest.approx(20.0)
     assert all(r.source == "fake" for r in rows.values() if r.metric.endswith("_ns") and "overhead" not in r.metric)
+    assert rows["seq_step_ns"].reps == 1 and rows["seq_step_ns"].steps == 4 and rows["seq_step_ns"].seqs == 100
 
 
 def test_percentiles_and_max() -> None:
     steps = [float(x) for x in range(1, 101)]
-    rows = rows_by_metric(timing_rows(("s", "i", "r"), Work(100, 100, 1, 1), [fake(steps)], [fake(steps)], 2000, 0, ""))
+    work = Work.uniform(100, 1, 1, 1)
+    rows = rows_by_metric(timing_rows(("s", "i", "r"), work, [fake(steps)], [fake(steps)], 2000, 0, ""))
     assert rows["step_p50_ns"].value == pytest.approx(50.5)
     assert rows["step_p99_ns"].value == pytest.approx(np.percentile(steps, 99))
     assert rows["step_max_ns"].value == 100.0
 
 
-def test_median_over_repetitions() -> None:
-    reps = [fake([10.0] * 4), fake([1000.0] * 4), fake([20.0] * 4)]
+def test_a_step_slow_in_one_repetition_only_is_dropped() -> None:
+    """Each step's median over repetitions: a one-off stall (a preemption) does not move the figure, a step
+    that is slow in every repetition (real work) does."""
+    reps = [fake([10.0, 10.0, 10.0, 10.0]), fake([10.0, 5000.0, 10.0, 10.0]), fake([10.0, 10.0, 10.0, 10.0])]
     rows = rows_by_metric(timing_rows(("s", "i", "r"), WORK, reps, reps, 2000, 0, ""))
-    assert rows["step_mean_ns"].value == 20.0  # the outlier repetition does not move the median
-    assert "median of 3 rep(s)" in rows["step_mean_ns"].how
+    assert rows["step_mean_ns"].value == 10.0
+    slow = [fake([10.0, 500.0, 10.0, 10.0])] * 3
+    assert rows_by_metric(timing_rows(("s", "i", "r"), WORK, slow, slow, 2000, 0, ""))["step_mean_ns"].value == 132.5
+
+
+def test_intervals_come_from_slices_and_bracket_the_figure() -> None:
+    work = Work.uniform(40, 10)
+    rng = np.random.default_rng(1)
+    samples = [fake(list(100 + rng.normal(0, 10, 40))) for _ in range(3)]
+    rows = rows_by_metric(timing_rows(("s", "i", "r"), work, samples, samples, 2000, 0, "",
+                                      [(lo, lo + 4) for lo in range(0, 40, 4)]))
+    row = rows["seq_step_ns"]
+    assert row.ci_low < row.value < row.ci_high
+    assert row.ci_high - row.ci_low < 2  # ten slices of a 10 % noise around 10 ns per seq-step
 
 
 def test_missing_work_is_skipped_not_zero() -> None:
-    no_pool = Work(seq_steps=400, steps=4, blocks_allocated=0, blocks_freed=0)
+    no_pool = Work.uniform(steps=4, seqs_per_step=100)
     rows = rows_by_metric(timing_rows(("s", "i", "r"), no_pool, [fake([1.0] * 4)], [fake([1.0] * 4)], 2000, 0, ""))
     for metric in ("alloc_ns", "free_ns", "alloc_free_ns"):
         assert rows[metric].status == "skipped" and math.isnan(rows[metric].value)
+
+
+def test_paired_ratio_cancels_drift_that_hits_both() -> None:
+    drift = np.array([1.0, 3.0, 1.0, 5.0, 1.0, 2.0, 4.0, 1.0])  # the machine's speed, slice by slice
+    a, b = 7.0 * drift, 1.0 * drift
+    paired = paired_ratio(a, b)
+    assert paired.value == pytest.approx(7.0) and paired.low == pytest.approx(7.0) and paired.high == pytest.approx(7.0)
+    alone = ratio_of_sums(a, np.ones_like(a))
+    assert alone.high - alone.low > 5  # the same drift, unpaired: a wide interval
+    assert paired_ratio(b, b).contains(1.0)

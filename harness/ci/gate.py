@@ -68,6 +68,14 @@ class CellFigures:
         return self.instructions[0] / self.seq_steps
 
 
+def gate_cells(contenders: bool) -> list[tuple[str, str]]:
+    """The gate's cells: the article's designs and twins in both regimes, the C++ designs batched (where a
+    compiler built them), and with ``contenders`` the engines' designs too."""
+    impls = [*CORE, *(name for name in registry.names("contender") if name in REGISTRY and contenders)]
+    native = [name for name in registry.names("native") if name in REGISTRY]
+    return [(impl, regime) for regime in REGIMES for impl in impls] + [(impl, "batched") for impl in native]
+
+
 def gate_trace() -> Trace:
     """The gate's trace, built from its scenario and parameters (what :data:`TRACE` holds)."""
     return generate(TRACE_SCENARIO, **TRACE_PARAMS)
@@ -175,8 +183,7 @@ def run(args: argparse.Namespace) -> int:
     def phase_done(name: str) -> None:
         phases[name] = time.perf_counter() - started - sum(phases.values())
 
-    impls = [*CORE, *(name for name in REGISTRY if name not in CORE and args.contenders)]
-    cells = {key: CellFigures(*key) for key in [(impl, regime) for regime in REGIMES for impl in impls]}
+    cells = {key: CellFigures(*key) for key in gate_cells(args.contenders)}
     prep = Prepared.from_trace(load(args.trace))
     seq_steps = int(prep.trace.running_per_step()[WARM_STEPS : WARM_STEPS + STEPS].sum())
     print(f"gate trace: {args.trace.name}, steps [{WARM_STEPS}, {WARM_STEPS + STEPS}) after {WARM_STEPS} warm "

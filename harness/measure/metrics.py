@@ -1,8 +1,9 @@
 """From raw replay samples to the figures we publish. Pure functions: tested with fake timings.
 
-Replays run in slices of steps, interleaved across implementations (:mod:`harness.measure.runner`); a block is
-one slice of one repetition. Every timed figure is time over work summed over all blocks (a mean weighted by
-work), with a 95 % block-bootstrap interval (:mod:`harness.measure.stats`) in ``ci_low``/``ci_high``:
+Replays run in slices of steps, interleaved across implementations (:mod:`harness.measure.interleave`). Every
+timed figure is time over work: each step's time is its median over the repetitions (robust to a step that
+was preempted once), summed over the steps, divided by the work they did; its 95 % interval (``ci_low``,
+``ci_high``) is a bootstrap over the slices (:mod:`harness.measure.stats`):
 
 - ``seq_step_ns``: block-manager time per running sequence per step (all pool operations, the decode appends,
   and in the per-call regime the slot lookups), total time / sequence-steps;
@@ -84,32 +85,35 @@ def all_steps(work: Work) -> list[tuple[int, int]]:
     return [(0, work.steps)]
 
 
-# metric -> (time: what is summed per step, work: the denominator per step); both from the same replays.
 def _time(samples: Sequence[StepTimes], slices, fn: Callable[[StepTimes], np.ndarray]) -> np.ndarray:
-    return np.concatenate([block_sums(fn(s), slices) for s in samples])
+    """Per slice, the sum over its steps of each step's median over repetitions.
+
+    The median over repetitions of the *same* step keeps a step that is slow in every repetition (real work:
+    a burst of allocations) and drops one that was slow once (the thread was preempted, a page faulted).
+    """
+    per_step = np.median(np.stack([np.asarray(fn(s), dtype=float) for s in samples]), axis=0)
+    return block_sums(per_step, slices)
 
 
 def cell_blocks(work: Work, step_samples: Sequence[StepTimes], detail_samples: Sequence[StepTimes],
                 slices: list[tuple[int, int]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per block (repetition x slice): (time, work) of each timed figure, the input of every estimate."""
-    def work_of(per_step: np.ndarray, reps: int) -> np.ndarray:
-        return np.tile(block_sums(per_step, slices), reps)
+    """Per block (a slice of steps): (time, work) of each timed figure, the input of every estimate."""
+    def work_of(per_step: np.ndarray) -> np.ndarray:
+        return block_sums(per_step, slices)
 
-    n_step, n_detail = len(step_samples), len(detail_samples)
     seq = work.seq_steps_per_step
-    ones = np.ones(work.steps)
     moved = work.alloc_blocks_per_step + work.free_blocks_per_step
 
     def kind(*kinds: str) -> Callable[[StepTimes], np.ndarray]:
         return lambda s: sum(s.ns[:, _K[k]] for k in kinds)
 
     return {
-        "seq_step_ns": (_time(step_samples, slices, lambda s: s.step_ns), work_of(seq, n_step)),
-        "step_mean_ns": (_time(step_samples, slices, lambda s: s.step_ns), work_of(ones, n_step)),
-        "lookup_ns": (_time(detail_samples, slices, kind("lookup")), work_of(seq, n_detail)),
-        "alloc_ns": (_time(detail_samples, slices, kind("alloc")), work_of(work.alloc_blocks_per_step, n_detail)),
-        "free_ns": (_time(detail_samples, slices, kind("free")), work_of(work.free_blocks_per_step, n_detail)),
-        "alloc_free_ns": (_time(detail_samples, slices, kind("alloc", "free")), work_of(moved, n_detail)),
+        "seq_step_ns": (_time(step_samples, slices, lambda s: s.step_ns), work_of(seq)),
+        "step_mean_ns": (_time(step_samples, slices, lambda s: s.step_ns), work_of(np.ones(work.steps))),
+        "lookup_ns": (_time(detail_samples, slices, kind("lookup")), work_of(seq)),
+        "alloc_ns": (_time(detail_samples, slices, kind("alloc")), work_of(work.alloc_blocks_per_step)),
+        "free_ns": (_time(detail_samples, slices, kind("free")), work_of(work.free_blocks_per_step)),
+        "alloc_free_ns": (_time(detail_samples, slices, kind("alloc", "free")), work_of(moved)),
     }
 
 
@@ -139,7 +143,8 @@ def timing_rows(
     clock = step_samples[0].clock
     reps = len(step_samples)
     blocks = cell_blocks(work, step_samples, detail_samples, slices)
-    how = f"{how}; time / work over {reps} rep(s) x {len(slices)} slice(s), 95 % block-bootstrap interval"
+    how = (f"{how}; each step's median over {reps} rep(s), summed, over the work; 95 % bootstrap interval over "
+           f"{len(slices)} slices")
     common = {"reps": reps, "steps": work.steps, "seqs": work.running}
 
     def row(metric: str, unit: str, note: str = "", scale: float = 1.0, rate: float | None = None) -> Row:

@@ -196,9 +196,9 @@ class ScenarioBench:
             return
         est = paired_ratio(mine[0], base[0], mine[1], base[1])
         self.row(impl, regime, metric, est.value, "x", "ratio",
-                 "time per unit of work over flat's, the same (repetition, slice) blocks drawn for both; "
-                 "95 % paired block-bootstrap interval", ci_low=_finite(est.low), ci_high=_finite(est.high),
-                 reps=self.cfg.reps, steps=self.work.steps)
+                 "time per unit of work over flat's (each step's median over repetitions); 95 % paired "
+                 "bootstrap interval, the same slices drawn for both", ci_low=_finite(est.low),
+                 ci_high=_finite(est.high), reps=self.cfg.reps, steps=self.work.steps)
 
     def _aa_row(self, aa, steps: Replays) -> None:
         impl, regime, _ = aa

@@ -1,11 +1,12 @@
 """Intervals for timed figures: a paired block bootstrap over the blocks of interleaved replays.
 
 A run replays each trace in short slices of steps, rotating the implementations from slice to slice, so that a
-slow phase of the machine falls on every implementation alike (see :mod:`harness.measure.runner`). A block is
-one slice of one repetition. A figure is a ratio of sums over blocks (time over work: nanoseconds over
-sequence-steps, lookups or blocks), and its 95 % interval is the percentile interval of the same ratio over
-blocks drawn with replacement. A ratio between two implementations draws the *same* blocks for both (the
-blocks were measured side by side), which is what makes it stable while absolute times drift.
+slow phase of the machine falls on every implementation alike (see :mod:`harness.measure.interleave`). A block
+is one slice (each step's time in it being the step's median over repetitions, :mod:`harness.measure.metrics`).
+A figure is a ratio of sums over blocks (time over work: nanoseconds over sequence-steps, lookups or blocks),
+and its 95 % interval is the percentile interval of the same ratio over blocks drawn with replacement. A
+ratio between two implementations draws the *same* blocks for both (the blocks were measured side by side),
+which is what makes it stable while absolute times drift.
 
 Hand-written rather than ``scipy.stats.bootstrap`` (scipy is not a dependency): it is twenty lines of NumPy,
 and the pairing across implementations and the ratio-of-sums statistic are ours to state.

@@ -38,6 +38,50 @@ def _fmt(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def _interval(row: dict | None) -> str:
+    """`` [low–high]`` of a row's 95 % interval, or "" where it has none."""
+    if not row or row.get("status") != "ok":
+        return ""
+    low, high = row.get("ci_low"), row.get("ci_high")
+    if low is None or high is None or pd.isna(low) or pd.isna(high):
+        return ""
+    return f" [{_fmt(low)}–{_fmt(high)}]"
+
+
+def ratio_text(run: RunData, scenario: str, impl: str, regime: str, metric: str, base_regime: str | None = None
+               ) -> str:
+    """``146× [140–152]``: ``metric`` of the cell over flat's (same regime, or batched flat), with the paired
+    interval measured in the run; "no difference" when that interval holds 1."""
+    suffix = "_vs_flat" if base_regime in (None, regime) else "_vs_flat_batched"
+    if impl == "flat" and suffix == "_vs_flat":
+        return "1×"
+    row = run.get(scenario, impl, regime, metric + suffix)
+    if row is None or row["status"] != "ok":
+        return "—"
+    text = f"{_fmt(float(row['value']), 3)}×{_interval(row)}"
+    low, high = row.get("ci_low"), row.get("ci_high")
+    if low is not None and high is not None and not pd.isna(low) and low <= 1 <= high:
+        text += " (no difference)"
+    return text
+
+
+def value_text(run: RunData, scenario: str, impl: str, regime: str, metric: str) -> str:
+    """The figure with its 95 % interval where it has one."""
+    return _fmt(run.value(scenario, impl, regime, metric)) + _interval(run.get(scenario, impl, regime, metric))
+
+
+def aa_text(run: RunData, scenario: str) -> str:
+    """The run's noise floor on ``scenario``: the A/A control's ratio and interval, in one sentence."""
+    rows = run.df[(run.df.scenario == scenario) & (run.df.metric == "aa_ratio") & (run.df.status == "ok")]
+    if rows.empty:
+        return "Noise floor: no A/A control in this run."
+    r = rows.iloc[0]
+    verdict = ("no difference, as it must be" if r.ci_low <= 1 <= r.ci_high
+               else "a difference: treat ratios this close to 1 as noise")
+    return (f"Noise floor: the A/A control (`{r.impl}` {r.regime} replayed twice as two cells) reads "
+            f"{_fmt(r.value, 3)}× [{_fmt(r.ci_low, 3)}–{_fmt(r.ci_high, 3)}]: {verdict}.")
+
+
 def _get(run: RunData, scenario: str, impl: str, regime: str, metric: str) -> tuple[float, str, str]:
     """(value, source, status) of one figure; NaN and 'missing' when the run has no such row. The source
     names the other instruments' rows too (e.g. "callgrind-sim (perf: unsupported)")."""
@@ -75,7 +119,11 @@ def paper_table(run: RunData, scenario: str = "paper") -> str:
            "steps/s, computed from the closed-loop step time, and observed in a paced open-loop run from Python. "
            "L1D: misses / loads in the measured region, with its source; a rate flatters code that makes many "
            "cheap accesses (an interpreter), so misses and instructions per sequence-step follow. The article's "
-           "figures are C++; ours are Python and Numba on the machine above.", ""]
+           "figures are C++; ours are Python and Numba on the machine above. Brackets: 95 % intervals (block "
+           "bootstrap over interleaved slices; for ratios, the same blocks for both designs).", "",
+           aa_text(run, scenario), ""]
+    if not run.meta.get("complete", True):
+        out += ["**This run is incomplete** (interrupted or failed): scenarios it did not finish are missing.", ""]
     for regime in ("batched", "per-call"):
         out += [f"## {REGIME_TITLES[regime]}", "",
                 "| design | impl | lookup ns | article | alloc/free ns | article | CPU share % (computed) "
@@ -104,10 +152,9 @@ def _paper_row(run: RunData, scenario: str, regime: str, rec: registry.Impl, art
     """One design's row of the paper table: each figure with its ratio to flat, beside the article's."""
     cells = [f"{rec.label} {rec.description}", f"`{rec.name}`"]
     for metric, column in ARTICLE_COLUMNS:
-        v = _get(run, scenario, rec.name, regime, metric)[0]
-        base = _get(run, scenario, "flat", regime, metric)[0]
-        ratio = v / base if base and not math.isnan(base) else math.nan
-        cells.append(f"{_fmt(v)} ({_fmt(ratio, 2)}×)")
+        ratio_of = "seq_step_ns" if metric == "cpu_share_pct" else metric  # same work: the same ratio
+        cells.append(f"{value_text(run, scenario, rec.name, regime, metric)} "
+                     f"({ratio_text(run, scenario, rec.name, regime, ratio_of)})")
         if metric == "cpu_share_pct":
             cells.append(_fmt(_get(run, scenario, rec.name, regime, "cpu_share_observed_pct")[0]))
         cells.append(_article_cell(art, rec, column))
@@ -134,20 +181,20 @@ SUMMARY_METRICS = [("seq_step_ns", "ns/seq-step"), ("step_p99_ns", "p99 step ns"
 def scenario_summary(run: RunData) -> str:
     """One table per scenario: every cell's main figures and its slowdown against batched flat."""
     out = ["# Per-scenario summary", "", f"Machine: {machine_line(run.meta)}.", "",
-           "×flat: seq-step time relative to batched `flat` in the same run (higher is slower).", ""]
+           "×flat: seq-step time relative to batched `flat` in the same run (higher is slower), with its paired "
+           "95 % interval. Brackets: 95 % intervals.", ""]
     df = run.df
     for scenario in dict.fromkeys(df.scenario):
         sub = df[df.scenario == scenario]
         cells = sub[sub.metric == "seq_step_ns"][["impl", "regime"]].drop_duplicates()
         if cells.empty:
             continue
-        base = _get(run, scenario, "flat", "batched", "seq_step_ns")[0]
         out += [f"## {scenario}", "", "| impl | regime | " + " | ".join(h for _, h in SUMMARY_METRICS) + " | ×flat |",
                 "|---|---|" + "---|" * (len(SUMMARY_METRICS) + 1)]
         for impl, regime in cells.itertuples(index=False):
-            vals = [_fmt(_get(run, scenario, impl, regime, m)[0]) for m, _ in SUMMARY_METRICS]
-            step = _get(run, scenario, impl, regime, "seq_step_ns")[0]
-            out.append(f"| `{impl}` | {regime} | " + " | ".join(vals) + f" | {_fmt(step / base, 3)} |")
+            vals = [value_text(run, scenario, impl, regime, m) for m, _ in SUMMARY_METRICS]
+            out.append(f"| `{impl}` | {regime} | " + " | ".join(vals)
+                       + f" | {ratio_text(run, scenario, impl, regime, 'seq_step_ns', 'batched')} |")
         out.append("")
     return "\n".join(out) + "\n"
 
@@ -170,7 +217,8 @@ def engines_section(run: RunData, scenario: str = "paper") -> str:
                 continue
             out.append(f"| `{impl}` | {regime} | {_fmt(v)} | {_fmt(_get(run, scenario, impl, regime, 'lookup_ns')[0])} "
                        f"| {_fmt(_get(run, scenario, impl, regime, 'alloc_free_ns')[0])} "
-                       f"| {_fmt(_get(run, scenario, impl, regime, 'allocs_per_step')[0])} | {_fmt(v / flat, 3)} |")
+                       f"| {_fmt(_get(run, scenario, impl, regime, 'allocs_per_step')[0])} "
+                       f"| {ratio_text(run, scenario, impl, regime, 'seq_step_ns', 'batched')} |")
     return "\n".join(out) + "\n"
 
 

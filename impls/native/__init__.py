@@ -7,7 +7,7 @@ raises: :data:`NATIVE` is empty and :data:`UNAVAILABLE_REASON` says why.
 - :data:`NATIVE`: name -> per-call wrapper class (the contract, one foreign call per operation: for tests and
   checks, not for timing);
 - :func:`replay`: one foreign call replays a trace (or steps ``[lo, hi)``) inside C++ with the compiled
-  driver's timing; returns :class:`NativeReplay` (``harness.drivers.StepTimes(*r[:5])`` plus allocations per
+  driver's timing; returns :class:`NativeReplay` (``harness.measure.drivers.StepTimes(*r[:5])`` plus allocations per
   step);
 - :func:`build_info`: compiler, version, flags, digest and library path, for a run's metadata.
 """

@@ -24,7 +24,7 @@ from ..contract import E_BUFFER, E_COUNT, E_INACTIVE, E_NO_BLOCKS, blocks_for, f
 
 E_TRACE, E_OOM = -11, -12  # the native layer's own codes (see designs.cpp)
 KIND_DICT, KIND_LIST, KIND_FLAT = 0, 1, 2
-KINDS = ("alloc", "free", "other", "decode", "lookup")  # the columns of harness.drivers.StepTimes.ns
+KINDS = ("alloc", "free", "other", "decode", "lookup")  # the columns of harness.measure.drivers.StepTimes.ns
 _ALLOC, _FREE, _OTHER, _DECODE = range(4)
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _I64, _P, _F64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
@@ -268,7 +268,7 @@ class NativeReplayError(RuntimeError):
 
 
 class NativeReplay(NamedTuple):
-    """One native replay; the first five fields are those of ``harness.drivers.StepTimes``, in its order."""
+    """One native replay; the first five fields are those of ``harness.measure.drivers.StepTimes``, in its order."""
 
     ns: np.ndarray  # [steps, 5] float64, columns KINDS
     cows: np.ndarray  # [steps] int64
@@ -279,7 +279,7 @@ class NativeReplay(NamedTuple):
 
 
 def tsc_usable() -> bool:
-    """A constant-rate TSC on x86-64 Linux, as the compiled driver requires (``harness.clock.tsc_usable``)."""
+    """A constant-rate TSC on x86-64 Linux, as the compiled driver requires (``harness.measure.clock.tsc_usable``)."""
     if platform.machine() not in ("x86_64", "AMD64") or not lib().kvb_have_tsc():
         return False
     try:
@@ -296,7 +296,7 @@ def ns_per_tick() -> float:
 
 def timer_overhead_ns(n: int = 200_000) -> float:
     """Median cost of an empty region timed with two reads of the replay's clock, in C++ (what one timed region
-    adds; ``harness.clock.compiled_timer_overhead_ns`` for the compiled driver)."""
+    adds; ``harness.measure.clock.compiled_timer_overhead_ns`` for the compiled driver)."""
     use_tsc = tsc_usable()
     out = np.zeros(n, dtype=np.int64)
     lib().kvb_empty_regions(n, int(use_tsc), out.ctypes.data)
@@ -314,7 +314,7 @@ def _slice(num_steps: int, lo: int, hi: int | None) -> tuple[int, int]:
 def replay(mgr: NativeBlockManager, trace, detail: bool = False, lo: int = 0, hi: int | None = None) -> NativeReplay:
     """Replay steps ``[lo, hi)`` of ``trace`` (a Trace or :func:`prepare`'s result) on ``mgr`` inside C++.
 
-    One foreign call; C++ times as ``harness.drivers.run_compiled`` does: ``detail=False`` each whole step as
+    One foreign call; C++ times as ``harness.measure.drivers.run_compiled`` does: ``detail=False`` each whole step as
     one region (column ``decode``), ``detail=True`` each pool operation by kind, the decode step, and a lookup
     apart (column ``lookup``, not part of the step). The replay continues from ``mgr``'s current state, so
     slices replayed one after another make the whole trace. A failure raises :class:`NativeReplayError`.

@@ -1,0 +1,124 @@
+"""The README's results section, generated from a committed run (``kvblock-bench report --readme``).
+
+Every figure between ``<!-- results:begin -->`` and ``<!-- results:end -->`` comes from the run's
+``results.csv`` and ``meta.json``; ``tests/test_readme_results.py`` regenerates the section from
+``results/reference/`` and fails when the README says anything else. Prose outside the markers cites no figure.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from pathlib import Path
+
+from harness.output.report import _fmt, aa_text, article_table, machine_line, ratio_text, value_text
+from harness.output.results import atomic_write_text
+from harness.output.rundata import RunData
+from impls import registry
+
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+PAPER = "paper"
+TABLE_ROLES = ("design", "twin", "native")
+
+
+class ReadmeError(ValueError):
+    """The README has no (or broken) results markers."""
+
+
+def _duration(meta: dict) -> str:
+    try:
+        fmt = "%Y-%m-%dT%H:%M:%S%z"
+        seconds = (datetime.strptime(meta["finished"], fmt) - datetime.strptime(meta["started"], fmt)).total_seconds()
+    except (KeyError, ValueError):
+        return "unknown"
+    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def _article(rec: registry.Impl, column: str) -> str:
+    art = article_table()
+    if not rec.compares_with_article or rec.letter not in art.index:
+        return ""
+    a = art.loc[rec.letter]
+    return f"{ {'upper': '<', 'approx': '~'}.get(a.bound, '')}{_fmt(a[column])}".strip()
+
+
+def _design_rows(run: RunData) -> list[str]:
+    out = []
+    for rec in registry.RECORDS:
+        if rec.role not in TABLE_ROLES or not run.has(PAPER, rec.name):
+            continue
+        cells = [f"{rec.label}"]
+        for metric, column in (("lookup_ns", "lookup_ns_per_step"), ("alloc_free_ns", "alloc_free_ns_per_block")):
+            cells += [f"{value_text(run, PAPER, rec.name, 'batched', metric)} "
+                      f"({ratio_text(run, PAPER, rec.name, 'batched', metric)})", _article(rec, column)]
+        cells += [f"{value_text(run, PAPER, rec.name, 'batched', 'cpu_share_pct')} "
+                  f"({ratio_text(run, PAPER, rec.name, 'batched', 'seq_step_ns')})",
+                  _article(rec, "cpu_share_pct_at_2000_steps_s"),
+                  _fmt(run.value(PAPER, rec.name, "batched", "l1d_miss_pct")), _article(rec, "l1d_miss_pct"),
+                  _fmt(run.value(PAPER, rec.name, "batched", "allocs_per_step"))]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _engine_rows(run: RunData) -> list[str]:
+    out = []
+    for rec in registry.RECORDS:
+        if rec.role != "contender":
+            continue
+        for regime in ("per-call", "batched"):
+            if math.isnan(run.value(PAPER, rec.name, regime, "seq_step_ns")):
+                continue
+            out.append(f"| `{rec.name}` | {regime} | {value_text(run, PAPER, rec.name, regime, 'seq_step_ns')} | "
+                       f"{ratio_text(run, PAPER, rec.name, regime, 'seq_step_ns', 'batched')} |")
+    return out
+
+
+def section(run: RunData) -> str:
+    """The generated results section (without the markers)."""
+    meta = run.meta
+    versions = meta.get("versions", {})
+    lines = [
+        f"Run `{run.run_id}` of `{meta.get('command_line', '?')}` at commit `{meta.get('git_commit', '?')}`, "
+        f"started {meta.get('started', '?')}, took {_duration(meta)}"
+        + ("" if meta.get("complete") else " (INCOMPLETE)") + ".",
+        f"Machine: {machine_line(meta)}. Python {versions.get('python', '?')}, NumPy {versions.get('numpy', '?')}, "
+        f"Numba {versions.get('numba', '?')}, torch {versions.get('torch', '?')}.",
+        "",
+        aa_text(run, PAPER),
+        "",
+        "The article's table on `paper` (65,536 blocks, 256 sequences, 2,000 steps), batched regime: our figure "
+        "[95 % interval] (ratio to C `flat` measured in the same run [paired 95 % interval]) next to the "
+        "article's C++ figure.",
+        "",
+        "| design | lookup ns | article | alloc/free ns per block | article | CPU % at 2,000 steps/s | article "
+        "| L1D miss % | article | allocs/step |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *_design_rows(run),
+        "",
+    ]
+    engines = _engine_rows(run)
+    if engines:
+        lines += ["Engine contenders (our models of their block managers), ns per sequence-step and how many times "
+                  "slower than batched `flat` [paired 95 % interval]:", "",
+                  "| impl | regime | ns/seq-step | × batched flat |", "|---|---|---|---|", *engines, ""]
+    return "\n".join(lines)
+
+
+def replace_section(text: str, body: str) -> str:
+    """``text`` with what lies between the markers replaced by ``body``."""
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise ReadmeError(f"the README needs exactly one {BEGIN} ... {END} pair, in that order")
+    head, rest = text.split(BEGIN)
+    _, tail = rest.split(END)
+    return f"{head}{BEGIN}\n{body}\n{END}{tail}"
+
+
+def current_section(text: str) -> str:
+    """What the README holds between the markers."""
+    replace_section(text, "")  # validates the markers
+    return text.split(BEGIN)[1].split(END)[0].strip("\n")
+
+
+def write_readme(readme: Path, run: RunData) -> None:
+    """Rewrite the README's results section from ``run``, atomically."""
+    atomic_write_text(readme, replace_section(readme.read_text(encoding="utf-8"), section(run)))
