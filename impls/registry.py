@@ -42,8 +42,8 @@ class Impl:
 
     @property
     def compares_with_article(self) -> bool:
-        """True for the article's own designs A, B, C (its figures sit beside theirs)."""
-        return self.role == "design" and self.letter is not None
+        """True for the article's designs A, B, C, in Python/Numba and in C++ (its figures sit beside theirs)."""
+        return self.role in ("design", "native") and self.letter is not None
 
     def load(self) -> type:
         """Import and return the class (``ImportError`` when a dependency is missing)."""

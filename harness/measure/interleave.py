@@ -139,7 +139,7 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
     """``reps`` repetitions of every driver, interleaved slice by slice; ``done(key)`` after each repetition."""
     out = out or Replays()
     keys = list(drivers)
-    for _ in range(reps):
+    for _ in range(reps if keys else 0):
         mgrs = {k: drivers[k].new() for k in keys if k not in out.failed}
         parts: dict[Key, list[StepTimes]] = {k: [] for k in mgrs}
         gc.collect()

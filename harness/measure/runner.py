@@ -116,8 +116,8 @@ class ScenarioBench:
 
     def fail(self, cell: tuple[str, str], exc: Exception) -> None:
         """A cell that disagreed with the trace: one ``failed`` row, and no figure from it anywhere."""
-        self.row(cell[0], cell[1], "correctness", float("nan"), "", "trace check", "failed",
-                 f"{type(exc).__name__}: {exc}")
+        self.row(cell[0], cell[1], "correctness", float("nan"), "", "trace check", f"{type(exc).__name__}: {exc}",
+                 status="failed")
         self.cells = [c for c in self.cells if c != cell]  # our own list: the caller's plan is left as it was
         self.drivers.pop((*cell, ""), None)
 

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 PAPER = "paper"
 # The article's designs A, B, C -> our implementation of each (from the registry).
-SCHEMES = {r.letter: r.name for r in registry.RECORDS if r.compares_with_article}
+SCHEMES = {r.letter: r.name for r in registry.RECORDS if r.role == "design" and r.letter}
 REGIME_STYLE = {"batched": "-", "per-call": "--"}
 REGIME_HATCH = {"batched": "", "per-call": "\\\\\\"}  # line hatches: dot hatches make SVGs ten times larger
 DTYPE_COLORS = {"uint16": "#2ca02c", "int32": "#bcbd22", "int64": "#d62728"}

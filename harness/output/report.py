@@ -16,8 +16,8 @@ from impls import registry
 
 PAPER_CSV = Path(__file__).resolve().parents[1] / "data" / "paper_table.csv"
 # The article's designs and their compiled twins: the rows of the paper table, in the registry's order.
-DESIGN_ROLES = ("design", "twin")
-ENGINE_ROLES = ("contender", "native", "plugin")
+DESIGN_ROLES = ("design", "twin", "native")
+ENGINE_ROLES = ("contender", "plugin")
 REGIME_TITLES = {
     "batched": "Batched regime: one decode step per call (compiled designs: the whole step compiled)",
     "per-call": "Per-call regime: one contract call per operation from Python (compiled designs pay dispatch)",
