@@ -86,6 +86,14 @@ def _status_word(row: dict | None, meta: dict) -> str:
     return status
 
 
+def _ci(row: dict | None) -> tuple[float, float] | None:
+    """A row's 95 % interval (its ``ci_low``/``ci_high`` columns), None where it has none."""
+    lo, hi = (row.get("ci_low"), row.get("ci_high")) if row else (None, None)
+    if lo is None or hi is None or pd.isna(lo) or pd.isna(hi):
+        return None
+    return float(lo), float(hi)
+
+
 def _reps_of(row: dict | None) -> int | None:
     reps = row.get("reps") if row else None
     return int(reps) if reps is not None and not pd.isna(reps) else None
@@ -170,10 +178,8 @@ def _whisker(ax: Axes, x: float, lo: float, hi: float, shade: str = "black") -> 
 
 def _op_spread(ax: Axes, run: RunData, impl: str, regime: str, metric: str, x: float, v: float) -> str:
     """Draw the bar's spread; returns what it is ("ci", "reps", "steps" or "")."""
-    row = run.get(PAPER, impl, regime, metric) or {}
-    lo, hi = row.get("ci_low"), row.get("ci_high")
-    if lo is not None and hi is not None and not (pd.isna(lo) or pd.isna(hi)):
-        _whisker(ax, x, float(lo), float(hi))
+    if bounds := _ci(run.get(PAPER, impl, regime, metric)):
+        _whisker(ax, x, *bounds)
         return "ci"
     if metric == "seq_step_ns":
         mean_step = run.value(PAPER, impl, regime, "step_mean_ns")
@@ -315,8 +321,12 @@ def fig_cpu_concurrency(run: RunData) -> Figure | None:
         return None
     fig, (ax,) = _new_figure(10, 5.2)
     for impl, regime, pts in lines:
-        ax.plot(*zip(*pts, strict=True), ls=REGIME_STYLE[regime], marker="o", ms=3.5, color=color(impl),
-                label=f"{label(impl)}, {regime}")
+        xs, ys = zip(*pts, strict=True)
+        bounds = [_ci(run.get(sweep[n], impl, regime, "cpu_share_pct")) or (y, y) for n, y in pts]
+        yerr = [[y - lo for y, (lo, _) in zip(ys, bounds, strict=True)],
+                [hi - y for y, (_, hi) in zip(ys, bounds, strict=True)]]
+        ax.errorbar(xs, ys, yerr=yerr, ls=REGIME_STYLE[regime], marker="o", ms=3.5, color=color(impl), capsize=2,
+                    elinewidth=0.8, label=f"{label(impl)}, {regime}")
     art = article_table()
     for scheme, impl in SCHEMES.items():
         if scheme in art.index and any(i == impl for i, _, _ in lines):
@@ -335,7 +345,8 @@ def fig_cpu_concurrency(run: RunData) -> Figure | None:
     handles += [Line2D([], [], marker="D", ls="", mfc="none", mec="black",
                        label=f"{ARTICLE} at 256 sequences (marker colour = design)")]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False)
-    _note(ax, "computed: closed-loop mean\nstep time x step rate\n(solid: batched, dashed: per-call)")
+    _note(ax, "computed: closed-loop mean\nstep time x step rate\n(solid: batched, dashed: per-call)\n"
+              "error bars: 95 % bootstrap interval")
     return _finish(fig, run, f"CPU share vs concurrency (computed at {rate:,.0f} steps/s)")
 
 
@@ -569,40 +580,59 @@ def _state_label(run: RunData, state: str) -> str:
     return f"{state}\n{int(seqs.iloc[0]):,} sequences" if len(seqs) else state
 
 
+NATIVE_OF = {r.letter: r.name for r in registry.RECORDS if r.role == "native" and r.letter}
+CXX = "C++ (ours)"
+
+
+def _article_bar(ax: Axes, art: pd.DataFrame, scheme: str, metric: str, x: float, width: float) -> None:
+    if scheme not in art.index:
+        return
+    a = art.loc[scheme]
+    v = float(a[ARTICLE_OF[metric]])
+    ax.bar(x, v, width, facecolor="none", edgecolor="black", hatch="///", lw=0.8)
+    ax.text(x, v, f"{'<' if a.bound == 'upper' else '~'}{v:g}", ha="center", va="bottom", fontsize=6)
+
+
+def _measured_bar(ax: Axes, run: RunData, impl: str, regime: str, metric: str, x: float, width: float,
+                  hatch: str) -> None:
+    row = run.get(PAPER, impl, regime, metric)
+    v = run.value(PAPER, impl, regime, metric)
+    if math.isnan(v) or v <= 0:
+        if row is not None:
+            _word_at(ax, x, "0" if v == 0 else _status_word(row, run.meta))
+        return
+    ax.bar(x, v, width, color=color(impl), hatch=hatch, edgecolor="white")
+    if bounds := _ci(row):
+        _whisker(ax, x, *bounds)
+    ax.text(x, v, _num(v), ha="center", va="bottom", fontsize=6)
+
+
 def fig_paper_vs_article(run: RunData) -> Figure | None:
-    """The article's four columns, measured (both regimes) beside the article's C++ figures, A/B/C."""
+    """The article's four columns, measured (both regimes, and our C++ where built) beside the article's C++
+    figures, A/B/C."""
     cols = [("lookup_ns", "lookup", "ns per lookup (log scale)", True),
             ("alloc_free_ns", "alloc/free", "ns per block (log scale)", True),
             ("cpu_share_pct", "CPU share at 2,000 steps/s (computed)", "% of one core (log scale)", True),
             ("l1d_miss_pct", "L1D miss rate", "misses / loads (%)", False)]
-    present = [impl for impl in SCHEMES.values() if (run.df[run.df.scenario == PAPER].impl == impl).any()]
+    present = [impl for impl in SCHEMES.values() if run.has(PAPER, impl)]
     if not present:
         log.warning("paper_vs_article: no figures for designs A/B/C in the %s scenario", PAPER)
         return None
     art = article_table()
     fig, axes = _new_figure(14, 4.6, 1, len(cols))
-    series = [*REGIMES, "article"]
+    cxx = any(run.has(PAPER, impl) for impl in NATIVE_OF.values())
+    series = [*REGIMES, *([CXX] if cxx else []), "article"]
     width = 0.8 / len(series)
     for ax, (metric, title, ylabel, logy) in zip(axes, cols, strict=True):
         for k, (scheme, impl) in enumerate(SCHEMES.items()):
             for j, what in enumerate(series):
                 x = k - 0.4 + width * (j + 0.5)
                 if what == "article":
-                    if scheme not in art.index:
-                        continue
-                    a = art.loc[scheme]
-                    v = float(a[ARTICLE_OF[metric]])
-                    ax.bar(x, v, width, facecolor="none", edgecolor="black", hatch="///", lw=0.8)
-                    ax.text(x, v, f"{'<' if a.bound == 'upper' else '~'}{v:g}", ha="center", va="bottom", fontsize=6)
-                    continue
-                row = run.get(PAPER, impl, what, metric)
-                v = run.value(PAPER, impl, what, metric)
-                if math.isnan(v) or v <= 0:
-                    if row is not None or impl in present:
-                        _word_at(ax, x, "0" if v == 0 else _status_word(row, run.meta))
-                    continue
-                ax.bar(x, v, width, color=color(impl), hatch=REGIME_HATCH[what], edgecolor="white")
-                ax.text(x, v, _num(v), ha="center", va="bottom", fontsize=6)
+                    _article_bar(ax, art, scheme, metric, x, width)
+                elif what == CXX:
+                    _measured_bar(ax, run, NATIVE_OF.get(scheme, ""), "batched", metric, x, width, "...")
+                else:
+                    _measured_bar(ax, run, impl, what, metric, x, width, REGIME_HATCH[what])
         if logy:
             ax.set_yscale("log")
         ax.set_xticks(range(len(SCHEMES)), [label(i) for i in SCHEMES.values()], fontsize=8)
@@ -615,9 +645,12 @@ def fig_paper_vs_article(run: RunData) -> Figure | None:
         ax.grid(axis="y", which="both", alpha=0.25)
     handles = [Patch(facecolor="0.6", edgecolor="white", hatch=REGIME_HATCH[r], label=f"measured, {r}")
                for r in REGIMES]
+    if cxx:
+        handles.append(Patch(facecolor="0.3", edgecolor="white", hatch="...", label=f"measured, {CXX}, batched"))
     handles.append(Patch(facecolor="none", edgecolor="black", hatch="///", label=ARTICLE))
+    handles.append(Line2D([], [], color="black", marker="_", lw=0.9, label="95 % interval"))
     axes[-1].legend(handles=handles, fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    return _finish(fig, run, "The article's table: measured (Python/Numba, this machine) vs the article (C++)")
+    return _finish(fig, run, "The article's table: measured (Python/Numba and C++, this machine) vs the article (C++)")
 
 
 FIGURES: dict[str, Callable[[RunData], Figure | None]] = {
