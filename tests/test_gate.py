@@ -10,8 +10,8 @@ import pytest
 from harness import callgrind, callgrind_region, gate
 from harness.drivers import Prepared
 from harness.replay import REGIMES, check_end_state
-from impls import REGISTRY
 from scenarios import load
+from tests.registered import impl_params
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def test_trace_holds_the_measured_steps(prep: Prepared) -> None:
 
 
 @pytest.mark.parametrize("regime", REGIMES)
-@pytest.mark.parametrize("impl", sorted(REGISTRY))
+@pytest.mark.parametrize("impl", impl_params())
 def test_regions_replay_the_trace_exactly(prep: Prepared, impl: str, regime: str) -> None:
     """advance() in pieces (as the gate calls it) reaches the trace's end state with its CoW counts."""
     mgr, advance, cows = callgrind_region.prepare_cell(prep, impl, regime)
