@@ -31,8 +31,13 @@ class Failure:
     steps: list[str]
     reproduction: str
 
+    @property
+    def calls(self) -> list[str]:
+        """The contract calls of ``steps``, without the state comparisons between them."""
+        return [step for step in self.steps if step != "state.same_state()"]
+
     def __str__(self) -> str:
-        return f"seed {self.seed}: {self.error_type}: {self.message} (after {len(self.steps)} steps)"
+        return f"seed {self.seed}: {self.error_type}: {self.message} (after {len(self.calls)} calls)"
 
 
 @dataclass
@@ -49,7 +54,7 @@ class Verdict:
         """The shortest failing call sequence over all seeds, as runnable Python; None when ``ok``."""
         if not self.failures:
             return None
-        return min(self.failures, key=lambda f: len(f.steps)).reproduction
+        return min(self.failures, key=lambda f: len(f.calls)).reproduction
 
     def __str__(self) -> str:
         head = f"{self.impl}: {'conforms' if self.ok else 'FAILS'} (seeds {self.seeds})"
@@ -72,14 +77,14 @@ def render_reproduction(cls: type, config: dict[str, int], steps: list[str], err
     return "\n".join([
         f"# {cls.__module__}.{cls.__qualname__} disagrees with the contract's reference model "
         "(impls/reference.py).",
-        "# Each call below runs on a fresh implementation and on the model and compares them (harness.conformance);",
-        f"# the last one raises: {error.splitlines()[0] if error else ''}",
+        "# The machine below holds a fresh instance next to the model; each call runs on both and compares them,",
+        "# same_state() compares free counts, tables and ref counts (harness.conformance). The last line raises",
+        f"# {error.splitlines()[0] if error else ''}",
         "from harness.conformance import contract_machine",
         import_line,
         "",
         f"state = contract_machine({name}, config={config!r})()",
         *steps,
-        "state.teardown()",
         "",
     ])
 
