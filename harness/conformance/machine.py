@@ -209,7 +209,9 @@ class ContractMachine(RuleBasedStateMachine):
             return
         cows, slots = expected
         assert ncow == len(cows), f"{label} returned {ncow} copy-on-writes, the model made {len(cows)}"
-        for expected, got in zip(cows, cow_out[:ncow].tolist(), strict=True):
+        pairs = cow_out[:ncow].tolist()
+        assert all(SENTINEL not in pair for pair in pairs), f"{label} did not write all its cow_out pairs: {pairs}"
+        for expected, got in zip(cows, pairs, strict=True):
             self._bind_cow(label, expected, tuple(got))
         self._slots(label, slots, slot_out)
         self._twin_appends(label, seqs, cow_out[:ncow].tolist(), slot_out.tolist())
@@ -259,10 +261,11 @@ class ContractMachine(RuleBasedStateMachine):
                 mgr.seq_len(seq)
                 raise AssertionError(f"{self.name}: sequence {seq} should be inactive")
             return
-        assert mgr.seq_len(seq) == model.lens[seq], f"{self.name}: length of {seq}"
+        length = mgr.seq_len(seq)
+        assert length == model.lens[seq], f"{self.name}: {seq} has {length} tokens, the model {model.lens[seq]}"
         table = list(mgr.block_table(seq))
-        assert len(table) == len(model.tables[seq]), f"{self.name}: table of {seq} is {table}, the model's " \
-                                                     f"{model.tables[seq]}"
+        expected = model.tables[seq]
+        assert len(table) == len(expected), f"{self.name}: table of {seq} is {table}, the model's {expected}"
         for model_id, impl_id in zip(model.tables[seq], table, strict=True):
             self.ids.bind(model_id, int(impl_id))
 
