@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from impls import REGISTRY
+from tests.registered import impl_params
 
 
-@pytest.fixture(params=sorted(REGISTRY))
+@pytest.fixture(params=impl_params())
 def impl_name(request: pytest.FixtureRequest) -> str:
-    """Every registered implementation, by name."""
+    """Every registered implementation, by name (those unavailable here are skipped, with the reason)."""
     return request.param

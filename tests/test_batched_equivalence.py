@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from impls import REGISTRY, NoFreeBlocksError
+from tests.registered import impl_params
 
 CFG = {"num_blocks": 64, "block_size": 4, "max_seqs": 8, "max_blocks_per_seq": 8}
 
@@ -39,7 +40,7 @@ SETUP = st.tuples(
 )
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", impl_params())
 @settings(max_examples=25, deadline=None)
 @given(setup=SETUP, steps=st.integers(1, 12))
 def test_decode_step_matches_per_call(name: str, setup, steps: int) -> None:
@@ -62,7 +63,7 @@ def test_decode_step_matches_per_call(name: str, setup, steps: int) -> None:
         assert snapshot(batched) == snapshot(per_call)
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", impl_params())
 def test_failed_step_changes_nothing(name: str) -> None:
     mgr = REGISTRY[name](num_blocks=6, block_size=2, max_seqs=4, max_blocks_per_seq=4)
     mgr.allocate(0, 2)  # at a boundary: needs a block

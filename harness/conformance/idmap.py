@@ -1,4 +1,9 @@
-"""Compare an implementation with the reference model up to a renaming of physical block ids."""
+"""Compare an implementation with the reference model up to a renaming of physical block ids.
+
+Implementations may hand out free blocks in any order, so block ``3`` of the model may be block ``7`` of an
+implementation. :class:`IdMap` learns that correspondence as the two are compared and insists it stays a
+bijection while the blocks are in use.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ class IdMap:
         self.to_model: dict[int, int] = {}
 
     def bind(self, model_id: int, impl_id: int) -> None:
+        """Record that ``impl_id`` stands for ``model_id``; AssertionError if either is bound otherwise."""
         known = self.to_impl.get(model_id)
         if known is None:
             assert impl_id not in self.to_model, f"impl block {impl_id} already stands for another block"
@@ -25,5 +31,8 @@ class IdMap:
             del self.to_model[self.to_impl.pop(model_id)]
 
     def slot(self, model_slot: int, impl_slot: int, block_size: int) -> None:
-        assert model_slot % block_size == impl_slot % block_size, "slot offsets differ"
+        """A slot is ``block * block_size + offset``: same offset, and the blocks must correspond."""
+        assert model_slot % block_size == impl_slot % block_size, (
+            f"slot offsets differ: model slot {model_slot}, impl slot {impl_slot}"
+        )
         self.bind(model_slot // block_size, impl_slot // block_size)
