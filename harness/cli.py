@@ -201,6 +201,35 @@ def cmd_table_copy(args: argparse.Namespace) -> int:
     return measurement.run(args)
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    """Contract conformance of one implementation; exit 0 only when it conforms."""
+    from harness.conformance import check
+    from harness.conformance.pool import full_pool_problems
+    from impls import REGISTRY, UNAVAILABLE
+    from impls.registry import load_plugin
+
+    if args.impl in UNAVAILABLE:
+        raise UsageError(f"{args.impl} cannot run here: {UNAVAILABLE[args.impl]}")
+    cls = REGISTRY[args.impl] if args.impl in REGISTRY else load_plugin(args.impl)
+    print(f"checking {cls.__module__}.{cls.__qualname__}: {args.seeds} seed(s) x {args.examples} random call "
+          f"sequences of up to {args.ops} calls against the reference model, then the 65,536-block pool", flush=True)
+    verdict = check(cls, seeds=range(args.seeds), max_examples=args.examples, step_count=args.ops)
+    problems = [] if not verdict.ok else _pool_problems(cls, full_pool_problems)
+    print(verdict)
+    for problem in problems:
+        print(f"full pool: {problem}")
+    ok = verdict.ok and not problems
+    print("verdict: " + ("CONFORMS" if ok else "DOES NOT CONFORM"))
+    return 0 if ok else 1
+
+
+def _pool_problems(cls: type, run: Callable[[type], list[str]]) -> list[str]:
+    try:
+        return run(cls)
+    except Exception as exc:  # a plug-in may raise anything; the verdict must say what, not crash
+        return [f"{type(exc).__name__}: {exc}"]
+
+
 def cmd_baseline(args: argparse.Namespace) -> int:
     from harness.ci import baseline
 
@@ -273,12 +302,22 @@ def build_parser() -> Parser:
                                       description=gate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     table_copy.add_arguments(sub.add_parser("table-copy", help="rule 3 alone: block tables to the device"))
     baseline.add_arguments(sub.add_parser("baseline", help="save a pytest-benchmark JSON as a committed baseline"))
+    p = sub.add_parser("check", help="is an implementation correct? contract conformance against the reference model",
+                       description="Random valid and invalid call sequences on IMPL and on the reference model "
+                                   "(impls/reference.py), compared after every call up to a renaming of block ids; "
+                                   "failed calls must leave the state as it was; the batched step must equal the "
+                                   "same appends made one at a time; then the full 65,536-block pool. Prints the "
+                                   "shortest failing call sequence as runnable Python. Exit 0 only when it conforms.")
+    p.add_argument("impl", help="a registered name, package.module:Class, or a kvblock_bench.impls entry point")
+    p.add_argument("--seeds", type=positive_int, default=2, help="independent random runs (default 2)")
+    p.add_argument("--examples", type=positive_int, default=100, help="call sequences per seed (default 100)")
+    p.add_argument("--ops", type=positive_int, default=40, help="calls per sequence, at most (default 40)")
     return parser
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "scenarios": cmd_scenarios, "trace": cmd_trace, "run": cmd_run, "report": cmd_report, "gate": cmd_gate,
-    "table-copy": cmd_table_copy, "baseline": cmd_baseline,
+    "table-copy": cmd_table_copy, "baseline": cmd_baseline, "check": cmd_check,
 }
 # What a command may raise for bad input: shown as one line, exit status 2.
 INPUT_ERRORS = (UsageError, ScenarioError, TraceError, ValueError, FileNotFoundError, IsADirectoryError,

@@ -20,6 +20,7 @@ Roles:
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 
@@ -123,4 +124,37 @@ def load_plugin(spec: str) -> type:
         raise PluginError(f"implementation {spec!r}: module {module!r} has no attribute {attr!r}") from None
     if not isinstance(cls, type):
         raise PluginError(f"implementation {spec!r}: {attr!r} is not a class")
+    problem = contract_shape_problem(cls)
+    if problem:
+        raise PluginError(f"implementation {spec!r}: {problem}")
     return cls
+
+
+# Each contract method and the arguments it takes (after self), as in impls.contract.BlockManager.
+CONTRACT_METHODS = {
+    "can_allocate": 1, "allocate": 2, "append_slot": 1, "fork": 2, "free": 1, "block_table": 1, "seq_len": 1,
+    "num_free_blocks": 0, "ref_count": 1, "last_slot": 1, "decode_step": 3, "lookup": 2, "table_nbytes": 1,
+}
+
+
+def contract_shape_problem(cls: type) -> str:
+    """What keeps ``cls`` from being called as the contract calls it ("" when nothing): a missing method, a
+    method or constructor that cannot take the contract's arguments."""
+    missing = [name for name in CONTRACT_METHODS if not callable(getattr(cls, name, None))]
+    if missing:
+        return f"missing contract method(s) {', '.join(missing)} (see impls/contract.py)"
+    try:
+        inspect.signature(cls).bind(num_blocks=1, block_size=16, max_seqs=1, max_blocks_per_seq=1)
+    except TypeError as exc:
+        return (f"its constructor cannot be called as cls(num_blocks, block_size=16, max_seqs=256, "
+                f"max_blocks_per_seq=256): {exc}")
+    except ValueError:
+        pass  # no signature to inspect (a builtin): calls will tell
+    for name, arity in CONTRACT_METHODS.items():
+        try:
+            inspect.signature(getattr(cls, name)).bind(None, *range(arity))
+        except TypeError:
+            return f"{name} does not take {arity} argument(s) as the contract calls it (see impls/contract.py)"
+        except ValueError:
+            continue
+    return ""

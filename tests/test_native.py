@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 import impls.native as native
+from harness.conformance import IdMap
 from harness.measure.replay import check_end_state
 from impls.contract import NoFreeBlocksError
 from impls.native import toolchain
 from impls.reference import ReferenceModel
 from scenarios import generate
-from tests.idmap import IdMap
 
 try:
     toolchain.find_compiler()
