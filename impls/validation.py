@@ -204,6 +204,23 @@ def _out_arg(buf: object, name: str, ndim: int, n: int) -> None:
         raise_for(E_BUFFER, capacity=shape[0], need=n)
 
 
+def _owner(a: np.ndarray) -> np.ndarray | None:
+    """The array owning the memory ``a`` views, when NumPy allocated it; None for a foreign buffer."""
+    base = a.base
+    while isinstance(base, np.ndarray):
+        a, base = base, base.base
+    return a if base is None and a.flags.owndata else None
+
+
+def _overlap(*arrays: np.ndarray) -> bool:
+    """Whether any two of ``arrays`` may share memory. Views of different NumPy-allocated arrays cannot (the
+    usual case, decided without ``np.may_share_memory``, which costs several times more)."""
+    owners = [_owner(a) for a in arrays]
+    if all(o is not None for o in owners) and len({id(o) for o in owners}) == len(owners):
+        return False
+    return any(np.may_share_memory(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1 :])
+
+
 def batch_args(seq_ids: object, cow_out: object, slot_out: object, max_seqs: int) -> np.ndarray:
     """Arguments of ``decode_step``; returns the ids as C-contiguous int64. Outputs must not overlap each
     other or the ids (a kernel reads ids after writing outputs)."""
@@ -211,8 +228,7 @@ def batch_args(seq_ids: object, cow_out: object, slot_out: object, max_seqs: int
     n = ids.shape[0]
     _out_arg(cow_out, "cow_out", 2, n)
     _out_arg(slot_out, "slot_out", 1, n)
-    if np.may_share_memory(cow_out, slot_out) or np.may_share_memory(ids, cow_out) or \
-            np.may_share_memory(ids, slot_out):
+    if _overlap(ids, cow_out, slot_out):
         raise ValueError("seq_ids, cow_out and slot_out must not overlap")
     return ids
 
@@ -221,7 +237,7 @@ def lookup_args(seq_ids: object, slot_out: object, max_seqs: int) -> np.ndarray:
     """Arguments of ``lookup``; returns the ids as C-contiguous int64. ``slot_out`` must not overlap them."""
     ids = _ids_arg(seq_ids, max_seqs)
     _out_arg(slot_out, "slot_out", 1, ids.shape[0])
-    if np.may_share_memory(ids, slot_out):
+    if _overlap(ids, slot_out):
         raise ValueError("seq_ids and slot_out must not overlap")
     return ids
 
