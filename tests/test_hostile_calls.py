@@ -154,9 +154,23 @@ SPECIAL_BUFFERS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_BUFFERS))
-def test_decode_step_rejects_bad_buffers(impl_name: str, case: str) -> None:
-    cow_make, slot_make, error = BAD_BUFFERS[case]
+def each_case(impl_name: str, cases: dict, check) -> None:
+    """Run ``check(impl_name, case, *cases[case])`` for every case (one test per table keeps the suite fast);
+    report every failing case by name."""
+    failures = []
+    for case in sorted(cases):
+        try:
+            check(impl_name, case, *cases[case])
+        except (AssertionError, pytest.fail.Exception, Exception) as exc:  # reported below, by case
+            failures.append(f"{case}: {type(exc).__name__}: {exc}".splitlines()[0])
+    assert not failures, f"{impl_name}: {len(failures)} of {len(cases)} cases failed:\n" + "\n".join(failures)
+
+
+def test_decode_step_rejects_bad_buffers(impl_name: str) -> None:
+    each_case(impl_name, BAD_BUFFERS, _check_bad_buffers)
+
+
+def _check_bad_buffers(impl_name: str, case: str, cow_make, slot_make, error) -> None:
     mgr = manager(impl_name)
     before = snapshot(mgr)
     cow, slot = cow_make(), slot_make()
@@ -166,9 +180,11 @@ def test_decode_step_rejects_bad_buffers(impl_name: str, case: str) -> None:
     assert cow.untouched() and slot.untouched()
 
 
-@pytest.mark.parametrize("case", sorted(SPECIAL_BUFFERS))
-def test_decode_step_rejects_special_buffers(impl_name: str, case: str) -> None:
-    cow_make, slot_make, error = SPECIAL_BUFFERS[case]
+def test_decode_step_rejects_special_buffers(impl_name: str) -> None:
+    each_case(impl_name, SPECIAL_BUFFERS, _check_special_buffers)
+
+
+def _check_special_buffers(impl_name: str, case: str, cow_make, slot_make, error) -> None:
     mgr = manager(impl_name)
     before = snapshot(mgr)
     (cow_g, cow), (slot_g, slot) = cow_make(), slot_make()
@@ -212,9 +228,11 @@ BAD_IDS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_IDS))
-def test_decode_step_and_lookup_reject_bad_ids(impl_name: str, case: str) -> None:
-    make, error = BAD_IDS[case]
+def test_decode_step_and_lookup_reject_bad_ids(impl_name: str) -> None:
+    each_case(impl_name, BAD_IDS, _check_bad_ids)
+
+
+def _check_bad_ids(impl_name: str, case: str, make, error) -> None:
     mgr = manager(impl_name)
     before = snapshot(mgr)
     cow, slot = Guarded((N, 2)), Guarded((N,))
@@ -264,9 +282,11 @@ LOOKUP_BUFFERS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(LOOKUP_BUFFERS))
-def test_lookup_rejects_bad_slot_out(impl_name: str, case: str) -> None:
-    make, error = LOOKUP_BUFFERS[case]
+def test_lookup_rejects_bad_slot_out(impl_name: str) -> None:
+    each_case(impl_name, LOOKUP_BUFFERS, _check_lookup_buffers)
+
+
+def _check_lookup_buffers(impl_name: str, case: str, make, error) -> None:
     mgr = manager(impl_name)
     before = snapshot(mgr)
     g = Guarded((2 * N,))
@@ -351,9 +371,11 @@ def _scalar_cases() -> dict[str, tuple]:
 SCALAR_CASES = _scalar_cases()
 
 
-@pytest.mark.parametrize("case", sorted(SCALAR_CASES))
-def test_hostile_scalar_arguments(impl_name: str, case: str) -> None:
-    call, error = SCALAR_CASES[case]
+def test_hostile_scalar_arguments(impl_name: str) -> None:
+    each_case(impl_name, SCALAR_CASES, _check_scalar)
+
+
+def _check_scalar(impl_name: str, case: str, call, error) -> None:
     mgr = manager(impl_name)
     before = snapshot(mgr)
     with pytest.raises(error) as info:
