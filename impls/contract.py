@@ -3,6 +3,9 @@
 Every public operation validates its input first and raises before touching state, so a failed call leaves
 the manager exactly as it was. The checks run in a fixed order, the same in every implementation:
 
+0. argument types (``TypeError``: ids, counts and lengths must be ``int`` or NumPy integers, not ``bool``;
+   batch buffers must be int64 arrays), then buffer shapes, writeability, contiguity and overlap
+   (``ValueError``), all in :mod:`impls.validation`;
 1. argument ranges (``ValueError``: sequence id outside ``[0, max_seqs)``, ``num_tokens < 1``, a prompt that
    needs more than ``max_blocks_per_seq`` blocks, a negative block count, a block id outside the pool);
 2. sequence state (``KeyError``: operating on an inactive sequence, allocating or forking into an active one);

@@ -121,6 +121,10 @@ def check_batch_jit(lens, marks, stamp, max_blocks, shift, seq_ids):
 # Python ints before any arithmetic, so no value can wrap around.
 
 _INT64 = np.dtype(np.int64)
+_ndarray = np.ndarray
+# Bits of ``ndarray.flags.num`` (NumPy's NPY_ARRAY_* flags): one attribute read instead of one per flag.
+_C_CONTIGUOUS, _OWNDATA, _ALIGNED, _WRITEABLE = 0x1, 0x4, 0x100, 0x400
+_USABLE = _C_CONTIGUOUS | _ALIGNED | _WRITEABLE
 _INT64_MAX = 2**63 - 1
 
 
@@ -171,13 +175,13 @@ def block_arg(value: object, num_blocks: int) -> int:
 def _ids_arg(seq_ids: object, max_seqs: int) -> np.ndarray:
     """The batch's ids as a C-contiguous int64 vector (a copy only when given another integer dtype or a
     strided view); ``TypeError`` unless a 1-D integer array."""
-    if not isinstance(seq_ids, np.ndarray):
+    if not isinstance(seq_ids, _ndarray):
         raise TypeError(f"seq_ids must be a numpy.ndarray, got {type(seq_ids).__name__}")
+    dtype = seq_ids.dtype
+    if dtype is _INT64 and seq_ids.ndim == 1 and seq_ids.flags.c_contiguous:
+        return seq_ids
     if seq_ids.ndim != 1:
         raise ValueError(f"seq_ids must be 1-D, got shape {seq_ids.shape}")
-    dtype = seq_ids.dtype
-    if dtype is _INT64 and seq_ids.flags.c_contiguous:
-        return seq_ids
     if dtype.kind not in "iu":  # bool ('b'), floats and objects are not ids
         raise TypeError(f"seq_ids must have an integer dtype, got {dtype}")
     if dtype.kind == "u" and dtype.itemsize == 8 and seq_ids.size and int(seq_ids.max()) > _INT64_MAX:
@@ -185,40 +189,45 @@ def _ids_arg(seq_ids: object, max_seqs: int) -> np.ndarray:
     return np.ascontiguousarray(seq_ids, dtype=_INT64)
 
 
-def _out_arg(buf: object, name: str, ndim: int, n: int) -> None:
-    """An output buffer the kernels may write ``n`` rows of: an int64, C-contiguous, writeable ndarray of
-    ``ndim`` dimensions (``[rows, 2]`` when 2-D)."""
-    if not isinstance(buf, np.ndarray):
+def _out_arg(buf: object, name: str, ndim: int, n: int) -> np.ndarray | None:
+    """Check an output buffer the kernels may write ``n`` rows of: an int64, C-contiguous, aligned, writeable
+    ndarray of ``ndim`` dimensions (``[rows, 2]`` when 2-D). Returns :func:`_owner` of it."""
+    if not isinstance(buf, _ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(buf).__name__}")
     if buf.dtype is not _INT64 and buf.dtype != _INT64:
         raise TypeError(f"{name} must have dtype int64 (native byte order), got {buf.dtype}")
     shape = buf.shape
     if len(shape) != ndim or (ndim == 2 and shape[1] != 2):
         raise ValueError(f"{name} must have shape {'(rows, 2)' if ndim == 2 else '(rows,)'}, got {shape}")
-    flags = buf.flags
-    if not (flags.c_contiguous and flags.aligned):
+    flags = buf.flags.num
+    if flags & _USABLE != _USABLE:
+        if not flags & _WRITEABLE:
+            raise ValueError(f"{name} must be writeable")
         raise ValueError(f"{name} must be C-contiguous and aligned")
-    if not flags.writeable:
-        raise ValueError(f"{name} must be writeable")
     if shape[0] < n:
         raise_for(E_BUFFER, capacity=shape[0], need=n)
+    base = buf.base
+    if base is None:
+        return buf if flags & _OWNDATA else None
+    return _owner(base)
 
 
 def _owner(a: np.ndarray) -> np.ndarray | None:
-    """The array owning the memory ``a`` views, when NumPy allocated it; None for a foreign buffer."""
+    """The array owning the memory ``a`` views, when NumPy allocated it; None for a foreign buffer. Views of
+    different owners cannot overlap, which decides the usual case without ``np.may_share_memory`` (several
+    times costlier)."""
     base = a.base
-    while isinstance(base, np.ndarray):
+    while isinstance(base, _ndarray):
         a, base = base, base.base
-    return a if base is None and a.flags.owndata else None
+    return a if base is None and a.flags.num & _OWNDATA else None
 
 
-def _overlap(*arrays: np.ndarray) -> bool:
-    """Whether any two of ``arrays`` may share memory. Views of different NumPy-allocated arrays cannot (the
-    usual case, decided without ``np.may_share_memory``, which costs several times more)."""
-    owners = [_owner(a) for a in arrays]
-    if all(o is not None for o in owners) and len({id(o) for o in owners}) == len(owners):
-        return False
-    return any(np.may_share_memory(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1 :])
+def _refuse_overlap(*arrays: np.ndarray) -> None:
+    """``ValueError`` when any two of ``arrays`` may share memory (the slow path: same or unknown owners)."""
+    for i, a in enumerate(arrays):
+        for b in arrays[i + 1 :]:
+            if np.may_share_memory(a, b):
+                raise ValueError("seq_ids, cow_out and slot_out must not overlap one another")
 
 
 def batch_args(seq_ids: object, cow_out: object, slot_out: object, max_seqs: int) -> np.ndarray:
@@ -226,19 +235,21 @@ def batch_args(seq_ids: object, cow_out: object, slot_out: object, max_seqs: int
     other or the ids (a kernel reads ids after writing outputs)."""
     ids = _ids_arg(seq_ids, max_seqs)
     n = ids.shape[0]
-    _out_arg(cow_out, "cow_out", 2, n)
-    _out_arg(slot_out, "slot_out", 1, n)
-    if _overlap(ids, cow_out, slot_out):
-        raise ValueError("seq_ids, cow_out and slot_out must not overlap")
+    c = _out_arg(cow_out, "cow_out", 2, n)
+    s = _out_arg(slot_out, "slot_out", 1, n)
+    i = _owner(ids)
+    if c is None or s is None or i is None or c is s or i is c or i is s:
+        _refuse_overlap(ids, cow_out, slot_out)
     return ids
 
 
 def lookup_args(seq_ids: object, slot_out: object, max_seqs: int) -> np.ndarray:
     """Arguments of ``lookup``; returns the ids as C-contiguous int64. ``slot_out`` must not overlap them."""
     ids = _ids_arg(seq_ids, max_seqs)
-    _out_arg(slot_out, "slot_out", 1, ids.shape[0])
-    if _overlap(ids, slot_out):
-        raise ValueError("seq_ids and slot_out must not overlap")
+    s = _out_arg(slot_out, "slot_out", 1, ids.shape[0])
+    i = _owner(ids)
+    if s is None or i is None or s is i:
+        _refuse_overlap(ids, slot_out)
     return ids
 
 
