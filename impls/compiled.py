@@ -42,22 +42,28 @@ class CompiledBlockManager(ManagerBase):
 
     def can_allocate(self, num_blocks: int) -> bool:
         """Whether the free pool holds at least ``num_blocks`` blocks."""
-        n = count_arg(num_blocks)
-        if n > self.num_blocks:  # never; and kept out of the kernel's int64
-            return False
-        return self.kernels.can_allocate(*self.state, n) == 1
+        if type(num_blocks) is not int or not 0 <= num_blocks <= self.num_blocks:
+            if count_arg(num_blocks) > self.num_blocks:  # never; and kept out of the kernel's int64
+                return False
+            num_blocks = int(num_blocks)
+        return self.kernels.can_allocate(*self.state, num_blocks) == 1
 
     def allocate(self, seq_id: int, num_tokens: int) -> None:
         """Give a new sequence ``ceil(num_tokens / block_size)`` fresh blocks with ref count 1."""
-        seq_id = seq_arg(seq_id, self.max_seqs)
-        num_tokens = tokens_arg(num_tokens, seq_id, self.max_blocks_per_seq, self.block_shift)
+        # Only Python ints in range reach the kernel (Numba would type others, or wrap them); the hot path
+        # inlines the range checks of seq_arg and tokens_arg.
+        if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:
+            seq_id = seq_arg(seq_id, self.max_seqs)
+        if type(num_tokens) is not int or not 0 < num_tokens <= self.max_tokens:
+            num_tokens = tokens_arg(num_tokens, seq_id, self.max_blocks_per_seq, self.block_shift)
         rc = self.kernels.allocate(*self.state, seq_id, num_tokens)
         if rc:
             self._fail(rc, seq_id, num_tokens=num_tokens, need=blocks_for(num_tokens, self.block_size))
 
     def append_slot(self, seq_id: int) -> tuple[int, int] | None:
         """Add one token; returns ``(src, dst)`` when the shared last block was copied, else None."""
-        seq_id = seq_arg(seq_id, self.max_seqs)
+        if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:  # (the hot path inlines seq_arg)
+            seq_id = seq_arg(seq_id, self.max_seqs)
         rc, src, dst = self.kernels.append(*self.state, seq_id)
         if rc < 0:
             self._fail(rc, seq_id, need=1)
@@ -72,14 +78,16 @@ class CompiledBlockManager(ManagerBase):
 
     def free(self, seq_id: int) -> None:
         """Drop one reference to each block; blocks reaching zero return to the pool."""
-        seq_id = seq_arg(seq_id, self.max_seqs)
+        if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:
+            seq_id = seq_arg(seq_id, self.max_seqs)
         rc = self.kernels.free(*self.state, seq_id)
         if rc:
             self._fail(rc, seq_id)
 
     def last_slot(self, seq_id: int) -> int:
         """Physical KV slot (``block * block_size + offset``) of the sequence's newest token."""
-        seq_id = seq_arg(seq_id, self.max_seqs)
+        if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:  # (the hot path inlines seq_arg)
+            seq_id = seq_arg(seq_id, self.max_seqs)
         slot = self.kernels.last_slot(*self.state, seq_id)
         if slot < 0:
             self._fail(slot, seq_id)

@@ -13,7 +13,6 @@ import numpy as np
 from .base import ManagerBase
 from .contract import (
     E_DUPLICATE,
-    E_INACTIVE,
     E_NO_BLOCKS,
     blocks_for,
     fork_culprit,
@@ -46,9 +45,11 @@ class InterpretedBlockManager(ManagerBase):
 
     def _active(self, seq_id: object) -> int:
         """The id of an active sequence as a Python int, else the contract's exception."""
-        seq_id = seq_arg(seq_id, self.max_seqs)
-        if self._lens[seq_id] == 0:
-            self._fail(E_INACTIVE, seq_id)
+        if type(seq_id) is not int:  # Python ints (the hot path) are range-checked by check_active
+            seq_id = seq_arg(seq_id, self.max_seqs)
+        rc = check_active(self._lens, seq_id)
+        if rc:
+            self._fail(rc, seq_id)
         return seq_id
 
     def _needs_block(self, seq_id: int) -> bool:
@@ -57,12 +58,17 @@ class InterpretedBlockManager(ManagerBase):
     # -- the contract -----------------------------------------------------------------------------------
     def can_allocate(self, num_blocks: int) -> bool:
         """Whether the free pool holds at least ``num_blocks`` blocks."""
-        return self.num_free_blocks() >= count_arg(num_blocks)
+        if type(num_blocks) is not int or num_blocks < 0:
+            num_blocks = count_arg(num_blocks)
+        return self.num_free_blocks() >= num_blocks
 
     def allocate(self, seq_id: int, num_tokens: int) -> None:
         """Give a new sequence ``ceil(num_tokens / block_size)`` fresh blocks with ref count 1."""
-        seq_id = seq_arg(seq_id, self.max_seqs)
-        num_tokens = tokens_arg(num_tokens, seq_id, self.max_blocks_per_seq, self.block_shift)
+        # Python ints (the hot path) are range-checked by check_allocate, exactly: no NumPy arithmetic.
+        if type(seq_id) is not int:
+            seq_id = seq_arg(seq_id, self.max_seqs)
+        if type(num_tokens) is not int:
+            num_tokens = tokens_arg(num_tokens, seq_id, self.max_blocks_per_seq, self.block_shift)
         rc = check_allocate(self._lens, self.max_blocks_per_seq, self.block_shift, seq_id, num_tokens)
         if rc:
             self._fail(rc, seq_id, num_tokens=num_tokens)
@@ -74,7 +80,8 @@ class InterpretedBlockManager(ManagerBase):
 
     def append_slot(self, seq_id: int) -> tuple[int, int] | None:
         """Add one token; returns ``(src, dst)`` when the shared last block was copied, else None."""
-        seq_id = seq_arg(seq_id, self.max_seqs)
+        if type(seq_id) is not int:  # Python ints (the hot path) are range-checked by check_append
+            seq_id = seq_arg(seq_id, self.max_seqs)
         rc = check_append(self._lens, self.max_blocks_per_seq, self.block_shift, seq_id)
         if rc:
             self._fail(rc, seq_id)
@@ -84,7 +91,8 @@ class InterpretedBlockManager(ManagerBase):
 
     def fork(self, parent_id: int, child_id: int) -> None:
         """The child gets the parent's table and length; every block's ref count rises by one."""
-        parent_id, child_id = seq_arg(parent_id, self.max_seqs), seq_arg(child_id, self.max_seqs)
+        if type(parent_id) is not int or type(child_id) is not int:
+            parent_id, child_id = seq_arg(parent_id, self.max_seqs), seq_arg(child_id, self.max_seqs)
         rc = check_fork(self._lens, parent_id, child_id)
         if rc:
             self._fail(rc, fork_culprit(rc, parent_id, child_id, self.max_seqs))
@@ -93,7 +101,11 @@ class InterpretedBlockManager(ManagerBase):
 
     def free(self, seq_id: int) -> None:
         """Drop one reference to each block; blocks reaching zero return to the pool."""
-        seq_id = self._active(seq_id)
+        if type(seq_id) is not int:  # (per call on the hot path: _active inlined)
+            seq_id = seq_arg(seq_id, self.max_seqs)
+        rc = check_active(self._lens, seq_id)
+        if rc:
+            self._fail(rc, seq_id)
         self._free(seq_id)
         self._lens[seq_id] = 0
 
@@ -119,7 +131,11 @@ class InterpretedBlockManager(ManagerBase):
 
     def last_slot(self, seq_id: int) -> int:
         """Physical KV slot (``block * block_size + offset``) of the sequence's newest token."""
-        seq_id = self._active(seq_id)
+        if type(seq_id) is not int:  # (per call on the hot path: _active inlined)
+            seq_id = seq_arg(seq_id, self.max_seqs)
+        rc = check_active(self._lens, seq_id)
+        if rc:
+            self._fail(rc, seq_id)
         return self._last_slot(seq_id)
 
     # -- batched entry points ---------------------------------------------------------------------------
