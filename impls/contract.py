@@ -3,6 +3,9 @@
 Every public operation validates its input first and raises before touching state, so a failed call leaves
 the manager exactly as it was. The checks run in a fixed order, the same in every implementation:
 
+0. argument types (``TypeError``: ids, counts and lengths must be ``int`` or NumPy integers, not ``bool``;
+   batch buffers must be int64 arrays), then buffer shapes, writeability, contiguity and overlap
+   (``ValueError``), all in :mod:`impls.validation`;
 1. argument ranges (``ValueError``: sequence id outside ``[0, max_seqs)``, ``num_tokens < 1``, a prompt that
    needs more than ``max_blocks_per_seq`` blocks, a negative block count, a block id outside the pool);
 2. sequence state (``KeyError``: operating on an inactive sequence, allocating or forking into an active one);
@@ -75,8 +78,9 @@ def blocks_for(num_tokens: int, block_size: int) -> int:
     return (num_tokens + block_size - 1) // block_size
 
 
-def check_config(num_blocks: int, block_size: int, max_seqs: int, max_blocks_per_seq: int) -> None:
-    """Validate constructor arguments shared by every implementation."""
+def check_config(num_blocks: int, block_size: int, max_seqs: int, max_blocks_per_seq: int) -> tuple[int, ...]:
+    """Validate constructor arguments shared by every implementation; returns them as Python ints."""
+    values = []
     for name, value in (
         ("num_blocks", num_blocks),
         ("block_size", block_size),
@@ -85,14 +89,32 @@ def check_config(num_blocks: int, block_size: int, max_seqs: int, max_blocks_per
     ):
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        values.append(int(value))  # before any arithmetic: NumPy scalars would wrap around
+    num_blocks, block_size, max_seqs, max_blocks_per_seq = values
     if block_size & (block_size - 1):
         raise ValueError(f"block_size must be a power of two (as in vLLM, SGLang and TensorRT-LLM), got {block_size}")
     if num_blocks > MAX_NUM_BLOCKS:
         raise ValueError(f"num_blocks={num_blocks} exceeds the supported maximum {MAX_NUM_BLOCKS}")
+    if max_seqs > MAX_SEQS:
+        raise ValueError(f"max_seqs={max_seqs} exceeds the supported maximum {MAX_SEQS}")
+    if block_size * max_blocks_per_seq > MAX_SEQ_TOKENS:
+        raise ValueError(
+            f"block_size * max_blocks_per_seq = {block_size * max_blocks_per_seq} exceeds {MAX_SEQ_TOKENS}: "
+            "a sequence's length must fit the compiled designs' int32 lengths"
+        )
+    return tuple(values)
 
 
-# Compiled designs keep lengths, ref counts and the free stack in int32 arrays.
+# Caps, chosen so that no count, length or slot can overflow the compiled designs' integers:
+# - ids and ref counts: compiled designs keep ref counts and the free stack in int32 arrays (``flat``);
 MAX_NUM_BLOCKS = 2**31 - 1
+# - a block's ref count is at most max_seqs (each row holds a block once), int32 in ``flat``;
+MAX_SEQS = 2**31 - 1
+# - lengths: a sequence holds at most ``block_size * max_blocks_per_seq`` tokens, and ``flat`` keeps lengths in
+#   int32; hence also block_size <= 2**30;
+MAX_SEQ_TOKENS = 2**31 - 1
+# - slots (int64): the largest slot is num_blocks * block_size - 1 < 2**31 * 2**30 = 2**61, so int64 slots
+#   never overflow under the two caps above.
 
 
 @runtime_checkable

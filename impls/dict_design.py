@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from .interpreted import InterpretedBlockManager
+from .validation import int_object_bytes
 
 
 class DictBlockManager(InterpretedBlockManager):
@@ -20,6 +21,11 @@ class DictBlockManager(InterpretedBlockManager):
         self._free_list = list(range(self.num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
         self._refs: dict[int, int] = {}
         self._tables: dict[int, dict[int, int]] = {}
+
+    def memory_bytes(self) -> int:
+        """Per block a free-list slot (8 B) and an int object (28-32 B); per row a length slot (8 B). Tables
+        and ref counts grow with the blocks in use."""
+        return self.num_blocks * (8 + int_object_bytes(self.num_blocks)) + 8 * self.max_seqs
 
     def num_free_blocks(self) -> int:
         return len(self._free_list)

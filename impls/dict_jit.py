@@ -219,6 +219,12 @@ class DictJitBlockManager(CompiledBlockManager):
         marks = np.zeros(self.max_seqs, dtype=np.int64)
         self.state = (self._tables, self._lens, self._refs, self._pool, meta, marks)
 
+    def memory_bytes(self) -> int:
+        """Per block 8 B (the pool's int64 slot), per row 16 B (int64 length and mark): a lower bound, as the
+        typed containers' headers and each row's empty hash map are not counted; ref counts and tables grow
+        with the blocks in use (a hash-map entry, >= 24 B, per reference)."""
+        return 8 * self.num_blocks + 16 * self.max_seqs + 8 * 3
+
     def num_free_blocks(self) -> int:
         return len(self._pool)
 

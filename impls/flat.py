@@ -262,6 +262,7 @@ class FlatBlockManager(CompiledBlockManager):
         view of a pinned torch tensor, so that the table can be copied to a GPU as it is (rule 3). It must be
         exactly what the design would allocate: shape ``(max_seqs, max_blocks_per_seq)``, dtype
         :func:`table_dtype` of ``num_blocks``, C-contiguous and writeable; else ``ValueError``."""
+        self._own_table = table is None
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
         s, n = self.max_seqs, self.num_blocks
         if table is None:
@@ -273,8 +274,16 @@ class FlatBlockManager(CompiledBlockManager):
         self.ints = np.zeros(HEADER + 2 * s + 2 * n, dtype=np.int32)
         self.ints[TOP], self.ints[NUM_BLOCKS], self.ints[BLOCK_SHIFT] = n, n, self.block_shift
         self._lens, self._refs, stack, _ = _parts(self.table, self.ints)
-        stack[:] = np.arange(n - 1, -1, -1)  # the top of the stack hands out 0, 1, 2, ...
+        stack[:] = np.arange(n - 1, -1, -1, dtype=np.int32)  # the top of the stack hands out 0, 1, 2, ...
         self.state = (self.table, self.ints)
+
+    def memory_bytes(self) -> int:
+        """Per block 12 B (ref count and stack slot, int32, plus the int32 ids the stack is filled from), per
+        row ``max_blocks_per_seq`` ids of :func:`table_dtype` (unless the table is given) and 8 B (length and
+        mark). 2**31 - 1 blocks need 24 GiB while the stack is filled, 16 GiB after."""
+        n, s = self.num_blocks, self.max_seqs
+        table = s * self.max_blocks_per_seq * table_dtype(n).itemsize if self._own_table else 0
+        return table + 4 * (HEADER + 2 * s + 2 * n) + 4 * n
 
     def num_free_blocks(self) -> int:
         return int(self.ints[TOP])

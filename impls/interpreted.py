@@ -12,15 +12,23 @@ import numpy as np
 
 from .base import ManagerBase
 from .contract import (
-    E_BLOCK_RANGE,
-    E_BUFFER,
-    E_COUNT,
     E_DUPLICATE,
     E_NO_BLOCKS,
     blocks_for,
     fork_culprit,
 )
-from .validation import check_active, check_allocate, check_append, check_fork
+from .validation import (
+    batch_args,
+    block_arg,
+    check_active,
+    check_allocate,
+    check_append,
+    check_fork,
+    count_arg,
+    lookup_args,
+    seq_arg,
+    tokens_arg,
+)
 
 
 class InterpretedBlockManager(ManagerBase):
@@ -35,18 +43,32 @@ class InterpretedBlockManager(ManagerBase):
         # Length in tokens per sequence row; 0 marks an inactive row (an active sequence has >= 1 token).
         self._lens = [0] * self.max_seqs
 
+    def _active(self, seq_id: object) -> int:
+        """The id of an active sequence as a Python int, else the contract's exception."""
+        if type(seq_id) is not int:  # Python ints (the hot path) are range-checked by check_active
+            seq_id = seq_arg(seq_id, self.max_seqs)
+        rc = check_active(self._lens, seq_id)
+        if rc:
+            self._fail(rc, seq_id)
+        return seq_id
+
     def _needs_block(self, seq_id: int) -> bool:
         return self._lens[seq_id] % self.block_size == 0 or self._last_shared(seq_id)
 
     # -- the contract -----------------------------------------------------------------------------------
     def can_allocate(self, num_blocks: int) -> bool:
         """Whether the free pool holds at least ``num_blocks`` blocks."""
-        if num_blocks < 0:
-            self._fail(E_COUNT, need=num_blocks)
+        if type(num_blocks) is not int or num_blocks < 0:
+            num_blocks = count_arg(num_blocks)
         return self.num_free_blocks() >= num_blocks
 
     def allocate(self, seq_id: int, num_tokens: int) -> None:
         """Give a new sequence ``ceil(num_tokens / block_size)`` fresh blocks with ref count 1."""
+        # Python ints (the hot path) are range-checked by check_allocate, exactly: no NumPy arithmetic.
+        if type(seq_id) is not int:
+            seq_id = seq_arg(seq_id, self.max_seqs)
+        if type(num_tokens) is not int:
+            num_tokens = tokens_arg(num_tokens, seq_id, self.max_blocks_per_seq, self.block_shift)
         rc = check_allocate(self._lens, self.max_blocks_per_seq, self.block_shift, seq_id, num_tokens)
         if rc:
             self._fail(rc, seq_id, num_tokens=num_tokens)
@@ -58,6 +80,8 @@ class InterpretedBlockManager(ManagerBase):
 
     def append_slot(self, seq_id: int) -> tuple[int, int] | None:
         """Add one token; returns ``(src, dst)`` when the shared last block was copied, else None."""
+        if type(seq_id) is not int:  # Python ints (the hot path) are range-checked by check_append
+            seq_id = seq_arg(seq_id, self.max_seqs)
         rc = check_append(self._lens, self.max_blocks_per_seq, self.block_shift, seq_id)
         if rc:
             self._fail(rc, seq_id)
@@ -67,6 +91,8 @@ class InterpretedBlockManager(ManagerBase):
 
     def fork(self, parent_id: int, child_id: int) -> None:
         """The child gets the parent's table and length; every block's ref count rises by one."""
+        if type(parent_id) is not int or type(child_id) is not int:
+            parent_id, child_id = seq_arg(parent_id, self.max_seqs), seq_arg(child_id, self.max_seqs)
         rc = check_fork(self._lens, parent_id, child_id)
         if rc:
             self._fail(rc, fork_culprit(rc, parent_id, child_id, self.max_seqs))
@@ -75,6 +101,8 @@ class InterpretedBlockManager(ManagerBase):
 
     def free(self, seq_id: int) -> None:
         """Drop one reference to each block; blocks reaching zero return to the pool."""
+        if type(seq_id) is not int:  # (per call on the hot path: _active inlined)
+            seq_id = seq_arg(seq_id, self.max_seqs)
         rc = check_active(self._lens, seq_id)
         if rc:
             self._fail(rc, seq_id)
@@ -83,34 +111,28 @@ class InterpretedBlockManager(ManagerBase):
 
     def block_table(self, seq_id: int) -> list[int]:
         """Physical block ids of the sequence in logical order (a copy)."""
-        rc = check_active(self._lens, seq_id)
-        if rc:
-            self._fail(rc, seq_id)
+        seq_id = self._active(seq_id)
         return self._table(seq_id)
 
     def seq_len(self, seq_id: int) -> int:
         """Length of the sequence in tokens."""
-        rc = check_active(self._lens, seq_id)
-        if rc:
-            self._fail(rc, seq_id)
+        seq_id = self._active(seq_id)
         return self._lens[seq_id]
 
     def table_nbytes(self, seq_id: int) -> int | None:
         """Bytes of block-table state held for this sequence (what is counted is design-specific and said in
         each design's ``_table_nbytes``); None where the design cannot tell."""
-        rc = check_active(self._lens, seq_id)
-        if rc:
-            self._fail(rc, seq_id)
+        seq_id = self._active(seq_id)
         return self._table_nbytes(seq_id)
 
     def ref_count(self, block_id: int) -> int:
         """References held on a physical block (0 when it is in the free pool)."""
-        if block_id < 0 or block_id >= self.num_blocks:
-            self._fail(E_BLOCK_RANGE, block=block_id)
-        return self._ref(block_id)
+        return self._ref(block_arg(block_id, self.num_blocks))
 
     def last_slot(self, seq_id: int) -> int:
         """Physical KV slot (``block * block_size + offset``) of the sequence's newest token."""
+        if type(seq_id) is not int:  # (per call on the hot path: _active inlined)
+            seq_id = seq_arg(seq_id, self.max_seqs)
         rc = check_active(self._lens, seq_id)
         if rc:
             self._fail(rc, seq_id)
@@ -124,10 +146,8 @@ class InterpretedBlockManager(ManagerBase):
         anything changes: it reserves its worst case, one free block per sequence at a block boundary or
         with a shared last block (as vLLM's ``can_append_slots`` does), so it never fails half-way.
         """
-        ids = seq_ids.tolist()
+        ids = batch_args(seq_ids, cow_out, slot_out, self.max_seqs).tolist()  # types, shapes, sizes first
         n = len(ids)
-        if len(slot_out) < n or len(cow_out) < n:
-            self._fail(E_BUFFER, capacity=min(len(slot_out), len(cow_out)), need=n)
         lens, max_blocks, shift = self._lens, self.max_blocks_per_seq, self.block_shift
         seen = set()
         for s in ids:
@@ -155,9 +175,7 @@ class InterpretedBlockManager(ManagerBase):
 
     def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
         """Write the newest token's physical slot of each sequence to ``slot_out`` (read-only)."""
-        ids = seq_ids.tolist()
-        if len(slot_out) < len(ids):
-            self._fail(E_BUFFER, capacity=len(slot_out), need=len(ids))
+        ids = lookup_args(seq_ids, slot_out, self.max_seqs).tolist()
         for s in ids:
             rc = check_active(self._lens, s)
             if rc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 from .interpreted import InterpretedBlockManager
+from .validation import int_object_bytes
 
 
 class ListBlockManager(InterpretedBlockManager):
@@ -19,6 +20,11 @@ class ListBlockManager(InterpretedBlockManager):
         self._free_list = list(range(self.num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
         self._refs = [0] * self.num_blocks
         self._tables: list[list[int] | None] = [None] * self.max_seqs
+
+    def memory_bytes(self) -> int:
+        """Per block a free-list slot, a ref-count slot (8 B each) and an int object (28-32 B); per row a
+        length and a table slot (8 B each). Tables grow with the blocks in use."""
+        return self.num_blocks * (16 + int_object_bytes(self.num_blocks)) + 16 * self.max_seqs
 
     def num_free_blocks(self) -> int:
         return len(self._free_list)

@@ -222,6 +222,11 @@ class ListJitBlockManager(CompiledBlockManager):
         marks = np.zeros(self.max_seqs, dtype=np.int64)
         self.state = (self._tables, self._lens, self._refs, pool, self._meta, marks)
 
+    def memory_bytes(self) -> int:
+        """Per block 16 B (int64 ref count and pool slot), per row 16 B (int64 length and mark); the rows' own
+        arrays start empty and grow with the sequence (by doubling: up to 16 B per block in use)."""
+        return 16 * self.num_blocks + 16 * self.max_seqs + 8 * 4
+
     def num_free_blocks(self) -> int:
         return int(self._meta[TOP])
 

@@ -23,6 +23,7 @@ import sys
 from collections import deque
 
 from .interpreted import InterpretedBlockManager
+from .validation import int_object_bytes
 
 
 class Block:
@@ -45,6 +46,12 @@ class NanoVllmBlockManager(InterpretedBlockManager):
         self.free_block_ids: deque[int] = deque(range(self.num_blocks))
         self.used_block_ids: set[int] = set()
         self.block_tables: list[list[int] | None] = [None] * self.max_seqs
+
+    def memory_bytes(self) -> int:
+        """Per block a ``Block`` object and its id, a list slot, and a deque slot with its own int object; per
+        row a length and a table slot."""
+        per_block = 16 + sys.getsizeof(Block(0)) + 2 * int_object_bytes(self.num_blocks)
+        return self.num_blocks * per_block + 16 * self.max_seqs
 
     def num_free_blocks(self) -> int:
         return len(self.free_block_ids)

@@ -44,6 +44,11 @@ class SGLangBlockManager(InterpretedBlockManager):
         # Blocks per row, on the host: SGLang keeps lengths on the CPU too, beside the device tensors.
         self._nblocks = [0] * self.max_seqs
 
+    def memory_bytes(self) -> int:
+        """Per block 12 B (int64 free id, int32 ref count); per row ``max_blocks_per_seq`` int64 ids of the
+        ``req_to_token``-like tensor and 16 B (length, block count)."""
+        return 12 * self.num_blocks + self.max_seqs * (8 * self.max_blocks_per_seq + 16)
+
     def num_free_blocks(self) -> int:
         return len(self.free_pages) + self.num_pending
 

@@ -11,9 +11,25 @@ arrays by reference count, and those atomic increments cost more than the checks
 
 from __future__ import annotations
 
+import os
+import sys
+
+import numpy as np
 from numba import njit
 
-from .contract import E_ACTIVE, E_DUPLICATE, E_INACTIVE, E_SEQ_RANGE, E_TOKENS, E_TOO_LONG, OK
+from .contract import (
+    E_ACTIVE,
+    E_BLOCK_RANGE,
+    E_BUFFER,
+    E_COUNT,
+    E_DUPLICATE,
+    E_INACTIVE,
+    E_SEQ_RANGE,
+    E_TOKENS,
+    E_TOO_LONG,
+    OK,
+    raise_for,
+)
 
 
 def check_active(lens, seq):
@@ -95,3 +111,178 @@ def check_batch_jit(lens, marks, stamp, max_blocks, shift, seq_ids):
             return E_DUPLICATE, i
         marks[seq] = stamp
     return OK, 0
+
+
+# -- arguments of the Python entry points --------------------------------------------------------------------
+# Every public method of every design passes its arguments through these once, in Python, before any state is
+# read or any kernel runs: the kernels are compiled for int64 scalars and C-contiguous int64 arrays and do not
+# check types, shapes or bounds of the buffers they are given (the compiled replay loop calls them directly,
+# with buffers the harness made). Python ints take the fast path (an identity test); NumPy integers become
+# Python ints before any arithmetic, so no value can wrap around.
+
+_INT64 = np.dtype(np.int64)
+_ndarray = np.ndarray
+# Bits of ``ndarray.flags.num`` (NumPy's NPY_ARRAY_* flags): one attribute read instead of one per flag.
+_C_CONTIGUOUS, _OWNDATA, _ALIGNED, _WRITEABLE = 0x1, 0x4, 0x100, 0x400
+_USABLE = _C_CONTIGUOUS | _ALIGNED | _WRITEABLE
+_INT64_MAX = 2**63 - 1
+
+
+def as_int(value: object, name: str) -> int:
+    """``value`` as a Python int: ints and NumPy integers are accepted, bool (not a count) and anything else
+    is a ``TypeError``."""
+    if type(value) is int:
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    raise TypeError(f"{name} must be an int or a NumPy integer, got {type(value).__name__} {value!r}")
+
+
+def seq_arg(value: object, max_seqs: int) -> int:
+    """A sequence id in ``[0, max_seqs)``."""
+    seq = value if type(value) is int else as_int(value, "sequence id")
+    if seq < 0 or seq >= max_seqs:
+        raise_for(E_SEQ_RANGE, seq=seq, max_seqs=max_seqs)
+    return seq
+
+
+def tokens_arg(value: object, seq: int, max_blocks: int, shift: int) -> int:
+    """A prompt length in ``[1, max_blocks * block_size]`` (so it fits the compiled designs' int32 lengths)."""
+    n = value if type(value) is int else as_int(value, "num_tokens")
+    if n < 1:
+        raise_for(E_TOKENS, num_tokens=n)
+    if n > max_blocks << shift:
+        raise_for(E_TOO_LONG, seq=seq, max_blocks=max_blocks)
+    return n
+
+
+def count_arg(value: object) -> int:
+    """A block count for ``can_allocate``: >= 0."""
+    n = value if type(value) is int else as_int(value, "num_blocks")
+    if n < 0:
+        raise_for(E_COUNT, need=n)
+    return n
+
+
+def block_arg(value: object, num_blocks: int) -> int:
+    """A physical block id in ``[0, num_blocks)``."""
+    block = value if type(value) is int else as_int(value, "block id")
+    if block < 0 or block >= num_blocks:
+        raise_for(E_BLOCK_RANGE, block=block, num_blocks=num_blocks)
+    return block
+
+
+def _ids_arg(seq_ids: object, max_seqs: int) -> np.ndarray:
+    """The batch's ids as a C-contiguous int64 vector (a copy only when given another integer dtype or a
+    strided view); ``TypeError`` unless a 1-D integer array."""
+    if not isinstance(seq_ids, _ndarray):
+        raise TypeError(f"seq_ids must be a numpy.ndarray, got {type(seq_ids).__name__}")
+    dtype = seq_ids.dtype
+    if dtype is _INT64 and seq_ids.ndim == 1 and seq_ids.flags.c_contiguous:
+        return seq_ids
+    if seq_ids.ndim != 1:
+        raise ValueError(f"seq_ids must be 1-D, got shape {seq_ids.shape}")
+    if dtype.kind not in "iu":  # bool ('b'), floats and objects are not ids
+        raise TypeError(f"seq_ids must have an integer dtype, got {dtype}")
+    if dtype.kind == "u" and dtype.itemsize == 8 and seq_ids.size and int(seq_ids.max()) > _INT64_MAX:
+        raise_for(E_SEQ_RANGE, seq=int(seq_ids.max()), max_seqs=max_seqs)
+    return np.ascontiguousarray(seq_ids, dtype=_INT64)
+
+
+def _out_arg(buf: object, name: str, ndim: int, n: int) -> np.ndarray | None:
+    """Check an output buffer the kernels may write ``n`` rows of: an int64, C-contiguous, aligned, writeable
+    ndarray of ``ndim`` dimensions (``[rows, 2]`` when 2-D). Returns :func:`_owner` of it."""
+    if not isinstance(buf, _ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(buf).__name__}")
+    if buf.dtype is not _INT64 and buf.dtype != _INT64:
+        raise TypeError(f"{name} must have dtype int64 (native byte order), got {buf.dtype}")
+    shape = buf.shape
+    if len(shape) != ndim or (ndim == 2 and shape[1] != 2):
+        raise ValueError(f"{name} must have shape {'(rows, 2)' if ndim == 2 else '(rows,)'}, got {shape}")
+    flags = buf.flags.num
+    if flags & _USABLE != _USABLE:
+        if not flags & _WRITEABLE:
+            raise ValueError(f"{name} must be writeable")
+        raise ValueError(f"{name} must be C-contiguous and aligned")
+    if shape[0] < n:
+        raise_for(E_BUFFER, capacity=shape[0], need=n)
+    base = buf.base
+    if base is None:
+        return buf if flags & _OWNDATA else None
+    return _owner(base)
+
+
+def _owner(a: np.ndarray) -> np.ndarray | None:
+    """The array owning the memory ``a`` views, when NumPy allocated it; None for a foreign buffer. Views of
+    different owners cannot overlap, which decides the usual case without ``np.may_share_memory`` (several
+    times costlier)."""
+    base = a.base
+    while isinstance(base, _ndarray):
+        a, base = base, base.base
+    return a if base is None and a.flags.num & _OWNDATA else None
+
+
+def _refuse_overlap(*arrays: np.ndarray) -> None:
+    """``ValueError`` when any two of ``arrays`` may share memory (the slow path: same or unknown owners)."""
+    for i, a in enumerate(arrays):
+        for b in arrays[i + 1 :]:
+            if np.may_share_memory(a, b):
+                raise ValueError("seq_ids, cow_out and slot_out must not overlap one another")
+
+
+def batch_args(seq_ids: object, cow_out: object, slot_out: object, max_seqs: int) -> np.ndarray:
+    """Arguments of ``decode_step``; returns the ids as C-contiguous int64. Outputs must not overlap each
+    other or the ids (a kernel reads ids after writing outputs)."""
+    ids = _ids_arg(seq_ids, max_seqs)
+    n = ids.shape[0]
+    c = _out_arg(cow_out, "cow_out", 2, n)
+    s = _out_arg(slot_out, "slot_out", 1, n)
+    i = _owner(ids)
+    if c is None or s is None or i is None or c is s or i is c or i is s:
+        _refuse_overlap(ids, cow_out, slot_out)
+    return ids
+
+
+def lookup_args(seq_ids: object, slot_out: object, max_seqs: int) -> np.ndarray:
+    """Arguments of ``lookup``; returns the ids as C-contiguous int64. ``slot_out`` must not overlap them."""
+    ids = _ids_arg(seq_ids, max_seqs)
+    s = _out_arg(slot_out, "slot_out", 1, ids.shape[0])
+    i = _owner(ids)
+    if s is None or i is None or s is i:
+        _refuse_overlap(ids, slot_out)
+    return ids
+
+
+# -- memory a configuration needs ----------------------------------------------------------------------------
+
+
+def int_object_bytes(num_blocks: int) -> int:
+    """Bytes of one Python int object holding a block id below ``num_blocks`` (ids past 256 are not shared)."""
+    return sys.getsizeof(max(num_blocks - 1, 257))
+
+
+def available_memory() -> int | None:
+    """Bytes this machine can give a new allocation now: ``MemAvailable`` of /proc/meminfo (Linux), else the
+    free physical pages; None when neither can be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def check_memory(nbytes: int, what: str) -> None:
+    """``MemoryError`` before construction when the design's own estimate ``nbytes`` exceeds what the machine
+    has available (rather than thrashing, or being killed half-way through filling a pool)."""
+    available = available_memory()
+    if available is not None and nbytes > available:
+        raise MemoryError(
+            f"{what} needs at least {nbytes / 2**30:.2f} GiB at construction, this machine has "
+            f"{available / 2**30:.2f} GiB available: lower num_blocks, max_seqs or max_blocks_per_seq"
+        )

@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 
 from .interpreted import InterpretedBlockManager
+from .validation import int_object_bytes
 
 
 @dataclass(slots=True, eq=False)  # eq=False: a field-wise __eq__ would compare (and walk) the links
@@ -107,6 +108,11 @@ class VllmV1BlockManager(InterpretedBlockManager):
         self.blocks = [KVCacheBlock(i) for i in range(self.num_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.req_to_blocks: dict[int, list[KVCacheBlock]] = {}
+
+    def memory_bytes(self) -> int:
+        """Per block a ``KVCacheBlock`` object, its id (an int object) and a list slot; per row a length slot."""
+        per_block = 8 + sys.getsizeof(KVCacheBlock(0)) + int_object_bytes(self.num_blocks)
+        return self.num_blocks * per_block + 8 * self.max_seqs
 
     def num_free_blocks(self) -> int:
         return self.free_block_queue.num_free_blocks
