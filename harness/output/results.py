@@ -145,15 +145,23 @@ def write_rows(path: Path, rows: Iterable[Row]) -> None:
     atomic_write_text(path, buf.getvalue())
 
 
+def _number(text: str, name: str, kind: type) -> float | int | None:
+    if not text:
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{name} {text!r} is not {'an integer' if kind is int else 'a number'}") from None
+
+
 def _parse(rec: dict[str, str]) -> Row:
     values: dict[str, object] = dict(rec)
-    values["value"] = float(rec["value"]) if rec["value"] else math.nan
+    value = _number(rec["value"], "value", float)
+    values["value"] = math.nan if value is None else value
     for name in _INTS:
-        text = rec.get(name) or ""
-        values[name] = int(text) if text else None
+        values[name] = _number(rec.get(name) or "", name, int)
     for name in _FLOATS:
-        text = rec.get(name) or ""
-        values[name] = float(text) if text else None
+        values[name] = _number(rec.get(name) or "", name, float)
     return Row(**values)  # type: ignore[arg-type]
 
 

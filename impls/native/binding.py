@@ -20,13 +20,13 @@ from typing import NamedTuple
 import numpy as np
 
 from ..base import ManagerBase
-from ..contract import E_BUFFER, E_COUNT, E_INACTIVE, E_NO_BLOCKS, blocks_for, fork_culprit
+from ..contract import E_BUFFER, E_INACTIVE, E_NO_BLOCKS, blocks_for, fork_culprit
+from ..validation import as_int, batch_args, block_arg, count_arg, lookup_args, seq_arg, tokens_arg
 
 E_TRACE, E_OOM = -11, -12  # the native layer's own codes (see designs.cpp)
 KIND_DICT, KIND_LIST, KIND_FLAT = 0, 1, 2
 KINDS = ("alloc", "free", "other", "decode", "lookup")  # the columns of harness.measure.drivers.StepTimes.ns
 _ALLOC, _FREE, _OTHER, _DECODE = range(4)
-_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _I64, _P, _F64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
 
 _SIGNATURES = {  # name -> (restype, argtypes)
@@ -82,30 +82,6 @@ def lib() -> ctypes.CDLL:
     return _LIB[0]
 
 
-def _int(value: object, name: str = "argument") -> int:
-    """An integer argument as a C int64 (saturated: out-of-range values keep their meaning for every check)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
-    return min(max(int(value), _I64_MIN), _I64_MAX)
-
-
-def _ids(seq_ids: object) -> np.ndarray:
-    arr = np.asarray(seq_ids)
-    if arr.ndim != 1 or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
-        raise ValueError(f"seq_ids must be a 1-D integer array, got {arr.dtype} with shape {arr.shape}")
-    return np.ascontiguousarray(arr, dtype=np.int64)
-
-
-def _out(arr: object, name: str, ndim: int) -> np.ndarray:
-    """An output buffer C++ may write into: int64, C-contiguous, writeable, of the right shape."""
-    ok = (isinstance(arr, np.ndarray) and arr.dtype == np.int64 and arr.ndim == ndim and arr.flags.c_contiguous
-          and arr.flags.writeable and (ndim == 1 or arr.shape[1] == 2))
-    if not ok:
-        shape = "[n]" if ndim == 1 else "[n, 2]"
-        raise ValueError(f"{name} must be a writeable C-contiguous int64 array of shape {shape}")
-    return arr
-
-
 class NativeBlockManager(ManagerBase):
     """A C++ design behind the contract, one foreign call per operation (subclasses set ``kind``)."""
 
@@ -140,34 +116,43 @@ class NativeBlockManager(ManagerBase):
         return rc
 
     # -- the contract -----------------------------------------------------------------------------------
+    # Arguments are checked by the same helpers as every other design (impls.validation) before C++ sees them;
+    # C++ checks its own ranges again and never writes past the capacities it is given.
     def can_allocate(self, num_blocks: int) -> bool:
-        rc = self._lib.kvb_can_allocate(self._h, _int(num_blocks))
-        if rc < 0:
-            self._check(E_COUNT, need=num_blocks)
-        return rc == 1
+        n = count_arg(num_blocks)
+        if n > self.num_blocks:
+            return False
+        return self._lib.kvb_can_allocate(self._h, n) == 1
 
     def allocate(self, seq_id: int, num_tokens: int) -> None:
-        rc = self._lib.kvb_allocate(self._h, _int(seq_id), _int(num_tokens))
-        self._check(rc, seq_id, num_tokens=num_tokens, need=blocks_for(int(num_tokens), self.block_size))
+        seq = seq_arg(seq_id, self.max_seqs)
+        tokens = tokens_arg(num_tokens, seq, self.max_blocks_per_seq, self.block_shift)
+        rc = self._lib.kvb_allocate(self._h, seq, tokens)
+        self._check(rc, seq, num_tokens=tokens, need=blocks_for(tokens, self.block_size))
 
     def append_slot(self, seq_id: int) -> tuple[int, int] | None:
-        rc = self._lib.kvb_append(self._h, _int(seq_id), self._pair.ctypes.data)
-        self._check(rc, seq_id, need=1)
+        seq = seq_arg(seq_id, self.max_seqs)
+        rc = self._lib.kvb_append(self._h, seq, self._pair.ctypes.data)
+        self._check(rc, seq, need=1)
         return (int(self._pair[0]), int(self._pair[1])) if rc else None
 
     def fork(self, parent_id: int, child_id: int) -> None:
-        rc = self._lib.kvb_fork(self._h, _int(parent_id), _int(child_id))
+        parent, child = seq_arg(parent_id, self.max_seqs), seq_arg(child_id, self.max_seqs)
+        rc = self._lib.kvb_fork(self._h, parent, child)
         if rc:
-            self._check(rc, fork_culprit(rc, parent_id, child_id, self.max_seqs))
+            self._check(rc, fork_culprit(rc, parent, child, self.max_seqs))
 
     def free(self, seq_id: int) -> None:
-        self._check(self._lib.kvb_free(self._h, _int(seq_id)), seq_id)
+        seq = seq_arg(seq_id, self.max_seqs)
+        self._check(self._lib.kvb_free(self._h, seq), seq)
 
     def last_slot(self, seq_id: int) -> int:
-        return self._check(self._lib.kvb_last_slot(self._h, _int(seq_id)), seq_id)
+        seq = seq_arg(seq_id, self.max_seqs)
+        return self._check(self._lib.kvb_last_slot(self._h, seq), seq)
 
     def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        ids, cow, slot = _ids(seq_ids), _out(cow_out, "cow_out", 2), _out(slot_out, "slot_out", 1)
+        ids = batch_args(seq_ids, cow_out, slot_out, self.max_seqs)
+        cow, slot = cow_out, slot_out
         rc = self._lib.kvb_decode_step(self._h, ids.ctypes.data, len(ids), cow.ctypes.data, cow.shape[0],
                                        slot.ctypes.data, slot.shape[0], self._detail.ctypes.data)
         if rc < 0:
@@ -175,7 +160,7 @@ class NativeBlockManager(ManagerBase):
         return rc
 
     def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
-        ids, slot = _ids(seq_ids), _out(slot_out, "slot_out", 1)
+        ids, slot = lookup_args(seq_ids, slot_out, self.max_seqs), slot_out
         rc = self._lib.kvb_lookup(self._h, ids.ctypes.data, len(ids), slot.ctypes.data, slot.shape[0],
                                   self._detail.ctypes.data)
         if rc < 0:
@@ -193,23 +178,27 @@ class NativeBlockManager(ManagerBase):
         return self._lib.kvb_num_free(self._h)
 
     def seq_len(self, seq_id: int) -> int:
-        n = self._lib.kvb_seq_len(self._h, _int(seq_id))
-        self._check(E_INACTIVE if n == 0 else n, seq_id)
+        seq = seq_arg(seq_id, self.max_seqs)
+        n = self._lib.kvb_seq_len(self._h, seq)
+        self._check(E_INACTIVE if n == 0 else n, seq)
         return n
 
     def block_table(self, seq_id: int) -> list[int]:
-        out = np.zeros(blocks_for(self.seq_len(seq_id), self.block_size), dtype=np.int64)
-        n = self._check(self._lib.kvb_block_table(self._h, _int(seq_id), out.ctypes.data, len(out)), seq_id)
+        seq = seq_arg(seq_id, self.max_seqs)
+        out = np.zeros(blocks_for(self.seq_len(seq), self.block_size), dtype=np.int64)
+        n = self._check(self._lib.kvb_block_table(self._h, seq, out.ctypes.data, len(out)), seq)
         return out[:n].tolist()
 
     def ref_count(self, block_id: int) -> int:
-        return self._check(self._lib.kvb_ref_count(self._h, _int(block_id)), block=block_id)
+        block = block_arg(block_id, self.num_blocks)
+        return self._check(self._lib.kvb_ref_count(self._h, block), block=block)
 
     def table_nbytes(self, seq_id: int) -> int | None:
         """Bytes of table state for the sequence: flat one preallocated row; list the vector object and its
         capacity; dict the map object, its bucket array and nodes (pointer + key/value), before malloc's
         rounding."""
-        return self._check(self._lib.kvb_table_nbytes(self._h, _int(seq_id)), seq_id)
+        seq = seq_arg(seq_id, self.max_seqs)
+        return self._check(self._lib.kvb_table_nbytes(self._h, seq), seq)
 
     def id_bytes(self) -> int:
         """Bytes per block id in the table (2 for ``cpp-flat`` up to 65,536 blocks, else 4)."""
@@ -221,17 +210,33 @@ class CppDictBlockManager(NativeBlockManager):
 
     kind = KIND_DICT
 
+    def memory_bytes(self) -> int:
+        """The constructor's allocations: the free stack (4 B per block) and per row a length and a mark (8 B);
+        tables and ref counts are hash maps that grow as blocks are used."""
+        return 4 * self.num_blocks + 8 * self.max_seqs
+
 
 class CppListBlockManager(NativeBlockManager):
     """Design B in C++ (``"cpp-list"``): ``std::vector`` per sequence, grown by ``push_back``."""
 
     kind = KIND_LIST
 
+    def memory_bytes(self) -> int:
+        """Ref counts and the free stack (8 B per block); per row an empty ``std::vector`` (24 B), a length and
+        a mark (8 B)."""
+        return 8 * self.num_blocks + 32 * self.max_seqs
+
 
 class CppFlatBlockManager(NativeBlockManager):
     """Design C in C++ (``"cpp-flat"``): flat uint16 (uint32 above 65,536 blocks) table + free-block stack."""
 
     kind = KIND_FLAT
+
+    def memory_bytes(self) -> int:
+        """Ref counts and the free stack (8 B per block); per row ``max_blocks_per_seq`` ids (2 B up to 65,536
+        blocks, else 4 B), a length and a mark (8 B)."""
+        ids = 2 if self.num_blocks <= 65536 else 4
+        return 8 * self.num_blocks + self.max_seqs * (ids * self.max_blocks_per_seq + 8)
 
 
 # -- the native replay --------------------------------------------------------------------------------------
@@ -304,8 +309,8 @@ def timer_overhead_ns(n: int = 200_000) -> float:
 
 
 def _slice(num_steps: int, lo: int, hi: int | None) -> tuple[int, int]:
-    hi = num_steps if hi is None else _int(hi, "hi")
-    lo = _int(lo, "lo")
+    hi = num_steps if hi is None else as_int(hi, "hi")
+    lo = as_int(lo, "lo")
     if not 0 <= lo <= hi <= num_steps:
         raise ValueError(f"step slice [{lo}, {hi}) is outside [0, {num_steps}]")
     return lo, hi
