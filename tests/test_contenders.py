@@ -186,10 +186,7 @@ def test_sglang_pending_ids_survive_reuse_of_their_row(sglang_cls) -> None:
 
 
 # -- registration -------------------------------------------------------------------------------------------
-def test_contenders_follow_the_designs_in_the_registry() -> None:
-    names = list(REGISTRY)
-    assert names[:5] == ["dict", "list", "flat", "dict-jit", "list-jit"]
-    assert names[5:7] == ["vllm-v1", "nano-vllm"]
+def test_sglang_is_registered_or_unavailable() -> None:
     assert ("sglang" in REGISTRY) != ("sglang" in UNAVAILABLE)
 
 

@@ -19,7 +19,6 @@ the same script fills first, so that kernels load from the cache under valgrind 
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import hashlib
 import os
 import platform
@@ -329,8 +328,3 @@ def measure(trace_path: str | os.PathLike, cells: list[tuple[str, str]], warm_st
     """Callgrind counts per cell (region minus empty region) from one valgrind process; see :func:`measure_runs`."""
     return measure_runs(trace_path, cells, warm_steps, steps, cache_sim=cache_sim, runs=1, timeout=timeout)[0]
 
-
-def as_dict(counts: Counts) -> dict[str, float | int | None]:
-    """Fields and derived figures, for JSON output."""
-    return {**dataclasses.asdict(counts), "instructions_per_seq_step": counts.instructions_per_seq_step,
-            "l1d_miss_pct": counts.l1d_miss_pct}

@@ -14,7 +14,6 @@ Run as ``python -m harness.counters.regions`` (by :mod:`harness.counters.callgri
 callgrind), it measures each cell's region and an empty region, bracketed by client requests.
 """
 
-# ruff: noqa: E402
 from __future__ import annotations
 
 import sys
@@ -22,9 +21,11 @@ import sys
 # Registered designs that need torch. Importing torch costs some 17 s under valgrind, so when run as the
 # region script without such a cell, torch is blocked before anything imports impls (scenarios does, too):
 # `import torch` then fails at once and impls lists those designs as unavailable.
-_NEEDS_TORCH = frozenset({"sglang"})
-if __name__ == "__main__" and _NEEDS_TORCH.isdisjoint(sys.argv):
-    sys.modules["torch"] = None
+if __name__ == "__main__":
+    from impls.registry import RECORDS  # the records only: no design is imported yet
+
+    if {r.name for r in RECORDS if "torch" in r.needs}.isdisjoint(sys.argv):
+        sys.modules["torch"] = None
 
 import argparse
 import ctypes

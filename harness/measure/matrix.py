@@ -61,7 +61,8 @@ class Study:
 STUDIES: tuple[Study, ...] = (
     Study("allocations", (ALL,), (PAPER,), True, "allocation events per step (memray, Numba runtime)"),
     Study("paced", (PAPER,), (PAPER,), True, "open-loop paced run at the step rate: observed CPU share"),
-    Study("l1d", (PAPER, TRACE), (), False, "L1D misses and instructions (perf, else callgrind simulation)"),
+    Study("l1d", (PAPER, TRACE), (PAPER, TRACE), False,
+          "L1D misses and instructions (perf, else callgrind simulation; --quick: perf only)"),
     Study("idwidth", (PAPER,), (PAPER,), False, "block-id width: uint16 / int32 / int64 lookups"),
     Study("table_copy", (PAPER, SWEEP), (PAPER,), False, "rule 3: block tables to the device, per variant"),
 )

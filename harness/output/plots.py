@@ -44,7 +44,7 @@ PAPER = "paper"
 SCHEMES = {r.letter: r.name for r in registry.RECORDS if r.role == "design" and r.letter}
 REGIME_STYLE = {"batched": "-", "per-call": "--"}
 REGIME_HATCH = {"batched": "", "per-call": "\\\\\\"}  # line hatches: dot hatches make SVGs ten times larger
-DTYPE_COLORS = {"uint16": "#2ca02c", "int32": "#bcbd22", "int64": "#d62728"}
+DTYPE_COLORS = {"uint16": "#1b9e77", "int32": "#e6ab02", "int64": "#d95f02"}  # id widths, not implementations
 DEFAULT_RATE = 2000.0
 ARTICLE_RATE = 2000.0  # steps/s of the article's CPU-share column
 RATES = np.geomspace(100, 20_000, 121)
@@ -65,7 +65,7 @@ ARTICLE_OF = {"lookup_ns": "lookup_ns_per_step", "alloc_free_ns": "alloc_free_ns
 
 # -- shared drawing -------------------------------------------------------------------------------------
 def label(impl: str) -> str:
-    """The registry's label (``"A dict"`` for the article's designs and their twins), the bare name otherwise."""
+    """The registry's label (the design letter and name for the article's designs), the bare name otherwise."""
     return registry.record(impl).label
 
 

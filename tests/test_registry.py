@@ -1,0 +1,47 @@
+"""One registry record per implementation, and its facts stated nowhere else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.measure.matrix import ROLE_REGIMES, default_cells, plan_scenario
+from impls import REGISTRY, UNAVAILABLE, registry
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = [p for folder in ("harness", "impls", "scenarios", "benchmarks") for p in (ROOT / folder).rglob("*.py")]
+
+
+def test_every_record_is_complete_and_loads_or_says_why() -> None:
+    names = [r.name for r in registry.RECORDS]
+    assert len(set(names)) == len(names)
+    assert set(REGISTRY) | set(UNAVAILABLE) == set(names) and not set(REGISTRY) & set(UNAVAILABLE)
+    for rec in registry.RECORDS:
+        assert rec.role in registry.ROLES and rec.label and rec.description and rec.color.startswith("#")
+        assert rec.name in REGISTRY or UNAVAILABLE[rec.name]
+    assert {r.letter for r in registry.RECORDS if r.role == "design"} == {"A", "B", "C"}
+
+
+@pytest.mark.parametrize("rec", registry.RECORDS, ids=lambda r: r.name)
+def test_labels_and_colours_live_only_in_the_registry(rec: registry.Impl) -> None:
+    here = ROOT / "impls" / "registry.py"
+    facts = [f'"{rec.color}"'] + ([f'"{rec.label}"'] if rec.label != rec.name else [])  # names are keys
+    for fact in facts:
+        elsewhere = [p.relative_to(ROOT) for p in SOURCES if p != here and fact in p.read_text()]
+        assert not elsewhere, f"{fact} of {rec.name} is repeated in {elsewhere}"
+
+
+def test_the_matrix_reads_roles_from_the_registry() -> None:
+    impls = registry.names()
+    paper = default_cells("paper", impls, ("per-call", "batched"))
+    sweep = default_cells("concurrency-64", impls, ("per-call", "batched"))
+    assert ("dict", "per-call") in sweep and ("dict-jit", "per-call") not in sweep
+    assert ("vllm-v1", "batched") in paper and ("vllm-v1", "batched") not in sweep
+    assert all(regime in ROLE_REGIMES.get(registry.record(i).role, (regime,)) for i, regime in paper)
+    named = plan_scenario("paper", ["cpp-flat", "flat"], ("per-call", "batched"), explicit=True, quick=False,
+                          enabled=[])
+    assert ("cpp-flat", "per-call") not in named.cells and ("flat", "per-call") in named.cells
+    assert plan_scenario("paper", ["flat"], ("batched",), explicit=True, quick=True,
+                         enabled=["l1d", "table_copy", "allocations"]).studies == ["allocations", "l1d",
+                                                                                    "table_copy"]
