@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import impls
 from harness.cli import main
@@ -79,6 +80,23 @@ def test_interrupted_run_keeps_finished_scenarios(tmp_path, monkeypatch) -> None
     assert {r.scenario for r in rows if r.metric == "seq_step_ns"} == {"paper"}
     meta = json.loads((run_dir / "meta.json").read_text())
     assert not meta["complete"] and "interrupted" in meta
+    assert main(["report", "--results", str(tmp_path), "--no-figures"]) == 0
+    assert "incomplete" in (run_dir / "paper_table.md").read_text()
+
+
+def test_metadata_names_the_checkout_the_code_runs_from(tmp_path, monkeypatch) -> None:
+    """Not the current directory's repository (a run started from another project's folder)."""
+    import subprocess
+
+    from harness.output import metadata
+
+    root = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
+                          check=False).stdout.strip()
+    monkeypatch.chdir(tmp_path)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=False)
+    if head:
+        assert metadata.git_commit().startswith(head)
 
 
 def test_report_rewrites_tables_for_an_existing_run(tmp_path, capsys) -> None:
