@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import subprocess
 import sys
 import time
@@ -122,24 +123,29 @@ def test_cli_reports_one_line_errors(tmp_path, capsys) -> None:
 
 
 ROWS_2M = 2_000_000
+# Peak memory from VmHWM: ru_maxrss survives exec on Linux, so a child started from pytest would report the
+# parent's peak.
 SCRIPT = """
-import resource, sys, time
+import sys, time
+def peak_mb():
+    line = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
 from scenarios import SCENARIOS, ScenarioError
 from scenarios.realtrace import build_real_trace
-print("IMPORT_MB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+print("IMPORT_MB", peak_mb())
 start = time.perf_counter()
 try:
     build_real_trace("csv:big", SCENARIOS["azure-code"].params({"csv": sys.argv[1], "duration_s": None}))
 except ScenarioError as exc:
     print("ERROR", exc)
 print("SECONDS", time.perf_counter() - start)
-print("PEAK_MB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+print("PEAK_MB", peak_mb())
 """
 
 
 def test_two_million_rows_fail_fast_in_bounded_memory(tmp_path) -> None:
-    """2,000,000 rows: read in chunks, refused before simulating (suggesting --duration-s) in well under 30 s, with
-    less than 300 MB above what importing the package takes (numba and the implementations: about 300 MB)."""
+    """2,000,000 rows: read in chunks, refused before simulating (suggesting --duration-s) in well under 30 s and
+    300 MB (the whole process: importing scenarios takes about 120 MB, numba included)."""
     path = tmp_path / "big.csv"
     with open(path, "w") as fh:
         fh.write("id," + HEAD)
@@ -147,10 +153,10 @@ def test_two_million_rows_fail_fast_in_bounded_memory(tmp_path) -> None:
         for lo in range(0, ROWS_2M, step):
             fh.write("".join(f"{i},{i * 0.01:.2f},{100 + i % 50},{50 + i % 100}\n" for i in range(lo, lo + step)))
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(path)], capture_output=True, text=True, cwd=ROOT,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120, check=False)
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=False)
     out = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
     print(proc.stdout, proc.stderr[-2000:])
     assert "--duration-s 2100" in out["ERROR"] and "2000000 requests" in out["ERROR"], proc.stdout
     assert str(path) in out["ERROR"] and "max_steps=100000" in out["ERROR"]
     assert float(out["SECONDS"]) < 30
-    assert float(out["PEAK_MB"]) - float(out["IMPORT_MB"]) < 300
+    assert float(out["PEAK_MB"]) < 300, out  # the whole process, imports included
