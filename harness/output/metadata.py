@@ -88,11 +88,22 @@ def perf_event_paranoid() -> str:
         return "unavailable"
 
 
+def native_build(natives: list[str]) -> dict | None:
+    """Compiler, version, flags and digest of the C++ designs' library, when the run has any of them."""
+    if not natives:
+        return None
+    from impls import native
+
+    return {"impls": natives, **native.build_info()}
+
+
 def collect(argv: list[str] | None = None, classes: dict[str, type] | None = None) -> dict:
     """Everything about this machine and this invocation that a run records in ``meta.json``."""
     pmu, pmu_reason = perf_status()
+    natives = [name for name, cls in (classes or {}).items() if getattr(cls, "native", False) is True]
     return {
         "impls": impl_versions(classes or {}),
+        "native_build": native_build(natives),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "caches": cache_sizes(),

@@ -127,8 +127,9 @@ def paper_table(run: RunData, scenario: str = "paper") -> str:
     for regime in ("batched", "per-call"):
         out += [f"## {REGIME_TITLES[regime]}", "",
                 "| design | impl | lookup ns | article | alloc/free ns | article | CPU share % (computed) "
-                "| CPU % (observed) | article | L1D miss % | source | article | L1D misses/seq-step | instr/seq-step |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                "| CPU % (observed) | article | L1D miss % | source | article | L1D misses/seq-step | instr/seq-step "
+                "| allocs/step |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         out += [_paper_row(run, scenario, regime, rec, art) for rec in _rows_of(run, DESIGN_ROLES)]
         out.append("")
     out += _perf_note(run, scenario)
@@ -162,7 +163,8 @@ def _paper_row(run: RunData, scenario: str, regime: str, rec: registry.Impl, art
     article_l1d = f"~{_fmt(art.loc[rec.letter].l1d_miss_pct)}" if _article_cell(art, rec, "l1d_miss_pct") else ""
     cells += [_fmt(v) if status == "ok" else status, source, article_l1d,
               _fmt(_get(run, scenario, rec.name, regime, "l1d_misses_per_seq_step")[0]),
-              _fmt(_get(run, scenario, rec.name, regime, "instructions_per_seq_step")[0])]
+              _fmt(_get(run, scenario, rec.name, regime, "instructions_per_seq_step")[0]),
+              _fmt(_get(run, scenario, rec.name, regime, "allocs_per_step")[0])]
     return "| " + " | ".join(cells) + " |"
 
 
