@@ -207,6 +207,9 @@ def environment(numba_cache: Path) -> dict[str, str]:
         OMP_NUM_THREADS="1",
         PYTHONPATH=os.pathsep.join(pythonpath),
     )
+    native = sys.modules.get("impls.native")
+    if native is not None and native.BUILD is not None:  # load it as built: no compiler run in the region process
+        env["KVB_NATIVE_LIBRARY"] = str(native.BUILD.path)
     return env
 
 

@@ -84,8 +84,18 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kvblock-bench" / "native"
 
 
+LIBRARY_ENV = "KVB_NATIVE_LIBRARY"
+
+
 def build(source: Path = SOURCE, root: Path | None = None, flags: tuple[str, ...] = FLAGS) -> Build:
-    """The library for ``source``: found in the cache, or compiled into it."""
+    """The library for ``source``: found in the cache, or compiled into it. ``$KVB_NATIVE_LIBRARY`` names an
+    already built library to load as it is: the harness sets it for its valgrind processes, where running the
+    compiler for its version (a subprocess whose pipes are read in timing-dependent chunks) would shift the
+    heap and make instruction counts differ from run to run."""
+    given = os.environ.get(LIBRARY_ENV)
+    if given and Path(given).is_file():
+        return Build(Path(given), Path(given).parent.name, "(prebuilt)", "(prebuilt)", flags, compiled=False,
+                     seconds=0.0)
     cxx = find_compiler()
     version = compiler_version(cxx)
     code = source.read_bytes()
