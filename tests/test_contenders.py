@@ -180,33 +180,46 @@ def cat_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def test_sglang_pending_frees_count_as_free_and_join_only_when_needed(sglang_cls, cat_calls) -> None:
+def test_sglang_frees_wait_for_the_step_end_and_join_at_the_front_with_one_cat(sglang_cls, cat_calls) -> None:
     mgr = sglang_cls(num_blocks=8, block_size=BS, max_seqs=4, max_blocks_per_seq=8)
-    mgr.allocate(0, 2 * BS)  # 0, 1
-    mgr.allocate(1, 4 * BS)  # 2..5; the head keeps 6, 7
+    assert mgr.free_pages.tolist() == [1, 2, 3, 4, 5, 6, 7, 8]  # SGLang's page ids: page 0 is reserved
+    mgr.allocate(0, 2 * BS)  # pages 1, 2: blocks 0, 1
+    mgr.allocate(1, 4 * BS)  # blocks 2..5; the head keeps pages 7, 8
     mgr.free(0)
     mgr.free(1)
-    assert [t.tolist() for t in mgr.free_group] == [[0, 1], [2, 3, 4, 5]] and mgr.num_pending == 6
-    assert mgr.free_pages.tolist() == [6, 7]
-    assert mgr.num_free_blocks() == 8 and mgr.can_allocate(8)
-    mgr.allocate(2, 2 * BS)  # fits in the head: no join
-    assert mgr.block_table(2) == [6, 7] and cat_calls == [] and mgr.num_pending == 6
-    mgr.allocate(3, 3 * BS)  # the head is empty: one torch.cat joins both pending groups
-    assert cat_calls == [3]
-    assert mgr.block_table(3) == [0, 1, 2] and mgr.free_group == [] and mgr.num_pending == 0
-    assert mgr.free_pages.tolist() == [3, 4, 5] and mgr.num_free_blocks() == 3
+    # Pending: copies of the rows' token slots (page * page_size + offset), as SGLang's grouped free keeps.
+    assert [t.tolist() for t in mgr.free_group] == [list(range(BS, 3 * BS)), list(range(3 * BS, 7 * BS))]
+    assert mgr.num_pending == 6 and mgr.num_free_blocks() == 8 and mgr.can_allocate(8) and cat_calls == []
+    mgr.allocate(2, 1)
+    mgr.decode_step(np.array([2]), np.zeros((1, 2), dtype=np.int64), np.zeros(1, dtype=np.int64))
+    assert cat_calls == [2, 2]  # the step's end: one cat joins the group, one puts its pages at the front
+    assert mgr.free_pages.tolist() == [1, 2, 3, 4, 5, 6, 8] and mgr.free_group == []
+    mgr.allocate(3, 3 * BS)
+    assert mgr.block_table(3) == [0, 1, 2]  # freed pages are reused first (the front)
 
 
-def test_sglang_pending_ids_survive_reuse_of_their_row(sglang_cls) -> None:
-    mgr = sglang_cls(num_blocks=8, block_size=BS, max_seqs=2, max_blocks_per_seq=8)
-    mgr.allocate(0, 2 * BS)  # 0, 1
-    mgr.allocate(1, 4 * BS)  # 2..5
+def test_sglang_decode_step_allocates_for_the_whole_batch_at_once(sglang_cls) -> None:
+    mgr = sglang_cls(num_blocks=8, block_size=BS, max_seqs=4, max_blocks_per_seq=8)
+    mgr.allocate(0, BS)  # full: its next token opens a page
+    mgr.allocate(1, 2)
+    mgr.allocate(2, BS)
+    slots = np.zeros(3, dtype=np.int64)
+    assert mgr.decode_step(np.array([0, 1, 2]), np.zeros((3, 2), dtype=np.int64), slots) == 0
+    assert mgr.block_table(0) == [0, 3] and mgr.block_table(2) == [2, 4]
+    assert slots.tolist() == [3 * BS, 1 * BS + 2, 4 * BS]
+    assert mgr.req_to_token[1, :3].tolist() == [2 * BS, 2 * BS + 1, 2 * BS + 2]  # a token slot per token
+
+
+def test_sglang_fork_shares_pages_and_copies_the_tail_on_write(sglang_cls) -> None:
+    mgr = sglang_cls(num_blocks=8, block_size=BS, max_seqs=4, max_blocks_per_seq=8)
+    mgr.allocate(0, BS + 1)  # blocks 0, 1
+    mgr.fork(0, 1)
+    assert mgr.shared == {1: 2, 2: 2} and mgr.ref_count(0) == 2 and mgr.ref_count(2) == 0
+    cows = np.zeros((2, 2), dtype=np.int64)
+    assert mgr.decode_step(np.array([1, 0]), cows, np.zeros(2, dtype=np.int64)) == 1
+    assert cows[0].tolist() == [1, 2] and mgr.block_table(1) == [0, 2] and mgr.block_table(0) == [0, 1]
     mgr.free(0)
-    mgr.allocate(0, 2 * BS)  # row 0 is rewritten with 6, 7
-    assert mgr.block_table(0) == [6, 7]
-    assert [t.tolist() for t in mgr.free_group] == [[0, 1]]  # copies, not views of the row
-    mgr.free(1)
-    assert mgr.num_free_blocks() == 6 and sorted(mgr.ref_count(b) for b in range(8)) == [0] * 6 + [1] * 2
+    assert [t.tolist() for t in mgr.free_group] == [[2 * BS]] and mgr.ref_count(0) == 1
 
 
 # -- registration -------------------------------------------------------------------------------------------
