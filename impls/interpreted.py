@@ -161,6 +161,10 @@ class InterpretedBlockManager(ManagerBase):
             need = sum(self._needs_block(s) for s in ids)
             if need > self.num_free_blocks():
                 self._fail(E_NO_BLOCKS, need=need)
+        return self._decode(seq_ids, ids, cow_out, slot_out)
+
+    def _decode(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        """The validated step: one append per sequence, in order (a batched design overrides it)."""
         cows = []
         slots = []
         for s in ids:
@@ -168,7 +172,7 @@ class InterpretedBlockManager(ManagerBase):
             if cow is not None:
                 cows.append(cow)
             slots.append(self._last_slot(s))
-        slot_out[:n] = slots
+        slot_out[: len(ids)] = slots
         if cows:
             cow_out[: len(cows)] = cows
         return len(cows)

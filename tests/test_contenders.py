@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from impls import REGISTRY, UNAVAILABLE
@@ -39,32 +40,36 @@ def queue_ids(queue: FreeKVCacheBlockQueue) -> list[int]:
 
 
 def check_vllm(mgr: VllmV1BlockManager) -> list[int]:
-    """Free blocks are exactly the unreferenced ones; blocks in use carry no links."""
+    """Free blocks are exactly the unreferenced ones but the null block; blocks in use carry no links.
+    Returns the free queue front to back in contract ids (vLLM's minus one: vLLM's block 0 is the null block)."""
     ids = queue_ids(mgr.free_block_queue)
-    assert sorted(ids) == [b.block_id for b in mgr.blocks if b.ref_cnt == 0]
+    null = mgr.blocks[0]
+    assert null.is_null and null.prev_free_block is None and null.next_free_block is None
+    assert sorted(ids) == [b.block_id for b in mgr.blocks[1:] if b.ref_cnt == 0]
     for block in mgr.blocks:
         if block.ref_cnt:
             assert block.prev_free_block is None and block.next_free_block is None
-    return ids
+    return [i - 1 for i in ids]
 
 
 # -- vllm-v1 ------------------------------------------------------------------------------------------------
-def test_vllm_queue_starts_in_id_order_between_sentinels() -> None:
+def test_vllm_queue_starts_in_id_order_between_sentinels_with_the_null_block_aside() -> None:
     mgr = VllmV1BlockManager(num_blocks=6, block_size=BS)
+    assert len(mgr.blocks) == 7 and mgr.num_free_blocks() == 6
     assert check_vllm(mgr) == [0, 1, 2, 3, 4, 5]
     assert not hasattr(mgr.blocks[0], "__dict__")  # slotted: no per-block dict
 
 
-def test_vllm_frees_tail_first_to_the_back_of_the_queue() -> None:
+def test_vllm_frees_tail_first_to_the_front_of_the_queue() -> None:
     mgr = VllmV1BlockManager(num_blocks=8, block_size=BS)
     mgr.allocate(0, 3 * BS)  # blocks 0, 1, 2
     mgr.allocate(1, BS)  # block 3
     mgr.free(0)
-    # Freed blocks join the back in reverse table order: older free blocks (LRU) go first, then the tail.
-    assert check_vllm(mgr) == [4, 5, 6, 7, 2, 1, 0]
+    # Blocks without a hash (caching off) are prepended in reverse table order: reused first (LIFO).
+    assert check_vllm(mgr) == [2, 1, 0, 4, 5, 6, 7]
     mgr.allocate(2, 5 * BS)
-    assert mgr.block_table(2) == [4, 5, 6, 7, 2]
-    assert check_vllm(mgr) == [1, 0]
+    assert mgr.block_table(2) == [2, 1, 0, 4, 5]
+    assert check_vllm(mgr) == [6, 7]
 
 
 def test_vllm_drained_pool_hands_out_the_freed_tail_first() -> None:
@@ -84,9 +89,24 @@ def test_vllm_shared_blocks_stay_out_of_the_queue_until_the_last_reference() -> 
     mgr.fork(0, 1)
     assert mgr.append_slot(1) == (2, 3)  # copy-on-write takes the queue's front block
     mgr.free(0)  # blocks 0 and 1 are still the child's; block 2 is released
-    assert check_vllm(mgr) == [4, 5, 6, 7, 2]
+    assert check_vllm(mgr) == [2, 4, 5, 6, 7]
     mgr.free(1)
-    assert check_vllm(mgr) == [4, 5, 6, 7, 2, 3, 1, 0]
+    assert check_vllm(mgr) == [3, 1, 0, 2, 4, 5, 6, 7]
+
+
+def test_vllm_calls_allocate_slots_for_every_running_request_every_step(monkeypatch) -> None:
+    mgr = VllmV1BlockManager(num_blocks=16, block_size=BS, max_seqs=4)
+    calls = []
+    real = mgr.kv_cache_manager.allocate_slots
+    monkeypatch.setattr(mgr.kv_cache_manager, "allocate_slots", lambda r, n: calls.append(n) or real(r, n))
+    mgr.allocate(0, 2)
+    mgr.allocate(1, BS)
+    for _ in range(3):  # no block boundary for row 0 in these steps: vLLM still calls per request
+        mgr.append_slot(0)
+    mgr.decode_step(np.array([0, 1]), np.zeros((2, 2), dtype=np.int64), np.zeros(2, dtype=np.int64))
+    assert calls == [2, BS, 1, 1, 1, 1, 1]
+    manager = mgr.single_type_manager
+    assert manager.num_cached_block == {}  # caching off: the slow path of get_num_blocks_to_allocate
 
 
 def test_vllm_queue_bulk_operations_keep_links_and_count() -> None:
@@ -96,15 +116,19 @@ def test_vllm_queue_bulk_operations_keep_links_and_count() -> None:
     taken = queue.popleft_n(4)
     assert [b.block_id for b in taken] == [0, 1, 2, 3] and queue_ids(queue) == [4, 5]
     assert all(b.prev_free_block is None and b.next_free_block is None for b in taken)
-    queue.append_n(taken[::-1])
-    assert queue_ids(queue) == [4, 5, 3, 2, 1, 0]
-    queue.remove(blocks[2])
-    assert queue_ids(queue) == [4, 5, 3, 1, 0]
-    assert queue.popleft() is blocks[4]
+    queue.append_n(taken[:2][::-1])
+    assert queue_ids(queue) == [4, 5, 1, 0]
+    queue.prepend_n(taken[2:][::-1])
+    assert queue_ids(queue) == [3, 2, 4, 5, 1, 0]
+    queue.remove(blocks[4])
+    assert queue_ids(queue) == [3, 2, 5, 1, 0]
+    assert queue.popleft() is blocks[3]
+    assert queue.popleft_n(1) == [blocks[2]] and queue_ids(queue) == [5, 1, 0]
     everything = queue.popleft_n(queue.num_free_blocks)
     assert queue_ids(queue) == [] and queue.fake_free_list_head.next_free_block is queue.fake_free_list_tail
     queue.append_n([])
-    queue.append(everything[0])
+    queue.prepend_n([])
+    queue.append_n(everything[:1])
     assert queue_ids(queue) == [5]
 
 
@@ -156,33 +180,46 @@ def cat_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def test_sglang_pending_frees_count_as_free_and_join_only_when_needed(sglang_cls, cat_calls) -> None:
+def test_sglang_frees_wait_for_the_step_end_and_join_at_the_front_with_one_cat(sglang_cls, cat_calls) -> None:
     mgr = sglang_cls(num_blocks=8, block_size=BS, max_seqs=4, max_blocks_per_seq=8)
-    mgr.allocate(0, 2 * BS)  # 0, 1
-    mgr.allocate(1, 4 * BS)  # 2..5; the head keeps 6, 7
+    assert mgr.free_pages.tolist() == [1, 2, 3, 4, 5, 6, 7, 8]  # SGLang's page ids: page 0 is reserved
+    mgr.allocate(0, 2 * BS)  # pages 1, 2: blocks 0, 1
+    mgr.allocate(1, 4 * BS)  # blocks 2..5; the head keeps pages 7, 8
     mgr.free(0)
     mgr.free(1)
-    assert [t.tolist() for t in mgr.free_group] == [[0, 1], [2, 3, 4, 5]] and mgr.num_pending == 6
-    assert mgr.free_pages.tolist() == [6, 7]
-    assert mgr.num_free_blocks() == 8 and mgr.can_allocate(8)
-    mgr.allocate(2, 2 * BS)  # fits in the head: no join
-    assert mgr.block_table(2) == [6, 7] and cat_calls == [] and mgr.num_pending == 6
-    mgr.allocate(3, 3 * BS)  # the head is empty: one torch.cat joins both pending groups
-    assert cat_calls == [3]
-    assert mgr.block_table(3) == [0, 1, 2] and mgr.free_group == [] and mgr.num_pending == 0
-    assert mgr.free_pages.tolist() == [3, 4, 5] and mgr.num_free_blocks() == 3
+    # Pending: copies of the rows' token slots (page * page_size + offset), as SGLang's grouped free keeps.
+    assert [t.tolist() for t in mgr.free_group] == [list(range(BS, 3 * BS)), list(range(3 * BS, 7 * BS))]
+    assert mgr.num_pending == 6 and mgr.num_free_blocks() == 8 and mgr.can_allocate(8) and cat_calls == []
+    mgr.allocate(2, 1)
+    mgr.decode_step(np.array([2]), np.zeros((1, 2), dtype=np.int64), np.zeros(1, dtype=np.int64))
+    assert cat_calls == [2, 2]  # the step's end: one cat joins the group, one puts its pages at the front
+    assert mgr.free_pages.tolist() == [1, 2, 3, 4, 5, 6, 8] and mgr.free_group == []
+    mgr.allocate(3, 3 * BS)
+    assert mgr.block_table(3) == [0, 1, 2]  # freed pages are reused first (the front)
 
 
-def test_sglang_pending_ids_survive_reuse_of_their_row(sglang_cls) -> None:
-    mgr = sglang_cls(num_blocks=8, block_size=BS, max_seqs=2, max_blocks_per_seq=8)
-    mgr.allocate(0, 2 * BS)  # 0, 1
-    mgr.allocate(1, 4 * BS)  # 2..5
+def test_sglang_decode_step_allocates_for_the_whole_batch_at_once(sglang_cls) -> None:
+    mgr = sglang_cls(num_blocks=8, block_size=BS, max_seqs=4, max_blocks_per_seq=8)
+    mgr.allocate(0, BS)  # full: its next token opens a page
+    mgr.allocate(1, 2)
+    mgr.allocate(2, BS)
+    slots = np.zeros(3, dtype=np.int64)
+    assert mgr.decode_step(np.array([0, 1, 2]), np.zeros((3, 2), dtype=np.int64), slots) == 0
+    assert mgr.block_table(0) == [0, 3] and mgr.block_table(2) == [2, 4]
+    assert slots.tolist() == [3 * BS, 1 * BS + 2, 4 * BS]
+    assert mgr.req_to_token[1, :3].tolist() == [2 * BS, 2 * BS + 1, 2 * BS + 2]  # a token slot per token
+
+
+def test_sglang_fork_shares_pages_and_copies_the_tail_on_write(sglang_cls) -> None:
+    mgr = sglang_cls(num_blocks=8, block_size=BS, max_seqs=4, max_blocks_per_seq=8)
+    mgr.allocate(0, BS + 1)  # blocks 0, 1
+    mgr.fork(0, 1)
+    assert mgr.shared == {1: 2, 2: 2} and mgr.ref_count(0) == 2 and mgr.ref_count(2) == 0
+    cows = np.zeros((2, 2), dtype=np.int64)
+    assert mgr.decode_step(np.array([1, 0]), cows, np.zeros(2, dtype=np.int64)) == 1
+    assert cows[0].tolist() == [1, 2] and mgr.block_table(1) == [0, 2] and mgr.block_table(0) == [0, 1]
     mgr.free(0)
-    mgr.allocate(0, 2 * BS)  # row 0 is rewritten with 6, 7
-    assert mgr.block_table(0) == [6, 7]
-    assert [t.tolist() for t in mgr.free_group] == [[0, 1]]  # copies, not views of the row
-    mgr.free(1)
-    assert mgr.num_free_blocks() == 6 and sorted(mgr.ref_count(b) for b in range(8)) == [0] * 6 + [1] * 2
+    assert [t.tolist() for t in mgr.free_group] == [[2 * BS]] and mgr.ref_count(0) == 1
 
 
 # -- registration -------------------------------------------------------------------------------------------
