@@ -12,6 +12,7 @@ that makes the same calls with no work (for example a decode step over zero sequ
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 from collections.abc import Callable
@@ -76,8 +77,15 @@ def allocations_per_step(advance: Callable[[int, int], object], lo: int, hi: int
     """
     for _ in range(QUICKEN_CALLS):
         advance(lo, lo)
-    count_both(lambda: advance(lo, lo))
-    region = count_both(lambda: advance(lo, hi))
-    empty = count_both(lambda: advance(hi, hi))
+    # No garbage collection inside the counted regions: a collection runs finalizers of earlier garbage (a
+    # native manager's __del__ makes a ctypes call), whose allocations would land in whichever region it hit.
+    gc.collect()
+    gc.disable()
+    try:
+        count_both(lambda: advance(lo, lo))
+        region = count_both(lambda: advance(lo, hi))
+        empty = count_both(lambda: advance(hi, hi))
+    finally:
+        gc.enable()
     steps = max(1, hi - lo)
     return (region[0] - empty[0]) / steps, (region[1] - empty[1]) / steps
