@@ -29,6 +29,8 @@ import numpy as np
 
 from impls.contract import blocks_for, check_config
 
+from .atomic import atomic_write
+
 FORMAT = "kvblock-bench-trace"
 FORMAT_VERSION = 2
 
@@ -208,22 +210,7 @@ def save(trace: Trace, path: str | os.PathLike) -> Path:
 
 def _write(trace: Trace, path: Path) -> None:
     header = np.frombuffer(json.dumps(trace.header, sort_keys=True).encode(), dtype=np.uint8)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes owner-only files; keep the usual permissions
-        with os.fdopen(fd, "wb") as fh:
-            np.savez_compressed(fh, header=header, **trace.arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    atomic_write(path, lambda fh: np.savez_compressed(fh, header=header, **trace.arrays))
 
 
 # What a damaged zip can raise while it is read (zipfile, zlib and numpy's .npy reader).

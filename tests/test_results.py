@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from harness.output import results
 from harness.output.results import Row, new_run_dir, point_latest, read_rows, resolve_run, write_rows
+from scenarios import atomic
 
 
 def test_row_refuses_numbers_for_unmeasured_figures() -> None:
@@ -38,7 +38,7 @@ def test_interrupted_write_keeps_the_previous_file(tmp_path, monkeypatch) -> Non
     def boom(src, dst):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(results.os, "replace", boom)
+    monkeypatch.setattr(atomic.os, "replace", boom)  # the one atomic-write implementation
     with pytest.raises(KeyboardInterrupt):
         write_rows(path, [Row("a", "b", "c", "m", 2.0, "ns", "s")])
     monkeypatch.undo()

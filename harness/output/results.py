@@ -21,11 +21,12 @@ import json
 import math
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from scenarios.atomic import atomic_write_bytes
 
 RESULTS_DIR = Path("results")
 STATUSES = ("ok", "unsupported", "unavailable", "skipped", "failed")
@@ -106,30 +107,8 @@ _INTS = ("reps", "steps", "seqs")
 _FLOATS = ("step_rate", "ci_low", "ci_high")
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder, renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes owner-only files; keep the usual permissions
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:mod:`scenarios.atomic`, the one implementation)."""
     atomic_write_bytes(path, text.encode())
 
 
