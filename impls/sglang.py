@@ -123,8 +123,15 @@ class SGLangBlockManager(InterpretedBlockManager):
         self.req_to_token[seq_id, :n] = slots
         self.seq_lens[seq_id] = n
 
+    def append_slot(self, seq_id: int) -> tuple[int, int] | None:
+        """One append, as one step of one sequence: the frees pending from earlier steps are released first,
+        as a decode step releases them, so that per-call appends hand out the pages the batched step would."""
+        self.free_group_end()
+        return super().append_slot(seq_id)
+
     def _decode(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        self.free_group_end()  # the previous step's frees, before this step allocates
+        if ids:  # the previous step's frees, before this step allocates (an empty step allocates nothing)
+            self.free_group_end()
         rows = torch.as_tensor(seq_ids, dtype=torch.int64)
         seq_lens = self.seq_lens[rows] + 1
         last_loc = self.req_to_token[rows, seq_lens - 2]
