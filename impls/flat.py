@@ -4,9 +4,10 @@ Everything is allocated once, in the constructor, and never again:
 
 - ``table``: ``[max_seqs, max_blocks_per_seq]`` block ids, **uint16** while ``num_blocks <= 65536`` (the
   article's rule 2: a 32-block table is one 64-byte cache line), uint32 above that (up to 2**31 - 1 blocks);
-- ``ints``: one int32 array holding a small header and, one after another, the per-row lengths, the per-block
-  ref counts, the free-block stack (ids, ``top`` of them live) and a scratch row of marks used to reject
-  duplicate ids in a decode step without allocating.
+- ``ints``: one int32 array holding a small header and, one after another, a record per row (length, a mark
+  used to reject duplicate ids in a decode step without allocating and to remember whether the last block
+  may be shared, and room to save the slot a step overwrites), the per-block ref counts, the free-block
+  stack (ids, ``top`` of them live) and room to save the CoW pairs a step overwrites.
 
 Lengths, ref counts and stack share one array because Numba's dispatch costs about 130 ns per array
 argument: two arguments instead of five keep the per-call regime honest about what it measures.
@@ -42,6 +43,10 @@ from .validation import slot_of_jit
 TOP, NUM_BLOCKS, BLOCK_SHIFT, STAMP = 0, 1, 2, 3
 HEADER = 4
 UINT16_LIMIT = 65536
+# Each row owns a record of ROW int32s after the header: its length, its mark and, as an int32 pair, the
+# slot_out entry the current decode step overwrote for it (restored when the step fails). One record, one
+# base pointer and one cache line for everything a decode step touches per row besides the table.
+ROW, LEN, MARK, SAVED = 4, 0, 1, 2
 # A row's mark is ``stamp << 1 | shared``: the stamp of the last decode step that listed the row (duplicate
 # detection) and a "last block may be shared" bit. A clear bit promises that the row's last block has ref
 # count 1, so an append inside a block skips the ref-count read; fork sets it (sharing begins only there).
@@ -56,22 +61,17 @@ def table_dtype(num_blocks: int) -> np.dtype:
     return np.dtype(np.uint16) if num_blocks <= UINT16_LIMIT else np.dtype(np.uint32)
 
 
-def offsets(max_seqs: int, num_blocks: int) -> tuple[int, int, int, int, int, int]:
-    """Where lengths, ref counts, the free stack, the marks and the saved outputs start in ``ints``, and its
-    size."""
-    marks = HEADER + max_seqs + 2 * num_blocks
-    return HEADER, HEADER + max_seqs, HEADER + max_seqs + num_blocks, marks, marks + max_seqs, marks + 7 * max_seqs
+def offsets(max_seqs: int, num_blocks: int) -> tuple[int, int, int, int, int]:
+    """Where the row records, the ref counts, the free stack and the saved CoW pairs start in ``ints``, and
+    its size."""
+    refs = HEADER + ROW * max_seqs
+    return HEADER, refs, refs + num_blocks, refs + 2 * num_blocks, refs + 2 * num_blocks + 4 * max_seqs
 
 
-# The kernels index ``ints`` by offset rather than slicing it into views: each view costs Numba a locked
-# reference-count increment and decrement per call.
-@njit(cache=True, inline="always")
-def _offsets(table, ints):
-    refs = HEADER + table.shape[0]
-    stack = refs + ints[NUM_BLOCKS]
-    return refs, stack, stack + ints[NUM_BLOCKS]
-
-
+# The kernels index ``ints`` by offset (a record's fields at HEADER + ROW * seq, ref counts and stack after
+# the records) rather than slicing it into views: each view costs Numba a locked reference-count increment
+# and decrement per call. Helpers that take arrays are inlined: a call to a compiled function that takes
+# arrays keeps the caller's reference counting of its own arguments, which Numba otherwise prunes.
 @njit(cache=True)
 def can_allocate(table, ints, n):
     if n < 0:
@@ -81,7 +81,8 @@ def can_allocate(table, ints, n):
 
 @njit(cache=True)
 def allocate(table, ints, seq, num_tokens):
-    refs, stack, marks = _offsets(table, ints)
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
     sh = ints[BLOCK_SHIFT]
     if _u(seq) >= _u(table.shape[0]):
         return E_SEQ_RANGE
@@ -90,7 +91,8 @@ def allocate(table, ints, seq, num_tokens):
     need = (num_tokens + (1 << sh) - 1) >> sh
     if need > table.shape[1]:
         return E_TOO_LONG
-    if ints[_u(HEADER + seq)] != 0:
+    rec = HEADER + ROW * seq
+    if ints[_u(rec + LEN)] != 0:
         return E_ACTIVE
     top = ints[TOP]
     if need > top:
@@ -101,83 +103,85 @@ def allocate(table, ints, seq, num_tokens):
         ints[_u(refs + block)] = 1
         table[_u(seq), _u(j)] = block
     ints[TOP] = top
-    ints[_u(HEADER + seq)] = num_tokens
-    ints[_u(marks + seq)] &= ~SHARED  # fresh blocks: not shared
+    ints[_u(rec + LEN)] = num_tokens
+    ints[_u(rec + MARK)] &= ~SHARED  # fresh blocks: not shared
     return OK
 
 
 @njit(cache=True)
 def append(table, ints, seq):
-    refs, stack, marks = _offsets(table, ints)
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
     sh = ints[BLOCK_SHIFT]
     if _u(seq) >= _u(table.shape[0]):
         return E_SEQ_RANGE, -1, -1
-    us = _u(seq)
-    n = ints[_u(HEADER + seq)]
+    rec = HEADER + ROW * seq
+    n = ints[_u(rec + LEN)]
     if n == 0:
         return E_INACTIVE, -1, -1
-    j = n >> sh
-    mark = ints[_u(marks + seq)]
+    us, j = _u(seq), _u(n >> sh)
+    mark = ints[_u(rec + MARK)]
     top = ints[TOP]
     if (n & ((1 << sh) - 1)) == 0:
-        if j >= table.shape[1]:
+        if n >> sh >= table.shape[1]:
             return E_TOO_LONG, -1, -1
         if top == 0:
             return E_NO_BLOCKS, -1, -1
-        top -= 1
-        block = ints[_u(stack + top)]
+        block = ints[_u(stack + top - 1)]
         ints[_u(refs + block)] = 1
-        table[us, _u(j)] = block
-        ints[TOP] = top
-        ints[_u(HEADER + seq)] = n + 1
-        ints[_u(marks + seq)] = mark & ~SHARED
+        table[us, j] = block
+        ints[TOP] = top - 1
+        ints[_u(rec + LEN)] = n + 1
+        ints[_u(rec + MARK)] = mark & ~SHARED
         return 0, -1, -1
-    src = np.int64(table[us, _u(j)])
+    src = np.int64(table[us, j])
     if (mark & SHARED) == 0 or ints[_u(refs + src)] == 1:
-        ints[_u(HEADER + seq)] = n + 1
-        ints[_u(marks + seq)] = mark & ~SHARED
+        ints[_u(rec + LEN)] = n + 1
+        ints[_u(rec + MARK)] = mark & ~SHARED
         return 0, -1, -1
     if top == 0:
         return E_NO_BLOCKS, -1, -1
-    top -= 1
-    dst = np.int64(ints[_u(stack + top)])
+    dst = np.int64(ints[_u(stack + top - 1)])
     ints[_u(refs + dst)] = 1
     ints[_u(refs + src)] -= 1
-    table[us, _u(j)] = dst
-    ints[TOP] = top
-    ints[_u(HEADER + seq)] = n + 1
-    ints[_u(marks + seq)] = mark & ~SHARED
+    table[us, j] = dst
+    ints[TOP] = top - 1
+    ints[_u(rec + LEN)] = n + 1
+    ints[_u(rec + MARK)] = mark & ~SHARED
     return 1, src, dst
 
 
 @njit(cache=True)
 def fork(table, ints, parent, child):
-    refs, _, marks = _offsets(table, ints)
+    refs = HEADER + ROW * table.shape[0]
     rows = _u(table.shape[0])
     if _u(parent) >= rows or _u(child) >= rows:
         return E_SEQ_RANGE
-    n = ints[_u(HEADER + parent)]
+    p, c = HEADER + ROW * parent, HEADER + ROW * child
+    n = ints[_u(p + LEN)]
     if n == 0:
         return E_INACTIVE
-    if ints[_u(HEADER + child)] != 0:
+    if ints[_u(c + LEN)] != 0:
         return E_ACTIVE
     sh = ints[BLOCK_SHIFT]
     for j in range((n + (1 << sh) - 1) >> sh):
         block = table[_u(parent), _u(j)]
         table[_u(child), _u(j)] = block
         ints[_u(refs + block)] += 1
-    ints[_u(HEADER + child)] = n
-    ints[_u(marks + parent)] |= SHARED  # sharing begins: both rows' last block now has ref count >= 2
-    ints[_u(marks + child)] |= SHARED
+    ints[_u(c + LEN)] = n
+    ints[_u(p + MARK)] |= SHARED  # sharing begins: both rows' last block now has ref count >= 2
+    ints[_u(c + MARK)] |= SHARED
     return OK
 
 
 @njit(cache=True)
 def free(table, ints, seq):
-    refs, stack, _ = _offsets(table, ints)
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
     if _u(seq) >= _u(table.shape[0]):
         return E_SEQ_RANGE
-    n = ints[_u(HEADER + seq)]
+    rec = HEADER + ROW * seq
+    n = ints[_u(rec + LEN)]
     if n == 0:
         return E_INACTIVE
     sh = ints[BLOCK_SHIFT]
@@ -190,7 +194,7 @@ def free(table, ints, seq):
             ints[_u(stack + top)] = block
             top += 1
     ints[TOP] = top
-    ints[_u(HEADER + seq)] = 0
+    ints[_u(rec + LEN)] = 0
     return OK
 
 
@@ -198,7 +202,7 @@ def free(table, ints, seq):
 def last_slot(table, ints, seq):
     if _u(seq) >= _u(table.shape[0]):
         return E_SEQ_RANGE
-    n = ints[_u(HEADER + seq)] - 1
+    n = ints[_u(HEADER + ROW * seq + LEN)] - 1
     if n < 0:
         return E_INACTIVE
     sh = ints[BLOCK_SHIFT]
@@ -206,58 +210,51 @@ def last_slot(table, ints, seq):
 
 
 @njit(cache=True, inline="always")
-def _next_stamp(ints, marks, rows):
-    """A fresh stamp for duplicate detection; marks are reset (keeping their shared bits) only when it wraps."""
+def _next_stamp(ints, rows):
+    """A fresh stamp (``stamp << 1``) for duplicate detection; marks are reset, keeping their shared bits,
+    only when it wraps."""
     if ints[STAMP] >= STAMP_LIMIT:
         for r in range(rows):
-            ints[_u(marks + r)] &= SHARED
+            ints[_u(HEADER + ROW * r + MARK)] &= SHARED
         ints[STAMP] = 0
     ints[STAMP] += 1
     return np.int64(ints[STAMP]) << 1
 
 
 @njit(cache=True, inline="always")
-def _validate(table, ints, seq_ids, stamp2, marks):
-    """The tight pool's validation pass (every id valid for an append, listed once), as check_batch_jit."""
-    rows, sh = _u(table.shape[0]), ints[BLOCK_SHIFT]
+def _reserve(table, ints, seq_ids):
+    """A tight pool's step keeps the validate-then-reserve order: every id valid for an append and listed
+    once (as :func:`impls.validation.check_batch_jit`), then the exact need against the pool: a block per row
+    at a boundary or whose last block is shared. Returns ``(code, detail)``; changes only marks."""
+    rows, cols, sh = _u(table.shape[0]), table.shape[1], ints[BLOCK_SHIFT]
+    refs = HEADER + ROW * table.shape[0]
+    stamp2 = _next_stamp(ints, table.shape[0])
     for i in range(seq_ids.shape[0]):
         seq = seq_ids[_u(i)]
         if _u(seq) >= rows:
             return E_SEQ_RANGE, i
-        n = ints[_u(HEADER + seq)]
+        rec = HEADER + ROW * seq
+        n = ints[_u(rec + LEN)]
         if n == 0:
             return E_INACTIVE, i
-        if (n & ((1 << sh) - 1)) == 0 and (n >> sh) >= table.shape[1]:
+        if (n & ((1 << sh) - 1)) == 0 and (n >> sh) >= cols:
             return E_TOO_LONG, i
-        mark = ints[_u(marks + seq)]
+        mark = ints[_u(rec + MARK)]
         if (mark | SHARED) == (stamp2 | SHARED):
             return E_DUPLICATE, i
-        ints[_u(marks + seq)] = stamp2 | (mark & SHARED)
-    return OK, 0
-
-
-@njit(cache=True, inline="always")
-def _blocks_needed(table, ints, seq_ids, refs, marks):
-    """The step's exact need: a block per row at a boundary or whose last block is shared."""
-    sh = ints[BLOCK_SHIFT]
+        ints[_u(rec + MARK)] = stamp2 | (mark & SHARED)
     need = 0
     for i in range(seq_ids.shape[0]):
         seq = seq_ids[_u(i)]
-        n = ints[_u(HEADER + seq)]
+        rec = HEADER + ROW * seq
+        n = ints[_u(rec + LEN)]
         if (n & ((1 << sh) - 1)) == 0:
             need += 1
-        elif ints[_u(marks + seq)] & SHARED:
+        elif ints[_u(rec + MARK)] & SHARED:
             need += ints[_u(refs + table[_u(seq), _u(n >> sh)])] > 1
-    return need
-
-
-@njit(cache=True, inline="always")
-def _save(ints, at, a, b):
-    """Keep two int64 values as int32 pairs at ``ints[at : at + 4]``."""
-    ints[_u(at)] = a
-    ints[_u(at + 1)] = a >> 32
-    ints[_u(at + 2)] = b
-    ints[_u(at + 3)] = b >> 32
+    if need > ints[TOP]:
+        return E_NO_BLOCKS, need
+    return OK, 0
 
 
 @njit(cache=True, inline="always")
@@ -267,130 +264,117 @@ def _load(ints, at):
 
 
 @njit(cache=True, inline="always")
-def _restore(ints, save, rows, cow_out, slot_out, count, cows):
-    """Put back the slots and CoW pairs a failed one-pass step overwrote (see :func:`_one_pass`)."""
-    for k in range(count):
-        slot_out[_u(k)] = _load(ints, save + 2 * k)
-    for c in range(cows):
-        at = save + 2 * rows + 4 * c
-        cow_out[_u(c), 0] = _load(ints, at)
-        cow_out[_u(c), 1] = _load(ints, at + 2)
-
-
-@njit(cache=True, inline="always")
-def _undo(table, ints, seq_ids, count, cow_out, cows, refs, marks):
-    """Roll back the first ``count`` appends of a failed one-pass step, newest first, copy-on-writes included.
+def _fail(table, ints, seq_ids, cow_out, slot_out, count, cows, rc):
+    """Roll back the first ``count`` appends of a failed one-pass step, newest first, copy-on-writes
+    included, put back the slots and CoW pairs it overwrote, and return ``(rc, count)``.
 
     Stack entries above ``top`` are never overwritten within a step, so giving a block back is ``top += 1``.
-    Every rolled-back row gets its shared bit set: a row that found its block unshared only because an earlier
-    row of the step copied away from it shares that block again once the copy is undone."""
+    Every rolled-back row gets its shared bit set: a row that found its block unshared only because an
+    earlier row of the step copied away from it shares that block again once the copy is undone."""
     sh = ints[BLOCK_SHIFT]
-    mask = (1 << sh) - 1
-    top = ints[TOP]
+    refs = HEADER + ROW * table.shape[0]
+    saved_cows = refs + 2 * ints[NUM_BLOCKS]
+    top, c = ints[TOP], cows
     for k in range(count - 1, -1, -1):
         seq = seq_ids[_u(k)]
-        n = ints[_u(HEADER + seq)] - 1
-        ints[_u(HEADER + seq)] = n
-        ints[_u(marks + seq)] |= SHARED
-        block = np.int64(table[_u(seq), _u(n >> sh)])
-        if (n & mask) == 0:
+        rec = HEADER + ROW * seq
+        n = ints[_u(rec + LEN)] - 1
+        ints[_u(rec + LEN)] = n
+        ints[_u(rec + MARK)] |= SHARED
+        j = _u(n >> sh)
+        block = np.int64(table[_u(seq), j])
+        if (n & ((1 << sh) - 1)) == 0:
             ints[_u(refs + block)] = 0
             top += 1
-        elif cows > 0 and block == cow_out[_u(cows - 1), 1]:
-            cows -= 1
-            src = cow_out[_u(cows), 0]
-            table[_u(seq), _u(n >> sh)] = src
+        elif c > 0 and block == cow_out[_u(c - 1), 1]:
+            c -= 1
+            src = cow_out[_u(c), 0]
+            table[_u(seq), j] = src
             ints[_u(refs + src)] += 1
             ints[_u(refs + block)] = 0
             top += 1
+        slot_out[_u(k)] = _load(ints, rec + SAVED)
     ints[TOP] = top
+    for c in range(cows):
+        cow_out[_u(c), 0] = _load(ints, saved_cows + 4 * c)
+        cow_out[_u(c), 1] = _load(ints, saved_cows + 4 * c + 2)
+    return rc, count
 
 
-# One loop on purpose: this is the batched step (validation, append and slot write fused), and a call or a
-# second pass per sequence is exactly what it exists to remove.
 @njit(cache=True, inline="always")
-def _one_pass(table, ints, seq_ids, cow_out, slot_out, stamp2, refs, stack, marks):
-    """Validate, append and write the slot of each id in one loop; on a bad id undo what was done.
-
-    Requires a pool covering the worst case (one block per id). Returns ``(cows, 0)`` or ``(code, index)``."""
-    rows, cols = _u(table.shape[0]), table.shape[1]
-    save = marks + table.shape[0]  # the outputs' old values, int64 as int32 pairs (restored on failure)
-    sh = ints[BLOCK_SHIFT]
-    mask = (1 << sh) - 1
-    top = ints[TOP]
-    cows = 0
-    rc = OK
-    i = 0
-    for i in range(seq_ids.shape[0]):
-        seq = seq_ids[_u(i)]
-        if _u(seq) >= rows:
-            rc = E_SEQ_RANGE
-            break
-        us = _u(seq)
-        mark = ints[_u(marks + seq)]
-        if (mark | SHARED) == (stamp2 | SHARED):  # listed earlier in this step (so valid then)
-            rc = E_DUPLICATE
-            break
-        n = ints[_u(HEADER + seq)]
-        off = n & mask
-        j = _u(n >> sh)
-        if off == 0:  # empty and full rows sit on a boundary: the length checks live only here
-            if n == 0:
-                rc = E_INACTIVE
-                break
-            if n >> sh >= cols:
-                rc = E_TOO_LONG
-                break
-            top -= 1
-            block = np.int64(ints[_u(stack + top)])
-            ints[_u(refs + block)] = 1
-            table[us, j] = block
-        else:
-            block = np.int64(table[us, j])
-            if mark & SHARED and ints[_u(refs + block)] != 1:
-                top -= 1
-                dst = np.int64(ints[_u(stack + top)])
-                ints[_u(refs + dst)] = 1
-                ints[_u(refs + block)] -= 1
-                table[us, j] = dst
-                _save(ints, save + 2 * table.shape[0] + 4 * cows, cow_out[_u(cows), 0], cow_out[_u(cows), 1])
-                cow_out[_u(cows), 0] = block
-                cow_out[_u(cows), 1] = dst
-                cows += 1
-                block = dst
-        ints[_u(marks + seq)] = stamp2  # the row's last block is its own now
-        ints[_u(HEADER + seq)] = n + 1
-        old = slot_out[_u(i)]  # a failed step leaves the caller's buffers untouched: keep what it overwrites
-        ints[_u(save + 2 * i)] = old
-        ints[_u(save + 2 * i + 1)] = old >> 32
-        slot_out[_u(i)] = (block << sh) | off
-    if rc == OK:
-        ints[TOP] = top
-        return cows, 0
+def _copy_on_write(table, ints, seq, j, src, cow_out, cows):
+    """Give row ``seq`` a private copy of its shared block ``src`` at position ``j``; record the pair (keeping
+    the buffer's old entry for a rollback). Returns the new block."""
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
+    top = ints[TOP] - 1
     ints[TOP] = top
-    _undo(table, ints, seq_ids, i, cow_out, cows, refs, marks)
-    _restore(ints, save, table.shape[0], cow_out, slot_out, i, cows)
-    return rc, i
+    dst = np.int64(ints[_u(stack + top)])
+    ints[_u(refs + dst)] = 1
+    ints[_u(refs + src)] -= 1
+    table[_u(seq), _u(j)] = dst
+    at = stack + ints[NUM_BLOCKS] + 4 * cows
+    for k in range(2):
+        old = cow_out[_u(cows), _u(k)]
+        ints[_u(at + 2 * k)] = old
+        ints[_u(at + 2 * k + 1)] = old >> 32
+    cow_out[_u(cows), 0] = src
+    cow_out[_u(cows), 1] = dst
+    return dst
 
 
+# One function on purpose: this loop is the batched step (validation, append and slot write fused), and a call
+# or a second pass per sequence is exactly what it exists to remove.
 @njit(cache=True)
-def decode_step(table, ints, seq_ids, cow_out, slot_out):
-    refs, stack, marks = _offsets(table, ints)
+def decode_step(table, ints, seq_ids, cow_out, slot_out):  # noqa: C901
     n = seq_ids.shape[0]
     if slot_out.shape[0] < n or cow_out.shape[0] < n:
         return E_BUFFER, n
-    stamp2 = _next_stamp(ints, marks, table.shape[0])
-    if n > ints[TOP]:
-        # A tight pool keeps the validate-then-reserve order: validation, the exact need, then appends (under
-        # a fresh stamp, so the one pass does not mistake the validation's marks for duplicates).
-        rc, i = _validate(table, ints, seq_ids, stamp2, marks)
+    if n > ints[TOP]:  # a tight pool: validate and count the exact need first, change nothing on failure
+        rc, detail = _reserve(table, ints, seq_ids)
         if rc != OK:
-            return rc, i
-        need = _blocks_needed(table, ints, seq_ids, refs, marks)
-        if need > ints[TOP]:
-            return E_NO_BLOCKS, need
-        stamp2 = _next_stamp(ints, marks, table.shape[0])
-    return _one_pass(table, ints, seq_ids, cow_out, slot_out, stamp2, refs, stack, marks)
+            return rc, detail
+    # One pass: the pool covers the step now, so only a bad id can stop it, and _fail undoes what was done.
+    stamp2 = _next_stamp(ints, table.shape[0])
+    rows, cols = _u(table.shape[0]), table.shape[1]
+    sh = ints[BLOCK_SHIFT]
+    mask = (1 << sh) - 1
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
+    cows = 0
+    for i in range(n):
+        seq = seq_ids[_u(i)]
+        if _u(seq) >= rows:
+            return _fail(table, ints, seq_ids, cow_out, slot_out, i, cows, E_SEQ_RANGE)
+        rec = HEADER + ROW * seq
+        mark = ints[_u(rec + MARK)]
+        if mark == stamp2:  # appended earlier in this step (which leaves exactly stamp2): listed twice
+            return _fail(table, ints, seq_ids, cow_out, slot_out, i, cows, E_DUPLICATE)
+        length = ints[_u(rec + LEN)]
+        off = length & mask
+        j = length >> sh
+        if off == 0:  # empty and full rows sit on a boundary: the length checks live only here
+            if length == 0:
+                return _fail(table, ints, seq_ids, cow_out, slot_out, i, cows, E_INACTIVE)
+            if j >= cols:
+                return _fail(table, ints, seq_ids, cow_out, slot_out, i, cows, E_TOO_LONG)
+            top = ints[TOP] - 1
+            ints[TOP] = top
+            block = np.int64(ints[_u(stack + top)])
+            ints[_u(refs + block)] = 1
+            table[_u(seq), _u(j)] = block
+        else:
+            block = np.int64(table[_u(seq), _u(j)])
+            if mark & SHARED and ints[_u(refs + block)] != 1:
+                block = _copy_on_write(table, ints, seq, j, block, cow_out, cows)
+                cows += 1
+        ints[_u(rec + MARK)] = stamp2  # the row's last block is its own now
+        ints[_u(rec + LEN)] = length + 1
+        old = slot_out[_u(i)]  # a failed step leaves the caller's buffers untouched: keep what it overwrites
+        ints[_u(rec + SAVED)] = old
+        ints[_u(rec + SAVED + 1)] = old >> 32
+        slot_out[_u(i)] = (block << sh) | off
+    return cows, 0
 
 
 @njit(cache=True)
@@ -403,7 +387,7 @@ def lookup(table, ints, seq_ids, slot_out):
         seq = seq_ids[_u(i)]
         if _u(seq) >= rows:
             return E_SEQ_RANGE, i
-        m = ints[_u(HEADER + seq)] - 1
+        m = ints[_u(HEADER + ROW * seq + LEN)] - 1
         if m < 0:
             return E_INACTIVE, i
         slot_out[_u(i)] = slot_of_jit(np.int64(table[_u(seq), _u(m >> sh)]), m, sh)
@@ -452,10 +436,10 @@ class FlatBlockManager(CompiledBlockManager):
             check_table_buffer(table, s, self.max_blocks_per_seq, n)
             table[...] = 0  # the same starting state as a fresh table
             self.table = table
-        lens, refs, stack, _, _, size = offsets(s, n)
+        records, refs, stack, _, size = offsets(s, n)
         self.ints = np.zeros(size, dtype=np.int32)
         self.ints[TOP], self.ints[NUM_BLOCKS], self.ints[BLOCK_SHIFT] = n, n, self.block_shift
-        self._lens, self._refs = self.ints[lens:refs], self.ints[refs:stack]
+        self._lens, self._refs = self.ints[records + LEN : refs : ROW], self.ints[refs:stack]
         # the top of the stack hands out 0, 1, 2, ...
         self.ints[stack : stack + n] = np.arange(n - 1, -1, -1, dtype=np.int32)
         self.state = (self.table, self.ints)

@@ -30,18 +30,33 @@ SLOW_CASES = 20_000
 OPS = 120
 
 
+def _old_state(num_blocks: int, block_size: int, rows: int, cols: int) -> tuple:
+    """A fresh state in the old kernels' layout: header, lengths, ref counts, stack, marks."""
+    table = np.zeros((rows, cols), dtype=flat.table_dtype(num_blocks))
+    ints = np.zeros(ref.HEADER + 2 * rows + 2 * num_blocks, dtype=np.int32)
+    ints[ref.TOP], ints[ref.NUM_BLOCKS], ints[ref.BLOCK_SHIFT] = num_blocks, num_blocks, block_size.bit_length() - 1
+    at = ref.HEADER + rows + num_blocks
+    ints[at : at + num_blocks] = np.arange(num_blocks - 1, -1, -1, dtype=np.int32)
+    return table, ints
+
+
 def _pair(num_blocks: int, block_size: int, rows: int, cols: int) -> tuple[tuple, tuple]:
-    new, old = (FlatBlockManager(num_blocks, block_size, rows, cols) for _ in range(2))
-    return new.state, old.state
+    return FlatBlockManager(num_blocks, block_size, rows, cols).state, _old_state(num_blocks, block_size, rows, cols)
 
 
 def _hidden(state: tuple) -> tuple:
-    """Lengths, ref counts, top, live stack entries and live table rows (see the module docstring)."""
+    """Lengths, ref counts, top, live stack entries and live table rows (see the module docstring), read in
+    either layout (the old one is told apart by its size)."""
     table, ints = state
     rows, n = table.shape[0], int(ints[flat.NUM_BLOCKS])
-    lens_at, refs_at, stack_at, *_ = flat.offsets(rows, n)
     sh, top = int(ints[flat.BLOCK_SHIFT]), int(ints[flat.TOP])
-    lens = ints[lens_at:refs_at].tolist()
+    if len(ints) == ref.HEADER + 2 * rows + 2 * n:
+        refs_at = ref.HEADER + rows
+        lens = ints[ref.HEADER : refs_at].tolist()
+    else:
+        records, refs_at, *_ = flat.offsets(rows, n)
+        lens = ints[records + flat.LEN : refs_at : flat.ROW].tolist()
+    stack_at = refs_at + n
     live = [table[r, : (length + (1 << sh) - 1) >> sh].tolist() for r, length in enumerate(lens)]
     return lens, ints[refs_at:stack_at].tolist(), top, ints[stack_at : stack_at + top].tolist(), live
 
