@@ -4,13 +4,19 @@ Everything is allocated once, in the constructor, and never again:
 
 - ``table``: ``[max_seqs, max_blocks_per_seq]`` block ids, **uint16** while ``num_blocks <= 65536`` (the
   article's rule 2: a 32-block table is one 64-byte cache line), uint32 above that (up to 2**31 - 1 blocks);
-- ``ints``: one int32 array holding a small header and, one after another, the per-row lengths, the per-block
-  ref counts, the free-block stack (ids, ``top`` of them live) and a scratch row of marks used to reject
-  duplicate ids in a decode step without allocating.
+- ``ints``: one int32 array holding a small header and, one after another, a record per row (length, a mark
+  used to reject duplicate ids in a decode step without allocating and to remember whether the last block
+  may be shared, and room to save the slot a step overwrites), the per-block ref counts, the free-block
+  stack (ids, ``top`` of them live) and room to save the CoW pairs a step overwrites.
 
 Lengths, ref counts and stack share one array because Numba's dispatch costs about 130 ns per array
 argument: two arguments instead of five keep the per-call regime honest about what it measures.
-Kernels slice ``ints`` into named views at entry (:func:`_parts`), which allocates nothing.
+Kernels index ``ints`` by offset (:func:`offsets`), never through views, which would cost Numba a locked
+reference-count increment and decrement each.
+
+The batched step is one pass when the pool covers its worst case (validation, append and slot write fused,
+with a rollback of the appends already made on a bad id); a tight pool keeps the validate-then-reserve order.
+Either way a failed step leaves the state as it was.
 """
 
 from __future__ import annotations
@@ -19,21 +25,35 @@ import numpy as np
 from numba import njit
 
 from .compiled import CompiledBlockManager, Kernels
-from .contract import E_BUFFER, E_COUNT, E_NO_BLOCKS, OK
-from .validation import (
-    blocks_needed_jit,
-    check_active_jit,
-    check_allocate_jit,
-    check_append_jit,
-    check_batch_jit,
-    check_fork_jit,
-    slot_of_jit,
+from .contract import (
+    E_ACTIVE,
+    E_BUFFER,
+    E_COUNT,
+    E_DUPLICATE,
+    E_INACTIVE,
+    E_NO_BLOCKS,
+    E_SEQ_RANGE,
+    E_TOKENS,
+    E_TOO_LONG,
+    OK,
 )
+from .validation import slot_of_jit
 
 # Header slots at the start of ``ints``.
 TOP, NUM_BLOCKS, BLOCK_SHIFT, STAMP = 0, 1, 2, 3
 HEADER = 4
 UINT16_LIMIT = 65536
+# Each row owns a record of ROW int32s after the header: its length, its mark and, as an int32 pair, the
+# slot_out entry the current decode step overwrote for it (restored when the step fails). One record, one
+# base pointer and one cache line for everything a decode step touches per row besides the table.
+ROW, LEN, MARK, SAVED = 4, 0, 1, 2
+# A row's mark is ``stamp << 1 | shared``: the stamp of the last decode step that listed the row (duplicate
+# detection) and a "last block may be shared" bit. A clear bit promises that the row's last block has ref
+# count 1, so an append inside a block skips the ref-count read; fork sets it (sharing begins only there).
+SHARED = 1
+STAMP_LIMIT = 2**30 - 1  # stamp << 1 | 1 must fit the int32 marks
+
+_u = np.uint64  # indices are cast to unsigned: Numba adds a wrap-around fix-up to every signed index
 
 
 def table_dtype(num_blocks: int) -> np.dtype:
@@ -41,16 +61,17 @@ def table_dtype(num_blocks: int) -> np.dtype:
     return np.dtype(np.uint16) if num_blocks <= UINT16_LIMIT else np.dtype(np.uint32)
 
 
-@njit(cache=True, inline="always")
-def _parts(table, ints):
-    s, n = table.shape[0], ints[NUM_BLOCKS]
-    lens = ints[HEADER : HEADER + s]
-    refs = ints[HEADER + s : HEADER + s + n]
-    stack = ints[HEADER + s + n : HEADER + s + 2 * n]
-    marks = ints[HEADER + s + 2 * n : HEADER + 2 * s + 2 * n]
-    return lens, refs, stack, marks
+def offsets(max_seqs: int, num_blocks: int) -> tuple[int, int, int, int, int]:
+    """Where the row records, the ref counts, the free stack and the saved CoW pairs start in ``ints``, and
+    its size."""
+    refs = HEADER + ROW * max_seqs
+    return HEADER, refs, refs + num_blocks, refs + 2 * num_blocks, refs + 2 * num_blocks + 4 * max_seqs
 
 
+# The kernels index ``ints`` by offset (a record's fields at HEADER + ROW * seq, ref counts and stack after
+# the records) rather than slicing it into views: each view costs Numba a locked reference-count increment
+# and decrement per call. Helpers that take arrays are inlined: a call to a compiled function that takes
+# arrays keeps the caller's reference counting of its own arguments, which Numba otherwise prunes.
 @njit(cache=True)
 def can_allocate(table, ints, n):
     if n < 0:
@@ -60,172 +81,316 @@ def can_allocate(table, ints, n):
 
 @njit(cache=True)
 def allocate(table, ints, seq, num_tokens):
-    lens, refs, stack, _ = _parts(table, ints)
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
     sh = ints[BLOCK_SHIFT]
-    rc = check_allocate_jit(lens, table.shape[1], sh, seq, num_tokens)
-    if rc != OK:
-        return rc
-    need = blocks_needed_jit(num_tokens, sh)
+    if _u(seq) >= _u(table.shape[0]):
+        return E_SEQ_RANGE
+    if num_tokens < 1:
+        return E_TOKENS
+    need = (num_tokens + (1 << sh) - 1) >> sh
+    if need > table.shape[1]:
+        return E_TOO_LONG
+    rec = HEADER + ROW * seq
+    if ints[_u(rec + LEN)] != 0:
+        return E_ACTIVE
     top = ints[TOP]
     if need > top:
         return E_NO_BLOCKS
     for j in range(need):
         top -= 1
-        block = stack[top]
-        refs[block] = 1
-        table[seq, j] = block
+        block = ints[_u(stack + top)]
+        ints[_u(refs + block)] = 1
+        table[_u(seq), _u(j)] = block
     ints[TOP] = top
-    lens[seq] = num_tokens
+    ints[_u(rec + LEN)] = num_tokens
+    ints[_u(rec + MARK)] &= ~SHARED  # fresh blocks: not shared
     return OK
-
-
-@njit(cache=True, inline="always")
-def _append(table, ints, lens, refs, stack, seq, sh):
-    """Unchecked append of one token; returns (1, src, dst) on copy-on-write, else (0, -1, -1)."""
-    n = lens[seq]
-    lens[seq] = n + 1
-    j = n >> sh
-    if (n & ((1 << sh) - 1)) == 0:
-        top = ints[TOP] - 1
-        ints[TOP] = top
-        block = stack[top]
-        refs[block] = 1
-        table[seq, j] = block
-        return 0, -1, -1
-    src = table[seq, j]
-    if refs[src] == 1:
-        return 0, -1, -1
-    top = ints[TOP] - 1
-    ints[TOP] = top
-    dst = stack[top]
-    refs[dst] = 1
-    refs[src] -= 1
-    table[seq, j] = dst
-    return 1, np.int64(src), np.int64(dst)
-
-
-@njit(cache=True, inline="always")
-def _needs_block(table, lens, refs, seq, sh):
-    n = lens[seq]
-    if (n & ((1 << sh) - 1)) == 0:
-        return True
-    # (not `return a or b`: Numba lowers that form about 20x slower than the branch)
-    return refs[table[seq, n >> sh]] > 1
 
 
 @njit(cache=True)
 def append(table, ints, seq):
-    lens, refs, stack, _ = _parts(table, ints)
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
     sh = ints[BLOCK_SHIFT]
-    rc = check_append_jit(lens, table.shape[1], sh, seq)
-    if rc != OK:
-        return rc, -1, -1
-    if ints[TOP] == 0 and _needs_block(table, lens, refs, seq, sh):
+    if _u(seq) >= _u(table.shape[0]):
+        return E_SEQ_RANGE, -1, -1
+    rec = HEADER + ROW * seq
+    n = ints[_u(rec + LEN)]
+    if n == 0:
+        return E_INACTIVE, -1, -1
+    us, j = _u(seq), _u(n >> sh)
+    mark = ints[_u(rec + MARK)]
+    top = ints[TOP]
+    if (n & ((1 << sh) - 1)) == 0:
+        if n >> sh >= table.shape[1]:
+            return E_TOO_LONG, -1, -1
+        if top == 0:
+            return E_NO_BLOCKS, -1, -1
+        block = ints[_u(stack + top - 1)]
+        ints[_u(refs + block)] = 1
+        table[us, j] = block
+        ints[TOP] = top - 1
+        ints[_u(rec + LEN)] = n + 1
+        ints[_u(rec + MARK)] = mark & ~SHARED
+        return 0, -1, -1
+    src = np.int64(table[us, j])
+    if (mark & SHARED) == 0 or ints[_u(refs + src)] == 1:
+        ints[_u(rec + LEN)] = n + 1
+        ints[_u(rec + MARK)] = mark & ~SHARED
+        return 0, -1, -1
+    if top == 0:
         return E_NO_BLOCKS, -1, -1
-    return _append(table, ints, lens, refs, stack, seq, sh)
+    dst = np.int64(ints[_u(stack + top - 1)])
+    ints[_u(refs + dst)] = 1
+    ints[_u(refs + src)] -= 1
+    table[us, j] = dst
+    ints[TOP] = top - 1
+    ints[_u(rec + LEN)] = n + 1
+    ints[_u(rec + MARK)] = mark & ~SHARED
+    return 1, src, dst
 
 
 @njit(cache=True)
 def fork(table, ints, parent, child):
-    lens, refs, _, _ = _parts(table, ints)
-    rc = check_fork_jit(lens, parent, child)
-    if rc != OK:
-        return rc
+    refs = HEADER + ROW * table.shape[0]
+    rows = _u(table.shape[0])
+    if _u(parent) >= rows or _u(child) >= rows:
+        return E_SEQ_RANGE
+    p, c = HEADER + ROW * parent, HEADER + ROW * child
+    n = ints[_u(p + LEN)]
+    if n == 0:
+        return E_INACTIVE
+    if ints[_u(c + LEN)] != 0:
+        return E_ACTIVE
     sh = ints[BLOCK_SHIFT]
-    for j in range(blocks_needed_jit(lens[parent], sh)):
-        block = table[parent, j]
-        table[child, j] = block
-        refs[block] += 1
-    lens[child] = lens[parent]
+    for j in range((n + (1 << sh) - 1) >> sh):
+        block = table[_u(parent), _u(j)]
+        table[_u(child), _u(j)] = block
+        ints[_u(refs + block)] += 1
+    ints[_u(c + LEN)] = n
+    ints[_u(p + MARK)] |= SHARED  # sharing begins: both rows' last block now has ref count >= 2
+    ints[_u(c + MARK)] |= SHARED
     return OK
 
 
 @njit(cache=True)
 def free(table, ints, seq):
-    lens, refs, stack, _ = _parts(table, ints)
-    rc = check_active_jit(lens, seq)
-    if rc != OK:
-        return rc
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
+    if _u(seq) >= _u(table.shape[0]):
+        return E_SEQ_RANGE
+    rec = HEADER + ROW * seq
+    n = ints[_u(rec + LEN)]
+    if n == 0:
+        return E_INACTIVE
     sh = ints[BLOCK_SHIFT]
     top = ints[TOP]
-    for j in range(blocks_needed_jit(lens[seq], sh) - 1, -1, -1):
-        block = table[seq, j]
-        refs[block] -= 1
-        if refs[block] == 0:
-            stack[top] = block
+    for j in range(((n + (1 << sh) - 1) >> sh) - 1, -1, -1):
+        block = table[_u(seq), _u(j)]
+        r = ints[_u(refs + block)] - 1
+        ints[_u(refs + block)] = r
+        if r == 0:
+            ints[_u(stack + top)] = block
             top += 1
     ints[TOP] = top
-    lens[seq] = 0
+    ints[_u(rec + LEN)] = 0
     return OK
 
 
 @njit(cache=True)
 def last_slot(table, ints, seq):
-    lens, _, _, _ = _parts(table, ints)
-    rc = check_active_jit(lens, seq)
-    if rc != OK:
-        return rc
+    if _u(seq) >= _u(table.shape[0]):
+        return E_SEQ_RANGE
+    n = ints[_u(HEADER + ROW * seq + LEN)] - 1
+    if n < 0:
+        return E_INACTIVE
     sh = ints[BLOCK_SHIFT]
-    n = lens[seq] - 1
-    return slot_of_jit(np.int64(table[seq, n >> sh]), n, sh)
+    return slot_of_jit(np.int64(table[_u(seq), _u(n >> sh)]), n, sh)
 
 
 @njit(cache=True, inline="always")
-def _next_stamp(ints, marks):
-    """A fresh mark value for duplicate detection; marks are cleared only when the stamp wraps."""
-    if ints[STAMP] == 2**31 - 1:
-        marks[:] = 0
+def _next_stamp(ints, rows):
+    """A fresh stamp (``stamp << 1``) for duplicate detection; marks are reset, keeping their shared bits,
+    only when it wraps."""
+    if ints[STAMP] >= STAMP_LIMIT:
+        for r in range(rows):
+            ints[_u(HEADER + ROW * r + MARK)] &= SHARED
         ints[STAMP] = 0
     ints[STAMP] += 1
-    return ints[STAMP]
+    return np.int64(ints[STAMP]) << 1
 
 
-@njit(cache=True)
-def decode_step(table, ints, seq_ids, cow_out, slot_out):
-    lens, refs, stack, marks = _parts(table, ints)
+@njit(cache=True, inline="always")
+def _reserve(table, ints, seq_ids):
+    """A tight pool's step keeps the validate-then-reserve order: every id valid for an append and listed
+    once (as :func:`impls.validation.check_batch_jit`), then the exact need against the pool: a block per row
+    at a boundary or whose last block is shared. Returns ``(code, detail)``; changes only marks."""
+    rows, cols, sh = _u(table.shape[0]), table.shape[1], ints[BLOCK_SHIFT]
+    refs = HEADER + ROW * table.shape[0]
+    stamp2 = _next_stamp(ints, table.shape[0])
+    for i in range(seq_ids.shape[0]):
+        seq = seq_ids[_u(i)]
+        if _u(seq) >= rows:
+            return E_SEQ_RANGE, i
+        rec = HEADER + ROW * seq
+        n = ints[_u(rec + LEN)]
+        if n == 0:
+            return E_INACTIVE, i
+        if (n & ((1 << sh) - 1)) == 0 and (n >> sh) >= cols:
+            return E_TOO_LONG, i
+        mark = ints[_u(rec + MARK)]
+        if (mark | SHARED) == (stamp2 | SHARED):
+            return E_DUPLICATE, i
+        ints[_u(rec + MARK)] = stamp2 | (mark & SHARED)
+    need = 0
+    for i in range(seq_ids.shape[0]):
+        seq = seq_ids[_u(i)]
+        rec = HEADER + ROW * seq
+        n = ints[_u(rec + LEN)]
+        if (n & ((1 << sh) - 1)) == 0:
+            need += 1
+        elif ints[_u(rec + MARK)] & SHARED:
+            need += ints[_u(refs + table[_u(seq), _u(n >> sh)])] > 1
+    if need > ints[TOP]:
+        return E_NO_BLOCKS, need
+    return OK, 0
+
+
+@njit(cache=True, inline="always")
+def _load(ints, at):
+    """The int64 kept as an int32 pair at ``ints[at : at + 2]``."""
+    return (np.int64(ints[_u(at + 1)]) << 32) | (np.int64(ints[_u(at)]) & 0xFFFFFFFF)
+
+
+@njit(cache=True, inline="always")
+def _fail(table, ints, seq_ids, cow_out, slot_out, count, cows, rc):
+    """Roll back the first ``count`` appends of a failed one-pass step, newest first, copy-on-writes
+    included, put back the slots and CoW pairs it overwrote, and return ``(rc, count)``.
+
+    Stack entries above ``top`` are never overwritten within a step, so giving a block back is ``top += 1``.
+    Every rolled-back row gets its shared bit set: a row that found its block unshared only because an
+    earlier row of the step copied away from it shares that block again once the copy is undone."""
     sh = ints[BLOCK_SHIFT]
+    refs = HEADER + ROW * table.shape[0]
+    saved_cows = refs + 2 * ints[NUM_BLOCKS]
+    top, c = ints[TOP], cows
+    for k in range(count - 1, -1, -1):
+        seq = seq_ids[_u(k)]
+        rec = HEADER + ROW * seq
+        n = ints[_u(rec + LEN)] - 1
+        ints[_u(rec + LEN)] = n
+        ints[_u(rec + MARK)] |= SHARED
+        j = _u(n >> sh)
+        block = np.int64(table[_u(seq), j])
+        if (n & ((1 << sh) - 1)) == 0:
+            ints[_u(refs + block)] = 0
+            top += 1
+        elif c > 0 and block == cow_out[_u(c - 1), 1]:
+            c -= 1
+            src = cow_out[_u(c), 0]
+            table[_u(seq), j] = src
+            ints[_u(refs + src)] += 1
+            ints[_u(refs + block)] = 0
+            top += 1
+        slot_out[_u(k)] = _load(ints, rec + SAVED)
+    ints[TOP] = top
+    for c in range(cows):
+        cow_out[_u(c), 0] = _load(ints, saved_cows + 4 * c)
+        cow_out[_u(c), 1] = _load(ints, saved_cows + 4 * c + 2)
+    return rc, count
+
+
+@njit(cache=True, inline="always")
+def _copy_on_write(table, ints, seq, j, src, cow_out, cows):
+    """Give row ``seq`` a private copy of its shared block ``src`` at position ``j``; record the pair (keeping
+    the buffer's old entry for a rollback). Returns the new block."""
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
+    top = ints[TOP] - 1
+    ints[TOP] = top
+    dst = np.int64(ints[_u(stack + top)])
+    ints[_u(refs + dst)] = 1
+    ints[_u(refs + src)] -= 1
+    table[_u(seq), _u(j)] = dst
+    at = stack + ints[NUM_BLOCKS] + 4 * cows
+    for k in range(2):
+        old = cow_out[_u(cows), _u(k)]
+        ints[_u(at + 2 * k)] = old
+        ints[_u(at + 2 * k + 1)] = old >> 32
+    cow_out[_u(cows), 0] = src
+    cow_out[_u(cows), 1] = dst
+    return dst
+
+
+# One function on purpose: this loop is the batched step (validation, append and slot write fused), and a call
+# or a second pass per sequence is exactly what it exists to remove.
+@njit(cache=True)
+def decode_step(table, ints, seq_ids, cow_out, slot_out):  # noqa: C901
     n = seq_ids.shape[0]
     if slot_out.shape[0] < n or cow_out.shape[0] < n:
         return E_BUFFER, n
-    stamp = _next_stamp(ints, marks)
-    rc, i = check_batch_jit(lens, marks, stamp, table.shape[1], sh, seq_ids)  # before changing anything
-    if rc != OK:
-        return rc, i
-    # Only a tight pool needs the exact worst case (a ref-count read per sequence). The loop stays in each
-    # design: it reads that design's table, which is the point of comparing them.
-    if n > ints[TOP]:
-        need = 0
-        for i in range(n):
-            need += _needs_block(table, lens, refs, seq_ids[i], sh)
-        if need > ints[TOP]:
-            return E_NO_BLOCKS, need
+    if n > ints[TOP]:  # a tight pool: validate and count the exact need first, change nothing on failure
+        rc, detail = _reserve(table, ints, seq_ids)
+        if rc != OK:
+            return rc, detail
+    # One pass: the pool covers the step now, so only a bad id can stop it, and _fail undoes what was done.
+    stamp2 = _next_stamp(ints, table.shape[0])
+    rows, cols = _u(table.shape[0]), table.shape[1]
+    sh = ints[BLOCK_SHIFT]
+    mask = (1 << sh) - 1
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
     cows = 0
     for i in range(n):
-        seq = seq_ids[i]
-        cow, src, dst = _append(table, ints, lens, refs, stack, seq, sh)
-        if cow:
-            cow_out[cows, 0] = src
-            cow_out[cows, 1] = dst
-            cows += 1
-        m = lens[seq] - 1
-        slot_out[i] = slot_of_jit(np.int64(table[seq, m >> sh]), m, sh)
+        seq = seq_ids[_u(i)]
+        if _u(seq) >= rows:
+            return _fail(table, ints, seq_ids, cow_out, slot_out, i, cows, E_SEQ_RANGE)
+        rec = HEADER + ROW * seq
+        mark = ints[_u(rec + MARK)]
+        if mark == stamp2:  # appended earlier in this step (which leaves exactly stamp2): listed twice
+            return _fail(table, ints, seq_ids, cow_out, slot_out, i, cows, E_DUPLICATE)
+        length = ints[_u(rec + LEN)]
+        off = length & mask
+        j = length >> sh
+        if off == 0:  # empty and full rows sit on a boundary: the length checks live only here
+            if length == 0:
+                return _fail(table, ints, seq_ids, cow_out, slot_out, i, cows, E_INACTIVE)
+            if j >= cols:
+                return _fail(table, ints, seq_ids, cow_out, slot_out, i, cows, E_TOO_LONG)
+            top = ints[TOP] - 1
+            ints[TOP] = top
+            block = np.int64(ints[_u(stack + top)])
+            ints[_u(refs + block)] = 1
+            table[_u(seq), _u(j)] = block
+        else:
+            block = np.int64(table[_u(seq), _u(j)])
+            if mark & SHARED and ints[_u(refs + block)] != 1:
+                block = _copy_on_write(table, ints, seq, j, block, cow_out, cows)
+                cows += 1
+        ints[_u(rec + MARK)] = stamp2  # the row's last block is its own now
+        ints[_u(rec + LEN)] = length + 1
+        old = slot_out[_u(i)]  # a failed step leaves the caller's buffers untouched: keep what it overwrites
+        ints[_u(rec + SAVED)] = old
+        ints[_u(rec + SAVED + 1)] = old >> 32
+        slot_out[_u(i)] = (block << sh) | off
     return cows, 0
 
 
 @njit(cache=True)
 def lookup(table, ints, seq_ids, slot_out):
-    lens, _, _, _ = _parts(table, ints)
-    sh = ints[BLOCK_SHIFT]
+    rows, sh = _u(table.shape[0]), ints[BLOCK_SHIFT]
     n = seq_ids.shape[0]
     if slot_out.shape[0] < n:
         return E_BUFFER, n
     for i in range(n):
-        seq = seq_ids[i]
-        rc = check_active_jit(lens, seq)
-        if rc != OK:
-            return rc, i
-        m = lens[seq] - 1
-        slot_out[i] = slot_of_jit(np.int64(table[seq, m >> sh]), m, sh)
+        seq = seq_ids[_u(i)]
+        if _u(seq) >= rows:
+            return E_SEQ_RANGE, i
+        m = ints[_u(HEADER + ROW * seq + LEN)] - 1
+        if m < 0:
+            return E_INACTIVE, i
+        slot_out[_u(i)] = slot_of_jit(np.int64(table[_u(seq), _u(m >> sh)]), m, sh)
     return OK, 0
 
 
@@ -271,19 +436,22 @@ class FlatBlockManager(CompiledBlockManager):
             check_table_buffer(table, s, self.max_blocks_per_seq, n)
             table[...] = 0  # the same starting state as a fresh table
             self.table = table
-        self.ints = np.zeros(HEADER + 2 * s + 2 * n, dtype=np.int32)
+        records, refs, stack, _, size = offsets(s, n)
+        self.ints = np.zeros(size, dtype=np.int32)
         self.ints[TOP], self.ints[NUM_BLOCKS], self.ints[BLOCK_SHIFT] = n, n, self.block_shift
-        self._lens, self._refs, stack, _ = _parts(self.table, self.ints)
-        stack[:] = np.arange(n - 1, -1, -1, dtype=np.int32)  # the top of the stack hands out 0, 1, 2, ...
+        self._lens, self._refs = self.ints[records + LEN : refs : ROW], self.ints[refs:stack]
+        # the top of the stack hands out 0, 1, 2, ...
+        self.ints[stack : stack + n] = np.arange(n - 1, -1, -1, dtype=np.int32)
         self.state = (self.table, self.ints)
 
     def memory_bytes(self) -> int:
         """Per block 12 B (ref count and stack slot, int32, plus the int32 ids the stack is filled from), per
-        row ``max_blocks_per_seq`` ids of :func:`table_dtype` (unless the table is given) and 8 B (length and
-        mark). 2**31 - 1 blocks need 24 GiB while the stack is filled, 16 GiB after."""
+        row ``max_blocks_per_seq`` ids of :func:`table_dtype` (unless the table is given) and 32 B (length,
+        mark, and room for the slot and CoW pair a failed step restores). 2**31 - 1 blocks need 24 GiB while
+        the stack is filled, 16 GiB after."""
         n, s = self.num_blocks, self.max_seqs
         table = s * self.max_blocks_per_seq * table_dtype(n).itemsize if self._own_table else 0
-        return table + 4 * (HEADER + 2 * s + 2 * n) + 4 * n
+        return table + 4 * offsets(s, n)[-1] + 4 * n
 
     def num_free_blocks(self) -> int:
         return int(self.ints[TOP])

@@ -46,9 +46,8 @@ MUTATIONS = (
     Mutation(
         "flat: decode step skips its slot write",
         "impls/flat.py",
-        "        m = lens[seq] - 1\n        slot_out[i] = slot_of_jit(np.int64(table[seq, m >> sh]), m, sh)\n"
+        "        slot_out[_u(i)] = (block << sh) | off\n    return cows, 0\n",
         "    return cows, 0\n",
-        "        m = lens[seq] - 1\n    return cows, 0\n",
         (CONFORMS.format("flat"),),
     ),
     Mutation(
@@ -61,15 +60,16 @@ MUTATIONS = (
     Mutation(
         "flat: free skips the decrement of shared blocks",
         "impls/flat.py",
-        "        refs[block] -= 1\n        if refs[block] == 0:\n",
-        "        if refs[block] == 1:\n            refs[block] = 0\n",
+        "        r = ints[_u(refs + block)] - 1\n",
+        "        r = ints[_u(refs + block)] - (ints[_u(refs + block)] == 1)\n",
         (CONFORMS.format("flat"),),
     ),
     Mutation(
         "flat: allocate pops the bottom of the free stack",
         "impls/flat.py",
-        "        top -= 1\n        block = stack[top]\n",
-        "        top -= 1\n        block = stack[ints[TOP] - 1 - top]\n",  # top counts down: j-th from the bottom
+        "        top -= 1\n        block = ints[_u(stack + top)]\n",
+        # top counts down: the j-th block from the bottom
+        "        top -= 1\n        block = ints[_u(stack + ints[TOP] - 1 - top)]\n",
         (CONFORMS.format("flat"),),
     ),
     Mutation(
@@ -77,7 +77,21 @@ MUTATIONS = (
         "impls/validation.py",
         "        if marks[seq] == stamp:\n            return E_DUPLICATE, i\n",
         "        if False:\n            return E_DUPLICATE, i\n",
+        (CONFORMS.format("list-jit"),),  # flat checks its batch in its own one pass (next mutation)
+    ),
+    Mutation(
+        "flat: decode step skips the duplicate check",
+        "impls/flat.py",
+        "        if mark == stamp2:",
+        "        if False:",
         (CONFORMS.format("flat"),),
+    ),
+    Mutation(
+        "flat: a rolled-back step leaves the shared bit clear",
+        "impls/flat.py",
+        "        ints[_u(rec + MARK)] |= SHARED\n        j = _u(n >> sh)\n",
+        "        j = _u(n >> sh)\n",
+        ("tests/test_flat_differential.py",),
     ),
     Mutation(
         "interpreted: decode step skips the duplicate check",

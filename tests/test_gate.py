@@ -116,14 +116,31 @@ def test_gate_passes_and_fails_on_its_floors() -> None:
     assert "differ between identical runs" in gate.check(unstable, wall=None)[0]
 
 
+def test_gate_fails_above_its_instruction_ceiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cell needing more instructions per sequence-step than its ceiling fails; exactly on it passes."""
+    monkeypatch.setattr(gate, "INSTRUCTION_CEILINGS", {("flat", "batched"): 45.0})
+    assert gate.check(figures(4_500, 80_000), wall=None) == []
+    assert gate.check(figures(4_510, 80_000), wall=None) == [
+        "flat batched needs 45.1 instructions per sequence-step; the ceiling is 45"]
+    unmeasured = figures(4_510, 80_000)
+    unmeasured[("flat", "batched")].instructions = None
+    assert gate.check(unmeasured, wall=None) == []  # not measured here: the gate reports it apart
+
+
+def test_the_committed_ceiling_holds_the_flat_kernels() -> None:
+    """The ceiling sits just above what batched flat needs today (44.1): below the old kernels' 90."""
+    assert 44.1 < gate.INSTRUCTION_CEILINGS[("flat", "batched")] <= 46.0
+
+
 def test_table_lists_every_cell() -> None:
     """Instructions per sequence-step are count / sequence-steps; the ratio is to batched flat; '-' marks
     what was not measured or has no floor."""
     text = gate.table(figures(1_000, 80_000, flat_allocs=0.25))
     header, *rows = [line.split() for line in text.splitlines()]
     assert header[:2] == ["impl", "regime"] and len(rows) == 2
-    assert rows[0] == ["flat", "batched", "10.0", "1.0", "-", "0.25", "0.00"]
-    assert rows[1] == ["dict", "batched", "800.0", "80.0", "10", "0.00", "0.00"]
+    ceiling = format(gate.INSTRUCTION_CEILINGS[("flat", "batched")], "g")
+    assert rows[0] == ["flat", "batched", "10.0", "1.0", "-", ceiling, "0.25", "0.00"]
+    assert rows[1] == ["dict", "batched", "800.0", "80.0", "10", "-", "0.00", "0.00"]
     unmeasured = {("flat", "batched"): gate.CellFigures("flat", "batched")}
-    assert gate.table(unmeasured).splitlines()[1].split() == ["flat", "batched", "-", "-", "-", "-", "-"]
+    assert gate.table(unmeasured).splitlines()[1].split() == ["flat", "batched", "-", "-", "-", ceiling, "-", "-"]
     assert gate.CellFigures("flat", "batched", [10, 10], 4).instructions_per_seq_step == 2.5

@@ -6,7 +6,8 @@
    steps minus an empty region, as in :mod:`harness.counters.allocations`); the other cells' counts are reported;
 2. instructions: callgrind counts per sequence-step of every core design in both regimes, from two
    independent valgrind runs that must agree exactly; floors (:data:`INSTRUCTION_FLOORS`) on how many
-   times more instructions a cell needs than batched ``flat``;
+   times more instructions a cell needs than batched ``flat``, and ceilings (:data:`INSTRUCTION_CEILINGS`)
+   on the instructions per sequence-step of a cell itself;
 3. wall clock: batched ``dict`` over batched ``flat`` step time in this one process, printed; it fails only
    below :data:`WALL_FLOOR`, because timings on shared CI machines vary by 5-10 % between identical runs.
 
@@ -42,6 +43,9 @@ REGIMES = ("batched", "per-call")
 BASE = ("flat", "batched")
 # (impl, regime) -> the least number of times more instructions per sequence-step than batched flat.
 INSTRUCTION_FLOORS = {("dict", "batched"): 10.0}
+# (impl, regime) -> the most instructions per sequence-step, just above what the cell needs now (batched flat:
+# 44.1 with the one-pass kernels; see README, "Deterministic gate"), so that a slower kernel fails the build.
+INSTRUCTION_CEILINGS = {("flat", "batched"): 45.0}
 WALL_FLOOR = 3.0
 # The wall-clock comparison runs on the paper workload's 256 sequences, generated in memory.
 WALL_PARAMS = {"steps": 200, "running": 256}
@@ -123,6 +127,11 @@ def check(cells: dict[tuple[str, str], CellFigures], wall: tuple[float, float] |
         if ir is not None and base_ir and ir / base_ir < floor:
             failures.append(f"{key[0]} {key[1]} needs {ir / base_ir:.1f}x the instructions of batched flat "
                             f"per sequence-step; the floor is {floor:g}x")
+    for key, ceiling in INSTRUCTION_CEILINGS.items():
+        ir = cells[key].instructions_per_seq_step if key in cells else None
+        if ir is not None and ir > ceiling:
+            failures.append(f"{key[0]} {key[1]} needs {ir:.1f} instructions per sequence-step; the ceiling is "
+                            f"{ceiling:g}")
     if wall is not None and wall[0] / wall[1] < WALL_FLOOR:
         failures.append(f"batched flat is only {wall[0] / wall[1]:.1f}x faster than batched dict by the clock; "
                         f"the floor is {WALL_FLOOR:g}x")
@@ -134,19 +143,21 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def table(cells: dict[tuple[str, str], CellFigures]) -> str:
-    """The gate's table: instructions per sequence-step, ratio to batched flat, allocations per step."""
+    """The gate's table: instructions per sequence-step, ratio to batched flat, its floor and ceiling,
+    allocations per step."""
     base_ir = cells[BASE].instructions_per_seq_step
     lines = [
-        f"{'impl':<10} {'regime':<9} {'instr/seq-step':>14} {'x batched flat':>14} {'floor':>6} "
+        f"{'impl':<10} {'regime':<9} {'instr/seq-step':>14} {'x batched flat':>14} {'floor':>6} {'ceiling':>7} "
         f"{'allocs/step memray':>18} {'allocs/step nrt':>15}",
     ]
     for key, cell in cells.items():
         ir = cell.instructions_per_seq_step
         ratio = ir / base_ir if ir is not None and base_ir else None
-        floor = INSTRUCTION_FLOORS.get(key)
+        floor, ceiling = INSTRUCTION_FLOORS.get(key), INSTRUCTION_CEILINGS.get(key)
         lines.append(
             f"{cell.impl:<10} {cell.regime:<9} {_fmt(ir, ',.1f'):>14} {_fmt(ratio, '.1f'):>14} "
-            f"{_fmt(floor, 'g'):>6} {_fmt(cell.memray_per_step, '.2f'):>18} {_fmt(cell.nrt_per_step, '.2f'):>15}"
+            f"{_fmt(floor, 'g'):>6} {_fmt(ceiling, 'g'):>7} {_fmt(cell.memray_per_step, '.2f'):>18} "
+            f"{_fmt(cell.nrt_per_step, '.2f'):>15}"
         )
     return "\n".join(lines)
 
