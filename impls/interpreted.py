@@ -75,6 +75,7 @@ class InterpretedBlockManager(ManagerBase):
         need = blocks_for(num_tokens, self.block_size)
         if need > self.num_free_blocks():
             self._fail(E_NO_BLOCKS, seq_id, need=need)
+        self._admit_tokens = num_tokens  # checked, a Python int: for designs whose admission wants tokens
         self._allocate(seq_id, need)
         self._lens[seq_id] = num_tokens
 

@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from .interpreted import InterpretedBlockManager
+from .validation import lookup_args
 
 
 def _write_slots(token_slots: torch.Tensor, page_size: int, slot_out: np.ndarray, n: int) -> None:
@@ -79,9 +80,11 @@ class SGLangBlockManager(InterpretedBlockManager):
         self._admit_tokens = 0
 
     def memory_bytes(self) -> int:
-        """Per block 12 B (int64 free id, int32 ref count); per row ``max_blocks_per_seq`` int64 ids of the
-        ``req_to_token``-like tensor and 16 B (length, block count)."""
-        return 12 * self.num_blocks + self.max_seqs * (8 * self.max_blocks_per_seq + 16)
+        """Per block 8 B (an int64 free page id); per row an int64 slot per token of the longest sequence
+        (``req_to_token``: ``max_blocks_per_seq * block_size`` of them, as SGLang's rows hold token slots) and
+        16 B (lengths); one int64 offset per slot of a page (``arange(page_size)``)."""
+        tokens = self.max_blocks_per_seq * self.block_size
+        return 8 * (self.num_blocks + 1) + self.max_seqs * (8 * tokens + 16) + 8 * self.block_size
 
     def num_free_blocks(self) -> int:
         return len(self.free_pages) + self.num_pending
@@ -103,10 +106,6 @@ class SGLangBlockManager(InterpretedBlockManager):
         return out
 
     # -- allocation -----------------------------------------------------------------------------------------
-    def allocate(self, seq_id: int, num_tokens: int) -> None:
-        self._admit_tokens = num_tokens  # _allocate is given blocks; the extend wants tokens
-        super().allocate(seq_id, num_tokens)
-
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
         """An extend of one request with no prefix, computed per token as ``alloc_extend``'s native path
         does for a batch: each token finds its request (``searchsorted`` over the batch's end positions),
@@ -256,10 +255,11 @@ class SGLangBlockManager(InterpretedBlockManager):
 
     def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
         """The newest token's slot of each sequence, gathered from ``req_to_token`` in one operation."""
-        ids = seq_ids.tolist()
+        checked = lookup_args(seq_ids, slot_out, self.max_seqs)  # types, shapes, sizes first, as every design
+        ids = checked.tolist()
         n = len(ids)
-        if len(slot_out) < n or any(s < 0 or s >= self.max_seqs or self._lens[s] == 0 for s in ids):
+        if any(s < 0 or s >= self.max_seqs or self._lens[s] == 0 for s in ids):
             super().lookup(seq_ids, slot_out)  # the contract's error, named by the base class
             return
-        rows = torch.as_tensor(seq_ids, dtype=torch.int64)
+        rows = torch.as_tensor(checked, dtype=torch.int64)
         _write_slots(self.req_to_token[rows, self.seq_lens[rows] - 1], self.page_size, slot_out, n)

@@ -418,10 +418,6 @@ class VllmV1BlockManager(InterpretedBlockManager):
         request = self.requests[seq_id] = Request(str(self._num_requests), num_tokens)
         return request
 
-    def allocate(self, seq_id: int, num_tokens: int) -> None:
-        self._admit_tokens = num_tokens  # _allocate is given blocks; vLLM's admission wants tokens
-        super().allocate(seq_id, num_tokens)
-
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
         request = self._new_request(seq_id, self._admit_tokens)
         if self.kv_cache_manager.allocate_slots(request, request.num_tokens) is None:  # pragma: no cover
