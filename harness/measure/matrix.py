@@ -1,10 +1,10 @@
 """What a run measures, as data: which implementations and regimes on which scenario, and which studies.
 
-The default matrix keeps ``make bench`` near ten minutes on two cores. It is the tables below, read by the
-runner, by the progress bar's total and by the documentation (``kvblock-bench run --help`` prints
-:func:`describe`); nothing else decides what runs. Naming scenarios, implementations or a trace file on the
-command line replaces :data:`CELL_RULES` by "exactly what was named", while the studies keep their rules.
-``--quick`` replays short traces once and keeps the studies to ``paper``.
+The default matrix takes ``make bench`` about twenty minutes on two cores (README, "How measurements are
+made"). It is the tables below, read by the runner, by the progress bar's total and by the documentation
+(``kvblock-bench run --help`` prints :func:`describe`); nothing else decides what runs. Naming scenarios,
+implementations or a trace file on the command line replaces :data:`CELL_RULES` by "exactly what was named",
+while the studies keep their rules. ``--quick`` replays short traces once and keeps the studies to ``paper``.
 """
 
 from __future__ import annotations

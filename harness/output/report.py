@@ -160,7 +160,7 @@ def _paper_row(run: RunData, scenario: str, regime: str, rec: registry.Impl, art
             cells.append(_fmt(_get(run, scenario, rec.name, regime, "cpu_share_observed_pct")[0]))
         cells.append(_article_cell(art, rec, column))
     v, source, status = _get(run, scenario, rec.name, regime, "l1d_miss_pct")
-    article_l1d = f"~{_fmt(art.loc[rec.letter].l1d_miss_pct)}" if _article_cell(art, rec, "l1d_miss_pct") else ""
+    article_l1d = _article_cell(art, rec, "l1d_miss_pct").split(" (")[0]  # the figure and its bound, no ratio
     cells += [_fmt(v) if status == "ok" else status, source, article_l1d,
               _fmt(_get(run, scenario, rec.name, regime, "l1d_misses_per_seq_step")[0]),
               _fmt(_get(run, scenario, rec.name, regime, "instructions_per_seq_step")[0]),
