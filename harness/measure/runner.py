@@ -129,8 +129,7 @@ class ScenarioBench:
                 self.fail(key[:2], exc)
         aa = self._aa_key()
         timed = {**self.drivers, **({aa: self.drivers[(*aa[:2], "")]} if aa else {})}
-        steps = interleaved(timed, self.cfg.reps, False, self.slices,
-                            lambda key: key[2] or self.tick(f"{self.name} {key[0]} {key[1]}"))
+        steps = interleaved(timed, self.cfg.reps, False, self.slices, self._repetition_done)
         detailed = {k: d for k, d in self.drivers.items() if d.separate_detail and k not in steps.failed}
         details = interleaved(detailed, self.cfg.reps, True, self.slices)
         for key, exc in {**steps.failed, **details.failed}.items():
@@ -143,6 +142,11 @@ class ScenarioBench:
         self._ratio_rows(steps, details)
         if aa and aa in steps.samples and (*aa[:2], "") in steps.samples:
             self._aa_row(aa, steps)
+
+    def _repetition_done(self, key) -> None:
+        """One progress unit per cell and repetition; the A/A copy is not a cell of the plan."""
+        if not key[2]:
+            self.tick(f"{self.name} {key[0]} {key[1]}")
 
     def _aa_key(self):
         """The A/A control: batched flat (else the first cell) replayed twice as if it were two cells."""
