@@ -35,6 +35,9 @@ E_DUPLICATE = -7  # ValueError: a sequence twice in one decode step
 E_BLOCK_RANGE = -8  # ValueError
 E_BUFFER = -9  # ValueError: an output buffer too small for the batch
 E_COUNT = -10  # ValueError: negative block count
+E_HASH = -11  # ValueError: an invalid hash chain or block hash (prefix caching)
+E_NOT_FULL = -12  # ValueError: sealing a sequence whose last block is not full (prefix caching)
+E_SEALED = -13  # ValueError: sealing a block that already carries a hash (prefix caching)
 
 
 class NoFreeBlocksError(MemoryError):
@@ -52,6 +55,9 @@ _MESSAGES = {
     E_BLOCK_RANGE: (ValueError, "block id {block} is outside [0, {num_blocks})"),
     E_BUFFER: (ValueError, "output buffers hold {capacity} entries, the batch has {need}"),
     E_COUNT: (ValueError, "num_blocks must be >= 0, got {need}"),
+    E_HASH: (ValueError, "invalid block hash for sequence {seq}: {why}"),
+    E_NOT_FULL: (ValueError, "sequence {seq}'s last block is not full: only full blocks are cached"),
+    E_SEALED: (ValueError, "sequence {seq}'s last block already carries a hash"),
 }
 
 
@@ -139,3 +145,55 @@ class BlockManager(Protocol):
     def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int: ...
     def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None: ...
     def table_nbytes(self, seq_id: int) -> int | None: ...
+
+
+@runtime_checkable
+class CachingBlockManager(BlockManager, Protocol):
+    """A BlockManager with prefix caching, the optional part of the contract.
+
+    A design that implements it sets the class attribute ``prefix_caching = True``; :class:`impls.reference.
+    ReferenceModel` is its executable definition, and the differential tests hold every such design to it.
+
+    - Block hashes are Python or NumPy integers in ``[1, 2**64)`` (0 is reserved: open-addressing tables use it as
+      "empty"). A prompt's hash chain is a 1-D, C-contiguous ``uint64`` array with exactly ``num_tokens //
+      block_size`` entries (its full blocks; hash ``i`` covers tokens ``[0, (i + 1) * block_size)``), no entry 0
+      and no entry twice (a row holds a block once). Anything else is ``ValueError`` (``E_HASH``), checked after
+      the sequence id and token count and before the row's state.
+    - Each block carries at most one hash, and each hash is carried by at most one block (the cache maps hash ->
+      block). A block that carries a hash is *cached*: in use (ref >= 1) or, with ref 0, *evictable*.
+    - ``allocate_cached(seq, num_tokens, hashes)`` admits a request: it looks the chain up from the start; every
+      hit block is shared (ref + 1; an evictable block leaves the evictable set); the first miss and every block
+      after it are fresh. It needs ``fresh + evictable hits`` free blocks (else ``NoFreeBlocksError``, nothing
+      changed). Order, which every design follows so that all make the same choices: (1) the hits, in chain
+      order; (2) the fresh blocks, taken one by one (each may evict); (3) the fresh full blocks' hashes are
+      inserted in chain order, except a hash another block already carries (that block keeps it; the fresh block
+      stays uncached). Returns the prompt tokens served from the cache: ``hits * block_size``.
+    - ``seal(seq, block_hash)`` gives the sequence's last block its hash once decode has filled it (the trace
+      says when). Checks, in order: sequence range and state as ``append_slot``, the hash (``E_HASH``), the last
+      block full (``E_NOT_FULL``), the last block without a hash yet (``E_SEALED``). Returns
+      ``True`` when the block is now cached, ``False`` when another block already carries that hash (it stays
+      uncached). Plain ``allocate`` and decode appends never cache anything; a partial block is never cached.
+    - Taking a fresh block (admission, a decode append at a boundary, a copy-on-write) prefers a never-cached free
+      block; only when there is none does it evict the least recently freed evictable block (dropping its hash).
+    - ``free`` releases a sequence's blocks in reverse table order (its last block first); a block whose ref
+      count reaches 0 joins the evictable set as the most recently freed if it is cached, else the never-cached
+      free blocks. So a freed prompt's tail is evicted before its head, as in vLLM.
+    - ``num_free_blocks()`` and ``can_allocate`` count never-cached free blocks plus evictable ones; ``ref_count``
+      of an evictable block is 0; ``num_cached_blocks()`` counts blocks that carry a hash.
+    - Copy-on-write and fork keep their meaning: a forked child shares its parent's blocks, cached or not; a
+      copy-on-write only ever copies a partial (so never cached) last block.
+    """
+
+    prefix_caching: bool
+
+    def allocate_cached(self, seq_id: int, num_tokens: int, hashes: np.ndarray) -> int: ...
+    def seal(self, seq_id: int, block_hash: int) -> bool: ...
+    def num_cached_blocks(self) -> int: ...
+
+
+def supports_prefix_caching(manager: object) -> bool:
+    """Whether ``manager`` (an instance or a class) implements the prefix-caching part of the contract."""
+    return getattr(manager, "prefix_caching", False) is True
+
+
+MAX_HASH = 2**64 - 1

@@ -8,11 +8,22 @@ reverse table order; implementations may use any order (tests compare up to rena
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
+import numpy as np
+
 from .contract import NoFreeBlocksError
 
 
 class ReferenceModel:
-    """The contract, written for clarity rather than speed. Not a contender: not in the registry."""
+    """The contract, written for clarity rather than speed. Not a contender: not in the registry.
+
+    It implements prefix caching too (:class:`impls.contract.CachingBlockManager`): ``free_ids`` holds the
+    never-cached free blocks, ``evictable`` the cached blocks with ref 0 in the order they were freed (oldest
+    first), ``cache`` maps hash -> block and ``block_hash`` block -> hash.
+    """
+
+    prefix_caching = True
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
@@ -24,6 +35,10 @@ class ReferenceModel:
         self.refs = [0] * num_blocks
         self.tables: dict[int, list[int]] = {}
         self.lens: dict[int, int] = {}
+        self.cache: dict[int, int] = {}
+        self.block_hash: dict[int, int] = {}
+        self.evictable: OrderedDict[int, None] = OrderedDict()
+        self.evictions = 0  # blocks evicted so far (a statistic, not part of the contract)
 
     # -- checks, in the contract's order --------------------------------------------------------------------
     def _in_range(self, seq: int) -> None:
@@ -39,9 +54,42 @@ class ReferenceModel:
         return -(-tokens // self.block_size)
 
     def _take(self) -> int:
-        block = self.free_ids.pop()
+        if self.free_ids:
+            block = self.free_ids.pop()
+        else:  # evict the least recently freed cached block
+            block, _ = self.evictable.popitem(last=False)
+            del self.cache[self.block_hash.pop(block)]
+            self.evictions += 1
         self.refs[block] = 1
         return block
+
+    def _release(self, block: int) -> None:
+        self.refs[block] -= 1
+        if self.refs[block] == 0:
+            if block in self.block_hash:
+                self.evictable[block] = None
+            else:
+                self.free_ids.append(block)
+
+    def _free_count(self) -> int:
+        return len(self.free_ids) + len(self.evictable)
+
+    def _check_hash(self, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= int(value) < 2**64:
+            raise ValueError(f"block hash {value!r} is not in [1, 2**64)")
+        return int(value)
+
+    def _check_chain(self, num_tokens: int, hashes: object) -> list[int]:
+        if not isinstance(hashes, np.ndarray) or hashes.dtype != np.uint64 or hashes.ndim != 1:
+            raise ValueError("hashes must be a 1-D uint64 array")
+        if not hashes.flags.c_contiguous:
+            raise ValueError("hashes must be C-contiguous")
+        if len(hashes) != num_tokens // self.block_size:
+            raise ValueError("one hash per full prompt block")
+        chain = [self._check_hash(h) for h in hashes.tolist()]
+        if len(set(chain)) != len(chain):
+            raise ValueError("a hash twice in one chain")
+        return chain
 
     def _needs_block(self, seq: int) -> bool:
         n = self.lens[seq]
@@ -57,7 +105,7 @@ class ReferenceModel:
     def can_allocate(self, num_blocks: int) -> bool:
         if num_blocks < 0:
             raise ValueError("negative count")
-        return len(self.free_ids) >= num_blocks
+        return self._free_count() >= num_blocks
 
     def allocate(self, seq: int, num_tokens: int) -> None:
         self._in_range(seq)
@@ -68,14 +116,70 @@ class ReferenceModel:
             raise ValueError("prompt too long")
         if seq in self.tables:
             raise KeyError(seq)
-        if need > len(self.free_ids):
+        if need > self._free_count():
             raise NoFreeBlocksError(need)
         self.tables[seq] = [self._take() for _ in range(need)]
         self.lens[seq] = num_tokens
 
+    def cached_prefix(self, hashes: list[int]) -> list[int]:
+        """The blocks a chain hits, from its start to its first miss."""
+        hits = []
+        for h in hashes:
+            if h not in self.cache:
+                break
+            hits.append(self.cache[h])
+        return hits
+
+    def cached_need(self, num_tokens: int, hashes: list[int]) -> int:
+        """Free blocks ``allocate_cached`` would consume: fresh blocks plus evictable hits (for schedulers)."""
+        hits = self.cached_prefix(hashes)
+        return self._blocks(num_tokens) - len(hits) + sum(self.refs[b] == 0 for b in hits)
+
+    def allocate_cached(self, seq: int, num_tokens: int, hashes: object) -> int:
+        self._in_range(seq)
+        if num_tokens < 1:
+            raise ValueError("num_tokens < 1")
+        if self._blocks(num_tokens) > self.max_blocks_per_seq:
+            raise ValueError("prompt too long")
+        chain = self._check_chain(num_tokens, hashes)
+        if seq in self.tables:
+            raise KeyError(seq)
+        need = self.cached_need(num_tokens, chain)
+        if need > self._free_count():
+            raise NoFreeBlocksError(need)
+        hits = self.cached_prefix(chain)
+        for block in hits:
+            self.refs[block] += 1
+            self.evictable.pop(block, None)
+        fresh = [self._take() for _ in range(self._blocks(num_tokens) - len(hits))]
+        for block, h in zip(fresh, chain[len(hits):], strict=False):  # stops at the full blocks
+            if h not in self.cache:
+                self.cache[h] = block
+                self.block_hash[block] = h
+        self.tables[seq] = hits + fresh
+        self.lens[seq] = num_tokens
+        return len(hits) * self.block_size
+
+    def seal(self, seq: int, block_hash: object) -> bool:
+        self._active(seq)
+        h = self._check_hash(block_hash)
+        if self.lens[seq] % self.block_size:
+            raise ValueError("last block not full")
+        block = self.tables[seq][-1]
+        if block in self.block_hash:
+            raise ValueError("already sealed")
+        if h in self.cache:
+            return False
+        self.cache[h] = block
+        self.block_hash[block] = h
+        return True
+
+    def num_cached_blocks(self) -> int:
+        return len(self.block_hash)
+
     def append_slot(self, seq: int) -> tuple[int, int] | None:
         self._check_append(seq)
-        if self._needs_block(seq) and not self.free_ids:
+        if self._needs_block(seq) and not self._free_count():
             raise NoFreeBlocksError(1)
         return self._append(seq)
 
@@ -89,7 +193,7 @@ class ReferenceModel:
         src = table[-1]
         if self.refs[src] == 1:
             return None
-        self.refs[src] -= 1
+        self.refs[src] -= 1  # still >= 1: a shared block never reaches 0 here
         table[-1] = self._take()
         return src, table[-1]
 
@@ -108,9 +212,7 @@ class ReferenceModel:
     def free(self, seq: int) -> None:
         self._active(seq)
         for block in reversed(self.tables.pop(seq)):
-            self.refs[block] -= 1
-            if self.refs[block] == 0:
-                self.free_ids.append(block)
+            self._release(block)
         del self.lens[seq]
 
     def block_table(self, seq: int) -> list[int]:
@@ -122,7 +224,7 @@ class ReferenceModel:
         return self.lens[seq]
 
     def num_free_blocks(self) -> int:
-        return len(self.free_ids)
+        return self._free_count()
 
     def ref_count(self, block: int) -> int:
         if not 0 <= block < self.num_blocks:
@@ -145,7 +247,7 @@ class ReferenceModel:
             if seq in seen:
                 raise ValueError("duplicate")
             seen.add(seq)
-        if sum(self._needs_block(s) for s in seq_ids) > len(self.free_ids):
+        if sum(self._needs_block(s) for s in seq_ids) > self._free_count():
             raise NoFreeBlocksError("step")
         cows = [cow for cow in (self._append(s) for s in seq_ids) if cow is not None]
         return cows, [self.last_slot(s) for s in seq_ids]
