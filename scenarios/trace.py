@@ -40,7 +40,11 @@ ALLOCATE = 1  # a0 = row, a1 = tokens
 FORK = 2  # a0 = parent row, a1 = child row
 FREE = 3  # a0 = row
 APPEND = 4  # a0 = row (decode appends, the last part of each step)
-OP_NAMES = {CAN_ALLOCATE: "can_allocate", ALLOCATE: "allocate", FORK: "fork", FREE: "free", APPEND: "append"}
+# Prefix caching (format version 3; see impls.contract.CachingBlockManager). ``op_hash[i]`` indexes ``hashes``:
+ALLOCATE_CACHED = 5  # a0 = row, a1 = tokens; chain = hashes[op_hash[i] : op_hash[i] + a1 // block_size]
+SEAL = 6  # a0 = row, a1 = the answer seal() gave (1/0); hash = hashes[op_hash[i]]
+OP_NAMES = {CAN_ALLOCATE: "can_allocate", ALLOCATE: "allocate", FORK: "fork", FREE: "free", APPEND: "append",
+            ALLOCATE_CACHED: "allocate_cached", SEAL: "seal"}
 
 ARRAYS = {  # name -> dtype
     "op": np.uint8,
