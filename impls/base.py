@@ -3,8 +3,10 @@ error messages."""
 
 from __future__ import annotations
 
-from .contract import check_config, raise_for
-from .validation import check_memory
+import numpy as np
+
+from .contract import ALLOCATE, CAN_ALLOCATE, FREE, check_config, raise_for
+from .validation import check_memory, check_step_ops, step_args
 
 
 class ManagerBase:
@@ -33,6 +35,40 @@ class ManagerBase:
     def num_free_blocks(self) -> int:  # pragma: no cover - every design overrides it
         raise NotImplementedError
 
+    def step(self, ops: np.ndarray, a0: np.ndarray, a1: np.ndarray, seq_ids: np.ndarray, status_out: np.ndarray,
+             cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        """One engine step in one call (see :meth:`impls.contract.BlockManager.step`): here a loop in Python
+        over the design's own per-call methods and its ``decode_step``, each failure caught and written as
+        its status code. Written once for every design without a compiled step of its own, so that an
+        interpreted design pays exactly what its per-op calls cost."""
+        ops, a0, a1, ids = step_args(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self.max_seqs)
+        codes = ops.tolist()
+        check_step_ops(codes)
+        m = len(codes)
+        status_out[:m] = [self._step_op(o, x, y) for o, x, y in zip(codes, a0.tolist(), a1.tolist(), strict=True)]
+        try:
+            rc, detail = self.decode_step(ids, cow_out, slot_out), 0
+        except STEP_ERRORS as exc:
+            rc, detail = _status_of(exc)
+        status_out[m] = min(rc, 0)
+        status_out[m + 1] = detail
+        return rc
+
+    def _step_op(self, op: int, x: int, y: int) -> int:
+        """One pool operation of :meth:`step` through the per-call method; its status code."""
+        try:
+            if op == FREE:
+                self.free(x)
+            elif op == CAN_ALLOCATE:
+                return 1 if self.can_allocate(x) else 0
+            elif op == ALLOCATE:
+                self.allocate(x, y)
+            else:  # FORK (check_step_ops let nothing else through)
+                self.fork(x, y)
+        except STEP_ERRORS as exc:
+            return _status_of(exc)[0]
+        return 0
+
     def _fail(self, code: int, seq: int = -1, **context: object) -> None:
         raise_for(
             code,
@@ -49,3 +85,15 @@ class ManagerBase:
             f"{type(self).__name__}(num_blocks={self.num_blocks}, block_size={self.block_size}, "
             f"max_seqs={self.max_seqs}, max_blocks_per_seq={self.max_blocks_per_seq})"
         )
+
+
+STEP_ERRORS = (ValueError, KeyError, MemoryError)  # the contract's exceptions (NoFreeBlocksError is a MemoryError)
+
+
+def _status_of(exc: Exception) -> tuple[int, int]:
+    """(code, detail) a contract exception carries (see :func:`impls.contract.raise_for`); any other exception,
+    e.g. a real ``MemoryError``, is not a status and propagates."""
+    code = getattr(exc, "code", None)
+    if code is None:
+        raise exc
+    return code, exc.detail

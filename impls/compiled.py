@@ -10,14 +10,40 @@ with no dispatch at all. Kernels validate their input and return status codes (s
 
 from __future__ import annotations
 
+import re
+import types
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
 from .base import ManagerBase
-from .contract import E_BUFFER, E_NO_BLOCKS, blocks_for, fork_culprit
-from .validation import batch_args, block_arg, check_active, count_arg, lookup_args, seq_arg, tokens_arg
+from .contract import (
+    ALLOCATE,
+    CAN_ALLOCATE,
+    E_BUFFER,
+    E_COUNT,
+    E_NO_BLOCKS,
+    E_SEQ_RANGE,
+    E_TOKENS,
+    E_TOO_LONG,
+    FREE,
+    STEP_EXTRA,
+    blocks_for,
+    fork_culprit,
+)
+from .validation import (
+    batch_args,
+    block_arg,
+    check_active,
+    count_arg,
+    lookup_args,
+    refuse_op,
+    seq_arg,
+    step_args,
+    tokens_arg,
+)
 
 
 class Kernels(NamedTuple):
@@ -31,6 +57,70 @@ class Kernels(NamedTuple):
     decode_step: Callable  # (seq_ids, cow_out, slot_out) -> (number of CoWs | <0, detail)
     lookup: Callable  # (seq_ids, slot_out) -> (0 | <0, detail)
     last_slot: Callable  # (seq) -> slot | <0
+
+
+# Bound per design by step_kernel(); the loop reads them as Numba globals, so that each design's step is a
+# module-level function of its own that Numba can cache (as harness.measure.drivers does for its replay loop).
+_k_can = _k_alloc = _k_fork = _k_free = _k_step = None
+
+
+# One function on purpose: it is the whole step in one crossing, and each helper taking arrays would add
+# reference counting of its arguments per call.
+def _step_loop(state, ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows, max_tokens, num_blocks):  # noqa: C901
+    """The whole-step entry point's kernel: returns ``(cows or the batch's code, -1)``, or ``(code, i)`` for a
+    bad op code at ``i``, found before anything changes. Ids, counts and token counts are range-checked here,
+    in the contract's order, before a design's kernel sees them (as the per-call wrappers do in Python), so no
+    value can wrap around in a kernel's int32 state."""
+    m = ops.shape[0]
+    if status_out.shape[0] < m + STEP_EXTRA:  # never after step_args: compiled code writes only inside buffers
+        return E_BUFFER, -1
+    for i in range(m):
+        if ops[i] < CAN_ALLOCATE or ops[i] > FREE:
+            return ops[i], i
+    for i in range(m):
+        o, x, y = ops[i], a0[i], a1[i]
+        if o == CAN_ALLOCATE:
+            rc = E_COUNT if x < 0 else (0 if x > num_blocks else _k_can(*state, x))
+        elif o == FREE:
+            rc = E_SEQ_RANGE if x < 0 or x >= rows else _k_free(*state, x)
+        elif o == ALLOCATE:
+            if x < 0 or x >= rows:
+                rc = E_SEQ_RANGE
+            elif y < 1:
+                rc = E_TOKENS
+            elif y > max_tokens:
+                rc = E_TOO_LONG
+            else:
+                rc = _k_alloc(*state, x, y)
+        else:  # FORK
+            rc = E_SEQ_RANGE if x < 0 or x >= rows or y < 0 or y >= rows else _k_fork(*state, x, y)
+        status_out[i] = rc
+    rc, detail = _k_step(*state, seq_ids, cow_out, slot_out)
+    if rc >= 0:
+        status_out[m] = 0
+        status_out[m + 1] = 0
+        return rc, -1
+    if rc != E_NO_BLOCKS and 0 <= detail < seq_ids.shape[0]:
+        detail = seq_ids[detail]  # the offending id, as the per-call path's exception names it
+    status_out[m] = rc
+    status_out[m + 1] = detail
+    return rc, -1
+
+
+_STEP_KERNELS: dict[str, Callable] = {}
+
+
+def step_kernel(kernels: Kernels) -> Callable:
+    """The compiled whole-step loop over ``kernels``, one per design (cached by Numba across processes)."""
+    key = kernels.decode_step.py_func.__module__
+    if key not in _STEP_KERNELS:
+        env = {**_step_loop.__globals__, "_k_can": kernels.can_allocate, "_k_alloc": kernels.allocate,
+               "_k_fork": kernels.fork, "_k_free": kernels.free, "_k_step": kernels.decode_step}
+        name = "step_loop_" + re.sub(r"\W", "_", key)
+        fn = types.FunctionType(_step_loop.__code__, env, name)
+        fn.__qualname__ = name
+        _STEP_KERNELS[key] = njit(cache=True)(fn)
+    return _STEP_KERNELS[key]
 
 
 class CompiledBlockManager(ManagerBase):
@@ -103,6 +193,17 @@ class CompiledBlockManager(ManagerBase):
         rc, detail = self.kernels.decode_step(*self.state, seq_ids, cow_out, slot_out)
         if rc < 0:
             self._fail_batch(rc, detail, seq_ids, min(len(cow_out), len(slot_out)))
+        return rc
+
+    def step(self, ops: np.ndarray, a0: np.ndarray, a1: np.ndarray, seq_ids: np.ndarray, status_out: np.ndarray,
+             cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        """One engine step in one compiled call (see :meth:`impls.contract.BlockManager.step`): the buffers are
+        checked here, the op codes in the kernel's first pass, both before anything changes."""
+        ops, a0, a1, ids = step_args(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self.max_seqs)
+        rc, bad = step_kernel(self.kernels)(self.state, ops, a0, a1, ids, status_out, cow_out, slot_out,
+                                            self.max_seqs, self.max_tokens, self.num_blocks)
+        if bad >= 0:
+            refuse_op(bad, rc)
         return rc
 
     def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:

@@ -40,6 +40,21 @@ E_NOT_FULL = -12  # ValueError: sealing a sequence whose last block is not full 
 E_SEALED = -13  # ValueError: sealing a block that already carries a hash (prefix caching)
 
 
+# Pool-operation codes of the whole-step entry point (:meth:`BlockManager.step`) and of trace files
+# (:mod:`scenarios.trace` imports them from here); a0/a1 per op:
+CAN_ALLOCATE = 0  # a0 = blocks asked for (a trace keeps in a1 the answer the scheduler got; step ignores a1)
+ALLOCATE = 1  # a0 = row, a1 = tokens
+FORK = 2  # a0 = parent row, a1 = child row
+FREE = 3  # a0 = row
+APPEND = 4  # a0 = row (a trace's decode appends; step takes them as its decode batch, never as an op)
+# Prefix caching (trace format version 3; see CachingBlockManager). Reserved: step refuses them for now.
+ALLOCATE_CACHED = 5  # a0 = row, a1 = tokens; the chain comes from the trace's hashes
+SEAL = 6  # a0 = row, a1 = the answer seal() gave (1/0)
+STEP_OPS = (CAN_ALLOCATE, ALLOCATE, FORK, FREE)  # what step accepts
+# status_out of step holds one entry per op, then the decode batch's status and its detail.
+STEP_EXTRA = 2
+
+
 class NoFreeBlocksError(MemoryError):
     """The free pool holds fewer blocks than the operation needs; the scheduler should preempt."""
 
@@ -67,9 +82,21 @@ class _Context(dict):
 
 
 def raise_for(code: int, **context: object) -> None:
-    """Raise the contract's exception for a negative status ``code``; ``context`` fills the message."""
+    """Raise the contract's exception for a negative status ``code``; ``context`` fills the message.
+
+    The exception carries ``code`` and ``detail`` (the blocks needed for ``E_NO_BLOCKS``, else the sequence id
+    named, -1 when none): what the whole-step entry point writes to its status buffer when a design's own
+    methods raise."""
     exc_type, template = _MESSAGES[code]
-    raise exc_type(template.format_map(_Context(context)))
+    exc = exc_type(template.format_map(_Context(context)))
+    exc.code = code
+    exc.detail = _detail(code, context)
+    raise exc
+
+
+def _detail(code: int, context: dict) -> int:
+    value = context.get("need" if code == E_NO_BLOCKS else "seq", -1)
+    return value if type(value) is int else -1
 
 
 def fork_culprit(code: int, parent: int, child: int, max_seqs: int) -> int:
@@ -145,6 +172,33 @@ class BlockManager(Protocol):
     def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int: ...
     def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None: ...
     def table_nbytes(self, seq_id: int) -> int | None: ...
+    def step(self, ops: np.ndarray, a0: np.ndarray, a1: np.ndarray, seq_ids: np.ndarray, status_out: np.ndarray,
+             cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        """One engine step in one call: the step's pool operations in order, then its decode batch.
+
+        - ``ops``, ``a0``, ``a1``: 1-D integer arrays of one length ``m`` (int64 and C-contiguous: no copy; other
+          integer dtypes are converted), the pool operations in a trace's encoding: ``CAN_ALLOCATE`` (a0 =
+          blocks), ``ALLOCATE`` (a0 = row, a1 = tokens), ``FORK`` (a0 = parent, a1 = child), ``FREE`` (a0 =
+          row); ``a1`` is ignored for ``CAN_ALLOCATE`` and ``FREE``. ``seq_ids``: the decode batch, as for
+          ``decode_step``.
+        - ``status_out``: int64[>= m + STEP_EXTRA], writeable. ``status_out[i]`` receives op ``i``'s status:
+          for ``CAN_ALLOCATE`` its answer (1 or 0) or ``E_COUNT``, for the others 0 or the contract's negative
+          code (the ``code`` the per-call method's exception carries). ``status_out[m]`` receives the decode
+          batch's status (0 or a negative code), ``status_out[m + 1]`` its detail: the blocks needed for
+          ``E_NO_BLOCKS``, else the offending sequence id (0 when the batch succeeded). ``cow_out`` and
+          ``slot_out`` as for ``decode_step``.
+        - Returns the number of copy-on-write pairs written to ``cow_out`` (>= 0), or the batch's negative code.
+        - Atomicity is per operation, as if the engine had made each call itself and caught its exception: a
+          failed op changes nothing and does not stop later ops (each sees the state the earlier ones left);
+          the decode batch runs last, whatever the ops' statuses, and is atomic as ``decode_step`` is (on
+          failure ``cow_out`` and ``slot_out`` are left as they were). The caller reads ``status_out``.
+        - The call as a whole is refused before anything changes, with ``TypeError``/``ValueError``, when a
+          buffer is wrong (type, dtype, shape, lengths that differ, too small, not writeable, outputs that
+          overlap one another or an input) or an op code is not in :data:`STEP_OPS` (``APPEND`` belongs in
+          ``seq_ids``; ``ALLOCATE_CACHED`` and ``SEAL`` are reserved for prefix caching and refused for now:
+          their hash chains will come as further arguments).
+        """
+        ...
 
 
 @runtime_checkable

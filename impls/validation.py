@@ -18,6 +18,8 @@ import numpy as np
 from numba import njit
 
 from .contract import (
+    ALLOCATE_CACHED,
+    APPEND,
     E_ACTIVE,
     E_BLOCK_RANGE,
     E_BUFFER,
@@ -28,6 +30,9 @@ from .contract import (
     E_TOKENS,
     E_TOO_LONG,
     OK,
+    SEAL,
+    STEP_EXTRA,
+    STEP_OPS,
     raise_for,
 )
 
@@ -251,6 +256,76 @@ def lookup_args(seq_ids: object, slot_out: object, max_seqs: int) -> np.ndarray:
     if s is None or i is None or s is i:
         _refuse_overlap(ids, slot_out)
     return ids
+
+
+def _ops_arg(values: object, name: str) -> np.ndarray:
+    """One of the step's op arrays (``ops``, ``a0``, ``a1``) as a C-contiguous int64 vector (a copy only when
+    given another integer dtype or a strided view)."""
+    if not isinstance(values, _ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(values).__name__}")
+    dtype = values.dtype
+    if dtype is _INT64 and values.ndim == 1 and values.flags.c_contiguous:
+        return values
+    if values.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {values.shape}")
+    if dtype.kind not in "iu":  # bool, floats and objects are not op codes or arguments
+        raise TypeError(f"{name} must have an integer dtype, got {dtype}")
+    if dtype.kind == "u" and dtype.itemsize == 8 and values.size and int(values.max()) > _INT64_MAX:
+        raise ValueError(f"{name} holds {int(values.max())}, beyond int64")
+    return np.ascontiguousarray(values, dtype=_INT64)
+
+
+def step_args(ops: object, a0: object, a1: object, seq_ids: object, status_out: object, cow_out: object,
+              slot_out: object, max_seqs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Arguments of ``step`` (see :meth:`impls.contract.BlockManager.step`); returns ``ops``, ``a0``, ``a1`` and
+    the decode ids as C-contiguous int64. The op codes themselves are checked by the caller (the compiled
+    designs in their kernel's first pass, before anything changes). No output may overlap another output or
+    an input; inputs may overlap one another (a trace's ``a0`` holds the decode ids too)."""
+    ops, a0, a1 = _ops_arg(ops, "ops"), _ops_arg(a0, "a0"), _ops_arg(a1, "a1")
+    m = ops.shape[0]
+    if a0.shape[0] != m or a1.shape[0] != m:
+        raise ValueError(f"ops, a0 and a1 must have one length, got {m}, {a0.shape[0]} and {a1.shape[0]}")
+    ids = _ids_arg(seq_ids, max_seqs)
+    n = ids.shape[0]
+    outs = (_out_arg(status_out, "status_out", 1, 0), _out_arg(cow_out, "cow_out", 2, n),
+            _out_arg(slot_out, "slot_out", 1, n))
+    if status_out.shape[0] < m + STEP_EXTRA:
+        raise ValueError(f"status_out holds {status_out.shape[0]} entries, the step needs {m + STEP_EXTRA} "
+                         f"({m} ops, then the decode batch's status and detail)")
+    ins = [_owner(a) for a in (ops, a0, a1, ids)]  # a foreign buffer (None) may view any memory
+    known = all(o is not None for o in outs) and all(i is not None for i in ins)
+    if not known or outs[0] is outs[1] or outs[0] is outs[2] or outs[1] is outs[2] or any(
+            o is i for o in outs for i in ins):
+        _refuse_step_overlap((ops, a0, a1, ids), (status_out, cow_out, slot_out))
+    return ops, a0, a1, ids
+
+
+def refuse_op(index: int, code: int) -> None:
+    """``ValueError`` for op ``index`` of a step, whose code ``code`` is not one :meth:`step` takes."""
+    if code in (ALLOCATE_CACHED, SEAL):
+        raise ValueError(f"ops[{index}] is {code} ({'ALLOCATE_CACHED' if code == ALLOCATE_CACHED else 'SEAL'}): "
+                         "prefix-caching ops are reserved and not taken by step yet")
+    if code == APPEND:
+        raise ValueError(f"ops[{index}] is APPEND ({APPEND}): decode appends go in seq_ids, not among the ops")
+    raise ValueError(f"ops[{index}] is {code}, not an op code step takes ({', '.join(map(str, STEP_OPS))})")
+
+
+def check_step_ops(codes: list[int]) -> None:
+    """Every op code one :meth:`step` takes, else :func:`refuse_op` for the first that is not."""
+    for i, code in enumerate(codes):
+        if code not in _STEP_OPS:
+            refuse_op(i, code)
+
+
+_STEP_OPS = frozenset(STEP_OPS)
+
+
+def _refuse_step_overlap(ins: tuple[np.ndarray, ...], outs: tuple[np.ndarray, ...]) -> None:
+    """``ValueError`` when an output may share memory with another output or with an input (the slow path)."""
+    for i, out in enumerate(outs):
+        for other in (*outs[i + 1 :], *ins):
+            if np.may_share_memory(out, other):
+                raise ValueError("status_out, cow_out and slot_out must not overlap one another or the inputs")
 
 
 # -- memory a configuration needs ----------------------------------------------------------------------------

@@ -27,22 +27,29 @@ from pathlib import Path
 
 import numpy as np
 
-from impls.contract import blocks_for, check_config
+from impls.contract import (
+    ALLOCATE,
+    ALLOCATE_CACHED,
+    APPEND,
+    CAN_ALLOCATE,
+    FORK,
+    FREE,
+    SEAL,
+    blocks_for,
+    check_config,
+)
 
 from .atomic import atomic_write
 
 FORMAT = "kvblock-bench-trace"
 FORMAT_VERSION = 2
 
-# Op codes; a0/a1 per op:
-CAN_ALLOCATE = 0  # a0 = blocks asked for, a1 = the answer the scheduler got (1/0)
-ALLOCATE = 1  # a0 = row, a1 = tokens
-FORK = 2  # a0 = parent row, a1 = child row
-FREE = 3  # a0 = row
-APPEND = 4  # a0 = row (decode appends, the last part of each step)
-# Prefix caching (format version 3; see impls.contract.CachingBlockManager). ``op_hash[i]`` indexes ``hashes``:
-ALLOCATE_CACHED = 5  # a0 = row, a1 = tokens; chain = hashes[op_hash[i] : op_hash[i] + a1 // block_size]
-SEAL = 6  # a0 = row, a1 = the answer seal() gave (1/0); hash = hashes[op_hash[i]]
+# Op codes (defined once, in impls.contract, which the whole-step entry point shares); a0/a1 per op:
+# CAN_ALLOCATE a0 = blocks asked for, a1 = the answer the scheduler got (1/0); ALLOCATE a0 = row, a1 = tokens;
+# FORK a0 = parent row, a1 = child row; FREE a0 = row; APPEND a0 = row (decode appends, the last part of each
+# step). Prefix caching (format version 3; see impls.contract.CachingBlockManager), ``op_hash[i]`` indexes
+# ``hashes``: ALLOCATE_CACHED a0 = row, a1 = tokens, chain = hashes[op_hash[i] : op_hash[i] + a1 // block_size];
+# SEAL a0 = row, a1 = the answer seal() gave (1/0), hash = hashes[op_hash[i]].
 OP_NAMES = {CAN_ALLOCATE: "can_allocate", ALLOCATE: "allocate", FORK: "fork", FREE: "free", APPEND: "append",
             ALLOCATE_CACHED: "allocate_cached", SEAL: "seal"}
 
