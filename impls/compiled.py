@@ -13,10 +13,11 @@ from __future__ import annotations
 import re
 import types
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, typeof
 
 from .base import ManagerBase
 from .contract import (
@@ -42,6 +43,7 @@ from .validation import (
     refuse_op,
     seq_arg,
     step_args,
+    step_fast,
     tokens_arg,
 )
 
@@ -108,6 +110,8 @@ def _step_loop(state, ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows,
 
 
 _STEP_KERNELS: dict[str, Callable] = {}
+# The per-call kernels entered through entry points, with the number of int arguments after the state.
+_ENTRY = (("can_allocate", 1), ("allocate", 2), ("append", 1), ("fork", 2), ("free", 1), ("last_slot", 1))
 
 
 def step_kernel(kernels: Kernels) -> Callable:
@@ -127,8 +131,55 @@ class CompiledBlockManager(ManagerBase):
     """Base class of compiled designs. Subclasses set ``kernels``, ``self.state`` and ``self._lens``."""
 
     kernels: Kernels
-    state: tuple
     _lens: np.ndarray
+
+    # -- dispatch -------------------------------------------------------------------------------------------
+    # Per call, the kernels are entered through their compiled entry points (Dispatcher.compile(signature),
+    # bound to this manager's state with functools.partial), not through Numba's dispatcher, which types every
+    # argument on every call (about twice the cost of the call itself). That is safe only because every
+    # argument is of exactly the compiled type: the state is the manager's own arrays or typed containers, made
+    # once, and the other arguments are Python ints the wrapper has range-checked. Buffers a caller passes
+    # (``decode_step``, ``lookup``) keep the dispatcher; ``step`` uses an entry point only for buffers that
+    # :func:`impls.validation.step_fast` proves exactly typed. Bound on first use, and again whenever ``state``
+    # or ``kernels`` is replaced (:meth:`rebind`).
+    @property
+    def state(self) -> tuple:
+        """The design's arrays and containers, the first arguments of every kernel."""
+        return self._state
+
+    @state.setter
+    def state(self, value: tuple) -> None:
+        self._state = value
+        self.rebind()
+
+    def rebind(self) -> None:
+        """Forget the bound entry points (they are bound again, to the current state and kernels, on next use)."""
+        for name in [n for n in self.__dict__ if n.startswith("_ep_")]:
+            del self.__dict__[name]
+
+    def __getattr__(self, name: str):
+        if name.startswith("_ep_") and "_state" in self.__dict__:
+            if name.startswith("_ep_step"):
+                self._bind_step()  # apart: the step kernel compiles only for a manager that steps
+            else:
+                self._bind()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _bind(self) -> None:
+        state = self._state
+        for op, ints in _ENTRY:
+            kernel = getattr(self.kernels, op)
+            sig = tuple(typeof(x) for x in (*state, *([0] * ints)))
+            self.__dict__["_ep_" + op] = partial(kernel.compile(sig), *state)
+
+    def _bind_step(self) -> None:
+        state = self._state
+        kernel = step_kernel(self.kernels)
+        vec, pairs = typeof(np.zeros(1, np.int64)), typeof(np.zeros((1, 2), np.int64))
+        sig = (typeof(state), vec, vec, vec, vec, vec, pairs, vec, typeof(0), typeof(0), typeof(0))
+        self.__dict__["_ep_step"] = partial(kernel.compile(sig), state)
+        self.__dict__["_ep_step_dispatch"] = partial(kernel, state)
 
     def can_allocate(self, num_blocks: int) -> bool:
         """Whether the free pool holds at least ``num_blocks`` blocks."""
@@ -136,7 +187,7 @@ class CompiledBlockManager(ManagerBase):
             if count_arg(num_blocks) > self.num_blocks:  # never; and kept out of the kernel's int64
                 return False
             num_blocks = int(num_blocks)
-        return self.kernels.can_allocate(*self.state, num_blocks) == 1
+        return self._ep_can_allocate(num_blocks) == 1
 
     def allocate(self, seq_id: int, num_tokens: int) -> None:
         """Give a new sequence ``ceil(num_tokens / block_size)`` fresh blocks with ref count 1."""
@@ -146,7 +197,7 @@ class CompiledBlockManager(ManagerBase):
             seq_id = seq_arg(seq_id, self.max_seqs)
         if type(num_tokens) is not int or not 0 < num_tokens <= self.max_tokens:
             num_tokens = tokens_arg(num_tokens, seq_id, self.max_blocks_per_seq, self.block_shift)
-        rc = self.kernels.allocate(*self.state, seq_id, num_tokens)
+        rc = self._ep_allocate(seq_id, num_tokens)
         if rc:
             self._fail(rc, seq_id, num_tokens=num_tokens, need=blocks_for(num_tokens, self.block_size))
 
@@ -154,7 +205,7 @@ class CompiledBlockManager(ManagerBase):
         """Add one token; returns ``(src, dst)`` when the shared last block was copied, else None."""
         if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:  # (the hot path inlines seq_arg)
             seq_id = seq_arg(seq_id, self.max_seqs)
-        rc, src, dst = self.kernels.append(*self.state, seq_id)
+        rc, src, dst = self._ep_append(seq_id)
         if rc < 0:
             self._fail(rc, seq_id, need=1)
         return (src, dst) if rc else None
@@ -162,7 +213,7 @@ class CompiledBlockManager(ManagerBase):
     def fork(self, parent_id: int, child_id: int) -> None:
         """The child gets the parent's table and length; every block's ref count rises by one."""
         parent_id, child_id = seq_arg(parent_id, self.max_seqs), seq_arg(child_id, self.max_seqs)
-        rc = self.kernels.fork(*self.state, parent_id, child_id)
+        rc = self._ep_fork(parent_id, child_id)
         if rc:
             self._fail(rc, fork_culprit(rc, parent_id, child_id, self.max_seqs))
 
@@ -170,7 +221,7 @@ class CompiledBlockManager(ManagerBase):
         """Drop one reference to each block; blocks reaching zero return to the pool."""
         if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:
             seq_id = seq_arg(seq_id, self.max_seqs)
-        rc = self.kernels.free(*self.state, seq_id)
+        rc = self._ep_free(seq_id)
         if rc:
             self._fail(rc, seq_id)
 
@@ -178,7 +229,7 @@ class CompiledBlockManager(ManagerBase):
         """Physical KV slot (``block * block_size + offset``) of the sequence's newest token."""
         if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:  # (the hot path inlines seq_arg)
             seq_id = seq_arg(seq_id, self.max_seqs)
-        slot = self.kernels.last_slot(*self.state, seq_id)
+        slot = self._ep_last_slot(seq_id)
         if slot < 0:
             self._fail(slot, seq_id)
         return slot
@@ -199,9 +250,13 @@ class CompiledBlockManager(ManagerBase):
              cow_out: np.ndarray, slot_out: np.ndarray) -> int:
         """One engine step in one compiled call (see :meth:`impls.contract.BlockManager.step`): the buffers are
         checked here, the op codes in the kernel's first pass, both before anything changes."""
-        ops, a0, a1, ids = step_args(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self.max_seqs)
-        rc, bad = step_kernel(self.kernels)(self.state, ops, a0, a1, ids, status_out, cow_out, slot_out,
-                                            self.max_seqs, self.max_tokens, self.num_blocks)
+        if step_fast(ops, a0, a1, seq_ids, status_out, cow_out, slot_out):
+            kernel, ids = self._ep_step, seq_ids
+        else:
+            ops, a0, a1, ids = step_args(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self.max_seqs)
+            kernel = self._ep_step_dispatch
+        rc, bad = kernel(ops, a0, a1, ids, status_out, cow_out, slot_out, self.max_seqs, self.max_tokens,
+                         self.num_blocks)
         if bad >= 0:
             refuse_op(bad, rc)
         return rc

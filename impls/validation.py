@@ -130,6 +130,7 @@ _ndarray = np.ndarray
 # Bits of ``ndarray.flags.num`` (NumPy's NPY_ARRAY_* flags): one attribute read instead of one per flag.
 _C_CONTIGUOUS, _OWNDATA, _ALIGNED, _WRITEABLE = 0x1, 0x4, 0x100, 0x400
 _USABLE = _C_CONTIGUOUS | _ALIGNED | _WRITEABLE
+_INPUT = _C_CONTIGUOUS | _ALIGNED
 _INT64_MAX = 2**63 - 1
 
 
@@ -280,7 +281,48 @@ def step_args(ops: object, a0: object, a1: object, seq_ids: object, status_out: 
     """Arguments of ``step`` (see :meth:`impls.contract.BlockManager.step`); returns ``ops``, ``a0``, ``a1`` and
     the decode ids as C-contiguous int64. The op codes themselves are checked by the caller (the compiled
     designs in their kernel's first pass, before anything changes). No output may overlap another output or
-    an input; inputs may overlap one another (a trace's ``a0`` holds the decode ids too)."""
+    an input; inputs may overlap one another (a trace's ``a0`` holds the decode ids too).
+
+    An engine's usual call (plain int64 arrays, outputs it allocated itself) takes one fused test
+    (:func:`step_fast`) of a subset of what the full checks accept; anything else goes through them, which
+    name what is wrong."""
+    if step_fast(ops, a0, a1, seq_ids, status_out, cow_out, slot_out):
+        return ops, a0, a1, seq_ids
+    return _step_args(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, max_seqs)
+
+
+def step_fast(ops: object, a0: object, a1: object, seq_ids: object, status_out: object, cow_out: object,
+              slot_out: object) -> bool:
+    """Whether ``step``'s buffers are an engine's usual ones, exactly typed for a compiled kernel: int64
+    ndarrays (not subclasses), inputs 1-D, C-contiguous and aligned, outputs owning their memory, writeable,
+    C-contiguous, aligned and large enough, no input a view of an output. True only where the full checks
+    pass too (so a compiled design may call its kernel's entry point directly, without Numba's type
+    dispatch: the arguments are of exactly the types it was compiled for, read-only inputs aside, which it
+    never writes)."""
+    if (type(ops) is _ndarray and type(a0) is _ndarray and type(a1) is _ndarray and type(seq_ids) is _ndarray
+            and type(status_out) is _ndarray and type(cow_out) is _ndarray and type(slot_out) is _ndarray
+            and ops.dtype is _INT64 and a0.dtype is _INT64 and a1.dtype is _INT64 and seq_ids.dtype is _INT64
+            and status_out.dtype is _INT64 and cow_out.dtype is _INT64 and slot_out.dtype is _INT64):
+        shape, n = ops.shape, seq_ids.shape
+        out_flags = status_out.flags.num & cow_out.flags.num & slot_out.flags.num
+        # Outputs that own their memory (base None) are distinct objects here, so they cannot overlap one
+        # another, and an input can overlap one of them only by being it or a view of it.
+        if (len(shape) == 1 and a0.shape == shape and a1.shape == shape and len(n) == 1
+                and ops.flags.num & a0.flags.num & a1.flags.num & seq_ids.flags.num & _INPUT == _INPUT
+                and out_flags & (_USABLE | _OWNDATA) == _USABLE | _OWNDATA
+                and status_out.base is None and cow_out.base is None and slot_out.base is None
+                and status_out.ndim == 1 and slot_out.ndim == 1 and cow_out.ndim == 2 and cow_out.shape[1] == 2
+                and status_out.shape[0] >= shape[0] + STEP_EXTRA and cow_out.shape[0] >= n[0]
+                and slot_out.shape[0] >= n[0] and status_out is not cow_out and status_out is not slot_out
+                and cow_out is not slot_out):
+            ins = (_owner(ops), _owner(a0), _owner(a1), _owner(seq_ids))
+            return all(i is not None and i is not status_out and i is not cow_out and i is not slot_out for i in ins)
+    return False
+
+
+def _step_args(ops: object, a0: object, a1: object, seq_ids: object, status_out: object, cow_out: object,
+               slot_out: object, max_seqs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`step_args` in full: every check, each with its own message."""
     ops, a0, a1 = _ops_arg(ops, "ops"), _ops_arg(a0, "a0"), _ops_arg(a1, "a1")
     m = ops.shape[0]
     if a0.shape[0] != m or a1.shape[0] != m:
@@ -292,10 +334,10 @@ def step_args(ops: object, a0: object, a1: object, seq_ids: object, status_out: 
     if status_out.shape[0] < m + STEP_EXTRA:
         raise ValueError(f"status_out holds {status_out.shape[0]} entries, the step needs {m + STEP_EXTRA} "
                          f"({m} ops, then the decode batch's status and detail)")
-    ins = [_owner(a) for a in (ops, a0, a1, ids)]  # a foreign buffer (None) may view any memory
-    known = all(o is not None for o in outs) and all(i is not None for i in ins)
-    if not known or outs[0] is outs[1] or outs[0] is outs[2] or outs[1] is outs[2] or any(
-            o is i for o in outs for i in ins):
+    so, co, lo = outs
+    ins = {id(_owner(ops)), id(_owner(a0)), id(_owner(a1)), id(_owner(ids))}  # id(None): a foreign buffer
+    if (so is None or co is None or lo is None or so is co or so is lo or co is lo or _NONE in ins
+            or id(so) in ins or id(co) in ins or id(lo) in ins):
         _refuse_step_overlap((ops, a0, a1, ids), (status_out, cow_out, slot_out))
     return ops, a0, a1, ids
 
@@ -318,6 +360,7 @@ def check_step_ops(codes: list[int]) -> None:
 
 
 _STEP_OPS = frozenset(STEP_OPS)
+_NONE = id(None)  # an owner that is None: a foreign buffer, which may view any memory
 
 
 def _refuse_step_overlap(ins: tuple[np.ndarray, ...], outs: tuple[np.ndarray, ...]) -> None:

@@ -251,6 +251,42 @@ def step_runner(prep: Prepared, mgr, regime: str, cows: np.ndarray | None = None
     return run
 
 
+def whole_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None, check: bool = True):
+    """An untimed ``run(lo, hi)`` that replays steps ``[lo, hi)`` as an engine calls the whole-step entry point:
+    one ``mgr.step`` call per step, with the step's pool operations and decode batch as views of the trace's
+    arrays (made here, before any step runs). Copy-on-write counts per step go to ``cows`` when given. With
+    ``check``, a step whose op statuses disagree with the trace raises :class:`ReplayError`; without it (the
+    paced run, whose every instruction is counted) the caller checks ``cows`` and the end state afterwards."""
+    op, a0, a1 = prep.arrays64
+    steps = [(op[f:m], a0[f:m], a1[f:m], prep.decode_ids[s]) for s, (f, m, _) in enumerate(prep.bounds)]
+    status_out = np.zeros(max((m - f for f, m, _ in prep.bounds), default=0) + 2, dtype=np.int64)
+    cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
+    slot_out = np.zeros(prep.max_batch, dtype=np.int64)
+    cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
+    step = mgr.step
+
+    def run(lo: int, hi: int) -> None:
+        for s in range(lo, hi):
+            ops, x, y, ids = steps[s]
+            cows[s] = step(ops, x, y, ids, status_out, cow_out, slot_out)
+            if check:
+                _check_statuses(prep, s, status_out, int(cows[s]))
+
+    return run
+
+
+def _check_statuses(prep: Prepared, s: int, status_out: np.ndarray, rc: int) -> None:
+    """The statuses a whole step reported must be the trace's: can_allocate's answers, 0 for every other op and
+    for the decode batch."""
+    first, mid, _ = prep.bounds[s]
+    op, _, a1 = prep.arrays64
+    expected = np.where(op[first:mid] == CAN_ALLOCATE, a1[first:mid], 0)
+    got = status_out[: mid - first + 1]
+    if rc < 0 or not np.array_equal(got[:-1], expected) or got[-1] != 0:
+        raise ReplayError(f"step {s}: step() reported statuses {got.tolist()} and {rc}, the trace expects "
+                          f"{expected.tolist()}, 0 and {prep.trace.step_cows[s]}")
+
+
 def compiled_step_runner(prep: Prepared, mgr, drive, cows: np.ndarray | None = None):
     """``run(lo, hi)`` replaying steps ``[lo, hi)`` through the compiled driver (untimed use); copy-on-write
     counts per step go to ``cows`` when given."""

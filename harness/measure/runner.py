@@ -28,7 +28,7 @@ from harness.measure.drivers import KINDS, Prepared
 from harness.measure.interleave import CELL_ERRORS, Driver, Replays, interleaved, slice_bounds, verify_slots
 from harness.measure.matrix import REGIMES, ScenarioPlan, plan_scenario
 from harness.measure.metrics import Work, cell_blocks, timing_rows
-from harness.measure.paced import paced_run
+from harness.measure.paced import paced_run, paced_whole_step_run
 from harness.measure.stats import paired_ratio
 from harness.output import metadata
 from harness.output.results import RESULTS_DIR, Row, new_run_dir, point_latest, write_json, write_rows
@@ -258,7 +258,25 @@ class ScenarioBench:
                      step_rate=rate, steps=result.steps)
             self.row(impl, regime, "deadline_misses", result.deadline_misses, "steps", "perf_counter_ns",
                      f"steps whose work ended after the next step was due, of {result.steps}", steps=result.steps)
+            if regime == "batched" and callable(getattr(driver.cls, "step", None)):
+                self._paced_whole_step(driver, rate)
             self.tick(f"{self.name} {impl} {regime} paced")
+
+    def _paced_whole_step(self, driver: Driver, rate: float) -> None:
+        """The whole-step entry point paced as an engine would call it: one Python call per step."""
+        try:
+            result = paced_whole_step_run(self.prep, driver.new, rate)
+        except CELL_ERRORS as exc:
+            self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", float("nan"), "%",
+                     "thread_time_ns", f"{type(exc).__name__}: {exc}", status="failed")
+            return
+        how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), one step() call per step "
+               "(pool operations and decode batch), thread CPU time minus an idle paced run")
+        self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", result.cpu_share_pct, "%",
+                 "thread_time_ns", how, step_rate=rate, steps=result.steps)
+        self.row(driver.impl, "batched", "deadline_misses_whole_step", result.deadline_misses, "steps",
+                 "perf_counter_ns", f"steps whose step() call ended after the next step was due, of {result.steps}",
+                 steps=result.steps)
 
 
 def _finite(x: float) -> float | None:

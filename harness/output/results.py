@@ -32,7 +32,8 @@ RESULTS_DIR = Path("results")
 STATUSES = ("ok", "unsupported", "unavailable", "skipped", "failed")
 SCHEMA_VERSION = 2
 # Figures that may be negative: a counted region minus an empty region can come out below zero by noise.
-SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "aa_ratio_log"})
+SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "aa_ratio_log", "cpu_share_observed_pct",
+                            "cpu_share_observed_whole_step_pct"})
 MAX_ABS_VALUE = 1e15  # no figure we publish comes near this (1e15 ns is eleven days)
 
 
