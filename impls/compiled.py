@@ -10,6 +10,7 @@ with no dispatch at all. Kernels validate their input and return status codes (s
 
 from __future__ import annotations
 
+import copy
 import re
 import types
 from collections.abc import Callable
@@ -125,6 +126,36 @@ def step_kernel(kernels: Kernels) -> Callable:
         fn.__qualname__ = name
         _STEP_KERNELS[key] = njit(cache=True)(fn)
     return _STEP_KERNELS[key]
+
+
+# Kernels that do nothing, with any signature: a compiled design given these (:func:`with_empty_kernels`) pays
+# exactly its per-call path (argument checks, entry into compiled code, unboxing its state, boxing the result)
+# and no data-structure work: the dispatch floor of the per-call regime.
+@njit(cache=True)
+def _empty_status(*args):
+    return 0
+
+
+@njit(cache=True)
+def _empty_append(*args):
+    return 0, -1, -1
+
+
+@njit(cache=True)
+def _empty_batch(*args):
+    return 0, 0
+
+
+EMPTY_KERNELS = Kernels(_empty_status, _empty_status, _empty_append, _empty_status, _empty_status, _empty_batch,
+                        _empty_batch, _empty_status)
+
+
+def with_empty_kernels(mgr: CompiledBlockManager) -> CompiledBlockManager:
+    """A copy of ``mgr`` (sharing its state) whose every kernel is empty, entered through the same path."""
+    empty = copy.copy(mgr)
+    empty.kernels = EMPTY_KERNELS
+    empty.rebind()
+    return empty
 
 
 class CompiledBlockManager(ManagerBase):

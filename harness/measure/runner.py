@@ -24,6 +24,7 @@ import numpy as np
 
 from harness.counters.allocations import allocations_per_step
 from harness.measure import clock
+from harness.measure.dispatch import calls_per_trace, dispatch_rows, empty_call_ns, has_dispatch
 from harness.measure.drivers import KINDS, Prepared
 from harness.measure.interleave import CELL_ERRORS, Driver, Replays, interleaved, slice_bounds, verify_slots
 from harness.measure.matrix import REGIMES, ScenarioPlan, plan_scenario
@@ -168,6 +169,8 @@ class ScenarioBench:
             "kind_ns_totals": [dict(zip(KINDS, s.ns.sum(axis=0).round(1).tolist(), strict=True))
                                for s in detail_samples],
         }
+        if regime == "per-call" and has_dispatch(driver.cls):  # the per-call figure's dispatch, apart
+            self.rows += dispatch_rows(self.name, impl, empty_call_ns(mgr), calls_per_trace(self.trace))
         sizes = [mgr.table_nbytes(row) for row in np.flatnonzero(self.trace.final_lens).tolist()]
         if sizes and sizes[0] is not None:
             self.row(impl, regime, "table_bytes_per_seq", float(np.mean(sizes)), "B", "design introspection",

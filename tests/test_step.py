@@ -1,0 +1,241 @@
+"""The whole-step entry point, ``step``, on every registered implementation.
+
+It must equal the per-call methods on the same trace (statuses, copy-on-writes, slots, end state), give each
+op the status code its per-call method's exception carries without stopping later ops, refuse bad buffers and
+op codes before anything changes (writing nothing anywhere), and, for ``flat``, allocate nothing per step
+beyond the call itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.counters.allocations import count_allocations, nrt_allocations
+from harness.measure.drivers import Prepared, whole_step_runner
+from harness.measure.replay import check_end_state
+from impls import REGISTRY
+from impls.contract import (
+    ALLOCATE,
+    ALLOCATE_CACHED,
+    APPEND,
+    CAN_ALLOCATE,
+    E_ACTIVE,
+    E_COUNT,
+    E_DUPLICATE,
+    E_INACTIVE,
+    E_NO_BLOCKS,
+    E_SEQ_RANGE,
+    E_TOKENS,
+    E_TOO_LONG,
+    FORK,
+    FREE,
+    SEAL,
+    STEP_EXTRA,
+)
+from scenarios import generate
+from tests.test_hostile_calls import Guarded, manager, snapshot
+
+I64 = np.int64
+
+
+@pytest.fixture(scope="module")
+def sharing_trace():
+    """A short trace with forks and copy-on-writes (parallel sampling)."""
+    trace = generate("parallel-sampling", steps=40, running=32, num_blocks=2048)
+    assert trace.header["cow_count"] > 0 and trace.header["ops_by_kind"].get("fork", 0) > 0
+    return trace
+
+
+def per_call(mgr, ops, a0, a1) -> list[int]:
+    """What an engine calling the per-call methods would record: each op's status, exceptions caught."""
+    out = []
+    for o, x, y in zip(ops, a0, a1, strict=True):
+        try:
+            if o == CAN_ALLOCATE:
+                out.append(int(mgr.can_allocate(x)))
+                continue
+            if o == ALLOCATE:
+                mgr.allocate(x, y)
+            elif o == FORK:
+                mgr.fork(x, y)
+            else:
+                mgr.free(x)
+            out.append(0)
+        except (ValueError, KeyError, MemoryError) as exc:
+            out.append(exc.code)
+    return out
+
+
+def test_step_equals_the_per_call_methods_on_a_trace(impl_name: str, sharing_trace) -> None:
+    prep = Prepared.from_trace(sharing_trace)
+    via_step, via_calls = REGISTRY[impl_name](**sharing_trace.config), REGISTRY[impl_name](**sharing_trace.config)
+    cows = np.zeros(prep.num_steps, dtype=I64)
+    run = whole_step_runner(prep, via_step, cows)  # checks each step's statuses against the trace
+    n = prep.max_batch
+    status = np.zeros(max(m - f for f, m, _ in prep.bounds) + STEP_EXTRA, I64)
+    cow_a, slot_a, cow_b, slot_b = np.zeros((n, 2), I64), np.zeros(n, I64), np.zeros((n, 2), I64), np.zeros(n, I64)
+    op, a0, a1 = prep.arrays64
+    for s, (first, mid, end) in enumerate(prep.bounds):
+        k = via_step.step(op[first:mid], a0[first:mid], a1[first:mid], prep.decode_ids[s], status, cow_a, slot_a)
+        expected = per_call(via_calls, prep.op[first:mid], prep.a0[first:mid], prep.a1[first:mid])
+        assert status[: mid - first].tolist() == expected and status[mid - first] == 0
+        assert k == via_calls.decode_step(prep.decode_ids[s], cow_b, slot_b) == sharing_trace.step_cows[s]
+        assert slot_a[: end - mid].tolist() == slot_b[: end - mid].tolist(), f"step {s}"
+        assert cow_a[:k].tolist() == cow_b[:k].tolist(), f"step {s}"
+    assert snapshot(via_step) == snapshot(via_calls)
+    check_end_state(sharing_trace, via_step)
+    run2 = REGISTRY[impl_name](**sharing_trace.config)
+    run = whole_step_runner(prep, run2, cows)
+    run(0, prep.num_steps)
+    assert cows.tolist() == sharing_trace.step_cows.tolist()
+    assert snapshot(run2) == snapshot(via_step)
+
+
+# Row 0: 5 tokens; row 1: 4 tokens; row 2 forked from 1; 24 blocks of 4 tokens (21 free), 6 rows of at most 8
+# blocks. Each failing op must get its code and change nothing; the ops after it still run.
+FAILING_OPS = [
+    (ALLOCATE, 0, 3, E_ACTIVE),
+    (FREE, 5, 0, E_INACTIVE),
+    (FORK, 1, 7, E_SEQ_RANGE),  # child out of range
+    (FORK, 4, 5, E_INACTIVE),  # parent inactive
+    (ALLOCATE, 3, 0, E_TOKENS),
+    (ALLOCATE, 3, 33, E_TOO_LONG),  # 9 blocks
+    (ALLOCATE, 3, 2**40, E_TOO_LONG),  # must not wrap around in an int32 length
+    (ALLOCATE, -1, 4, E_SEQ_RANGE),
+    (CAN_ALLOCATE, -2, 0, E_COUNT),
+    (CAN_ALLOCATE, 2**40, 0, 0),  # answered False, not an error
+    (ALLOCATE, 3, 32, 0),  # 13 free
+    (ALLOCATE, 4, 32, 0),  # 5 free
+    (ALLOCATE, 5, 32, E_NO_BLOCKS),
+    (FREE, 4, 0, 0),
+    (FREE, 0, 0, 0),
+    (ALLOCATE, 0, 9, 0),  # the row freed just before
+    (FORK, 0, 4, 0),
+    (CAN_ALLOCATE, 3, 0, 1),
+]
+
+
+def step_buffers(m: int, n: int):
+    return Guarded((m + STEP_EXTRA,)), Guarded((n, 2)), Guarded((n,))
+
+
+def test_each_op_is_atomic_and_a_failure_does_not_stop_later_ops(impl_name: str) -> None:
+    mgr, twin = manager(impl_name), manager(impl_name)
+    ops, a0, a1, expected = (np.array(c, dtype=I64) for c in zip(*FAILING_OPS, strict=True))
+    m = len(ops)
+    status, cow, slot = step_buffers(m, 4)
+    batch = np.array([1, 2, 4], I64)  # two rows at a block boundary, and row 4 sharing row 0's partial block
+    k = mgr.step(ops, a0, a1, batch, status.view, cow.view, slot.view)
+    assert status.view[:m].tolist() == expected.tolist() == per_call(twin, *(x.tolist() for x in (ops, a0, a1)))
+    cow2, slot2 = np.zeros((3, 2), I64), np.zeros(3, I64)
+    assert k == twin.decode_step(batch, cow2, slot2) == 1
+    assert status.view[m:].tolist() == [0, 0]
+    assert slot.view[:3].tolist() == slot2.tolist() and cow.view[:k].tolist() == cow2[:k].tolist()
+    assert snapshot(mgr) == snapshot(twin)
+    assert status.outside_untouched() and cow.outside_untouched() and slot.outside_untouched()
+
+
+@pytest.mark.parametrize(("batch", "code", "detail"), [([0, 1, 0], E_DUPLICATE, 0), ([0, 3], E_INACTIVE, 3),
+                                                       ([0, 9], E_SEQ_RANGE, 9)])
+def test_a_failed_decode_batch_keeps_the_ops_and_leaves_its_buffers(impl_name: str, batch, code, detail) -> None:
+    mgr, twin = manager(impl_name), manager(impl_name)
+    twin.free(2)
+    status, cow, slot = step_buffers(1, len(batch))
+    k = mgr.step(np.array([FREE], I64), np.array([2], I64), np.array([0], I64), np.array(batch, I64),
+                 status.view, cow.view, slot.view)
+    assert k == code and status.view[:3].tolist() == [0, code, detail]
+    assert cow.untouched() and slot.untouched()
+    assert snapshot(mgr) == snapshot(twin)
+
+
+def test_an_exhausted_pool_fails_the_batch_with_the_blocks_it_needs(impl_name: str) -> None:
+    mgr = manager(impl_name)
+    mgr.allocate(3, 32), mgr.allocate(4, 32), mgr.allocate(5, 20)  # 8 + 8 + 5 blocks: the pool is empty now
+    before = snapshot(mgr)
+    status, cow, slot = step_buffers(0, 3)
+    e = np.zeros(0, I64)
+    assert mgr.step(e, e, e, np.array([0, 1, 2], I64), status.view, cow.view, slot.view) == E_NO_BLOCKS
+    assert status.view[:2].tolist() == [E_NO_BLOCKS, 2]  # row 1 at a boundary, row 2 at a boundary too
+    assert snapshot(mgr) == before and cow.untouched() and slot.untouched()
+
+
+def _hostile_cases():
+    """(name, kwargs over the good arguments) that step must refuse as a whole."""
+    good_ops = np.array([FREE, ALLOCATE], I64)
+    yield "ops not an array", {"ops": [FREE, ALLOCATE]}, TypeError
+    yield "ops float", {"ops": good_ops.astype(float)}, TypeError
+    yield "ops bool", {"ops": np.array([True, False])}, TypeError
+    yield "ops 2-D", {"ops": good_ops.reshape(2, 1)}, ValueError
+    yield "a0 shorter", {"a0": np.array([0], I64)}, ValueError
+    yield "a1 longer", {"a1": np.array([0, 9, 9], I64)}, ValueError
+    yield "uint64 beyond int64", {"a1": np.array([0, 2**63 + 5], np.uint64)}, ValueError
+    yield "status_out too small", {"status_out": np.zeros(3, I64)}, ValueError
+    yield "status_out read-only", {"status_out": np.zeros(8, I64)}, ValueError
+    yield "status_out int32", {"status_out": np.zeros(8, np.int32)}, TypeError
+    yield "status_out strided", {"status_out": np.zeros(16, I64)[::2]}, ValueError
+    yield "cow_out 1-D", {"cow_out": np.zeros(6, I64)}, ValueError
+    yield "slot_out too small", {"slot_out": np.zeros(1, I64)}, ValueError
+    whole = np.zeros(16, I64)
+    yield "status_out over slot_out", {"status_out": whole[2:10], "slot_out": whole[:3]}, ValueError
+    whole = np.zeros(16, I64)
+    yield "status_out over a0", {"status_out": whole[:8], "a0": whole[:2]}, ValueError
+    for code in (APPEND, ALLOCATE_CACHED, SEAL, 7, -1):
+        yield f"op code {code}", {"ops": np.array([FREE, code], I64)}, ValueError
+
+
+@pytest.mark.parametrize(("case", "change", "exc"), list(_hostile_cases()), ids=[c[0] for c in _hostile_cases()])
+def test_bad_arguments_are_refused_before_anything_changes(impl_name: str, case, change, exc) -> None:
+    mgr = manager(impl_name)
+    before = snapshot(mgr)
+    status, cow, slot = step_buffers(2, 3)
+    args = {"ops": np.array([FREE, ALLOCATE], I64), "a0": np.array([0, 0], I64), "a1": np.array([0, 6], I64),
+            "seq_ids": np.array([1, 2], I64), "status_out": status.view, "cow_out": cow.view, "slot_out": slot.view}
+    args.update(change)
+    if case == "status_out read-only":
+        args["status_out"].flags.writeable = False
+    with pytest.raises(exc):
+        mgr.step(**args)
+    assert snapshot(mgr) == before
+    assert cow.untouched() and slot.untouched()
+    assert case.startswith("status_out") or status.untouched()
+
+
+def test_the_reserved_codes_say_what_they_are() -> None:
+    mgr = manager("flat")
+    status, cow, slot = step_buffers(1, 1)
+    e = np.zeros(0, I64)
+    with pytest.raises(ValueError, match="prefix-caching ops are reserved"):
+        mgr.step(np.array([SEAL], I64), np.array([0], I64), np.array([1], I64), e, status.view, cow.view, slot.view)
+    with pytest.raises(ValueError, match="decode appends go in seq_ids"):
+        mgr.step(np.array([APPEND], I64), np.array([0], I64), np.array([0], I64), e, status.view, cow.view,
+                 slot.view)
+
+
+@pytest.mark.parametrize("counter", [count_allocations, nrt_allocations])
+def test_flat_step_allocates_nothing_beyond_the_call(counter) -> None:
+    """K whole steps with pool operations (an admission, a fork, their frees) and a decode batch of 64 rows,
+    against K steps with neither, through the same call."""
+    seqs, k = 64, 200
+    mgr = REGISTRY["flat"](num_blocks=8192, block_size=16, max_seqs=seqs + 2, max_blocks_per_seq=128)
+    for seq in range(seqs):
+        mgr.allocate(seq, 1 + 7 * seq)  # varied lengths: block boundaries fall on different steps
+    ops = np.array([ALLOCATE, CAN_ALLOCATE, FORK, FREE, FREE], I64)
+    a0, a1 = np.array([seqs, 4, seqs, seqs + 1, seqs], I64), np.array([17, 0, seqs + 1, 0, 0], I64)
+    ids = np.arange(seqs, dtype=I64)
+    status, cow, slot = np.zeros(8, I64), np.zeros((seqs, 2), I64), np.zeros(seqs, I64)
+    e = ids[:0]
+
+    def step():
+        mgr.step(ops, a0, a1, ids, status, cow, slot)
+
+    def empty_step():
+        mgr.step(e, e, e, e, status, cow, slot)
+
+    for _ in range(3):  # compile and warm outside the counted region
+        step(), empty_step()
+    assert status[:2].tolist() == [0, 0]  # (the empty step's batch status)
+    step()
+    assert status[:7].tolist() == [0, 1, 0, 0, 0, 0, 0]
+    counter(step, 2), counter(empty_step, 2)  # the counters' own first-use allocations
+    assert counter(step, k) == counter(empty_step, k)
