@@ -11,6 +11,7 @@ with no dispatch at all. Kernels validate their input and return status codes (s
 from __future__ import annotations
 
 import copy
+import functools
 import re
 import types
 from collections.abc import Callable
@@ -128,32 +129,29 @@ def step_kernel(kernels: Kernels) -> Callable:
     return _STEP_KERNELS[key]
 
 
-# Kernels that do nothing, with any signature: a compiled design given these (:func:`with_empty_kernels`) pays
-# exactly its per-call path (argument checks, entry into compiled code, unboxing its state, boxing the result)
-# and no data-structure work: the dispatch floor of the per-call regime.
-@njit(cache=True)
-def _empty_status(*args):
-    return 0
+# Kernels that do nothing: a compiled design given these (:func:`with_empty_kernels`) pays exactly its per-call
+# path (argument checks, entry into compiled code, unboxing its state, boxing the result) and no data-structure
+# work: the dispatch floor of the per-call regime. Entry points are compiled for explicit signatures, so each
+# empty kernel takes exactly as many arguments as the kernel it stands for (made per state length).
+def _empty(arity: int, result: str) -> Callable:
+    names = ", ".join(f"a{i}" for i in range(arity))
+    env: dict = {}
+    exec(f"def empty({names}):\n    return {result}\n", env)  # a fixed template over an int: no input
+    return njit(env["empty"])
 
 
-@njit(cache=True)
-def _empty_append(*args):
-    return 0, -1, -1
-
-
-@njit(cache=True)
-def _empty_batch(*args):
-    return 0, 0
-
-
-EMPTY_KERNELS = Kernels(_empty_status, _empty_status, _empty_append, _empty_status, _empty_status, _empty_batch,
-                        _empty_batch, _empty_status)
+@functools.cache
+def empty_kernels(state_len: int) -> Kernels:
+    """Kernels taking ``state_len`` state arguments, as a design's, that do nothing and return success."""
+    one, two = _empty(state_len + 1, "0"), _empty(state_len + 2, "0")
+    return Kernels(one, two, _empty(state_len + 1, "(0, -1, -1)"), two, one, _empty(state_len + 3, "(0, 0)"),
+                   _empty(state_len + 2, "(0, 0)"), one)
 
 
 def with_empty_kernels(mgr: CompiledBlockManager) -> CompiledBlockManager:
     """A copy of ``mgr`` (sharing its state) whose every kernel is empty, entered through the same path."""
     empty = copy.copy(mgr)
-    empty.kernels = EMPTY_KERNELS
+    empty.kernels = empty_kernels(len(mgr.state))
     empty.rebind()
     return empty
 
@@ -171,8 +169,11 @@ class CompiledBlockManager(ManagerBase):
     # argument is of exactly the compiled type: the state is the manager's own arrays or typed containers, made
     # once, and the other arguments are Python ints the wrapper has range-checked. Buffers a caller passes
     # (``decode_step``, ``lookup``) keep the dispatcher; ``step`` uses an entry point only for buffers that
-    # :func:`impls.validation.step_fast` proves exactly typed. Bound on first use, and again whenever ``state``
-    # or ``kernels`` is replaced (:meth:`rebind`).
+    # :func:`impls.validation.step_fast` proves exactly typed. Bound whenever ``state`` or ``kernels`` is
+    # replaced (:meth:`rebind`); the step's kernel on the first ``step`` (it compiles only for a manager that
+    # steps). No ``__getattr__`` hook: it would slow every attribute read on the instance.
+    _ep_step = _ep_step_dispatch = None
+
     @property
     def state(self) -> tuple:
         """The design's arrays and containers, the first arguments of every kernel."""
@@ -184,18 +185,9 @@ class CompiledBlockManager(ManagerBase):
         self.rebind()
 
     def rebind(self) -> None:
-        """Forget the bound entry points (they are bound again, to the current state and kernels, on next use)."""
-        for name in [n for n in self.__dict__ if n.startswith("_ep_")]:
-            del self.__dict__[name]
-
-    def __getattr__(self, name: str):
-        if name.startswith("_ep_") and "_state" in self.__dict__:
-            if name.startswith("_ep_step"):
-                self._bind_step()  # apart: the step kernel compiles only for a manager that steps
-            else:
-                self._bind()
-            return self.__dict__[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        """Bind the per-call entry points to the current state and kernels (the step's again on its next use)."""
+        self._bind()
+        self._ep_step = self._ep_step_dispatch = None
 
     def _bind(self) -> None:
         state = self._state
@@ -281,6 +273,8 @@ class CompiledBlockManager(ManagerBase):
              cow_out: np.ndarray, slot_out: np.ndarray) -> int:
         """One engine step in one compiled call (see :meth:`impls.contract.BlockManager.step`): the buffers are
         checked here, the op codes in the kernel's first pass, both before anything changes."""
+        if self._ep_step is None:
+            self._bind_step()
         if step_fast(ops, a0, a1, seq_ids, status_out, cow_out, slot_out):
             kernel, ids = self._ep_step, seq_ids
         else:
