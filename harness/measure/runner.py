@@ -451,6 +451,19 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
     return writer.run_dir
 
 
+TRACE_METRICS = ("trace_s", "trace_forks", "trace_cows")  # a scenario's own rows, never copied to another
+
+
+def trace_count_rows(name: str, trace: Trace) -> list[Row]:
+    """What the scenario's trace asks for beyond appends, as rows the reports read: its forks and the
+    copy-on-writes they cause (the trace's own counts, which every replay is checked against)."""
+    how = "counted in the trace (every replay is checked against its copy-on-writes per step)"
+    forks = int(trace.header["ops_by_kind"].get("fork", 0))
+    return [Row(name, "-", "-", "trace_forks", forks, "forks", "trace header", how=how, steps=trace.num_steps),
+            Row(name, "-", "-", "trace_cows", int(trace.header["cow_count"]), "copy-on-writes", "trace header",
+                how=how, steps=trace.num_steps)]
+
+
 def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, shared: dict, writer: RunWriter,
               tick) -> None:
     seen: dict[str, str] = {}  # trace content digest -> the scenario that measured it
@@ -462,10 +475,12 @@ def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, sha
             trace, gen_s = cached_trace(name, scenario_plan.overrides, cache_dir)
             trace_rows = [Row(name, "-", "-", "trace_s", gen_s, "s", "wall clock",
                               how="generate (or load from the trace cache) the scenario's trace")]
+        trace_rows += trace_count_rows(name, trace)
         checksum = content_digest(trace)
         if checksum in seen:  # the same trace twice (concurrency-256 is paper): measure once, say so
-            writer.add(trace_rows + [replace(r, scenario=name, how=f"{r.how}; same trace as {seen[checksum]}")
-                                     for r in writer.rows if r.scenario == seen[checksum] and r.metric != "trace_s"])
+            first = seen[checksum]
+            writer.add(trace_rows + [replace(r, scenario=name, how=f"{r.how}; same trace as {first}")
+                                     for r in writer.rows if r.scenario == first and r.metric not in TRACE_METRICS])
             for _ in range(scenario_plan.units(cfg.reps)):  # its share of the bar is done
                 tick(f"{name}: same trace as {seen[checksum]}")
             continue

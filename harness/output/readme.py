@@ -11,7 +11,19 @@ import math
 from datetime import datetime
 from pathlib import Path
 
-from harness.output.report import _fmt, aa_text, article_table, machine_line, ratio_text, value_text
+from harness.output.report import (
+    SHARING_COLUMNS,
+    SHARING_SCENARIOS,
+    _fmt,
+    aa_text,
+    article_table,
+    machine_line,
+    ratio_text,
+    sharing_counts,
+    sharing_rows,
+    sharing_scenario,
+    value_text,
+)
 from harness.output.results import atomic_write_text
 from harness.output.rundata import RunData
 from impls import registry
@@ -96,12 +108,26 @@ def section(run: RunData) -> str:
         *_design_rows(run),
         "",
     ]
+    lines += _sharing_lines(run)
     engines = _engine_rows(run)
     if engines:
         lines += ["Engine contenders (our models of their block managers), ns per sequence-step and how many times "
                   "slower than batched `flat` [paired 95 % interval]:", "",
                   "| impl | regime | ns/seq-step | × batched flat |", "|---|---|---|---|", *engines, ""]
     return "\n".join(lines)
+
+
+def _sharing_lines(run: RunData) -> list[str]:
+    """The headline's second table: every design on a scenario with forks and copy-on-write, batched."""
+    scenario = sharing_scenario(run)
+    if scenario is None:
+        return [f"Copy-on-write: this run measured none of {', '.join(f'`{s}`' for s in SHARING_SCENARIOS)}, so no "
+                "design is shown with sharing.", ""]
+    return [f"Copy-on-write: `paper` shares no block, `{scenario}` does: its trace makes "
+            f"{sharing_counts(run, scenario)}. The same designs on it, batched regime: our figure [95 % interval], "
+            "ns per sequence-step also as a ratio to `flat` [paired 95 % interval].", "",
+            "| design | impl | regime | " + " | ".join(h for _, h in SHARING_COLUMNS) + " |",
+            "|---|---|---|" + "---|" * len(SHARING_COLUMNS), *sharing_rows(run, scenario, ("batched",)), ""]
 
 
 def replace_section(text: str, body: str) -> str:

@@ -119,8 +119,10 @@ def paper_table(run: RunData, scenario: str = "paper") -> str:
            "steps/s, computed from the closed-loop step time, and observed in a paced open-loop run from Python. "
            "L1D: misses / loads in the measured region, with its source; a rate flatters code that makes many "
            "cheap accesses (an interpreter), so misses and instructions per sequence-step follow. The article's "
-           "figures are C++; ours are Python and Numba on the machine above. Brackets: 95 % intervals (block "
-           "bootstrap over interleaved slices; for ratios, the same blocks for both designs).", "",
+           "figures are C++; ours are Python and Numba on the machine above. Dispatch floor (per-call regime, "
+           "compiled designs): what the same calls cost over empty kernels, per sequence-step: the part of the "
+           "per-call figure that is crossing into compiled code, not the data structure's work. Brackets: 95 % "
+           "intervals (block bootstrap over interleaved slices; for ratios, the same blocks for both designs).", "",
            aa_text(run, scenario), ""]
     if not run.meta.get("complete", True):
         out += ["**This run is incomplete** (interrupted or failed): scenarios it did not finish are missing.", ""]
@@ -128,8 +130,8 @@ def paper_table(run: RunData, scenario: str = "paper") -> str:
         out += [f"## {REGIME_TITLES[regime]}", "",
                 "| design | impl | lookup ns | article | alloc/free ns | article | CPU share % (computed) "
                 "| CPU % (observed) | article | L1D miss % | source | article | L1D misses/seq-step | instr/seq-step "
-                "| allocs/step |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                "| allocs/step | dispatch floor ns/seq-step |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         out += [_paper_row(run, scenario, regime, rec, art) for rec in _rows_of(run, DESIGN_ROLES)]
         out.append("")
     out += _perf_note(run, scenario)
@@ -164,7 +166,8 @@ def _paper_row(run: RunData, scenario: str, regime: str, rec: registry.Impl, art
     cells += [_fmt(v) if status == "ok" else status, source, article_l1d,
               _fmt(_get(run, scenario, rec.name, regime, "l1d_misses_per_seq_step")[0]),
               _fmt(_get(run, scenario, rec.name, regime, "instructions_per_seq_step")[0]),
-              _fmt(_get(run, scenario, rec.name, regime, "allocs_per_step")[0])]
+              _fmt(_get(run, scenario, rec.name, regime, "allocs_per_step")[0]),
+              _fmt(_get(run, scenario, rec.name, regime, "dispatch_floor_seq_step_ns")[0])]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -177,7 +180,7 @@ def _perf_note(run: RunData, scenario: str) -> list[str]:
 
 SUMMARY_METRICS = [("seq_step_ns", "ns/seq-step"), ("step_p99_ns", "p99 step ns"), ("lookup_ns", "lookup ns"),
                    ("alloc_free_ns", "alloc/free ns"), ("allocs_per_step", "allocs/step"),
-                   ("cpu_share_pct", "CPU %")]
+                   ("cpu_share_pct", "CPU %"), ("dispatch_floor_seq_step_ns", "dispatch floor ns/seq-step")]
 
 
 def scenario_summary(run: RunData) -> str:
@@ -198,6 +201,60 @@ def scenario_summary(run: RunData) -> str:
             out.append(f"| `{impl}` | {regime} | " + " | ".join(vals)
                        + f" | {ratio_text(run, scenario, impl, regime, 'seq_step_ns', 'batched')} |")
         out.append("")
+    return "\n".join(out) + "\n"
+
+
+# The copy-on-write headline: the first of these scenarios the run has (each forks, and its forks cause
+# copy-on-writes: parallel sampling diverges through them, a shared prefix is forked by every request).
+SHARING_SCENARIOS = ("parallel-sampling", "shared-prefix", "beam-search")
+SHARING_COLUMNS = (("seq_step_ns", "ns/seq-step"), ("lookup_ns", "lookup ns"), ("alloc_free_ns", "alloc/free ns"),
+                   ("cpu_share_pct", "CPU % at 2,000 steps/s"), ("allocs_per_step", "allocs/step"))
+
+
+def sharing_scenario(run: RunData) -> str | None:
+    """The scenario of the copy-on-write table: the first of :data:`SHARING_SCENARIOS` with design rows."""
+    return next((s for s in SHARING_SCENARIOS if s in set(run.df[run.df.metric == "seq_step_ns"].scenario)), None)
+
+
+def sharing_counts(run: RunData, scenario: str) -> str:
+    """``1,234 forks and 5,678 copy-on-writes`` from the trace's rows; what is missing is said so."""
+    forks, cows = (run.value(scenario, "-", "-", m) for m in ("trace_forks", "trace_cows"))
+    if math.isnan(forks) or math.isnan(cows):
+        return "forks and copy-on-writes (how many is not in this run's rows)"
+    return f"{forks:,.0f} forks and {cows:,.0f} copy-on-writes"
+
+
+def sharing_rows(run: RunData, scenario: str, regimes: tuple[str, ...] = ("batched", "per-call")) -> list[str]:
+    """One row per design (the article's, their twins, the C++ builds) and regime the run measured on
+    ``scenario``: each figure with its interval, seq-step time also as a ratio to flat in the same regime."""
+    out = []
+    for rec in _rows_of(run, DESIGN_ROLES):
+        for regime in regimes:
+            if run.get(scenario, rec.name, regime, "seq_step_ns") is None:
+                continue
+            cells = [f"{value_text(run, scenario, rec.name, regime, m)}" for m, _ in SHARING_COLUMNS]
+            cells[0] += f" ({ratio_text(run, scenario, rec.name, regime, 'seq_step_ns')})"
+            out.append(f"| {rec.label} {rec.description} | `{rec.name}` | {regime} | " + " | ".join(cells) + " |")
+    return out
+
+
+def sharing_table(run: RunData) -> str:
+    """The headline's second table: every design on a scenario with sharing (forks and copy-on-write), from
+    the run's rows; a clear note when the run has no such scenario."""
+    scenario = sharing_scenario(run)
+    if scenario is None:
+        names = ", ".join(f"`{s}`" for s in SHARING_SCENARIOS)
+        return (f"# Copy-on-write: not in this run\n\nNone of {names} was measured, so no design is shown with "
+                "forks and copy-on-write.\n")
+    rows = sharing_rows(run, scenario)
+    out = [f"# Copy-on-write: every design on `{scenario}`", "",
+           f"The `paper` workload shares no block. `{scenario}` does: its trace makes "
+           f"{sharing_counts(run, scenario)}, and every replay is checked against its copy-on-writes, step by "
+           "step. Each figure with its 95 % interval; ns/seq-step also as a ratio to `flat` in the same regime "
+           "[paired 95 % interval].", "",
+           aa_text(run, scenario), "",
+           "| design | impl | regime | " + " | ".join(h for _, h in SHARING_COLUMNS) + " |",
+           "|---|---|---|" + "---|" * len(SHARING_COLUMNS), *rows, ""]
     return "\n".join(out) + "\n"
 
 
@@ -271,7 +328,9 @@ def write_reports(run: str | Path | None = None) -> Path:
     paper = paper_table(data) if data.has("paper") else "# No `paper` scenario in this run\n"
     engines = engines_section(data)
     copies = table_copy_section(data)
-    atomic_write_text(data.run_dir / "paper_table.md", paper + ("\n" + engines if engines else "") + "\n" + copies)
+    sharing = sharing_table(data)
+    atomic_write_text(data.run_dir / "paper_table.md",
+                      paper + "\n" + sharing + ("\n" + engines if engines else "") + "\n" + copies)
     atomic_write_text(data.run_dir / "summary.md", scenario_summary(data))
     return data.run_dir
 
