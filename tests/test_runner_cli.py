@@ -27,6 +27,9 @@ def test_run_writes_a_complete_run_directory(tmp_path, capsys) -> None:
     for m in ("lookup_ns", "alloc_ns", "free_ns", "alloc_free_ns", "seq_step_ns", "step_p99_ns", "cpu_share_pct",
               "allocs_per_step", "table_bytes_per_seq", "harness_overhead_pct", "compile_s"):
         assert m in metrics, m
+    floors = {(r.impl, r.regime) for r in rows if r.metric == "dispatch_floor_seq_step_ns" and r.status == "ok"}
+    assert floors == {("flat", "per-call")}  # compiled per call only: the interpreted designs cross no boundary
+    assert {r.metric for r in rows if r.impl == "-"} >= {"trace_forks", "trace_cows"}
     flat_batched = {r.metric: r for r in rows if r.impl == "flat" and r.regime == "batched"}
     assert flat_batched["allocs_per_step"].value == 0  # counted, not assumed
     assert flat_batched["seq_step_ns"].source == "rdtsc"

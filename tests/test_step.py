@@ -13,6 +13,7 @@ import pytest
 
 from harness.counters.allocations import count_allocations, nrt_allocations
 from harness.measure.drivers import Prepared, whole_step_runner
+from harness.measure.paced import paced_whole_step_run
 from harness.measure.replay import check_end_state
 from impls import REGISTRY
 from impls.contract import (
@@ -239,3 +240,17 @@ def test_flat_step_allocates_nothing_beyond_the_call(counter) -> None:
     assert status[:7].tolist() == [0, 1, 0, 0, 0, 0, 0]
     counter(step, 2), counter(empty_step, 2)  # the counters' own first-use allocations
     assert counter(step, k) == counter(empty_step, k)
+
+
+def test_the_paced_run_calls_step_once_per_step_and_checks_it(sharing_trace) -> None:
+    prep = Prepared.from_trace(sharing_trace)
+    calls = []
+
+    def make():
+        mgr = REGISTRY["flat"](**sharing_trace.config)
+        step = mgr.step
+        mgr.step = lambda *args: calls.append(1) or step(*args)
+        return mgr
+
+    result = paced_whole_step_run(prep, make, rate=4000)
+    assert result.steps == len(calls) == prep.num_steps and result.deadline_misses >= 0
