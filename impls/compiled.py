@@ -2,9 +2,10 @@
 
 A compiled design keeps its whole state in NumPy arrays or Numba typed containers, exposed as the tuple
 ``self.state``, and provides :class:`Kernels`: ``@njit`` functions taking ``*state`` first. The per-call
-methods below cross into compiled code once per contract call (paying Numba's dispatch, about 130 ns per
-array argument on our machines); the harness's compiled replay calls the same kernels from compiled code
-with no dispatch at all. Kernels validate their input and return status codes (see
+methods below cross into compiled code once per contract call, through each kernel's compiled entry point
+bound to the state (Numba's dispatcher, which types every argument on every call, costs about as much again);
+``step`` crosses once per engine step; the harness's compiled replay calls the same kernels from compiled
+code with no crossing at all. Kernels validate their input and return status codes (see
 :mod:`impls.contract`), so both paths enforce the same rules.
 """
 
