@@ -204,6 +204,7 @@ class CompiledBlockManager(ManagerBase):
         sig = (typeof(state), vec, vec, vec, vec, vec, pairs, vec, typeof(0), typeof(0), typeof(0))
         self.__dict__["_ep_step"] = partial(kernel.compile(sig), state)
         self.__dict__["_ep_step_dispatch"] = partial(kernel, state)
+        self._step_roots = {}  # owners of input arrays step_fast has proved (see there)
 
     def can_allocate(self, num_blocks: int) -> bool:
         """Whether the free pool holds at least ``num_blocks`` blocks."""
@@ -276,7 +277,7 @@ class CompiledBlockManager(ManagerBase):
         checked here, the op codes in the kernel's first pass, both before anything changes."""
         if self._ep_step is None:
             self._bind_step()
-        if step_fast(ops, a0, a1, seq_ids, status_out, cow_out, slot_out):
+        if step_fast(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self._step_roots):
             kernel, ids = self._ep_step, seq_ids
         else:
             ops, a0, a1, ids = step_args(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self.max_seqs)
