@@ -23,22 +23,29 @@ TRACE = "trace:*"  # a trace file given with --trace
 
 @dataclass(frozen=True)
 class CellRule:
-    """Implementations of ``roles`` run in ``regimes`` on the scenarios matching ``scenarios``."""
+    """Implementations of ``roles`` run in ``regimes`` on the scenarios matching ``scenarios``, for at most
+    ``max_reps`` repetitions (0: the run's ``--reps``)."""
 
     roles: tuple[str, ...]
     regimes: tuple[str, ...]
     scenarios: tuple[str, ...] = (ALL,)
+    max_reps: int = 0
 
 
 # The article's designs everywhere in both regimes; the compiled twins batched everywhere and per call on the
 # paper workload; the C++ designs batched everywhere (a replay inside C++ takes milliseconds); engines and
-# plug-ins on the paper workload.
+# plug-ins on the paper workload. The engines' per-call regime runs one repetition: it is the slowest cell by
+# far (sglang per call, a decode batch of one per sequence: about 40 ms a step, 80 s a replay of paper, where
+# flat's takes 4 ms), its steps are long enough that a switch of cells costs nothing measurable, and its
+# interval then comes from the slices alone (README, "How measurements are made").
 CELL_RULES: tuple[CellRule, ...] = (
     CellRule(("design",), REGIMES),
     CellRule(("twin",), ("batched",)),
     CellRule(("twin",), ("per-call",), (PAPER,)),
     CellRule(("native",), ("batched",)),
-    CellRule(("contender", "plugin"), REGIMES, (PAPER,)),
+    CellRule(("contender",), ("batched",), (PAPER,)),
+    CellRule(("contender",), ("per-call",), (PAPER,), max_reps=1),
+    CellRule(("plugin",), REGIMES, (PAPER,)),
 )
 
 
@@ -49,20 +56,27 @@ ROLE_REGIMES = {"native": ("batched",)}
 
 @dataclass(frozen=True)
 class Study:
-    """A measurement beyond the timed replays, on the scenarios matching ``scenarios`` (``quick``: in --quick)."""
+    """A measurement beyond the timed replays, on the scenarios matching ``scenarios`` (``quick``: in --quick),
+    of the measured cells whose implementation has one of ``roles``."""
 
     name: str
     scenarios: tuple[str, ...]
     quick: tuple[str, ...]
     per_cell: bool  # one progress unit per cell (else one per scenario)
     what: str
+    roles: tuple[str, ...] = ("design", "twin", "contender", "native", "plugin")
 
 
+# Paced runs and callgrind leave the engines out: a paced run lasts as long as the replay (sglang per call:
+# 80 s) and a valgrind process that imports torch costs minutes, for figures the article's comparison does
+# not use (the engines table reads the timed replays).
 STUDIES: tuple[Study, ...] = (
     Study("allocations", (ALL,), (PAPER,), True, "allocation events per step (memray, Numba runtime)"),
-    Study("paced", (PAPER,), (PAPER,), True, "open-loop paced run at the step rate: observed CPU share"),
+    Study("paced", (PAPER,), (PAPER,), True, "open-loop paced run at the step rate: observed CPU share",
+          ("design", "plugin")),
     Study("l1d", (PAPER, TRACE), (PAPER, TRACE), False,
-          "L1D misses and instructions (perf, else callgrind simulation; --quick: perf only)"),
+          "L1D misses and instructions (perf, else callgrind simulation; --quick: perf only)",
+          ("design", "twin", "native", "plugin")),
     Study("idwidth", (PAPER,), (PAPER,), False, "block-id width: uint16 / int32 / int64 lookups"),
     Study("table_copy", (PAPER, SWEEP), (PAPER,), False, "rule 3: block tables to the device, per variant"),
 )
@@ -87,11 +101,24 @@ def overrides(scenario: str, quick: bool) -> dict:
     return {}
 
 
+def _rules(scenario: str, impl: str, regime: str) -> list[CellRule]:
+    return [rule for rule in CELL_RULES if registry.record(impl).role in rule.roles and regime in rule.regimes
+            and matches(scenario, rule.scenarios)]
+
+
 def default_cells(scenario: str, impls: Sequence[str], regimes: Sequence[str]) -> list[tuple[str, str]]:
     """The (impl, regime) cells the default matrix measures on ``scenario``, in registry-then-regime order."""
-    return [(impl, regime) for impl in impls for regime in regimes
-            if any(registry.record(impl).role in rule.roles and regime in rule.regimes
-                   and matches(scenario, rule.scenarios) for rule in CELL_RULES)]
+    return [(impl, regime) for impl in impls for regime in regimes if _rules(scenario, impl, regime)]
+
+
+def rep_caps(scenario: str, cells: Sequence[tuple[str, str]]) -> list[list]:
+    """``[impl, regime, n]`` for the cells the default matrix runs for at most ``n`` repetitions."""
+    caps = []
+    for impl, regime in cells:
+        limits = [rule.max_reps for rule in _rules(scenario, impl, regime)]
+        if limits and all(limits):  # a rule without a limit wins
+            caps.append([impl, regime, max(limits)])
+    return caps
 
 
 @dataclass
@@ -102,22 +129,35 @@ class ScenarioPlan:
     overrides: dict
     cells: list[tuple[str, str]]
     studies: list[str] = field(default_factory=list)
+    max_reps: list[list] = field(default_factory=list)  # [impl, regime, n]: fewer repetitions than --reps
+
+    def reps_of(self, cell: tuple[str, str], reps: int) -> int:
+        """Repetitions of ``cell`` in a run of ``reps``."""
+        return min([reps, *(n for i, r, n in self.max_reps if (i, r) == tuple(cell))])
+
+    def study_cells(self, study: str, cells: Sequence[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+        """Of ``cells`` (default: the plan's), those ``study`` measures (its roles)."""
+        roles = {s.name: s for s in STUDIES}[study].roles
+        return [c for c in (self.cells if cells is None else cells) if registry.record(c[0]).role in roles]
 
     def units(self, reps: int) -> int:
         """Progress units: one per cell and repetition, one per cell of per-cell studies, one per other study."""
         by_name = {s.name: s for s in STUDIES}
-        return len(self.cells) * reps + sum(len(self.cells) if by_name[s].per_cell else 1 for s in self.studies)
+        return (sum(self.reps_of(c, reps) for c in self.cells)
+                + sum(len(self.study_cells(s)) if by_name[s].per_cell else 1 for s in self.studies))
 
 
 def plan_scenario(scenario: str, impls: Sequence[str], regimes: Sequence[str], *, explicit: bool, quick: bool,
                   enabled: Iterable[str]) -> ScenarioPlan:
-    """The plan of one scenario: its cells (all named ones when ``explicit``) and its enabled studies."""
+    """The plan of one scenario: its cells (all named ones when ``explicit``, for ``--reps`` repetitions each)
+    and its enabled studies."""
     cells = [(i, r) for i in impls for r in regimes] if explicit else default_cells(scenario, impls, regimes)
     cells = [(i, r) for i, r in cells if r in ROLE_REGIMES.get(registry.record(i).role, REGIMES)]
     wanted = set(enabled)
     studies = [s.name for s in STUDIES
                if s.name in wanted and matches(scenario, s.quick if quick else s.scenarios)]
-    return ScenarioPlan(scenario, overrides(scenario, quick), cells, studies)
+    return ScenarioPlan(scenario, overrides(scenario, quick), cells, studies,
+                        [] if explicit else rep_caps(scenario, cells))
 
 
 def describe() -> str:
@@ -125,8 +165,10 @@ def describe() -> str:
     lines = ["default matrix (cells):"]
     for rule in CELL_RULES:
         where = "every scenario" if rule.scenarios == (ALL,) else ", ".join(rule.scenarios)
-        lines.append(f"  {'/'.join(rule.roles)}: {', '.join(rule.regimes)} on {where}")
-    lines.append("studies (scenarios; in --quick):")
+        reps = f" ({rule.max_reps} repetition(s) at most)" if rule.max_reps else ""
+        lines.append(f"  {'/'.join(rule.roles)}: {', '.join(rule.regimes)} on {where}{reps}")
+    lines.append("studies (scenarios; in --quick; roles):")
     for s in STUDIES:
-        lines.append(f"  {s.name}: {', '.join(s.scenarios)}; {', '.join(s.quick) or 'none'} -- {s.what}")
+        lines.append(f"  {s.name}: {', '.join(s.scenarios)}; {', '.join(s.quick) or 'none'}; {'/'.join(s.roles)}"
+                     f" -- {s.what}")
     return "\n".join(lines)

@@ -97,6 +97,7 @@ class ScenarioBench:
         self.tick = tick
         self.rows: list[Row] = []
         self.raw: dict[tuple[str, str], dict] = {}
+        self.max_reps: dict[tuple[str, str], int] = {}  # cells run for fewer repetitions than cfg.reps
 
     def row(self, impl: str, regime: str, metric: str, value: float, unit: str, source: str, how: str = "",
             status: str = "ok", **columns) -> None:
@@ -129,9 +130,10 @@ class ScenarioBench:
                 self.fail(key[:2], exc)
         aa = self._aa_key()
         timed = {**self.drivers, **({aa: self.drivers[(*aa[:2], "")]} if aa else {})}
-        steps = interleaved(timed, self.cfg.reps, False, self.slices, self._repetition_done)
+        caps = {k: self._reps(k[:2]) for k in timed}
+        steps = interleaved(timed, self.cfg.reps, False, self.slices, self._repetition_done, caps=caps)
         detailed = {k: d for k, d in self.drivers.items() if d.separate_detail and k not in steps.failed}
-        details = interleaved(detailed, self.cfg.reps, True, self.slices)
+        details = interleaved(detailed, self.cfg.reps, True, self.slices, caps=caps)
         for key, exc in {**steps.failed, **details.failed}.items():
             if not key[2] and key[:2] in self.cells:
                 self.fail(key[:2], exc)
@@ -142,6 +144,9 @@ class ScenarioBench:
         self._ratio_rows(steps, details)
         if aa and aa in steps.samples and (*aa[:2], "") in steps.samples:
             self._aa_row(aa, steps)
+
+    def _reps(self, cell: tuple[str, str]) -> int:
+        return self.max_reps.get(cell, self.cfg.reps)
 
     def _repetition_done(self, key) -> None:
         """One progress unit per cell and repetition; the A/A copy is not a cell of the plan."""
@@ -201,8 +206,8 @@ class ScenarioBench:
         est = paired_ratio(mine[0], base[0], mine[1], base[1])
         self.row(impl, regime, metric, est.value, "x", "ratio",
                  "time per unit of work over flat's (each step's median over repetitions); 95 % paired "
-                 "bootstrap interval, the same slices drawn for both", ci_low=_finite(est.low),
-                 ci_high=_finite(est.high), reps=self.cfg.reps, steps=self.work.steps)
+                 "bootstrap interval, the same slices and repetitions drawn for both", ci_low=_finite(est.low),
+                 ci_high=_finite(est.high), reps=self._reps((impl, regime)), steps=self.work.steps)
 
     def _aa_row(self, aa, steps: Replays) -> None:
         impl, regime, _ = aa
@@ -247,9 +252,9 @@ class ScenarioBench:
                  "allocs/step", "counting allocator",
                  f"steps {lo}-{hi}: operator new calls of the C++ containers, counted in the library", steps=hi - lo)
 
-    def measure_paced(self) -> None:
+    def measure_paced(self, cells: list[tuple[str, str]] | None = None) -> None:
         rate = self.trace.header["params"].get("step_rate", 2000)
-        for impl, regime in self.cells:
+        for impl, regime in self.cells if cells is None else cells:
             driver = self.drivers[(impl, regime, "")]
             result = paced_run(self.prep, driver.new, regime, rate)
             how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), thread CPU time "
@@ -352,11 +357,12 @@ def measure_scenario(plan: ScenarioPlan, trace: Trace, cfg: RunConfig, shared: d
     """Every figure of one scenario: timed cells, then its studies. Returns (rows, raw files)."""
     bench = ScenarioBench(plan.scenario, trace, plan.cells, cfg, shared["calib"], shared["drivers"], tick,
                           shared["classes"])
+    bench.max_reps = {c: plan.reps_of(c, cfg.reps) for c in plan.cells if plan.reps_of(c, cfg.reps) < cfg.reps}
     bench.measure_timings()
     if "allocations" in plan.studies:
         bench.measure_allocations()
     if "paced" in plan.studies:
-        bench.measure_paced()
+        bench.measure_paced(plan.study_cells("paced", bench.cells))
     raw = {f"raw/{plan.scenario}/{impl}__{regime}.json.gz": data for (impl, regime), data in bench.raw.items()}
     rows = bench.rows + run_studies(plan, trace, bench.cells, cfg, tick, raw)
     return rows, raw
@@ -369,7 +375,7 @@ def run_studies(plan: ScenarioPlan, trace: Trace, cells: list[tuple[str, str]], 
     if "l1d" in plan.studies:
         from harness.counters.l1d import l1d_rows
 
-        rows += l1d_rows(plan.scenario, trace, cells, quick=cfg.quick)
+        rows += l1d_rows(plan.scenario, trace, plan.study_cells("l1d", cells), quick=cfg.quick)
         tick(f"{plan.scenario} L1D")
     if "idwidth" in plan.studies:
         from harness.studies.idwidth import idwidth_rows
