@@ -9,7 +9,7 @@ import pytest
 
 from harness.measure.drivers import KINDS, StepTimes
 from harness.measure.metrics import Work, timing_rows
-from harness.measure.stats import block_medians, block_sums, paired_ratio, ratio_of_sums
+from harness.measure.stats import block_medians, block_sums, paired_ratio, ratio_of_sums, rep_levels
 
 
 def fake(step_ns: list[float], alloc=0.0, free=0.0, lookup=0.0, regions=2.0) -> StepTimes:
@@ -120,13 +120,16 @@ def test_one_repetition_leaves_the_blocks_interval() -> None:
     assert ratio_of_sums(rows, np.ones(20)) == alone
 
 
-def test_block_medians_first_row_is_the_per_step_median() -> None:
+def test_block_medians_first_row_is_the_per_step_median_and_resamples_scale_it() -> None:
     slices = [(0, 2), (2, 4)]
-    per_rep = np.array([[1.0, 9.0, 1.0, 1.0], [2.0, 2.0, 2.0, 2.0], [3.0, 3.0, 3.0, 3.0]])
+    per_rep = np.array([[1.0, 90.0, 1.0, 1.0], [2.0, 2.0, 2.0, 2.0], [3.0, 3.0, 3.0, 3.0]])
     rows = block_medians(per_rep, slices)
-    assert rows[0].tolist() == [2.0 + 3.0, 2.0 + 2.0]  # the 9 (one slow repetition) drops out
-    assert set(map(tuple, rows[1:].tolist())) <= {  # each resample: the medians of some multiset of repetitions
-        tuple(block_sums(np.median(per_rep[list(d)], axis=0), slices))
-        for d in ((i, j, k) for i in range(3) for j in range(3) for k in range(3))}
+    assert rows[0].tolist() == [2.0 + 3.0, 2.0 + 2.0]  # the 90 (one slow step in one repetition) drops out
+    assert rep_levels(per_rep).tolist() == [0.5, 1.0, 1.5]
+    ratios = rows[1:] / rows[0]
+    assert np.allclose(ratios[:, 0], ratios[:, 1])  # a resample scales the figure as a whole
+    assert set(np.round(ratios[:, 0], 6)) <= {0.5, 1.0, 1.5}  # a median of three drawn levels
+    assert ratios.max() == 1.5 and ratios.min() == 0.5  # never the 90: a preempted step stays out
     with pytest.raises(ValueError, match="resamples"):
         ratio_of_sums(rows[:10], np.ones(2))
+    assert rep_levels(np.zeros((3, 4))).tolist() == [1.0, 1.0, 1.0]  # no work in any step

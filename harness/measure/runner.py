@@ -30,6 +30,7 @@ from harness.measure.matrix import REGIMES, ScenarioPlan, plan_scenario
 from harness.measure.metrics import Work, cell_blocks, timing_rows
 from harness.measure.paced import paced_run
 from harness.measure.stats import paired_ratio
+from harness.measure.threads import one_intra_op_thread
 from harness.output import metadata
 from harness.output.results import RESULTS_DIR, Row, new_run_dir, point_latest, write_json, write_rows
 from impls import REGISTRY, UNAVAILABLE
@@ -421,7 +422,9 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
         bar.update(1)
 
     try:
-        _run_plan(plan, cfg, shared, writer, tick)
+        with one_intra_op_thread() as threads:
+            meta["torch_intra_op_threads"] = threads
+            _run_plan(plan, cfg, shared, writer, tick)
         writer.finish(complete=True)
     except KeyboardInterrupt:
         writer.finish(interrupted=time.strftime("%Y-%m-%dT%H:%M:%S%z"))

@@ -6,13 +6,14 @@ is one slice (each step's time in it being the step's median over repetitions, :
 A figure is a ratio of sums over blocks (time over work: nanoseconds over sequence-steps, lookups or blocks),
 and its 95 % interval is the percentile interval of the same ratio recomputed on resamples.
 
-A resample draws two things with replacement: the **repetitions** the per-step medians are taken over, and the
-**blocks** summed. Each repetition replays on fresh managers, whose arrays land at new addresses: two
-identical ``flat`` managers replayed side by side in the same slices differed by up to 16 % over a whole
-repetition (0.84 to 1.12 on a loaded 2-core machine, 2026-11-30), the same in every slice of it. Blocks alone
-cannot see that (every block of a repetition shares its managers), and an interval over blocks alone was too
-narrow: the reference run's A/A control read 1.06 [1.02-1.12]. Drawing repetitions puts the spread between
-managers into the interval; with a single repetition it is the blocks' interval alone.
+A resample draws two things with replacement: the **blocks** summed, and the **repetitions** whose level
+scales them (:func:`block_medians`). Each repetition replays on fresh managers, whose arrays land at new
+addresses: two identical ``flat`` managers replayed side by side in the same slices differed by up to 16 %
+over a whole repetition (per-repetition ratios 0.84 to 1.12 on a loaded 2-core machine, 2026-11-30), the same
+in every slice of it. Blocks alone cannot see that (every block of a repetition shares its managers), and an
+interval over blocks alone was too narrow: the reference run's A/A control read 1.06 [1.02-1.12]. Drawing
+repetitions puts the spread between managers into the interval; with a single repetition it is the blocks'
+interval alone.
 
 A ratio between two implementations draws the *same* repetitions and blocks for both (they were measured side by
 side), which is what makes it stable while absolute times drift.
@@ -128,12 +129,29 @@ def block_sums(per_step: np.ndarray, slices: list[tuple[int, int]]) -> np.ndarra
     return np.array([per_step[lo:hi].sum() for lo, hi in slices])
 
 
-def block_medians(per_rep: np.ndarray, slices: list[tuple[int, int]], resamples: int = RESAMPLES) -> np.ndarray:
-    """From per-step values of every repetition (``[reps, steps]``): ``[1 + resamples, blocks]``, row 0 each
-    step's median over all repetitions summed per block (the figure), row ``1 + i`` the same over the
-    repetitions :func:`rep_draws` gives resample ``i``."""
+def rep_levels(per_rep: np.ndarray) -> np.ndarray:
+    """Each repetition's level: the median over steps of its time over the step's median over repetitions
+    (steps where that median is 0, such as steps without allocations, left out; 1 where none is left).
+    A robust size of what a repetition's managers cost, which one preempted step does not move."""
     per_rep = np.asarray(per_rep, dtype=float)
-    draws = np.sort(rep_draws(per_rep.shape[0], resamples), axis=1)  # a median ignores the draws' order
-    unique, which = np.unique(draws, axis=0, return_inverse=True)
-    sums = np.array([block_sums(np.median(per_rep[u], axis=0), slices) for u in unique])
-    return np.vstack([block_sums(np.median(per_rep, axis=0), slices)[None, :], sums[which.reshape(-1)]])
+    med = np.median(per_rep, axis=0)
+    busy = med > 0
+    if not busy.any():
+        return np.ones(per_rep.shape[0])
+    return np.median(per_rep[:, busy] / med[busy], axis=1)
+
+
+def block_medians(per_rep: np.ndarray, slices: list[tuple[int, int]], resamples: int = RESAMPLES) -> np.ndarray:
+    """From per-step values of every repetition (``[reps, steps]``): ``[1 + resamples, blocks]``.
+
+    Row 0 is the figure's blocks: each step's median over the repetitions, summed per block. Row ``1 + i``
+    is row 0 scaled by resample ``i``'s draw of repetitions (:func:`rep_draws`): the median of the drawn
+    repetitions' levels (:func:`rep_levels`) over the median of all. Scaling by levels, rather than taking
+    per-step medians of the drawn repetitions, keeps the estimate's robustness: a draw of one repetition
+    three times would bring back every step that repetition lost to preemption.
+    """
+    per_rep = np.asarray(per_rep, dtype=float)
+    point = block_sums(np.median(per_rep, axis=0), slices)
+    levels = rep_levels(per_rep)
+    factor = np.median(levels[rep_draws(per_rep.shape[0], resamples)], axis=1) / np.median(levels)
+    return np.vstack([point[None, :], factor[:, None] * point[None, :]])
