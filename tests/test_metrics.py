@@ -121,15 +121,15 @@ def test_one_repetition_leaves_the_blocks_interval() -> None:
 
 
 def test_block_medians_first_row_is_the_per_step_median_and_resamples_scale_it() -> None:
-    slices = [(0, 2), (2, 4)]
-    per_rep = np.array([[1.0, 90.0, 1.0, 1.0], [2.0, 2.0, 2.0, 2.0], [3.0, 3.0, 3.0, 3.0]])
+    slices = [(0, 2), (2, 4), (4, 6)]
+    per_rep = np.array([[1.0, 90.0, 1.0, 1.0, 1.0, 1.0], [2.0] * 6, [3.0] * 6])
     rows = block_medians(per_rep, slices)
-    assert rows[0].tolist() == [2.0 + 3.0, 2.0 + 2.0]  # the 90 (one slow step in one repetition) drops out
-    assert rep_levels(per_rep).tolist() == [0.5, 1.0, 1.5]
+    assert rows[0].tolist() == [2.0 + 3.0, 2.0 + 2.0, 2.0 + 2.0]  # the 90 (one slow step) drops out
+    assert rep_levels(per_rep, slices).tolist() == [0.5, 1.0, 1.5]
     ratios = rows[1:] / rows[0]
-    assert np.allclose(ratios[:, 0], ratios[:, 1])  # a resample scales the figure as a whole
+    assert np.allclose(ratios, ratios[:, :1])  # a resample scales the figure as a whole
     assert set(np.round(ratios[:, 0], 6)) <= {0.5, 1.0, 1.5}  # a median of three drawn levels
     assert ratios.max() == 1.5 and ratios.min() == 0.5  # never the 90: a preempted step stays out
     with pytest.raises(ValueError, match="resamples"):
-        ratio_of_sums(rows[:10], np.ones(2))
-    assert rep_levels(np.zeros((3, 4))).tolist() == [1.0, 1.0, 1.0]  # no work in any step
+        ratio_of_sums(rows[:10], np.ones(3))
+    assert rep_levels(np.zeros((3, 6)), slices).tolist() == [1.0, 1.0, 1.0]  # no work in any step

@@ -129,16 +129,16 @@ def block_sums(per_step: np.ndarray, slices: list[tuple[int, int]]) -> np.ndarra
     return np.array([per_step[lo:hi].sum() for lo, hi in slices])
 
 
-def rep_levels(per_rep: np.ndarray) -> np.ndarray:
-    """Each repetition's level: the median over steps of its time over the step's median over repetitions
-    (steps where that median is 0, such as steps without allocations, left out; 1 where none is left).
-    A robust size of what a repetition's managers cost, which one preempted step does not move."""
+def rep_levels(per_rep: np.ndarray, slices: list[tuple[int, int]]) -> np.ndarray:
+    """Each repetition's level: the median over blocks of its block time over the figure's (the per-step
+    medians summed), blocks without time left out (1 where none is left). A robust size of what a
+    repetition's managers cost, which a preempted step moves in one block only."""
     per_rep = np.asarray(per_rep, dtype=float)
-    med = np.median(per_rep, axis=0)
-    busy = med > 0
+    figure = block_sums(np.median(per_rep, axis=0), slices)
+    busy = figure > 0
     if not busy.any():
         return np.ones(per_rep.shape[0])
-    return np.median(per_rep[:, busy] / med[busy], axis=1)
+    return np.array([np.median(block_sums(x, slices)[busy] / figure[busy]) for x in per_rep])
 
 
 def block_medians(per_rep: np.ndarray, slices: list[tuple[int, int]], resamples: int = RESAMPLES) -> np.ndarray:
@@ -152,6 +152,6 @@ def block_medians(per_rep: np.ndarray, slices: list[tuple[int, int]], resamples:
     """
     per_rep = np.asarray(per_rep, dtype=float)
     point = block_sums(np.median(per_rep, axis=0), slices)
-    levels = rep_levels(per_rep)
+    levels = rep_levels(per_rep, slices)
     factor = np.median(levels[rep_draws(per_rep.shape[0], resamples)], axis=1) / np.median(levels)
     return np.vstack([point[None, :], factor[:, None] * point[None, :]])
