@@ -120,3 +120,29 @@ def test_a_capped_cell_runs_only_its_repetitions(monkeypatch) -> None:
     assert [lo for name, lo in runs if name == "slow"] == [0, 10, 20]  # repetition 0 only
     assert len([1 for name, _ in runs if name == "fast"]) == 3 + 4 + 4  # staggered repetitions: one slice more
     assert done.count("slow") == 1 and done.count("fast") == 3
+
+
+def test_a_cheap_cell_runs_more_repetitions_and_ticks_the_plans(monkeypatch) -> None:
+    import harness.measure.interleave as il
+
+    starts: dict[str, list[int]] = {"fast": [], "slow": []}
+
+    class FakeDriver:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def new(self):
+            return self.name
+
+        def timed(self, mgr, detail, lo, hi):
+            starts[mgr].append(lo)
+
+    done: list[str] = []
+    monkeypatch.setattr(il, "_finish", lambda driver, mgr, parts, out, key: None)
+    keys = {(n, "batched", ""): FakeDriver(n) for n in ("fast", "slow")}
+    il.interleaved(keys, 2, False, slice_bounds(60, 2), lambda key: done.append(key[0]),
+                   caps={("fast", "batched", ""): 6})
+    assert len([lo for lo in starts["fast"] if lo == 0]) == 6 and len([lo for lo in starts["slow"] if lo == 0]) == 2
+    opened = [lo for lo in starts["fast"] if lo]
+    assert len(opened) == len(set(opened))  # six repetitions, staggered by a sixth of a slice: no step twice
+    assert done.count("fast") == 2 and done.count("slow") == 2  # progress counts the plan's repetitions

@@ -25,7 +25,15 @@ import numpy as np
 from harness.counters.allocations import allocations_per_step
 from harness.measure import clock
 from harness.measure.drivers import KINDS, Prepared
-from harness.measure.interleave import CELL_ERRORS, Driver, Replays, interleaved, slice_bounds, verify_slots
+from harness.measure.interleave import (
+    CELL_ERRORS,
+    FAST_REPS,
+    Driver,
+    Replays,
+    interleaved,
+    slice_bounds,
+    verify_slots,
+)
 from harness.measure.matrix import REGIMES, ScenarioPlan, plan_scenario
 from harness.measure.metrics import Work, cell_blocks, timing_rows
 from harness.measure.paced import paced_run
@@ -147,7 +155,11 @@ class ScenarioBench:
             self._aa_row(aa, steps)
 
     def _reps(self, cell: tuple[str, str]) -> int:
-        return self.max_reps.get(cell, self.cfg.reps)
+        """Repetitions of ``cell``: the plan's cap, else FAST_REPS times --reps for compiled and C++ replays."""
+        if cell in self.max_reps:
+            return self.max_reps[cell]
+        driver = self.drivers.get((*cell, ""))
+        return self.cfg.reps * (FAST_REPS if driver is not None and driver.separate_detail else 1)
 
     def _repetition_done(self, key) -> None:
         """One progress unit per cell and repetition; the A/A copy is not a cell of the plan."""
