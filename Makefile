@@ -25,7 +25,7 @@ test: setup
 	$(PY) -m pytest -q
 	$(PY) -m ruff check .
 
-# The default matrix (harness/measure/matrix.py): about ten minutes on two cores (README, "Time budget").
+# The default matrix (harness/measure/matrix.py): about twelve minutes on two cores (README, "Time budget").
 bench: setup
 	$(CLI) run --figures
 

@@ -1,15 +1,16 @@
 """What a run measures, as data: which implementations and regimes on which scenario, and which studies.
 
 The default matrix aims at about ten minutes of ``make bench`` on two cores (README, "Time budget", with the
-time each part took): eight for the cells and studies below, two kept for the prefix-caching scenarios. The
-reference run of 2026-11-30 took 19 minutes; most of the difference is three rules here, each a trade-off
-stated in the README: the engines' per-call regime runs one repetition (``sglang`` per call replays
-``paper`` in about 80 s, ``flat`` batched in 4 ms), paced runs measure the article's designs only (a paced
-run lasts as long as the cell's replay), and callgrind leaves the engines out (a valgrind process importing
-torch costs minutes). It is the tables below, read by the runner, by the progress bar's total and by the
-documentation (``kvblock-bench run --help`` prints :func:`describe`); nothing else decides what runs. Naming scenarios,
-implementations or a trace file on the command line replaces :data:`CELL_RULES` by "exactly what was named",
-while the studies keep their rules. ``--quick`` replays short traces once and keeps the studies to ``paper``.
+time each part took): eight for the cells and studies below, two kept for the prefix-caching scenarios; it
+takes about twelve today. The reference run of 2026-11-30 took 19 minutes; most of the difference is three
+rules here, each a trade-off stated in the README: the engines' per-call regime runs one repetition
+(``sglang`` per call replays ``paper`` in about 80 s, ``flat`` batched in 4 ms), paced runs measure the
+article's designs only (a paced run lasts as long as the cell's replay), and callgrind leaves the engines
+out (a valgrind process importing torch costs minutes). It is the tables below, read by the runner, by the
+progress bar's total and by the documentation (``kvblock-bench run --help`` prints :func:`describe`);
+nothing else decides what runs. Naming scenarios, implementations or a trace file on the command line
+replaces :data:`CELL_RULES` by "exactly what was named" (for ``--reps`` repetitions each), while the studies
+keep their rules. ``--quick`` replays short traces once and keeps the studies to ``paper``.
 """
 
 from __future__ import annotations
