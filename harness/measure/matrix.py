@@ -173,8 +173,9 @@ def describe() -> str:
         where = "every scenario" if rule.scenarios == (ALL,) else ", ".join(rule.scenarios)
         reps = f" ({rule.max_reps} repetition(s) at most)" if rule.max_reps else ""
         lines.append(f"  {'/'.join(rule.roles)}: {', '.join(rule.regimes)} on {where}{reps}")
-    lines.append("studies (scenarios; in --quick; roles):")
+    lines.append("studies (scenarios; in --quick):")
+    every_role = Study.__dataclass_fields__["roles"].default
     for s in STUDIES:
-        lines.append(f"  {s.name}: {', '.join(s.scenarios)}; {', '.join(s.quick) or 'none'}; {'/'.join(s.roles)}"
-                     f" -- {s.what}")
+        roles = "" if s.roles == every_role else f" (cells of {'/'.join(s.roles)} only)"
+        lines.append(f"  {s.name}: {', '.join(s.scenarios)}; {', '.join(s.quick) or 'none'}{roles} -- {s.what}")
     return "\n".join(lines)
