@@ -63,6 +63,8 @@ RECORDS: tuple[Impl, ...] = (
          "#fdae6b", "B"),
     Impl("vllm-v1", "impls.vllm_v1:VllmV1BlockManager", "contender", "vllm-v1",
          "vLLM v1 allocate_slots per request per step", "#9467bd"),
+    Impl("vllm-v1-pc", "impls.vllm_v1_pc:VllmV1CachingBlockManager", "contender", "vllm-v1+pc",
+         "vLLM v1 with prefix caching on (its default)", "#c5b0d5"),
     Impl("nano-vllm", "impls.nano_vllm:NanoVllmBlockManager", "contender", "nano-vllm",
          "nano-vllm can/may_append (deque of free ids)", "#8c564b"),
     Impl("sglang", "impls.sglang:SGLangBlockManager", "contender", "sglang",
