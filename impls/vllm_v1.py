@@ -278,7 +278,7 @@ class FullAttentionManager:
         num_new_blocks = cdiv(num_tokens, self.block_size) - len(req_blocks)
         if num_new_blocks <= 0:
             src = req_blocks[-1]
-            if src.ref_cnt == 1:
+            if src.ref_cnt == 1 or src.block_hash is not None:  # a cached block is full: nothing written to it
                 return []
             return [self._copy_on_write(req_blocks, src)]
         new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
