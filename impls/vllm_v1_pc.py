@@ -95,14 +95,40 @@ def make_block_hash_with_group_id(block_hash: bytes, group_id: int) -> bytes:
 
 
 class CachingRequest(Request):
-    """A request with the block hashes of its full blocks (``None`` where the trace gave none)."""
+    """A request with the block hashes of its full blocks (``None`` where the trace gave none).
 
-    __slots__ = ("block_hashes", "skip_reading_prefix_cache")
+    ``num_tokens`` is a property, as vLLM's (``len`` of its token list): ``allocate_slots`` reads it twice."""
+
+    __slots__ = ("_num_tokens", "block_hashes", "shared_prefix_boundary", "skip_reading_prefix_cache")
 
     def __init__(self, request_id: str, num_tokens: int, block_hashes: list) -> None:
         super().__init__(request_id, num_tokens)
         self.block_hashes = block_hashes
         self.skip_reading_prefix_cache = False
+        self.shared_prefix_boundary = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return self._num_tokens
+
+    @num_tokens.setter
+    def num_tokens(self, value: int) -> None:
+        self._num_tokens = value
+
+
+class _PrefixCacheableSpec:
+    """The group's ``FullAttentionSpec``, for the ``prefix_cacheable`` property ``cache_blocks`` reads."""
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        return True
+
+
+def replay_boundaries(num_prompt_tokens: int, scheduler_block_size: int, use_eagle: bool) -> tuple[int, ...]:
+    """Positions a later request replaying the prompt resumes at (without EAGLE: the last prompt token)."""
+    if not use_eagle:
+        return (num_prompt_tokens - 1,)
+    raise NotImplementedError("EAGLE is left out")  # pragma: no cover
 
 
 class BlockHashToBlockMap:
@@ -204,6 +230,10 @@ class CachingBlockPool(BlockPool):
             block.ref_cnt += 1
 
 
+class _CrossAttentionManager:
+    """Stands for vLLM's ``CrossAttentionManager``, which the coordinator tests every manager against."""
+
+
 class CachingFullAttentionManager(FullAttentionManager):
     """:class:`impls.vllm_v1.FullAttentionManager` with prefix caching: hits, ``num_cached_block``, caching."""
 
@@ -211,6 +241,8 @@ class CachingFullAttentionManager(FullAttentionManager):
         super().__init__(block_pool, block_size)
         self.enable_caching = True
         self.kv_cache_group_id = 0
+        self.kv_cache_spec = _PrefixCacheableSpec()
+        self.hash_block_size = block_size
 
     @classmethod
     def find_longest_cache_hit(cls, block_hashes: list, max_length: int, kv_cache_group_ids: list[int],
@@ -229,7 +261,9 @@ class CachingFullAttentionManager(FullAttentionManager):
         return computed_blocks, hit_length
 
     def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int, new_computed_blocks,
-                                   total_computed_tokens: int, num_local_computed_tokens: int) -> int:
+                                   total_computed_tokens: int, num_local_computed_tokens: int,
+                                   num_tokens_main_model: int = 0, apply_admission_cap: bool = False,
+                                   prefill_end: int = 0) -> int:
         if request_id not in self.num_cached_block:  # the admission: the slow path, counting evictable hits
             return super().get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks,
                                                       total_computed_tokens, num_local_computed_tokens)
@@ -251,12 +285,27 @@ class CachingFullAttentionManager(FullAttentionManager):
     def reachable_block_mask(cls, start_block: int, end_block: int) -> None:
         return None  # full attention caches every block
 
-    def cache_blocks(self, request: CachingRequest, num_tokens: int, boundaries: tuple[int, ...]) -> None:
+    def cache_blocks(self, request: CachingRequest, num_tokens: int, retention_interval: int | None = None, *,
+                     replay_boundaries: tuple[int, ...]) -> None:
+        """``FullAttentionManager.cache_blocks``: the base class's, then the partial tail (none at one size)."""
+        self._cache_full(request, num_tokens, retention_interval=retention_interval,
+                         replay_boundaries=replay_boundaries)
+        if self.block_size == self.hash_block_size:
+            return
+
+    def _cache_full(self, request: CachingRequest, num_tokens: int, retention_interval: int | None = None, *,
+                    replay_boundaries: tuple[int, ...]) -> None:
+        """``SingleTypeKVCacheManager.cache_blocks``: caches the full blocks the request's hashes cover."""
+        if not self.kv_cache_spec.prefix_cacheable:
+            return  # pragma: no cover
         num_cached_blocks = self.num_cached_block.get(request.request_id, 0)
         num_hashed_tokens = len(request.block_hashes) * self.block_size
         num_full_blocks = min(num_tokens, num_hashed_tokens) // self.block_size
         if num_cached_blocks >= num_full_blocks:
             return  # every step but the one after a block fills
+        reachable_boundaries = [*replay_boundaries]
+        if request.shared_prefix_boundary:
+            reachable_boundaries.append(request.shared_prefix_boundary)  # pragma: no cover
         self.reachable_block_mask(num_cached_blocks, num_full_blocks)
         self.block_pool.cache_full_blocks(request, self.req_to_blocks[request.request_id], num_cached_blocks,
                                           num_full_blocks, self.block_size, self.kv_cache_group_id)
@@ -271,6 +320,30 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinatorNoPrefixCache):
         self.scheduler_block_size = self.block_size = block_size
         self.single_type_managers = (CachingFullAttentionManager(block_pool, block_size),)
         self.num_reprefillable_tokens = 0
+        self.retention_interval = None
+        self.drop_eagle_group_ids: tuple[int, ...] = ()
+
+    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int, new_computed_blocks: tuple,
+                                   num_encoder_tokens: int, total_computed_tokens: int,
+                                   num_local_computed_tokens: int, num_tokens_main_model: int,
+                                   prefill_end: int = 0) -> int:
+        num_blocks_to_allocate = 0
+        if self.retention_interval != 0:
+            prefill_end = 0
+        for i, manager in enumerate(self.single_type_managers):
+            if isinstance(manager, _CrossAttentionManager):
+                continue  # pragma: no cover - decoder-only
+            num_blocks_to_allocate += manager.get_num_blocks_to_allocate(
+                request_id, num_tokens, new_computed_blocks[i], total_computed_tokens, num_local_computed_tokens,
+                num_tokens_main_model, apply_admission_cap=False, prefill_end=prefill_end)
+        return num_blocks_to_allocate
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int, num_tokens_main_model: int = 0,
+                            num_encoder_tokens: int = 0) -> tuple[list[KVCacheBlock], ...]:
+        return tuple(
+            manager.allocate_new_blocks(
+                request_id, num_encoder_tokens if isinstance(manager, _CrossAttentionManager) else num_tokens)
+            for manager in self.single_type_managers)
 
     def find_longest_cache_hit(self, block_hashes: list, max_cache_hit_length: int) -> tuple[tuple, int, int]:
         hit_blocks, hit_length = self.single_type_managers[0].find_longest_cache_hit(
@@ -288,11 +361,13 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinatorNoPrefixCache):
         return max(0, num_computed_tokens - self.num_reprefillable_tokens)
 
     def cache_blocks(self, request: CachingRequest, num_computed_tokens: int) -> None:
-        boundaries = (request.num_prompt_tokens - 1,)  # replay_boundaries without EAGLE
+        boundaries = replay_boundaries(request.num_prompt_tokens, self.scheduler_block_size,
+                                       use_eagle=bool(self.drop_eagle_group_ids))
         for group_id, manager in enumerate(self.single_type_managers):
             if not manager.enable_caching:
                 continue  # pragma: no cover
-            manager.cache_blocks(request, self.get_num_cacheable_tokens(num_computed_tokens, group_id), boundaries)
+            manager.cache_blocks(request, self.get_num_cacheable_tokens(num_computed_tokens, group_id),
+                                 retention_interval=self.retention_interval, replay_boundaries=boundaries)
 
 
 class CachingKVCacheManager(KVCacheManager):
@@ -318,32 +393,47 @@ class CachingKVCacheManager(KVCacheManager):
         return self.create_kv_cache_blocks(computed_blocks), num_new_computed_tokens
 
     def allocate_slots(self, request: CachingRequest, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed_blocks: KVCacheBlocks | None = None,
-                       num_lookahead_tokens: int = 0) -> KVCacheBlocks | None:
-        """Slots for ``num_new_tokens`` more tokens, adopting ``new_computed_blocks`` (hits) first."""
-        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+                       new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,
+                       num_external_computed_tokens: int = 0, delay_cache_blocks: bool = False,
+                       num_encoder_tokens: int = 0, full_sequence_must_fit: bool = False, reserved_blocks: int = 0,
+                       has_scheduled_reqs: bool = True) -> KVCacheBlocks | None:
+        """Slots for ``num_new_tokens`` more tokens, adopting ``new_computed_blocks`` (hits) first.
+
+        vLLM's own keyword arguments and checks are kept (they are work it does on every call); the ones that
+        do nothing here (external tokens, delayed caching, the full-sequence gate) keep their defaults."""
+        if num_new_tokens == 0 and num_external_computed_tokens == 0 and num_new_computed_tokens == 0:
             raise ValueError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
         empty = self.empty_kv_cache_blocks.blocks
         new_computed_block_list = empty if new_computed_blocks is None else new_computed_blocks.blocks
         num_local_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
-        total_computed_tokens = min(num_local_computed_tokens, self.max_model_len)
+        total_computed_tokens = min(num_local_computed_tokens + num_external_computed_tokens, self.max_model_len)
         watermark_blocks = 0
-        if request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+        if has_scheduled_reqs and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
             watermark_blocks = self.watermark_blocks
+        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+        if full_sequence_must_fit:
+            raise NotImplementedError("the full-sequence admission gate is left out")  # pragma: no cover
         num_tokens_main_model = total_computed_tokens + num_new_tokens
         num_tokens_need_slot = min(num_tokens_main_model + num_lookahead_tokens, self.max_model_len)
         coordinator = self.coordinator
         coordinator.remove_skipped_blocks(request.request_id,
                                           max(0, total_computed_tokens - request.num_in_flight_tokens))
         num_blocks_to_allocate = coordinator.get_num_blocks_to_allocate(
-            request.request_id, num_tokens_need_slot, new_computed_block_list, total_computed_tokens,
-            num_local_computed_tokens)
-        if num_blocks_to_allocate + watermark_blocks > self.block_pool.get_num_free_blocks():
+            request_id=request.request_id, num_tokens=num_tokens_need_slot,
+            new_computed_blocks=new_computed_block_list, num_encoder_tokens=num_encoder_tokens,
+            total_computed_tokens=num_local_computed_tokens + num_external_computed_tokens,
+            num_local_computed_tokens=num_local_computed_tokens, num_tokens_main_model=num_tokens_main_model,
+            prefill_end=prefill_end)
+        available_blocks = self.block_pool.get_num_free_blocks() - reserved_blocks
+        if num_blocks_to_allocate + watermark_blocks > available_blocks:
             return None
-        if new_computed_block_list is not empty:
+        if new_computed_block_list is not empty or num_external_computed_tokens > 0:
             coordinator.allocate_new_computed_blocks(request.request_id, new_computed_block_list,
                                                      num_local_computed_tokens)
-        new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot)
+        new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot, num_tokens_main_model,
+                                                     num_encoder_tokens)
+        if delay_cache_blocks:
+            return self.create_kv_cache_blocks(new_blocks)  # pragma: no cover
         coordinator.cache_blocks(request, min(total_computed_tokens + num_new_tokens, request.num_tokens))
         return self.create_kv_cache_blocks(new_blocks)
 

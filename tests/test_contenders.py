@@ -282,7 +282,7 @@ def test_vllm_pc_calls_cache_blocks_every_step_and_caches_only_on_seal(monkeypat
     manager = mgr.single_type_manager
     steps = []
     real_cb = manager.cache_blocks
-    monkeypatch.setattr(manager, "cache_blocks", lambda *a: steps.append(1) or real_cb(*a))
+    monkeypatch.setattr(manager, "cache_blocks", lambda *a, **k: steps.append(1) or real_cb(*a, **k))
     mgr.allocate_cached(0, BS + 1, chain(3))
     assert calls == [1] and len(steps) == 1  # the prompt's full block cached at admission
     for _ in range(BS - 1):
