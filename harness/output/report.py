@@ -205,16 +205,17 @@ CALIBRATION_CSV = Path(__file__).resolve().parents[2] / "results" / "calibration
 
 
 def calibration_notes(path: Path = CALIBRATION_CSV) -> dict[tuple[str, str], str]:
-    """(contender, regime) -> "calibrated: ours/real = X (scenario)" from the calibration figures, if present."""
+    """(contender, regime) -> "calibrated: ours/real = X (scenario), Y (other scenario)" from the calibration
+    figures, if present: the first row of each scenario, in the file's order."""
     if not path.is_file():
         return {}
-    notes = {}
+    ratios: dict[tuple[str, str], dict[str, str]] = {}
     for row in pd.read_csv(path).itertuples():
-        key = (row.contender, row.call_shape)
-        if key not in notes:
-            notes[key] = (f"calibrated: ours/real = {row.ratio:.2f} ({row.scenario})" if not pd.isna(row.ratio)
-                          else "not calibrated (no real run)")
-    return notes
+        per_scenario = ratios.setdefault((row.contender, row.call_shape), {})
+        if row.scenario not in per_scenario:
+            per_scenario[row.scenario] = "" if pd.isna(row.ratio) else f"{row.ratio:.2f} ({row.scenario})"
+    return {key: ("calibrated: ours/real = " + ", ".join(v for v in per.values() if v)) if any(per.values())
+            else "not calibrated (no real run)" for key, per in ratios.items()}
 
 
 def engines_section(run: RunData, scenario: str = "paper") -> str:
