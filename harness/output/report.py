@@ -48,14 +48,19 @@ def _interval(row: dict | None) -> str:
     return f" [{_fmt(low)}–{_fmt(high)}]"
 
 
-def ratio_text(run: RunData, scenario: str, impl: str, regime: str, metric: str, base_regime: str | None = None
-               ) -> str:
-    """``146× [140–152]``: ``metric`` of the cell over flat's (same regime, or batched flat), with the paired
+def ratio_metric(metric: str, base: str = "flat", batched_base: bool = False) -> str:
+    """The name of the ratio row of ``metric`` against ``base`` (same regime, or ``base`` batched)."""
+    return f"{metric}_vs_{base.replace('-', '_')}" + ("_batched" if batched_base else "")
+
+
+def ratio_text(run: RunData, scenario: str, impl: str, regime: str, metric: str, base_regime: str | None = None,
+               base: str = "flat") -> str:
+    """``146× [140–152]``: ``metric`` of the cell over ``base``'s (same regime, or batched), with the paired
     interval measured in the run; "no difference" when that interval holds 1."""
-    suffix = "_vs_flat" if base_regime in (None, regime) else "_vs_flat_batched"
-    if impl == "flat" and suffix == "_vs_flat":
+    batched_base = base_regime not in (None, regime)
+    if impl == base and not batched_base:
         return "1×"
-    row = run.get(scenario, impl, regime, metric + suffix)
+    row = run.get(scenario, impl, regime, ratio_metric(metric, base, batched_base))
     if row is None or row["status"] != "ok":
         return "—"
     text = f"{_fmt(float(row['value']), 3)}×{_interval(row)}"
