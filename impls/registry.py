@@ -13,6 +13,8 @@ Roles:
 - ``contender``: a model of a real engine's block manager;
 - ``native``: C++ builds of the article's designs, replayed inside C++ (see :mod:`impls.native`; unavailable
   without a C++ compiler);
+- ``caching``: a design with prefix caching (:class:`impls.contract.CachingBlockManager`), held to the reference
+  model's hits and evictions;
 - ``plugin``: a user's implementation, loaded by ``package.module:Class`` or the ``kvblock_bench.impls``
   entry-point group (see :func:`resolve`).
 """
@@ -24,7 +26,7 @@ import inspect
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 
-ROLES = ("design", "twin", "contender", "native", "plugin")
+ROLES = ("design", "twin", "contender", "native", "caching", "plugin")
 ENTRY_POINT_GROUP = "kvblock_bench.impls"
 
 
@@ -67,6 +69,8 @@ RECORDS: tuple[Impl, ...] = (
          "nano-vllm can/may_append (deque of free ids)", "#8c564b"),
     Impl("sglang", "impls.sglang:SGLangBlockManager", "contender", "sglang",
          "SGLang batched page allocator (torch)", "#e377c2", needs="needs torch: pip install -e '.[torch]'"),
+    Impl("flat-pc", "impls.flat_pc:FlatPcBlockManager", "caching", "C flat-pc",
+         "flat + open-addressing hash table and intrusive LRU (prefix caching)", "#74c476"),
     # The article's designs in its own language, replayed inside C++ (see impls/native).
     Impl("cpp-dict", "impls.native.available:CppDictBlockManager", "native", "A cpp-dict",
          "A in C++ (std::unordered_map per sequence)", "#08306b", "A"),

@@ -28,7 +28,7 @@ from numba import njit
 from harness.measure.clock import ns_per_tick, ticks
 from harness.measure.replay import ReplayError, apply_pool_op
 from impls.contract import blocks_for
-from scenarios.trace import ALLOCATE, CAN_ALLOCATE, FORK, FREE, Trace
+from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, CAN_ALLOCATE, FORK, FREE, SEAL, Trace
 
 KINDS = ("alloc", "free", "other", "decode", "lookup")  # "other": can_allocate and fork
 _ALLOC, _FREE, _OTHER, _DECODE, _LOOKUP = range(5)
@@ -364,6 +364,114 @@ def compiled_driver(kernels):
         fn.__qualname__ = name
         _DRIVERS[key] = njit(cache=True)(fn)
     return _DRIVERS[key]
+
+
+# -- the compiled replay of caching traces (designs whose kernels provide allocate_cached and seal) ----------
+_k_alloc_cached = _k_seal = None
+
+
+# A separate loop, so that the non-caching designs' replay stays exactly the code it was. One function on
+# purpose, as _replay_loop.
+def _replay_loop_caching(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out,  # noqa: C901
+                         ticks_out, cows_out, detail, digests_out, mask, hashes, op_hash, hits_out):
+    t0 = 0
+    digest = digests_out.shape[0] > 0
+    shift = 0
+    while (1 << shift) <= mask:  # log2(block_size): the chain length is a shift, not a divide
+        shift += 1
+    for s in range(decode_offsets.shape[0]):
+        t_step = ticks()
+        hits = 0
+        for i in range(step_offsets[s], decode_offsets[s]):
+            o = op[i]
+            if detail:
+                t0 = ticks()
+            if o == ALLOCATE_CACHED:
+                at = op_hash[i]
+                rc = _k_alloc_cached(*state, a0[i], a1[i], hashes[at : at + (a1[i] >> shift)])
+                if rc >= 0:
+                    hits += rc
+                    rc = 0
+                kind = _ALLOC
+            elif o == SEAL:
+                rc = _k_seal(*state, a0[i], hashes[op_hash[i]])
+                if rc >= 0:
+                    if rc != a1[i]:
+                        return 1, s, i
+                    rc = 0
+                kind = _OTHER
+            elif o == CAN_ALLOCATE:
+                rc = _k_can(*state, a0[i])
+                if rc != a1[i]:
+                    return 1, s, i
+                rc = 0
+                kind = _OTHER
+            elif o == ALLOCATE:
+                rc = _k_alloc(*state, a0[i], a1[i])
+                kind = _ALLOC
+            elif o == FREE:
+                rc = _k_free(*state, a0[i])
+                kind = _FREE
+            else:
+                rc = _k_fork(*state, a0[i], a1[i])
+                kind = _OTHER
+            if detail:
+                ticks_out[s, kind] += ticks() - t0
+            if rc != 0:
+                return rc, s, i
+        ids = seq_ids[decode_offsets[s] : step_offsets[s + 1]]
+        if detail:
+            t0 = ticks()
+        rc, _ = _k_step(*state, ids, cow_out, slot_out)
+        t1 = ticks()
+        if rc < 0:
+            return rc, s, decode_offsets[s]
+        cows_out[s] = rc
+        hits_out[s] = hits
+        if digest:
+            digests_out[s] = _digest_and_reset(slot_out, ids.shape[0], mask)
+        if detail:
+            ticks_out[s, _DECODE] = t1 - t0
+            t0 = ticks()
+            _k_lookup(*state, ids, slot_out)
+            ticks_out[s, _LOOKUP] = ticks() - t0
+            if digest and _digest_and_reset(slot_out, ids.shape[0], mask) != digests_out[s]:
+                digests_out[s] = -1
+        else:
+            ticks_out[s, _DECODE] = t1 - t_step
+    return 0, 0, 0
+
+
+def compiled_caching_driver(kernels):
+    """The compiled replay loop of caching traces over ``kernels`` (an :class:`impls.compiled.CachingKernels`),
+    cached per design: :func:`compiled_driver`'s ``drive`` with three more arguments, ``hashes`` (uint64, the
+    trace's hash pool), ``op_hash`` (int64 per op: where an ALLOCATE_CACHED's chain or a SEAL's hash starts in
+    ``hashes``) and ``hits_out`` (int64 per step: prompt tokens served from the cache, for :func:`check_hits`).
+    ALLOCATE_CACHED: a0 = row, a1 = tokens, chain = ``hashes[op_hash[i] : op_hash[i] + a1 // block_size]``;
+    SEAL: a0 = row, a1 = the answer expected (1/0, status 1 when it differs), hash = ``hashes[op_hash[i]]``.
+    ``ValueError`` for kernels without the caching operations."""
+    if not hasattr(kernels, "allocate_cached"):
+        raise ValueError("these kernels have no prefix-caching operations (allocate_cached, seal)")
+    key = "caching:" + kernels.decode_step.py_func.__module__
+    if key not in _DRIVERS:
+        env = {**_replay_loop_caching.__globals__, "_k_can": kernels.can_allocate, "_k_alloc": kernels.allocate,
+               "_k_fork": kernels.fork, "_k_free": kernels.free, "_k_step": kernels.decode_step,
+               "_k_lookup": kernels.lookup, "_k_alloc_cached": kernels.allocate_cached, "_k_seal": kernels.seal}
+        name = "replay_loop_caching_" + re.sub(r"\W", "_", key.partition(":")[2])
+        fn = types.FunctionType(_replay_loop_caching.__code__, env, name)
+        fn.__qualname__ = name
+        _DRIVERS[key] = njit(cache=True)(fn)
+    return _DRIVERS[key]
+
+
+def check_hits(hits: np.ndarray, expected: np.ndarray, lo: int = 0) -> None:
+    """Prompt tokens served from the cache per step, steps ``[lo, lo + len)``, must be the expected ones (every
+    design makes the same choices: hit counts are a correctness check, as copy-on-write counts are)."""
+    bad = np.flatnonzero(np.asarray(hits) != np.asarray(expected)[lo : lo + len(hits)])
+    if bad.size:
+        s = lo + int(bad[0])
+        raise ReplayError(f"step {s}: {int(hits[s - lo])} tokens served from the cache, the trace expects "
+                          f"{int(expected[s])}")
 
 
 def run_compiled(prep: Prepared, mgr, drive, detail: bool, lo: int = 0, hi: int | None = None) -> StepTimes:
