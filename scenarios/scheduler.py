@@ -20,13 +20,27 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from impls.contract import blocks_for
 from impls.reference import ReferenceModel
 
-from .trace import ALLOCATE, APPEND, CAN_ALLOCATE, FORK, FREE, OP_NAMES, Trace, canonical_tables, finalize
+from .trace import (
+    ALLOCATE,
+    ALLOCATE_CACHED,
+    APPEND,
+    CAN_ALLOCATE,
+    FORK,
+    FREE,
+    OP_NAMES,
+    SEAL,
+    Trace,
+    canonical_tables,
+    finalize,
+)
 
 # Bump when a change to the scheduler or the scenarios changes the traces they generate for the same parameters.
 GENERATOR_VERSION = 1
@@ -63,15 +77,21 @@ class TraceBuilder:
     def __init__(self, config: dict) -> None:
         self.config = dict(config)
         self.model = ReferenceModel(**self.config)
-        self.op, self.a0, self.a1 = array("B"), array("i"), array("i")
+        self.op, self.a0, self.a1, self.op_hash = array("B"), array("i"), array("i"), array("q")
         self.step_offsets, self.decode_offsets, self.step_cows = array("q", [0]), array("q"), array("i")
+        self.hashes = array("Q")
+        self.step_hits, self.step_evictions = array("i"), array("i")
+        self.hits = 0  # prompt tokens served from the cache in the current step
+        self.evictions_before = 0  # the model's eviction count when the current step began
         self.peak = 0
         self.preemptions = 0
 
-    def _record(self, op: int, a0: int, a1: int = 0) -> None:
+    def _record(self, op: int, a0: int, a1: int = 0, hashes: Sequence[int] = ()) -> None:
         self.op.append(op)
         self.a0.append(a0)
         self.a1.append(a1)
+        self.op_hash.append(len(self.hashes) if op in (ALLOCATE_CACHED, SEAL) else -1)
+        self.hashes.extend(hashes)
 
     def _update_peak(self) -> None:
         self.peak = max(self.peak, self.model.num_blocks - self.model.num_free_blocks())
@@ -85,6 +105,24 @@ class TraceBuilder:
         self.model.allocate(row, tokens)
         self._record(ALLOCATE, row, tokens)
         self._update_peak()
+
+    def cached_need(self, tokens: int, chain: Sequence[int]) -> int:
+        """Free blocks admitting a prompt with this hash chain takes (fresh blocks plus evictable hits)."""
+        return self.model.cached_need(tokens, list(chain))
+
+    def allocate_cached(self, row: int, tokens: int, chain: Sequence[int]) -> int:
+        """Admit a prompt with its hash chain (its full blocks); returns the tokens the cache served."""
+        hit = self.model.allocate_cached(row, tokens, np.array(chain, dtype=np.uint64))
+        self._record(ALLOCATE_CACHED, row, tokens, chain)
+        self.hits += hit
+        self._update_peak()
+        return hit
+
+    def seal(self, row: int, block_hash: int) -> bool:
+        """Give ``row``'s full last block its hash; whether it became cached."""
+        ok = self.model.seal(row, block_hash)
+        self._record(SEAL, row, int(ok), (block_hash,))
+        return ok
 
     def fork(self, parent: int, child: int) -> None:
         self.model.fork(parent, child)
@@ -103,6 +141,9 @@ class TraceBuilder:
         self.step_cows.append(len(cows))
         self._update_peak()
         self.step_offsets.append(len(self.op))
+        self.step_hits.append(self.hits)
+        self.step_evictions.append(self.model.evictions - self.evictions_before)
+        self.hits, self.evictions_before = 0, self.model.evictions
 
     def worst_case(self, rows: list[int]) -> int:
         return self.model.worst_case_blocks(rows)
@@ -133,6 +174,8 @@ class TraceBuilder:
             "step_offsets": self.step_offsets, "decode_offsets": self.decode_offsets,
             "step_cows": self.step_cows, "final_lens": final_lens,
             "final_canon": canonical_tables(live),
+            "hashes": self.hashes, "op_hash": self.op_hash,
+            "step_hits": self.step_hits, "step_evictions": self.step_evictions,
         }
         return finalize(header, arrays)
 
