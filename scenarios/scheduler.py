@@ -6,12 +6,16 @@ decisions are valid for every one of them.
 
 Each step, in this order (the order the trace keeps):
 
+0. with prefix caching, seal every block the previous step's decode filled (its hash from the request's
+   :class:`~scenarios.hashing.TokenChain`), so a finished sequence's last full block is cached before it is freed;
 1. free the sequences that finished in the previous step;
 2. reserve the decode step's worst case with ``can_allocate`` (one block per sequence at a block boundary
    or with a shared last block); while it fails, preempt the youngest sequence (free it and put it back at
    the head of the queue with what it generated so far: recompute, as vLLM does) - or, in scenarios that do
    not preempt, stop with an error saying the pool is too small;
-3. admit waiting requests while a row is free and ``can_allocate`` grants their blocks plus the reserve;
+3. admit waiting requests while a row is free and ``can_allocate`` grants their blocks plus the reserve (a
+   request with a hash chain is admitted with ``allocate_cached``; it asks for the blocks the reference model's
+   ``cached_need`` counts: fresh blocks plus evictable hits);
 4. scenario events (beam search prunes and forks here);
 5. one decode step over every running sequence, in row order.
 """
@@ -28,6 +32,7 @@ import numpy as np
 from impls.contract import blocks_for
 from impls.reference import ReferenceModel
 
+from .hashing import TokenChain
 from .trace import (
     ALLOCATE,
     ALLOCATE_CACHED,
@@ -59,6 +64,9 @@ class Request:
     output: int
     arrival: int = 0
     generated: int = 0
+    chain: TokenChain | None = None  # with prefix caching: the block hashes of its prompt and output
+
+
 
 
 @dataclass
@@ -201,6 +209,8 @@ class Scheduler:
         self.requests_seen: set[int] = set()
         self.step = 0
         self.reserve = 0
+        self.block_size = builder.config["block_size"]
+        self.to_seal: list[Seq] = []  # sequences whose last block the previous decode filled (prefix caching)
 
     # -- hooks ------------------------------------------------------------------------------------------
     def rows_needed(self, req: Request) -> int:
@@ -209,6 +219,13 @@ class Scheduler:
     def place(self, req: Request) -> list[Seq] | None:
         """Admit ``req`` (its rows are available); None when the pool says no."""
         tokens = req.prompt + req.generated
+        if req.chain is not None:
+            chain = req.chain.blocks(tokens // self.b.model.block_size)
+            if not self.b.can_allocate(self.b.cached_need(tokens, chain) + self.reserve + 1):
+                return None
+            row = self.free_rows.pop()
+            self.b.allocate_cached(row, tokens, chain)
+            return [Seq(row, req, self.admissions)]
         if not self.b.can_allocate(blocks_for(tokens, self.b.model.block_size) + self.reserve + 1):
             return None
         row = self.free_rows.pop()
@@ -217,6 +234,9 @@ class Scheduler:
 
     def events(self) -> None:
         """Scenario events between admission and decode (beam search)."""
+
+    def finished(self, seq: Seq) -> None:
+        """``seq`` generated its whole output and was freed (multi-turn chat schedules the next turn here)."""
 
     # -- the loop ---------------------------------------------------------------------------------------
     def _release(self, seq: Seq) -> None:
@@ -262,9 +282,12 @@ class Scheduler:
             self.reserve += len(placed)
 
     def run_step(self) -> None:
+        for seq in self.to_seal:
+            self.b.seal(seq.row, seq.req.chain.hash((seq.req.prompt + seq.req.generated) // self.block_size - 1))
         for seq in [s for s in self.running if s.req.generated >= s.req.output]:
             self.running.remove(seq)
             self._release(seq)
+            self.finished(seq)
         self._reserve_decode()
         self._admit()
         self.events()
@@ -272,6 +295,8 @@ class Scheduler:
         self.b.decode([s.row for s in self.running])
         for seq in self.running:
             seq.req.generated += 1
+        self.to_seal = [s for s in self.running
+                        if s.req.chain is not None and (s.req.prompt + s.req.generated) % self.block_size == 0]
         self.step += 1
 
     @property
