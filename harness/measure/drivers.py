@@ -26,11 +26,11 @@ import numpy as np
 from numba import njit
 
 from harness.measure.clock import ns_per_tick, ticks
-from harness.measure.replay import ReplayError, apply_pool_op
+from harness.measure.replay import ReplayError, apply_pool_op, check_hits, check_replayable, hash_args
 from impls.contract import blocks_for
 from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, CAN_ALLOCATE, FORK, FREE, SEAL, Trace
 
-KINDS = ("alloc", "free", "other", "decode", "lookup")  # "other": can_allocate and fork
+KINDS = ("alloc", "free", "other", "decode", "lookup")  # "alloc": allocate, allocate_cached; "other": the rest
 _ALLOC, _FREE, _OTHER, _DECODE, _LOOKUP = range(5)
 
 
@@ -49,6 +49,8 @@ class Prepared:
     arrays64: tuple[np.ndarray, np.ndarray, np.ndarray]  # op, a0, a1 as int64 for the compiled driver
     max_batch: int
     slot_digests: np.ndarray  # per step: the digest of the slot mapping every correct manager writes
+    hash_args: dict[int, np.ndarray | int] = field(default_factory=dict, repr=False)  # prefix caching: op -> chain/hash
+    step_hits: list[int] = field(default_factory=list, repr=False)  # per step: prompt tokens the cache serves
     native_arrays: object = field(default=None, repr=False)  # the trace for the native driver, made on demand
 
     @classmethod
@@ -68,6 +70,8 @@ class Prepared:
             arrays64=(trace.op.astype(np.int64), seq_ids, trace.a1.astype(np.int64)),
             max_batch=max(1, int(trace.running_per_step().max(initial=0))),
             slot_digests=digests,
+            hash_args=hash_args(trace),
+            step_hits=trace.step_hits.tolist(),
         )
 
     @property
@@ -82,8 +86,9 @@ def slot_digest(slots, block_size: int) -> int:
 
 
 def op_block_counts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Blocks each ALLOCATE takes and each FREE releases (the freed table's length), and each step's expected
-    slot digest (:func:`slot_digest`), from row lengths tracked through the trace."""
+    """Blocks each ALLOCATE or ALLOCATE_CACHED puts in its table (cache hits included) and each FREE releases (the
+    freed table's length), and each step's expected slot digest (:func:`slot_digest`), from row lengths tracked
+    through the trace."""
     bs = trace.config["block_size"]
     lens = [0] * trace.config["max_seqs"]
     out = np.zeros(len(trace.op), dtype=np.int64)
@@ -91,7 +96,7 @@ def op_block_counts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     op, a0, a1 = trace.op.tolist(), trace.a0.tolist(), trace.a1.tolist()
     step = np.searchsorted(trace.step_offsets, np.arange(len(op)), side="right") - 1
     for i, (o, x, y) in enumerate(zip(op, a0, a1, strict=True)):
-        if o == ALLOCATE:
+        if o in (ALLOCATE, ALLOCATE_CACHED):
             lens[x] = y
             out[i] = blocks_for(y, bs)
         elif o == FREE:
@@ -99,7 +104,7 @@ def op_block_counts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
             lens[x] = 0
         elif o == FORK:
             lens[y] = lens[x]
-        elif o != CAN_ALLOCATE:
+        elif o not in (CAN_ALLOCATE, SEAL):
             lens[x] += 1
             digests[step[i]] += ((lens[x] - 1) & (bs - 1)) + 1
     return out, digests
@@ -144,10 +149,13 @@ def concat(parts: list[StepTimes]) -> StepTimes:
 # work between the timer reads of every region.
 def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | None = None) -> StepTimes:  # noqa: C901
     """Time steps ``[lo, hi)`` (default: all) issued from Python (both regimes, every implementation), on a
-    manager already at step ``lo``. The slot mapping of every step is digested outside the timed regions."""
+    manager already at step ``lo``. The slot mapping of every step is digested outside the timed regions. With
+    prefix caching, ``allocate_cached`` is timed as ``alloc`` and ``seal`` as ``other``; each step's cache hits
+    and each seal's answer are checked against the trace (outside the timed regions)."""
     perf = time.perf_counter_ns
     hi = prep.num_steps if hi is None else hi
-    op, a0, a1 = prep.op, prep.a0, prep.a1
+    check_replayable(prep.trace, mgr)
+    op, a0, a1, args, step_hits = prep.op, prep.a0, prep.a1, prep.hash_args, prep.step_hits
     mask = prep.trace.config["block_size"] - 1
     ns = np.zeros((hi - lo, len(KINDS)))
     cows = np.zeros(hi - lo, dtype=np.int64)
@@ -159,6 +167,7 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
     for s in range(lo, hi):
         first, mid, end = prep.bounds[s]
         row = ns[s - lo]
+        hits = 0
         for i in range(first, mid):
             o = op[i]
             if o == CAN_ALLOCATE:
@@ -173,6 +182,22 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
                 mgr.allocate(a0[i], a1[i])
                 t1 = perf()
                 row[_ALLOC] += t1 - t0
+            elif o == ALLOCATE_CACHED:
+                chain = args[i]
+                t0 = perf()
+                got = mgr.allocate_cached(a0[i], a1[i], chain)
+                t1 = perf()
+                row[_ALLOC] += t1 - t0
+                hits += got
+            elif o == SEAL:
+                block_hash = args[i]
+                t0 = perf()
+                ok = mgr.seal(a0[i], block_hash)
+                t1 = perf()
+                if ok != bool(a1[i]):
+                    raise ReplayError(f"step {s}: seal({a0[i]}, {block_hash}) answered {ok}, the trace expects "
+                                      f"{bool(a1[i])}")
+                row[_OTHER] += t1 - t0
             elif o == FREE:
                 t0 = perf()
                 mgr.free(a0[i])
@@ -183,6 +208,8 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
                 mgr.fork(a0[i], a1[i])
                 t1 = perf()
                 row[_OTHER] += t1 - t0
+        if hits != step_hits[s]:
+            check_hits(prep.trace, s, hits)
         ids = prep.decode_ids[s]
         n = end - mid
         if batched:
@@ -225,7 +252,8 @@ def step_runner(prep: Prepared, mgr, regime: str, cows: np.ndarray | None = None
     """An untimed ``run(lo, hi)`` that replays steps ``[lo, hi)`` from Python through the same calls as the
     timed interpreted driver (for allocation counts, paced runs and instruction counts); copy-on-write
     counts per step go to ``cows`` when given."""
-    op, a0, a1, bounds, decode_ids = prep.op, prep.a0, prep.a1, prep.bounds, prep.decode_ids
+    check_replayable(prep.trace, mgr)
+    op, a0, a1, bounds, decode_ids, args = prep.op, prep.a0, prep.a1, prep.bounds, prep.decode_ids, prep.hash_args
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
     cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
@@ -235,8 +263,11 @@ def step_runner(prep: Prepared, mgr, regime: str, cows: np.ndarray | None = None
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
             first, mid, end = bounds[s]
+            hits = 0
             for i in range(first, mid):
-                apply_pool_op(mgr, op[i], a0[i], a1[i])
+                hits += apply_pool_op(mgr, op[i], a0[i], a1[i], args.get(i))
+            if hits != prep.step_hits[s]:
+                check_hits(prep.trace, s, hits)
             if batched:
                 cows[s] = decode_step(decode_ids[s], cow_out, slot_out)
                 continue
@@ -255,6 +286,7 @@ def compiled_step_runner(prep: Prepared, mgr, drive, cows: np.ndarray | None = N
     """``run(lo, hi)`` replaying steps ``[lo, hi)`` through the compiled driver (untimed use); copy-on-write
     counts per step go to ``cows`` when given."""
     t = prep.trace
+    check_replayable(t, mgr, "compiled")
     op, a0, a1 = prep.arrays64
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
@@ -478,6 +510,7 @@ def run_compiled(prep: Prepared, mgr, drive, detail: bool, lo: int = 0, hi: int 
     """Time steps ``[lo, hi)`` (default: all) of a whole-step-compiled replay (batched regime of a compiled
     design), on a manager already at step ``lo``."""
     t = prep.trace
+    check_replayable(t, mgr, "compiled")
     hi = prep.num_steps if hi is None else hi
     ticks_out = np.zeros((hi - lo, len(KINDS)), dtype=np.int64)
     cows = np.zeros(hi - lo, dtype=np.int64)
@@ -509,6 +542,7 @@ def is_native(cls: type) -> bool:
 def _native_replay(prep: Prepared, mgr, detail: bool, lo: int, hi: int):
     from impls import native
 
+    check_replayable(prep.trace, mgr, "native")
     if prep.native_arrays is None:
         prep.native_arrays = native.prepare(prep.trace)
     try:

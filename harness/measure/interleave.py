@@ -118,7 +118,7 @@ def verify_slots(driver: Driver) -> None:
     bs = prep.trace.config["block_size"]
     for s, (first, mid, end) in enumerate(prep.bounds):
         for i in range(first, mid):
-            apply_pool_op(mgr, prep.op[i], prep.a0[i], prep.a1[i])
+            apply_pool_op(mgr, prep.op[i], prep.a0[i], prep.a1[i], prep.hash_args.get(i))
         slot_out[:] = -1
         mgr.decode_step(prep.decode_ids[s], cow_out, slot_out)
         if slot_digest(slot_out[: end - mid], bs) != prep.slot_digests[s]:
