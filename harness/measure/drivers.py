@@ -540,9 +540,9 @@ def is_native(cls: type) -> bool:
 
 
 def _native_replay(prep: Prepared, mgr, detail: bool, lo: int, hi: int):
+    check_replayable(prep.trace, mgr, "native")
     from impls import native
 
-    check_replayable(prep.trace, mgr, "native")
     if prep.native_arrays is None:
         prep.native_arrays = native.prepare(prep.trace)
     try:
