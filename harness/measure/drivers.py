@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit
 
 from harness.measure.clock import ns_per_tick, ticks
-from harness.measure.replay import ReplayError, apply_pool_op, check_hits, check_replayable, hash_args
+from harness.measure.replay import ReplayError, apply_pool_op, check_replayable, check_step_hits, hash_args
 from impls.contract import blocks_for
 from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, CAN_ALLOCATE, FORK, FREE, SEAL, Trace
 
@@ -209,7 +209,7 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
                 t1 = perf()
                 row[_OTHER] += t1 - t0
         if hits != step_hits[s]:
-            check_hits(prep.trace, s, hits)
+            check_step_hits(prep.trace, s, hits)
         ids = prep.decode_ids[s]
         n = end - mid
         if batched:
@@ -267,7 +267,7 @@ def step_runner(prep: Prepared, mgr, regime: str, cows: np.ndarray | None = None
             for i in range(first, mid):
                 hits += apply_pool_op(mgr, op[i], a0[i], a1[i], args.get(i))
             if hits != prep.step_hits[s]:
-                check_hits(prep.trace, s, hits)
+                check_step_hits(prep.trace, s, hits)
             if batched:
                 cows[s] = decode_step(decode_ids[s], cow_out, slot_out)
                 continue

@@ -74,7 +74,7 @@ def apply_pool_op(mgr, op: int, a0: int, a1: int, arg: np.ndarray | int | None =
     return 0
 
 
-def check_hits(trace: Trace, step: int, hits: int) -> None:
+def check_step_hits(trace: Trace, step: int, hits: int) -> None:
     """The prompt tokens the cache served in ``step`` must be the trace's."""
     if hits != trace.step_hits[step]:
         raise ReplayError(f"step {step}: the cache served {hits} prompt tokens, the trace expects "
@@ -93,7 +93,7 @@ def replay(trace: Trace, mgr, regime: str = "per-call") -> int:
     for step in range(trace.num_steps):
         lo, mid, hi = int(trace.step_offsets[step]), int(trace.decode_offsets[step]), int(trace.step_offsets[step + 1])
         hits = sum(apply_pool_op(mgr, op[i], a0[i], a1[i], args.get(i)) for i in range(lo, mid))
-        check_hits(trace, step, hits)
+        check_step_hits(trace, step, hits)
         if regime == "batched":
             step_cows = mgr.decode_step(trace.a0[mid:hi].astype(np.int64), cow_out, slot_out)
         else:
