@@ -28,7 +28,7 @@ from numba import njit
 from harness.measure.clock import ns_per_tick, ticks
 from harness.measure.replay import ReplayError, apply_pool_op, check_replayable, check_step_hits, hash_args
 from impls.contract import blocks_for
-from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, CAN_ALLOCATE, FORK, FREE, SEAL, Trace
+from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, CAN_ALLOCATE, FORK, FREE, SEAL, Trace, trace_uses_caching
 
 KINDS = ("alloc", "free", "other", "decode", "lookup")  # "alloc": allocate, allocate_cached; "other": the rest
 _ALLOC, _FREE, _OTHER, _DECODE, _LOOKUP = range(5)
@@ -293,14 +293,25 @@ def compiled_step_runner(prep: Prepared, mgr, drive, cows: np.ndarray | None = N
     ticks_out = np.zeros((prep.num_steps, len(KINDS)), dtype=np.int64)
     cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
 
+    hits = np.zeros(prep.num_steps, dtype=np.int64)
+
     def run(lo: int, hi: int) -> None:
         status, step, index = drive(mgr.state, op, a0, a1, prep.seq_ids, t.step_offsets[lo : hi + 1],
                                     t.decode_offsets[lo:hi], cow_out, slot_out, ticks_out[lo:hi], cows[lo:hi],
-                                    False, _NO_DIGESTS, 0)
+                                    False, _NO_DIGESTS, t.config["block_size"] - 1, *_caching_args(t, hits[lo:hi]))
         if status:
             raise ReplayError(f"compiled replay failed at step {lo + step}, op {index}: status {status}")
+        if trace_uses_caching(t):
+            check_hits(hits[lo:hi], t.step_hits, lo)
 
     return run
+
+
+def _caching_args(trace: Trace, hits_out: np.ndarray) -> tuple:
+    """The caching replay loop's three extra arguments for a caching trace, else none."""
+    if not trace_uses_caching(trace):
+        return ()
+    return trace.hashes, trace.op_hash, hits_out
 
 
 # Bound per design by compiled_driver(); the loop reads them as Numba globals, so that each design's loop is a
@@ -375,6 +386,12 @@ def _digest_and_reset(slot_out, n, mask):
 
 _DRIVERS: dict[str, object] = {}
 _NO_DIGESTS = np.zeros(0, dtype=np.int64)
+
+
+def driver_for(kernels, trace: Trace):
+    """The compiled replay loop for ``trace``: :func:`compiled_caching_driver` for a prefix-caching trace, else
+    :func:`compiled_driver`."""
+    return compiled_caching_driver(kernels) if trace_uses_caching(trace) else compiled_driver(kernels)
 
 
 def compiled_driver(kernels):
@@ -518,11 +535,14 @@ def run_compiled(prep: Prepared, mgr, drive, detail: bool, lo: int = 0, hi: int 
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.full(prep.max_batch, -1, dtype=np.int64)
     op, a0, a1 = prep.arrays64
+    hits = np.zeros(hi - lo, dtype=np.int64)
     status, step, index = drive(mgr.state, op, a0, a1, prep.seq_ids, t.step_offsets[lo : hi + 1],
                                 t.decode_offsets[lo:hi], cow_out, slot_out, ticks_out, cows, detail, digests,
-                                t.config["block_size"] - 1)
+                                t.config["block_size"] - 1, *_caching_args(t, hits))
     if status:
         raise ReplayError(f"compiled replay failed at step {lo + step}, op {index}: status {status}")
+    if trace_uses_caching(t):
+        check_hits(hits, t.step_hits, lo)
     ns = ticks_out * ns_per_tick()
     if detail:
         step_ns = ns[:, _ALLOC] + ns[:, _FREE] + ns[:, _OTHER] + ns[:, _DECODE]

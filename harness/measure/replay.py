@@ -38,9 +38,10 @@ def check_replayable(trace: Trace, mgr, driver: str = "python") -> None:
     if not supports_prefix_caching(mgr):
         raise ReplayError(f"{type(mgr).__name__} has no prefix caching (impls.contract.CachingBlockManager), and "
                           f"trace {name!r} uses it; replay it on a design with prefix caching")
-    if driver != "python":
-        raise ReplayError(f"the {driver} driver does not replay prefix-caching ops (trace {name!r}); replay it "
-                          "from Python (the interpreted driver)")
+    if driver == "native" or (driver == "compiled" and not hasattr(getattr(mgr, "kernels", None),
+                                                                    "allocate_cached")):
+        raise ReplayError(f"the {driver} driver of {type(mgr).__name__} does not replay prefix-caching ops (trace "
+                          f"{name!r}); replay it from Python (the interpreted driver)")
 
 
 def hash_args(trace: Trace) -> dict[int, np.ndarray | int]:
