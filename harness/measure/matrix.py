@@ -51,6 +51,9 @@ CELL_RULES: tuple[CellRule, ...] = (
 ROLE_REGIMES = {"native": ("batched",)}
 
 
+CACHE_OPS_SCENARIO = "system-prompt-256"  # the cache-operation study runs once, on this scenario's cells
+
+
 @dataclass(frozen=True)
 class Study:
     """A measurement beyond the timed replays, on the scenarios matching ``scenarios`` (``quick``: in --quick)."""
@@ -69,12 +72,15 @@ STUDIES: tuple[Study, ...] = (
           "L1D misses and instructions (perf, else callgrind simulation; --quick: perf only)"),
     Study("idwidth", (PAPER,), (PAPER,), False, "block-id width: uint16 / int32 / int64 lookups"),
     Study("table_copy", (PAPER, SWEEP), (PAPER,), False, "rule 3: block tables to the device, per variant"),
+    Study("cache_ops", (CACHE_OPS_SCENARIO,), (CACHE_OPS_SCENARIO,), False,
+          "prefix cache: ns per cached lookup, insert and eviction; bytes per cached block"),
 )
 
 # Parameters set on top of a scenario's defaults.
 SWEEP_STEPS = 500
 QUICK_STEPS = 200
-QUICK_OVERRIDES = {"azure-code": {"duration_s": 60.0}, "mooncake": {"duration_s": 30.0}}
+QUICK_OVERRIDES = {"azure-code": {"duration_s": 60.0}, "mooncake": {"duration_s": 30.0},
+                   "mooncake-cached": {"duration_s": 30.0}}
 
 
 def is_caching(scenario: str) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.output.results import ratio_metric
 from harness.output.rundata import RunData
 from impls import registry
 
@@ -46,11 +47,6 @@ def _interval(row: dict | None) -> str:
     if low is None or high is None or pd.isna(low) or pd.isna(high):
         return ""
     return f" [{_fmt(low)}–{_fmt(high)}]"
-
-
-def ratio_metric(metric: str, base: str = "flat", batched_base: bool = False) -> str:
-    """The name of the ratio row of ``metric`` against ``base`` (same regime, or ``base`` batched)."""
-    return f"{metric}_vs_{base.replace('-', '_')}" + ("_batched" if batched_base else "")
 
 
 def ratio_text(run: RunData, scenario: str, impl: str, regime: str, metric: str, base_regime: str | None = None,

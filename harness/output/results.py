@@ -233,3 +233,8 @@ def write_json(path: Path, obj: object, compress: bool = False) -> None:
 def read_json(path: Path) -> object:
     data = path.read_bytes()
     return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+
+
+def ratio_metric(metric: str, base: str = "flat", batched_base: bool = False) -> str:
+    """The name of the ratio row of ``metric`` against ``base`` (same regime, or ``base`` batched)."""
+    return f"{metric}_vs_{base.replace('-', '_')}" + ("_batched" if batched_base else "")
