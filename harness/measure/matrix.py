@@ -144,6 +144,8 @@ def plan_scenario(scenario: str, impls: Sequence[str], regimes: Sequence[str], *
                   enabled: Iterable[str]) -> ScenarioPlan:
     """The plan of one scenario: its cells (all named ones when ``explicit``) and its enabled studies."""
     cells = [(i, r) for i in impls for r in regimes] if explicit else default_cells(scenario, impls, regimes)
+    if explicit and is_caching(scenario):  # named or not, a design without prefix caching cannot replay it
+        cells = [(i, r) for i, r in cells if supports_caching(i)]
     cells = [(i, r) for i, r in cells if r in ROLE_REGIMES.get(registry.record(i).role, REGIMES)]
     wanted = set(enabled)
     studies = [s.name for s in STUDIES

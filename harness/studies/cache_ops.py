@@ -3,7 +3,8 @@
 A timed replay of a caching scenario gives the cost of whole admissions (``alloc``), where lookups, fresh takes,
 inserts and evictions are mixed in proportions the workload decides. This study separates them, per design, with
 admissions of a chain of :data:`CHAIN` full blocks (so the Python-to-compiled call of a compiled design is shared
-by that many blocks, and the figure is the data structure's, not the dispatch's):
+by that many blocks, and the figure is the data structure's, not the dispatch's), on pools of one size (room for
+every sample's chain), so that the cache's tables have the same footprint in every measure:
 
 - ``cache_hit_ns``: every block of the chain is cached and in use (a hit without leaving the evictable set);
 - ``cache_miss_insert_ns``: every block misses; fresh blocks come from never-cached free blocks and are inserted;
@@ -74,8 +75,14 @@ def _timed_admissions(mgr, chains: Callable[[int], np.ndarray], expect_hits: int
     return out
 
 
+def _pool(samples: int) -> int:
+    """One pool size for every measure (the hash table's size, and so its cache footprint, must not differ
+    between them): room for ``samples`` new chains without eviction, plus two."""
+    return (samples + 2) * CHAIN
+
+
 def _hit(cls: type, samples: int) -> list[float]:
-    mgr = _new(cls, 4 * CHAIN)
+    mgr = _new(cls, _pool(samples))
     chain = _chain(1)
     mgr.allocate_cached(0, CHAIN * BLOCK_SIZE, chain)  # row 0 keeps the chain cached and in use
     return _timed_admissions(mgr, lambda i: chain, CHAIN, samples)
@@ -83,19 +90,21 @@ def _hit(cls: type, samples: int) -> list[float]:
 
 def _miss_insert(cls: type, samples: int) -> list[float]:
     # enough never-cached blocks that no admission evicts: each freed chain stays cached, the next one is new
-    mgr = _new(cls, (samples + 2) * CHAIN)
+    mgr = _new(cls, _pool(samples))
     return _timed_admissions(mgr, lambda i: _chain(1 + i * CHAIN), 0, samples)
 
 
 def _miss_evict(cls: type, samples: int) -> list[float]:
-    mgr = _new(cls, CHAIN)
-    mgr.allocate_cached(1, CHAIN * BLOCK_SIZE, _chain(1))
-    mgr.free(1)  # the whole pool is now cached and evictable: every fresh block below evicts one
-    return _timed_admissions(mgr, lambda i: _chain(1 + (i + 1) * CHAIN), 0, samples)
+    mgr = _new(cls, _pool(samples))
+    fill = _pool(samples) // CHAIN
+    for k in range(fill):  # the whole pool cached and evictable: every fresh block below evicts one
+        mgr.allocate_cached(1, CHAIN * BLOCK_SIZE, _chain(1 + k * CHAIN))
+        mgr.free(1)
+    return _timed_admissions(mgr, lambda i: _chain(1 + (fill + i) * CHAIN), 0, samples)
 
 
 def _plain(cls: type, samples: int) -> list[float]:
-    mgr = _new(cls, 2 * CHAIN)
+    mgr = _new(cls, _pool(samples))
     perf = time.perf_counter_ns
     out = []
     for _ in range(samples):
