@@ -210,13 +210,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     from harness.conformance import check
     from harness.conformance.pool import full_pool_problems
     from impls import REGISTRY, UNAVAILABLE
+    from impls.contract import supports_prefix_caching
     from impls.registry import load_plugin
 
     if args.impl in UNAVAILABLE:
         raise UsageError(f"{args.impl} cannot run here: {UNAVAILABLE[args.impl]}")
     cls = REGISTRY[args.impl] if args.impl in REGISTRY else load_plugin(args.impl)
     print(f"checking {cls.__module__}.{cls.__qualname__}: {args.seeds} seed(s) x {args.examples} random call "
-          f"sequences of up to {args.ops} calls against the reference model, then the 65,536-block pool", flush=True)
+          f"sequences of up to {args.ops} calls against the reference model"
+          f"{' (prefix caching included)' if supports_prefix_caching(cls) else ''}, then the 65,536-block pool",
+          flush=True)
     verdict = check(cls, seeds=range(args.seeds), max_examples=args.examples, step_count=args.ops)
     problems = [] if not verdict.ok else _pool_problems(cls, full_pool_problems)
     print(verdict)
