@@ -104,14 +104,19 @@ class RadixPcBlockManager(CachingPlumbing, ListBlockManager):
         self._node_of[block] = node
         return node
 
-    def _evict(self) -> int:
-        """Drop the least recently freed evictable node from the tree; returns its block."""
+    def _pop_oldest(self) -> TreeNode:
+        """The least recently freed evictable node, off the heap."""
         heap, node_of = self._heap, self._node_of
         while True:
             stamp, block = heapq.heappop(heap)
             node = node_of[block]
             if node is not None and node.stamp == stamp:  # else stale: hit since, or evicted and re-cached
-                break
+                return node
+
+    def _evict(self) -> int:
+        """Drop the least recently freed evictable node from the tree; returns its block."""
+        node = self._pop_oldest()
+        block, node_of = node.value, self._node_of
         parent = node.parent
         del parent.children[node.key]
         for key, child in node.children.items():  # only an inner node has any (see the module docstring)

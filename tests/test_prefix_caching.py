@@ -18,9 +18,11 @@ import pytest
 
 from harness.conformance import check, render_reproduction
 from harness.conformance.machine import DOCUMENTS, HASH_UNIVERSE, ContractMachine, contract_machine, snapshot
+from harness.measure.matrix import REGIMES, default_cells, plan_scenario
 from impls import REGISTRY, UNAVAILABLE, NoFreeBlocksError, registry
 from impls.contract import supports_prefix_caching
 from impls.dict_pc import DictPcBlockManager
+from impls.radix_pc import RadixPcBlockManager
 from impls.reference import ReferenceModel
 
 CFG = {"num_blocks": 8, "block_size": 4, "max_seqs": 4, "max_blocks_per_seq": 4}
@@ -322,11 +324,11 @@ def _free(m: ContractMachine, rng: random.Random, live: list[int], free: list[in
 MOVES = ((_admit, 0.35), (_free, 0.2), (_decode, 0.2), (_seal, 0.1), (_misc, 0.15))
 
 
-def run_program(cls: type, seed: int, steps: int, cfg: dict = PROGRAM_CFG) -> ContractMachine:
+def run_program(cls: type, seed: int, steps: int, cfg: dict = PROGRAM_CFG, moves: tuple = MOVES) -> ContractMachine:
     """A random program of ``steps`` calls on ``cls`` next to the reference model, compared after each call."""
     machine = contract_machine(cls, cfg)()
     rng = random.Random(seed)
-    moves, weights = zip(*MOVES, strict=True)
+    moves, weights = zip(*moves, strict=True)
     try:
         for _ in range(steps):
             live = sorted(machine.model.tables)
@@ -421,3 +423,43 @@ def test_random_programs_fail_broken_designs(broken: type) -> None:
     with pytest.raises(AssertionError, match="Reproduction"):
         for seed in range(12):
             run_program(broken, seed, 150)
+
+
+def test_caching_designs_run_only_where_named() -> None:
+    """The role is registered, and the default matrix gives it no cell until caching scenarios exist."""
+    names = registry.names("caching")
+    assert {"dict-pc", "radix-pc"} <= set(names) and "caching" in registry.ROLES
+    for scenario in ("paper", "concurrency-64", "azure-code"):
+        assert not [c for c in default_cells(scenario, names, REGIMES) if c[0] in names]
+    assert plan_scenario("paper", names, REGIMES, explicit=True, quick=False, enabled=[]).cells == [
+        (n, r) for n in names for r in REGIMES]
+
+
+class CountsInnerEvictions(RadixPcBlockManager):
+    """radix-pc, counting evictions of nodes that still have children (SGLang evicts leaves only)."""
+
+    inner = 0
+
+    def _pop_oldest(self):
+        node = super()._pop_oldest()
+        type(self).inner += bool(node.children)
+        return node
+
+
+def _consistent_admit(m: ContractMachine, rng: random.Random, live: list[int], free: list[int]) -> None:
+    size, most = m.config["block_size"], m.config["max_blocks_per_seq"]
+    tokens = rng.randint(1, size * most)
+    m.allocate_cached(seq=rng.choice(free or [0]), tokens=tokens, hashes=list(rng.choice(DOCUMENTS)[: tokens // size]))
+
+
+def test_radix_evicts_only_leaves_when_chains_are_prefix_consistent() -> None:
+    """radix-pc's docstring: with prefix-consistent chains (no seal of arbitrary hashes, no chain from the random
+    universe) the contract's choice is always a leaf, SGLang's; the full programs do evict inner nodes."""
+    CountsInnerEvictions.inner = 0
+    evictions = sum(run_program(CountsInnerEvictions, seed, 200).model.evictions for seed in range(10))
+    assert CountsInnerEvictions.inner > 0 and evictions > CountsInnerEvictions.inner
+    consistent = ((_consistent_admit, 0.4), (_free, 0.3), (_decode, 0.3))
+    CountsInnerEvictions.inner = 0
+    evictions = sum(run_program(CountsInnerEvictions, seed, 200, moves=consistent).model.evictions
+                    for seed in range(10))
+    assert evictions >= 100 and CountsInnerEvictions.inner == 0, evictions
