@@ -33,9 +33,7 @@ class CellRule:
 
 # The article's designs everywhere in both regimes; the compiled twins batched everywhere and per call on the
 # paper workload; the C++ designs batched everywhere (a replay inside C++ takes milliseconds); engines and
-# plug-ins on the paper workload. The designs with prefix caching (role ``caching``) run only where named until
-# the caching scenarios exist (issue 15): their traces carry no hash chains yet, so they would time design A or B
-# with an idle cache.
+# plug-ins on the paper workload.
 CELL_RULES: tuple[CellRule, ...] = (
     CellRule(("design",), REGIMES),
     CellRule(("twin",), ("batched",)),
