@@ -21,8 +21,6 @@ per-hash dict of duplicate blocks); no KV events, no metrics, no null block.
 
 from __future__ import annotations
 
-import sys
-
 from .dict_design import DictBlockManager
 from .interpreted_caching import CachingPlumbing
 
@@ -49,10 +47,6 @@ class DictPcBlockManager(CachingPlumbing, DictBlockManager):
         block ids design A already counts) and the sentinel's two links. The hash dict grows with the cached
         blocks (about 100 B per entry with its key object), as design A's tables grow with blocks in use."""
         return super().memory_bytes() + 24 * self.num_blocks + 16
-
-    def cache_nbytes(self) -> int:
-        """Bytes the cache holds now: the dict with its hash objects (the blocks' int objects are shared)."""
-        return sys.getsizeof(self._cache) + sum(sys.getsizeof(h) for h in self._cache)
 
     def num_free_blocks(self) -> int:
         return len(self._free_list) + self._num_evictable
