@@ -273,7 +273,10 @@ def write_reports(run: str | Path | None = None) -> Path:
     engines = engines_section(data)
     copies = table_copy_section(data)
     atomic_write_text(data.run_dir / "paper_table.md", paper + ("\n" + engines if engines else "") + "\n" + copies)
-    atomic_write_text(data.run_dir / "summary.md", scenario_summary(data))
+    from harness.output.cache_report import prefix_cache_section
+
+    caching = prefix_cache_section(data)
+    atomic_write_text(data.run_dir / "summary.md", scenario_summary(data) + ("\n" + caching if caching else ""))
     return data.run_dir
 
 
