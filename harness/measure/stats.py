@@ -90,3 +90,13 @@ def block_sums(per_step: np.ndarray, slices: list[tuple[int, int]]) -> np.ndarra
     """Per-step values summed over each slice: ``[len(slices)]``."""
     per_step = np.asarray(per_step, dtype=float)
     return np.array([per_step[lo:hi].sum() for lo, hi in slices])
+
+
+def median_estimate(samples: np.ndarray) -> Estimate:
+    """The median of independent samples with its bootstrap interval (for studies timing one operation at a
+    time, where there are no slices to pair)."""
+    samples = np.asarray(samples, dtype=float)
+    value = float(np.median(samples))
+    if samples.size < 2:
+        return Estimate(value, float("nan"), float("nan"))
+    return Estimate(value, *_interval(np.median(samples[_draws(samples.size)], axis=1)))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.output.results import ratio_metric
 from harness.output.rundata import RunData
 from impls import registry
 
@@ -48,14 +49,14 @@ def _interval(row: dict | None) -> str:
     return f" [{_fmt(low)}–{_fmt(high)}]"
 
 
-def ratio_text(run: RunData, scenario: str, impl: str, regime: str, metric: str, base_regime: str | None = None
-               ) -> str:
-    """``146× [140–152]``: ``metric`` of the cell over flat's (same regime, or batched flat), with the paired
+def ratio_text(run: RunData, scenario: str, impl: str, regime: str, metric: str, base_regime: str | None = None,
+               base: str = "flat") -> str:
+    """``146× [140–152]``: ``metric`` of the cell over ``base``'s (same regime, or batched), with the paired
     interval measured in the run; "no difference" when that interval holds 1."""
-    suffix = "_vs_flat" if base_regime in (None, regime) else "_vs_flat_batched"
-    if impl == "flat" and suffix == "_vs_flat":
+    batched_base = base_regime not in (None, regime)
+    if impl == base and not batched_base:
         return "1×"
-    row = run.get(scenario, impl, regime, metric + suffix)
+    row = run.get(scenario, impl, regime, ratio_metric(metric, base, batched_base))
     if row is None or row["status"] != "ok":
         return "—"
     text = f"{_fmt(float(row['value']), 3)}×{_interval(row)}"
@@ -273,7 +274,10 @@ def write_reports(run: str | Path | None = None) -> Path:
     engines = engines_section(data)
     copies = table_copy_section(data)
     atomic_write_text(data.run_dir / "paper_table.md", paper + ("\n" + engines if engines else "") + "\n" + copies)
-    atomic_write_text(data.run_dir / "summary.md", scenario_summary(data))
+    from harness.output.cache_report import prefix_cache_section
+
+    caching = prefix_cache_section(data)
+    atomic_write_text(data.run_dir / "summary.md", scenario_summary(data) + ("\n" + caching if caching else ""))
     return data.run_dir
 
 
