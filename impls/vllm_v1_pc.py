@@ -63,16 +63,12 @@ import numpy as np
 
 from .contract import (
     E_ACTIVE,
-    E_HASH,
     E_NO_BLOCKS,
     E_NOT_FULL,
     E_SEALED,
-    E_TOKENS,
-    E_TOO_LONG,
-    MAX_HASH,
     blocks_for,
 )
-from .validation import as_int, seq_arg
+from .validation import chain_arg, hash_arg, seq_arg, tokens_arg
 from .vllm_v1 import (
     BlockPool,
     FullAttentionManager,
@@ -438,34 +434,6 @@ class CachingKVCacheManager(KVCacheManager):
         return self.create_kv_cache_blocks(new_blocks)
 
 
-def _hash_fail(mgr: VllmV1BlockManager, seq: int, why: str) -> None:
-    mgr._fail(E_HASH, seq, why=why)
-
-
-def _chain_arg(mgr: VllmV1BlockManager, seq: int, num_tokens: int, hashes: object) -> list[bytes]:
-    """The prompt's hash chain as vLLM-style ``bytes`` hashes, after the contract's checks (``E_HASH``)."""
-    if not isinstance(hashes, np.ndarray) or hashes.dtype != np.uint64 or hashes.ndim != 1:
-        _hash_fail(mgr, seq, "hashes must be a 1-D uint64 array")
-    if not hashes.flags.c_contiguous:
-        _hash_fail(mgr, seq, "hashes must be C-contiguous")
-    n = len(hashes)
-    if n != num_tokens >> mgr.block_shift:
-        _hash_fail(mgr, seq, f"{n} hashes for {num_tokens >> mgr.block_shift} full blocks")
-    values = hashes.tolist()
-    if 0 in values:
-        _hash_fail(mgr, seq, "hash 0 is reserved")
-    if len(set(values)) != n:
-        _hash_fail(mgr, seq, "a hash twice in one chain")
-    raw = hashes.astype("<u8", copy=False).tobytes()
-    return [raw[i:i + 8] for i in range(0, 8 * n, 8)]
-
-
-def _hash_arg(mgr: VllmV1BlockManager, seq: int, value: object) -> bytes:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= int(value) <= MAX_HASH:
-        _hash_fail(mgr, seq, f"block hash {value!r} is not in [1, 2**64)")
-    return int(value).to_bytes(8, "little")
-
-
 class VllmV1CachingBlockManager(VllmV1BlockManager):
     """Contender ``"vllm-v1-pc"``: vLLM v1's ``KVCacheManager`` with prefix caching on (its default)."""
 
@@ -513,12 +481,9 @@ class VllmV1CachingBlockManager(VllmV1BlockManager):
     def allocate_cached(self, seq_id: int, num_tokens: int, hashes: np.ndarray) -> int:
         """Admit a prompt whose full blocks have the hash chain ``hashes``; returns the tokens served cached."""
         seq_id = seq_arg(seq_id, self.max_seqs)
-        num_tokens = as_int(num_tokens, "num_tokens")
-        if num_tokens < 1:
-            self._fail(E_TOKENS, seq_id, num_tokens=num_tokens)
-        if blocks_for(num_tokens, self.block_size) > self.max_blocks_per_seq:
-            self._fail(E_TOO_LONG, seq_id)
-        chain = _chain_arg(self, seq_id, num_tokens, hashes)
+        num_tokens = tokens_arg(num_tokens, seq_id, self.max_blocks_per_seq, self.block_shift)
+        raw = chain_arg(hashes, num_tokens, self.block_shift, seq_id).astype("<u8", copy=False).tobytes()
+        chain = [raw[i:i + 8] for i in range(0, len(raw), 8)]  # vLLM's Request holds its hashes as bytes
         if self._lens[seq_id]:
             self._fail(E_ACTIVE, seq_id)
         need = self._cached_need(num_tokens, chain)
@@ -531,7 +496,7 @@ class VllmV1CachingBlockManager(VllmV1BlockManager):
     def seal(self, seq_id: int, block_hash: int) -> bool:
         """Cache the sequence's full last block under ``block_hash``; False when another block carries it."""
         seq_id = self._active(seq_id)
-        key_hash = _hash_arg(self, seq_id, block_hash)
+        key_hash = hash_arg(block_hash, seq_id).to_bytes(8, "little")
         n = self._lens[seq_id]
         if n & (self.block_size - 1):
             self._fail(E_NOT_FULL, seq_id)
