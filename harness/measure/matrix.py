@@ -74,6 +74,9 @@ STUDIES: tuple[Study, ...] = (
     Study("table_copy", (PAPER, SWEEP), (PAPER,), False, "rule 3: block tables to the device, per variant"),
     Study("cache_ops", (CACHE_OPS_SCENARIO,), (CACHE_OPS_SCENARIO,), False,
           "prefix cache: ns per cached lookup, insert and eviction; bytes per cached block"),
+    Study("hashing", (PAPER, CACHING), (PAPER,), False,
+          "block hashing as engines do it (vLLM sha256 / cbor / xxhash, builtin hash, nano-vllm xxh64), per block "
+          "and per sequence-step of the trace"),
 )
 
 # Parameters set on top of a scenario's defaults.

@@ -293,9 +293,9 @@ STUDY_FLAGS = {"allocations": "allocations", "paced": "paced", "l1d": "l1d", "ta
 
 
 def enabled_studies(cfg: RunConfig) -> list[str]:
-    """The studies this configuration runs (each ``--no-X`` flag switches one off; id width and the cache
-    operations always run)."""
-    return ["idwidth", "cache_ops", *(study for study, flag in STUDY_FLAGS.items() if getattr(cfg, flag))]
+    """The studies this configuration runs (each ``--no-X`` flag switches one off; id width, the cache
+    operations and hashing always run: seconds each)."""
+    return ["idwidth", "cache_ops", "hashing", *(study for study, flag in STUDY_FLAGS.items() if getattr(cfg, flag))]
 
 
 def resolve_impls(cfg: RunConfig) -> tuple[dict[str, type], dict[str, str]]:
@@ -404,6 +404,11 @@ def run_studies(plan: ScenarioPlan, trace: Trace, cells: list[tuple[str, str]], 
     if "cache_ops" in plan.studies:
         rows += _cache_ops_rows(plan.scenario, cells, classes or {})
         tick(f"{plan.scenario} cache operations")
+    if "hashing" in plan.studies:
+        from harness.studies.hashing import hashing_rows
+
+        rows += hashing_rows(trace, plan.scenario)
+        tick(f"{plan.scenario} hashing")
     if "table_copy" in plan.studies:
         from harness.studies.table_copy import measure as measure_table_copy
 

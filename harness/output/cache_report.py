@@ -79,6 +79,30 @@ def _ops_table(run: RunData) -> list[str]:
     return out
 
 
+def _hashing_table(run: RunData, scenarios: list[str]) -> list[str]:
+    """Block hashing per algorithm: ns per block, and per sequence-step of each caching scenario."""
+    df = run.df
+    sub = df[(df.regime == "hash") & (df.metric == "hash_ns_per_block")]
+    if sub.empty:
+        return []
+    first = sub.scenario.iloc[0]
+    out = ["Block hashing, which engines do on token ids and our traces carry precomputed "
+           "(`harness/studies/hashing.py`: each engine's documented algorithm; median of interleaved loops over "
+           "chained 16-token blocks, [lowest–highest loop]):", "",
+           "| algorithm | ns per block | " + " | ".join(f"ns per seq-step, `{s}`" for s in scenarios) + " |",
+           "|---|---|" + "---|" * len(scenarios)]
+    for algo in dict.fromkeys(sub[sub.scenario == first].impl):
+        row = run.get(first, algo, "hash", "hash_ns_per_block")
+        if row is None or row["status"] != "ok":
+            out.append(f"| `{algo}` | {row['status'] if row else '—'}: {row['how'] if row else ''} |"
+                       + " |" * len(scenarios))
+            continue
+        per_step = [value_text(run, s, algo, "hash", "hash_ns_per_seq_step") for s in scenarios]
+        out.append(f"| `{algo}` | {value_text(run, first, algo, 'hash', 'hash_ns_per_block')} | "
+                   + " | ".join(per_step) + " |")
+    return out
+
+
 def prefix_cache_section(run: RunData, heading: str = "#") -> str:
     """The prefix-caching section, or "" when the run measured no caching scenario."""
     scenarios = caching_scenarios(run)
@@ -90,7 +114,7 @@ def prefix_cache_section(run: RunData, heading: str = "#") -> str:
            "Brackets: 95 % intervals; × flat-pc: paired ratio to batched or per-call `flat-pc` in the same run.", ""]
     for scenario in scenarios:
         out += [f"{heading}# `{scenario}`", "", _hit_line(run, scenario), "", *_cells_table(run, scenario), ""]
-    ops = _ops_table(run)
-    if ops:
-        out += [*ops, ""]
+    for table in (_ops_table(run), _hashing_table(run, scenarios)):
+        if table:
+            out += [*table, ""]
     return "\n".join(out) + "\n"
