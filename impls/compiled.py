@@ -33,6 +33,22 @@ class Kernels(NamedTuple):
     last_slot: Callable  # (seq) -> slot | <0
 
 
+
+class CachingKernels(NamedTuple):
+    """:class:`Kernels` plus the prefix-caching operations (:class:`impls.contract.CachingBlockManager`), for
+    designs whose kernels provide them (the compiled replay then runs caching traces)."""
+
+    can_allocate: Callable
+    allocate: Callable
+    append: Callable
+    fork: Callable
+    free: Callable
+    decode_step: Callable
+    lookup: Callable
+    last_slot: Callable
+    allocate_cached: Callable  # (seq, num_tokens, chain uint64[:]) -> tokens served from the cache | <0
+    seal: Callable  # (seq, block_hash as a 64-bit integer) -> 1 | 0 | <0
+
 class CompiledBlockManager(ManagerBase):
     """Base class of compiled designs. Subclasses set ``kernels``, ``self.state`` and ``self._lens``."""
 

@@ -38,9 +38,9 @@ from harness.measure import clock
 from harness.measure.drivers import (
     Prepared,
     StepTimes,
-    compiled_driver,
     compiled_step_runner,
     concat,
+    driver_for,
     is_native,
     native_step_runner,
     run_compiled,
@@ -50,6 +50,7 @@ from harness.measure.drivers import (
     step_runner,
 )
 from harness.measure.replay import ReplayError, apply_pool_op, check_end_state
+from scenarios.trace import trace_uses_caching
 
 SLICES_PER_REP = 20
 # Cells whose replay runs inside compiled code or C++ (milliseconds for a whole trace) replay this many times
@@ -100,7 +101,7 @@ class Driver:
     prep: Prepared
     cls: type
     regime: str
-    compiled_loops: dict  # impl -> compiled replay loop, shared across scenarios (compiled once)
+    compiled_loops: dict  # (impl, caching) -> compiled replay loop, shared across scenarios (compiled once)
     impl: str
 
     @property
@@ -117,9 +118,10 @@ class Driver:
         return self.kind != "python"
 
     def loop(self):
-        if self.impl not in self.compiled_loops:
-            self.compiled_loops[self.impl] = compiled_driver(self.cls.kernels)
-        return self.compiled_loops[self.impl]
+        key = (self.impl, trace_uses_caching(self.prep.trace))
+        if key not in self.compiled_loops:
+            self.compiled_loops[key] = driver_for(self.cls.kernels, self.prep.trace)
+        return self.compiled_loops[key]
 
     def new(self):
         return self.cls(**self.prep.trace.config)
@@ -163,7 +165,7 @@ def verify_slots(driver: Driver) -> None:
     bs = prep.trace.config["block_size"]
     for s, (first, mid, end) in enumerate(prep.bounds):
         for i in range(first, mid):
-            apply_pool_op(mgr, prep.op[i], prep.a0[i], prep.a1[i])
+            apply_pool_op(mgr, prep.op[i], prep.a0[i], prep.a1[i], prep.hash_args.get(i))
         slot_out[:] = -1
         mgr.decode_step(prep.decode_ids[s], cow_out, slot_out)
         if slot_digest(slot_out[: end - mid], bs) != prep.slot_digests[s]:

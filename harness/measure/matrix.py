@@ -25,6 +25,7 @@ PAPER = "paper"
 ALL = "*"  # every scenario
 SWEEP = "concurrency-*"  # the concurrency sweep
 TRACE = "trace:*"  # a trace file given with --trace
+CACHING = "caching:*"  # every scenario whose trace uses prefix caching (``Scenario.caching`` in the catalogue)
 
 
 @dataclass(frozen=True)
@@ -52,12 +53,18 @@ CELL_RULES: tuple[CellRule, ...] = (
     CellRule(("contender",), ("batched",), (PAPER,)),
     CellRule(("contender",), ("per-call",), (PAPER,), max_reps=1),
     CellRule(("plugin",), REGIMES, (PAPER,)),
+    CellRule(("caching", "contender", "plugin"), REGIMES, (CACHING,)),
 )
+# On a caching scenario only implementations with prefix caching run (``prefix_caching = True``, see
+# impls.contract.CachingBlockManager): the others cannot replay its admissions.
 
 
 # Regimes a role can run in at all, named or not: the C++ designs replay inside C++ only (a per-call regime
 # would time ctypes, not the design).
 ROLE_REGIMES = {"native": ("batched",)}
+
+
+CACHE_OPS_SCENARIO = "system-prompt-256"  # the cache-operation study runs once, on this scenario's cells
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,7 @@ class Study:
     quick: tuple[str, ...]
     per_cell: bool  # one progress unit per cell (else one per scenario)
     what: str
-    roles: tuple[str, ...] = ("design", "twin", "contender", "native", "plugin")
+    roles: tuple[str, ...] = registry.ROLES
 
 
 # Paced runs and callgrind leave the engines out: a paced run lasts as long as the replay (sglang per call:
@@ -82,20 +89,45 @@ STUDIES: tuple[Study, ...] = (
           ("design", "plugin")),
     Study("l1d", (PAPER, TRACE), (PAPER, TRACE), False,
           "L1D misses and instructions (perf, else callgrind simulation; --quick: perf only)",
-          ("design", "twin", "native", "plugin")),
+          ("design", "twin", "native", "caching", "plugin")),
     Study("idwidth", (PAPER,), (PAPER,), False, "block-id width: uint16 / int32 / int64 lookups"),
     Study("table_copy", (PAPER, SWEEP), (PAPER,), False, "rule 3: block tables to the device, per variant"),
+    Study("cache_ops", (CACHE_OPS_SCENARIO,), (CACHE_OPS_SCENARIO,), False,
+          "prefix cache: ns per cached lookup, insert and eviction; bytes per cached block"),
+    Study("hashing", (PAPER, CACHING), (PAPER,), False,
+          "block hashing as engines do it (vLLM sha256 / cbor / xxhash, builtin hash, nano-vllm xxh64), per block "
+          "and per sequence-step of the trace"),
 )
 
 # Parameters set on top of a scenario's defaults.
 SWEEP_STEPS = 500
 QUICK_STEPS = 200
-QUICK_OVERRIDES = {"azure-code": {"duration_s": 60.0}, "mooncake": {"duration_s": 30.0}}
+QUICK_OVERRIDES = {"azure-code": {"duration_s": 60.0}, "mooncake": {"duration_s": 30.0},
+                   "mooncake-cached": {"duration_s": 30.0}}
+
+
+def is_caching(scenario: str) -> bool:
+    """Whether the catalogue's ``scenario`` uses prefix caching."""
+    from scenarios import SCENARIOS
+
+    return bool(getattr(SCENARIOS.get(scenario), "caching", False))
 
 
 def matches(scenario: str, patterns: Iterable[str]) -> bool:
-    """``scenario`` matches one of ``patterns`` (a name, ``*``, or a prefix ending in ``*``)."""
-    return any(p == scenario or (p.endswith("*") and scenario.startswith(p[:-1])) for p in patterns)
+    """``scenario`` matches one of ``patterns`` (a name, ``*``, a prefix ending in ``*``, or :data:`CACHING`)."""
+    return any(p == scenario or (p == CACHING and is_caching(scenario))
+               or (p.endswith("*") and p != CACHING and scenario.startswith(p[:-1])) for p in patterns)
+
+
+def supports_caching(impl: str) -> bool:
+    """Whether the implementation's class implements prefix caching (False when it cannot be imported)."""
+    from impls.contract import supports_prefix_caching
+
+    try:
+        cls = registry.BY_NAME[impl].load() if impl in registry.BY_NAME else registry.load_plugin(impl)
+    except (ImportError, AttributeError, registry.PluginError):
+        return False
+    return supports_prefix_caching(cls)
 
 
 def overrides(scenario: str, quick: bool) -> dict:
@@ -114,7 +146,9 @@ def _rules(scenario: str, impl: str, regime: str) -> list[CellRule]:
 
 def default_cells(scenario: str, impls: Sequence[str], regimes: Sequence[str]) -> list[tuple[str, str]]:
     """The (impl, regime) cells the default matrix measures on ``scenario``, in registry-then-regime order."""
-    return [(impl, regime) for impl in impls for regime in regimes if _rules(scenario, impl, regime)]
+    caching = is_caching(scenario)
+    return [(impl, regime) for impl in impls for regime in regimes
+            if _rules(scenario, impl, regime) and (not caching or supports_caching(impl))]
 
 
 def rep_caps(scenario: str, cells: Sequence[tuple[str, str]]) -> list[list]:
@@ -158,6 +192,8 @@ def plan_scenario(scenario: str, impls: Sequence[str], regimes: Sequence[str], *
     """The plan of one scenario: its cells (all named ones when ``explicit``, for ``--reps`` repetitions each)
     and its enabled studies."""
     cells = [(i, r) for i in impls for r in regimes] if explicit else default_cells(scenario, impls, regimes)
+    if explicit and is_caching(scenario):  # named or not, a design without prefix caching cannot replay it
+        cells = [(i, r) for i, r in cells if supports_caching(i)]
     cells = [(i, r) for i, r in cells if r in ROLE_REGIMES.get(registry.record(i).role, REGIMES)]
     wanted = set(enabled)
     studies = [s.name for s in STUDIES

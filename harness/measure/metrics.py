@@ -11,9 +11,9 @@ was preempted once), summed over the steps, divided by the work they did; its 95
   whole-step times (median over repetitions, no interval);
 - ``lookup_ns``: the slot lookup the attention kernel needs (newest token of each running sequence ->
   physical block and slot), per lookup;
-- ``alloc_ns`` / ``free_ns`` / ``alloc_free_ns``: ``allocate`` time per block it takes, ``free`` time per
-  table block it releases (its table's length: shared blocks are released, not always returned to the pool),
-  and both together per block;
+- ``alloc_ns`` / ``free_ns`` / ``alloc_free_ns``: ``allocate`` time per block it takes (``allocate_cached``: per
+  block of the table it makes, cache hits included), ``free`` time per table block it releases (its table's
+  length: shared blocks are released, not always returned to the pool), and both together per block;
 - ``cpu_share_pct``: block-manager CPU time per second at the target step rate, computed from the closed-loop
   mean step time (``step_mean_ns * step_rate / 1e9 * 100``);
 - ``harness_overhead_pct``: the calibrated cost of the timer reads around the step's work, relative to the
@@ -31,7 +31,7 @@ import numpy as np
 from harness.measure.drivers import KINDS, StepTimes
 from harness.measure.stats import block_medians, block_sums, ratio_of_sums
 from harness.output.results import Row
-from scenarios.trace import ALLOCATE, FREE
+from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, FREE
 
 _K = {name: i for i, name in enumerate(KINDS)}
 
@@ -48,8 +48,9 @@ class Work:
     def of(cls, prep) -> Work:
         trace = prep.trace
         step_of_op = np.searchsorted(trace.step_offsets, np.arange(len(trace.op)), side="right") - 1
-        per_step = [np.bincount(step_of_op, weights=prep.op_blocks * (trace.op == code), minlength=trace.num_steps)
-                    for code in (ALLOCATE, FREE)]
+        per_step = [np.bincount(step_of_op, weights=prep.op_blocks * np.isin(trace.op, codes),
+                                minlength=trace.num_steps)
+                    for codes in ((ALLOCATE, ALLOCATE_CACHED), (FREE,))]
         return cls(trace.running_per_step().astype(float), *per_step)
 
     @classmethod

@@ -155,3 +155,13 @@ def block_medians(per_rep: np.ndarray, slices: list[tuple[int, int]], resamples:
     levels = rep_levels(per_rep, slices)
     factor = np.median(levels[rep_draws(per_rep.shape[0], resamples)], axis=1) / np.median(levels)
     return np.vstack([point[None, :], factor[:, None] * point[None, :]])
+
+
+def median_estimate(samples: np.ndarray) -> Estimate:
+    """The median of independent samples with its bootstrap interval (for studies timing one operation at a
+    time, where there are no slices to pair)."""
+    samples = np.asarray(samples, dtype=float)
+    value = float(np.median(samples))
+    if samples.size < 2:
+        return Estimate(value, float("nan"), float("nan"))
+    return Estimate(value, *_interval(np.median(samples[_draws(samples.size)], axis=1)))

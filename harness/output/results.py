@@ -31,8 +31,10 @@ from scenarios.atomic import atomic_write_bytes
 RESULTS_DIR = Path("results")
 STATUSES = ("ok", "unsupported", "unavailable", "skipped", "failed")
 SCHEMA_VERSION = 2
-# Figures that may be negative: a counted region minus an empty region can come out below zero by noise.
-SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "aa_ratio_log"})
+# Figures that may be negative: a counted region minus an empty region can come out below zero by noise, and
+# so can a difference of two timed medians (the cache-operation study's derived rows).
+SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "aa_ratio_log", "cache_insert_ns",
+                            "cache_evict_ns"})
 MAX_ABS_VALUE = 1e15  # no figure we publish comes near this (1e15 ns is eleven days)
 
 
@@ -231,3 +233,8 @@ def write_json(path: Path, obj: object, compress: bool = False) -> None:
 def read_json(path: Path) -> object:
     data = path.read_bytes()
     return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+
+
+def ratio_metric(metric: str, base: str = "flat", batched_base: bool = False) -> str:
+    """The name of the ratio row of ``metric`` against ``base`` (same regime, or ``base`` batched)."""
+    return f"{metric}_vs_{base.replace('-', '_')}" + ("_batched" if batched_base else "")
