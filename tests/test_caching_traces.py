@@ -296,9 +296,9 @@ def test_managers_and_drivers_without_caching_are_refused(traces) -> None:
             attempt()
     assert plain.num_free_blocks() == trace.config["num_blocks"]  # refused before any call
     mgr = BufferedReference(**trace.config)
-    with pytest.raises(ReplayError, match="compiled driver does not replay prefix-caching ops"):
+    with pytest.raises(ReplayError, match="compiled driver of BufferedReference does not replay prefix-caching ops"):
         compiled_step_runner(prep, mgr, drive=None)
-    with pytest.raises(ReplayError, match="native driver does not replay prefix-caching ops"):
+    with pytest.raises(ReplayError, match="native driver of BufferedReference does not replay prefix-caching ops"):
         native_step_runner(prep, mgr)(0, 1)
 
 
