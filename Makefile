@@ -4,7 +4,7 @@ VENV    ?= .venv
 PYTHON  ?= python3
 # The design's packages are the default: torch brings the rule-3 study and the sglang contender.
 # EXTRAS=test is the lighter path (torch rows are then marked skipped, with the reason).
-EXTRAS  ?= test,torch
+EXTRAS  ?= test,torch,hashing
 # torch's pin on our machines: a local CPU build (any other release pulls a multi-GB CUDA build).
 TORCH_PIN ?= torch==2.13.0
 PY      := $(VENV)/bin/python
@@ -25,7 +25,7 @@ test: setup
 	$(PY) -m pytest -q
 	$(PY) -m ruff check .
 
-# The default matrix (harness/measure/matrix.py): about twenty minutes on two cores.
+# The default matrix (harness/measure/matrix.py): about twelve minutes on two cores (README, "Time budget").
 bench: setup
 	$(CLI) run --figures
 

@@ -92,12 +92,15 @@ def scenario_params(scenario: str, args: argparse.Namespace) -> dict[str, str]:
     return given
 
 
+CSV_BASE = {False: "azure-code", True: "mooncake-cached"}  # the scenario an imported CSV takes its defaults from
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     from scenarios import generate, load, save
     from scenarios.realtrace import build_real_trace
 
     if args.show:
-        if args.name or args.from_csv or args.output or scenario_params("azure-code", args):
+        if args.name or args.from_csv or args.output or scenario_params(CSV_BASE[False], args):
             raise UsageError("--show takes only a trace file")
         summary = load(args.show).summary()
         width = max(map(len, summary))
@@ -111,10 +114,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if not args.output:
         raise UsageError("-o FILE is required: where to write the trace (.npz)")
     check_output_file(Path(args.output))
-    params = scenario_params("azure-code" if args.from_csv else args.name, args)
+    caching = args.param_prefix_caching is not None  # an imported CSV with --prefix-caching: mooncake-cached's
+    params = scenario_params(CSV_BASE[caching] if args.from_csv else args.name, args)
     if args.from_csv:
         csv_path = Path(args.from_csv)
-        base = SCENARIOS["azure-code"]
+        base = SCENARIOS[CSV_BASE[caching]]
         trace = build_real_trace(f"csv:{csv_path.name}", base.params({**params, "csv": str(csv_path.resolve()),
                                                                      "duration_s": params.get("duration_s")}))
     else:
@@ -206,13 +210,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     from harness.conformance import check
     from harness.conformance.pool import full_pool_problems
     from impls import REGISTRY, UNAVAILABLE
+    from impls.contract import supports_prefix_caching
     from impls.registry import load_plugin
 
     if args.impl in UNAVAILABLE:
         raise UsageError(f"{args.impl} cannot run here: {UNAVAILABLE[args.impl]}")
     cls = REGISTRY[args.impl] if args.impl in REGISTRY else load_plugin(args.impl)
     print(f"checking {cls.__module__}.{cls.__qualname__}: {args.seeds} seed(s) x {args.examples} random call "
-          f"sequences of up to {args.ops} calls against the reference model, then the 65,536-block pool", flush=True)
+          f"sequences of up to {args.ops} calls against the reference model"
+          f"{' (prefix caching included)' if supports_prefix_caching(cls) else ''}, then the 65,536-block pool",
+          flush=True)
     verdict = check(cls, seeds=range(args.seeds), max_examples=args.examples, step_count=args.ops)
     problems = [] if not verdict.ok else _pool_problems(cls, full_pool_problems)
     print(verdict)

@@ -113,8 +113,18 @@ def _step_loop(state, ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows,
 
 
 _STEP_KERNELS: dict[str, Callable] = {}
-# The per-call kernels entered through entry points, with the number of int arguments after the state.
-_ENTRY = (("can_allocate", 1), ("allocate", 2), ("append", 1), ("fork", 2), ("free", 1), ("last_slot", 1))
+
+
+def _entry(op: str, ints: int) -> functools.cached_property:
+    """The entry point of kernel ``op`` (taking ``ints`` Python ints after the state), bound to the manager's
+    state, as a property computed once per state (see CompiledBlockManager's dispatch notes)."""
+    def bind(self: CompiledBlockManager) -> Callable:
+        state = self._state
+        sig = tuple(typeof(x) for x in (*state, *([0] * ints)))
+        return partial(getattr(self.kernels, op).compile(sig), *state)
+
+    bind.__name__ = "_ep_" + op
+    return functools.cached_property(bind)
 
 
 def step_kernel(kernels: Kernels) -> Callable:
@@ -156,6 +166,20 @@ def with_empty_kernels(mgr: CompiledBlockManager) -> CompiledBlockManager:
     empty.rebind()
     return empty
 
+class CachingKernels(NamedTuple):
+    """:class:`Kernels` plus the prefix-caching operations (:class:`impls.contract.CachingBlockManager`), for
+    designs whose kernels provide them (the compiled replay then runs caching traces)."""
+
+    can_allocate: Callable
+    allocate: Callable
+    append: Callable
+    fork: Callable
+    free: Callable
+    decode_step: Callable
+    lookup: Callable
+    last_slot: Callable
+    allocate_cached: Callable  # (seq, num_tokens, chain uint64[:]) -> tokens served from the cache | <0
+    seal: Callable  # (seq, block_hash as a 64-bit integer) -> 1 | 0 | <0
 
 class CompiledBlockManager(ManagerBase):
     """Base class of compiled designs. Subclasses set ``kernels``, ``self.state`` and ``self._lens``."""
@@ -170,10 +194,31 @@ class CompiledBlockManager(ManagerBase):
     # argument is of exactly the compiled type: the state is the manager's own arrays or typed containers, made
     # once, and the other arguments are Python ints the wrapper has range-checked. Buffers a caller passes
     # (``decode_step``, ``lookup``) keep the dispatcher; ``step`` uses an entry point only for buffers that
-    # :func:`impls.validation.step_fast` proves exactly typed. Bound whenever ``state`` or ``kernels`` is
-    # replaced (:meth:`rebind`); the step's kernel on the first ``step`` (it compiles only for a manager that
-    # steps). No ``__getattr__`` hook: it would slow every attribute read on the instance.
-    _ep_step = _ep_step_dispatch = None
+    # :func:`impls.validation.step_fast` proves exactly typed. Each entry point is bound on its first use (a
+    # cached property: later reads find it in the instance's dict, with no hook on other attributes) and
+    # forgotten whenever ``state`` or ``kernels`` is replaced (:meth:`rebind`), so a subclass may set the state
+    # twice while it is constructed.
+    _ep_can_allocate = _entry("can_allocate", 1)
+    _ep_allocate = _entry("allocate", 2)
+    _ep_append = _entry("append", 1)
+    _ep_fork = _entry("fork", 2)
+    _ep_free = _entry("free", 1)
+    _ep_last_slot = _entry("last_slot", 1)
+
+    @functools.cached_property
+    def _ep_step(self) -> Callable:
+        vec, pairs = typeof(np.zeros(1, np.int64)), typeof(np.zeros((1, 2), np.int64))
+        sig = (typeof(self._state), vec, vec, vec, vec, vec, pairs, vec, typeof(0), typeof(0), typeof(0))
+        return partial(step_kernel(self.kernels).compile(sig), self._state)
+
+    @functools.cached_property
+    def _ep_step_dispatch(self) -> Callable:
+        return partial(step_kernel(self.kernels), self._state)
+
+    @functools.cached_property
+    def _step_roots(self) -> dict:
+        """Owners of input arrays :func:`impls.validation.step_fast` has proved (see there)."""
+        return {}
 
     @property
     def state(self) -> tuple:
@@ -186,25 +231,9 @@ class CompiledBlockManager(ManagerBase):
         self.rebind()
 
     def rebind(self) -> None:
-        """Bind the per-call entry points to the current state and kernels (the step's again on its next use)."""
-        self._bind()
-        self._ep_step = self._ep_step_dispatch = None
-
-    def _bind(self) -> None:
-        state = self._state
-        for op, ints in _ENTRY:
-            kernel = getattr(self.kernels, op)
-            sig = tuple(typeof(x) for x in (*state, *([0] * ints)))
-            self.__dict__["_ep_" + op] = partial(kernel.compile(sig), *state)
-
-    def _bind_step(self) -> None:
-        state = self._state
-        kernel = step_kernel(self.kernels)
-        vec, pairs = typeof(np.zeros(1, np.int64)), typeof(np.zeros((1, 2), np.int64))
-        sig = (typeof(state), vec, vec, vec, vec, vec, pairs, vec, typeof(0), typeof(0), typeof(0))
-        self.__dict__["_ep_step"] = partial(kernel.compile(sig), state)
-        self.__dict__["_ep_step_dispatch"] = partial(kernel, state)
-        self._step_roots = {}  # owners of input arrays step_fast has proved (see there)
+        """Forget the bound entry points: they are bound again, to the current state and kernels, on next use."""
+        for name in [n for n in self.__dict__ if n.startswith("_ep_")]:
+            del self.__dict__[name]
 
     def can_allocate(self, num_blocks: int) -> bool:
         """Whether the free pool holds at least ``num_blocks`` blocks."""
@@ -275,8 +304,6 @@ class CompiledBlockManager(ManagerBase):
              cow_out: np.ndarray, slot_out: np.ndarray) -> int:
         """One engine step in one compiled call (see :meth:`impls.contract.BlockManager.step`): the buffers are
         checked here, the op codes in the kernel's first pass, both before anything changes."""
-        if self._ep_step is None:
-            self._bind_step()
         if step_fast(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self._step_roots):
             kernel, ids = self._ep_step, seq_ids
         else:

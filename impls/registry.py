@@ -13,6 +13,9 @@ Roles:
 - ``contender``: a model of a real engine's block manager;
 - ``native``: C++ builds of the article's designs, replayed inside C++ (see :mod:`impls.native`; unavailable
   without a C++ compiler);
+- ``caching``: a design with prefix caching (:class:`impls.contract.CachingBlockManager`, class attribute
+  ``prefix_caching = True``), held to the reference model's hits and evictions (``tests/test_prefix_caching.py``
+  runs every such class); it runs on the caching scenarios (see :data:`harness.measure.matrix.CELL_RULES`);
 - ``plugin``: a user's implementation, loaded by ``package.module:Class`` or the ``kvblock_bench.impls``
   entry-point group (see :func:`resolve`).
 """
@@ -24,7 +27,7 @@ import inspect
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 
-ROLES = ("design", "twin", "contender", "native", "plugin")
+ROLES = ("design", "twin", "contender", "native", "caching", "plugin")
 ENTRY_POINT_GROUP = "kvblock_bench.impls"
 
 
@@ -63,10 +66,18 @@ RECORDS: tuple[Impl, ...] = (
          "#fdae6b", "B"),
     Impl("vllm-v1", "impls.vllm_v1:VllmV1BlockManager", "contender", "vllm-v1",
          "vLLM v1 allocate_slots per request per step", "#9467bd"),
+    Impl("vllm-v1-pc", "impls.vllm_v1_pc:VllmV1CachingBlockManager", "contender", "vllm-v1+pc",
+         "vLLM v1 with prefix caching on (its default)", "#c5b0d5"),
     Impl("nano-vllm", "impls.nano_vllm:NanoVllmBlockManager", "contender", "nano-vllm",
          "nano-vllm can/may_append (deque of free ids)", "#8c564b"),
     Impl("sglang", "impls.sglang:SGLangBlockManager", "contender", "sglang",
          "SGLang batched page allocator (torch)", "#e377c2", needs="needs torch: pip install -e '.[torch]'"),
+    Impl("flat-pc", "impls.flat_pc:FlatPcBlockManager", "caching", "C flat-pc",
+         "flat + open-addressing hash table and intrusive LRU (prefix caching)", "#74c476"),
+    Impl("dict-pc", "impls.dict_pc:DictPcBlockManager", "caching", "A dict-pc",
+         "A + vLLM v1's prefix cache (hash dict + intrusive LRU)", "#17becf"),
+    Impl("radix-pc", "impls.radix_pc:RadixPcBlockManager", "caching", "radix-pc",
+         "B + SGLang's radix tree over block hashes (prefix caching)", "#bcbd22"),
     # The article's designs in its own language, replayed inside C++ (see impls/native).
     Impl("cpp-dict", "impls.native.available:CppDictBlockManager", "native", "A cpp-dict",
          "A in C++ (std::unordered_map per sequence)", "#08306b", "A"),

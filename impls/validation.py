@@ -25,6 +25,7 @@ from .contract import (
     E_BUFFER,
     E_COUNT,
     E_DUPLICATE,
+    E_HASH,
     E_INACTIVE,
     E_SEQ_RANGE,
     E_TOKENS,
@@ -395,6 +396,64 @@ def _refuse_step_overlap(ins: tuple[np.ndarray, ...], outs: tuple[np.ndarray, ..
         for other in (*outs[i + 1 :], *ins):
             if np.may_share_memory(out, other):
                 raise ValueError("status_out, cow_out and slot_out must not overlap one another or the inputs")
+
+
+# -- prefix caching: block hashes and hash chains (see impls.contract.CachingBlockManager) ---------------------
+
+_UINT64 = np.dtype(np.uint64)
+_HASH_LIMIT = 2**64
+
+
+def hash_arg(value: object, seq: int) -> int:
+    """A block hash: a Python or NumPy integer in ``[1, 2**64)`` (0 is reserved), as a Python int; anything
+    else (bool included) is ``ValueError`` (``E_HASH``)."""
+    if type(value) is int or (isinstance(value, (int, np.integer)) and not isinstance(value, bool)):
+        h = int(value)
+        if 0 < h < _HASH_LIMIT:
+            return h
+    raise_for(E_HASH, seq=seq, why=f"block hash {value!r} is not an integer in [1, 2**64)")
+    raise AssertionError  # unreachable: raise_for raises
+
+
+def chain_shape_arg(hashes: object, num_tokens: int, shift: int, seq: int) -> np.ndarray:
+    """The structure of a prompt's hash chain, without reading its entries: a 1-D, C-contiguous, aligned
+    ``uint64`` ndarray with one hash per full block (``num_tokens >> shift`` entries); else ``ValueError``
+    (``E_HASH``). Compiled designs check the entries (:func:`chain_problem`'s rules) in their kernels, where
+    it allocates nothing."""
+    if not isinstance(hashes, _ndarray):
+        raise_for(E_HASH, seq=seq, why=f"hashes must be a numpy.ndarray, got {type(hashes).__name__}")
+    if hashes.dtype is not _UINT64 and hashes.dtype != _UINT64:
+        raise_for(E_HASH, seq=seq, why=f"hashes must have dtype uint64 (native byte order), got {hashes.dtype}")
+    if hashes.ndim != 1:
+        raise_for(E_HASH, seq=seq, why=f"hashes must be 1-D, got shape {hashes.shape}")
+    flags = hashes.flags.num
+    if flags & (_C_CONTIGUOUS | _ALIGNED) != _C_CONTIGUOUS | _ALIGNED:
+        raise_for(E_HASH, seq=seq, why="hashes must be C-contiguous and aligned")
+    if hashes.shape[0] != num_tokens >> shift:
+        raise_for(E_HASH, seq=seq, why=f"{hashes.shape[0]} hashes for {num_tokens >> shift} full blocks")
+    return hashes
+
+
+def chain_problem(hashes: np.ndarray) -> str:
+    """What is wrong with the entries of a well-shaped chain ("" when nothing): an entry 0 (reserved) or a
+    hash twice (a row holds a block once)."""
+    zeros = np.flatnonzero(hashes == 0)
+    if zeros.size:
+        return f"entry {int(zeros[0])} is 0 (reserved)"
+    values, counts = np.unique(hashes, return_counts=True)
+    if (counts > 1).any():
+        return f"hash {int(values[counts > 1][0])} appears twice in one chain"
+    return ""
+
+
+def chain_arg(hashes: object, num_tokens: int, shift: int, seq: int) -> np.ndarray:
+    """A prompt's hash chain (see :class:`impls.contract.CachingBlockManager`): :func:`chain_shape_arg`, then
+    no entry 0 and no entry twice; else ``ValueError`` (``E_HASH``). Returns the array as given."""
+    chain = chain_shape_arg(hashes, num_tokens, shift, seq)
+    why = chain_problem(chain)
+    if why:
+        raise_for(E_HASH, seq=seq, why=why)
+    return chain
 
 
 # -- memory a configuration needs ----------------------------------------------------------------------------

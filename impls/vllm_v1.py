@@ -278,7 +278,7 @@ class FullAttentionManager:
         num_new_blocks = cdiv(num_tokens, self.block_size) - len(req_blocks)
         if num_new_blocks <= 0:
             src = req_blocks[-1]
-            if src.ref_cnt == 1:
+            if src.ref_cnt == 1 or src.block_hash is not None:  # a cached block is full: nothing written to it
                 return []
             return [self._copy_on_write(req_blocks, src)]
         new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
@@ -391,11 +391,14 @@ class KVCacheManager:
 class VllmV1BlockManager(InterpretedBlockManager):
     """Contender ``"vllm-v1"``: vLLM v1's ``KVCacheManager`` driven per request per step, as its scheduler does."""
 
+    kv_cache_manager_class = KVCacheManager  # the caching-on contender (impls.vllm_v1_pc) puts its own here
+
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self.kv_cache_manager = KVCacheManager(self.num_blocks + 1, self.block_size,
-                                               self.block_size * self.max_blocks_per_seq)
+        # num_blocks + 1: vLLM's block 0 is the null block (see the module docstring)
+        self.kv_cache_manager = self.kv_cache_manager_class(self.num_blocks + 1, self.block_size,
+                                                            self.block_size * self.max_blocks_per_seq)
         pool = self.kv_cache_manager.block_pool
         self.blocks = pool.blocks  # vLLM ids: blocks[k] is our block k - 1; blocks[0] is the null block
         self.free_block_queue = pool.free_block_queue

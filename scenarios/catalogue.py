@@ -8,6 +8,7 @@ length is clipped to what a sequence may hold (``max_blocks_per_seq * block_size
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .hashing import UNIQUE, TokenChain
 from .realtrace import REAL_TRACES, build_real_trace
 from .scheduler import Request, ScenarioError, Scheduler, Seq, TraceBuilder
 from .trace import MAX_POOL_BLOCKS, Trace
@@ -42,6 +44,7 @@ class Scenario:
     description: str
     defaults: dict
     build: Callable[[str, dict], Trace]
+    caching: bool = False  # its trace uses prefix caching (only managers with prefix caching replay it)
 
     def params(self, overrides: dict | None = None) -> dict:
         """Defaults merged with ``overrides`` (strings from the command line are converted)."""
@@ -105,6 +108,10 @@ LIMITS: dict[str, tuple[float, float, str]] = {
     "beam_width": (1, MAX_ROWS, "beams per request"),
     "sigma": (0, 10, "log-space standard deviation of the lengths"),
     "prune_prob": (0, 1, "probability that a beam group prunes a beam each step"),
+    "hash_tokens": (1, MAX_TOKENS, "prompt tokens per hash id in the CSV's hash_ids column"),
+    "turn_mean": (1, MAX_TOKENS, "mean tokens of new user text per chat turn"),
+    "turns_mean": (1, 1 << 20, "mean turns per conversation"),
+    "think_steps": (0, _BIG, "most decode steps between a chat turn's answer and the next turn"),
     "seed": (0, 2**63 - 1, "random seed"),
     "start_s": (0, _BIG, "seconds into the file where the window starts"),
     "duration_s": (1e-9, _BIG, "seconds of the file to replay"),
@@ -324,6 +331,108 @@ def build_beam_search(name: str, p: dict) -> Trace:
     return _run(sched, name, p)
 
 
+# -- prefix caching: multi-turn chat, shared system prompt --------------------------------------------------
+class ChatSource:
+    """Closed loop of conversations. A conversation's next turn arrives up to ``think_steps`` steps after its
+    previous turn finished; its prompt is the previous prompt and answer plus ``turn_mean`` tokens (log-normal) of
+    new text, and its hash chain repeats the previous stream's full blocks (the sealed answer blocks included).
+    The number of turns is geometric with mean ``turns_mean``; a conversation also ends when its next turn would
+    not fit a sequence. Ready follow-up turns are admitted before new conversations."""
+
+    def __init__(self, p: dict, rng: np.random.Generator) -> None:
+        self.p, self.rng, self.sample = p, rng, LengthSampler(p, rng)
+        self.ids = itertools.count()
+        self.turns_left: dict[int, int] = {}
+        self.followups: list[tuple[int, int, Request]] = []  # heap of (ready step, rid, request)
+
+    def __call__(self, step: int, want: int) -> Iterator[Request]:
+        for _ in range(want):
+            if self.followups and self.followups[0][0] <= step:
+                yield heapq.heappop(self.followups)[2]
+                continue
+            rid = next(self.ids)
+            prompt, output = self.sample()
+            self.turns_left[rid] = int(self.rng.geometric(1 / self.p["turns_mean"])) - 1
+            yield Request(rid, prompt, output, step, chain=TokenChain(UNIQUE | rid))
+
+    def finished(self, req: Request, step: int) -> None:
+        """Schedule the conversation's next turn, if it has one and it fits."""
+        left = self.turns_left.pop(req.rid)
+        history = req.prompt + req.output
+        prompt = history + int(lognormal_lengths(self.rng, self.p["turn_mean"], self.p["sigma"], 1)[0])
+        output = self.sample()[1]
+        if left <= 0 or prompt + output > self.sample.cap:
+            return
+        rid = next(self.ids)
+        self.turns_left[rid] = left - 1
+        chain = req.chain.branch(history // self.p["block_size"], UNIQUE | rid)
+        ready = step + int(self.rng.integers(0, self.p["think_steps"] + 1))
+        heapq.heappush(self.followups, (ready, rid, Request(rid, prompt, output, ready, chain=chain)))
+
+
+class ChatScheduler(Scheduler):
+    """Hands each finished turn back to its conversation (:class:`ChatSource`)."""
+
+    def finished(self, seq: Seq) -> None:
+        self.source.finished(seq.req, self.step)
+
+
+def build_chat(name: str, p: dict) -> Trace:
+    source = ChatSource(p, np.random.default_rng(p["seed"]))
+    sched = ChatScheduler(TraceBuilder(_config(p, p["running"])), source, p["running"], preempt=True)
+    return _run(sched, name, p)
+
+
+SYSTEM_CONTENT = 1  # content id of the shared system prompt's blocks
+
+
+def system_prompt_source(p: dict, sample: LengthSampler, warm: int) -> Callable[[int, int], Iterator[Request]]:
+    """Requests whose prompt is the shared ``system_prompt`` followed by the user's own text (log-normal, mean
+    ``prompt_mean``); the first ``warm`` start part-way through their output, as in :func:`closed_loop`."""
+    ids, system = itertools.count(), TokenChain(SYSTEM_CONTENT)
+    shared = p["system_prompt"] // p["block_size"]  # a partial last system block holds user text: not shared
+
+    def source(step: int, want: int) -> Iterator[Request]:
+        for _ in range(want):
+            rid = next(ids)
+            user, output = sample()
+            prompt = p["system_prompt"] + min(user, sample.cap - p["system_prompt"] - 1)
+            output = min(output, sample.cap - prompt)
+            done = int(sample.rng.integers(0, output)) if rid < warm else 0
+            yield Request(rid, prompt, output, step, done, chain=system.branch(shared, UNIQUE | rid))
+
+    return source
+
+
+def build_system_prompt(name: str, p: dict) -> Trace:
+    sample = LengthSampler(p, np.random.default_rng(p["seed"]))
+    source = system_prompt_source(p, sample, p["running"] if p["warm_start"] else 0)
+    sched = Scheduler(TraceBuilder(_config(p, p["running"])), source, p["running"], preempt=True)
+    return _run(sched, name, p)
+
+
+def _caching_scenarios() -> dict[str, Scenario]:
+    chat = {**COMMON, "steps": 1000, "output_mean": 128, "turn_mean": 48, "turns_mean": 6, "think_steps": 50}
+    out = {
+        "chat-multiturn": Scenario(
+            "chat-multiturn", "Prefix caching, multi-turn chat: each turn's prompt is the previous prompt and answer "
+            "plus new text (mean 6 turns), so sealed answer blocks are hit by the next turn; 256 sequences",
+            chat, build_chat, caching=True),
+        "tight-pool-cached": Scenario(
+            "tight-pool-cached", "Prefix caching, chat-multiturn in a 13,312-block pool (its 256 chats hold up to "
+            "13,051): once the never-cached blocks run out (step 428) the cache evicts in every step, "
+            "31 evictions per step over the trace",
+            {**chat, "num_blocks": 13312}, build_chat, caching=True),
+    }
+    for n, steps in ((256, 1000), (1024, 250)):
+        out[f"system-prompt-{n}"] = Scenario(
+            f"system-prompt-{n}", f"Prefix caching, a shared 1,024-token system prompt and each user's own text, "
+            f"{n} sequences: every admission hits the system prompt's 64 cached blocks",
+            {**COMMON, "running": n, "steps": steps, "system_prompt": 1024, "warm_start": True},
+            build_system_prompt, caching=True)
+    return out
+
+
 def _scenarios() -> dict[str, Scenario]:
     out = {
         "paper": Scenario(
@@ -352,8 +461,9 @@ def _scenarios() -> dict[str, Scenario]:
             f"concurrency-{n}", f"The paper workload at {n} concurrent sequences (concurrency sweep)",
             {**COMMON, "running": n, "warm_start": True}, build_independent)
     for name, real in REAL_TRACES.items():
-        out[name] = Scenario(name, real.description, dict(real.defaults), build_real_trace)
-    return out
+        out[name] = Scenario(name, real.description, dict(real.defaults), build_real_trace,
+                             caching=real.defaults.get("prefix_caching", False))
+    return out | _caching_scenarios()
 
 
 SCENARIOS: dict[str, Scenario] = _scenarios()

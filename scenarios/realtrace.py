@@ -7,8 +7,17 @@ follows rows and pool capacity, with recompute preemption, so long prompts (Moon
 run lasts until every request in the window has finished; nothing stays live.
 
 Bundled traces (``scenarios/data``, see ATTRIBUTION.md there): Azure LLM inference 2023 (code) and Mooncake
-(conversation, FAST 2025). Mooncake's ``hash_ids`` (prefix sharing between requests) are not modelled yet:
-every request gets its own blocks.
+(conversation, FAST 2025). ``azure-code`` and ``mooncake`` give every request its own blocks.
+
+Prefix caching (``prefix_caching``, the ``mooncake-cached`` scenario) needs a hash-id column (``hash_ids``, as in
+Mooncake's file): per request, space-separated integer ids of its prompt's ``hash_tokens``-token chunks (512 in
+Mooncake), one per chunk, the last one possibly partial; two requests share the id at position ``k`` exactly when
+they share the prompt up to the end of chunk ``k``. The chain of ``block_size``-token blocks is derived from them
+(:func:`hash_id_chain`): block ``j`` lies in chunk ``k = j * block_size // hash_tokens`` and, while that chunk is
+a whole one, its hash is ``block_hash(hash of block j - 1, hash_ids[k], j mod (hash_tokens / block_size))``
+(:mod:`scenarios.hashing`). A partial last chunk's blocks, and the blocks decode fills, hold text of that request
+alone: their content id is unique to the request. A file without the column, asked for prefix caching, is
+refused naming the column and the fix.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from __future__ import annotations
 import csv
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -26,6 +35,7 @@ import pandas as pd
 
 from impls.contract import blocks_for
 
+from .hashing import ROOT, UNIQUE, TokenChain, block_hash
 from .scheduler import Request, ScenarioError, Scheduler, TraceBuilder
 from .trace import Trace
 
@@ -57,7 +67,14 @@ REAL_TRACES = {
     "mooncake": RealTrace(
         "Mooncake conversation trace (FAST 2025), first 5 minutes: long prompts that press the pool",
         {**_REAL_DEFAULTS, "csv": "mooncake_conversation_2025.csv", "duration_s": 300.0}),
+    "mooncake-cached": RealTrace(
+        "Prefix caching, Mooncake conversation trace, first 2 minutes, with its real hash_ids (one per 512 "
+        "tokens; 16-token block chains derived from them, see scenarios/realtrace.py), a 262,144-block pool "
+        "(4M tokens, about what an unbounded cache would hit: 11 % of prompt tokens)",
+        {**_REAL_DEFAULTS, "num_blocks": 262144, "csv": "mooncake_conversation_2025.csv", "duration_s": 120.0,
+         "prefix_caching": True, "hash_tokens": 512}),
 }
+HASH_COLUMN = "hash_ids"
 
 
 MAX_TOKENS = 2**31 - 1  # traces keep token counts in int32
@@ -68,11 +85,12 @@ _COMPRESSED = {b"\x1f\x8b": "gzip", b"PK\x03\x04": "zip", b"BZh": "bzip2", b"\xf
 _DELIMITERS = {"\t": "tab", ";": "semicolon", "|": "pipe"}
 
 
-def read_requests_csv(path: str | Path) -> pd.DataFrame:
+def read_requests_csv(path: str | Path, hash_tokens: int | None = None) -> pd.DataFrame:
     """Read and check a request CSV; errors name the file line and column at fault.
 
     The file is streamed: memory holds a few numbers per request, not the text. Rows come back sorted by
-    arrival, with a ``line`` column (the 1-based line of the file each request came from).
+    arrival, with a ``line`` column (the 1-based line of the file each request came from). With ``hash_tokens``
+    (prefix caching) the file must have a ``hash_ids`` column, returned as one int64 array per request.
     """
     path = Path(path)
     if not path.is_absolute() and not path.exists() and (DATA_DIR / path).exists():
@@ -87,6 +105,8 @@ def read_requests_csv(path: str | Path) -> pd.DataFrame:
             out = _read_rows(path, rows, _header(path, rows))
     if out.empty:
         raise ScenarioError(f"{path}: no requests (only a header line); add rows of {','.join(COLUMNS)}")
+    if hash_tokens is not None:
+        out[HASH_COLUMN] = pd.Series(read_hash_ids(path, out, hash_tokens), index=out.index, dtype=object)
     ts = out["timestamp"].to_numpy()
     if np.all(ts[1:] >= ts[:-1]):
         return out
@@ -232,11 +252,55 @@ def _convert_chunk(path: Path, text: list[list[str]], lines: list[int]) -> pd.Da
     return pd.DataFrame(out)
 
 
+def read_hash_ids(path: Path, requests: pd.DataFrame, hash_tokens: int) -> list[np.ndarray]:
+    """The ``hash_ids`` column of a request CSV (rows in file order, as ``requests``): one id per ``hash_tokens``
+    prompt tokens, integers in ``[0, 2**63)``; errors name the line and the fix."""
+    fix = (f"prefix caching needs a {HASH_COLUMN!r} column: per request, space-separated integer ids of its prompt's "
+           f"{hash_tokens}-token chunks (as in Mooncake's traces); add it, or replay without prefix caching "
+           "(--prefix-caching false)")
+    try:
+        column = pd.read_csv(path, usecols=[HASH_COLUMN], dtype=str, keep_default_na=False, encoding="utf-8")
+    except ValueError:  # pandas: usecols names a column the header lacks
+        raise ScenarioError(f"{path}: no {HASH_COLUMN!r} column; {fix}") from None
+    texts = column[HASH_COLUMN].tolist()
+    if len(texts) != len(requests):
+        raise ScenarioError(f"{path}: {len(texts)} {HASH_COLUMN!r} values for {len(requests)} requests; {fix}")
+    prompts, lines = requests["prompt_tokens"].tolist(), requests["line"].tolist()
+    return [_hash_ids(path, text, prompt, hash_tokens, line)
+            for text, prompt, line in zip(texts, prompts, lines, strict=True)]
+
+
+def _hash_ids(path: Path, text: str, prompt: int, hash_tokens: int, line: int) -> np.ndarray:
+    where = f"{path}: line {line}, column {HASH_COLUMN!r}"
+    try:
+        ids = np.array([int(x) for x in text.split()], dtype=np.int64)
+    except (ValueError, OverflowError):
+        raise ScenarioError(f"{where}: {text[:40]!r} is not space-separated integer ids") from None
+    if len(ids) and ids.min() < 0:
+        raise ScenarioError(f"{where}: a negative id ({int(ids.min())}); ids are integers >= 0")
+    if len(ids) != -(-prompt // hash_tokens):
+        raise ScenarioError(f"{where}: {len(ids)} ids for {prompt} prompt tokens; one id per {hash_tokens} tokens "
+                            f"needs {-(-prompt // hash_tokens)} (set --hash-tokens to the file's chunk size)")
+    return ids
+
+
+def hash_id_chain(ids: np.ndarray, prompt: int, block_size: int, hash_tokens: int, unique: int) -> TokenChain:
+    """The block hash chain of a request with these hash ids (see the module docstring): the blocks of its whole
+    ``hash_tokens`` chunks from the ids, the rest (a partial last chunk, then its output) of content ``unique``."""
+    per = hash_tokens // block_size
+    prefix, parent = [], ROOT
+    for j in range(prompt // hash_tokens * per):
+        parent = block_hash(parent, int(ids[j // per]), j % per)
+        prefix.append(parent)
+    return TokenChain(UNIQUE | unique, prefix)
+
+
 class OpenLoop:
     """Requests in arrival order (columns of arrays), made and released when their arrival step comes."""
 
-    def __init__(self, prompt: np.ndarray, output: np.ndarray, arrival: np.ndarray) -> None:
-        self.prompt, self.output, self.arrival = prompt, output, arrival
+    def __init__(self, prompt: np.ndarray, output: np.ndarray, arrival: np.ndarray,
+                 chain: Callable[[int], TokenChain] | None = None) -> None:
+        self.prompt, self.output, self.arrival, self.chain = prompt, output, arrival, chain
         self.next = 0
 
     @property
@@ -247,11 +311,16 @@ class OpenLoop:
         while self.next < len(self.arrival) and self.arrival[self.next] <= step:
             i = self.next
             self.next += 1
-            yield Request(i, int(self.prompt[i]), int(self.output[i]), int(self.arrival[i]))
+            chain = self.chain(i) if self.chain is not None else None
+            yield Request(i, int(self.prompt[i]), int(self.output[i]), int(self.arrival[i]), chain=chain)
 
 
 def _window(name: str, p: dict) -> pd.DataFrame:
-    df = read_requests_csv(p["csv"])
+    hash_tokens = p["hash_tokens"] if p.get("prefix_caching") else None
+    if hash_tokens is not None and hash_tokens % p["block_size"]:
+        raise ScenarioError(f"--hash-tokens {hash_tokens}: must be a multiple of block_size={p['block_size']} (a "
+                            "block lies in one hash-id chunk); lower --block-size")
+    df = read_requests_csv(p["csv"], hash_tokens)
     start = p["start_s"]
     end = math.inf if p["duration_s"] is None else start + p["duration_s"]
     inside = (df.timestamp >= start) & (df.timestamp < end)
@@ -309,7 +378,15 @@ def build_real_trace(name: str, p: dict) -> Trace:
     arrival = np.minimum(arrival, p["max_steps"] + 1).astype(np.int64)
     _check_steps(name, p, window, arrival)
 
-    source = OpenLoop(window.prompt_tokens.to_numpy(), window.output_tokens.to_numpy(), arrival)
+    prompts = window.prompt_tokens.to_numpy()
+    chain = None
+    if p.get("prefix_caching"):
+        ids = window[HASH_COLUMN].tolist()
+
+        def chain(i: int) -> TokenChain:
+            return hash_id_chain(ids[i], int(prompts[i]), p["block_size"], p["hash_tokens"], i)
+
+    source = OpenLoop(prompts, window.output_tokens.to_numpy(), arrival, chain)
     config = {"num_blocks": p["num_blocks"], "block_size": p["block_size"], "max_seqs": p["concurrency"],
               "max_blocks_per_seq": max_blocks}
     sched = Scheduler(TraceBuilder(config), source, p["concurrency"], preempt=True)

@@ -6,12 +6,16 @@ decisions are valid for every one of them.
 
 Each step, in this order (the order the trace keeps):
 
+0. with prefix caching, seal every block the previous step's decode filled (its hash from the request's
+   :class:`~scenarios.hashing.TokenChain`), so a finished sequence's last full block is cached before it is freed;
 1. free the sequences that finished in the previous step;
 2. reserve the decode step's worst case with ``can_allocate`` (one block per sequence at a block boundary
    or with a shared last block); while it fails, preempt the youngest sequence (free it and put it back at
    the head of the queue with what it generated so far: recompute, as vLLM does) - or, in scenarios that do
    not preempt, stop with an error saying the pool is too small;
-3. admit waiting requests while a row is free and ``can_allocate`` grants their blocks plus the reserve;
+3. admit waiting requests while a row is free and ``can_allocate`` grants their blocks plus the reserve (a
+   request with a hash chain is admitted with ``allocate_cached``; it asks for the blocks the reference model's
+   ``cached_need`` counts: fresh blocks plus evictable hits);
 4. scenario events (beam search prunes and forks here);
 5. one decode step over every running sequence, in row order.
 """
@@ -20,13 +24,28 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from impls.contract import blocks_for
 from impls.reference import ReferenceModel
 
-from .trace import ALLOCATE, APPEND, CAN_ALLOCATE, FORK, FREE, OP_NAMES, Trace, canonical_tables, finalize
+from .hashing import TokenChain
+from .trace import (
+    ALLOCATE,
+    ALLOCATE_CACHED,
+    APPEND,
+    CAN_ALLOCATE,
+    FORK,
+    FREE,
+    OP_NAMES,
+    SEAL,
+    Trace,
+    canonical_tables,
+    finalize,
+)
 
 # Bump when a change to the scheduler or the scenarios changes the traces they generate for the same parameters.
 GENERATOR_VERSION = 1
@@ -45,6 +64,9 @@ class Request:
     output: int
     arrival: int = 0
     generated: int = 0
+    chain: TokenChain | None = None  # with prefix caching: the block hashes of its prompt and output
+
+
 
 
 @dataclass
@@ -63,15 +85,21 @@ class TraceBuilder:
     def __init__(self, config: dict) -> None:
         self.config = dict(config)
         self.model = ReferenceModel(**self.config)
-        self.op, self.a0, self.a1 = array("B"), array("i"), array("i")
+        self.op, self.a0, self.a1, self.op_hash = array("B"), array("i"), array("i"), array("q")
         self.step_offsets, self.decode_offsets, self.step_cows = array("q", [0]), array("q"), array("i")
+        self.hashes = array("Q")
+        self.step_hits, self.step_evictions = array("i"), array("i")
+        self.hits = 0  # prompt tokens served from the cache in the current step
+        self.evictions_before = 0  # the model's eviction count when the current step began
         self.peak = 0
         self.preemptions = 0
 
-    def _record(self, op: int, a0: int, a1: int = 0) -> None:
+    def _record(self, op: int, a0: int, a1: int = 0, hashes: Sequence[int] = ()) -> None:
         self.op.append(op)
         self.a0.append(a0)
         self.a1.append(a1)
+        self.op_hash.append(len(self.hashes) if op in (ALLOCATE_CACHED, SEAL) else -1)
+        self.hashes.extend(hashes)
 
     def _update_peak(self) -> None:
         self.peak = max(self.peak, self.model.num_blocks - self.model.num_free_blocks())
@@ -85,6 +113,24 @@ class TraceBuilder:
         self.model.allocate(row, tokens)
         self._record(ALLOCATE, row, tokens)
         self._update_peak()
+
+    def cached_need(self, tokens: int, chain: Sequence[int]) -> int:
+        """Free blocks admitting a prompt with this hash chain takes (fresh blocks plus evictable hits)."""
+        return self.model.cached_need(tokens, list(chain))
+
+    def allocate_cached(self, row: int, tokens: int, chain: Sequence[int]) -> int:
+        """Admit a prompt with its hash chain (its full blocks); returns the tokens the cache served."""
+        hit = self.model.allocate_cached(row, tokens, np.array(chain, dtype=np.uint64))
+        self._record(ALLOCATE_CACHED, row, tokens, chain)
+        self.hits += hit
+        self._update_peak()
+        return hit
+
+    def seal(self, row: int, block_hash: int) -> bool:
+        """Give ``row``'s full last block its hash; whether it became cached."""
+        ok = self.model.seal(row, block_hash)
+        self._record(SEAL, row, int(ok), (block_hash,))
+        return ok
 
     def fork(self, parent: int, child: int) -> None:
         self.model.fork(parent, child)
@@ -103,6 +149,9 @@ class TraceBuilder:
         self.step_cows.append(len(cows))
         self._update_peak()
         self.step_offsets.append(len(self.op))
+        self.step_hits.append(self.hits)
+        self.step_evictions.append(self.model.evictions - self.evictions_before)
+        self.hits, self.evictions_before = 0, self.model.evictions
 
     def worst_case(self, rows: list[int]) -> int:
         return self.model.worst_case_blocks(rows)
@@ -133,6 +182,8 @@ class TraceBuilder:
             "step_offsets": self.step_offsets, "decode_offsets": self.decode_offsets,
             "step_cows": self.step_cows, "final_lens": final_lens,
             "final_canon": canonical_tables(live),
+            "hashes": self.hashes, "op_hash": self.op_hash,
+            "step_hits": self.step_hits, "step_evictions": self.step_evictions,
         }
         return finalize(header, arrays)
 
@@ -158,6 +209,8 @@ class Scheduler:
         self.requests_seen: set[int] = set()
         self.step = 0
         self.reserve = 0
+        self.block_size = builder.config["block_size"]
+        self.to_seal: list[Seq] = []  # sequences whose last block the previous decode filled (prefix caching)
 
     # -- hooks ------------------------------------------------------------------------------------------
     def rows_needed(self, req: Request) -> int:
@@ -166,6 +219,13 @@ class Scheduler:
     def place(self, req: Request) -> list[Seq] | None:
         """Admit ``req`` (its rows are available); None when the pool says no."""
         tokens = req.prompt + req.generated
+        if req.chain is not None:
+            chain = req.chain.blocks(tokens // self.b.model.block_size)
+            if not self.b.can_allocate(self.b.cached_need(tokens, chain) + self.reserve + 1):
+                return None
+            row = self.free_rows.pop()
+            self.b.allocate_cached(row, tokens, chain)
+            return [Seq(row, req, self.admissions)]
         if not self.b.can_allocate(blocks_for(tokens, self.b.model.block_size) + self.reserve + 1):
             return None
         row = self.free_rows.pop()
@@ -174,6 +234,9 @@ class Scheduler:
 
     def events(self) -> None:
         """Scenario events between admission and decode (beam search)."""
+
+    def finished(self, seq: Seq) -> None:
+        """``seq`` generated its whole output and was freed (multi-turn chat schedules the next turn here)."""
 
     # -- the loop ---------------------------------------------------------------------------------------
     def _release(self, seq: Seq) -> None:
@@ -219,9 +282,12 @@ class Scheduler:
             self.reserve += len(placed)
 
     def run_step(self) -> None:
+        for seq in self.to_seal:
+            self.b.seal(seq.row, seq.req.chain.hash((seq.req.prompt + seq.req.generated) // self.block_size - 1))
         for seq in [s for s in self.running if s.req.generated >= s.req.output]:
             self.running.remove(seq)
             self._release(seq)
+            self.finished(seq)
         self._reserve_decode()
         self._admit()
         self.events()
@@ -229,6 +295,8 @@ class Scheduler:
         self.b.decode([s.row for s in self.running])
         for seq in self.running:
             seq.req.generated += 1
+        self.to_seal = [s for s in self.running
+                        if s.req.chain is not None and (s.req.prompt + s.req.generated) % self.block_size == 0]
         self.step += 1
 
     @property

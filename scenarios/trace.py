@@ -9,6 +9,13 @@ Each trace carries what a correct replay must end with (free count, every live r
 table up to renaming of block ids) and the number of copy-on-writes of every step, so a replay is checked,
 not trusted. Files are ``.npz`` with a JSON header and a SHA-256 checksum over header and arrays; loading
 checks format version, structure and checksum before anything is replayed.
+
+Format 3 adds prefix caching (see :class:`impls.contract.CachingBlockManager`): ``ALLOCATE_CACHED`` and ``SEAL``
+ops whose hash chains live in ``hashes`` (``op_hash`` indexes it per op, -1 for the other ops), the prompt tokens
+the cache served in each step (``step_hits``) and the blocks evicted in each step (``step_evictions``), as the
+reference model answered; the header's ``cache`` holds the totals. A ``SEAL`` is a pool op at the start of the
+step after the decode that filled the block (before that step's frees). Format 2 files still load, as traces
+without caching.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import struct
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +49,8 @@ from impls.contract import (
 from .atomic import atomic_write
 
 FORMAT = "kvblock-bench-trace"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (2, 3)  # 2: before prefix caching, loaded as a trace without it
 
 # Op codes (defined once, in impls.contract, which the whole-step entry point shares); a0/a1 per op:
 # CAN_ALLOCATE a0 = blocks asked for, a1 = the answer the scheduler got (1/0); ALLOCATE a0 = row, a1 = tokens;
@@ -62,12 +70,29 @@ ARRAYS = {  # name -> dtype
     "step_cows": np.int32,
     "final_lens": np.int32,
     "final_canon": np.int32,
+    "hashes": np.uint64,  # format 3: the hash chains of ALLOCATE_CACHED ops and the hashes of SEAL ops
+    "op_hash": np.int64,  # per op: index into hashes (ALLOCATE_CACHED, SEAL), else -1
+    "step_hits": np.int32,  # per step: prompt tokens the cache served (the reference model's answers)
+    "step_evictions": np.int32,  # per step: cached blocks evicted
 }
-HEADER_KEYS = {
+V2_ARRAYS = ("op", "a0", "a1", "step_offsets", "decode_offsets", "step_cows", "final_lens", "final_canon")
+V2_HEADER_KEYS = {
     "format", "version", "scenario", "generator_version", "params", "seed", "config", "num_steps", "num_ops",
     "num_requests", "peak_blocks_in_use", "cow_count", "preemptions", "final_free", "live_at_end", "ops_by_kind",
     "checksum",
 }
+HEADER_KEYS = V2_HEADER_KEYS | {"prefix_caching", "cache"}
+# header["cache"]: totals over the trace (all 0 without prefix caching)
+CACHE_KEYS = (
+    "hashes",  # entries of the hashes array
+    "lookup_tokens",  # prompt tokens of ALLOCATE_CACHED ops
+    "lookup_blocks",  # full prompt blocks looked up (the chains' lengths)
+    "hit_tokens",  # prompt tokens served from the cache (sum of step_hits)
+    "hit_blocks",  # hit_tokens / block_size
+    "evictions",  # cached blocks evicted (sum of step_evictions)
+    "seals",  # SEAL ops
+    "seals_cached",  # SEAL ops whose block became cached (a1 = 1)
+)
 
 
 class TraceError(ValueError):
@@ -115,6 +140,28 @@ class Trace:
         """Number of sequences decoding in each step."""
         return (self.step_offsets[1:] - self.decode_offsets).astype(np.int64)
 
+    def chain(self, i: int) -> np.ndarray:
+        """The hashes op ``i`` carries (a uint64 view of ``hashes``): an ``ALLOCATE_CACHED`` op's prompt chain,
+        a ``SEAL`` op's one hash; empty for the other ops."""
+        op, start = int(self.op[i]), int(self.op_hash[i])
+        n = int(self.a1[i]) // self.config["block_size"] if op == ALLOCATE_CACHED else int(op == SEAL)
+        return self.hashes[start : start + n] if start >= 0 else self.hashes[:0]
+
+    def cache_summary(self) -> dict:
+        """The prefix-caching totals, with hit rates (tokens and blocks) and evictions per step."""
+        c = self.header["cache"]
+
+        def rate(hit: int, of: int) -> str:
+            return f"{hit} of {of} ({100 * hit / of:.1f} %)" if of else f"{hit} of {of}"
+
+        return {
+            "prefix caching": self.header["prefix_caching"],
+            "cache hit tokens": rate(c["hit_tokens"], c["lookup_tokens"]),
+            "cache hit blocks": rate(c["hit_blocks"], c["lookup_blocks"]),
+            "cache evictions": f"{c['evictions']} ({c['evictions'] / self.num_steps:.2f} per step)",
+            "cache seals": f"{c['seals']} ({c['seals_cached']} cached)",
+        }
+
     def summary(self) -> dict:
         """What ``kvblock-bench trace --show`` prints."""
         h = self.header
@@ -131,10 +178,17 @@ class Trace:
             "copy-on-writes": h["cow_count"],
             "preemptions": h["preemptions"],
             "live at end": h["live_at_end"],
+            **self.cache_summary(),
             "config": h["config"],
             "params": h["params"],
             "seed": h["seed"],
         }
+
+
+def trace_uses_caching(trace: Trace) -> bool:
+    """Whether ``trace`` holds prefix-caching ops (``ALLOCATE_CACHED``, ``SEAL``): only a manager with prefix caching
+    (:func:`impls.contract.supports_prefix_caching`) and a driver that knows these ops can replay it."""
+    return bool(trace.header.get("prefix_caching", False))
 
 
 def canonical_tables(tables: Mapping[int, Sequence[int]]) -> list[int]:
@@ -151,9 +205,9 @@ def canonical_tables(tables: Mapping[int, Sequence[int]]) -> list[int]:
     return out
 
 
-def _checksum(header: Mapping, arrays: Mapping[str, np.ndarray]) -> str:
+def _checksum(header: Mapping, arrays: Mapping[str, np.ndarray], names: Iterable[str] = ARRAYS) -> str:
     body = {k: v for k, v in header.items() if k != "checksum"}
-    return _digest(json.dumps(body, sort_keys=True).encode(), arrays)
+    return _digest(json.dumps(body, sort_keys=True).encode(), arrays, names)
 
 
 def content_digest(trace: Trace) -> str:
@@ -161,9 +215,9 @@ def content_digest(trace: Trace) -> str:
     return _digest(json.dumps(trace.header["config"], sort_keys=True).encode(), trace.arrays)
 
 
-def _digest(prefix: bytes, arrays: Mapping[str, np.ndarray]) -> str:
+def _digest(prefix: bytes, arrays: Mapping[str, np.ndarray], names: Iterable[str] = ARRAYS) -> str:
     digest = hashlib.sha256(prefix)
-    for name in sorted(ARRAYS):
+    for name in sorted(names):
         arr = np.ascontiguousarray(arrays[name], dtype=ARRAYS[name])
         digest.update(name.encode())
         digest.update(str(arr.shape).encode())
@@ -172,13 +226,27 @@ def _digest(prefix: bytes, arrays: Mapping[str, np.ndarray]) -> str:
 
 
 def finalize(header: dict, arrays: Mapping[str, np.ndarray]) -> Trace:
-    """Cast arrays, stamp format, version and checksum, and validate: the one way a Trace is made."""
+    """Cast arrays, stamp format, version, the cache totals and checksum, and validate: the one way a Trace is
+    made."""
     arrays = {name: np.ascontiguousarray(arrays[name], dtype=dtype) for name, dtype in ARRAYS.items()}
-    header = {**header, "format": FORMAT, "version": FORMAT_VERSION}
+    header = {**header, "format": FORMAT, "version": FORMAT_VERSION,
+              **cache_totals(arrays, header["config"]["block_size"])}
     header["checksum"] = _checksum(header, arrays)
     trace = Trace(header, arrays)
     validate(trace)
     return trace
+
+
+def cache_totals(arrays: Mapping[str, np.ndarray], block_size: int) -> dict:
+    """The header's ``prefix_caching`` flag and ``cache`` totals, from the arrays."""
+    op, a1 = arrays["op"], arrays["a1"].astype(np.int64)
+    cached, sealed = op == ALLOCATE_CACHED, op == SEAL
+    hit_tokens = int(arrays["step_hits"].sum())
+    cache = {"hashes": len(arrays["hashes"]), "lookup_tokens": int(a1[cached].sum()),
+             "lookup_blocks": int((a1[cached] // block_size).sum()), "hit_tokens": hit_tokens,
+             "hit_blocks": hit_tokens // block_size, "evictions": int(arrays["step_evictions"].sum()),
+             "seals": int(sealed.sum()), "seals_cached": int(a1[sealed].sum())}
+    return {"prefix_caching": bool(np.any(cached | sealed)), "cache": cache}
 
 
 def check_writable(path: str | os.PathLike) -> Path:
@@ -244,9 +312,12 @@ def load(path: str | os.PathLike) -> Trace:
         with zipfile.ZipFile(path) as zf:
             members = _members(zf)
             header = _read_header(zf, members)
-            validate_header(header)
-            arrays = {name: _read_array(zf, members, name, _expected_length(header, name)) for name in ARRAYS}
-        trace = Trace(header, arrays)
+            if header["version"] == 2:
+                trace = _read_v2(zf, members, header)
+            else:
+                validate_header(header)
+                arrays = {name: _read_array(zf, members, name, _expected_length(header, name)) for name in ARRAYS}
+                trace = Trace(header, arrays)
         validate(trace)
     except TraceError as exc:
         fix = "" if "kvblock-bench" in str(exc) else f"; {REGENERATE}"
@@ -266,7 +337,7 @@ def _members(zf: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
     names = [info.filename for info in infos]
     if "header.npy" not in names:
         raise TraceError("no header: not a kvblock-bench trace")
-    expected = {f"{name}.npy" for name in ["header", *ARRAYS]}
+    expected = {f"{name}.npy" for name in ["header", *ARRAYS]}  # a format 2 file holds a subset
     if len(set(names)) != len(names) or not set(names) <= expected:
         extra = sorted({n for n in names if n not in expected or names.count(n) > 1})
         raise TraceError(f"unexpected or repeated members {extra} in the zip; {REGENERATE}")
@@ -289,19 +360,48 @@ def _read_header(zf: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo]) -> di
         raise TraceError(f"header is a JSON {type(header).__name__}, not an object: not a kvblock-bench trace")
     if header.get("format") != FORMAT:
         raise TraceError(f"not a kvblock-bench trace (format {header.get('format')!r})")
-    if header.get("version") != FORMAT_VERSION:
+    if header.get("version") not in READABLE_VERSIONS or isinstance(header.get("version"), bool):
         raise TraceError(
-            f"trace format version {header.get('version')!r}, this kvblock-bench reads version "
-            f"{FORMAT_VERSION}; {REGENERATE}"
+            f"trace format version {header.get('version')!r}, this kvblock-bench reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}; {REGENERATE}"
         )
     return header
+
+
+def _read_v2(zf: zipfile.ZipFile, members: dict[str, zipfile.ZipInfo], header: dict) -> Trace:
+    """A format 2 file (before prefix caching), checked as format 2 and returned as the format 3 trace without
+    caching that it stands for (its checksum recomputed as format 3)."""
+    if set(header) != V2_HEADER_KEYS:
+        raise TraceError(f"format 2 header with fields {sorted(set(header) ^ V2_HEADER_KEYS)} wrong; {REGENERATE}")
+    if extra := set(members) - {"header", *V2_ARRAYS}:
+        raise TraceError(f"format 2 file with format 3 arrays {sorted(extra)}; {REGENERATE}")
+    ops, caching = header["ops_by_kind"], (OP_NAMES[ALLOCATE_CACHED], OP_NAMES[SEAL])
+    if isinstance(ops, dict):  # format 2 files made before the caching op codes existed lack their counts
+        if counted := [name for name in caching if ops.get(name)]:
+            raise TraceError(f"format 2 header counts prefix-caching ops {counted}; {REGENERATE}")
+        ops = {**ops, **{name: ops.get(name, 0) for name in caching}}
+    upgraded = {**header, "ops_by_kind": ops, "version": FORMAT_VERSION, "prefix_caching": False,
+                "cache": dict.fromkeys(CACHE_KEYS, 0)}
+    validate_header(upgraded)
+    arrays = {name: _read_array(zf, members, name, _expected_length(upgraded, name)) for name in V2_ARRAYS}
+    if header["checksum"] != _checksum(header, arrays, V2_ARRAYS):
+        raise TraceError("checksum mismatch: the file was modified or damaged after it was written")
+    if len(arrays["op"]) and int(arrays["op"].max()) > APPEND:
+        raise TraceError(f"format 2 trace with op code {int(arrays['op'].max())} (format 2 has codes 0 to {APPEND})")
+    n_ops, n_steps = upgraded["num_ops"], upgraded["num_steps"]
+    arrays.update(hashes=np.zeros(0, np.uint64), op_hash=np.full(n_ops, -1, np.int64),
+                  step_hits=np.zeros(n_steps, np.int32), step_evictions=np.zeros(n_steps, np.int32))
+    upgraded["checksum"] = _checksum(upgraded, arrays)
+    return Trace(upgraded, arrays)
 
 
 def _expected_length(h: dict, name: str) -> int | tuple[int, int]:
     """Length an array must have by the (validated) header; a (low, high) range for ``final_canon``."""
     cfg = h["config"]
     lengths = {"op": h["num_ops"], "a0": h["num_ops"], "a1": h["num_ops"], "step_offsets": h["num_steps"] + 1,
-               "decode_offsets": h["num_steps"], "step_cows": h["num_steps"], "final_lens": cfg["max_seqs"]}
+               "decode_offsets": h["num_steps"], "step_cows": h["num_steps"], "final_lens": cfg["max_seqs"],
+               "hashes": h["cache"]["hashes"], "op_hash": h["num_ops"], "step_hits": h["num_steps"],
+               "step_evictions": h["num_steps"]}
     return lengths.get(name, (0, cfg["max_seqs"] * cfg["max_blocks_per_seq"]))
 
 
@@ -365,7 +465,22 @@ def validate_header(h: Mapping) -> None:
         _require(_is_count(h[key]), key, f"must be an integer >= 0, got {h[key]!r}")
     _require(h["num_steps"] >= 1, "num_steps", "must be at least 1")
     _validate_config(h["config"])
+    _validate_cache_header(h)
     _validate_counts(h)
+
+
+def _validate_cache_header(h: Mapping) -> None:
+    _require(isinstance(h["prefix_caching"], bool), "prefix_caching",
+             f"must be true or false, got {h['prefix_caching']!r}")
+    c = h["cache"]
+    _require(isinstance(c, dict) and sorted(c) == sorted(CACHE_KEYS) and all(map(_is_count, c.values())), "cache",
+             f"must give a count >= 0 for each of {sorted(CACHE_KEYS)}")
+    _require(c["hit_tokens"] == c["hit_blocks"] * h["config"]["block_size"], "cache.hit_tokens",
+             "must be cache.hit_blocks * block_size")
+    _require(c["hit_blocks"] <= c["lookup_blocks"] and c["hit_tokens"] <= c["lookup_tokens"], "cache.hit_blocks",
+             "must not exceed what was looked up")
+    _require(c["seals_cached"] <= c["seals"], "cache.seals_cached", "must not exceed cache.seals")
+    _require(h["prefix_caching"] or not any(c.values()), "cache", "must be all 0 in a trace without prefix caching")
 
 
 def _validate_config(cfg: dict) -> None:
@@ -382,7 +497,8 @@ def _validate_config(cfg: dict) -> None:
 
 def _validate_counts(h: Mapping) -> None:
     cfg, ops = h["config"], h["ops_by_kind"]
-    nbytes = 9 * h["num_ops"] + 20 * h["num_steps"] + 4 * cfg["max_seqs"] * (1 + cfg["max_blocks_per_seq"])
+    nbytes = (17 * h["num_ops"] + 28 * h["num_steps"] + 8 * h["cache"]["hashes"]
+              + 4 * cfg["max_seqs"] * (1 + cfg["max_blocks_per_seq"]))
     _require(nbytes <= MAX_TRACE_BYTES, "num_ops", f"makes a trace of {nbytes} bytes, more than the {MAX_TRACE_BYTES} "
              "a trace may hold (fewer steps or sequences)")
     _require(sorted(ops) == sorted(OP_NAMES.values()) and all(map(_is_count, ops.values())), "ops_by_kind",
@@ -404,6 +520,7 @@ def validate(trace: Trace) -> None:
         raise TraceError("checksum mismatch: the file was modified or damaged after it was written")
     _validate_steps(h, a)
     _validate_ops(h, a)
+    _validate_cache(h, a)
     _validate_end_state(h, a)
 
 
@@ -422,7 +539,7 @@ def _validate_steps(h: Mapping, a: Mapping[str, np.ndarray]) -> None:
 
 def _validate_ops(h: Mapping, a: Mapping[str, np.ndarray]) -> None:
     cfg, op, a0, a1 = h["config"], a["op"], a["a0"], a["a1"]
-    if len(op) and op.max() > APPEND:
+    if len(op) and op.max() > SEAL:
         raise TraceError(f"unknown op code {int(op.max())}")
     counts = np.bincount(op, minlength=len(OP_NAMES))
     if any(int(counts[code]) != h["ops_by_kind"][name] for code, name in OP_NAMES.items()):
@@ -430,18 +547,57 @@ def _validate_ops(h: Mapping, a: Mapping[str, np.ndarray]) -> None:
     rows = op != CAN_ALLOCATE
     if np.any(rows) and (a0[rows].min() < 0 or a0[rows].max() >= cfg["max_seqs"]):
         raise TraceError("row ids outside [0, max_seqs)")
-    forks, allocs, asks = op == FORK, op == ALLOCATE, op == CAN_ALLOCATE
+    forks, allocs, asks, seals = op == FORK, (op == ALLOCATE) | (op == ALLOCATE_CACHED), op == CAN_ALLOCATE, op == SEAL
     if np.any(forks) and (a1[forks].min() < 0 or a1[forks].max() >= cfg["max_seqs"]):
         raise TraceError("fork targets outside [0, max_seqs)")
     if np.any(allocs) and (a1[allocs].min() < 1 or a1[allocs].max() > cfg["max_blocks_per_seq"] * cfg["block_size"]):
         raise TraceError("allocations outside [1, max_blocks_per_seq * block_size] tokens")
     if np.any(asks) and (a0[asks].min() < 0 or a1[asks].min() < 0 or a1[asks].max() > 1):
         raise TraceError("can_allocate ops with a negative count or an answer other than 0/1")
+    if np.any(seals) and (a1[seals].min() < 0 or a1[seals].max() > 1):
+        raise TraceError("seal ops with an answer other than 0/1")
     edges = np.zeros(len(op) + 1, dtype=np.int64)  # +1 where a decode part starts, -1 where it ends
     np.add.at(edges, a["decode_offsets"], 1)
     np.add.at(edges, a["step_offsets"][1:], -1)
     if np.any((op == APPEND) != (np.cumsum(edges)[:-1] > 0)):
         raise TraceError("appends must be exactly the decode part of each step")
+
+
+def _validate_cache(h: Mapping, a: Mapping[str, np.ndarray]) -> None:
+    """Hash indices, chain lengths and the cache totals (format 3)."""
+    c, bs, op, a1, where = h["cache"], h["config"]["block_size"], a["op"], a["a1"], a["op_hash"]
+    if len(a["hashes"]) != c["hashes"] or len(where) != h["num_ops"]:
+        raise TraceError("hashes or op_hash disagree with the header's counts")
+    if len(a["step_hits"]) != h["num_steps"] or len(a["step_evictions"]) != h["num_steps"]:
+        raise TraceError("step_hits or step_evictions disagree with num_steps")
+    cached, sealed = op == ALLOCATE_CACHED, op == SEAL
+    if h["prefix_caching"] != bool(np.any(cached | sealed)):
+        raise TraceError("header field 'prefix_caching' disagrees with the op array (prefix-caching ops or none)")
+    if np.any(where[~(cached | sealed)] != -1):
+        raise TraceError("op_hash must be -1 for every op but allocate_cached and seal")
+    lengths = np.where(cached, a1.astype(np.int64) // bs, sealed.astype(np.int64))
+    has = cached | sealed
+    if np.any(has) and (where[has].min() < 0 or np.any(where[has] + lengths[has] > len(a["hashes"]))):
+        raise TraceError("op_hash points outside the hashes array")
+    if np.any(a["hashes"] == 0):
+        raise TraceError("a block hash of 0 (hashes are in [1, 2**64))")
+    totals = {"lookup_tokens": int(a1[cached].sum()), "lookup_blocks": int(lengths[cached].sum()),
+              "hit_tokens": int(a["step_hits"].sum()), "evictions": int(a["step_evictions"].sum()),
+              "seals": int(sealed.sum()), "seals_cached": int(a1[sealed].sum())}
+    if np.any(a["step_hits"] < 0) or np.any(a["step_evictions"] < 0) or np.any(a["step_hits"] % bs):
+        raise TraceError("step_hits must be whole blocks of tokens and step_evictions >= 0")
+    if any(c[k] != v for k, v in totals.items()):
+        raise TraceError(f"header field 'cache' disagrees with the arrays ({totals})")
+    _validate_chains(a, np.flatnonzero(cached), lengths)
+
+
+def _validate_chains(a: Mapping[str, np.ndarray], ops: np.ndarray, lengths: np.ndarray) -> None:
+    """No hash twice within one prompt chain (a row holds a block once)."""
+    hashes, where = a["hashes"], a["op_hash"]
+    for i in ops.tolist():
+        n = int(lengths[i])
+        if n > 1 and len(np.unique(hashes[where[i] : where[i] + n])) != n:
+            raise TraceError(f"op {i}: a hash twice in one prompt chain")
 
 
 def _validate_end_state(h: Mapping, a: Mapping[str, np.ndarray]) -> None:

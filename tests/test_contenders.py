@@ -15,7 +15,9 @@ import pytest
 
 from impls import REGISTRY, UNAVAILABLE
 from impls.nano_vllm import NanoVllmBlockManager
+from impls.reference import ReferenceModel
 from impls.vllm_v1 import FreeKVCacheBlockQueue, KVCacheBlock, VllmV1BlockManager
+from impls.vllm_v1_pc import VllmV1CachingBlockManager
 
 BS = 4
 
@@ -235,3 +237,143 @@ def test_sglang_is_reported_unavailable_without_torch() -> None:
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False needs torch: pip install -e '.[torch]'"
+
+
+# -- vllm-v1-pc: prefix caching ------------------------------------------------------------------------------
+def chain(*hashes: int) -> np.ndarray:
+    return np.array(hashes, dtype=np.uint64)
+
+
+def test_vllm_pc_queue_holds_never_cached_blocks_before_cached_ones_in_free_order() -> None:
+    """vLLM's one queue is the contract's two sets: uncached blocks at the front, cached ones behind them,
+    least recently freed first, a freed prompt's tail before its head."""
+    mgr = VllmV1CachingBlockManager(num_blocks=8, block_size=BS)
+    assert mgr.allocate_cached(0, 2 * BS + 1, chain(7, 8)) == 0  # blocks 0, 1 cached; 2 partial
+    mgr.allocate(1, BS)  # block 3, never cached
+    mgr.free(0)
+    mgr.free(1)
+    assert check_vllm(mgr) == [3, 2, 4, 5, 6, 7, 1, 0]
+    assert mgr.num_free_blocks() == 8 and mgr.num_cached_blocks() == 2
+    mgr.allocate(2, 6 * BS)  # takes the six uncached blocks; nothing evicted yet
+    assert mgr.num_cached_blocks() == 2 and mgr.block_pool.evictions == 0
+    mgr.allocate(3, BS)  # evicts the least recently freed cached block: the prompt's tail, block 1
+    assert mgr.block_table(3) == [1]
+    assert mgr.num_cached_blocks() == 1 and mgr.block_pool.evictions == 1
+
+
+def test_vllm_pc_hit_touches_an_evictable_block_out_of_the_queue_and_counts_it_as_needed() -> None:
+    mgr = VllmV1CachingBlockManager(num_blocks=4, block_size=BS)
+    mgr.allocate_cached(0, 2 * BS, chain(5, 6))
+    mgr.free(0)
+    assert mgr.num_free_blocks() == 4
+    assert mgr.allocate_cached(1, 3 * BS, chain(5, 6, 9)) == 2 * BS  # both blocks hit, one fresh
+    assert mgr.block_table(1)[:2] == [1, 0] or mgr.block_table(1)[:2] == [0, 1]
+    assert [mgr.ref_count(b) for b in mgr.block_table(1)] == [1, 1, 1]
+    assert mgr.num_free_blocks() == 1 and mgr.num_cached_blocks() == 3
+    check_vllm(mgr)
+
+
+def test_vllm_pc_calls_cache_blocks_every_step_and_caches_only_on_seal(monkeypatch) -> None:
+    mgr = VllmV1CachingBlockManager(num_blocks=8, block_size=BS)
+    pool = mgr.block_pool
+    calls = []
+    real = pool.cache_full_blocks
+    monkeypatch.setattr(pool, "cache_full_blocks", lambda *a: calls.append(a[3]) or real(*a))
+    manager = mgr.single_type_manager
+    steps = []
+    real_cb = manager.cache_blocks
+    monkeypatch.setattr(manager, "cache_blocks", lambda *a, **k: steps.append(1) or real_cb(*a, **k))
+    mgr.allocate_cached(0, BS + 1, chain(3))
+    assert calls == [1] and len(steps) == 1  # the prompt's full block cached at admission
+    for _ in range(BS - 1):
+        mgr.append_slot(0)
+    assert len(steps) == BS and calls == [1]  # one cache_blocks per allocate_slots; no hash, nothing cached
+    assert mgr.seal(0, 4) is True and calls == [1, 2] and mgr.num_cached_blocks() == 2
+
+
+def test_vllm_pc_seal_of_a_hash_already_cached_leaves_the_block_uncached() -> None:
+    mgr = VllmV1CachingBlockManager(num_blocks=8, block_size=BS)
+    mgr.allocate_cached(0, BS, chain(1))
+    mgr.allocate(1, BS)
+    assert mgr.seal(1, 1) is False and mgr.num_cached_blocks() == 1
+    with pytest.raises(ValueError):
+        mgr.seal(0, 2)  # its last block already carries hash 1
+    mgr.free(1)
+    assert check_vllm(mgr)[0] == mgr.num_blocks - 8 + 1  # the uncached block went to the front
+
+
+class _Differential:
+    """Random calls on the reference model and a caching design side by side, compared after every call up to
+    a renaming of block ids that the caches pin: the same hash must name corresponding blocks."""
+
+    def __init__(self, design: object, ref: ReferenceModel, rng: np.random.Generator) -> None:
+        self.d, self.r, self.rng = design, ref, rng
+        self.bs = ref.block_size
+
+    def prompt_chain(self, n: int) -> np.ndarray:
+        """A chain from a small tree of prefixes, so that hits, partial hits and misses all happen."""
+        branch = int(self.rng.integers(0, 3))
+        return np.array([1000 * (i + 1) + (branch if i >= 2 else 0) for i in range(n // self.bs)], dtype=np.uint64)
+
+    def call(self, name: str, *args: object) -> object:
+        outcomes = []
+        for mgr in (self.d, self.r):
+            try:
+                outcomes.append(("ok", getattr(mgr, name)(*args)))
+            except (ValueError, KeyError, MemoryError) as exc:
+                outcomes.append(("raise", type(exc)))
+        (kd, vd), (kr, vr) = outcomes
+        assert kd == kr, (name, args, outcomes)
+        if name in ("allocate_cached", "seal") and kd == "ok":
+            assert vd == vr, (name, args, vd, vr)
+        self.compare()
+        return vr if kr == "ok" else None
+
+    def compare(self) -> None:
+        d, r = self.d, self.r
+        assert d.num_free_blocks() == r.num_free_blocks()
+        assert d.num_cached_blocks() == r.num_cached_blocks()
+        rename: dict[int, int] = {}
+        cache = d.block_pool.cached_block_hash_to_block
+        for h, rb in r.cache.items():
+            ob = cache.get_one_block(int(h).to_bytes(8, "little") + bytes(4))
+            assert ob is not None, f"hash {h} cached in the reference only"
+            assert rename.setdefault(ob.block_id - 1, rb) == rb
+        for seq in r.tables:
+            ours, theirs = d.block_table(seq), r.block_table(seq)
+            assert d.seq_len(seq) == r.seq_len(seq)
+            for ob, rb in zip(ours, theirs, strict=True):
+                assert rename.setdefault(ob, rb) == rb
+        assert len(set(rename.values())) == len(rename)
+        for ob, rb in rename.items():
+            assert d.ref_count(ob) == r.ref_count(rb)
+
+    def step(self) -> None:
+        r, rng = self.r, self.rng
+        live = sorted(r.tables)
+        idle = [s for s in range(r.max_seqs) if s not in r.tables]
+        kind = rng.integers(0, 10)
+        if kind < 3 and idle:
+            n = int(rng.integers(1, 6 * self.bs))
+            self.call("allocate_cached", idle[0], n, self.prompt_chain(n))
+        elif kind == 3 and idle:
+            self.call("allocate", idle[0], int(rng.integers(1, 3 * self.bs)))
+        elif kind == 4 and live and idle:
+            self.call("fork", live[int(rng.integers(len(live)))], idle[0])
+        elif kind < 7 and live:
+            self.call("free", live[int(rng.integers(len(live)))])
+        elif live:
+            seq = live[int(rng.integers(len(live)))]
+            self.call("append_slot", seq)
+            if r.tables.get(seq) and r.lens[seq] % self.bs == 0:
+                self.call("seal", seq, int(rng.integers(1, 40)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vllm_pc_makes_the_reference_models_choices(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    run = _Differential(VllmV1CachingBlockManager(12, BS, 8, 8), ReferenceModel(12, BS, 8, 8), rng)
+    for _ in range(400):
+        run.step()
+    check_vllm(run.d)
+    assert run.d.block_pool.evictions == run.r.evictions > 0

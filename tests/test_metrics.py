@@ -9,7 +9,7 @@ import pytest
 
 from harness.measure.drivers import KINDS, StepTimes
 from harness.measure.metrics import Work, timing_rows
-from harness.measure.stats import paired_ratio, ratio_of_sums
+from harness.measure.stats import block_medians, block_sums, paired_ratio, ratio_of_sums, rep_levels
 
 
 def fake(step_ns: list[float], alloc=0.0, free=0.0, lookup=0.0, regions=2.0) -> StepTimes:
@@ -90,3 +90,46 @@ def test_paired_ratio_cancels_drift_that_hits_both() -> None:
     alone = ratio_of_sums(a, np.ones_like(a))
     assert alone.high - alone.low > 5  # the same drift, unpaired: a wide interval
     assert paired_ratio(b, b).contains(1.0)
+
+
+def _managers(factors: list[float], steps: int = 400, seed: int = 1) -> np.ndarray:
+    """Per-step times of repetitions whose managers run at ``factors`` of the true speed, with step noise."""
+    rng = np.random.default_rng(seed)
+    return np.array([f * (100.0 + rng.normal(0, 2, steps)) for f in factors])
+
+
+def test_an_interval_includes_the_spread_between_repetitions_managers() -> None:
+    """Two identical cells: the copy's managers landed slow in two repetitions of three (a layout effect that
+    lasts a whole repetition). Blocks alone give a tight interval that excludes 1; drawing the repetitions
+    too gives one that holds it."""
+    slices = [(lo, lo + 20) for lo in range(0, 400, 20)]
+    copy, orig = _managers([1.08, 1.10, 0.95]), _managers([1.0, 1.0, 1.0], seed=2)
+    blocks_only = paired_ratio(block_sums(np.median(copy, axis=0), slices), block_sums(np.median(orig, axis=0), slices))
+    both = paired_ratio(block_medians(copy, slices), block_medians(orig, slices))
+    assert both.value == pytest.approx(blocks_only.value) and blocks_only.value == pytest.approx(1.08, abs=0.01)
+    assert not blocks_only.contains(1.0)
+    assert both.contains(1.0) and both.low < 0.97 and both.high > 1.07
+
+
+def test_one_repetition_leaves_the_blocks_interval() -> None:
+    slices = [(lo, lo + 20) for lo in range(0, 400, 20)]
+    one = _managers([1.0])
+    rows = block_medians(one, slices)
+    assert rows.shape == (2001, 20) and np.all(rows == rows[0])
+    alone = ratio_of_sums(block_sums(one[0], slices), np.ones(20))
+    assert ratio_of_sums(rows, np.ones(20)) == alone
+
+
+def test_block_medians_first_row_is_the_per_step_median_and_resamples_scale_it() -> None:
+    slices = [(0, 2), (2, 4), (4, 6)]
+    per_rep = np.array([[1.0, 90.0, 1.0, 1.0, 1.0, 1.0], [2.0] * 6, [3.0] * 6])
+    rows = block_medians(per_rep, slices)
+    assert rows[0].tolist() == [2.0 + 3.0, 2.0 + 2.0, 2.0 + 2.0]  # the 90 (one slow step) drops out
+    assert rep_levels(per_rep, slices).tolist() == [0.5, 1.0, 1.5]
+    ratios = rows[1:] / rows[0]
+    assert np.allclose(ratios, ratios[:, :1])  # a resample scales the figure as a whole
+    assert set(np.round(ratios[:, 0], 6)) <= {0.5, 1.0, 1.5}  # a median of three drawn levels
+    assert ratios.max() == 1.5 and ratios.min() == 0.5  # never the 90: a preempted step stays out
+    with pytest.raises(ValueError, match="resamples"):
+        ratio_of_sums(rows[:10], np.ones(3))
+    assert rep_levels(np.zeros((3, 6)), slices).tolist() == [1.0, 1.0, 1.0]  # no work in any step

@@ -45,3 +45,21 @@ def test_the_matrix_reads_roles_from_the_registry() -> None:
     assert plan_scenario("paper", ["flat"], ("batched",), explicit=True, quick=True,
                          enabled=["l1d", "table_copy", "allocations"]).studies == ["allocations", "l1d",
                                                                                     "table_copy"]
+
+
+def test_the_default_matrix_caps_slow_cells_and_studies_read_roles() -> None:
+    impls = registry.names()
+    studies = ["allocations", "paced", "l1d", "idwidth", "table_copy"]
+    paper = plan_scenario("paper", impls, ("per-call", "batched"), explicit=False, quick=False, enabled=studies)
+    contenders_per_call = [c for c in paper.cells if registry.record(c[0]).role == "contender" and c[1] == "per-call"]
+    assert contenders_per_call and all(paper.reps_of(c, 3) == 1 for c in contenders_per_call)
+    assert paper.reps_of(("flat", "batched"), 3) == 3 and paper.reps_of(("vllm-v1", "batched"), 3) == 3
+    assert {registry.record(i).role for i, _ in paper.study_cells("paced")} == {"design"}
+    assert "contender" not in {registry.record(i).role for i, _ in paper.study_cells("l1d")}
+    assert ("cpp-flat", "batched") in paper.study_cells("l1d")
+    assert len(paper.study_cells("allocations")) == len(paper.cells)
+    # progress units: every cell's repetitions, then one per cell of per-cell studies, one per other study
+    assert paper.units(3) == (3 * len(paper.cells) - 2 * len(contenders_per_call) + len(paper.cells)
+                              + len(paper.study_cells("paced")) + 3)
+    named = plan_scenario("paper", ["sglang"], ("per-call",), explicit=True, quick=False, enabled=[])
+    assert named.reps_of(("sglang", "per-call"), 3) == 3  # what is named runs as asked

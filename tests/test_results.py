@@ -58,3 +58,20 @@ def test_run_dirs_are_unique_and_latest_follows(tmp_path) -> None:
     assert resolve_run(a.name, tmp_path) == a.resolve()
     with pytest.raises(FileNotFoundError):
         resolve_run("nope", tmp_path)
+
+
+def test_calibration_notes_name_every_scenario_a_contender_was_calibrated_on(tmp_path) -> None:
+    from harness.output.report import CALIBRATION_CSV, calibration_notes
+
+    path = tmp_path / "calibration.csv"
+    path.write_text(
+        "contender,engine,engine_version,scenario,call_shape,ours_ns_per_seq_step,real_ns_per_seq_step,ratio,reps,how\n"
+        "a,E,1,paper,per-call,1,1,0.90,5,x\n"
+        "a,E,1,sharing,per-call,1,1,1.10,5,x\n"
+        "a,E,1,sharing,per-call,1,1,9.99,5,a second row of a scenario is not shown\n"
+        "b,E,1,paper,batched,1,,,0,no real run\n")
+    notes = calibration_notes(path)
+    assert notes[("a", "per-call")] == "calibrated: ours/real = 0.90 (paper), 1.10 (sharing)"
+    assert notes[("b", "batched")] == "not calibrated (no real run)"
+    # the committed figures still read
+    assert calibration_notes(CALIBRATION_CSV)[("vllm-v1", "per-call")].startswith("calibrated: ours/real = ")

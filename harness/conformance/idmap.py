@@ -7,6 +7,8 @@ bijection while the blocks are in use.
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 
 class IdMap:
     """A growing bijection between the model's block ids and one implementation's."""
@@ -25,9 +27,10 @@ class IdMap:
         else:
             assert known == impl_id, f"model block {model_id} is impl block {known}, now {impl_id}"
 
-    def forget_free(self, model_refs: list[int]) -> None:
-        """Blocks back in the pool may be renamed when taken again."""
-        for model_id in [m for m in self.to_impl if model_refs[m] == 0]:
+    def forget_free(self, model_refs: list[int], keep: Container[int] = ()) -> None:
+        """Blocks back in the pool may be renamed when taken again, except those in ``keep`` (prefix caching:
+        an evictable block keeps its identity, so a later hit or eviction must pick the same block)."""
+        for model_id in [m for m in self.to_impl if model_refs[m] == 0 and m not in keep]:
             del self.to_model[self.to_impl.pop(model_id)]
 
     def slot(self, model_slot: int, impl_slot: int, block_size: int) -> None:

@@ -7,6 +7,9 @@ example drives three objects with the same random valid and invalid calls:
 - ``mgr``, an instance of the class under test, compared with the model after every call: results,
   exception types, free counts, ref counts, tables, copy-on-write pairs and slots, up to a renaming of block
   ids (:class:`~harness.conformance.idmap.IdMap`); a call that raises must leave ``mgr`` unchanged;
+- for a class with prefix caching (:func:`impls.contract.supports_prefix_caching`), also ``allocate_cached``
+  with valid and malformed hash chains drawn from a small hash universe (so hits, partial hits and evictions are
+  common) and ``seal``; results, ``num_cached_blocks`` and the identity of evictable blocks are compared too;
 - ``twin``, a second instance that never sees a batched call: where ``mgr`` runs ``decode_step`` or
   ``lookup``, the twin makes the same appends and slot queries one call at a time, and the two must agree
   exactly (same ids, same state), which is the contract's promise for the batched entry points.
@@ -28,6 +31,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from impls import NoFreeBlocksError
+from impls.contract import supports_prefix_caching
 from impls.reference import ReferenceModel
 
 from .idmap import IdMap
@@ -41,17 +45,53 @@ SENTINEL = -7_777
 
 # The contract's operations, in the order of README "The contract"; ``ops`` selects among them.
 OPS = ("can_allocate", "allocate", "append_slot", "fork", "free", "block_table", "seq_len", "ref_count",
-       "last_slot", "decode_step", "lookup")
+       "last_slot", "decode_step", "lookup", "allocate_cached", "seal")
+# Prefix caching's operations: exercised only on classes that support it (ignored for the others).
+CACHING_OPS = ("allocate_cached", "seal")
+# The hash chains the machine admits: prefixes of a few documents that share prefixes (so hits are partial as
+# well as full) and chains drawn from a small universe (hashes reused after other predecessors: the contract's
+# cache is keyed by hash alone, whatever chain a hash arrives in).
+DOCUMENTS = ((1, 2, 3, 4, 5), (1, 2, 3, 6, 7), (1, 2, 8, 9, 10), (11, 12, 13, 14, 15))
+HASH_UNIVERSE = 16
+# How allocate_cached's chain is passed: "ok" as the contract asks, the others malformed (ValueError).
+CHAIN_FORMS = ("ok", "int64", "2d", "strided", "list", "big-endian")
+# How seal's hash is passed: a Python int, NumPy integers (accepted in range), bool and float (ValueError).
+HASH_KINDS = ("int", "uint64", "int64", "bool", "float")
+
+
+def chain_array(hashes: list[int], form: str = "ok") -> object:
+    """The chain ``hashes`` as ``allocate_cached`` receives it in ``form`` (see :data:`CHAIN_FORMS`)."""
+    if form == "list":
+        return list(hashes)
+    if form == "2d":
+        return np.array(hashes, np.uint64).reshape(1, -1)
+    if form == "strided":  # every other entry of a twice-as-long array (contiguous only when it has one entry)
+        return np.repeat(np.array(hashes, np.uint64), 2)[::2]
+    dtype = {"int64": np.int64, "big-endian": np.dtype(">u8")}.get(form, np.uint64)
+    return np.array([h % 2**63 for h in hashes] if form == "int64" else hashes, dtype)
+
+
+def hash_value(h: int, kind: str = "int") -> object:
+    """The hash ``h`` passed to ``seal`` as ``kind`` (see :data:`HASH_KINDS`)."""
+    if kind == "bool":
+        return bool(h)
+    if kind == "float":
+        return float(h)
+    if kind in ("uint64", "int64"):
+        return np.dtype(kind).type(h % 2**63)
+    return h
 
 
 def snapshot(mgr: Any, config: dict[str, int]) -> tuple:
-    """Everything observable through the contract: free count, (length, table) per active row, ref counts."""
+    """Everything observable through the contract: free count, (length, table) per active row, ref counts, and
+    the number of cached blocks (None without prefix caching)."""
     tables = {}
     for seq in range(config["max_seqs"]):
         with contextlib.suppress(KeyError):
             tables[seq] = (mgr.seq_len(seq), list(mgr.block_table(seq)))
     refs = [mgr.ref_count(block) for block in range(config["num_blocks"])]
-    return mgr.num_free_blocks(), tables, refs
+    cached = mgr.num_cached_blocks() if supports_prefix_caching(mgr) else None
+    return mgr.num_free_blocks(), tables, refs, cached
 
 
 def _recorded(method: Callable) -> Callable:
@@ -227,6 +267,18 @@ class ContractMachine(RuleBasedStateMachine):
         assert mine == twin, f"{label}: state {mine}, but per-call appends leave {twin}"
 
     @_recorded
+    def allocate_cached(self, seq: int, tokens: int, hashes: list[int], form: str = "ok") -> None:
+        chain = chain_array(hashes, form)
+        _, expected, got = self._call("allocate_cached", seq, tokens, chain)
+        assert got == expected, f"{self.name}.allocate_cached({seq}, {tokens}, {hashes}) served {got!r} tokens " \
+                                f"from the cache, the model {expected!r}"
+
+    @_recorded
+    def seal(self, seq: int, h: int, kind: str = "int") -> None:
+        _, expected, got = self._call("seal", seq, hash_value(h, kind))
+        assert got == expected, f"{self.name}.seal({seq}, {h}) = {got!r}, the model {expected!r}"
+
+    @_recorded
     def lookup(self, seqs: list[int]) -> None:
         label, ids = f"{self.name}.lookup({seqs})", np.array(seqs, dtype=np.int64)
         slot_out = np.full(len(seqs), SENTINEL, np.int64)
@@ -252,7 +304,12 @@ class ContractMachine(RuleBasedStateMachine):
             expected = 0 if model_id is None else model.refs[model_id]
             got = mgr.ref_count(impl_id)
             assert got == expected, f"{self.name}: ref count of block {impl_id} is {got}, the model {expected}"
-        ids.forget_free(model.refs)
+        if supports_prefix_caching(mgr):
+            cached = mgr.num_cached_blocks()
+            assert cached == model.num_cached_blocks(), (
+                f"{self.name}: {cached} cached blocks, the model {model.num_cached_blocks()}"
+            )
+        ids.forget_free(model.refs, keep=model.block_hash)  # an evictable block keeps its identity
 
     def _same_row(self, seq: int) -> None:
         model, mgr = self.model, self.mgr
@@ -313,6 +370,20 @@ class _Rules:
     def lookup_running(m: ContractMachine) -> None:
         m.lookup(seqs=_Rules._live(m))
 
+    @staticmethod
+    def admit_document(m: ContractMachine, seq: int, tokens: int, doc: tuple[int, ...]) -> None:
+        """A valid admission into a free row: the first full blocks of a document."""
+        free_rows = [s for s in range(m.config["max_seqs"]) if s not in m.model.tables]
+        m.allocate_cached(seq=_Rules._pick(free_rows, seq), tokens=tokens,
+                          hashes=list(doc[: tokens // m.config["block_size"]]))
+
+    @staticmethod
+    def seal_live(m: ContractMachine, seq: int, h: int) -> None:
+        """Seal a live row, preferring one whose last block is full (the others answer E_NOT_FULL)."""
+        live = _Rules._live(m)
+        full = [s for s in live if m.model.lens[s] % m.config["block_size"] == 0]
+        m.seal(seq=_Rules._pick(full or live, seq), h=h)
+
 
 def _rules(config: dict[str, int]) -> dict[str, tuple[str, Callable, dict]]:
     """rule name -> (contract op it exercises, function, argument strategies) for one configuration."""
@@ -339,6 +410,27 @@ def _rules(config: dict[str, int]) -> dict[str, tuple[str, Callable, dict]]:
         "decode_running": ("decode_step", r.decode_running, {"start": pick}),
         "lookup": ("lookup", m.lookup, {"seqs": st.lists(seqs, max_size=config["max_seqs"])}),
         "lookup_running": ("lookup", r.lookup_running, {}),
+        **_caching_rules(config, seqs, pick, tokens),
+    }
+
+
+def _caching_rules(config: dict[str, int], seqs: st.SearchStrategy, pick: st.SearchStrategy,
+                   tokens: st.SearchStrategy) -> dict[str, tuple[str, Callable, dict]]:
+    """The rules of prefix caching's operations (see :data:`CACHING_OPS`)."""
+    size, most = config["block_size"], config["max_blocks_per_seq"]
+    hashes = st.integers(1, HASH_UNIVERSE)
+    whole = st.integers(1, most).map(lambda k: k * size)  # prompts of full blocks only: whole-prompt hits
+    docs = st.one_of(st.sampled_from(DOCUMENTS), st.lists(hashes, min_size=most, max_size=most, unique=True))
+    any_chain = st.lists(st.integers(0, HASH_UNIVERSE), max_size=most + 1)  # with 0s, repeats, wrong lengths
+    m, r = ContractMachine, _Rules
+    return {
+        "admit_document": ("allocate_cached", r.admit_document,
+                           {"seq": pick, "tokens": st.one_of(whole, st.integers(1, size * most)), "doc": docs}),
+        "allocate_cached": ("allocate_cached", m.allocate_cached,
+                            {"seq": seqs, "tokens": tokens, "hashes": any_chain, "form": st.sampled_from(CHAIN_FORMS)}),
+        "seal_live": ("seal", r.seal_live, {"seq": pick, "h": hashes}),
+        "seal": ("seal", m.seal, {"seq": seqs, "h": st.one_of(st.integers(0, HASH_UNIVERSE), st.just(2**64)),
+                                  "kind": st.sampled_from(HASH_KINDS)}),
     }
 
 
@@ -357,7 +449,10 @@ def contract_machine(impl_cls: type, config: dict[str, int] | None = None,
         raise ValueError(f"ops must be a non-empty subset of {OPS}; unknown: {sorted(unknown)}")
     body: dict[str, object] = {"impl_cls": impl_cls, "config": config,
                                "same_state": invariant()(ContractMachine.same_state)}
+    caching = supports_prefix_caching(impl_cls)
+    if not caching and selected <= set(CACHING_OPS):
+        raise ValueError(f"{impl_cls.__qualname__} has no prefix caching: ops {sorted(selected)} select nothing")
     for name, (op, function, strategies) in _rules(config).items():
-        if op in selected:
+        if op in selected and (caching or op not in CACHING_OPS):
             body[f"rule_{name}"] = rule(**strategies)(_as_rule(function))
     return type(f"{impl_cls.__name__}Conformance", (ContractMachine,), body)

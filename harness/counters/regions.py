@@ -37,8 +37,8 @@ import numpy as np
 from harness.counters.allocations import QUICKEN_CALLS
 from harness.measure.drivers import (
     Prepared,
-    compiled_driver,
     compiled_step_runner,
+    driver_for,
     is_native,
     native_step_runner,
     step_runner,
@@ -60,7 +60,7 @@ def prepare_cell(prep: Prepared, impl: str, regime: str, cls: type | None = None
     if regime == "batched" and is_native(cls):
         return mgr, native_step_runner(prep, mgr, cows), cows
     if regime == "batched" and getattr(cls, "kernels", None) is not None:
-        return mgr, compiled_step_runner(prep, mgr, compiled_driver(cls.kernels), cows), cows
+        return mgr, compiled_step_runner(prep, mgr, driver_for(cls.kernels, prep.trace), cows), cows
     return mgr, step_runner(prep, mgr, regime, cows), cows
 
 

@@ -26,11 +26,11 @@ import numpy as np
 from numba import njit
 
 from harness.measure.clock import ns_per_tick, ticks
-from harness.measure.replay import ReplayError, apply_pool_op
+from harness.measure.replay import ReplayError, apply_pool_op, check_replayable, check_step_hits, hash_args
 from impls.contract import blocks_for
-from scenarios.trace import ALLOCATE, CAN_ALLOCATE, FORK, FREE, Trace
+from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, CAN_ALLOCATE, FORK, FREE, SEAL, Trace, trace_uses_caching
 
-KINDS = ("alloc", "free", "other", "decode", "lookup")  # "other": can_allocate and fork
+KINDS = ("alloc", "free", "other", "decode", "lookup")  # "alloc": allocate, allocate_cached; "other": the rest
 _ALLOC, _FREE, _OTHER, _DECODE, _LOOKUP = range(5)
 
 
@@ -49,6 +49,8 @@ class Prepared:
     arrays64: tuple[np.ndarray, np.ndarray, np.ndarray]  # op, a0, a1 as int64 for the compiled driver
     max_batch: int
     slot_digests: np.ndarray  # per step: the digest of the slot mapping every correct manager writes
+    hash_args: dict[int, np.ndarray | int] = field(default_factory=dict, repr=False)  # prefix caching: op -> chain/hash
+    step_hits: list[int] = field(default_factory=list, repr=False)  # per step: prompt tokens the cache serves
     native_arrays: object = field(default=None, repr=False)  # the trace for the native driver, made on demand
 
     @classmethod
@@ -68,6 +70,8 @@ class Prepared:
             arrays64=(trace.op.astype(np.int64), seq_ids, trace.a1.astype(np.int64)),
             max_batch=max(1, int(trace.running_per_step().max(initial=0))),
             slot_digests=digests,
+            hash_args=hash_args(trace),
+            step_hits=trace.step_hits.tolist(),
         )
 
     @property
@@ -82,8 +86,9 @@ def slot_digest(slots, block_size: int) -> int:
 
 
 def op_block_counts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Blocks each ALLOCATE takes and each FREE releases (the freed table's length), and each step's expected
-    slot digest (:func:`slot_digest`), from row lengths tracked through the trace."""
+    """Blocks each ALLOCATE or ALLOCATE_CACHED puts in its table (cache hits included) and each FREE releases (the
+    freed table's length), and each step's expected slot digest (:func:`slot_digest`), from row lengths tracked
+    through the trace."""
     bs = trace.config["block_size"]
     lens = [0] * trace.config["max_seqs"]
     out = np.zeros(len(trace.op), dtype=np.int64)
@@ -91,7 +96,7 @@ def op_block_counts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     op, a0, a1 = trace.op.tolist(), trace.a0.tolist(), trace.a1.tolist()
     step = np.searchsorted(trace.step_offsets, np.arange(len(op)), side="right") - 1
     for i, (o, x, y) in enumerate(zip(op, a0, a1, strict=True)):
-        if o == ALLOCATE:
+        if o in (ALLOCATE, ALLOCATE_CACHED):
             lens[x] = y
             out[i] = blocks_for(y, bs)
         elif o == FREE:
@@ -99,7 +104,7 @@ def op_block_counts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
             lens[x] = 0
         elif o == FORK:
             lens[y] = lens[x]
-        elif o != CAN_ALLOCATE:
+        elif o not in (CAN_ALLOCATE, SEAL):
             lens[x] += 1
             digests[step[i]] += ((lens[x] - 1) & (bs - 1)) + 1
     return out, digests
@@ -144,10 +149,13 @@ def concat(parts: list[StepTimes]) -> StepTimes:
 # work between the timer reads of every region.
 def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | None = None) -> StepTimes:  # noqa: C901
     """Time steps ``[lo, hi)`` (default: all) issued from Python (both regimes, every implementation), on a
-    manager already at step ``lo``. The slot mapping of every step is digested outside the timed regions."""
+    manager already at step ``lo``. The slot mapping of every step is digested outside the timed regions. With
+    prefix caching, ``allocate_cached`` is timed as ``alloc`` and ``seal`` as ``other``; each step's cache hits
+    and each seal's answer are checked against the trace (outside the timed regions)."""
     perf = time.perf_counter_ns
     hi = prep.num_steps if hi is None else hi
-    op, a0, a1 = prep.op, prep.a0, prep.a1
+    check_replayable(prep.trace, mgr)
+    op, a0, a1, args, step_hits = prep.op, prep.a0, prep.a1, prep.hash_args, prep.step_hits
     mask = prep.trace.config["block_size"] - 1
     ns = np.zeros((hi - lo, len(KINDS)))
     cows = np.zeros(hi - lo, dtype=np.int64)
@@ -159,6 +167,7 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
     for s in range(lo, hi):
         first, mid, end = prep.bounds[s]
         row = ns[s - lo]
+        hits = 0
         for i in range(first, mid):
             o = op[i]
             if o == CAN_ALLOCATE:
@@ -173,6 +182,22 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
                 mgr.allocate(a0[i], a1[i])
                 t1 = perf()
                 row[_ALLOC] += t1 - t0
+            elif o == ALLOCATE_CACHED:
+                chain = args[i]
+                t0 = perf()
+                got = mgr.allocate_cached(a0[i], a1[i], chain)
+                t1 = perf()
+                row[_ALLOC] += t1 - t0
+                hits += got
+            elif o == SEAL:
+                block_hash = args[i]
+                t0 = perf()
+                ok = mgr.seal(a0[i], block_hash)
+                t1 = perf()
+                if ok != bool(a1[i]):
+                    raise ReplayError(f"step {s}: seal({a0[i]}, {block_hash}) answered {ok}, the trace expects "
+                                      f"{bool(a1[i])}")
+                row[_OTHER] += t1 - t0
             elif o == FREE:
                 t0 = perf()
                 mgr.free(a0[i])
@@ -183,6 +208,8 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
                 mgr.fork(a0[i], a1[i])
                 t1 = perf()
                 row[_OTHER] += t1 - t0
+        if hits != step_hits[s]:
+            check_step_hits(prep.trace, s, hits)
         ids = prep.decode_ids[s]
         n = end - mid
         if batched:
@@ -225,7 +252,8 @@ def step_runner(prep: Prepared, mgr, regime: str, cows: np.ndarray | None = None
     """An untimed ``run(lo, hi)`` that replays steps ``[lo, hi)`` from Python through the same calls as the
     timed interpreted driver (for allocation counts, paced runs and instruction counts); copy-on-write
     counts per step go to ``cows`` when given."""
-    op, a0, a1, bounds, decode_ids = prep.op, prep.a0, prep.a1, prep.bounds, prep.decode_ids
+    check_replayable(prep.trace, mgr)
+    op, a0, a1, bounds, decode_ids, args = prep.op, prep.a0, prep.a1, prep.bounds, prep.decode_ids, prep.hash_args
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
     cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
@@ -235,8 +263,11 @@ def step_runner(prep: Prepared, mgr, regime: str, cows: np.ndarray | None = None
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
             first, mid, end = bounds[s]
+            hits = 0
             for i in range(first, mid):
-                apply_pool_op(mgr, op[i], a0[i], a1[i])
+                hits += apply_pool_op(mgr, op[i], a0[i], a1[i], args.get(i))
+            if hits != prep.step_hits[s]:
+                check_step_hits(prep.trace, s, hits)
             if batched:
                 cows[s] = decode_step(decode_ids[s], cow_out, slot_out)
                 continue
@@ -291,20 +322,32 @@ def compiled_step_runner(prep: Prepared, mgr, drive, cows: np.ndarray | None = N
     """``run(lo, hi)`` replaying steps ``[lo, hi)`` through the compiled driver (untimed use); copy-on-write
     counts per step go to ``cows`` when given."""
     t = prep.trace
+    check_replayable(t, mgr, "compiled")
     op, a0, a1 = prep.arrays64
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
     ticks_out = np.zeros((prep.num_steps, len(KINDS)), dtype=np.int64)
     cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
 
+    hits = np.zeros(prep.num_steps, dtype=np.int64)
+
     def run(lo: int, hi: int) -> None:
         status, step, index = drive(mgr.state, op, a0, a1, prep.seq_ids, t.step_offsets[lo : hi + 1],
                                     t.decode_offsets[lo:hi], cow_out, slot_out, ticks_out[lo:hi], cows[lo:hi],
-                                    False, _NO_DIGESTS, 0)
+                                    False, _NO_DIGESTS, t.config["block_size"] - 1, *_caching_args(t, hits[lo:hi]))
         if status:
             raise ReplayError(f"compiled replay failed at step {lo + step}, op {index}: status {status}")
+        if trace_uses_caching(t):
+            check_hits(hits[lo:hi], t.step_hits, lo)
 
     return run
+
+
+def _caching_args(trace: Trace, hits_out: np.ndarray) -> tuple:
+    """The caching replay loop's three extra arguments for a caching trace, else none."""
+    if not trace_uses_caching(trace):
+        return ()
+    return trace.hashes, trace.op_hash, hits_out
 
 
 # Bound per design by compiled_driver(); the loop reads them as Numba globals, so that each design's loop is a
@@ -381,6 +424,12 @@ _DRIVERS: dict[str, object] = {}
 _NO_DIGESTS = np.zeros(0, dtype=np.int64)
 
 
+def driver_for(kernels, trace: Trace):
+    """The compiled replay loop for ``trace``: :func:`compiled_caching_driver` for a prefix-caching trace, else
+    :func:`compiled_driver`."""
+    return compiled_caching_driver(kernels) if trace_uses_caching(trace) else compiled_driver(kernels)
+
+
 def compiled_driver(kernels):
     """The compiled replay loop over ``kernels`` (see :class:`impls.compiled.Kernels`), cached per design.
 
@@ -402,10 +451,119 @@ def compiled_driver(kernels):
     return _DRIVERS[key]
 
 
+# -- the compiled replay of caching traces (designs whose kernels provide allocate_cached and seal) ----------
+_k_alloc_cached = _k_seal = None
+
+
+# A separate loop, so that the non-caching designs' replay stays exactly the code it was. One function on
+# purpose, as _replay_loop.
+def _replay_loop_caching(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out,  # noqa: C901
+                         ticks_out, cows_out, detail, digests_out, mask, hashes, op_hash, hits_out):
+    t0 = 0
+    digest = digests_out.shape[0] > 0
+    shift = 0
+    while (1 << shift) <= mask:  # log2(block_size): the chain length is a shift, not a divide
+        shift += 1
+    for s in range(decode_offsets.shape[0]):
+        t_step = ticks()
+        hits = 0
+        for i in range(step_offsets[s], decode_offsets[s]):
+            o = op[i]
+            if detail:
+                t0 = ticks()
+            if o == ALLOCATE_CACHED:
+                at = op_hash[i]
+                rc = _k_alloc_cached(*state, a0[i], a1[i], hashes[at : at + (a1[i] >> shift)])
+                if rc >= 0:
+                    hits += rc
+                    rc = 0
+                kind = _ALLOC
+            elif o == SEAL:
+                rc = _k_seal(*state, a0[i], hashes[op_hash[i]])
+                if rc >= 0:
+                    if rc != a1[i]:
+                        return 1, s, i
+                    rc = 0
+                kind = _OTHER
+            elif o == CAN_ALLOCATE:
+                rc = _k_can(*state, a0[i])
+                if rc != a1[i]:
+                    return 1, s, i
+                rc = 0
+                kind = _OTHER
+            elif o == ALLOCATE:
+                rc = _k_alloc(*state, a0[i], a1[i])
+                kind = _ALLOC
+            elif o == FREE:
+                rc = _k_free(*state, a0[i])
+                kind = _FREE
+            else:
+                rc = _k_fork(*state, a0[i], a1[i])
+                kind = _OTHER
+            if detail:
+                ticks_out[s, kind] += ticks() - t0
+            if rc != 0:
+                return rc, s, i
+        ids = seq_ids[decode_offsets[s] : step_offsets[s + 1]]
+        if detail:
+            t0 = ticks()
+        rc, _ = _k_step(*state, ids, cow_out, slot_out)
+        t1 = ticks()
+        if rc < 0:
+            return rc, s, decode_offsets[s]
+        cows_out[s] = rc
+        hits_out[s] = hits
+        if digest:
+            digests_out[s] = _digest_and_reset(slot_out, ids.shape[0], mask)
+        if detail:
+            ticks_out[s, _DECODE] = t1 - t0
+            t0 = ticks()
+            _k_lookup(*state, ids, slot_out)
+            ticks_out[s, _LOOKUP] = ticks() - t0
+            if digest and _digest_and_reset(slot_out, ids.shape[0], mask) != digests_out[s]:
+                digests_out[s] = -1
+        else:
+            ticks_out[s, _DECODE] = t1 - t_step
+    return 0, 0, 0
+
+
+def compiled_caching_driver(kernels):
+    """The compiled replay loop of caching traces over ``kernels`` (an :class:`impls.compiled.CachingKernels`),
+    cached per design: :func:`compiled_driver`'s ``drive`` with three more arguments, ``hashes`` (uint64, the
+    trace's hash pool), ``op_hash`` (int64 per op: where an ALLOCATE_CACHED's chain or a SEAL's hash starts in
+    ``hashes``) and ``hits_out`` (int64 per step: prompt tokens served from the cache, for :func:`check_hits`).
+    ALLOCATE_CACHED: a0 = row, a1 = tokens, chain = ``hashes[op_hash[i] : op_hash[i] + a1 // block_size]``;
+    SEAL: a0 = row, a1 = the answer expected (1/0, status 1 when it differs), hash = ``hashes[op_hash[i]]``.
+    ``ValueError`` for kernels without the caching operations."""
+    if not hasattr(kernels, "allocate_cached"):
+        raise ValueError("these kernels have no prefix-caching operations (allocate_cached, seal)")
+    key = "caching:" + kernels.decode_step.py_func.__module__
+    if key not in _DRIVERS:
+        env = {**_replay_loop_caching.__globals__, "_k_can": kernels.can_allocate, "_k_alloc": kernels.allocate,
+               "_k_fork": kernels.fork, "_k_free": kernels.free, "_k_step": kernels.decode_step,
+               "_k_lookup": kernels.lookup, "_k_alloc_cached": kernels.allocate_cached, "_k_seal": kernels.seal}
+        name = "replay_loop_caching_" + re.sub(r"\W", "_", key.partition(":")[2])
+        fn = types.FunctionType(_replay_loop_caching.__code__, env, name)
+        fn.__qualname__ = name
+        _DRIVERS[key] = njit(cache=True)(fn)
+    return _DRIVERS[key]
+
+
+def check_hits(hits: np.ndarray, expected: np.ndarray, lo: int = 0) -> None:
+    """Prompt tokens served from the cache per step, steps ``[lo, lo + len)``, must be the expected ones (every
+    design makes the same choices: hit counts are a correctness check, as copy-on-write counts are)."""
+    bad = np.flatnonzero(np.asarray(hits) != np.asarray(expected)[lo : lo + len(hits)])
+    if bad.size:
+        s = lo + int(bad[0])
+        raise ReplayError(f"step {s}: {int(hits[s - lo])} tokens served from the cache, the trace expects "
+                          f"{int(expected[s])}")
+
+
 def run_compiled(prep: Prepared, mgr, drive, detail: bool, lo: int = 0, hi: int | None = None) -> StepTimes:
     """Time steps ``[lo, hi)`` (default: all) of a whole-step-compiled replay (batched regime of a compiled
     design), on a manager already at step ``lo``."""
     t = prep.trace
+    check_replayable(t, mgr, "compiled")
     hi = prep.num_steps if hi is None else hi
     ticks_out = np.zeros((hi - lo, len(KINDS)), dtype=np.int64)
     cows = np.zeros(hi - lo, dtype=np.int64)
@@ -413,11 +571,14 @@ def run_compiled(prep: Prepared, mgr, drive, detail: bool, lo: int = 0, hi: int 
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.full(prep.max_batch, -1, dtype=np.int64)
     op, a0, a1 = prep.arrays64
+    hits = np.zeros(hi - lo, dtype=np.int64)
     status, step, index = drive(mgr.state, op, a0, a1, prep.seq_ids, t.step_offsets[lo : hi + 1],
                                 t.decode_offsets[lo:hi], cow_out, slot_out, ticks_out, cows, detail, digests,
-                                t.config["block_size"] - 1)
+                                t.config["block_size"] - 1, *_caching_args(t, hits))
     if status:
         raise ReplayError(f"compiled replay failed at step {lo + step}, op {index}: status {status}")
+    if trace_uses_caching(t):
+        check_hits(hits, t.step_hits, lo)
     ns = ticks_out * ns_per_tick()
     if detail:
         step_ns = ns[:, _ALLOC] + ns[:, _FREE] + ns[:, _OTHER] + ns[:, _DECODE]
@@ -435,6 +596,7 @@ def is_native(cls: type) -> bool:
 
 
 def _native_replay(prep: Prepared, mgr, detail: bool, lo: int, hi: int):
+    check_replayable(prep.trace, mgr, "native")
     from impls import native
 
     if prep.native_arrays is None:

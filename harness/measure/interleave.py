@@ -1,11 +1,24 @@
 """Timed replays of every cell of a trace, interleaved in short slices so that machine drift hits all alike.
 
 A repetition gives each cell a fresh manager, then walks the trace in :data:`SLICES_PER_REP` slices of steps;
-within each slice every cell replays those steps on its own manager, in an order rotated from slice to slice
-(no cell always runs first, or right after the slowest). A slow phase of the machine lasts longer than a
-slice, so it falls on every cell of the slice alike, and the ratios between cells, computed over the same
-blocks (:mod:`harness.measure.stats`), stay put while absolute times drift. After the last slice each cell's
-replay is checked as a whole: copy-on-writes and slot-mapping digests of every step, and the end state.
+within each slice every cell replays those steps on its own manager. A slow phase of the machine lasts longer
+than a slice, so it falls on every cell of the slice alike, and the ratios between cells, computed over the
+same blocks (:mod:`harness.measure.stats`), stay put while absolute times drift. After the last slice each
+cell's replay is checked as a whole: copy-on-writes and slot-mapping digests of every step, and the end state.
+
+Switching cells has a cost that is the harness's, not the design's: the first step of a slice runs with the
+caches (data, instructions, branch history) the previous cell left. In the reference run of 2026-11-30 the
+first step of a slice of batched ``flat`` took 15 us against 1.7 us for the steps after it, 8 % of the
+cell's time, and its size depended on which cell ran before. Two rules keep it out of the figures and off
+any one cell (:func:`schedule`):
+
+- **staggered slices**: repetition ``r`` of ``R`` cuts its slices ``r/R`` of a slice later than repetition 0
+  (:func:`replay_slices`), so a step starts a slice in at most one repetition; each step's median over the
+  repetitions (:mod:`harness.measure.metrics`) is then a step that followed the same cell, with three or more
+  repetitions (with two, the median is the mean: half the cost stays);
+- **rotated order, new neighbours each repetition**: each repetition walks the cells with its own stride and
+  rotates that order from slice to slice, so no cell always runs first or always right after the same cell;
+  managers are created in the repetition's order, so no cell's arrays always come last in memory.
 
 Three drivers replay a slice (:class:`Driver`): ``python`` (contract calls from Python, both regimes), ``compiled``
 (a Numba loop calling a compiled design's kernels, batched) and ``native`` (the C++ designs' own loop, batched).
@@ -14,6 +27,8 @@ Three drivers replay a slice (:class:`Driver`): ``python`` (contract calls from 
 from __future__ import annotations
 
 import gc
+import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,9 +38,9 @@ from harness.measure import clock
 from harness.measure.drivers import (
     Prepared,
     StepTimes,
-    compiled_driver,
     compiled_step_runner,
     concat,
+    driver_for,
     is_native,
     native_step_runner,
     run_compiled,
@@ -35,8 +50,13 @@ from harness.measure.drivers import (
     step_runner,
 )
 from harness.measure.replay import ReplayError, apply_pool_op, check_end_state
+from scenarios.trace import trace_uses_caching
 
 SLICES_PER_REP = 20
+# Cells whose replay runs inside compiled code or C++ (milliseconds for a whole trace) replay this many times
+# the run's repetitions: their managers' spread (memory placement, up to 16 % between two identical flat
+# managers) is the largest part of their uncertainty, and more managers shrink it for almost no time.
+FAST_REPS = 3
 CELL_ERRORS = (ReplayError, ValueError, KeyError, TypeError, MemoryError)
 
 Key = tuple[str, str, str]  # (impl, regime, tag); tag "" for a cell, "aa" for the A/A control's copy
@@ -48,6 +68,32 @@ def slice_bounds(num_steps: int, slices: int = SLICES_PER_REP) -> list[tuple[int
     return [(lo, min(num_steps, lo + size)) for lo in range(0, num_steps, size)] or [(0, 0)]
 
 
+def replay_slices(blocks: list[tuple[int, int]], rep: int, reps: int) -> list[tuple[int, int]]:
+    """The ``[lo, hi)`` step ranges repetition ``rep`` of ``reps`` replays: the estimates' ``blocks``
+    (:func:`slice_bounds`) cut ``rep/reps`` of a slice later, so that no step starts a slice in two repetitions
+    (repetition 0 replays exactly ``blocks``)."""
+    size, num_steps = blocks[0][1] - blocks[0][0], blocks[-1][1]
+    shift = (rep % max(1, reps)) * size // max(1, reps)
+    if shift == 0:
+        return list(blocks)
+    cuts = [0, *range(shift, num_steps, size), num_steps]
+    return list(itertools.pairwise(cuts))
+
+
+def schedule(n: int, rep: int, num_slices: int) -> list[list[int]]:
+    """Per slice of repetition ``rep``, the order in which cells ``0..n-1`` replay it.
+
+    Repetition ``r`` walks the cells with a stride ``s`` coprime to ``n`` (cell ``j * s mod n`` comes ``j``-th;
+    the ``r``-th such stride, cycling), rotated by one from slice to slice: within a repetition each cell runs
+    first once every ``n`` slices, and cell ``c`` follows cell ``c - s``, a different cell in consecutive
+    repetitions whenever ``n >= 3``.
+    """
+    strides = [s for s in range(1, n) if math.gcd(s, n) == 1] or [1]
+    stride = strides[rep % len(strides)]
+    perm = [j * stride % n for j in range(n)]
+    return [perm[i % n:] + perm[: i % n] for i in range(num_slices)] if n else [[] for _ in range(num_slices)]
+
+
 @dataclass
 class Driver:
     """How one (implementation, regime) is replayed: fresh managers, timed slices, untimed advances."""
@@ -55,7 +101,7 @@ class Driver:
     prep: Prepared
     cls: type
     regime: str
-    compiled_loops: dict  # impl -> compiled replay loop, shared across scenarios (compiled once)
+    compiled_loops: dict  # (impl, caching) -> compiled replay loop, shared across scenarios (compiled once)
     impl: str
 
     @property
@@ -72,9 +118,10 @@ class Driver:
         return self.kind != "python"
 
     def loop(self):
-        if self.impl not in self.compiled_loops:
-            self.compiled_loops[self.impl] = compiled_driver(self.cls.kernels)
-        return self.compiled_loops[self.impl]
+        key = (self.impl, trace_uses_caching(self.prep.trace))
+        if key not in self.compiled_loops:
+            self.compiled_loops[key] = driver_for(self.cls.kernels, self.prep.trace)
+        return self.compiled_loops[key]
 
     def new(self):
         return self.cls(**self.prep.trace.config)
@@ -118,7 +165,7 @@ def verify_slots(driver: Driver) -> None:
     bs = prep.trace.config["block_size"]
     for s, (first, mid, end) in enumerate(prep.bounds):
         for i in range(first, mid):
-            apply_pool_op(mgr, prep.op[i], prep.a0[i], prep.a1[i])
+            apply_pool_op(mgr, prep.op[i], prep.a0[i], prep.a1[i], prep.hash_args.get(i))
         slot_out[:] = -1
         mgr.decode_step(prep.decode_ids[s], cow_out, slot_out)
         if slot_digest(slot_out[: end - mid], bs) != prep.slot_digests[s]:
@@ -135,25 +182,35 @@ class Replays:
 
 
 def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: list[tuple[int, int]],
-                done: Callable[[Key], None] = lambda key: None, out: Replays | None = None) -> Replays:
-    """``reps`` repetitions of every driver, interleaved slice by slice; ``done(key)`` after each repetition."""
+                done: Callable[[Key], None] = lambda key: None, out: Replays | None = None,
+                caps: dict[Key, int] | None = None) -> Replays:
+    """``reps`` repetitions of every driver (``caps[key]`` of them for a key it names, fewer or more),
+    interleaved slice by slice (``slices`` staggered per repetition by :func:`replay_slices`, cells ordered by
+    :func:`schedule`); ``done(key)`` after each of a key's first ``reps`` repetitions."""
     out = out or Replays()
-    keys = list(drivers)
-    for _ in range(reps if keys else 0):
-        mgrs = {k: drivers[k].new() for k in keys if k not in out.failed}
+    caps = caps or {}
+    total = max([reps, *caps.values()])
+    for rep in range(total):
+        keys = [k for k in drivers if rep < caps.get(k, reps)]
+        if not keys:
+            break
+        bounds = replay_slices(slices, rep, total)
+        orders = [[keys[j] for j in order] for order in schedule(len(keys), rep, len(bounds))]
+        mgrs = {k: drivers[k].new() for k in orders[0] if k not in out.failed}
         parts: dict[Key, list[StepTimes]] = {k: [] for k in mgrs}
         gc.collect()
         gc.freeze()  # collections triggered by the replays' own allocations scan only what they create
         try:
-            for i, (lo, hi) in enumerate(slices):
-                for k in keys[i % len(keys):] + keys[: i % len(keys)]:  # rotated: no cell always first
+            for (lo, hi), order in zip(bounds, orders, strict=True):
+                for k in order:
                     if k in parts and k not in out.failed:
                         _slice(drivers[k], mgrs[k], detail, lo, hi, parts[k], out, k)
         finally:
             gc.unfreeze()
-        for k in parts:
+        for k in (k for k in keys if k in parts):
             _finish(drivers[k], mgrs[k], parts[k], out, k)
-            done(k)
+            if rep < reps:
+                done(k)
     return out
 
 

@@ -1,10 +1,16 @@
 """What a run measures, as data: which implementations and regimes on which scenario, and which studies.
 
-The default matrix takes ``make bench`` about twenty minutes on two cores (README, "How measurements are
-made"). It is the tables below, read by the runner, by the progress bar's total and by the documentation
-(``kvblock-bench run --help`` prints :func:`describe`); nothing else decides what runs. Naming scenarios,
-implementations or a trace file on the command line replaces :data:`CELL_RULES` by "exactly what was named",
-while the studies keep their rules. ``--quick`` replays short traces once and keeps the studies to ``paper``.
+The default matrix aims at about ten minutes of ``make bench`` on two cores (README, "Time budget", with the
+time each part took): eight for the cells and studies below, two kept for the prefix-caching scenarios; it
+takes about twelve today. The reference run of 2026-11-30 took 19 minutes; most of the difference is three
+rules here, each a trade-off stated in the README: the engines' per-call regime runs one repetition
+(``sglang`` per call replays ``paper`` in about 80 s, ``flat`` batched in 4 ms), paced runs measure the
+article's designs only (a paced run lasts as long as the cell's replay), and callgrind leaves the engines
+out (a valgrind process importing torch costs minutes). It is the tables below, read by the runner, by the
+progress bar's total and by the documentation (``kvblock-bench run --help`` prints :func:`describe`);
+nothing else decides what runs. Naming scenarios, implementations or a trace file on the command line
+replaces :data:`CELL_RULES` by "exactly what was named" (for ``--reps`` repetitions each), while the studies
+keep their rules. ``--quick`` replays short traces once and keeps the studies to ``paper``.
 """
 
 from __future__ import annotations
@@ -19,27 +25,38 @@ PAPER = "paper"
 ALL = "*"  # every scenario
 SWEEP = "concurrency-*"  # the concurrency sweep
 TRACE = "trace:*"  # a trace file given with --trace
+CACHING = "caching:*"  # every scenario whose trace uses prefix caching (``Scenario.caching`` in the catalogue)
 
 
 @dataclass(frozen=True)
 class CellRule:
-    """Implementations of ``roles`` run in ``regimes`` on the scenarios matching ``scenarios``."""
+    """Implementations of ``roles`` run in ``regimes`` on the scenarios matching ``scenarios``, for at most
+    ``max_reps`` repetitions (0: the run's ``--reps``)."""
 
     roles: tuple[str, ...]
     regimes: tuple[str, ...]
     scenarios: tuple[str, ...] = (ALL,)
+    max_reps: int = 0
 
 
 # The article's designs everywhere in both regimes; the compiled twins batched everywhere and per call on the
 # paper workload; the C++ designs batched everywhere (a replay inside C++ takes milliseconds); engines and
-# plug-ins on the paper workload.
+# plug-ins on the paper workload. The engines' per-call regime runs one repetition: it is the slowest cell by
+# far (sglang per call, a decode batch of one per sequence: about 40 ms a step, 80 s a replay of paper, where
+# flat's takes 4 ms), its steps are long enough that a switch of cells costs nothing measurable, and its
+# interval then comes from the slices alone (README, "How measurements are made").
 CELL_RULES: tuple[CellRule, ...] = (
     CellRule(("design",), REGIMES),
     CellRule(("twin",), ("batched",)),
     CellRule(("twin",), ("per-call",), (PAPER,)),
     CellRule(("native",), ("batched",)),
-    CellRule(("contender", "plugin"), REGIMES, (PAPER,)),
+    CellRule(("contender",), ("batched",), (PAPER,)),
+    CellRule(("contender",), ("per-call",), (PAPER,), max_reps=1),
+    CellRule(("plugin",), REGIMES, (PAPER,)),
+    CellRule(("caching", "contender", "plugin"), REGIMES, (CACHING,)),
 )
+# On a caching scenario only implementations with prefix caching run (``prefix_caching = True``, see
+# impls.contract.CachingBlockManager): the others cannot replay its admissions.
 
 
 # Regimes a role can run in at all, named or not: the C++ designs replay inside C++ only (a per-call regime
@@ -47,35 +64,70 @@ CELL_RULES: tuple[CellRule, ...] = (
 ROLE_REGIMES = {"native": ("batched",)}
 
 
+CACHE_OPS_SCENARIO = "system-prompt-256"  # the cache-operation study runs once, on this scenario's cells
+
+
 @dataclass(frozen=True)
 class Study:
-    """A measurement beyond the timed replays, on the scenarios matching ``scenarios`` (``quick``: in --quick)."""
+    """A measurement beyond the timed replays, on the scenarios matching ``scenarios`` (``quick``: in --quick),
+    of the measured cells whose implementation has one of ``roles``."""
 
     name: str
     scenarios: tuple[str, ...]
     quick: tuple[str, ...]
     per_cell: bool  # one progress unit per cell (else one per scenario)
     what: str
+    roles: tuple[str, ...] = registry.ROLES
 
 
+# Paced runs and callgrind leave the engines out: a paced run lasts as long as the replay (sglang per call:
+# 80 s) and a valgrind process that imports torch costs minutes, for figures the article's comparison does
+# not use (the engines table reads the timed replays).
 STUDIES: tuple[Study, ...] = (
     Study("allocations", (ALL,), (PAPER,), True, "allocation events per step (memray, Numba runtime)"),
-    Study("paced", (PAPER,), (PAPER,), True, "open-loop paced run at the step rate: observed CPU share"),
+    Study("paced", (PAPER,), (PAPER,), True, "open-loop paced run at the step rate: observed CPU share",
+          ("design", "plugin")),
     Study("l1d", (PAPER, TRACE), (PAPER, TRACE), False,
-          "L1D misses and instructions (perf, else callgrind simulation; --quick: perf only)"),
+          "L1D misses and instructions (perf, else callgrind simulation; --quick: perf only)",
+          ("design", "twin", "native", "caching", "plugin")),
     Study("idwidth", (PAPER,), (PAPER,), False, "block-id width: uint16 / int32 / int64 lookups"),
     Study("table_copy", (PAPER, SWEEP), (PAPER,), False, "rule 3: block tables to the device, per variant"),
+    Study("cache_ops", (CACHE_OPS_SCENARIO,), (CACHE_OPS_SCENARIO,), False,
+          "prefix cache: ns per cached lookup, insert and eviction; bytes per cached block"),
+    Study("hashing", (PAPER, CACHING), (PAPER,), False,
+          "block hashing as engines do it (vLLM sha256 / cbor / xxhash, builtin hash, nano-vllm xxh64), per block "
+          "and per sequence-step of the trace"),
 )
 
 # Parameters set on top of a scenario's defaults.
 SWEEP_STEPS = 500
 QUICK_STEPS = 200
-QUICK_OVERRIDES = {"azure-code": {"duration_s": 60.0}, "mooncake": {"duration_s": 30.0}}
+QUICK_OVERRIDES = {"azure-code": {"duration_s": 60.0}, "mooncake": {"duration_s": 30.0},
+                   "mooncake-cached": {"duration_s": 30.0}}
+
+
+def is_caching(scenario: str) -> bool:
+    """Whether the catalogue's ``scenario`` uses prefix caching."""
+    from scenarios import SCENARIOS
+
+    return bool(getattr(SCENARIOS.get(scenario), "caching", False))
 
 
 def matches(scenario: str, patterns: Iterable[str]) -> bool:
-    """``scenario`` matches one of ``patterns`` (a name, ``*``, or a prefix ending in ``*``)."""
-    return any(p == scenario or (p.endswith("*") and scenario.startswith(p[:-1])) for p in patterns)
+    """``scenario`` matches one of ``patterns`` (a name, ``*``, a prefix ending in ``*``, or :data:`CACHING`)."""
+    return any(p == scenario or (p == CACHING and is_caching(scenario))
+               or (p.endswith("*") and p != CACHING and scenario.startswith(p[:-1])) for p in patterns)
+
+
+def supports_caching(impl: str) -> bool:
+    """Whether the implementation's class implements prefix caching (False when it cannot be imported)."""
+    from impls.contract import supports_prefix_caching
+
+    try:
+        cls = registry.BY_NAME[impl].load() if impl in registry.BY_NAME else registry.load_plugin(impl)
+    except (ImportError, AttributeError, registry.PluginError):
+        return False
+    return supports_prefix_caching(cls)
 
 
 def overrides(scenario: str, quick: bool) -> dict:
@@ -87,11 +139,26 @@ def overrides(scenario: str, quick: bool) -> dict:
     return {}
 
 
+def _rules(scenario: str, impl: str, regime: str) -> list[CellRule]:
+    return [rule for rule in CELL_RULES if registry.record(impl).role in rule.roles and regime in rule.regimes
+            and matches(scenario, rule.scenarios)]
+
+
 def default_cells(scenario: str, impls: Sequence[str], regimes: Sequence[str]) -> list[tuple[str, str]]:
     """The (impl, regime) cells the default matrix measures on ``scenario``, in registry-then-regime order."""
+    caching = is_caching(scenario)
     return [(impl, regime) for impl in impls for regime in regimes
-            if any(registry.record(impl).role in rule.roles and regime in rule.regimes
-                   and matches(scenario, rule.scenarios) for rule in CELL_RULES)]
+            if _rules(scenario, impl, regime) and (not caching or supports_caching(impl))]
+
+
+def rep_caps(scenario: str, cells: Sequence[tuple[str, str]]) -> list[list]:
+    """``[impl, regime, n]`` for the cells the default matrix runs for at most ``n`` repetitions."""
+    caps = []
+    for impl, regime in cells:
+        limits = [rule.max_reps for rule in _rules(scenario, impl, regime)]
+        if limits and all(limits):  # a rule without a limit wins
+            caps.append([impl, regime, max(limits)])
+    return caps
 
 
 @dataclass
@@ -102,22 +169,37 @@ class ScenarioPlan:
     overrides: dict
     cells: list[tuple[str, str]]
     studies: list[str] = field(default_factory=list)
+    max_reps: list[list] = field(default_factory=list)  # [impl, regime, n]: fewer repetitions than --reps
+
+    def reps_of(self, cell: tuple[str, str], reps: int) -> int:
+        """Repetitions of ``cell`` in a run of ``reps``."""
+        return min([reps, *(n for i, r, n in self.max_reps if (i, r) == tuple(cell))])
+
+    def study_cells(self, study: str, cells: Sequence[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+        """Of ``cells`` (default: the plan's), those ``study`` measures (its roles)."""
+        roles = {s.name: s for s in STUDIES}[study].roles
+        return [c for c in (self.cells if cells is None else cells) if registry.record(c[0]).role in roles]
 
     def units(self, reps: int) -> int:
         """Progress units: one per cell and repetition, one per cell of per-cell studies, one per other study."""
         by_name = {s.name: s for s in STUDIES}
-        return len(self.cells) * reps + sum(len(self.cells) if by_name[s].per_cell else 1 for s in self.studies)
+        return (sum(self.reps_of(c, reps) for c in self.cells)
+                + sum(len(self.study_cells(s)) if by_name[s].per_cell else 1 for s in self.studies))
 
 
 def plan_scenario(scenario: str, impls: Sequence[str], regimes: Sequence[str], *, explicit: bool, quick: bool,
                   enabled: Iterable[str]) -> ScenarioPlan:
-    """The plan of one scenario: its cells (all named ones when ``explicit``) and its enabled studies."""
+    """The plan of one scenario: its cells (all named ones when ``explicit``, for ``--reps`` repetitions each)
+    and its enabled studies."""
     cells = [(i, r) for i in impls for r in regimes] if explicit else default_cells(scenario, impls, regimes)
+    if explicit and is_caching(scenario):  # named or not, a design without prefix caching cannot replay it
+        cells = [(i, r) for i, r in cells if supports_caching(i)]
     cells = [(i, r) for i, r in cells if r in ROLE_REGIMES.get(registry.record(i).role, REGIMES)]
     wanted = set(enabled)
     studies = [s.name for s in STUDIES
                if s.name in wanted and matches(scenario, s.quick if quick else s.scenarios)]
-    return ScenarioPlan(scenario, overrides(scenario, quick), cells, studies)
+    return ScenarioPlan(scenario, overrides(scenario, quick), cells, studies,
+                        [] if explicit else rep_caps(scenario, cells))
 
 
 def describe() -> str:
@@ -125,8 +207,11 @@ def describe() -> str:
     lines = ["default matrix (cells):"]
     for rule in CELL_RULES:
         where = "every scenario" if rule.scenarios == (ALL,) else ", ".join(rule.scenarios)
-        lines.append(f"  {'/'.join(rule.roles)}: {', '.join(rule.regimes)} on {where}")
+        reps = f" ({rule.max_reps} repetition(s) at most)" if rule.max_reps else ""
+        lines.append(f"  {'/'.join(rule.roles)}: {', '.join(rule.regimes)} on {where}{reps}")
     lines.append("studies (scenarios; in --quick):")
+    every_role = Study.__dataclass_fields__["roles"].default
     for s in STUDIES:
-        lines.append(f"  {s.name}: {', '.join(s.scenarios)}; {', '.join(s.quick) or 'none'} -- {s.what}")
+        roles = "" if s.roles == every_role else f" (cells of {'/'.join(s.roles)} only)"
+        lines.append(f"  {s.name}: {', '.join(s.scenarios)}; {', '.join(s.quick) or 'none'}{roles} -- {s.what}")
     return "\n".join(lines)

@@ -3,7 +3,7 @@
 Replays run in slices of steps, interleaved across implementations (:mod:`harness.measure.interleave`). Every
 timed figure is time over work: each step's time is its median over the repetitions (robust to a step that
 was preempted once), summed over the steps, divided by the work they did; its 95 % interval (``ci_low``,
-``ci_high``) is a bootstrap over the slices (:mod:`harness.measure.stats`):
+``ci_high``) is a bootstrap over the slices and the repetitions (:mod:`harness.measure.stats`):
 
 - ``seq_step_ns``: block-manager time per running sequence per step (all pool operations, the decode appends,
   and in the per-call regime the slot lookups), total time / sequence-steps;
@@ -11,9 +11,9 @@ was preempted once), summed over the steps, divided by the work they did; its 95
   whole-step times (median over repetitions, no interval);
 - ``lookup_ns``: the slot lookup the attention kernel needs (newest token of each running sequence ->
   physical block and slot), per lookup;
-- ``alloc_ns`` / ``free_ns`` / ``alloc_free_ns``: ``allocate`` time per block it takes, ``free`` time per
-  table block it releases (its table's length: shared blocks are released, not always returned to the pool),
-  and both together per block;
+- ``alloc_ns`` / ``free_ns`` / ``alloc_free_ns``: ``allocate`` time per block it takes (``allocate_cached``: per
+  block of the table it makes, cache hits included), ``free`` time per table block it releases (its table's
+  length: shared blocks are released, not always returned to the pool), and both together per block;
 - ``cpu_share_pct``: block-manager CPU time per second at the target step rate, computed from the closed-loop
   mean step time (``step_mean_ns * step_rate / 1e9 * 100``);
 - ``harness_overhead_pct``: the calibrated cost of the timer reads around the step's work, relative to the
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.measure.drivers import KINDS, StepTimes
-from harness.measure.stats import block_sums, ratio_of_sums
+from harness.measure.stats import block_medians, block_sums, ratio_of_sums
 from harness.output.results import Row
-from scenarios.trace import ALLOCATE, FREE
+from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, FREE
 
 _K = {name: i for i, name in enumerate(KINDS)}
 
@@ -48,8 +48,9 @@ class Work:
     def of(cls, prep) -> Work:
         trace = prep.trace
         step_of_op = np.searchsorted(trace.step_offsets, np.arange(len(trace.op)), side="right") - 1
-        per_step = [np.bincount(step_of_op, weights=prep.op_blocks * (trace.op == code), minlength=trace.num_steps)
-                    for code in (ALLOCATE, FREE)]
+        per_step = [np.bincount(step_of_op, weights=prep.op_blocks * np.isin(trace.op, codes),
+                                minlength=trace.num_steps)
+                    for codes in ((ALLOCATE, ALLOCATE_CACHED), (FREE,))]
         return cls(trace.running_per_step().astype(float), *per_step)
 
     @classmethod
@@ -86,13 +87,14 @@ def all_steps(work: Work) -> list[tuple[int, int]]:
 
 
 def _time(samples: Sequence[StepTimes], slices, fn: Callable[[StepTimes], np.ndarray]) -> np.ndarray:
-    """Per slice, the sum over its steps of each step's median over repetitions.
+    """Per slice, the sum over its steps of each step's median over repetitions; then the same for every
+    resample of the repetitions (:func:`harness.measure.stats.block_medians`: ``[1 + resamples, slices]``).
 
     The median over repetitions of the *same* step keeps a step that is slow in every repetition (real work:
-    a burst of allocations) and drops one that was slow once (the thread was preempted, a page faulted).
+    a burst of allocations) and drops one that was slow once (the thread was preempted, a page faulted, the
+    step opened a slice after another cell's replay: :func:`harness.measure.interleave.replay_slices`).
     """
-    per_step = np.median(np.stack([np.asarray(fn(s), dtype=float) for s in samples]), axis=0)
-    return block_sums(per_step, slices)
+    return block_medians(np.stack([np.asarray(fn(s), dtype=float) for s in samples]), slices)
 
 
 def cell_blocks(work: Work, step_samples: Sequence[StepTimes], detail_samples: Sequence[StepTimes],
@@ -144,7 +146,7 @@ def timing_rows(
     reps = len(step_samples)
     blocks = cell_blocks(work, step_samples, detail_samples, slices)
     how = (f"{how}; each step's median over {reps} rep(s), summed, over the work; 95 % bootstrap interval over "
-           f"{len(slices)} slices")
+           f"{len(slices)} slices and the {reps} rep(s)")
     common = {"reps": reps, "steps": work.steps, "seqs": work.running}
 
     def row(metric: str, unit: str, note: str = "", scale: float = 1.0, rate: float | None = None) -> Row:

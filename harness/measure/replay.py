@@ -8,7 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from scenarios.trace import ALLOCATE, APPEND, CAN_ALLOCATE, FORK, FREE, Trace, canonical_tables
+from impls.contract import supports_prefix_caching
+from scenarios.trace import (
+    ALLOCATE,
+    ALLOCATE_CACHED,
+    APPEND,
+    CAN_ALLOCATE,
+    FORK,
+    FREE,
+    SEAL,
+    Trace,
+    canonical_tables,
+    trace_uses_caching,
+)
 
 REGIMES = ("per-call", "batched")
 
@@ -17,13 +29,41 @@ class ReplayError(AssertionError):
     """An implementation disagreed with the trace: a wrong answer, a failure, or a wrong end state."""
 
 
-def apply_pool_op(mgr, op: int, a0: int, a1: int) -> None:
-    """One pool operation of a trace, as a scheduler issues it."""
+def check_replayable(trace: Trace, mgr, driver: str = "python") -> None:
+    """Refuse, before the replay starts, a prefix-caching trace that ``mgr`` (or a ``driver`` other than the
+    Python one) cannot replay."""
+    if not trace_uses_caching(trace):
+        return
+    name = trace.header["scenario"]
+    if not supports_prefix_caching(mgr):
+        raise ReplayError(f"{type(mgr).__name__} has no prefix caching (impls.contract.CachingBlockManager), and "
+                          f"trace {name!r} uses it; replay it on a design with prefix caching")
+    if driver == "native" or (driver == "compiled" and not hasattr(getattr(mgr, "kernels", None),
+                                                                    "allocate_cached")):
+        raise ReplayError(f"the {driver} driver of {type(mgr).__name__} does not replay prefix-caching ops (trace "
+                          f"{name!r}); replay it from Python (the interpreted driver)")
+
+
+def hash_args(trace: Trace) -> dict[int, np.ndarray | int]:
+    """Per prefix-caching op index: its chain (ALLOCATE_CACHED, a uint64 view of the trace's hashes) or its hash
+    (SEAL, a Python int), made once, outside any timed region."""
+    ops = np.flatnonzero((trace.op == ALLOCATE_CACHED) | (trace.op == SEAL)).tolist()
+    return {i: trace.chain(i) if trace.op[i] == ALLOCATE_CACHED else int(trace.chain(i)[0]) for i in ops}
+
+
+def apply_pool_op(mgr, op: int, a0: int, a1: int, arg: np.ndarray | int | None = None) -> int:
+    """One pool operation of a trace, as a scheduler issues it; ``arg`` is a prefix-caching op's chain or hash
+    (:func:`hash_args`). Returns the prompt tokens the cache served (``allocate_cached``), else 0."""
     if op == CAN_ALLOCATE:
         if mgr.can_allocate(a0) != bool(a1):
             raise ReplayError(f"can_allocate({a0}) answered {not a1}, the trace expects {bool(a1)}")
     elif op == ALLOCATE:
         mgr.allocate(a0, a1)
+    elif op == ALLOCATE_CACHED:
+        return mgr.allocate_cached(a0, a1, arg)
+    elif op == SEAL:
+        if mgr.seal(a0, arg) != bool(a1):
+            raise ReplayError(f"seal({a0}, {arg}) answered {not a1}, the trace expects {bool(a1)}")
     elif op == FORK:
         mgr.fork(a0, a1)
     elif op == FREE:
@@ -32,20 +72,29 @@ def apply_pool_op(mgr, op: int, a0: int, a1: int) -> None:
         mgr.append_slot(a0)
     else:
         raise ReplayError(f"unknown op code {op}")
+    return 0
+
+
+def check_step_hits(trace: Trace, step: int, hits: int) -> None:
+    """The prompt tokens the cache served in ``step`` must be the trace's."""
+    if hits != trace.step_hits[step]:
+        raise ReplayError(f"step {step}: the cache served {hits} prompt tokens, the trace expects "
+                          f"{int(trace.step_hits[step])}")
 
 
 def replay(trace: Trace, mgr, regime: str = "per-call") -> int:
     """Apply every step of ``trace`` to ``mgr``; returns the number of copy-on-writes it reported."""
     if regime not in REGIMES:
         raise ValueError(f"unknown regime {regime!r}; choose from {REGIMES}")
-    op, a0, a1 = trace.op.tolist(), trace.a0.tolist(), trace.a1.tolist()
+    check_replayable(trace, mgr)
+    op, a0, a1, args = trace.op.tolist(), trace.a0.tolist(), trace.a1.tolist(), hash_args(trace)
     n = int(trace.running_per_step().max(initial=0))
     cow_out, slot_out = np.zeros((n, 2), np.int64), np.zeros(n, np.int64)
     cows = 0
     for step in range(trace.num_steps):
         lo, mid, hi = int(trace.step_offsets[step]), int(trace.decode_offsets[step]), int(trace.step_offsets[step + 1])
-        for i in range(lo, mid):
-            apply_pool_op(mgr, op[i], a0[i], a1[i])
+        hits = sum(apply_pool_op(mgr, op[i], a0[i], a1[i], args.get(i)) for i in range(lo, mid))
+        check_step_hits(trace, step, hits)
         if regime == "batched":
             step_cows = mgr.decode_step(trace.a0[mid:hi].astype(np.int64), cow_out, slot_out)
         else:

@@ -26,17 +26,26 @@ from harness.counters.allocations import allocations_per_step
 from harness.measure import clock
 from harness.measure.dispatch import calls_per_trace, dispatch_rows, empty_call_ns, has_dispatch
 from harness.measure.drivers import KINDS, Prepared
-from harness.measure.interleave import CELL_ERRORS, Driver, Replays, interleaved, slice_bounds, verify_slots
+from harness.measure.interleave import (
+    CELL_ERRORS,
+    FAST_REPS,
+    Driver,
+    Replays,
+    interleaved,
+    slice_bounds,
+    verify_slots,
+)
 from harness.measure.matrix import REGIMES, ScenarioPlan, plan_scenario
 from harness.measure.metrics import Work, cell_blocks, timing_rows
 from harness.measure.paced import paced_run, paced_whole_step_run
 from harness.measure.stats import paired_ratio
+from harness.measure.threads import one_intra_op_thread
 from harness.output import metadata
-from harness.output.results import RESULTS_DIR, Row, new_run_dir, point_latest, write_json, write_rows
+from harness.output.results import RESULTS_DIR, Row, new_run_dir, point_latest, ratio_metric, write_json, write_rows
 from impls import REGISTRY, UNAVAILABLE
 from scenarios import SCENARIOS, Trace, generate, load, save
 from scenarios.scheduler import GENERATOR_VERSION
-from scenarios.trace import FORMAT_VERSION, content_digest
+from scenarios.trace import FORMAT_VERSION, content_digest, trace_uses_caching
 
 ALLOC_STEPS = 20  # steps counted for allocations per step (after warm-up)
 WARM_STEPS = 5
@@ -80,8 +89,16 @@ def cached_trace(name: str, overrides: dict, cache_dir: Path) -> tuple[Trace, fl
 
 
 # -- one scenario ------------------------------------------------------------------------------------------
-RATIO_METRICS = ("seq_step_ns", "lookup_ns", "alloc_free_ns")  # each against flat in the same regime
-BASE_IMPL = "flat"
+RATIO_METRICS = ("seq_step_ns", "lookup_ns", "alloc_free_ns")  # each against the base in the same regime
+BASE_IMPL = "flat"  # the ratio base: the article's design C
+CACHING_BASE_IMPL = "flat-pc"  # on prefix-caching scenarios: C with its prefix cache
+HIT_METRICS = (("cache_hit_tokens_pct", "hit_tokens", "lookup_tokens", "% of prompt tokens looked up"),
+               ("cache_hit_blocks_pct", "hit_blocks", "lookup_blocks", "% of full prompt blocks looked up"))
+
+
+def base_impl(trace: Trace) -> str:
+    """The implementation every ratio of ``trace``'s cells is taken against."""
+    return CACHING_BASE_IMPL if trace_uses_caching(trace) else BASE_IMPL
 
 
 class ScenarioBench:
@@ -96,8 +113,10 @@ class ScenarioBench:
         classes = classes if classes is not None else REGISTRY
         self.drivers = {(i, r, ""): Driver(self.prep, classes[i], r, drivers, i) for i, r in self.cells}
         self.tick = tick
+        self.base = base_impl(trace)
         self.rows: list[Row] = []
         self.raw: dict[tuple[str, str], dict] = {}
+        self.max_reps: dict[tuple[str, str], int] = {}  # cells run for fewer repetitions than cfg.reps
 
     def row(self, impl: str, regime: str, metric: str, value: float, unit: str, source: str, how: str = "",
             status: str = "ok", **columns) -> None:
@@ -130,9 +149,10 @@ class ScenarioBench:
                 self.fail(key[:2], exc)
         aa = self._aa_key()
         timed = {**self.drivers, **({aa: self.drivers[(*aa[:2], "")]} if aa else {})}
-        steps = interleaved(timed, self.cfg.reps, False, self.slices, self._repetition_done)
+        caps = {k: self._reps(k[:2]) for k in timed}
+        steps = interleaved(timed, self.cfg.reps, False, self.slices, self._repetition_done, caps=caps)
         detailed = {k: d for k, d in self.drivers.items() if d.separate_detail and k not in steps.failed}
-        details = interleaved(detailed, self.cfg.reps, True, self.slices)
+        details = interleaved(detailed, self.cfg.reps, True, self.slices, caps=caps)
         for key, exc in {**steps.failed, **details.failed}.items():
             if not key[2] and key[:2] in self.cells:
                 self.fail(key[:2], exc)
@@ -141,8 +161,30 @@ class ScenarioBench:
             self._cell_rows(key, steps.samples[key], details.samples.get(key, steps.samples[key]),
                             steps.last_mgr[key])
         self._ratio_rows(steps, details)
+        self._cache_rows()
         if aa and aa in steps.samples and (*aa[:2], "") in steps.samples:
             self._aa_row(aa, steps)
+
+    def _reps(self, cell: tuple[str, str]) -> int:
+        """Repetitions of ``cell``: the plan's cap, else FAST_REPS times --reps for compiled and C++ replays."""
+        if cell in self.max_reps:
+            return self.max_reps[cell]
+        driver = self.drivers.get((*cell, ""))
+        return self.cfg.reps * (FAST_REPS if driver is not None and driver.separate_detail else 1)
+
+    def _cache_rows(self) -> None:
+        """Hit rates and evictions of a caching trace, for every cell whose replays matched the trace's hits step
+        by step (a cell that did not is marked failed): the same figures for all, which is the point."""
+        if not trace_uses_caching(self.trace):
+            return
+        cache = self.trace.header["cache"]
+        evictions = float(self.trace.step_evictions.sum()) / max(1, self.trace.num_steps)
+        for impl, regime in self.cells:
+            for metric, hit, looked, what in HIT_METRICS:
+                self.row(impl, regime, metric, 100.0 * cache[hit] / max(1, cache[looked]), "%",
+                         "trace check", f"{what}; every step's hits checked against the reference model's")
+            self.row(impl, regime, "evictions_per_step", evictions, "blocks/step", "trace check",
+                     "cached blocks evicted per step (the reference model's, which every replay reproduces)")
 
     def _repetition_done(self, key) -> None:
         """One progress unit per cell and repetition; the A/A copy is not a cell of the plan."""
@@ -153,7 +195,7 @@ class ScenarioBench:
         """The A/A control: batched flat (else the first cell) replayed twice as if it were two cells."""
         if not self.drivers:
             return None
-        key = (BASE_IMPL, "batched", "") if (BASE_IMPL, "batched", "") in self.drivers else next(iter(self.drivers))
+        key = (self.base, "batched", "") if (self.base, "batched", "") in self.drivers else next(iter(self.drivers))
         return (*key[:2], "aa")
 
     def _cell_rows(self, key, step_samples, detail_samples, mgr) -> None:
@@ -185,27 +227,27 @@ class ScenarioBench:
         return cell_blocks(self.work, step, details.samples.get(key, step), self.slices)
 
     def _ratio_rows(self, steps: Replays, details: Replays) -> None:
-        """Each cell against flat in the same regime (and against batched flat), paired block by block."""
+        """Each cell against the base in the same regime (and against the batched base), paired block by block."""
         for impl, regime in self.cells:
             mine = self._blocks((impl, regime, ""), steps, details)
-            for base_regime, suffix in ((regime, "_vs_flat"), ("batched", "_vs_flat_batched")):
-                base_key = (BASE_IMPL, base_regime, "")
+            for base_regime, batched_base in ((regime, False), ("batched", True)):
+                base_key = (self.base, base_regime, "")
                 if base_key not in steps.samples or base_key == (impl, regime, "") or (
-                        suffix == "_vs_flat_batched" and regime == "batched"):
+                        batched_base and regime == "batched"):
                     continue
                 base = self._blocks(base_key, steps, details)
-                metrics = RATIO_METRICS if suffix == "_vs_flat" else ("seq_step_ns",)
-                for metric in metrics:
-                    self._ratio_row(impl, regime, metric + suffix, mine[metric], base[metric])
+                for metric in ("seq_step_ns",) if batched_base else RATIO_METRICS:
+                    self._ratio_row(impl, regime, ratio_metric(metric, self.base, batched_base), mine[metric],
+                                    base[metric])
 
     def _ratio_row(self, impl: str, regime: str, metric: str, mine, base) -> None:
         if not mine[1].sum() or not base[1].sum():
             return
         est = paired_ratio(mine[0], base[0], mine[1], base[1])
         self.row(impl, regime, metric, est.value, "x", "ratio",
-                 "time per unit of work over flat's (each step's median over repetitions); 95 % paired "
-                 "bootstrap interval, the same slices drawn for both", ci_low=_finite(est.low),
-                 ci_high=_finite(est.high), reps=self.cfg.reps, steps=self.work.steps)
+                 f"time per unit of work over {self.base}'s (each step's median over repetitions); 95 % paired "
+                 "bootstrap interval, the same slices and repetitions drawn for both", ci_low=_finite(est.low),
+                 ci_high=_finite(est.high), reps=self._reps((impl, regime)), steps=self.work.steps)
 
     def _aa_row(self, aa, steps: Replays) -> None:
         impl, regime, _ = aa
@@ -250,9 +292,9 @@ class ScenarioBench:
                  "allocs/step", "counting allocator",
                  f"steps {lo}-{hi}: operator new calls of the C++ containers, counted in the library", steps=hi - lo)
 
-    def measure_paced(self) -> None:
+    def measure_paced(self, cells: list[tuple[str, str]] | None = None) -> None:
         rate = self.trace.header["params"].get("step_rate", 2000)
-        for impl, regime in self.cells:
+        for impl, regime in self.cells if cells is None else cells:
             driver = self.drivers[(impl, regime, "")]
             result = paced_run(self.prep, driver.new, regime, rate)
             how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), thread CPU time "
@@ -267,6 +309,10 @@ class ScenarioBench:
 
     def _paced_whole_step(self, driver: Driver, rate: float) -> None:
         """The whole-step entry point paced as an engine would call it: one Python call per step."""
+        if trace_uses_caching(self.trace):
+            self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", float("nan"), "%",
+                     "thread_time_ns", "step() does not take the prefix-caching ops yet", status="unsupported")
+            return
         try:
             result = paced_whole_step_run(self.prep, driver.new, rate)
         except CELL_ERRORS as exc:
@@ -290,8 +336,9 @@ STUDY_FLAGS = {"allocations": "allocations", "paced": "paced", "l1d": "l1d", "ta
 
 
 def enabled_studies(cfg: RunConfig) -> list[str]:
-    """The studies this configuration runs (each ``--no-X`` flag switches one off; id width always runs)."""
-    return ["idwidth", *(study for study, flag in STUDY_FLAGS.items() if getattr(cfg, flag))]
+    """The studies this configuration runs (each ``--no-X`` flag switches one off; id width, the cache
+    operations and hashing always run: seconds each)."""
+    return ["idwidth", "cache_ops", "hashing", *(study for study, flag in STUDY_FLAGS.items() if getattr(cfg, flag))]
 
 
 def resolve_impls(cfg: RunConfig) -> tuple[dict[str, type], dict[str, str]]:
@@ -373,30 +420,39 @@ def measure_scenario(plan: ScenarioPlan, trace: Trace, cfg: RunConfig, shared: d
     """Every figure of one scenario: timed cells, then its studies. Returns (rows, raw files)."""
     bench = ScenarioBench(plan.scenario, trace, plan.cells, cfg, shared["calib"], shared["drivers"], tick,
                           shared["classes"])
+    bench.max_reps = {c: plan.reps_of(c, cfg.reps) for c in plan.cells if plan.reps_of(c, cfg.reps) < cfg.reps}
     bench.measure_timings()
     if "allocations" in plan.studies:
         bench.measure_allocations()
     if "paced" in plan.studies:
-        bench.measure_paced()
+        bench.measure_paced(plan.study_cells("paced", bench.cells))
     raw = {f"raw/{plan.scenario}/{impl}__{regime}.json.gz": data for (impl, regime), data in bench.raw.items()}
-    rows = bench.rows + run_studies(plan, trace, bench.cells, cfg, tick, raw)
+    rows = bench.rows + run_studies(plan, trace, bench.cells, cfg, tick, raw, shared["classes"])
     return rows, raw
 
 
 def run_studies(plan: ScenarioPlan, trace: Trace, cells: list[tuple[str, str]], cfg: RunConfig, tick,
-                raw: dict) -> list[Row]:
+                raw: dict, classes: dict[str, type] | None = None) -> list[Row]:
     """The scenario's studies that need their own processes or machinery (L1D, id width, table copies)."""
     rows: list[Row] = []
     if "l1d" in plan.studies:
         from harness.counters.l1d import l1d_rows
 
-        rows += l1d_rows(plan.scenario, trace, cells, quick=cfg.quick)
+        rows += l1d_rows(plan.scenario, trace, plan.study_cells("l1d", cells), quick=cfg.quick)
         tick(f"{plan.scenario} L1D")
     if "idwidth" in plan.studies:
         from harness.studies.idwidth import idwidth_rows
 
         rows += idwidth_rows(trace, scenario=plan.scenario)
         tick(f"{plan.scenario} id width")
+    if "cache_ops" in plan.studies:
+        rows += _cache_ops_rows(plan.scenario, cells, classes or {})
+        tick(f"{plan.scenario} cache operations")
+    if "hashing" in plan.studies:
+        from harness.studies.hashing import hashing_rows
+
+        rows += hashing_rows(trace, plan.scenario)
+        tick(f"{plan.scenario} hashing")
     if "table_copy" in plan.studies:
         from harness.studies.table_copy import measure as measure_table_copy
 
@@ -404,6 +460,24 @@ def run_studies(plan: ScenarioPlan, trace: Trace, cells: list[tuple[str, str]], 
         rows += copy_rows
         raw[f"raw/{plan.scenario}/flat__table-copy.json.gz"] = copy_raw
         tick(f"{plan.scenario} table copy")
+    return rows
+
+
+def _cache_ops_rows(scenario: str, cells: list[tuple[str, str]], classes: dict[str, type]) -> list[Row]:
+    """The cache-operation study for every implementation with prefix caching among the scenario's cells."""
+    from harness.studies.cache_ops import CacheOpsError, cache_ops_rows
+    from impls.contract import supports_prefix_caching
+
+    rows: list[Row] = []
+    for impl in dict.fromkeys(i for i, _ in cells):
+        cls = classes.get(impl) or REGISTRY.get(impl)
+        if cls is None or not supports_prefix_caching(cls):
+            continue
+        try:
+            rows += cache_ops_rows(cls, impl, scenario)
+        except (CacheOpsError, *CELL_ERRORS) as exc:
+            rows.append(Row(scenario, impl, "per-call", "cache_hit_ns", float("nan"), "ns/block", "perf_counter_ns",
+                            "failed", f"{type(exc).__name__}: {exc}"))
     return rows
 
 
@@ -436,7 +510,9 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
         bar.update(1)
 
     try:
-        _run_plan(plan, cfg, shared, writer, tick)
+        with one_intra_op_thread() as threads:
+            meta["torch_intra_op_threads"] = threads
+            _run_plan(plan, cfg, shared, writer, tick)
         writer.finish(complete=True)
     except KeyboardInterrupt:
         writer.finish(interrupted=time.strftime("%Y-%m-%dT%H:%M:%S%z"))

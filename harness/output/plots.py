@@ -594,9 +594,9 @@ def _article_bar(ax: Axes, art: pd.DataFrame, scheme: str, metric: str, x: float
 
 
 def _measured_bar(ax: Axes, run: RunData, impl: str, regime: str, metric: str, x: float, width: float,
-                  hatch: str) -> None:
-    row = run.get(PAPER, impl, regime, metric)
-    v = run.value(PAPER, impl, regime, metric)
+                  hatch: str, scenario: str = PAPER) -> None:
+    row = run.get(scenario, impl, regime, metric)
+    v = run.value(scenario, impl, regime, metric)
     if math.isnan(v) or v <= 0:
         if row is not None:
             _word_at(ax, x, "0" if v == 0 else _status_word(row, run.meta))
@@ -653,6 +653,42 @@ def fig_paper_vs_article(run: RunData) -> Figure | None:
     return _finish(fig, run, "The article's table: measured (Python/Numba and C++, this machine) vs the article (C++)")
 
 
+def _cache_panel(ax: Axes, run: RunData, scenario: str) -> None:
+    """One caching scenario: ns per sequence-step of every cell, with intervals, hit rate in the title."""
+    cells = run.df[(run.df.scenario == scenario) & (run.df.metric == "seq_step_ns")][["impl", "regime"]]
+    impls = ordered(cells.impl)
+    width = 0.8 / len(REGIMES)
+    for k, impl in enumerate(impls):
+        for j, regime in enumerate(REGIMES):
+            _measured_bar(ax, run, impl, regime, "seq_step_ns", k - 0.4 + width * (j + 0.5), width,
+                          REGIME_HATCH[regime], scenario)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(impls)), [label(i) for i in impls], fontsize=8)
+    ax.set_xlim(-0.5, len(impls) - 0.5)
+    hit = run.df[(run.df.scenario == scenario) & (run.df.metric == "cache_hit_tokens_pct") & (run.df.status == "ok")]
+    rates = sorted(set(hit.value.round(3)))
+    words = f"hit rate {_num(rates[0])} % of prompt tokens, every cell" if len(rates) == 1 else "HIT RATES DIFFER"
+    ax.set_title(f"{scenario}\n{words}", fontsize=9)
+    ax.set_ylabel("ns per sequence-step (log scale)", fontsize=8.5)
+    ax.grid(axis="y", which="both", alpha=0.25)
+
+
+def fig_prefix_cache(run: RunData) -> Figure | None:
+    """Prefix caching: what each caching design pays per sequence-step on each caching scenario (hit rates are
+    the same for all: the replays are checked against the trace)."""
+    scenarios = list(dict.fromkeys(run.df[run.df.metric == "cache_hit_tokens_pct"].scenario))
+    if not scenarios:
+        log.warning("prefix_cache: no caching scenario in this run")
+        return None
+    fig, axes = _new_figure(4.2 * len(scenarios) + 2.2, 4.4, 1, len(scenarios))
+    for ax, scenario in zip(axes, scenarios, strict=True):
+        _cache_panel(ax, run, scenario)
+    handles = [Patch(facecolor="0.6", edgecolor="white", hatch=REGIME_HATCH[r], label=r) for r in REGIMES]
+    handles.append(Line2D([], [], color="black", marker="_", lw=0.9, label="95 % interval"))
+    axes[-1].legend(handles=handles, fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    return _finish(fig, run, "Prefix caching: block-manager time per sequence-step, same hits for every design")
+
+
 FIGURES: dict[str, Callable[[RunData], Figure | None]] = {
     "op_latency": fig_op_latency,
     "step_cdf": fig_step_cdf,
@@ -662,6 +698,7 @@ FIGURES: dict[str, Callable[[RunData], Figure | None]] = {
     "allocs_per_step": fig_allocs,
     "idwidth": fig_idwidth,
     "paper_vs_article": fig_paper_vs_article,
+    "prefix_cache": fig_prefix_cache,
 }
 
 

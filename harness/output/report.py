@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.output.results import ratio_metric
 from harness.output.rundata import RunData
 from impls import registry
 
@@ -48,14 +49,14 @@ def _interval(row: dict | None) -> str:
     return f" [{_fmt(low)}–{_fmt(high)}]"
 
 
-def ratio_text(run: RunData, scenario: str, impl: str, regime: str, metric: str, base_regime: str | None = None
-               ) -> str:
-    """``146× [140–152]``: ``metric`` of the cell over flat's (same regime, or batched flat), with the paired
+def ratio_text(run: RunData, scenario: str, impl: str, regime: str, metric: str, base_regime: str | None = None,
+               base: str = "flat") -> str:
+    """``146× [140–152]``: ``metric`` of the cell over ``base``'s (same regime, or batched), with the paired
     interval measured in the run; "no difference" when that interval holds 1."""
-    suffix = "_vs_flat" if base_regime in (None, regime) else "_vs_flat_batched"
-    if impl == "flat" and suffix == "_vs_flat":
+    batched_base = base_regime not in (None, regime)
+    if impl == base and not batched_base:
         return "1×"
-    row = run.get(scenario, impl, regime, metric + suffix)
+    row = run.get(scenario, impl, regime, ratio_metric(metric, base, batched_base))
     if row is None or row["status"] != "ok":
         return "—"
     text = f"{_fmt(float(row['value']), 3)}×{_interval(row)}"
@@ -262,16 +263,17 @@ CALIBRATION_CSV = Path(__file__).resolve().parents[2] / "results" / "calibration
 
 
 def calibration_notes(path: Path = CALIBRATION_CSV) -> dict[tuple[str, str], str]:
-    """(contender, regime) -> "calibrated: ours/real = X (scenario)" from the calibration figures, if present."""
+    """(contender, regime) -> "calibrated: ours/real = X (scenario), Y (other scenario)" from the calibration
+    figures, if present: the first row of each scenario, in the file's order."""
     if not path.is_file():
         return {}
-    notes = {}
+    ratios: dict[tuple[str, str], dict[str, str]] = {}
     for row in pd.read_csv(path).itertuples():
-        key = (row.contender, row.call_shape)
-        if key not in notes:
-            notes[key] = (f"calibrated: ours/real = {row.ratio:.2f} ({row.scenario})" if not pd.isna(row.ratio)
-                          else "not calibrated (no real run)")
-    return notes
+        per_scenario = ratios.setdefault((row.contender, row.call_shape), {})
+        if row.scenario not in per_scenario:
+            per_scenario[row.scenario] = "" if pd.isna(row.ratio) else f"{row.ratio:.2f} ({row.scenario})"
+    return {key: ("calibrated: ours/real = " + ", ".join(v for v in per.values() if v)) if any(per.values())
+            else "not calibrated (no real run)" for key, per in ratios.items()}
 
 
 def engines_section(run: RunData, scenario: str = "paper") -> str:
@@ -331,7 +333,10 @@ def write_reports(run: str | Path | None = None) -> Path:
     sharing = sharing_table(data)
     atomic_write_text(data.run_dir / "paper_table.md",
                       paper + "\n" + sharing + ("\n" + engines if engines else "") + "\n" + copies)
-    atomic_write_text(data.run_dir / "summary.md", scenario_summary(data))
+    from harness.output.cache_report import prefix_cache_section
+
+    caching = prefix_cache_section(data)
+    atomic_write_text(data.run_dir / "summary.md", scenario_summary(data) + ("\n" + caching if caching else ""))
     return data.run_dir
 
 

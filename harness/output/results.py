@@ -31,9 +31,11 @@ from scenarios.atomic import atomic_write_bytes
 RESULTS_DIR = Path("results")
 STATUSES = ("ok", "unsupported", "unavailable", "skipped", "failed")
 SCHEMA_VERSION = 2
-# Figures that may be negative: a counted region minus an empty region can come out below zero by noise.
-SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "aa_ratio_log", "cpu_share_observed_pct",
-                            "cpu_share_observed_whole_step_pct"})
+# Figures that may be negative: a counted region minus an empty region can come out below zero by noise, and
+# so can a difference of two timed medians (the cache-operation study's derived rows) or a paced run's thread
+# time minus its idle run's.
+SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "aa_ratio_log", "cache_insert_ns",
+                            "cache_evict_ns", "cpu_share_observed_pct", "cpu_share_observed_whole_step_pct"})
 MAX_ABS_VALUE = 1e15  # no figure we publish comes near this (1e15 ns is eleven days)
 
 
@@ -232,3 +234,8 @@ def write_json(path: Path, obj: object, compress: bool = False) -> None:
 def read_json(path: Path) -> object:
     data = path.read_bytes()
     return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+
+
+def ratio_metric(metric: str, base: str = "flat", batched_base: bool = False) -> str:
+    """The name of the ratio row of ``metric`` against ``base`` (same regime, or ``base`` batched)."""
+    return f"{metric}_vs_{base.replace('-', '_')}" + ("_batched" if batched_base else "")

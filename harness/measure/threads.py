@@ -1,0 +1,31 @@
+"""One host thread for every block manager: torch's intra-op thread pool is pinned to one thread for a run.
+
+A block manager runs on the scheduler's host thread, and the benchmark states single-thread costs. Torch's
+default pool (one thread per core) made the ``sglang`` contender's small tensor operations wait on a helper
+thread: on the shared 2-core development machine (2026-11-30, load average about 8), 400 steps of ``paper``
+in the batched regime took 2.9 s of CPU time and 17-19 s of wall time with two intra-op threads, 0.5 s and
+4-7 s with one. Its figures then followed the machine's load (a repeat run read 2.5 times the reference's
+batched step time) rather than the code.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def one_intra_op_thread() -> Iterator[int | None]:
+    """Within the block: torch (if an implementation imported it) uses one intra-op thread. Yields that count,
+    or None when torch is not loaded; the previous count is restored on exit."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield None
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield 1
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,603 @@
+"""``flat-pc``: the flat design (:mod:`impls.flat`) with prefix caching, still Numba kernels over preallocated
+arrays and still allocating nothing per step.
+
+The state is flat's two arrays, ``ints`` grown by a cache extension, plus one ``uint64`` array:
+
+- ``table`` and ``ints[:flat size]`` exactly as :mod:`impls.flat` lays them out (so flat's read-only and fork
+  kernels run on them unchanged), the free-block stack holding only *never-cached* free blocks;
+- ``ints[ext:]``: a header (:data:`FIELDS`: evictable count, LRU head and tail, cached count, log2 of the hash
+  table's capacity, log2 of the scratch set's, the scratch stamp, the detail of the last failure), the hash
+  table's values (block id per slot), the intrusive LRU of evictable blocks (int32 ``prev`` and ``next`` per
+  block, -1 = none; head = least recently freed, evicted first) and the scratch set's stamps;
+- ``keys`` (uint64): the hash table's keys (``2**cap_bits >= 2 * num_blocks`` slots, 0 = empty: the contract
+  reserves hash 0), the hash each block carries (0 = none), the scratch set's keys and, last, the number of
+  evictions so far (a statistic).
+
+The hash table is open addressing with linear probing and backward-shift deletion (no tombstones, so probe
+chains never lengthen with churn); slots come from Fibonacci hashing of the key (multiply by 2**64 / phi, keep
+the top ``cap_bits`` bits), which spreads small or sequential hashes too. At most ``num_blocks`` blocks carry a
+hash, so the load factor is at most 1/2 and every probe loop meets an empty slot. The scratch set (capacity
+``>= 2 * max_blocks_per_seq``, stamped per call instead of cleared) rejects a chain that holds a hash twice
+without allocating.
+
+Memory per cached block (what caching adds to flat, per block of the pool): 2 to 4 hash-table slots of 12 B
+(8 B key, 4 B value; 2 when ``num_blocks`` is a power of two), 8 B for the block's hash and 8 B for its LRU
+links: 40 B, at most 64 B.
+
+Every kernel checks its arguments in the contract's order and returns a status code; a failed call changes no
+observable state (capacity is checked before anything is taken). Compiled code stays inside its arrays by
+construction: sequence ids are range-checked, block ids only ever come from the stack, the table, the LRU or
+the hash table's values (all filled with ids below ``num_blocks``), hash-table and scratch indices are masked
+by their capacity, chains are read below their length, and a block is taken only after a capacity check has
+shown that the stack or the LRU holds one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from . import flat
+from .compiled import CachingKernels
+from .contract import (
+    E_ACTIVE,
+    E_BUFFER,
+    E_COUNT,
+    E_HASH,
+    E_INACTIVE,
+    E_NO_BLOCKS,
+    E_NOT_FULL,
+    E_SEALED,
+    E_SEQ_RANGE,
+    E_TOKENS,
+    E_TOO_LONG,
+    OK,
+)
+from .flat import BLOCK_SHIFT, HEADER, LEN, MARK, NUM_BLOCKS, ROW, SHARED, TOP, FlatBlockManager, offsets
+from .validation import chain_problem, chain_shape_arg, hash_arg, lookup_args, seq_arg, tokens_arg
+
+# The extension's header, at ``ext`` = flat's size of ``ints``.
+EVICT, HEAD, TAIL, CACHED, CAP_BITS, SCR_BITS, SCR_STAMP, DETAIL = range(8)
+FIELDS = 8
+NIL = -1
+SCR_STAMP_LIMIT = 2**31 - 2
+
+_u = np.uint64  # unsigned indices, as in flat: no wrap-around fix-up per index
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / phi, odd
+_ZERO = np.uint64(0)
+_ONE = np.uint64(1)
+_HASH_SIGN = 2**63
+
+# flat's kernels, inlined (same source, so the same rules): fork, lookup and last_slot read or write nothing
+# the cache owns, and flat's one-pass step is exact whenever the stack alone covers the step (no eviction).
+_flat_fork = njit(inline="always")(flat.fork.py_func)
+_flat_lookup = njit(inline="always")(flat.lookup.py_func)
+_flat_last_slot = njit(inline="always")(flat.last_slot.py_func)
+_flat_step = njit(inline="always")(flat.decode_step.py_func)
+
+
+def layout(max_seqs: int, num_blocks: int, max_blocks_per_seq: int) -> tuple[int, int, int, int, int]:
+    """``(ext, cap_bits, scr_bits, ints size, keys size)`` of a configuration."""
+    ext = offsets(max_seqs, num_blocks)[-1]
+    cap_bits = max(1, (2 * num_blocks - 1).bit_length())
+    scr_bits = max(1, (2 * max_blocks_per_seq - 1).bit_length())
+    cap, scr = 1 << cap_bits, 1 << scr_bits
+    return ext, cap_bits, scr_bits, ext + FIELDS + cap + 2 * num_blocks + scr, cap + num_blocks + scr + 1
+
+
+# -- helpers (inlined: see flat's note on array arguments) ---------------------------------------------------
+@njit(cache=True, inline="always")
+def _ext(table, ints):
+    """Where the cache extension starts in ``ints`` (flat's size, from the same formula as flat.offsets)."""
+    return HEADER + ROW * table.shape[0] + 2 * np.int64(ints[NUM_BLOCKS]) + 4 * table.shape[0]
+
+
+@njit(cache=True, inline="always")
+def _home(h, bits):
+    """Fibonacci hashing: the top ``bits`` bits of ``h * 2**64/phi`` (1 <= bits <= 32, so the shift is < 64)."""
+    return np.int64((h * _GOLDEN) >> np.uint64(64 - bits))
+
+
+@njit(cache=True, inline="always")
+def _find(ints, keys, ext, h):
+    """The slot holding hash ``h`` (uint64, not 0), or -1. Load <= 1/2: the probe meets an empty slot."""
+    bits = ints[ext + CAP_BITS]
+    mask = (np.int64(1) << bits) - 1
+    i = _home(h, bits)
+    while True:
+        k = keys[_u(i)]
+        if k == h:
+            return i
+        if k == _ZERO:
+            return NIL
+        i = (i + 1) & mask
+
+
+@njit(cache=True, inline="always")
+def _insert(ints, keys, ext, h, block):
+    """Give ``block`` hash ``h`` unless another block carries it; returns whether it did."""
+    bits = ints[ext + CAP_BITS]
+    mask = (np.int64(1) << bits) - 1
+    vals = ext + FIELDS
+    i = _home(h, bits)
+    while True:
+        k = keys[_u(i)]
+        if k == _ZERO:
+            break
+        if k == h:
+            return False
+        i = (i + 1) & mask
+    keys[_u(i)] = h
+    ints[_u(vals + i)] = block
+    keys[_u(mask + 1 + block)] = h
+    ints[ext + CACHED] += 1
+    return True
+
+
+@njit(cache=True, inline="always")
+def _delete(ints, keys, ext, i):
+    """Empty slot ``i`` by backward shift: each later entry of the probe run whose home is not cyclically in
+    ``(i, j]`` moves into the hole, so no lookup ever needs a tombstone."""
+    bits = ints[ext + CAP_BITS]
+    mask = (np.int64(1) << bits) - 1
+    vals = ext + FIELDS
+    j = i
+    while True:
+        j = (j + 1) & mask
+        k = keys[_u(j)]
+        if k == _ZERO:
+            break
+        if ((j - _home(k, bits)) & mask) >= ((j - i) & mask):
+            keys[_u(i)] = k
+            ints[_u(vals + i)] = ints[_u(vals + j)]
+            i = j
+    keys[_u(i)] = _ZERO
+
+
+@njit(cache=True, inline="always")
+def _lru_push(ints, ext, prev, nxt, block):
+    """``block`` (ref count now 0, cached) becomes the most recently freed evictable block."""
+    tail = ints[ext + TAIL]
+    ints[_u(prev + block)] = tail
+    ints[_u(nxt + block)] = NIL
+    if tail < 0:
+        ints[ext + HEAD] = block
+    else:
+        ints[_u(nxt + tail)] = block
+    ints[ext + TAIL] = block
+    ints[ext + EVICT] += 1
+
+
+@njit(cache=True, inline="always")
+def _lru_unlink(ints, ext, prev, nxt, block):
+    """Take ``block`` (evictable) out of the LRU."""
+    p, n = ints[_u(prev + block)], ints[_u(nxt + block)]
+    if p < 0:
+        ints[ext + HEAD] = n
+    else:
+        ints[_u(nxt + p)] = n
+    if n < 0:
+        ints[ext + TAIL] = p
+    else:
+        ints[_u(prev + n)] = p
+    ints[ext + EVICT] -= 1
+
+
+@njit(cache=True, inline="always")
+def _take(ints, keys, ext, refs, stack):
+    """A fresh block with ref count 1: a never-cached one from the stack, else the least recently freed
+    evictable block, evicted (its hash dropped). Callers have checked ``TOP + EVICT`` covers every take."""
+    top = ints[TOP]
+    if top > 0:
+        top -= 1
+        ints[TOP] = top
+        block = np.int64(ints[_u(stack + top)])
+    else:
+        nb = np.int64(ints[NUM_BLOCKS])
+        cap = np.int64(1) << ints[ext + CAP_BITS]
+        prev = ext + FIELDS + cap
+        block = np.int64(ints[ext + HEAD])
+        _lru_unlink(ints, ext, prev, prev + nb, block)
+        _delete(ints, keys, ext, _find(ints, keys, ext, keys[_u(cap + block)]))
+        keys[_u(cap + block)] = _ZERO
+        ints[ext + CACHED] -= 1
+        keys[keys.shape[0] - 1] += _ONE
+    ints[_u(refs + block)] = 1
+    return block
+
+
+@njit(cache=True, inline="always")
+def _free_count(ints, ext):
+    return np.int64(ints[TOP]) + ints[ext + EVICT]
+
+
+# -- the contract's kernels ----------------------------------------------------------------------------------
+@njit(cache=True)
+def can_allocate(table, ints, keys, n):
+    if n < 0:
+        return E_COUNT
+    return 1 if _free_count(ints, _ext(table, ints)) >= n else 0
+
+
+@njit(cache=True)
+def allocate(table, ints, keys, seq, num_tokens):
+    ext = _ext(table, ints)
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
+    sh = ints[BLOCK_SHIFT]
+    if _u(seq) >= _u(table.shape[0]):
+        return E_SEQ_RANGE
+    if num_tokens < 1:
+        return E_TOKENS
+    need = (num_tokens + (1 << sh) - 1) >> sh
+    if need > table.shape[1]:
+        return E_TOO_LONG
+    rec = HEADER + ROW * seq
+    if ints[_u(rec + LEN)] != 0:
+        return E_ACTIVE
+    if need > _free_count(ints, ext):
+        ints[ext + DETAIL] = need
+        return E_NO_BLOCKS
+    for j in range(need):
+        table[_u(seq), _u(j)] = _take(ints, keys, ext, refs, stack)
+    ints[_u(rec + LEN)] = num_tokens
+    ints[_u(rec + MARK)] &= ~SHARED
+    return OK
+
+
+@njit(cache=True)
+def append(table, ints, keys, seq):
+    ext = _ext(table, ints)
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
+    sh = ints[BLOCK_SHIFT]
+    if _u(seq) >= _u(table.shape[0]):
+        return E_SEQ_RANGE, -1, -1
+    rec = HEADER + ROW * seq
+    n = ints[_u(rec + LEN)]
+    if n == 0:
+        return E_INACTIVE, -1, -1
+    us, j = _u(seq), _u(n >> sh)
+    mark = ints[_u(rec + MARK)]
+    if (n & ((1 << sh) - 1)) == 0:
+        if n >> sh >= table.shape[1]:
+            return E_TOO_LONG, -1, -1
+        if _free_count(ints, ext) == 0:
+            return E_NO_BLOCKS, -1, -1
+        table[us, j] = _take(ints, keys, ext, refs, stack)
+        ints[_u(rec + LEN)] = n + 1
+        ints[_u(rec + MARK)] = mark & ~SHARED
+        return 0, -1, -1
+    src = np.int64(table[us, j])
+    if (mark & SHARED) == 0 or ints[_u(refs + src)] == 1:
+        ints[_u(rec + LEN)] = n + 1
+        ints[_u(rec + MARK)] = mark & ~SHARED
+        return 0, -1, -1
+    if _free_count(ints, ext) == 0:
+        return E_NO_BLOCKS, -1, -1
+    dst = _take(ints, keys, ext, refs, stack)  # a partial block is never cached: src stays in use (ref >= 1)
+    ints[_u(refs + src)] -= 1
+    table[us, j] = dst
+    ints[_u(rec + LEN)] = n + 1
+    ints[_u(rec + MARK)] = mark & ~SHARED
+    return 1, src, dst
+
+
+@njit(cache=True)
+def fork(table, ints, keys, parent, child):
+    return _flat_fork(table, ints, parent, child)
+
+
+@njit(cache=True)
+def free(table, ints, keys, seq):
+    ext = _ext(table, ints)
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
+    cap = np.int64(1) << ints[ext + CAP_BITS]
+    prev = ext + FIELDS + cap
+    nxt = prev + ints[NUM_BLOCKS]
+    if _u(seq) >= _u(table.shape[0]):
+        return E_SEQ_RANGE
+    rec = HEADER + ROW * seq
+    n = ints[_u(rec + LEN)]
+    if n == 0:
+        return E_INACTIVE
+    sh = ints[BLOCK_SHIFT]
+    top = ints[TOP]
+    for j in range(((n + (1 << sh) - 1) >> sh) - 1, -1, -1):  # reverse table order: the tail evicted first
+        block = np.int64(table[_u(seq), _u(j)])
+        r = ints[_u(refs + block)] - 1
+        ints[_u(refs + block)] = r
+        if r == 0:
+            if keys[_u(cap + block)] != _ZERO:
+                _lru_push(ints, ext, prev, nxt, block)
+            else:
+                ints[_u(stack + top)] = block
+                top += 1
+    ints[TOP] = top
+    ints[_u(rec + LEN)] = 0
+    return OK
+
+
+@njit(cache=True)
+def last_slot(table, ints, keys, seq):
+    return _flat_last_slot(table, ints, seq)
+
+
+@njit(cache=True)
+def lookup(table, ints, keys, seq_ids, slot_out):
+    return _flat_lookup(table, ints, seq_ids, slot_out)
+
+
+@njit(cache=True)
+def decode_step(table, ints, keys, seq_ids, cow_out, slot_out):
+    n = seq_ids.shape[0]
+    if n <= ints[TOP]:  # the stack alone covers the step: nothing is evicted, flat's one-pass step is exact
+        return _flat_step(table, ints, seq_ids, cow_out, slot_out)
+    if slot_out.shape[0] < n or cow_out.shape[0] < n:
+        return E_BUFFER, n
+    ext = _ext(table, ints)
+    rc, need = flat._reserve(table, ints, seq_ids)  # validates every id (marks only), then the need vs the stack
+    if rc == E_NO_BLOCKS:
+        if need > _free_count(ints, ext):
+            return E_NO_BLOCKS, need
+    elif rc != OK:
+        return rc, need
+    return _tight_appends(table, ints, keys, ext, seq_ids, cow_out, slot_out)
+
+
+@njit(cache=True, inline="always")
+def _tight_appends(table, ints, keys, ext, seq_ids, cow_out, slot_out):
+    """The appends of a validated step whose need the stack and the LRU cover (takes may evict): nothing can
+    fail here, so nothing is saved for a rollback."""
+    sh = ints[BLOCK_SHIFT]
+    mask = (1 << sh) - 1
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
+    cows = 0
+    for i in range(seq_ids.shape[0]):
+        seq = seq_ids[_u(i)]
+        rec = HEADER + ROW * seq
+        length = ints[_u(rec + LEN)]
+        off = length & mask
+        j = _u(length >> sh)
+        if off == 0:
+            block = _take(ints, keys, ext, refs, stack)
+            table[_u(seq), j] = block
+        else:
+            block = np.int64(table[_u(seq), j])
+            if ints[_u(rec + MARK)] & SHARED and ints[_u(refs + block)] != 1:
+                dst = _take(ints, keys, ext, refs, stack)
+                ints[_u(refs + block)] -= 1
+                table[_u(seq), j] = dst
+                cow_out[_u(cows), 0] = block
+                cow_out[_u(cows), 1] = dst
+                cows += 1
+                block = dst
+        ints[_u(rec + MARK)] &= ~SHARED
+        ints[_u(rec + LEN)] = length + 1
+        slot_out[_u(i)] = (block << sh) | off
+    return cows, 0
+
+
+@njit(cache=True, inline="always")
+def _next_scratch_stamp(ints, ext):
+    """A stamp no scratch slot holds: slots are cleared only when it wraps."""
+    stamp = ints[ext + SCR_STAMP] + 1
+    if stamp > SCR_STAMP_LIMIT:
+        at = ext + FIELDS + (np.int64(1) << ints[ext + CAP_BITS]) + 2 * np.int64(ints[NUM_BLOCKS])
+        for s in range(np.int64(1) << ints[ext + SCR_BITS]):
+            ints[_u(at + s)] = 0
+        stamp = 1
+    ints[ext + SCR_STAMP] = stamp
+    return stamp
+
+
+@njit(cache=True, inline="always")
+def _seen_before(ints, keys, ext, stamp, h):
+    """Add ``h`` to the call's scratch set; True if it was there (the chain holds it twice). The chain has at
+    most max_blocks_per_seq entries and the set twice as many slots: the probe meets a free slot."""
+    nb = np.int64(ints[NUM_BLOCKS])
+    cap = np.int64(1) << ints[ext + CAP_BITS]
+    bits = ints[ext + SCR_BITS]
+    mask = (np.int64(1) << bits) - 1
+    stamps = ext + FIELDS + cap + 2 * nb
+    at = cap + nb
+    s = _home(h, bits)
+    while ints[_u(stamps + s)] == stamp:
+        if keys[_u(at + s)] == h:
+            return True
+        s = (s + 1) & mask
+    ints[_u(stamps + s)] = stamp
+    keys[_u(at + s)] = h
+    return False
+
+
+@njit(cache=True, inline="always")
+def _check_chain(table, ints, keys, ext, seq, chain, write):
+    """Every entry non-zero and distinct (``E_HASH``, the entry's index in DETAIL), and the cached prefix:
+    returns ``(code, hits, evictable hits)``. With ``write`` (an inactive row, whose entries nothing reads) the
+    hit blocks go to the row's table as found, so that admission need not look them up again."""
+    stamp = _next_scratch_stamp(ints, ext)
+    refs = HEADER + ROW * table.shape[0]
+    vals = ext + FIELDS
+    hits, evictable, missed = 0, 0, False
+    for i in range(chain.shape[0]):
+        h = chain[_u(i)]
+        if h == _ZERO or _seen_before(ints, keys, ext, stamp, h):
+            ints[ext + DETAIL] = i
+            return E_HASH, 0, 0
+        if not missed:
+            slot = _find(ints, keys, ext, h)
+            if slot < 0:
+                missed = True
+            else:
+                block = ints[_u(vals + slot)]
+                if write:
+                    table[_u(seq), _u(i)] = block
+                hits += 1
+                evictable += ints[_u(refs + block)] == 0
+    return OK, hits, evictable
+
+
+@njit(cache=True)
+def allocate_cached(table, ints, keys, seq, num_tokens, chain):
+    """Admission with the prefix cache; returns the tokens served from the cache, or a code (<0)."""
+    ext = _ext(table, ints)
+    sh = ints[BLOCK_SHIFT]
+    if _u(seq) >= _u(table.shape[0]):
+        return E_SEQ_RANGE
+    if num_tokens < 1:
+        return E_TOKENS
+    blocks = (num_tokens + (1 << sh) - 1) >> sh
+    if blocks > table.shape[1]:
+        return E_TOO_LONG
+    full = num_tokens >> sh
+    if chain.shape[0] != full:  # (the wrapper checked it; the replay calls here directly) so full <= columns
+        ints[ext + DETAIL] = -1
+        return E_HASH
+    rec = HEADER + ROW * seq
+    active = ints[_u(rec + LEN)] != 0
+    rc, hits, evictable = _check_chain(table, ints, keys, ext, seq, chain, not active)
+    if rc != OK:
+        return rc
+    if active:
+        return E_ACTIVE
+    need = blocks - hits + evictable
+    if need > _free_count(ints, ext):
+        ints[ext + DETAIL] = need
+        return E_NO_BLOCKS
+    _admit(table, ints, keys, ext, seq, chain, hits, blocks)
+    ints[_u(rec + LEN)] = num_tokens
+    mark = ints[_u(rec + MARK)] & ~SHARED
+    ints[_u(rec + MARK)] = mark | SHARED if hits == blocks and hits > 0 else mark  # a hit last block may be shared
+    return np.int64(hits) << sh
+
+
+@njit(cache=True, inline="always")
+def _admit(table, ints, keys, ext, seq, chain, hits, blocks):
+    """The row's blocks once the pool covers them, in the contract's order."""
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
+    prev = ext + FIELDS + (np.int64(1) << ints[ext + CAP_BITS])
+    nxt = prev + ints[NUM_BLOCKS]
+    for j in range(hits):  # (1) the hits, in chain order (_check_chain wrote them to the row)
+        block = np.int64(table[_u(seq), _u(j)])
+        if ints[_u(refs + block)] == 0:
+            _lru_unlink(ints, ext, prev, nxt, block)
+        ints[_u(refs + block)] += 1
+    for j in range(hits, blocks):  # (2) the fresh blocks, each take may evict
+        table[_u(seq), _u(j)] = _take(ints, keys, ext, refs, stack)
+    for j in range(hits, chain.shape[0]):  # (3) the fresh full blocks' hashes, unless another block carries one
+        _insert(ints, keys, ext, chain[_u(j)], np.int64(table[_u(seq), _u(j)]))
+
+
+@njit(cache=True)
+def seal(table, ints, keys, seq, block_hash):
+    """Give the row's full last block the hash ``block_hash`` (any 64-bit integer type; its bits are the
+    hash). Returns 1 when cached, 0 when another block carries the hash, or a code (<0)."""
+    h = np.uint64(block_hash)
+    if _u(seq) >= _u(table.shape[0]):
+        return E_SEQ_RANGE
+    n = ints[_u(HEADER + ROW * seq + LEN)]
+    if n == 0:
+        return E_INACTIVE
+    if h == _ZERO:
+        return E_HASH
+    sh = ints[BLOCK_SHIFT]
+    if n & ((1 << sh) - 1):
+        return E_NOT_FULL
+    ext = _ext(table, ints)
+    block = np.int64(table[_u(seq), _u((n >> sh) - 1)])
+    if keys[_u((np.int64(1) << ints[ext + CAP_BITS]) + block)] != _ZERO:
+        return E_SEALED
+    return 1 if _insert(ints, keys, ext, h, block) else 0
+
+
+KERNELS = CachingKernels(can_allocate, allocate, append, fork, free, decode_step, lookup, last_slot,
+                         allocate_cached, seal)
+
+
+class FlatPcBlockManager(FlatBlockManager):
+    """``flat`` with prefix caching (``"flat-pc"``): open-addressing uint64 hash table and intrusive LRU in
+    preallocated arrays, Numba kernels, no allocation per step. Memory per cached block: 40 B to 64 B (see the
+    module docstring and :meth:`memory_bytes`)."""
+
+    prefix_caching = True
+    kernels = KERNELS
+
+    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
+                 max_blocks_per_seq: int = 256, *, table: np.ndarray | None = None) -> None:
+        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq, table=table)
+        s, n = self.max_seqs, self.num_blocks
+        ext, cap_bits, scr_bits, size, key_size = layout(s, n, self.max_blocks_per_seq)
+        ints = np.zeros(size, dtype=np.int32)
+        ints[:ext] = self.ints  # flat's state as its constructor left it
+        ints[ext + HEAD] = ints[ext + TAIL] = NIL
+        ints[ext + CAP_BITS], ints[ext + SCR_BITS] = cap_bits, scr_bits
+        records, refs, stack, _, _ = offsets(s, n)
+        self.ints = ints
+        self._lens, self._refs = ints[records + LEN : refs : ROW], ints[refs:stack]
+        self.keys = np.zeros(key_size, dtype=np.uint64)
+        self._ext, self._cap = ext, 1 << cap_bits
+        self.state = (self.table, self.ints, self.keys)
+
+    def memory_bytes(self) -> int:
+        """flat's bytes (see :meth:`FlatBlockManager.memory_bytes`) plus the cache: per hash-table slot 12 B
+        (``2**cap_bits >= 2 * num_blocks`` slots), per block 16 B (its hash, its LRU links), the scratch set
+        (12 B per slot, ``>= 2 * max_blocks_per_seq`` slots) and 40 B of counters."""
+        _, _, _, size, key_size = layout(self.max_seqs, self.num_blocks, self.max_blocks_per_seq)
+        return super().memory_bytes() + 4 * (size - offsets(self.max_seqs, self.num_blocks)[-1]) + 8 * key_size
+
+    def num_free_blocks(self) -> int:
+        """Never-cached free blocks plus evictable ones."""
+        return int(self.ints[TOP]) + int(self.ints[self._ext + EVICT])
+
+    def num_cached_blocks(self) -> int:
+        """Blocks that carry a hash (in use or evictable)."""
+        return int(self.ints[self._ext + CACHED])
+
+    @property
+    def evictions(self) -> int:
+        """Blocks evicted so far (a statistic, as ``ReferenceModel.evictions``)."""
+        return int(self.keys[-1])
+
+    def allocate_cached(self, seq_id: int, num_tokens: int, hashes: np.ndarray) -> int:
+        """Admit a request through the prefix cache; returns the prompt tokens served from the cache.
+        The chain's entries are checked in the kernel (no allocation); see
+        :class:`impls.contract.CachingBlockManager`."""
+        if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:
+            seq_id = seq_arg(seq_id, self.max_seqs)
+        if type(num_tokens) is not int or not 0 < num_tokens <= self.max_tokens:
+            num_tokens = tokens_arg(num_tokens, seq_id, self.max_blocks_per_seq, self.block_shift)
+        chain = chain_shape_arg(hashes, num_tokens, self.block_shift, seq_id)
+        rc = self.kernels.allocate_cached(*self.state, seq_id, num_tokens, chain)
+        if rc < 0:
+            detail = int(self.ints[self._ext + DETAIL])
+            self._fail(rc, seq_id, num_tokens=num_tokens, need=detail, why=chain_problem(chain))
+        return rc
+
+    def seal(self, seq_id: int, block_hash: int) -> bool:
+        """Give the sequence's full last block its hash; True when it is now cached, False when another block
+        carries that hash."""
+        if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:
+            seq_id = seq_arg(seq_id, self.max_seqs)
+        h = block_hash
+        if type(h) is not int or not 0 < h < _HASH_SIGN:  # (the hot path: a Python int the kernel can take)
+            self._check_active(seq_id)  # the contract checks the row's state before the hash
+            h = hash_arg(block_hash, seq_id)
+            h = h - 2**64 if h >= _HASH_SIGN else h  # the kernel takes int64; its bits are the hash
+        rc = self.kernels.seal(*self.state, seq_id, h)
+        if rc < 0:
+            self._fail(rc, seq_id, why="block hash 0 is reserved")
+        return rc == 1
+
+    # Read-only batched kernels take flat's two arrays: one array argument less to dispatch per call. (Per-call
+    # last_slot goes through the base class's entry point, which types no argument: cheaper than the dispatcher
+    # with one array fewer, and the dispatch floor's empty kernel stands in for it.)
+    def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
+        """Write the newest token's slot of each sequence to ``slot_out`` (flat's kernel)."""
+        seq_ids = lookup_args(seq_ids, slot_out, self.max_seqs)
+        rc, detail = flat.lookup(self.table, self.ints, seq_ids, slot_out)
+        if rc < 0:
+            self._fail_batch(rc, detail, seq_ids, len(slot_out))

@@ -1,0 +1,28 @@
+"""A run pins torch's intra-op pool to one thread, and gives the previous count back."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from harness.measure.threads import one_intra_op_thread
+
+
+def test_torch_runs_one_intra_op_thread_within_a_run() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed (EXTRAS=test)")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with one_intra_op_thread() as threads:
+            assert threads == 1 and torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_without_torch_loaded_nothing_is_imported(monkeypatch) -> None:
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    with one_intra_op_thread() as threads:
+        assert threads is None
+    assert "torch" not in sys.modules
