@@ -28,6 +28,16 @@ def caching_scenarios(run: RunData) -> list[str]:
     return list(dict.fromkeys(df[df.metric == "cache_hit_tokens_pct"].scenario))
 
 
+def hit_sentence(run: RunData, scenario: str) -> str:
+    """``80.7 % of tokens, 3.1 evictions/step`` when every cell agreed, else a warning."""
+    df = run.df
+    sub = df[(df.scenario == scenario) & df.metric.isin(HIT_METRICS) & (df.status == "ok")]
+    values = {m: sorted(set(sub[sub.metric == m].value.round(6))) for m in HIT_METRICS}
+    if any(len(v) != 1 for v in values.values()):
+        return "**cells disagree**"
+    return f"{_fmt(values[HIT_METRICS[0]][0])} % of tokens, {_fmt(values[HIT_METRICS[2]][0])} evictions/step"
+
+
 def _hit_line(run: RunData, scenario: str) -> str:
     """One sentence: the scenario's hit rates and evictions, and whether every cell agreed."""
     df = run.df

@@ -25,7 +25,7 @@ from harness.output.report import (
     value_text,
 )
 from harness.output.results import atomic_write_text
-from harness.output.rundata import RunData
+from harness.output.rundata import RunData, ordered
 from impls import registry
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -109,6 +109,7 @@ def section(run: RunData) -> str:
         "",
     ]
     lines += _sharing_lines(run)
+    lines += _caching_lines(run)
     engines = _engine_rows(run)
     if engines:
         lines += ["Engine contenders (our models of their block managers), ns per sequence-step and how many times "
@@ -128,6 +129,28 @@ def _sharing_lines(run: RunData) -> list[str]:
             "ns per sequence-step also as a ratio to `flat` [paired 95 % interval].", "",
             "| design | impl | regime | " + " | ".join(h for _, h in SHARING_COLUMNS) + " |",
             "|---|---|---|" + "---|" * len(SHARING_COLUMNS), *sharing_rows(run, scenario, ("batched",)), ""]
+
+
+def _caching_lines(run: RunData) -> list[str]:
+    """Prefix caching: each caching scenario's hit rate (the same for every cell, checked) and each caching
+    implementation's ns per sequence-step, batched, as a ratio to `flat-pc`."""
+    from harness.output.cache_report import CACHE_BASE, caching_scenarios, hit_sentence  # it imports report
+
+    scenarios = caching_scenarios(run)
+    if not scenarios:
+        return ["Prefix caching: this run measured no caching scenario.", ""]
+    impls = ordered(run.df[run.df.scenario.isin(scenarios) & (run.df.metric == "seq_step_ns")].impl)
+    out = ["Prefix caching, batched regime: ns per sequence-step [95 % interval] and its ratio to `flat-pc` [paired "
+           "95 % interval]; the hit rate is the same for every implementation (each replay is checked against the "
+           "trace's hits step by step).", "",
+           "| scenario | hit rate | " + " | ".join(f"`{i}`" for i in impls) + " |",
+           "|---|---|" + "---|" * len(impls)]
+    for scenario in scenarios:
+        cells = [f"{value_text(run, scenario, i, 'batched', 'seq_step_ns')} "
+                 f"({ratio_text(run, scenario, i, 'batched', 'seq_step_ns', base=CACHE_BASE)})"
+                 if run.get(scenario, i, "batched", "seq_step_ns") else "—" for i in impls]
+        out.append(f"| `{scenario}` | {hit_sentence(run, scenario)} | " + " | ".join(cells) + " |")
+    return [*out, ""]
 
 
 def replace_section(text: str, body: str) -> str:
