@@ -25,6 +25,10 @@ test: setup
 	$(PY) -m pytest -q
 	$(PY) -m ruff check .
 
+# The long tests (differential fuzzing at length, every contender on every scenario): run by .ci/run too.
+test-slow: setup
+	$(PY) -m pytest -q -m slow
+
 # The default matrix (harness/measure/matrix.py): about twelve minutes on two cores (README, "Time budget").
 bench: setup
 	$(CLI) run --figures

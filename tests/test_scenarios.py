@@ -29,10 +29,27 @@ def traces(tmp_path_factory) -> dict:
     return {name: load(save(small(name), folder / f"{name}.npz")) for name in SCENARIOS}
 
 
+# sglang (torch on CPU, ~100x slower per call than the others) replays these in the default suite; every other
+# scenario in the slow one.
+TORCH_QUICK = {"paper", "parallel-sampling", "beam-search", "pressure"}
+
+
 @pytest.mark.parametrize("name", PLAIN)
 def test_every_scenario_replays_on_every_implementation(traces, name: str) -> None:
-    trace = traces[name]
-    for impl, cls in REGISTRY.items():
+    _replay_all(traces[name], [i for i in REGISTRY if i != "sglang" or name in TORCH_QUICK])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(PLAIN) - TORCH_QUICK))
+def test_every_scenario_replays_on_sglang(traces, name: str) -> None:
+    if "sglang" not in REGISTRY:
+        pytest.skip("sglang needs torch (pip install -e '.[torch]')")
+    _replay_all(traces[name], ["sglang"])
+
+
+def _replay_all(trace, impls: list[str]) -> None:
+    for impl in impls:
+        cls = REGISTRY[impl]
         for regime in ("per-call", "batched"):
             mgr = cls(**trace.config)
             cows = replay(trace, mgr, regime)
