@@ -1,9 +1,9 @@
 """What a run measures, as data: which implementations and regimes on which scenario, and which studies.
 
 The default matrix aims at about ten minutes of ``make bench`` on two cores (README, "Time budget", with the
-time each part took): eight for the cells and studies below, two kept for the prefix-caching scenarios; it
-takes about twelve today. The reference run of 2026-11-30 took 19 minutes; most of the difference is three
-rules here, each a trade-off stated in the README: the engines' per-call regime runs one repetition
+time each part took) and misses it: the two runs of 2026-11-30 took 20.5 and 19.3 minutes, 5.6 of them in the
+prefix-caching scenarios. Three rules here keep the rest down, each a trade-off stated in the README: the
+engines' per-call regime runs one repetition
 (``sglang`` per call replays ``paper`` in about 80 s, ``flat`` batched in 4 ms), paced runs measure the
 article's designs only (a paced run lasts as long as the cell's replay), and callgrind leaves the engines
 out (a valgrind process importing torch costs minutes). It is the tables below, read by the runner, by the
