@@ -26,3 +26,19 @@ def test_markers_are_required_and_replaced_in_place() -> None:
         replace_section("no markers", "x")
     with pytest.raises(ReadmeError):
         replace_section(f"{END}\n{BEGIN}", "x")
+
+
+def test_the_section_says_where_the_time_went(tmp_path: Path) -> None:
+    """Each scenario's wall time, largest first, and the rest of the run, from the rows and meta.json."""
+    from harness.output.readme import _time_lines
+    from harness.output.results import Row, write_json, write_rows
+
+    write_rows(tmp_path / "results.csv", [Row("paper", "-", "-", "scenario_wall_s", 100.0, "s", "wall clock"),
+                                          Row("mooncake", "-", "-", "scenario_wall_s", 250.4, "s", "wall clock")])
+    write_json(tmp_path / "meta.json", {"started": "2026-11-30T08:00:00+0000",
+                                        "finished": "2026-11-30T08:06:00+0000"})
+    lines = _time_lines(RunData.load(tmp_path))
+    assert lines[0].endswith("`mooncake` 250 s, `paper` 100 s; outside the scenarios (start-up, calibration, "
+                             "figures) 10 s.")
+    write_rows(tmp_path / "results.csv", [Row("paper", "-", "-", "trace_s", 1.0, "s", "wall clock")])
+    assert _time_lines(RunData.load(tmp_path)) == []  # an older run without the rows says nothing

@@ -29,7 +29,9 @@ def test_run_writes_a_complete_run_directory(tmp_path, capsys) -> None:
         assert m in metrics, m
     floors = {(r.impl, r.regime) for r in rows if r.metric == "dispatch_floor_seq_step_ns" and r.status == "ok"}
     assert floors == {("flat", "per-call")}  # compiled per call only: the interpreted designs cross no boundary
-    assert {r.metric for r in rows if r.impl == "-"} >= {"trace_forks", "trace_cows"}
+    assert {r.metric for r in rows if r.impl == "-"} >= {"trace_forks", "trace_cows", "scenario_wall_s"}
+    wall = next(r for r in rows if r.metric == "scenario_wall_s")
+    assert wall.scenario == "paper" and 0 < wall.value < 3600  # measured, in seconds
     flat_batched = {r.metric: r for r in rows if r.impl == "flat" and r.regime == "batched"}
     assert flat_batched["allocs_per_step"].value == 0  # counted, not assumed
     assert flat_batched["seq_step_ns"].source == "rdtsc"

@@ -1,16 +1,18 @@
 """What a run measures, as data: which implementations and regimes on which scenario, and which studies.
 
-The default matrix aims at about ten minutes of ``make bench`` on two cores (README, "Time budget", with the
-time each part took) and misses it: the two runs of 2026-11-30 took 20.5 and 19.3 minutes, 5.6 of them in the
-prefix-caching scenarios. Three rules here keep the rest down, each a trade-off stated in the README: the
-engines' per-call regime runs one repetition
-(``sglang`` per call replays ``paper`` in about 80 s, ``flat`` batched in 4 ms), paced runs measure the
-article's designs only (a paced run lasts as long as the cell's replay), and callgrind leaves the engines
-out (a valgrind process importing torch costs minutes). It is the tables below, read by the runner, by the
-progress bar's total and by the documentation (``kvblock-bench run --help`` prints :func:`describe`);
-nothing else decides what runs. Naming scenarios, implementations or a trace file on the command line
-replaces :data:`CELL_RULES` by "exactly what was named" (for ``--reps`` repetitions each), while the studies
-keep their rules. ``--quick`` replays short traces once and keeps the studies to ``paper``.
+The default matrix aims at about ten minutes of ``make bench`` on two cores (README, "Time budget"; every
+run records each scenario's wall time as a ``scenario_wall_s`` row). Its trade-offs, each stated in the
+README: the per-call regime runs on ``paper`` and on the caching study's scenario only, ``sglang`` has no
+per-call cell (the engine allocates per batch; the emulation cost 93 s a run), the caching engine contender
+runs on one caching scenario, allocations are counted where rule 1 is in question (``paper`` and the caching
+scenarios), paced runs measure the article's designs only (a paced run lasts as long as the cell's replay),
+and callgrind leaves the engines out (a valgrind process importing torch costs minutes).
+
+It is the tables below, read by the runner, by the progress bar's total and by the documentation
+(``kvblock-bench run --help`` prints :func:`describe`); nothing else decides what runs. Naming scenarios,
+implementations or a trace file on the command line replaces :data:`CELL_RULES` by "exactly what was named"
+(for ``--reps`` repetitions each), while the studies keep their rules. ``--quick`` replays short traces once
+and keeps the studies to ``paper``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ ALL = "*"  # every scenario
 SWEEP = "concurrency-*"  # the concurrency sweep
 TRACE = "trace:*"  # a trace file given with --trace
 CACHING = "caching:*"  # every scenario whose trace uses prefix caching (``Scenario.caching`` in the catalogue)
+CACHE_OPS_SCENARIO = "system-prompt-256"  # the caching study's scenario: cache operations, the engine contender
 
 
 @dataclass(frozen=True)
@@ -37,23 +40,26 @@ class CellRule:
     regimes: tuple[str, ...]
     scenarios: tuple[str, ...] = (ALL,)
     max_reps: int = 0
+    skip: tuple[str, ...] = ()  # implementations of these roles the rule leaves out
 
 
-# The article's designs everywhere in both regimes; the compiled twins batched everywhere and per call on the
-# paper workload; the C++ designs batched everywhere (a replay inside C++ takes milliseconds); engines and
-# plug-ins on the paper workload. The engines' per-call regime runs one repetition: it is the slowest cell by
-# far (sglang per call, a decode batch of one per sequence: about 40 ms a step, 80 s a replay of paper, where
-# flat's takes 4 ms), its steps are long enough that a switch of cells costs nothing measurable, and its
-# interval then comes from the slices alone (README, "How measurements are made").
+# Batched, every design everywhere: the article's, their compiled twins, the C++ ones (a replay inside C++
+# takes milliseconds), and on the prefix-caching scenarios the caching designs. Per call (an interpreted
+# engine's call shape, its cost mostly the calls' own: see the dispatch rows), the article's designs on the
+# paper workload and the caching designs on the caching study's scenario; the compiled twins per call (one
+# Numba dispatch per block, 22 s a run) only when named. The engine contenders on the paper
+# workload, and the caching one (about 18 us per sequence-step) on the caching study's scenario.
+# ``sglang`` has no per-call cell: SGLang allocates for a whole batch in one call (``alloc_decode``), and our
+# per-sequence emulation of a per-call engine cost 93 s of the 19-minute run of 2026-11-30 for a call shape
+# the engine never has. Anything left out runs when named: ``--scenario beam-search --regime per-call``.
 CELL_RULES: tuple[CellRule, ...] = (
-    CellRule(("design",), REGIMES),
-    CellRule(("twin",), ("batched",)),
-    CellRule(("twin",), ("per-call",), (PAPER,)),
-    CellRule(("native",), ("batched",)),
+    CellRule(("design", "twin", "native"), ("batched",)),
+    CellRule(("design",), ("per-call",), (PAPER,)),
     CellRule(("contender",), ("batched",), (PAPER,)),
-    CellRule(("contender",), ("per-call",), (PAPER,), max_reps=1),
+    CellRule(("contender",), ("per-call",), (PAPER,), skip=("sglang",)),
     CellRule(("plugin",), REGIMES, (PAPER,)),
-    CellRule(("caching", "contender", "plugin"), REGIMES, (CACHING,)),
+    CellRule(("caching", "plugin"), ("batched",), (CACHING,)),
+    CellRule(("caching", "contender", "plugin"), REGIMES, (CACHE_OPS_SCENARIO,)),
 )
 # On a caching scenario only implementations with prefix caching run (``prefix_caching = True``, see
 # impls.contract.CachingBlockManager): the others cannot replay its admissions.
@@ -62,9 +68,6 @@ CELL_RULES: tuple[CellRule, ...] = (
 # Regimes a role can run in at all, named or not: the C++ designs replay inside C++ only (a per-call regime
 # would time ctypes, not the design).
 ROLE_REGIMES = {"native": ("batched",)}
-
-
-CACHE_OPS_SCENARIO = "system-prompt-256"  # the cache-operation study runs once, on this scenario's cells
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ class Study:
 # 80 s) and a valgrind process that imports torch costs minutes, for figures the article's comparison does
 # not use (the engines table reads the timed replays).
 STUDIES: tuple[Study, ...] = (
-    Study("allocations", (ALL,), (PAPER,), True, "allocation events per step (memray, Numba runtime)"),
+    Study("allocations", (PAPER, CACHING), (PAPER,), True, "allocation events per step (memray, Numba runtime)"),
     Study("paced", (PAPER,), (PAPER,), True, "open-loop paced run at the step rate: observed CPU share",
           ("design", "plugin")),
     Study("l1d", (PAPER, TRACE), (PAPER, TRACE), False,
@@ -141,7 +144,7 @@ def overrides(scenario: str, quick: bool) -> dict:
 
 def _rules(scenario: str, impl: str, regime: str) -> list[CellRule]:
     return [rule for rule in CELL_RULES if registry.record(impl).role in rule.roles and regime in rule.regimes
-            and matches(scenario, rule.scenarios)]
+            and impl not in rule.skip and matches(scenario, rule.scenarios)]
 
 
 def default_cells(scenario: str, impls: Sequence[str], regimes: Sequence[str]) -> list[tuple[str, str]]:
@@ -208,7 +211,8 @@ def describe() -> str:
     for rule in CELL_RULES:
         where = "every scenario" if rule.scenarios == (ALL,) else ", ".join(rule.scenarios)
         reps = f" ({rule.max_reps} repetition(s) at most)" if rule.max_reps else ""
-        lines.append(f"  {'/'.join(rule.roles)}: {', '.join(rule.regimes)} on {where}{reps}")
+        skip = f" (except {', '.join(rule.skip)})" if rule.skip else ""
+        lines.append(f"  {'/'.join(rule.roles)}{skip}: {', '.join(rule.regimes)} on {where}{reps}")
     lines.append("studies (scenarios; in --quick):")
     every_role = Study.__dataclass_fields__["roles"].default
     for s in STUDIES:

@@ -527,7 +527,7 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
     return writer.run_dir
 
 
-TRACE_METRICS = ("trace_s", "trace_forks", "trace_cows")  # a scenario's own rows, never copied to another
+TRACE_METRICS = ("trace_s", "trace_forks", "trace_cows", "scenario_wall_s")  # a scenario's own rows, never copied
 
 
 def trace_count_rows(name: str, trace: Trace) -> list[Row]:
@@ -545,7 +545,7 @@ def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, sha
     seen: dict[str, str] = {}  # trace content digest -> the scenario that measured it
     cache_dir = cfg.root / ".trace-cache"
     for scenario_plan, given in plan:
-        name = scenario_plan.scenario
+        name, started = scenario_plan.scenario, time.perf_counter()
         trace, trace_rows = given, []
         if trace is None:
             trace, gen_s = cached_trace(name, scenario_plan.overrides, cache_dir)
@@ -562,4 +562,6 @@ def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, sha
             continue
         seen[checksum] = name
         rows, raw = measure_scenario(scenario_plan, trace, cfg, shared, tick)
+        rows.append(Row(name, "-", "-", "scenario_wall_s", time.perf_counter() - started, "s", "wall clock",
+                        how="the scenario's whole share of the run: trace, timed replays and studies"))
         writer.add(trace_rows + rows, raw)

@@ -17,6 +17,7 @@ from harness.output.report import (
     _fmt,
     aa_text,
     article_table,
+    calibration_notes,
     machine_line,
     ratio_text,
     sharing_counts,
@@ -37,13 +38,30 @@ class ReadmeError(ValueError):
     """The README has no (or broken) results markers."""
 
 
-def _duration(meta: dict) -> str:
+def _seconds(meta: dict) -> float:
+    """The run's wall time from its metadata, NaN when it does not say."""
     try:
         fmt = "%Y-%m-%dT%H:%M:%S%z"
-        seconds = (datetime.strptime(meta["finished"], fmt) - datetime.strptime(meta["started"], fmt)).total_seconds()
+        return (datetime.strptime(meta["finished"], fmt) - datetime.strptime(meta["started"], fmt)).total_seconds()
     except (KeyError, ValueError):
-        return "unknown"
-    return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+        return math.nan
+
+
+def _duration(meta: dict) -> str:
+    seconds = _seconds(meta)
+    return "unknown" if math.isnan(seconds) else f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+def _time_lines(run: RunData) -> list[str]:
+    """Where the run's wall time went: each scenario's ``scenario_wall_s`` row, largest first, and the rest
+    (start-up, calibration, figures) as the difference to the run's duration."""
+    walls = run.df[(run.df.metric == "scenario_wall_s") & (run.df.status == "ok")]
+    if walls.empty:
+        return []
+    parts = [f"`{r.scenario}` {float(r.value):.0f} s" for r in walls.sort_values("value", ascending=False).itertuples()]
+    rest = _seconds(run.meta) - float(walls.value.sum())
+    tail = "" if math.isnan(rest) else f"; outside the scenarios (start-up, calibration, figures) {rest:.0f} s"
+    return [f"Where the time went (wall clock, each scenario's `scenario_wall_s` row): {', '.join(parts)}{tail}.", ""]
 
 
 def _article(rec: registry.Impl, column: str) -> str:
@@ -74,6 +92,7 @@ def _design_rows(run: RunData) -> list[str]:
 
 def _engine_rows(run: RunData) -> list[str]:
     out = []
+    notes = calibration_notes()  # results/calibration/: our contender's time over the engine's own code's
     for rec in registry.RECORDS:
         if rec.role != "contender":
             continue
@@ -81,7 +100,8 @@ def _engine_rows(run: RunData) -> list[str]:
             if math.isnan(run.value(PAPER, rec.name, regime, "seq_step_ns")):
                 continue
             out.append(f"| `{rec.name}` | {regime} | {value_text(run, PAPER, rec.name, regime, 'seq_step_ns')} | "
-                       f"{ratio_text(run, PAPER, rec.name, regime, 'seq_step_ns', 'batched')} |")
+                       f"{ratio_text(run, PAPER, rec.name, regime, 'seq_step_ns', 'batched')} | "
+                       f"{notes.get((rec.name, regime), 'not calibrated')} |")
     return out
 
 
@@ -96,6 +116,7 @@ def section(run: RunData) -> str:
         f"Machine: {machine_line(meta)}. Python {versions.get('python', '?')}, NumPy {versions.get('numpy', '?')}, "
         f"Numba {versions.get('numba', '?')}, torch {versions.get('torch', '?')}.",
         "",
+        *_time_lines(run),
         aa_text(run, PAPER),
         "",
         "The article's table on `paper` (65,536 blocks, 256 sequences, 2,000 steps), batched regime: our figure "
@@ -114,7 +135,8 @@ def section(run: RunData) -> str:
     if engines:
         lines += ["Engine contenders (our models of their block managers), ns per sequence-step and how many times "
                   "slower than batched `flat` [paired 95 % interval]:", "",
-                  "| impl | regime | ns/seq-step | × batched flat |", "|---|---|---|---|", *engines, ""]
+                  "| impl | regime | ns/seq-step | × batched flat | vs the engine's own code (results/calibration) |",
+                  "|---|---|---|---|---|", *engines, ""]
     return "\n".join(lines)
 
 
