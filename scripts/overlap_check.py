@@ -17,31 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.output.results import atomic_write_text, read_rows, resolve_run
-
-
-def ratios(run: str, scenario: str) -> dict[tuple[str, str, str], object]:
-    """(impl, regime, metric) -> row of the run's ratio and A/A rows on ``scenario``."""
-    path = resolve_run(run) / "results.csv"
-    return {(r.impl, r.regime, r.metric): r for r in read_rows(path)
-            if r.scenario == scenario and r.status == "ok" and ("_vs_" in r.metric or r.metric == "aa_ratio")
-            and r.ci_low is not None and r.ci_high is not None}
-
-
-def _fig(row) -> str:
-    return f"{row.value:9.3g} [{row.ci_low:.3g}-{row.ci_high:.3g}]"
-
-
-def compare(a: dict, b: dict) -> tuple[list[str], int, int]:
-    """Table lines, pairs that overlap, pairs in all."""
-    lines, overlap = [], 0
-    keys = sorted(set(a) & set(b))
-    for key in keys:
-        x, y = a[key], b[key]
-        agree = x.ci_low <= y.ci_high and y.ci_low <= x.ci_high
-        overlap += agree
-        lines.append(f"{'ok ' if agree else 'NO '} {key[0]:11s} {key[1]:9s} {key[2]:28s} {_fig(x)}   {_fig(y)}")
-    return lines, overlap, len(keys)
+from harness.output.overlap import compare, figure, ratio_rows
+from harness.output.results import atomic_write_text, resolve_run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", default="paper")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    lines, overlap, total = compare(ratios(args.run_a, args.scenario), ratios(args.run_b, args.scenario))
+    result = compare(*(ratio_rows(resolve_run(run) / "results.csv", args.scenario) for run in (args.run_a, args.run_b)))
+    lines = [f"{'ok ' if (k, x, y) not in result.misses else 'NO '} {k[0]:11s} {k[1]:9s} {k[2]:28s} "
+             f"{figure(x):>24s}   {figure(y):>24s}" for k, x, y in result.pairs]
+    overlap, total = result.overlap, len(result.pairs)
     text = "\n".join([f"# {args.scenario}: {Path(args.run_a).name} against {Path(args.run_b).name} "
                       "(ratio [95 % interval] in each run)", *lines,
                       f"overlapping {overlap} of {total}"]) + "\n"

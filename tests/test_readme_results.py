@@ -42,3 +42,22 @@ def test_the_section_says_where_the_time_went(tmp_path: Path) -> None:
                              "figures) 10 s.")
     write_rows(tmp_path / "results.csv", [Row("paper", "-", "-", "trace_s", 1.0, "s", "wall clock")])
     assert _time_lines(RunData.load(tmp_path)) == []  # an older run without the rows says nothing
+
+
+def test_the_section_compares_the_run_with_its_repeat(tmp_path: Path) -> None:
+    """Every paper ratio of the run against the repeat kept beside it; the pairs that do not overlap named."""
+    from harness.output.readme import _repeat_lines
+    from harness.output.results import Row, write_json, write_rows
+
+    def ratio(metric: str, value: float, low: float, high: float) -> Row:
+        return Row("paper", "dict", "batched", metric, value, "x", "ratio", ci_low=low, ci_high=high)
+
+    write_rows(tmp_path / "results.csv", [ratio("seq_step_ns_vs_flat", 150, 140, 160),
+                                          ratio("lookup_ns_vs_flat", 200, 190, 210)])
+    assert _repeat_lines(RunData.load(tmp_path)) == []  # no repeat kept: nothing said
+    write_rows(tmp_path / "repeat_results.csv", [ratio("seq_step_ns_vs_flat", 155, 145, 170),
+                                                 ratio("lookup_ns_vs_flat", 300, 280, 320)])
+    write_json(tmp_path / "repeat_meta.json", {"git_commit": "abc"})
+    lines = _repeat_lines(RunData.load(tmp_path))
+    assert "agree on 1 of 2 `paper` ratios" in lines[0] and "commit `abc`" in lines[0]
+    assert lines[1:] == ["- `dict` batched `lookup_ns_vs_flat`: 300 [280-320] against 200 [190-210]", ""]

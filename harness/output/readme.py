@@ -7,10 +7,12 @@ Every figure between ``<!-- results:begin -->`` and ``<!-- results:end -->`` com
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime
 from pathlib import Path
 
+from harness.output.overlap import compare, figure, ratio_rows
 from harness.output.report import (
     SHARING_COLUMNS,
     SHARING_SCENARIOS,
@@ -50,6 +52,25 @@ def _seconds(meta: dict) -> float:
 def _duration(meta: dict) -> str:
     seconds = _seconds(meta)
     return "unknown" if math.isnan(seconds) else f"{int(seconds // 60)} min {int(seconds % 60)} s"
+
+
+REPEAT_CSV, REPEAT_META = "repeat_results.csv", "repeat_meta.json"  # a second run of the same code, kept beside
+
+
+def _repeat_lines(run: RunData) -> list[str]:
+    """Reproducibility: the run against the repeat kept beside it, every `paper` ratio interval against
+    interval (:mod:`harness.output.overlap`), the pairs that do not overlap named."""
+    repeat = run.run_dir / REPEAT_CSV
+    if not repeat.is_file():
+        return []
+    meta = json.loads((run.run_dir / REPEAT_META).read_text()) if (run.run_dir / REPEAT_META).is_file() else {}
+    result = compare(ratio_rows(repeat, PAPER), ratio_rows(run.run_dir / "results.csv", PAPER))
+    head = (f"Reproducibility: a second run of `make bench` ({REPEAT_CSV}, started {meta.get('started', '?')} at "
+            f"commit `{meta.get('git_commit', '?')}`, took {_duration(meta)}) and this one agree on "
+            f"{result.overlap} of {len(result.pairs)} `paper` ratios (the A/A control included), interval against "
+            "interval" + ("." if not result.misses else "; these do not (repeat, then this run):"))
+    return [head, *(f"- `{k[0]}` {k[1]} `{k[2]}`: {figure(a)} against {figure(b)}" for k, a, b in result.misses),
+            ""]
 
 
 def _time_lines(run: RunData) -> list[str]:
@@ -119,6 +140,7 @@ def section(run: RunData) -> str:
         *_time_lines(run),
         aa_text(run, PAPER),
         "",
+        *_repeat_lines(run),
         "The article's table on `paper` (65,536 blocks, 256 sequences, 2,000 steps), batched regime: our figure "
         "[95 % interval] (ratio to C `flat` measured in the same run [paired 95 % interval]) next to the "
         "article's C++ figure.",
