@@ -66,5 +66,7 @@ def test_the_default_matrix_leaves_out_slow_cells_and_studies_read_roles() -> No
     for scenario, counted in (("beam-search", False), ("system-prompt-256", True), ("chat-multiturn", True)):
         plan = plan_scenario(scenario, impls, ("per-call", "batched"), explicit=False, quick=False, enabled=studies)
         assert ("allocations" in plan.studies) is counted
+    named = plan_scenario("beam-search", ["flat"], ("batched",), explicit=True, quick=False, enabled=studies)
+    assert named.studies == ["allocations"]  # a scenario named on the command line is counted
     named = plan_scenario("paper", ["sglang"], ("per-call",), explicit=True, quick=False, enabled=[])
     assert named.reps_of(("sglang", "per-call"), 3) == 3  # what is named runs as asked

@@ -81,13 +81,20 @@ class Study:
     per_cell: bool  # one progress unit per cell (else one per scenario)
     what: str
     roles: tuple[str, ...] = registry.ROLES
+    named: tuple[str, ...] = ()  # where it runs when the run names its scenarios (empty: ``scenarios``)
+
+    def runs_on(self, scenario: str, *, quick: bool, explicit: bool) -> bool:
+        """Whether the study measures ``scenario`` in a run of this kind."""
+        patterns = self.quick if quick else (self.named or self.scenarios) if explicit else self.scenarios
+        return matches(scenario, patterns)
 
 
 # Paced runs and callgrind leave the engines out: a paced run lasts as long as the replay (sglang per call:
 # 80 s) and a valgrind process that imports torch costs minutes, for figures the article's comparison does
 # not use (the engines table reads the timed replays).
 STUDIES: tuple[Study, ...] = (
-    Study("allocations", (PAPER, CACHING), (PAPER,), True, "allocation events per step (memray, Numba runtime)"),
+    Study("allocations", (PAPER, CACHING), (PAPER,), True, "allocation events per step (memray, Numba runtime)",
+          named=(ALL,)),
     Study("paced", (PAPER,), (PAPER,), True, "open-loop paced run at the step rate: observed CPU share",
           ("design", "plugin")),
     Study("l1d", (PAPER, TRACE), (PAPER, TRACE), False,
@@ -200,7 +207,7 @@ def plan_scenario(scenario: str, impls: Sequence[str], regimes: Sequence[str], *
     cells = [(i, r) for i, r in cells if r in ROLE_REGIMES.get(registry.record(i).role, REGIMES)]
     wanted = set(enabled)
     studies = [s.name for s in STUDIES
-               if s.name in wanted and matches(scenario, s.quick if quick else s.scenarios)]
+               if s.name in wanted and s.runs_on(scenario, quick=quick, explicit=explicit)]
     return ScenarioPlan(scenario, overrides(scenario, quick), cells, studies,
                         [] if explicit else rep_caps(scenario, cells))
 
@@ -217,5 +224,6 @@ def describe() -> str:
     every_role = Study.__dataclass_fields__["roles"].default
     for s in STUDIES:
         roles = "" if s.roles == every_role else f" (cells of {'/'.join(s.roles)} only)"
-        lines.append(f"  {s.name}: {', '.join(s.scenarios)}; {', '.join(s.quick) or 'none'}{roles} -- {s.what}")
+        named = f" (named scenarios: {', '.join(s.named)})" if s.named else ""
+        lines.append(f"  {s.name}: {', '.join(s.scenarios)}{named}; {', '.join(s.quick) or 'none'}{roles} -- {s.what}")
     return "\n".join(lines)
