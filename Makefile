@@ -29,7 +29,7 @@ test: setup
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
-# The default matrix (harness/measure/matrix.py): about twenty minutes on two cores (README, "Time budget").
+# The default matrix (harness/measure/matrix.py): about ten minutes on two cores (README, "Time budget").
 bench: setup
 	$(CLI) run --figures
 

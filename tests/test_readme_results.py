@@ -38,8 +38,8 @@ def test_the_section_says_where_the_time_went(tmp_path: Path) -> None:
     write_json(tmp_path / "meta.json", {"started": "2026-11-30T08:00:00+0000",
                                         "finished": "2026-11-30T08:06:00+0000"})
     lines = _time_lines(RunData.load(tmp_path))
-    assert lines[0].endswith("`mooncake` 250 s, `paper` 100 s; outside the scenarios (start-up, calibration, "
-                             "figures) 10 s.")
+    assert lines[0].endswith("`mooncake` 250 s, `paper` 100 s; outside the scenarios (start-up, timer "
+                             "calibration) 10 s.")
     write_rows(tmp_path / "results.csv", [Row("paper", "-", "-", "trace_s", 1.0, "s", "wall clock")])
     assert _time_lines(RunData.load(tmp_path)) == []  # an older run without the rows says nothing
 

@@ -81,7 +81,7 @@ def _time_lines(run: RunData) -> list[str]:
         return []
     parts = [f"`{r.scenario}` {float(r.value):.0f} s" for r in walls.sort_values("value", ascending=False).itertuples()]
     rest = _seconds(run.meta) - float(walls.value.sum())
-    tail = "" if math.isnan(rest) else f"; outside the scenarios (start-up, calibration, figures) {rest:.0f} s"
+    tail = "" if math.isnan(rest) else f"; outside the scenarios (start-up, timer calibration) {rest:.0f} s"
     return [f"Where the time went (wall clock, each scenario's `scenario_wall_s` row): {', '.join(parts)}{tail}.", ""]
 
 
