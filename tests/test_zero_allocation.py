@@ -126,3 +126,32 @@ def test_flat_steps_leave_no_memory_behind() -> None:
         tracemalloc.stop()
     grown = [d for d in after.compare_to(before, "filename") if d.size_diff > 0 and "tracemalloc" not in str(d)]
     assert sum(d.count_diff for d in grown) == 0, grown[:5]
+
+
+def test_allocations_of_other_threads_are_left_out() -> None:
+    """memray records every thread; the counter keeps the calling thread's only, so a busy background thread
+    (a progress bar's monitor, say) cannot change a region's count. Before this, such a thread made the
+    zero-allocation test above fail once in a full run (5,959 against 5,804 events)."""
+    import threading
+
+    def work() -> None:
+        [[i] for i in range(100)]
+
+    count_allocations(work, 5)  # first-use allocations of the work itself
+    quiet = count_allocations(work, 5)
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            [object() for _ in range(200)]
+            stop.wait(0.0002)
+
+    thread = threading.Thread(target=churn, daemon=True)
+    thread.start()
+    try:
+        busy = [count_allocations(work, 5) for _ in range(3)]
+    finally:
+        stop.set()
+        thread.join()
+    assert quiet >= 500  # the work's own lists are counted
+    assert all(abs(b - quiet) <= 2 for b in busy), (quiet, busy)  # the other thread made thousands

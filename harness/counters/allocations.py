@@ -2,8 +2,9 @@
 
 Two instruments, each labelled where its figures appear:
 
-- ``memray``: every allocation event in the process (CPython's object allocator and the C allocator
-  family, which Numba's runtime and typed containers use), recorded by Bloomberg's memray tracker;
+- ``memray``: every allocation event of the calling thread (CPython's object allocator and the C allocator
+  family, which Numba's runtime and typed containers use), recorded by Bloomberg's memray tracker; other
+  threads (a progress bar's monitor, torch's pool) record too, and are left out;
 - ``nrt-stats``: Numba's own runtime counters (``alloc``), which see compiled-code allocations only.
 
 Both count events in a region; callers isolate the work from fixed costs by subtracting a baseline region
@@ -23,8 +24,13 @@ _ALLOCATING = {
 }
 
 
+# memray numbers threads by itself; one allocation of this size, made first in the tracked region, tells which
+# number is the calling thread's (no other allocation of the process has this size).
+_MARKER_BYTES = 7_654_321
+
+
 def count_allocations(fn: Callable[[], object], repeat: int) -> int:
-    """Allocation events (memray) while calling ``fn`` ``repeat`` times."""
+    """Allocation events (memray) of the calling thread while calling ``fn`` ``repeat`` times."""
     import memray
 
     kinds = {a.value for a in memray.AllocatorType if a.name in _ALLOCATING}
@@ -33,10 +39,16 @@ def count_allocations(fn: Callable[[], object], repeat: int) -> int:
     os.unlink(path)  # memray refuses to overwrite
     try:
         with memray.Tracker(path, trace_python_allocators=True, native_traces=False, follow_fork=False):
+            marker = bytes(_MARKER_BYTES)
             for _ in range(repeat):
                 fn()
-        reader = memray.FileReader(path)
-        return sum(1 for rec in reader.get_allocation_records() if int(rec.allocator) in kinds)
+        del marker
+        records = list(memray.FileReader(path).get_allocation_records())
+        marks = [rec for rec in records if _MARKER_BYTES <= rec.size < _MARKER_BYTES + 4096]
+        if len(marks) != 1:
+            raise RuntimeError(f"memray: expected one marker allocation, found {len(marks)}")
+        mine = marks[0].tid
+        return sum(1 for rec in records if rec.tid == mine and int(rec.allocator) in kinds) - 1
     finally:
         if os.path.exists(path):
             os.unlink(path)
