@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.output.overlap import compare, figure, ratio_rows
+from harness.output.overlap import compare, figure, overlaps, ratio_rows
 from harness.output.results import atomic_write_text, resolve_run
 
 
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     result = compare(*(ratio_rows(resolve_run(run) / "results.csv", args.scenario) for run in (args.run_a, args.run_b)))
-    lines = [f"{'ok ' if (k, x, y) not in result.misses else 'NO '} {k[0]:11s} {k[1]:9s} {k[2]:28s} "
+    lines = [f"{'ok ' if overlaps(x, y) else 'NO '} {k[0]:11s} {k[1]:9s} {k[2]:28s} "
              f"{figure(x):>24s}   {figure(y):>24s}" for k, x, y in result.pairs]
     overlap, total = result.overlap, len(result.pairs)
     text = "\n".join([f"# {args.scenario}: {Path(args.run_a).name} against {Path(args.run_b).name} "

@@ -67,81 +67,60 @@ def test_consecutive_repetitions_change_neighbours_for_few_cells(n: int) -> None
     assert any(first[c] != second[c] for c in first if c in second)
 
 
-def test_interleaved_replays_each_repetition_in_its_schedule(monkeypatch) -> None:
+class RecordingDriver:
+    """A stand-in driver whose managers are its name: it logs the managers it creates and the slices it
+    replays, ``(manager, lo, hi)``, in one log shared by every driver of a test."""
+
+    def __init__(self, name: str, log: dict[str, list]) -> None:
+        self.name, self.log = name, log
+
+    def new(self):
+        self.log["created"].append(self.name)
+        return self.name
+
+    def timed(self, mgr, detail, lo, hi):
+        self.log["calls"].append((mgr, lo, hi))
+
+
+def replay_fakes(monkeypatch, names, reps, blocks, done=lambda key: None, caps=None) -> dict[str, list]:
+    """``interleaved`` over recording drivers (the whole-replay checks stubbed out); returns their log."""
     import harness.measure.interleave as il
 
-    calls: list[tuple[str, int, int]] = []
-    created: list[str] = []
-
-    class FakeDriver:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def new(self):
-            created.append(self.name)
-            return self.name
-
-        def timed(self, mgr, detail, lo, hi):
-            calls.append((mgr, lo, hi))
-
     monkeypatch.setattr(il, "_finish", lambda driver, mgr, parts, out, key: None)
+    log: dict[str, list] = {"created": [], "calls": []}
+    il.interleaved({(n, "batched", ""): RecordingDriver(n, log) for n in names}, reps, False, blocks, done,
+                   caps=caps)
+    return log
+
+
+def test_interleaved_replays_each_repetition_in_its_schedule(monkeypatch) -> None:
     names = ["a", "b", "c", "d", "e"]
     blocks = slice_bounds(60, 6)
-    il.interleaved({(n, "batched", ""): FakeDriver(n) for n in names}, 3, False, blocks)
+    log = replay_fakes(monkeypatch, names, 3, blocks)
     expected = []
     for rep in range(3):
         bounds = replay_slices(blocks, rep, 3)
         for (lo, hi), order in zip(bounds, schedule(len(names), rep, len(bounds)), strict=True):
             expected += [(names[j], lo, hi) for j in order]
-    assert calls == expected
-    assert created == [names[j] for rep in range(3) for j in schedule(len(names), rep, 1)[0]]
+    assert log["calls"] == expected
+    assert log["created"] == [names[j] for rep in range(3) for j in schedule(len(names), rep, 1)[0]]
 
 
 def test_a_capped_cell_runs_only_its_repetitions(monkeypatch) -> None:
-    import harness.measure.interleave as il
-
-    runs: list[tuple[str, int]] = []
-
-    class FakeDriver:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def new(self):
-            return self.name
-
-        def timed(self, mgr, detail, lo, hi):
-            runs.append((mgr, lo))
-
     done: list[str] = []
-    monkeypatch.setattr(il, "_finish", lambda driver, mgr, parts, out, key: None)
-    keys = {(n, "batched", ""): FakeDriver(n) for n in ("fast", "slow")}
-    il.interleaved(keys, 3, False, slice_bounds(30, 3), lambda key: done.append(key[0]),
-                   caps={("slow", "batched", ""): 1})
+    log = replay_fakes(monkeypatch, ("fast", "slow"), 3, slice_bounds(30, 3), lambda key: done.append(key[0]),
+                       caps={("slow", "batched", ""): 1})
+    runs = [(name, lo) for name, lo, _ in log["calls"]]
     assert [lo for name, lo in runs if name == "slow"] == [0, 10, 20]  # repetition 0 only
     assert len([1 for name, _ in runs if name == "fast"]) == 3 + 4 + 4  # staggered repetitions: one slice more
     assert done.count("slow") == 1 and done.count("fast") == 3
 
 
 def test_a_cheap_cell_runs_more_repetitions_and_ticks_the_plans(monkeypatch) -> None:
-    import harness.measure.interleave as il
-
-    starts: dict[str, list[int]] = {"fast": [], "slow": []}
-
-    class FakeDriver:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def new(self):
-            return self.name
-
-        def timed(self, mgr, detail, lo, hi):
-            starts[mgr].append(lo)
-
     done: list[str] = []
-    monkeypatch.setattr(il, "_finish", lambda driver, mgr, parts, out, key: None)
-    keys = {(n, "batched", ""): FakeDriver(n) for n in ("fast", "slow")}
-    il.interleaved(keys, 2, False, slice_bounds(60, 2), lambda key: done.append(key[0]),
-                   caps={("fast", "batched", ""): 6})
+    log = replay_fakes(monkeypatch, ("fast", "slow"), 2, slice_bounds(60, 2), lambda key: done.append(key[0]),
+                       caps={("fast", "batched", ""): 6})
+    starts = {name: [lo for n, lo, _ in log["calls"] if n == name] for name in ("fast", "slow")}
     assert len([lo for lo in starts["fast"] if lo == 0]) == 6 and len([lo for lo in starts["slow"] if lo == 0]) == 2
     opened = [lo for lo in starts["fast"] if lo]
     assert len(opened) == len(set(opened))  # six repetitions, staggered by a sixth of a slice: no step twice
