@@ -46,7 +46,6 @@ from .validation import (
     refuse_op,
     seq_arg,
     step_args,
-    step_fast,
     tokens_arg,
 )
 
@@ -69,16 +68,53 @@ class Kernels(NamedTuple):
 _k_can = _k_alloc = _k_fork = _k_free = _k_step = None
 
 
+_INT64 = np.dtype(np.int64)  # native byte order: the one buffer property Numba's array types do not carry
+RECHECK = -2  # _step_loop's second result when the buffers break a rule: nothing changed, check them in Python
+
+
+@njit(inline="always")
+def _meet(a, b):
+    """Whether two C-contiguous arrays share memory (what np.may_share_memory says of such arrays)."""
+    pa, pb = a.ctypes.data, b.ctypes.data
+    return a.size > 0 and b.size > 0 and pa < pb + b.nbytes and pb < pa + a.nbytes
+
+
+@njit(inline="always")
+def _unfit(ops, a0, a1, seq_ids, status_out, cow_out, slot_out):
+    """Whether the step's buffers break a rule of :func:`impls.validation.step_args` that their Numba types do
+    not already carry (those carry dtype, dimensions, C layout and writeability): lengths, output sizes and
+    alignment, an output overlapping another buffer. Inlined: a call taking arrays would add reference counting
+    of each."""
+    m, n = ops.shape[0], seq_ids.shape[0]
+    if a0.shape[0] != m or a1.shape[0] != m or status_out.shape[0] < m + STEP_EXTRA:
+        return True
+    if cow_out.shape[1] != 2 or cow_out.shape[0] < n or slot_out.shape[0] < n:
+        return True
+    if (status_out.ctypes.data | cow_out.ctypes.data | slot_out.ctypes.data) & 7:
+        return True
+    if _meet(status_out, cow_out) or _meet(status_out, slot_out) or _meet(cow_out, slot_out):
+        return True
+    return (_meets_input(status_out, ops, a0, a1, seq_ids) or _meets_input(cow_out, ops, a0, a1, seq_ids)
+            or _meets_input(slot_out, ops, a0, a1, seq_ids))
+
+
+@njit(inline="always")
+def _meets_input(out, ops, a0, a1, seq_ids):
+    """Whether output ``out`` shares memory with one of the step's inputs."""
+    return _meet(out, ops) or _meet(out, a0) or _meet(out, a1) or _meet(out, seq_ids)
+
+
 # One function on purpose: it is the whole step in one crossing, and each helper taking arrays would add
 # reference counting of its arguments per call.
 def _step_loop(state, ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows, max_tokens, num_blocks):  # noqa: C901
-    """The whole-step entry point's kernel: returns ``(cows or the batch's code, -1)``, or ``(code, i)`` for a
-    bad op code at ``i``, found before anything changes. Ids, counts and token counts are range-checked here,
-    in the contract's order, before a design's kernel sees them (as the per-call wrappers do in Python), so no
-    value can wrap around in a kernel's int32 state."""
+    """The whole-step entry point's kernel: returns ``(cows or the batch's code, -1)``, ``(code, i)`` for a
+    bad op code at ``i``, or ``(0, RECHECK)`` for buffers that break a rule (:func:`_unfit`), both found
+    before anything changes. Ids, counts and token counts are range-checked here, in the contract's order,
+    before a design's kernel sees them (as the per-call wrappers do in Python), so no value can wrap around
+    in a kernel's int32 state."""
+    if _unfit(ops, a0, a1, seq_ids, status_out, cow_out, slot_out):
+        return 0, RECHECK
     m = ops.shape[0]
-    if status_out.shape[0] < m + STEP_EXTRA:  # never after step_args: compiled code writes only inside buffers
-        return E_BUFFER, -1
     for i in range(m):
         if ops[i] < CAN_ALLOCATE or ops[i] > FREE:
             return ops[i], i
@@ -113,6 +149,7 @@ def _step_loop(state, ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows,
 
 
 _STEP_KERNELS: dict[str, Callable] = {}
+_EXACT_STEP_KERNELS: dict[tuple, Callable] = {}
 
 
 def _entry(op: str, ints: int) -> functools.cached_property:
@@ -131,13 +168,32 @@ def step_kernel(kernels: Kernels) -> Callable:
     """The compiled whole-step loop over ``kernels``, one per design (cached by Numba across processes)."""
     key = kernels.decode_step.py_func.__module__
     if key not in _STEP_KERNELS:
-        env = {**_step_loop.__globals__, "_k_can": kernels.can_allocate, "_k_alloc": kernels.allocate,
-               "_k_fork": kernels.fork, "_k_free": kernels.free, "_k_step": kernels.decode_step}
-        name = "step_loop_" + re.sub(r"\W", "_", key)
-        fn = types.FunctionType(_step_loop.__code__, env, name)
-        fn.__qualname__ = name
-        _STEP_KERNELS[key] = njit(cache=True)(fn)
+        _STEP_KERNELS[key] = njit(cache=True)(_step_function(kernels, key))
     return _STEP_KERNELS[key]
+
+
+def exact_step_kernel(kernels: Kernels, state: tuple) -> Callable:
+    """The whole-step loop compiled for exactly one signature, ``state``'s types then plain int64 buffers (1-D,
+    ``cow_out`` 2-D; C-contiguous, writeable), with compilation disabled: Numba's dispatcher then checks each
+    buffer's type in C and raises ``TypeError`` for any other, instead of compiling a new version."""
+    key = (kernels.decode_step.py_func.__module__, typeof(state))
+    if key not in _EXACT_STEP_KERNELS:
+        vec, pairs, num = typeof(np.zeros(1, np.int64)), typeof(np.zeros((1, 2), np.int64)), typeof(0)
+        kernel = njit(cache=True)(_step_function(kernels, key[0]))
+        kernel.compile((key[1], vec, vec, vec, vec, vec, pairs, vec, num, num, num))
+        kernel.disable_compile()
+        _EXACT_STEP_KERNELS[key] = kernel
+    return _EXACT_STEP_KERNELS[key]
+
+
+def _step_function(kernels: Kernels, module: str) -> types.FunctionType:
+    """:func:`_step_loop` as a function of its own for one design, reading that design's kernels as globals."""
+    env = {**_step_loop.__globals__, "_k_can": kernels.can_allocate, "_k_alloc": kernels.allocate,
+           "_k_fork": kernels.fork, "_k_free": kernels.free, "_k_step": kernels.decode_step}
+    name = "step_loop_" + re.sub(r"\W", "_", module)
+    fn = types.FunctionType(_step_loop.__code__, env, name)
+    fn.__qualname__ = name
+    return fn
 
 
 # Kernels that do nothing: a compiled design given these (:func:`with_empty_kernels`) pays exactly its per-call
@@ -193,8 +249,8 @@ class CompiledBlockManager(ManagerBase):
     # argument on every call (about twice the cost of the call itself). That is safe only because every
     # argument is of exactly the compiled type: the state is the manager's own arrays or typed containers, made
     # once, and the other arguments are Python ints the wrapper has range-checked. Buffers a caller passes
-    # (``decode_step``, ``lookup``) keep the dispatcher; ``step`` uses an entry point only for buffers that
-    # :func:`impls.validation.step_fast` proves exactly typed. Each entry point is bound on its first use (a
+    # (``decode_step``, ``lookup``, ``step``) keep a dispatcher, which checks their types in C; ``step``'s
+    # allows exactly one signature (:func:`exact_step_kernel`). Each entry point is bound on its first use (a
     # cached property: later reads find it in the instance's dict, with no hook on other attributes) and
     # forgotten whenever ``state`` or ``kernels`` is replaced (:meth:`rebind`), so a subclass may set the state
     # twice while it is constructed.
@@ -206,19 +262,12 @@ class CompiledBlockManager(ManagerBase):
     _ep_last_slot = _entry("last_slot", 1)
 
     @functools.cached_property
-    def _ep_step(self) -> Callable:
-        vec, pairs = typeof(np.zeros(1, np.int64)), typeof(np.zeros((1, 2), np.int64))
-        sig = (typeof(self._state), vec, vec, vec, vec, vec, pairs, vec, typeof(0), typeof(0), typeof(0))
-        return partial(step_kernel(self.kernels).compile(sig), self._state)
+    def _ep_step_exact(self) -> Callable:
+        return partial(exact_step_kernel(self.kernels, self._state), self._state)
 
     @functools.cached_property
     def _ep_step_dispatch(self) -> Callable:
         return partial(step_kernel(self.kernels), self._state)
-
-    @functools.cached_property
-    def _step_roots(self) -> dict:
-        """Owners of input arrays :func:`impls.validation.step_fast` has proved (see there)."""
-        return {}
 
     @property
     def state(self) -> tuple:
@@ -302,15 +351,27 @@ class CompiledBlockManager(ManagerBase):
 
     def step(self, ops: np.ndarray, a0: np.ndarray, a1: np.ndarray, seq_ids: np.ndarray, status_out: np.ndarray,
              cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """One engine step in one compiled call (see :meth:`impls.contract.BlockManager.step`): the buffers are
-        checked here, the op codes in the kernel's first pass, both before anything changes."""
-        if step_fast(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self._step_roots):
-            kernel, ids = self._ep_step, seq_ids
-        else:
+        """One engine step in one compiled call (see :meth:`impls.contract.BlockManager.step`), its buffers
+        checked before anything changes.
+
+        An engine's usual buffers (native int64 ndarrays, C-contiguous, outputs writeable) are checked where it
+        costs least: byte order here (the one property Numba's types do not carry), the rest of their types by
+        Numba's dispatcher (in C, against the one signature compiled), lengths, alignment and overlap in the
+        kernel, which returns ``RECHECK`` before changing anything when one fails. Anything else goes through
+        :func:`impls.validation.step_args`, which names what is wrong, or converts the inputs."""
+        limits = self.max_seqs, self.max_tokens, self.num_blocks
+        rc, bad = 0, RECHECK
+        try:
+            if (ops.dtype is _INT64 and a0.dtype is _INT64 and a1.dtype is _INT64 and seq_ids.dtype is _INT64
+                    and status_out.dtype is _INT64 and cow_out.dtype is _INT64 and slot_out.dtype is _INT64):
+                rc, bad = self._ep_step_exact(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, *limits)
+        except (AttributeError, TypeError):  # no dtype, or Numba found types other than the compiled ones
+            pass
+        if bad == RECHECK:
             ops, a0, a1, ids = step_args(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self.max_seqs)
-            kernel = self._ep_step_dispatch
-        rc, bad = kernel(ops, a0, a1, ids, status_out, cow_out, slot_out, self.max_seqs, self.max_tokens,
-                         self.num_blocks)
+            rc, bad = self._ep_step_dispatch(ops, a0, a1, ids, status_out, cow_out, slot_out, *limits)
+            if bad == RECHECK:  # pragma: no cover - step_args refuses every buffer the kernel sends back
+                raise AssertionError("step_args accepted buffers the step kernel refuses")
         if bad >= 0:
             refuse_op(bad, rc)
         return rc

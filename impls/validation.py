@@ -293,18 +293,12 @@ def step_args(ops: object, a0: object, a1: object, seq_ids: object, status_out: 
 
 
 def step_fast(ops: object, a0: object, a1: object, seq_ids: object, status_out: object, cow_out: object,
-              slot_out: object, roots: dict | None = None) -> bool:
-    """Whether ``step``'s buffers are an engine's usual ones, exactly typed for a compiled kernel: int64
-    ndarrays (not subclasses), inputs 1-D, C-contiguous and aligned, outputs owning their memory, writeable,
-    C-contiguous, aligned and large enough, no input a view of an output. True only where the full checks
-    pass too (so a compiled design may call its kernel's entry point directly, without Numba's type
-    dispatch: the arguments are of exactly the types it was compiled for, read-only inputs aside, which it
-    never writes).
-
-    ``roots`` (a caller's dict, kept between calls) remembers arrays already proved to own their memory
-    (id -> array, held, so an id cannot be reused while remembered): an input whose ``base`` is one of them is
-    decided by two lookups instead of a walk. Both facts are fixed for an array's life (its ``base`` and
-    whether it owns its memory), and an output owning its memory is never such a root's view."""
+              slot_out: object) -> bool:
+    """Whether ``step``'s buffers are an engine's usual ones: int64 ndarrays (not subclasses), inputs 1-D,
+    C-contiguous and aligned, outputs owning their memory, writeable, C-contiguous, aligned and large enough,
+    no input a view of an output. True only where the full checks pass too. (The compiled designs check
+    these in Numba's dispatcher and their kernel instead: see :meth:`impls.compiled.CompiledBlockManager.step`.)
+    """
     if (type(ops) is _ndarray and type(a0) is _ndarray and type(a1) is _ndarray and type(seq_ids) is _ndarray
             and type(status_out) is _ndarray and type(cow_out) is _ndarray and type(slot_out) is _ndarray
             and ops.dtype is _INT64 and a0.dtype is _INT64 and a1.dtype is _INT64 and seq_ids.dtype is _INT64
@@ -322,29 +316,15 @@ def step_fast(ops: object, a0: object, a1: object, seq_ids: object, status_out: 
                 and slot_out.shape[0] >= n[0] and status_out is not cow_out and status_out is not slot_out
                 and cow_out is not slot_out):
             outs = (status_out, cow_out, slot_out)
-            roots = {} if roots is None else roots
-            return (_known_input(ops, roots, outs) and _known_input(a0, roots, outs)
-                    and _known_input(a1, roots, outs) and _known_input(seq_ids, roots, outs))
+            return all(_known_input(a, outs) for a in (ops, a0, a1, seq_ids))
     return False
 
 
-def _known_input(a: np.ndarray, roots: dict, outs: tuple) -> bool:
+def _known_input(a: np.ndarray, outs: tuple) -> bool:
     """Whether input ``a`` views memory that NumPy allocated for an array other than the outputs ``outs``
-    (owning their memory); ``roots`` remembers the owners proved so."""
-    base = a.base
-    if base is None:
-        base = a
-    if roots.get(id(base)) is base:
-        return True
+    (owning their memory)."""
     owner = _owner(a)
-    if owner is None or any(owner is o for o in outs):
-        return False
-    if base is owner and len(roots) < _ROOTS:
-        roots[id(owner)] = owner
-    return True
-
-
-_ROOTS = 8  # owners remembered per caller: an engine's few persistent op and id arrays
+    return owner is not None and not any(owner is o for o in outs)
 
 
 def _step_args(ops: object, a0: object, a1: object, seq_ids: object, status_out: object, cow_out: object,

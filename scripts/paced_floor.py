@@ -1,23 +1,27 @@
-"""Where the paced whole step's CPU goes: batched ``flat``'s ``step()`` against its kernel's entry point called
-directly (no Python-side buffer checks), each hot (steps back to back) and paced (one step every 1/rate s,
+"""Where the paced whole step's CPU goes: batched ``flat``'s ``step()``, its kernel called straight (no
+Python-side checks), and a compiled function that does nothing, called with the same arguments (the floor of
+one crossing into compiled code per step); each hot (steps back to back) and paced (one step every 1/rate s,
 sleeping in between, as ``harness/measure/paced.py`` does).
 
 Usage: python scripts/paced_floor.py [--scenario paper] [--reps 3] [--steps N] [--out FILE]
 
 A paced step costs more CPU than the same step back to back: between steps the thread sleeps, and the step
-then runs in caches (and, on a VM, a vCPU) that other work has used. The entry-point rows show what the
-whole-step figure would be with free argument checks; the gap between hot and paced is that wake-up cost.
+then runs in caches (and, on a VM, a vCPU) that other work has used. The ``noop`` rows show what a paced step
+costs when it does no work at all: no block manager called once per step can be observed below it. Kinds are
+interleaved within each repetition; the last lines give each kind's median and range over the repetitions.
 Prints one line per repetition and kind; ``--out`` also writes them (atomically).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -27,10 +31,18 @@ from harness.output.results import atomic_write_text
 from impls import REGISTRY
 from scenarios import generate
 
+KINDS = ("step", "kernel", "noop")
+
+
+@njit  # not cached: a script run as __main__ and imported by the tests would share a stale cache
+def _noop(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows, max_tokens, num_blocks):
+    """Takes what the step kernel takes and does nothing: one crossing, its arguments unboxed."""
+    return 0, -1
+
 
 def runner(prep: Prepared, kind: str):
-    """``(manager, run(lo, hi))`` over a fresh ``flat``: through ``step()`` or straight to the kernel's entry
-    point."""
+    """``(manager, run(lo, hi))`` over a fresh ``flat``: through ``step()``, straight to its kernel's exact
+    dispatcher (what ``step()`` calls for these buffers, without the Python around it), or to :func:`_noop`."""
     mgr = REGISTRY["flat"](**prep.trace.config)
     if kind == "step":  # as the bench's paced whole-step run calls it
         return mgr, whole_step_runner(prep, mgr, check=False)
@@ -39,12 +51,13 @@ def runner(prep: Prepared, kind: str):
     status = np.zeros(max(m - f for f, m, _ in prep.bounds) + 2, dtype=np.int64)
     cow = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot = np.zeros(prep.max_batch, dtype=np.int64)
-    # The trace's own arrays, which step() accepts on its fast path: exactly the kernel's types.
-    entry, limits = mgr._ep_step, (mgr.max_seqs, mgr.max_tokens, mgr.num_blocks)
+    # The trace's own arrays, plain int64: exactly the kernel's types.
+    call = mgr._ep_step_exact if kind == "kernel" else _noop
+    limits = (mgr.max_seqs, mgr.max_tokens, mgr.num_blocks)
 
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
-            entry(*args[s], status, cow, slot, *limits)
+            call(*args[s], status, cow, slot, *limits)
     return mgr, run
 
 
@@ -70,16 +83,24 @@ def main(argv: list[str] | None = None) -> int:
     prep = Prepared.from_trace(trace)
     rate = float(trace.header["params"].get("step_rate", 2000))
     steps = min(args.steps or prep.num_steps, prep.num_steps)
-    runner(prep, "step")[1](0, min(2, steps))  # compile or load the kernels outside every measurement
+    for kind in KINDS:  # compile or load the kernels outside every measurement
+        runner(prep, kind)[1](0, min(2, steps))
     period_us = 1e6 / rate
     lines = [f"# {args.scenario}: batched flat, {steps} steps at {rate:g} steps/s; us of CPU per step "
              f"(share of the {period_us:g} us period)"]
+    paced: dict[str, list[float]] = {kind: [] for kind in KINDS}
     for rep in range(args.reps):
-        for kind in ("step", "entry"):
-            hot, paced = measure(prep, kind, rate, steps)
-            lines.append(f"rep {rep} {kind:5s} hot {hot:6.1f} us ({hot / period_us * 100:5.2f} %)  "
-                         f"paced {paced:6.1f} us ({paced / period_us * 100:5.2f} %)")
+        for kind in KINDS:
+            hot, paced_us = measure(prep, kind, rate, steps)
+            paced[kind].append(paced_us)
+            lines.append(f"rep {rep} {kind:6s} hot {hot:6.1f} us ({hot / period_us * 100:5.2f} %)  "
+                         f"paced {paced_us:6.1f} us ({paced_us / period_us * 100:5.2f} %)")
             print(lines[-1], flush=True)
+    for kind, values in paced.items():
+        mid, lo, hi = (v / period_us * 100 for v in (statistics.median(values), min(values), max(values)))
+        lines.append(f"paced {kind:6s} median {mid:5.2f} % of the period, range {lo:5.2f}-{hi:5.2f} % "
+                     f"({len(values)} repetitions)")
+        print(lines[-1], flush=True)
     if args.out:
         atomic_write_text(args.out, "\n".join(lines) + "\n")
     return 0

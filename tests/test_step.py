@@ -8,6 +8,9 @@ beyond the call itself.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -15,7 +18,8 @@ from harness.counters.allocations import count_allocations, nrt_allocations
 from harness.measure.drivers import Prepared, whole_step_runner
 from harness.measure.paced import paced_whole_step_run
 from harness.measure.replay import check_end_state
-from impls import REGISTRY
+from impls import REGISTRY, compiled
+from impls.compiled import CompiledBlockManager
 from impls.contract import (
     ALLOCATE,
     ALLOCATE_CACHED,
@@ -161,6 +165,13 @@ def test_an_exhausted_pool_fails_the_batch_with_the_blocks_it_needs(impl_name: s
     assert snapshot(mgr) == before and cow.untouched() and slot.untouched()
 
 
+def _misaligned(n: int) -> np.ndarray:
+    """A writeable int64 vector one byte off an 8-byte boundary."""
+    a = np.frombuffer(bytearray(8 * n + 1), dtype=I64, offset=1, count=n)
+    assert not a.flags.aligned and a.flags.writeable
+    return a
+
+
 def _hostile_cases():
     """(name, kwargs over the good arguments) that step must refuse as a whole."""
     good_ops = np.array([FREE, ALLOCATE], I64)
@@ -181,6 +192,14 @@ def _hostile_cases():
     yield "status_out over slot_out", {"status_out": whole[2:10], "slot_out": whole[:3]}, ValueError
     whole = np.zeros(16, I64)
     yield "status_out over a0", {"status_out": whole[:8], "a0": whole[:2]}, ValueError
+    # Plain int64 buffers that Numba's types accept: the rules below are the step kernel's to find.
+    yield "cow_out 3 columns", {"cow_out": np.zeros((3, 3), I64)}, ValueError
+    yield "slot_out misaligned", {"slot_out": _misaligned(3)}, ValueError
+    yield "status_out big-endian", {"status_out": np.zeros(8, ">i8")}, TypeError
+    whole = np.array([0, 0, 0, 0, 0, 1, 2, 0], I64)  # valid ids at 5 and 6: only the overlap is wrong
+    yield "cow_out over seq_ids", {"cow_out": whole[:6].reshape(3, 2), "seq_ids": whole[5:7]}, ValueError
+    whole = np.array([0, 0, FREE, ALLOCATE, 0], I64)  # valid ops at 2 and 3
+    yield "slot_out over ops", {"slot_out": whole[:3], "ops": whole[2:4]}, ValueError
     for code in (APPEND, ALLOCATE_CACHED, SEAL, 7, -1):
         yield f"op code {code}", {"ops": np.array([FREE, code], I64)}, ValueError
 
@@ -254,3 +273,79 @@ def test_the_paced_run_calls_step_once_per_step_and_checks_it(sharing_trace) -> 
 
     result = paced_whole_step_run(prep, make, rate=4000)
     assert result.steps == len(calls) == prep.num_steps and result.deadline_misses >= 0
+
+
+def _compiled_names() -> list[str]:
+    return sorted(n for n in REGISTRY if issubclass(REGISTRY[n], CompiledBlockManager))
+
+
+@pytest.mark.parametrize("impl_name", _compiled_names())
+def test_usual_buffers_never_reach_the_python_checks(impl_name: str, monkeypatch) -> None:
+    """Plain int64 buffers, views included, are checked by Numba's types and the kernel alone: the compiled
+    step's cheap path is the one an engine takes (a regression here costs every engine step microseconds)."""
+    mgr = manager(impl_name)
+    status, cow, slot = step_buffers(2, 3)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("step_args called for usual buffers")
+
+    monkeypatch.setattr(compiled, "step_args", refuse)
+    assert mgr.step(np.array([FREE, ALLOCATE], I64), np.array([0, 0], I64), np.array([0, 6], I64),
+                    np.array([1, 2], I64), status.view, cow.view, slot.view) >= 0
+
+
+@pytest.mark.parametrize("impl_name", _compiled_names())
+@pytest.mark.parametrize("form", ["big-endian inputs", "subclass", "read-only inputs", "int32 inputs",
+                                  "empty ids inside slot_out"])
+def test_unusual_buffers_give_the_usual_result(impl_name: str, form: str) -> None:
+    """Buffers off the cheap path (converted, or typed otherwise by Numba) give what plain int64 ones give; in
+    particular big-endian ids, which Numba would type as int64, are never read in the wrong byte order."""
+    plain = [np.array(v, I64) for v in ([FREE, ALLOCATE], [0, 0], [0, 6], [1, 2])]
+    usual, other = manager(impl_name), manager(impl_name)
+    status, cow, slot = (g.view for g in step_buffers(2, 3))
+    if form == "big-endian inputs":
+        args = [x.astype(">i8") for x in plain]
+    elif form == "subclass":
+        args = [x.view(_Sub) for x in plain]
+    elif form == "read-only inputs":
+        args = [x.copy() for x in plain]
+        for x in args:
+            x.flags.writeable = False
+    elif form == "int32 inputs":
+        args = [x.astype(np.int32) for x in plain]
+    else:  # no memory in common with slot_out, though its address lies inside (as np.may_share_memory says)
+        plain[3] = plain[3][:0]
+        args = [*plain[:3], slot[1:1]]
+    want = usual.step(*plain, *(g.view for g in step_buffers(2, 3)))
+    assert other.step(*args, status, cow, slot) == want
+    assert snapshot(other) == snapshot(usual)
+
+
+class _Sub(np.ndarray):
+    """An ndarray subclass, as a user's wrapper might be."""
+
+
+_BYTE_ORDER_PROBE = """
+import numpy as np
+from impls import REGISTRY
+mgr = REGISTRY["flat"](max_seqs=8, num_blocks=64, block_size=4, max_blocks_per_seq=8)
+ops, a0, a1, ids = (np.array(v, np.int64) for v in ([1], [0], [6], [0]))  # allocate row 0, then decode it
+unaligned = np.frombuffer(bytearray(9), dtype=np.int64, offset=1, count=1)
+unaligned[:] = ids
+mgr.step(ops, a0, a1, unaligned, np.zeros(3, np.int64), np.zeros((1, 2), np.int64), np.zeros(1, np.int64))
+big = [x.astype(">i8") for x in (ops, a0, a1, ids)]
+other = REGISTRY["flat"](max_seqs=8, num_blocks=64, block_size=4, max_blocks_per_seq=8)
+status = np.ones(3, np.int64)
+other.step(*big, status, np.zeros((1, 2), np.int64), np.zeros(1, np.int64))
+print(status.tolist(), other.seq_len(0))
+"""
+
+
+def test_big_endian_buffers_are_read_in_their_byte_order_after_unaligned_ones() -> None:
+    """Numba 0.68's dispatcher, once it has typed an unaligned int64 array, types a big-endian one as native
+    int64 (found here: which of the two it sees first decides both), so the compiled step checks byte order
+    itself. Run in a fresh interpreter, where the unaligned array comes first for certain."""
+    out = subprocess.run([sys.executable, "-c", _BYTE_ORDER_PROBE], capture_output=True, text=True, check=False,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["[0,", "0,", "0]", "7"]  # allocated, decoded: 6 + 1 tokens
