@@ -13,10 +13,11 @@ that makes the same calls with no work (for example a decode step over zero sequ
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 _ALLOCATING = {
     "PYMALLOC_MALLOC", "PYMALLOC_CALLOC", "PYMALLOC_REALLOC", "MALLOC", "REALLOC", "CALLOC",
@@ -29,8 +30,30 @@ _ALLOCATING = {
 _MARKER_BYTES = 7_654_321
 
 
+@contextlib.contextmanager
+def no_collection() -> Iterator[None]:
+    """No garbage collection inside a counted region: a collection runs the finalizers of earlier garbage (a
+    native manager's ``__del__`` makes a ctypes call), whose allocations would land in whichever region it
+    hit. Collects first; inside a region that already holds collection off, does nothing (a collection there
+    would itself be counted)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def count_allocations(fn: Callable[[], object], repeat: int) -> int:
     """Allocation events (memray) of the calling thread while calling ``fn`` ``repeat`` times."""
+    with no_collection():
+        return _count_allocations(fn, repeat)
+
+
+def _count_allocations(fn: Callable[[], object], repeat: int) -> int:
     import memray
 
     kinds = {a.value for a in memray.AllocatorType if a.name in _ALLOCATING}
@@ -59,10 +82,11 @@ def nrt_allocations(fn: Callable[[], object], repeat: int) -> int:
     from numba.core.runtime import _nrt_python, rtsys
 
     _nrt_python.memsys_enable_stats()
-    before = rtsys.get_allocation_stats().alloc
-    for _ in range(repeat):
-        fn()
-    return rtsys.get_allocation_stats().alloc - before
+    with no_collection():
+        before = rtsys.get_allocation_stats().alloc
+        for _ in range(repeat):
+            fn()
+        return rtsys.get_allocation_stats().alloc - before
 
 
 QUICKEN_CALLS = 10  # empty calls first, so that Python's specialising interpreter has settled on the call path
@@ -89,15 +113,9 @@ def allocations_per_step(advance: Callable[[int, int], object], lo: int, hi: int
     """
     for _ in range(QUICKEN_CALLS):
         advance(lo, lo)
-    # No garbage collection inside the counted regions: a collection runs finalizers of earlier garbage (a
-    # native manager's __del__ makes a ctypes call), whose allocations would land in whichever region it hit.
-    gc.collect()
-    gc.disable()
-    try:
+    with no_collection():  # one collection for the three regions
         count_both(lambda: advance(lo, lo))
         region = count_both(lambda: advance(lo, hi))
         empty = count_both(lambda: advance(hi, hi))
-    finally:
-        gc.enable()
     steps = max(1, hi - lo)
     return (region[0] - empty[0]) / steps, (region[1] - empty[1]) / steps
