@@ -61,3 +61,30 @@ def test_the_section_compares_the_run_with_its_repeat(tmp_path: Path) -> None:
     lines = _repeat_lines(RunData.load(tmp_path))
     assert "agree on 1 of 2 `paper` ratios" in lines[0] and "commit `abc`" in lines[0]
     assert lines[1:] == ["- `dict` batched `lookup_ns_vs_flat`: 300 [280-320] against 200 [190-210]", ""]
+
+
+def test_a_dirty_commit_names_the_files_that_differed() -> None:
+    """``-dirty`` alone cannot tell an edited README from edited code: the run records the files, and the
+    section names them."""
+    from harness.output.readme import commit_text
+
+    assert commit_text({"git_commit": "abc"}) == "`abc`"
+    assert commit_text({"git_commit": "abc-dirty", "git_changed_files": ["README.md"]}) == (
+        "`abc-dirty` (uncommitted edits to README.md)")
+
+
+def test_the_run_records_the_files_that_differ_from_its_commit(monkeypatch, tmp_path: Path) -> None:
+    from harness.output import metadata
+
+    (tmp_path / ".git").mkdir()
+    monkeypatch.setattr(metadata, "PROJECT_ROOT", tmp_path)
+    calls = []
+
+    def fake_run(cmd, cwd=None):
+        calls.append(cmd)
+        return "README.md\nimpls/flat.py" if cmd[:2] == ["git", "diff"] else "0123456789ab"
+
+    monkeypatch.setattr(metadata, "_run", fake_run)
+    assert metadata.git_changed_files() == ["README.md", "impls/flat.py"]
+    assert metadata.git_commit() == "0123456789ab-dirty"
+    assert ["git", "diff", "--name-only", "HEAD"] in calls

@@ -65,8 +65,15 @@ def git_commit() -> str:
     if not (PROJECT_ROOT / ".git").exists():
         return "not a git checkout"
     commit = _run(["git", "rev-parse", "--short=12", "HEAD"], PROJECT_ROOT) or "unknown"
-    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], PROJECT_ROOT)
-    return commit + ("-dirty" if dirty else "")
+    return commit + ("-dirty" if git_changed_files() else "")
+
+
+def git_changed_files() -> list[str]:
+    """The tracked files that differ from the commit (what ``-dirty`` stands for), so that a reader can tell
+    an edited README from edited code; empty outside a git checkout."""
+    if not (PROJECT_ROOT / ".git").exists():
+        return []
+    return _run(["git", "diff", "--name-only", "HEAD"], PROJECT_ROOT).splitlines()
 
 
 def impl_versions(classes: dict[str, type]) -> dict[str, str]:
@@ -114,5 +121,6 @@ def collect(argv: list[str] | None = None, classes: dict[str, type] | None = Non
         "pmu_reason": pmu_reason,
         "perf_event_paranoid": perf_event_paranoid(),
         "git_commit": git_commit(),
+        "git_changed_files": git_changed_files(),
         "command_line": shlex.join(argv if argv is not None else sys.argv),
     }

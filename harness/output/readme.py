@@ -57,6 +57,12 @@ def _duration(meta: dict) -> str:
 REPEAT_CSV, REPEAT_META = "repeat_results.csv", "repeat_meta.json"  # a second run of the same code, kept beside
 
 
+def commit_text(meta: dict) -> str:
+    """The run's commit, and for a ``-dirty`` one the files that differed from it (where the run recorded them)."""
+    changed = meta.get("git_changed_files") or []
+    return f"`{meta.get('git_commit', '?')}`" + (f" (uncommitted edits to {', '.join(changed)})" if changed else "")
+
+
 def _repeat_lines(run: RunData) -> list[str]:
     """Reproducibility: the run against the repeat kept beside it, every `paper` ratio interval against
     interval (:mod:`harness.output.overlap`), the pairs that do not overlap named."""
@@ -66,7 +72,7 @@ def _repeat_lines(run: RunData) -> list[str]:
     meta = json.loads((run.run_dir / REPEAT_META).read_text()) if (run.run_dir / REPEAT_META).is_file() else {}
     result = compare(ratio_rows(repeat, PAPER), ratio_rows(run.run_dir / "results.csv", PAPER))
     head = (f"Reproducibility: a second run of `make bench` ({REPEAT_CSV}, started {meta.get('started', '?')} at "
-            f"commit `{meta.get('git_commit', '?')}`, took {_duration(meta)}) and this one agree on "
+            f"commit {commit_text(meta)}, took {_duration(meta)}) and this one agree on "
             f"{result.overlap} of {len(result.pairs)} `paper` ratios (the A/A control included), interval against "
             "interval" + ("." if not result.misses else "; these do not (repeat, then this run):"))
     return [head, *(f"- `{k[0]}` {k[1]} `{k[2]}`: {figure(a)} against {figure(b)}" for k, a, b in result.misses),
@@ -131,7 +137,7 @@ def section(run: RunData) -> str:
     meta = run.meta
     versions = meta.get("versions", {})
     lines = [
-        f"Run `{run.run_id}` of `{meta.get('command_line', '?')}` at commit `{meta.get('git_commit', '?')}`, "
+        f"Run `{run.run_id}` of `{meta.get('command_line', '?')}` at commit {commit_text(meta)}, "
         f"started {meta.get('started', '?')}, took {_duration(meta)}"
         + ("" if meta.get("complete") else " (INCOMPLETE)") + ".",
         f"Machine: {machine_line(meta)}. Python {versions.get('python', '?')}, NumPy {versions.get('numpy', '?')}, "
