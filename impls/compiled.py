@@ -38,6 +38,7 @@ from .contract import (
     fork_culprit,
 )
 from .validation import (
+    _INT64,  # native int64: byte order is the one buffer property Numba's types lack
     batch_args,
     block_arg,
     check_active,
@@ -68,7 +69,6 @@ class Kernels(NamedTuple):
 _k_can = _k_alloc = _k_fork = _k_free = _k_step = None
 
 
-_INT64 = np.dtype(np.int64)  # native byte order: the one buffer property Numba's array types do not carry
 RECHECK = -2  # _step_loop's second result when the buffers break a rule: nothing changed, check them in Python
 
 
@@ -359,17 +359,18 @@ class CompiledBlockManager(ManagerBase):
         Numba's dispatcher (in C, against the one signature compiled), lengths, alignment and overlap in the
         kernel, which returns ``RECHECK`` before changing anything when one fails. Anything else goes through
         :func:`impls.validation.step_args`, which names what is wrong, or converts the inputs."""
-        limits = self.max_seqs, self.max_tokens, self.num_blocks
         rc, bad = 0, RECHECK
         try:
             if (ops.dtype is _INT64 and a0.dtype is _INT64 and a1.dtype is _INT64 and seq_ids.dtype is _INT64
                     and status_out.dtype is _INT64 and cow_out.dtype is _INT64 and slot_out.dtype is _INT64):
-                rc, bad = self._ep_step_exact(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, *limits)
+                rc, bad = self._ep_step_exact(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self.max_seqs,
+                                              self.max_tokens, self.num_blocks)
         except (AttributeError, TypeError):  # no dtype, or Numba found types other than the compiled ones
             pass
         if bad == RECHECK:
             ops, a0, a1, ids = step_args(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self.max_seqs)
-            rc, bad = self._ep_step_dispatch(ops, a0, a1, ids, status_out, cow_out, slot_out, *limits)
+            rc, bad = self._ep_step_dispatch(ops, a0, a1, ids, status_out, cow_out, slot_out, self.max_seqs,
+                                             self.max_tokens, self.num_blocks)
             if bad == RECHECK:  # pragma: no cover - step_args refuses every buffer the kernel sends back
                 raise AssertionError("step_args accepted buffers the step kernel refuses")
         if bad >= 0:
