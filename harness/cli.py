@@ -311,7 +311,8 @@ def build_parser() -> Parser:
     baseline.add_arguments(sub.add_parser("baseline", help="save a pytest-benchmark JSON as a committed baseline"))
     p = sub.add_parser("check", help="is an implementation correct? contract conformance against the reference model",
                        description="Random valid and invalid call sequences on IMPL and on the reference model "
-                                   "(impls/reference.py), compared after every call up to a renaming of block ids; "
+                                   "(impls/core/reference.py), compared after every call up to a renaming of block "
+                                   "ids; "
                                    "failed calls must leave the state as it was; the batched step must equal the "
                                    "same appends made one at a time; then the full 65,536-block pool. Prints the "
                                    "shortest failing call sequence as runnable Python. Exit 0 only when it conforms.")

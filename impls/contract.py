@@ -5,7 +5,7 @@ the manager exactly as it was. The checks run in a fixed order, the same in ever
 
 0. argument types (``TypeError``: ids, counts and lengths must be ``int`` or NumPy integers, not ``bool``;
    batch buffers must be int64 arrays), then buffer shapes, writeability, contiguity and overlap
-   (``ValueError``), all in :mod:`impls.validation`;
+   (``ValueError``), all in :mod:`impls.core.validation`;
 1. argument ranges (``ValueError``: sequence id outside ``[0, max_seqs)``, ``num_tokens < 1``, a prompt that
    needs more than ``max_blocks_per_seq`` blocks, a negative block count, a block id outside the pool);
 2. sequence state (``KeyError``: operating on an inactive sequence, allocating or forking into an active one);
@@ -205,7 +205,7 @@ class BlockManager(Protocol):
 class CachingBlockManager(BlockManager, Protocol):
     """A BlockManager with prefix caching, the optional part of the contract.
 
-    A design that implements it sets the class attribute ``prefix_caching = True``; :class:`impls.reference.
+    A design that implements it sets the class attribute ``prefix_caching = True``; :class:`impls.core.reference.
     ReferenceModel` is its executable definition, and the differential tests hold every such design to it.
 
     - Block hashes are Python or NumPy integers in ``[1, 2**64)`` (0 is reserved: open-addressing tables use it as

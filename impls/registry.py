@@ -29,6 +29,11 @@ from importlib import metadata as importlib_metadata
 
 ROLES = ("design", "twin", "contender", "native", "caching", "plugin")
 ENTRY_POINT_GROUP = "kvblock_bench.impls"
+# The subpackage of ``impls`` each role's classes live in (a plug-in lives in its own package), and the modules
+# of those subpackages that support the registered ones without being implementations themselves.
+ROLE_PACKAGES = {"design": "impls.designs", "twin": "impls.designs", "caching": "impls.caching",
+                 "contender": "impls.contenders", "native": "impls.native"}
+SUPPORT_MODULES = ("impls.native.binding", "impls.native.toolchain")
 
 
 @dataclass(frozen=True)
@@ -56,27 +61,28 @@ class Impl:
 
 
 RECORDS: tuple[Impl, ...] = (
-    Impl("dict", "impls.dict_design:DictBlockManager", "design", "A dict", "hash map per sequence", "#1f77b4", "A"),
-    Impl("list", "impls.list_design:ListBlockManager", "design", "B list", "growable list per sequence", "#ff7f0e",
-         "B"),
-    Impl("flat", "impls.flat:FlatBlockManager", "design", "C flat", "flat table + free stack", "#2ca02c", "C"),
-    Impl("dict-jit", "impls.dict_jit:DictJitBlockManager", "twin", "A' dict-jit", "A compiled (typed.Dict)",
+    Impl("dict", "impls.designs.dict_design:DictBlockManager", "design", "A dict", "hash map per sequence",
+         "#1f77b4", "A"),
+    Impl("list", "impls.designs.list_design:ListBlockManager", "design", "B list", "growable list per sequence",
+         "#ff7f0e", "B"),
+    Impl("flat", "impls.designs.flat:FlatBlockManager", "design", "C flat", "flat table + free stack", "#2ca02c", "C"),
+    Impl("dict-jit", "impls.designs.dict_jit:DictJitBlockManager", "twin", "A' dict-jit", "A compiled (typed.Dict)",
          "#9ecae1", "A"),
-    Impl("list-jit", "impls.list_jit:ListJitBlockManager", "twin", "B' list-jit", "B compiled (doubling arrays)",
-         "#fdae6b", "B"),
-    Impl("vllm-v1", "impls.vllm_v1:VllmV1BlockManager", "contender", "vllm-v1",
+    Impl("list-jit", "impls.designs.list_jit:ListJitBlockManager", "twin", "B' list-jit",
+         "B compiled (doubling arrays)", "#fdae6b", "B"),
+    Impl("vllm-v1", "impls.contenders.vllm_v1:VllmV1BlockManager", "contender", "vllm-v1",
          "vLLM v1 allocate_slots per request per step", "#9467bd"),
-    Impl("vllm-v1-pc", "impls.vllm_v1_pc:VllmV1CachingBlockManager", "contender", "vllm-v1+pc",
+    Impl("vllm-v1-pc", "impls.contenders.vllm_v1_pc:VllmV1CachingBlockManager", "contender", "vllm-v1+pc",
          "vLLM v1 with prefix caching on (its default)", "#c5b0d5"),
-    Impl("nano-vllm", "impls.nano_vllm:NanoVllmBlockManager", "contender", "nano-vllm",
+    Impl("nano-vllm", "impls.contenders.nano_vllm:NanoVllmBlockManager", "contender", "nano-vllm",
          "nano-vllm can/may_append (deque of free ids)", "#8c564b"),
-    Impl("sglang", "impls.sglang:SGLangBlockManager", "contender", "sglang",
+    Impl("sglang", "impls.contenders.sglang:SGLangBlockManager", "contender", "sglang",
          "SGLang batched page allocator (torch)", "#e377c2", needs="needs torch: pip install -e '.[torch]'"),
-    Impl("flat-pc", "impls.flat_pc:FlatPcBlockManager", "caching", "C flat-pc",
+    Impl("flat-pc", "impls.caching.flat_pc:FlatPcBlockManager", "caching", "C flat-pc",
          "flat + open-addressing hash table and intrusive LRU (prefix caching)", "#74c476"),
-    Impl("dict-pc", "impls.dict_pc:DictPcBlockManager", "caching", "A dict-pc",
+    Impl("dict-pc", "impls.caching.dict_pc:DictPcBlockManager", "caching", "A dict-pc",
          "A + vLLM v1's prefix cache (hash dict + intrusive LRU)", "#17becf"),
-    Impl("radix-pc", "impls.radix_pc:RadixPcBlockManager", "caching", "radix-pc",
+    Impl("radix-pc", "impls.caching.radix_pc:RadixPcBlockManager", "caching", "radix-pc",
          "B + SGLang's radix tree over block hashes (prefix caching)", "#bcbd22"),
     # The article's designs in its own language, replayed inside C++ (see impls/native).
     Impl("cpp-dict", "impls.native.available:CppDictBlockManager", "native", "A cpp-dict",

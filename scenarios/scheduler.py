@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from impls.contract import blocks_for
-from impls.reference import ReferenceModel
+from impls.core.reference import ReferenceModel
 
 from .hashing import TokenChain
 from .trace import (

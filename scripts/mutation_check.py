@@ -45,28 +45,28 @@ class Mutation:
 MUTATIONS = (
     Mutation(
         "flat: decode step skips its slot write",
-        "impls/flat.py",
+        "impls/designs/flat.py",
         "        slot_out[_u(i)] = (block << sh) | off\n    return cows, 0\n",
         "    return cows, 0\n",
         (CONFORMS.format("flat"),),
     ),
     Mutation(
         "list: free skips the decrement of shared blocks",
-        "impls/list_design.py",
+        "impls/designs/list_design.py",
         "            self._refs[block] -= 1\n            if self._refs[block] == 0:\n",
         "            if self._refs[block] == 1:\n                self._refs[block] = 0\n",
         (CONFORMS.format("list"),),
     ),
     Mutation(
         "flat: free skips the decrement of shared blocks",
-        "impls/flat.py",
+        "impls/designs/flat.py",
         "        r = ints[_u(refs + block)] - 1\n",
         "        r = ints[_u(refs + block)] - (ints[_u(refs + block)] == 1)\n",
         (CONFORMS.format("flat"),),
     ),
     Mutation(
         "flat: allocate pops the bottom of the free stack",
-        "impls/flat.py",
+        "impls/designs/flat.py",
         "        top -= 1\n        block = ints[_u(stack + top)]\n",
         # top counts down: the j-th block from the bottom
         "        top -= 1\n        block = ints[_u(stack + ints[TOP] - 1 - top)]\n",
@@ -74,28 +74,28 @@ MUTATIONS = (
     ),
     Mutation(
         "compiled: decode step skips the duplicate check",
-        "impls/validation.py",
+        "impls/core/validation.py",
         "        if marks[seq] == stamp:\n            return E_DUPLICATE, i\n",
         "        if False:\n            return E_DUPLICATE, i\n",
         (CONFORMS.format("list-jit"),),  # flat checks its batch in its own one pass (next mutation)
     ),
     Mutation(
         "flat: decode step skips the duplicate check",
-        "impls/flat.py",
+        "impls/designs/flat.py",
         "        if mark == stamp2:",
         "        if False:",
         (CONFORMS.format("flat"),),
     ),
     Mutation(
         "flat: a rolled-back step leaves the shared bit clear",
-        "impls/flat.py",
+        "impls/designs/flat.py",
         "        ints[_u(rec + MARK)] |= SHARED\n        j = _u(n >> sh)\n",
         "        j = _u(n >> sh)\n",
         ("tests/test_flat_differential.py",),
     ),
     Mutation(
         "interpreted: decode step skips the duplicate check",
-        "impls/interpreted.py",
+        "impls/core/interpreted.py",
         "            if s in seen:\n                self._fail(E_DUPLICATE, s)\n",
         "",
         (CONFORMS.format("list"),),

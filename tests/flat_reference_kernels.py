@@ -1,4 +1,5 @@
-"""Test-only: a frozen copy of ``impls.flat``'s kernels before the one-pass rewrite (the differential fuzz's reference).
+"""Test-only: a frozen copy of ``impls.designs.flat``'s kernels before the one-pass rewrite (the differential
+fuzz's reference).
 
 Do not optimise or "fix" this module: tests/test_flat_differential.py compares the live kernels against it.
 What follows is the original module docstring.
@@ -23,9 +24,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from impls.compiled import Kernels
 from impls.contract import E_BUFFER, E_COUNT, E_NO_BLOCKS, OK
-from impls.validation import (
+from impls.core.compiled import Kernels
+from impls.core.validation import (
     blocks_needed_jit,
     check_active_jit,
     check_allocate_jit,

@@ -9,7 +9,7 @@ import pytest
 
 from harness.measure.stats import median_estimate
 from harness.studies.cache_ops import DERIVED, MEASURES, CacheOpsError, cache_ops_rows
-from impls.reference import ReferenceModel
+from impls.core.reference import ReferenceModel
 
 
 class _ForgetfulCache(ReferenceModel):
@@ -39,7 +39,7 @@ def test_wrong_hit_count_is_refused():
 
 
 def test_design_without_caching_is_refused():
-    from impls.dict_design import DictBlockManager
+    from impls.designs.dict_design import DictBlockManager
 
     with pytest.raises(CacheOpsError, match="does not implement prefix caching"):
         cache_ops_rows(DictBlockManager, "dict", "x", samples=4)

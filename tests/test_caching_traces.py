@@ -12,7 +12,7 @@ from harness.measure.drivers import Prepared, compiled_step_runner, native_step_
 from harness.measure.replay import ReplayError, check_end_state, replay
 from impls import REGISTRY
 from impls.contract import supports_prefix_caching
-from impls.reference import ReferenceModel
+from impls.core.reference import ReferenceModel
 from scenarios import SCENARIOS, ScenarioError, TraceError, generate, load, save
 from scenarios.realtrace import DATA_DIR, hash_id_chain
 from scenarios.trace import (

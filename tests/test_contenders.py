@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from impls import REGISTRY, UNAVAILABLE
-from impls.nano_vllm import NanoVllmBlockManager
-from impls.reference import ReferenceModel
-from impls.vllm_v1 import FreeKVCacheBlockQueue, KVCacheBlock, VllmV1BlockManager
-from impls.vllm_v1_pc import VllmV1CachingBlockManager
+from impls.contenders.nano_vllm import NanoVllmBlockManager
+from impls.contenders.vllm_v1 import FreeKVCacheBlockQueue, KVCacheBlock, VllmV1BlockManager
+from impls.contenders.vllm_v1_pc import VllmV1CachingBlockManager
+from impls.core.reference import ReferenceModel
 
 BS = 4
 
@@ -162,7 +162,7 @@ def test_nano_reuses_block_ids_first_in_first_out() -> None:
 @pytest.fixture
 def sglang_cls():
     pytest.importorskip("torch")
-    from impls.sglang import SGLangBlockManager
+    from impls.contenders.sglang import SGLangBlockManager
 
     return SGLangBlockManager
 

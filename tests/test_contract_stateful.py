@@ -14,7 +14,7 @@ import pytest
 
 from harness.conformance import check
 from impls import REGISTRY
-from impls.list_design import ListBlockManager
+from impls.designs.list_design import ListBlockManager
 from tests.registered import impl_params
 
 EXAMPLES = int(os.environ.get("KVB_HYPOTHESIS_EXAMPLES", "50"))

@@ -11,7 +11,7 @@ from numba.core.registry import CPUDispatcher
 
 from harness.measure.dispatch import OPS, calls_per_trace, dispatch_rows, empty_call_ns, has_dispatch
 from impls import REGISTRY
-from impls.compiled import with_empty_kernels
+from impls.core.compiled import with_empty_kernels
 from scenarios import generate
 from tests.test_hostile_calls import manager, snapshot
 

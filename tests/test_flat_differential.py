@@ -21,8 +21,8 @@ import os
 import numpy as np
 import pytest
 
-from impls import flat
-from impls.flat import FlatBlockManager
+from impls.designs import flat
+from impls.designs.flat import FlatBlockManager
 from tests import flat_reference_kernels as ref
 
 CASES = int(os.environ.get("KVB_FLAT_FUZZ_CASES", "400"))

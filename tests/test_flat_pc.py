@@ -1,5 +1,5 @@
-"""``flat-pc`` (:mod:`impls.flat_pc`): the caching rules by hand, its hash table under churn, a random-program
-differential test against :class:`impls.reference.ReferenceModel`, zero allocations per step with caching on,
+"""``flat-pc`` (:mod:`impls.caching.flat_pc`): the caching rules by hand, its hash table under churn, a random-program
+differential test against :class:`impls.core.reference.ReferenceModel`, zero allocations per step with caching on,
 and the compiled replay of a caching program."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from harness.conformance.idmap import IdMap
-from impls import flat_pc
+from impls.caching import flat_pc
+from impls.caching.flat_pc import FlatPcBlockManager
 from impls.contract import E_HASH, NoFreeBlocksError
-from impls.flat import FlatBlockManager
-from impls.flat_pc import FlatPcBlockManager
-from impls.reference import ReferenceModel
+from impls.core.reference import ReferenceModel
+from impls.designs.flat import FlatBlockManager
 
 
 def H(*values: int) -> np.ndarray:
@@ -39,7 +39,7 @@ def hidden(mgr: FlatPcBlockManager) -> dict:
 def observable(mgr: FlatPcBlockManager) -> tuple:
     """Everything a later call can see: lengths, ref counts, the stack, live rows, the cache (not the scratch
     set, the failure detail or the entries of inactive rows, which nothing reads)."""
-    from impls.flat import offsets
+    from impls.designs.flat import offsets
 
     _, refs, stack, _, _ = offsets(mgr.max_seqs, mgr.num_blocks)
     top = int(mgr.ints[flat_pc.TOP])

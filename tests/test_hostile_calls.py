@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import impls.validation
+import impls.core.validation
 from impls import REGISTRY
 from impls.contract import MAX_NUM_BLOCKS, MAX_SEQ_TOKENS, MAX_SEQS
 
@@ -435,7 +435,7 @@ def _built_or_refused(impl_name: str, **config: int):
     fills this machine's memory."""
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(impls.validation, "available_memory", lambda: 2 * 2**30)
+            patch.setattr(impls.core.validation, "available_memory", lambda: 2 * 2**30)
             return REGISTRY[impl_name](**config)
     except MemoryError as exc:
         assert "GiB" in str(exc)  # the design's own estimate, before any allocation
@@ -475,7 +475,7 @@ def test_the_issue_block_size_2_20(impl_name: str) -> None:
 
 def test_num_blocks_too_large_for_memory(impl_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The documented maximum pool needs GiBs: with 64 MiB available every design refuses it up front."""
-    monkeypatch.setattr(impls.validation, "available_memory", lambda: 64 * 2**20)
+    monkeypatch.setattr(impls.core.validation, "available_memory", lambda: 64 * 2**20)
     with pytest.raises(MemoryError, match="GiB"):
         REGISTRY[impl_name](num_blocks=MAX_NUM_BLOCKS)
     REGISTRY[impl_name](num_blocks=1024)  # small pools still fit
@@ -483,7 +483,7 @@ def test_num_blocks_too_large_for_memory(impl_name: str, monkeypatch: pytest.Mon
 
 def test_configuration_beyond_this_machine(impl_name: str) -> None:
     """Without patching: 2**31 - 1 blocks and 2**31 - 1 rows need more than 40 GiB in every design."""
-    available = impls.validation.available_memory()
+    available = impls.core.validation.available_memory()
     if available is None or available > 40 * 2**30:
         pytest.skip("this machine may hold it")
     with pytest.raises(MemoryError):

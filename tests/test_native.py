@@ -12,8 +12,8 @@ import impls.native as native
 from harness.conformance import IdMap
 from harness.measure.replay import check_end_state
 from impls.contract import NoFreeBlocksError
+from impls.core.reference import ReferenceModel
 from impls.native import toolchain
-from impls.reference import ReferenceModel
 from scenarios import generate
 
 try:

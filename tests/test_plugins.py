@@ -79,7 +79,7 @@ def test_broken_plugins_are_refused_naming_what_is_missing() -> None:
     with pytest.raises(PluginError, match="no_such_module"):
         load_plugin("no_such_module:Manager")
     with pytest.raises(PluginError, match="has no attribute 'Nope'"):
-        load_plugin("impls.flat:Nope")
+        load_plugin("impls.designs.flat:Nope")
     with pytest.raises(PluginError, match="not registered"):
         load_plugin("no-such-entry-point")
     for name in ("fork", "free", "block_table", "seq_len", "num_free_blocks", "ref_count", "last_slot",

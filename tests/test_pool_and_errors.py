@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from impls import REGISTRY, NoFreeBlocksError
-from impls.flat import FlatBlockManager
+from impls.designs.flat import FlatBlockManager
 
 
 def test_no_free_blocks_error_is_memory_error() -> None:

@@ -20,10 +20,10 @@ from harness.conformance import check, render_reproduction
 from harness.conformance.machine import DOCUMENTS, HASH_UNIVERSE, ContractMachine, contract_machine, snapshot
 from harness.measure.matrix import CACHE_OPS_SCENARIO, REGIMES, default_cells, is_caching
 from impls import REGISTRY, UNAVAILABLE, NoFreeBlocksError, registry
+from impls.caching.dict_pc import DictPcBlockManager
+from impls.caching.radix_pc import RadixPcBlockManager
 from impls.contract import supports_prefix_caching
-from impls.dict_pc import DictPcBlockManager
-from impls.radix_pc import RadixPcBlockManager
-from impls.reference import ReferenceModel
+from impls.core.reference import ReferenceModel
 from scenarios import SCENARIOS
 
 CFG = {"num_blocks": 8, "block_size": 4, "max_seqs": 4, "max_blocks_per_seq": 4}

@@ -82,9 +82,9 @@ def test_the_run_records_the_files_that_differ_from_its_commit(monkeypatch, tmp_
 
     def fake_run(cmd, cwd=None):
         calls.append(cmd)
-        return "README.md\nimpls/flat.py" if cmd[:2] == ["git", "diff"] else "0123456789ab"
+        return "README.md\nimpls/designs/flat.py" if cmd[:2] == ["git", "diff"] else "0123456789ab"
 
     monkeypatch.setattr(metadata, "_run", fake_run)
-    assert metadata.git_changed_files() == ["README.md", "impls/flat.py"]
+    assert metadata.git_changed_files() == ["README.md", "impls/designs/flat.py"]
     assert metadata.git_commit() == "0123456789ab-dirty"
     assert ["git", "diff", "--name-only", "HEAD"] in calls

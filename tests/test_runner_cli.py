@@ -9,7 +9,7 @@ import impls
 from harness.cli import main
 from harness.measure import runner
 from harness.output.results import read_rows
-from impls.flat import FlatBlockManager
+from impls.designs.flat import FlatBlockManager
 
 
 def run_cli(tmp_path, *args: str) -> int:

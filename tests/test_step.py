@@ -18,8 +18,7 @@ from harness.counters.allocations import count_allocations, nrt_allocations
 from harness.measure.drivers import Prepared, whole_step_runner
 from harness.measure.paced import paced_whole_step_run
 from harness.measure.replay import check_end_state
-from impls import REGISTRY, compiled
-from impls.compiled import CompiledBlockManager
+from impls import REGISTRY
 from impls.contract import (
     ALLOCATE,
     ALLOCATE_CACHED,
@@ -38,6 +37,8 @@ from impls.contract import (
     SEAL,
     STEP_EXTRA,
 )
+from impls.core import compiled
+from impls.core.compiled import CompiledBlockManager
 from scenarios import generate
 from tests.test_hostile_calls import Guarded, manager, snapshot
 

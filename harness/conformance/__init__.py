@@ -5,7 +5,7 @@
 >>> verdict.ok, print(verdict.reproduction)
 
 :func:`check` runs a Hypothesis state machine (:func:`contract_machine`) that drives the class and
-:class:`impls.reference.ReferenceModel` with the same random valid and invalid calls and compares them
+:class:`impls.core.reference.ReferenceModel` with the same random valid and invalid calls and compares them
 after every call, up to a renaming of block ids (:class:`IdMap`). The project's own test-suite runs the same
 machine on every registered implementation (``tests/test_contract_stateful.py``).
 """

@@ -76,7 +76,7 @@ def render_reproduction(cls: type, config: dict[str, int], steps: list[str], err
     import_line, name = _importable(cls)
     return "\n".join([
         f"# {cls.__module__}.{cls.__qualname__} disagrees with the contract's reference model "
-        "(impls/reference.py).",
+        "(impls/core/reference.py).",
         "# The machine below holds a fresh instance next to the model; each call runs on both and compares them,",
         "# same_state() compares free counts, tables and ref counts (harness.conformance). The last line raises",
         f"# {error.splitlines()[0] if error else ''}",

@@ -3,7 +3,7 @@
 :func:`contract_machine` builds a :class:`~hypothesis.stateful.RuleBasedStateMachine` for one class. Each
 example drives three objects with the same random valid and invalid calls:
 
-- the reference model (:class:`impls.reference.ReferenceModel`), which defines the expected outcome;
+- the reference model (:class:`impls.core.reference.ReferenceModel`), which defines the expected outcome;
 - ``mgr``, an instance of the class under test, compared with the model after every call: results,
   exception types, free counts, ref counts, tables, copy-on-write pairs and slots, up to a renaming of block
   ids (:class:`~harness.conformance.idmap.IdMap`); a call that raises must leave ``mgr`` unchanged;
@@ -32,7 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from impls import NoFreeBlocksError
 from impls.contract import supports_prefix_caching
-from impls.reference import ReferenceModel
+from impls.core.reference import ReferenceModel
 
 from .idmap import IdMap
 

@@ -2,7 +2,7 @@
 
 A per-call replay of a compiled design pays, per call, the Python wrapper's argument checks and the entry
 into compiled code (unboxing the state, boxing the result) besides the data structure's own work. Here the
-same wrappers run over empty kernels (:func:`impls.compiled.with_empty_kernels`), each operation called
+same wrappers run over empty kernels (:func:`impls.core.compiled.with_empty_kernels`), each operation called
 :data:`CALLS` times in a loop timed as one region (so no timer cost is included), the median of
 :data:`REPEATS` loops. Per operation kind that is ``empty_call_<op>_ns``; weighted by the calls a per-call
 replay of the trace makes (its pool operations, then an ``append_slot`` and a ``last_slot`` per running
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from harness.output.results import Row
-from impls.compiled import with_empty_kernels
+from impls.core.compiled import with_empty_kernels
 from scenarios.trace import ALLOCATE, CAN_ALLOCATE, FORK, FREE, Trace
 
 CALLS = 2000

@@ -431,7 +431,7 @@ def driver_for(kernels, trace: Trace):
 
 
 def compiled_driver(kernels):
-    """The compiled replay loop over ``kernels`` (see :class:`impls.compiled.Kernels`), cached per design.
+    """The compiled replay loop over ``kernels`` (see :class:`impls.core.compiled.Kernels`), cached per design.
 
     ``drive(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out, ticks_out, cows_out,
     detail, digests_out, mask) -> (status, step, op_index)``: status 0 on success, else the failing kernel's
@@ -528,7 +528,7 @@ def _replay_loop_caching(state, op, a0, a1, seq_ids, step_offsets, decode_offset
 
 
 def compiled_caching_driver(kernels):
-    """The compiled replay loop of caching traces over ``kernels`` (an :class:`impls.compiled.CachingKernels`),
+    """The compiled replay loop of caching traces over ``kernels`` (an :class:`impls.core.compiled.CachingKernels`),
     cached per design: :func:`compiled_driver`'s ``drive`` with three more arguments, ``hashes`` (uint64, the
     trace's hash pool), ``op_hash`` (int64 per op: where an ALLOCATE_CACHED's chain or a SEAL's hash starts in
     ``hashes``) and ``hits_out`` (int64 per step: prompt tokens served from the cache, for :func:`check_hits`).

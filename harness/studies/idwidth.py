@@ -3,7 +3,7 @@
 The article's rule 2 stores block ids as uint16 (a 32-block table is one 64-byte cache line). This module
 measures what the width does to the lookup the attention kernel needs (newest token of each running
 sequence -> physical slot, ``slot = (block << shift) | (pos & mask)``, the arithmetic of
-:func:`impls.flat.lookup` without its per-sequence liveness check) and to the table's size.
+:func:`impls.designs.flat.lookup` without its per-sequence liveness check) and to the table's size.
 
 States. ``paper``: the flat design's table after replaying the first steps of the ``paper`` trace (256
 sequences, 256 blocks per row), copied into each dtype. ``large``: the same rows tiled to many more
@@ -34,7 +34,7 @@ from numba import njit
 from harness.measure.drivers import Prepared, step_runner
 from harness.measure.replay import apply_pool_op
 from harness.output.results import Row
-from impls.flat import FlatBlockManager
+from impls.designs.flat import FlatBlockManager
 from scenarios import Trace, generate
 
 DTYPES = (np.uint16, np.int32, np.int64)

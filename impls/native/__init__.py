@@ -14,7 +14,7 @@ raises: :data:`NATIVE` is empty and :data:`UNAVAILABLE_REASON` says why.
 
 from __future__ import annotations
 
-from .binding import (
+from impls.native.binding import (
     _LIB,
     CppDictBlockManager,
     CppFlatBlockManager,
@@ -31,7 +31,7 @@ from .binding import (
     timer_overhead_ns,
     tsc_usable,
 )
-from .toolchain import FLAGS, Build, BuildError, build
+from impls.native.toolchain import FLAGS, Build, BuildError, build
 
 NAMES = ("cpp-dict", "cpp-list", "cpp-flat")
 _CLASSES = {"cpp-dict": CppDictBlockManager, "cpp-list": CppListBlockManager, "cpp-flat": CppFlatBlockManager}

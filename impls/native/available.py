@@ -6,8 +6,8 @@ which is how :func:`impls.registry.load_all` learns that the ``cpp-*`` implement
 
 from __future__ import annotations
 
-from . import UNAVAILABLE_REASON
-from .binding import CppDictBlockManager, CppFlatBlockManager, CppListBlockManager
+from impls.native import UNAVAILABLE_REASON
+from impls.native.binding import CppDictBlockManager, CppFlatBlockManager, CppListBlockManager
 
 if UNAVAILABLE_REASON is not None:
     raise ImportError(UNAVAILABLE_REASON)

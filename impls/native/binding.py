@@ -19,9 +19,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..base import ManagerBase
-from ..contract import E_BUFFER, E_INACTIVE, E_NO_BLOCKS, blocks_for, fork_culprit
-from ..validation import as_int, batch_args, block_arg, count_arg, lookup_args, seq_arg, tokens_arg
+from impls.contract import E_BUFFER, E_INACTIVE, E_NO_BLOCKS, blocks_for, fork_culprit
+from impls.core.base import ManagerBase
+from impls.core.validation import as_int, batch_args, block_arg, count_arg, lookup_args, seq_arg, tokens_arg
 
 E_TRACE, E_OOM = -11, -12  # the native layer's own codes (see designs.cpp)
 KIND_DICT, KIND_LIST, KIND_FLAT = 0, 1, 2
@@ -76,7 +76,7 @@ _LIB: list[ctypes.CDLL] = []  # set by impls.native once the library is loaded
 
 def lib() -> ctypes.CDLL:
     if not _LIB:
-        from . import UNAVAILABLE_REASON
+        from impls.native import UNAVAILABLE_REASON
 
         raise RuntimeError(f"the native designs are unavailable: {UNAVAILABLE_REASON}")
     return _LIB[0]
@@ -116,7 +116,7 @@ class NativeBlockManager(ManagerBase):
         return rc
 
     # -- the contract -----------------------------------------------------------------------------------
-    # Arguments are checked by the same helpers as every other design (impls.validation) before C++ sees them;
+    # Arguments are checked by the same helpers as every other design (impls.core.validation) before C++ sees them;
     # C++ checks its own ranges again and never writes past the capacities it is given.
     def can_allocate(self, num_blocks: int) -> bool:
         n = count_arg(num_blocks)

@@ -1,6 +1,6 @@
 """Rule 3, measured: getting each decode step's block tables to the GPU as the int32 tensor attention takes.
 
-The flat design (:class:`impls.flat.FlatBlockManager`) replays a trace untimed; in a window of decode steps
+The flat design (:class:`impls.designs.flat.FlatBlockManager`) replays a trace untimed; in a window of decode steps
 after a warm-up, right after each step's ``decode_step`` (the tables now hold the block of the token being
 decoded), every variant below produces the batch's block tables as an int32 tensor on the device:
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from harness.studies.table_copy.guards import BufferRing, CopyGuard, DoneEvent, Event
-from impls.flat import FlatBlockManager, table_dtype
+from impls.designs.flat import FlatBlockManager, table_dtype
 
 VARIANTS = ("a-per-seq", "b-rebuild", "c-one-copy", "c-host-widen", "d-changed-rows", "d-live-cols")
 WIDEN = ("host-numpy", "host-torch", "device")

@@ -49,8 +49,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .interpreted import InterpretedBlockManager
-from .validation import lookup_args
+from impls.core.interpreted import InterpretedBlockManager
+from impls.core.validation import lookup_args
 
 
 def _write_slots(token_slots: torch.Tensor, page_size: int, slot_out: np.ndarray, n: int) -> None:

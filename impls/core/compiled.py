@@ -22,8 +22,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, typeof
 
-from .base import ManagerBase
-from .contract import (
+from impls.contract import (
     ALLOCATE,
     CAN_ALLOCATE,
     E_BUFFER,
@@ -37,7 +36,8 @@ from .contract import (
     blocks_for,
     fork_culprit,
 )
-from .validation import (
+from impls.core.base import ManagerBase
+from impls.core.validation import (
     _INT64,  # native int64: byte order is the one buffer property Numba's types lack
     batch_args,
     block_arg,
@@ -81,7 +81,7 @@ def _meet(a, b):
 
 @njit(inline="always")
 def _unfit(ops, a0, a1, seq_ids, status_out, cow_out, slot_out):
-    """Whether the step's buffers break a rule of :func:`impls.validation.step_args` that their Numba types do
+    """Whether the step's buffers break a rule of :func:`impls.core.validation.step_args` that their Numba types do
     not already carry (those carry dtype, dimensions, C layout and writeability): lengths, output sizes and
     alignment, an output overlapping another buffer. Inlined: a call taking arrays would add reference counting
     of each."""
@@ -341,7 +341,7 @@ class CompiledBlockManager(ManagerBase):
         """One decode step in one compiled call; same semantics as the interpreted designs' step.
 
         ``seq_ids`` int64[n], ``cow_out`` int64[n, 2], ``slot_out`` int64[n]; returns the number of CoWs. The
-        buffers are checked here, once (the kernel trusts them): see :func:`impls.validation.batch_args`.
+        buffers are checked here, once (the kernel trusts them): see :func:`impls.core.validation.batch_args`.
         """
         seq_ids = batch_args(seq_ids, cow_out, slot_out, self.max_seqs)
         rc, detail = self.kernels.decode_step(*self.state, seq_ids, cow_out, slot_out)
@@ -358,7 +358,7 @@ class CompiledBlockManager(ManagerBase):
         costs least: byte order here (the one property Numba's types do not carry), the rest of their types by
         Numba's dispatcher (in C, against the one signature compiled), lengths, alignment and overlap in the
         kernel, which returns ``RECHECK`` before changing anything when one fails. Anything else goes through
-        :func:`impls.validation.step_args`, which names what is wrong, or converts the inputs."""
+        :func:`impls.core.validation.step_args`, which names what is wrong, or converts the inputs."""
         rc, bad = 0, RECHECK
         try:
             if (ops.dtype is _INT64 and a0.dtype is _INT64 and a1.dtype is _INT64 and seq_ids.dtype is _INT64

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, typed
 
-from .compiled import CompiledBlockManager, Kernels
-from .contract import E_BUFFER, E_COUNT, E_NO_BLOCKS, OK
-from .validation import (
+from impls.contract import E_BUFFER, E_COUNT, E_NO_BLOCKS, OK
+from impls.core.compiled import CompiledBlockManager, Kernels
+from impls.core.validation import (
     blocks_needed_jit,
     check_active_jit,
     check_allocate_jit,

@@ -24,8 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .compiled import CompiledBlockManager, Kernels
-from .contract import (
+from impls.contract import (
     E_ACTIVE,
     E_BUFFER,
     E_COUNT,
@@ -37,7 +36,8 @@ from .contract import (
     E_TOO_LONG,
     OK,
 )
-from .validation import slot_of_jit
+from impls.core.compiled import CompiledBlockManager, Kernels
+from impls.core.validation import slot_of_jit
 
 # Header slots at the start of ``ints``.
 TOP, NUM_BLOCKS, BLOCK_SHIFT, STAMP = 0, 1, 2, 3
@@ -224,7 +224,7 @@ def _next_stamp(ints, rows):
 @njit(cache=True, inline="always")
 def _reserve(table, ints, seq_ids):
     """A tight pool's step keeps the validate-then-reserve order: every id valid for an append and listed
-    once (as :func:`impls.validation.check_batch_jit`), then the exact need against the pool: a block per row
+    once (as :func:`impls.core.validation.check_batch_jit`), then the exact need against the pool: a block per row
     at a boundary or whose last block is shared. Returns ``(code, detail)``; changes only marks."""
     rows, cols, sh = _u(table.shape[0]), table.shape[1], ints[BLOCK_SHIFT]
     refs = HEADER + ROW * table.shape[0]

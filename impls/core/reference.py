@@ -1,7 +1,7 @@
 """A tiny, obviously correct model of the contract.
 
 The tests hold every implementation to it, and the scenario generator simulates its scheduler against it.
-It re-states the rules on its own (it does not use :mod:`impls.validation`), so a mistake in the shared
+It re-states the rules on its own (it does not use :mod:`impls.core.validation`), so a mistake in the shared
 checks cannot hide from the tests. Block ids are handed out in the order 0, 1, 2, ... and come back in
 reverse table order; implementations may use any order (tests compare up to renaming of ids).
 """
@@ -12,7 +12,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .contract import NoFreeBlocksError
+from impls.contract import NoFreeBlocksError
 
 
 class ReferenceModel:

@@ -1,9 +1,9 @@
-"""``flat-pc``: the flat design (:mod:`impls.flat`) with prefix caching, still Numba kernels over preallocated
+"""``flat-pc``: the flat design (:mod:`impls.designs.flat`) with prefix caching, still Numba kernels over preallocated
 arrays and still allocating nothing per step.
 
 The state is flat's two arrays, ``ints`` grown by a cache extension, plus one ``uint64`` array:
 
-- ``table`` and ``ints[:flat size]`` exactly as :mod:`impls.flat` lays them out (so flat's read-only and fork
+- ``table`` and ``ints[:flat size]`` exactly as :mod:`impls.designs.flat` lays them out (so flat's read-only and fork
   kernels run on them unchanged), the free-block stack holding only *never-cached* free blocks;
 - ``ints[ext:]``: a header (:data:`FIELDS`: evictable count, LRU head and tail, cached count, log2 of the hash
   table's capacity, log2 of the scratch set's, the scratch stamp, the detail of the last failure), the hash
@@ -37,9 +37,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from . import flat
-from .compiled import CachingKernels
-from .contract import (
+from impls.contract import (
     E_ACTIVE,
     E_BUFFER,
     E_COUNT,
@@ -53,8 +51,10 @@ from .contract import (
     E_TOO_LONG,
     OK,
 )
-from .flat import BLOCK_SHIFT, HEADER, LEN, MARK, NUM_BLOCKS, ROW, SHARED, TOP, FlatBlockManager, offsets
-from .validation import chain_problem, chain_shape_arg, hash_arg, lookup_args, seq_arg, tokens_arg
+from impls.core.compiled import CachingKernels
+from impls.core.validation import chain_problem, chain_shape_arg, hash_arg, lookup_args, seq_arg, tokens_arg
+from impls.designs import flat
+from impls.designs.flat import BLOCK_SHIFT, HEADER, LEN, MARK, NUM_BLOCKS, ROW, SHARED, TOP, FlatBlockManager, offsets
 
 # The extension's header, at ``ext`` = flat's size of ``ints``.
 EVICT, HEAD, TAIL, CACHED, CAP_BITS, SCR_BITS, SCR_STAMP, DETAIL = range(8)

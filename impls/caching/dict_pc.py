@@ -1,4 +1,4 @@
-"""``dict-pc``: design A (:mod:`impls.dict_design`) with vLLM v1's prefix cache.
+"""``dict-pc``: design A (:mod:`impls.designs.dict_design`) with vLLM v1's prefix cache.
 
 The cache follows vLLM v1 (``vllm/v1/core/block_pool.py`` ``BlockPool.cached_block_hash_to_block``,
 ``get_cached_block``, ``cache_full_blocks``, ``_maybe_evict_cached_block``, ``touch``, ``free_blocks``; and
@@ -21,8 +21,8 @@ per-hash dict of duplicate blocks); no KV events, no metrics, no null block.
 
 from __future__ import annotations
 
-from .dict_design import DictBlockManager
-from .interpreted_caching import CachingPlumbing
+from impls.core.interpreted_caching import CachingPlumbing
+from impls.designs.dict_design import DictBlockManager
 
 
 class DictPcBlockManager(CachingPlumbing, DictBlockManager):

@@ -1,6 +1,6 @@
-"""Contender ``"vllm-v1-pc"``: :mod:`impls.vllm_v1` with prefix caching on, vLLM v1's default.
+"""Contender ``"vllm-v1-pc"``: :mod:`impls.contenders.vllm_v1` with prefix caching on, vLLM v1's default.
 
-Follows, in vLLM 0.33.0 (the ``vllm`` wheel on PyPI), beside what :mod:`impls.vllm_v1` follows:
+Follows, in vLLM 0.33.0 (the ``vllm`` wheel on PyPI), beside what :mod:`impls.contenders.vllm_v1` follows:
 
 * ``vllm/v1/core/block_pool.py``: ``BlockHashToBlockMap`` (``get_one_block``, ``insert``, ``pop``),
   ``BlockPool.get_cached_block``, ``cache_full_blocks``, ``_insert_block_hash``, ``_remove_cached_block_hashes``,
@@ -20,7 +20,7 @@ Follows, in vLLM 0.33.0 (the ``vllm`` wheel on PyPI), beside what :mod:`impls.vl
   ``allocate_slots(request, 1)`` per running request per step.
 
 What the contract decides, and how the contender reproduces vLLM's cost while making the contract's choices
-(the reference model, :class:`impls.reference.ReferenceModel`, must see the same hits at every step):
+(the reference model, :class:`impls.core.reference.ReferenceModel`, must see the same hits at every step):
 
 * **Free-block order.** vLLM keeps one queue: blocks without a hash are prepended when freed, cached ones
   appended, and ``get_new_blocks`` pops the head, evicting the popped block's hash. Since no block gains a hash
@@ -50,7 +50,7 @@ What the contract decides, and how the contender reproduces vLLM's cost while ma
   empty hash list, as a vLLM request shorter than a block does: no hit, no ``num_cached_block`` entry, so its
   steps take ``get_num_blocks_to_allocate``'s slow path until a block of it is sealed.
 
-Left out, beside what :mod:`impls.vllm_v1` leaves out: KV-cache events, partial-block (fine-grained) hits,
+Left out, beside what :mod:`impls.contenders.vllm_v1` leaves out: KV-cache events, partial-block (fine-grained) hits,
 ``cached_block_hashes_by_block`` entries (only partial hits make them), prefix-cache statistics and the
 metrics collector, EAGLE's dropped block, cache salts and extra keys (they are inside the hash).
 """
@@ -61,15 +61,7 @@ import itertools
 
 import numpy as np
 
-from .contract import (
-    E_ACTIVE,
-    E_NO_BLOCKS,
-    E_NOT_FULL,
-    E_SEALED,
-    blocks_for,
-)
-from .validation import chain_arg, hash_arg, seq_arg, tokens_arg
-from .vllm_v1 import (
+from impls.contenders.vllm_v1 import (
     BlockPool,
     FullAttentionManager,
     KVCacheBlock,
@@ -81,6 +73,14 @@ from .vllm_v1 import (
     VllmV1BlockManager,
     cdiv,
 )
+from impls.contract import (
+    E_ACTIVE,
+    E_NO_BLOCKS,
+    E_NOT_FULL,
+    E_SEALED,
+    blocks_for,
+)
+from impls.core.validation import chain_arg, hash_arg, seq_arg, tokens_arg
 
 _GROUP0 = (0).to_bytes(4, "big", signed=False)
 
@@ -156,7 +156,7 @@ class BlockHashToBlockMap:
 
 
 class CachingBlockPool(BlockPool):
-    """:class:`impls.vllm_v1.BlockPool` with the prefix cache: lookups, inserts, and eviction on reuse."""
+    """:class:`impls.contenders.vllm_v1.BlockPool` with the prefix cache: lookups, inserts, and eviction on reuse."""
 
     def __init__(self, num_gpu_blocks: int) -> None:
         super().__init__(num_gpu_blocks)
@@ -231,7 +231,8 @@ class _CrossAttentionManager:
 
 
 class CachingFullAttentionManager(FullAttentionManager):
-    """:class:`impls.vllm_v1.FullAttentionManager` with prefix caching: hits, ``num_cached_block``, caching."""
+    """:class:`impls.contenders.vllm_v1.FullAttentionManager` with prefix caching: hits, ``num_cached_block``,
+    caching."""
 
     def __init__(self, block_pool: CachingBlockPool, block_size: int) -> None:
         super().__init__(block_pool, block_size)
@@ -266,7 +267,7 @@ class CachingFullAttentionManager(FullAttentionManager):
         req_blocks = self.req_to_blocks.get(request_id, ())
         num_new_blocks = max(cdiv(num_tokens, self.block_size) - len(req_blocks), 0)
         if num_new_blocks == 0 and req_blocks and req_blocks[-1].ref_cnt > 1:
-            num_new_blocks = 1  # ours: the shared last block will be copied (see impls.vllm_v1)
+            num_new_blocks = 1  # ours: the shared last block will be copied (see impls.contenders.vllm_v1)
         return num_new_blocks
 
     def add_local_computed_blocks(self, request_id: str, new_computed_blocks: list[KVCacheBlock],

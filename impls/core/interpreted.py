@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ManagerBase
-from .contract import (
+from impls.contract import (
     E_DUPLICATE,
     E_NO_BLOCKS,
     blocks_for,
     fork_culprit,
 )
-from .validation import (
+from impls.core.base import ManagerBase
+from impls.core.validation import (
     batch_args,
     block_arg,
     check_active,

@@ -1,4 +1,4 @@
-"""``radix-pc``: SGLang's radix cache over block hashes, on design B's pool (:mod:`impls.list_design`).
+"""``radix-pc``: SGLang's radix cache over block hashes, on design B's pool (:mod:`impls.designs.list_design`).
 
 Follows SGLang 0.5.x, ``python/sglang/srt/mem_cache/radix_cache.py``:
 
@@ -49,8 +49,8 @@ from __future__ import annotations
 import heapq
 import sys
 
-from .interpreted_caching import CachingPlumbing
-from .list_design import ListBlockManager
+from impls.core.interpreted_caching import CachingPlumbing
+from impls.designs.list_design import ListBlockManager
 
 
 class TreeNode:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .contract import ALLOCATE, CAN_ALLOCATE, FREE, check_config, raise_for
-from .validation import check_memory, check_step_ops, step_args
+from impls.contract import ALLOCATE, CAN_ALLOCATE, FREE, check_config, raise_for
+from impls.core.validation import check_memory, check_step_ops, step_args
 
 
 class ManagerBase:

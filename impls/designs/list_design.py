@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from .interpreted import InterpretedBlockManager
-from .validation import int_object_bytes
+from impls.core.interpreted import InterpretedBlockManager
+from impls.core.validation import int_object_bytes
 
 
 class ListBlockManager(InterpretedBlockManager):

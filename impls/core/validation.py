@@ -17,7 +17,7 @@ import sys
 import numpy as np
 from numba import njit
 
-from .contract import (
+from impls.contract import (
     ALLOCATE_CACHED,
     APPEND,
     E_ACTIVE,
@@ -297,7 +297,7 @@ def step_fast(ops: object, a0: object, a1: object, seq_ids: object, status_out: 
     """Whether ``step``'s buffers are an engine's usual ones: int64 ndarrays (not subclasses), inputs 1-D,
     C-contiguous and aligned, outputs owning their memory, writeable, C-contiguous, aligned and large enough,
     no input a view of an output. True only where the full checks pass too. (The compiled designs check
-    these in Numba's dispatcher and their kernel instead: see :meth:`impls.compiled.CompiledBlockManager.step`.)
+    these in Numba's dispatcher and their kernel instead: see :meth:`impls.core.compiled.CompiledBlockManager.step`.)
     """
     if (type(ops) is _ndarray and type(a0) is _ndarray and type(a1) is _ndarray and type(seq_ids) is _ndarray
             and type(status_out) is _ndarray and type(cow_out) is _ndarray and type(slot_out) is _ndarray

@@ -1,6 +1,6 @@
 """Prefix-caching plumbing shared by the interpreted designs with a cache (``dict-pc``, ``radix-pc``).
 
-:class:`CachingPlumbing` is a mixin for an :class:`~impls.interpreted.InterpretedBlockManager` subclass: it adds
+:class:`CachingPlumbing` is a mixin for an :class:`~impls.core.interpreted.InterpretedBlockManager` subclass: it adds
 the public ``allocate_cached``, ``seal`` and ``num_cached_blocks`` of :class:`impls.contract.CachingBlockManager`
 with the contract's checks in the contract's order, and leaves the data structure to the design's primitives:
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .contract import E_ACTIVE, E_NO_BLOCKS, E_NOT_FULL, E_SEALED
-from .validation import chain_arg, hash_arg, seq_arg, tokens_arg
+from impls.contract import E_ACTIVE, E_NO_BLOCKS, E_NOT_FULL, E_SEALED
+from impls.core.validation import chain_arg, hash_arg, seq_arg, tokens_arg
 
 
 class CachingPlumbing:

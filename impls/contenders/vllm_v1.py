@@ -51,8 +51,8 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .interpreted import InterpretedBlockManager
-from .validation import int_object_bytes
+from impls.core.interpreted import InterpretedBlockManager
+from impls.core.validation import int_object_bytes
 
 
 def cdiv(a: int, b: int) -> int:
@@ -391,7 +391,7 @@ class KVCacheManager:
 class VllmV1BlockManager(InterpretedBlockManager):
     """Contender ``"vllm-v1"``: vLLM v1's ``KVCacheManager`` driven per request per step, as its scheduler does."""
 
-    kv_cache_manager_class = KVCacheManager  # the caching-on contender (impls.vllm_v1_pc) puts its own here
+    kv_cache_manager_class = KVCacheManager  # the caching-on contender (impls.contenders.vllm_v1_pc) puts its own here
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:

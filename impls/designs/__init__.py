@@ -1,0 +1,1 @@
+"""The article's designs A (``dict``), B (``list``) and C (``flat``), and the compiled twins of A and B."""
