@@ -104,7 +104,7 @@ def test_csv_that_is_a_folder(tmp_path: Path) -> None:
 
 def test_report_refuses_a_damaged_results_file(results_with_a_run: Path) -> None:
     csv = results_with_a_run / "latest" / "results.csv"
-    csv.write_text(csv.read_text() + "paper,flat,batched,lookup_ns,-5,ns,rdtsc,ok,,,,,,,\n")
+    csv.write_text(csv.read_text() + "paper,flat,batched,lookup_ns,-5,ns,rdtsc,ok,,,,,,,,\n")
     assert_one_line_error(cli("report", "--results", str(results_with_a_run), "--no-figures"), "results.csv:3",
                           "negative")
 
@@ -137,18 +137,18 @@ def test_ctrl_c_is_one_line_and_keeps_what_finished(tmp_path: Path) -> None:
 
 
 # -- the results reader, in-process (each case names file:line) -----------------------------------------------
-GOOD = "paper,flat,batched,seq_step_ns,10.0,ns,rdtsc,ok,how,3,2000,2000.0,256,9.0,11.0\n"
+GOOD = "paper,flat,batched,seq_step_ns,10.0,ns,rdtsc,ok,how,3,2000,2000.0,256,9.0,11.0,compiled\n"
 
 
 @pytest.mark.parametrize(("line", "words"), [
-    ("paper,flat,batched,lookup_ns,-5,ns,rdtsc,ok,,,,,,,\n", ["results.csv:3", "negative"]),
-    ("paper,flat,batched,lookup_ns,inf,ns,rdtsc,ok,,,,,,,\n", ["results.csv:3", "finite"]),
-    ("paper,flat,batched,lookup_ns,1e300,ns,rdtsc,ok,,,,,,,\n", ["results.csv:3", "plausible"]),
-    ("paper,flat,batched,lookup_ns,fast,ns,rdtsc,ok,,,,,,,\n", ["results.csv:3", "not a number"]),
-    ("paper,flat,batched,lookup_ns,1,ns,rdtsc,guessed,,,,,,,\n", ["results.csv:3", "guessed"]),
+    ("paper,flat,batched,lookup_ns,-5,ns,rdtsc,ok,,,,,,,,\n", ["results.csv:3", "negative"]),
+    ("paper,flat,batched,lookup_ns,inf,ns,rdtsc,ok,,,,,,,,\n", ["results.csv:3", "finite"]),
+    ("paper,flat,batched,lookup_ns,1e300,ns,rdtsc,ok,,,,,,,,\n", ["results.csv:3", "plausible"]),
+    ("paper,flat,batched,lookup_ns,fast,ns,rdtsc,ok,,,,,,,,\n", ["results.csv:3", "not a number"]),
+    ("paper,flat,batched,lookup_ns,1,ns,rdtsc,guessed,,,,,,,,\n", ["results.csv:3", "guessed"]),
     (GOOD, ["results.csv:3", "same figure as line 2"]),
     ("garbage\n", ["results.csv:3", "fields"]),
-    ("paper,flat,batched,lookup_ns,1,ns,rdtsc,ok,,1.5,,,,,\n", ["results.csv:3", "reps"]),
+    ("paper,flat,batched,lookup_ns,1,ns,rdtsc,ok,,1.5,,,,,,\n", ["results.csv:3", "reps"]),
 ])
 def test_results_reader_names_file_and_line(tmp_path: Path, line: str, words) -> None:
     from harness.output.results import COLUMNS
@@ -168,4 +168,18 @@ def test_results_reader_refuses_a_missing_header_and_reads_schema_1(tmp_path: Pa
         read_rows(path)
     path.write_text("scenario,impl,regime,metric,value,unit,source,status,how\npaper,flat,batched,x,1.0,ns,s,ok,h\n")
     (row,) = read_rows(path)
-    assert row.value == 1.0 and row.reps is None and row.ci_low is None
+    assert row.value == 1.0 and row.reps is None and row.ci_low is None and row.driver == ""
+    from harness.output.results import COLUMNS_V2
+
+    path.write_text(",".join(COLUMNS_V2) + "\n" + GOOD.rpartition(",")[0] + "\n")  # schema 2: no driver column
+    (row,) = read_rows(path)
+    assert row.value == 10.0 and row.ci_high == 11.0 and row.driver == ""
+
+
+def test_results_refuse_an_unknown_driver(tmp_path: Path) -> None:
+    from harness.output.results import COLUMNS
+
+    path = tmp_path / "results.csv"
+    path.write_text(",".join(COLUMNS) + "\n" + GOOD.replace("compiled", "gpu"))
+    with pytest.raises(ResultsError, match=r"results\.csv:2.*driver"):
+        read_rows(path)

@@ -132,7 +132,7 @@ class ScenarioBench:
             verify_slots(driver)
         if driver.kind != "python" or getattr(driver.cls, "kernels", None) is not None:
             self.row(key[0], key[1], "compile_s", time.perf_counter() - t0, "s", "wall clock",
-                     f"first steps through the {driver.kind} driver (compile or cache load)")
+                     f"first steps through the {driver.kind} driver (compile or cache load)", driver=driver.kind)
 
     def fail(self, cell: tuple[str, str], exc: Exception) -> None:
         """A cell that disagreed with the trace: one ``failed`` row, and no figure from it anywhere."""
@@ -201,9 +201,12 @@ class ScenarioBench:
     def _cell_rows(self, key, step_samples, detail_samples, mgr) -> None:
         impl, regime, _ = key
         driver = self.drivers[key]
-        self.rows += timing_rows((self.name, impl, regime), self.work, step_samples, detail_samples,
-                                 self.trace.header["params"].get("step_rate", 2000),
-                                 driver.timer_overhead(self.calib), driver.how(), self.slices)
+        timed = timing_rows((self.name, impl, regime), self.work, step_samples, detail_samples,
+                            self.trace.header["params"].get("step_rate", 2000), driver.timer_overhead(self.calib),
+                            driver.how(), self.slices)
+        for row in timed:
+            row.driver = driver.kind
+        self.rows += timed
         self.raw[(impl, regime)] = {
             "clock": step_samples[0].clock,
             "slices": self.slices,
@@ -212,7 +215,10 @@ class ScenarioBench:
                                for s in detail_samples],
         }
         if regime == "per-call" and has_dispatch(driver.cls):  # the per-call figure's dispatch, apart
-            self.rows += dispatch_rows(self.name, impl, empty_call_ns(mgr), calls_per_trace(self.trace))
+            dispatch = dispatch_rows(self.name, impl, empty_call_ns(mgr), calls_per_trace(self.trace))
+            for row in dispatch:
+                row.driver = "python"
+            self.rows += dispatch
         sizes = [mgr.table_nbytes(row) for row in np.flatnonzero(self.trace.final_lens).tolist()]
         if sizes and sizes[0] is not None:
             self.row(impl, regime, "table_bytes_per_seq", float(np.mean(sizes)), "B", "design introspection",
@@ -247,7 +253,8 @@ class ScenarioBench:
         self.row(impl, regime, metric, est.value, "x", "ratio",
                  f"time per unit of work over {self.base}'s (each step's median over repetitions); 95 % paired "
                  "bootstrap interval, the same slices and repetitions drawn for both", ci_low=_finite(est.low),
-                 ci_high=_finite(est.high), reps=self._reps((impl, regime)), steps=self.work.steps)
+                 ci_high=_finite(est.high), reps=self._reps((impl, regime)), steps=self.work.steps,
+                 driver=self.drivers[(impl, regime, "")].kind)
 
     def _aa_row(self, aa, steps: Replays) -> None:
         impl, regime, _ = aa
@@ -259,7 +266,7 @@ class ScenarioBench:
         self.row(impl, regime, "aa_ratio", est.value, "x", "ratio",
                  f"A/A control: the same cell replayed twice, interleaved as two cells; seq-step time of the copy "
                  f"over the original; {verdict}", ci_low=_finite(est.low), ci_high=_finite(est.high),
-                 reps=self.cfg.reps, steps=self.work.steps)
+                 reps=self.cfg.reps, steps=self.work.steps, driver=self.drivers[(impl, regime, "")].kind)
 
     def measure_allocations(self) -> None:
         """Allocation events per step over ALLOC_STEPS steps (see :func:`allocations_per_step`), on a fresh
@@ -277,7 +284,7 @@ class ScenarioBench:
                                           ("nrt_allocs_per_step", counts[1], "nrt-stats")):
                 self.row(impl, regime, metric, value, "allocs/step", source,
                          f"steps {lo}-{hi} via the {driver.kind} driver, minus the same call over zero steps",
-                         steps=hi - lo)
+                         steps=hi - lo, driver=driver.kind)
             self.tick(f"{self.name} {impl} {regime} allocations")
 
     def _native_allocations(self, driver: Driver, lo: int, hi: int) -> None:
@@ -300,9 +307,10 @@ class ScenarioBench:
             how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), thread CPU time "
                    f"minus an idle paced run; compiled designs pay one dispatch per call")
             self.row(impl, regime, "cpu_share_observed_pct", result.cpu_share_pct, "%", "thread_time_ns", how,
-                     step_rate=rate, steps=result.steps)
+                     step_rate=rate, steps=result.steps, driver="python")
             self.row(impl, regime, "deadline_misses", result.deadline_misses, "steps", "perf_counter_ns",
-                     f"steps whose work ended after the next step was due, of {result.steps}", steps=result.steps)
+                     f"steps whose work ended after the next step was due, of {result.steps}", steps=result.steps,
+                     driver="python")
             if regime == "batched" and callable(getattr(driver.cls, "step", None)):
                 self._paced_whole_step(driver, rate)
             self.tick(f"{self.name} {impl} {regime} paced")
@@ -322,10 +330,10 @@ class ScenarioBench:
         how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), one step() call per step "
                "(pool operations and decode batch), thread CPU time minus an idle paced run")
         self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", result.cpu_share_pct, "%",
-                 "thread_time_ns", how, step_rate=rate, steps=result.steps)
+                 "thread_time_ns", how, step_rate=rate, steps=result.steps, driver="python")
         self.row(driver.impl, "batched", "deadline_misses_whole_step", result.deadline_misses, "steps",
                  "perf_counter_ns", f"steps whose step() call ended after the next step was due, of {result.steps}",
-                 steps=result.steps)
+                 steps=result.steps, driver="python")
 
 
 def _finite(x: float) -> float | None:

@@ -30,7 +30,8 @@ from scenarios.atomic import atomic_write_bytes
 
 RESULTS_DIR = Path("results")
 STATUSES = ("ok", "unsupported", "unavailable", "skipped", "failed")
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+DRIVERS = ("python", "compiled", "native")  # the loops that issue a replay's calls (the ``driver`` column)
 # Figures that may be negative: a counted region minus an empty region can come out below zero by noise, and
 # so can a difference of two timed medians (the cache-operation study's derived rows) or a paced run's thread
 # time minus its idle run's.
@@ -51,7 +52,9 @@ class Row:
     structured columns say what the figure summarises, for tools to read (never parsed out of ``how``):
     ``reps`` repetitions (or calls) it is the median of, ``steps`` decode steps it covers, ``step_rate`` the
     steps per second a rate-based figure assumes, ``seqs`` the sequences (table rows) it covers, and
-    ``ci_low``/``ci_high`` its 95 % interval where one was computed. None where it does not apply.
+    ``ci_low``/``ci_high`` its 95 % interval where one was computed, ``driver`` the loop that issued the timed
+    calls (:data:`DRIVERS`: a Python loop, a compiled Numba loop calling the kernels, a C++ loop); None (or
+    "" for ``driver``) where it does not apply.
     """
 
     scenario: str
@@ -69,10 +72,13 @@ class Row:
     seqs: int | None = None
     ci_low: float | None = None
     ci_high: float | None = None
+    driver: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"status {self.status!r} not in {STATUSES}")
+        if self.driver and self.driver not in DRIVERS:
+            raise ValueError(f"{self.metric}: driver {self.driver!r} not in {DRIVERS}")
         if self.status != "ok":
             self.value = math.nan
         else:
@@ -104,8 +110,9 @@ def _checked(metric: str, value: object, what: str = "value") -> float:
 
 
 COLUMNS = [f.name for f in fields(Row)]
-# Schema 1 (before the structured columns): its files still read, with those columns empty.
+# Older schemas still read, with the later columns empty: 1 (before the structured columns), 2 (before driver).
 COLUMNS_V1 = COLUMNS[:9]
+COLUMNS_V2 = COLUMNS[:15]
 _INTS = ("reps", "steps", "seqs")
 _FLOATS = ("step_rate", "ci_low", "ci_high")
 
@@ -157,7 +164,7 @@ def read_rows(path: Path) -> list[Row]:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.reader(fh)
             header = next(reader, None)
-            if header not in (COLUMNS, COLUMNS_V1):
+            if header not in (COLUMNS, COLUMNS_V2, COLUMNS_V1):
                 raise ResultsError(f"{path}:1: not a kvblock-bench results header (schema {SCHEMA_VERSION} has "
                                    f"columns {','.join(COLUMNS)}); was the file written by another tool?")
             return _read_records(path, reader, header)
