@@ -38,6 +38,9 @@ E_COUNT = -10  # ValueError: negative block count
 E_HASH = -11  # ValueError: an invalid hash chain or block hash (prefix caching)
 E_NOT_FULL = -12  # ValueError: sealing a sequence whose last block is not full (prefix caching)
 E_SEALED = -13  # ValueError: sealing a block that already carries a hash (prefix caching)
+# The native layer's own codes (impls/native, the harness's C++ replay): never raised by a contract call.
+E_TRACE = -20  # a malformed trace slice, or output buffers too small for it
+E_OOM = -21  # std::bad_alloc inside a C++ container
 
 
 # Pool-operation codes of the whole-step entry point (:meth:`BlockManager.step`) and of trace files
@@ -51,8 +54,16 @@ APPEND = 4  # a0 = row (a trace's decode appends; step takes them as its decode 
 ALLOCATE_CACHED = 5  # a0 = row, a1 = tokens; the chain comes from the trace's hashes
 SEAL = 6  # a0 = row, a1 = the answer seal() gave (1/0)
 STEP_OPS = (CAN_ALLOCATE, ALLOCATE, FORK, FREE)  # what step accepts
+OP_CODES = {"CAN_ALLOCATE": CAN_ALLOCATE, "ALLOCATE": ALLOCATE, "FORK": FORK, "FREE": FREE, "APPEND": APPEND,
+            "ALLOCATE_CACHED": ALLOCATE_CACHED, "SEAL": SEAL}
 # status_out of step holds one entry per op, then the decode batch's status and its detail.
 STEP_EXTRA = 2
+
+
+def status_codes() -> dict[str, int]:
+    """Every status code by name (``OK`` and the ``E_*`` constants above): the one table, which the C++ code
+    receives as a generated prelude (:func:`impls.native.toolchain.contract_prelude`)."""
+    return {name: value for name, value in globals().items() if name == "OK" or name.startswith("E_")}
 
 
 class NoFreeBlocksError(MemoryError):

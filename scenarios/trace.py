@@ -147,6 +147,26 @@ class Trace:
         n = int(self.a1[i]) // self.config["block_size"] if op == ALLOCATE_CACHED else int(op == SEAL)
         return self.hashes[start : start + n] if start >= 0 else self.hashes[:0]
 
+    def op_lengths(self) -> np.ndarray:
+        """Per op, the length in tokens of the row it concerns, tracked through the trace (the one walk of row
+        lengths): ``ALLOCATE``/``ALLOCATE_CACHED``: the prompt (``a1``); ``APPEND``: the row after the append;
+        ``FREE``: the row as it was freed; ``FORK``: the parent's (the child's after the fork); ``CAN_ALLOCATE``:
+        0; ``SEAL``: the row's."""
+        lens = [0] * self.config["max_seqs"]
+        out = np.zeros(len(self.op), dtype=np.int64)
+        for i, (o, x, y) in enumerate(zip(self.op.tolist(), self.a0.tolist(), self.a1.tolist(), strict=True)):
+            if o == APPEND:
+                lens[x] += 1
+            elif o in (ALLOCATE, ALLOCATE_CACHED):
+                lens[x] = y
+            elif o == FORK:
+                lens[y] = lens[x]
+            if o != CAN_ALLOCATE:
+                out[i] = lens[x]
+            if o == FREE:
+                lens[x] = 0
+        return out
+
     def cache_summary(self) -> dict:
         """The prefix-caching totals, with hit rates (tokens and blocks) and evictions per step."""
         c = self.header["cache"]

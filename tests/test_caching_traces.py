@@ -253,7 +253,7 @@ def test_replay_reproduces_hits_seals_and_end_state(traces, name: str) -> None:
         half = trace.num_steps // 2
         times = [run_interpreted(prep, mgr, regime, 0, half), run_interpreted(prep, mgr, regime, half)]
         for lo, part in zip((0, half), times, strict=True):
-            part.check(prep, lo)
+            part.check(prep.trace.step_cows, prep.slot_digests, lo)
         check_end_state(trace, mgr)
         assert mgr.evictions == trace.header["cache"]["evictions"]
         assert times[0].ns[:, 0].sum() > 0  # allocate_cached is timed as alloc

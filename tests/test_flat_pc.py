@@ -554,12 +554,12 @@ def _pool_op(model: ReferenceModel, rng, emit, pool: list[int]) -> int:
 
 
 def test_compiled_replay_reproduces_the_reference_hits() -> None:
-    from harness.measure.drivers import ReplayError, check_hits, compiled_caching_driver, compiled_driver
+    from harness.measure.drivers import ReplayError, check_hits, compiled_driver
 
     model, t, expected_hits, expected_cows = caching_program(3)
     assert expected_hits.sum() > 0 and model.evictions > 0
     mgr = FlatPcBlockManager(20, 4, 6, 8)
-    drive = compiled_caching_driver(mgr.kernels)
+    drive = compiled_driver(mgr.kernels, caching=True)
     steps = len(expected_hits)
     hits, cows = np.zeros(steps, np.int64), np.zeros(steps, np.int64)
     ticks_out = np.zeros((steps, 5), np.int64)
@@ -577,7 +577,7 @@ def test_compiled_replay_reproduces_the_reference_hits() -> None:
     with pytest.raises(ReplayError, match="served from the cache"):
         check_hits(hits, wrong)
     with pytest.raises(ValueError, match="no prefix-caching"):
-        compiled_caching_driver(FlatBlockManager.kernels)
+        compiled_driver(FlatBlockManager.kernels, caching=True)
     assert compiled_driver(mgr.kernels) is not drive
 
 
@@ -596,6 +596,6 @@ def test_compiled_replay_refuses_a_wrong_seal_answer() -> None:
 
 
 def compiled_caching_driver_of(mgr):
-    from harness.measure.drivers import compiled_caching_driver
+    from harness.measure.drivers import compiled_driver
 
-    return compiled_caching_driver(mgr.kernels)
+    return compiled_driver(mgr.kernels, caching=True)

@@ -11,7 +11,7 @@ import pytest
 
 from harness.studies import hashing
 from scenarios import generate
-from scenarios.trace import ALLOCATE, APPEND, FORK, FREE
+from scenarios.trace import ALLOCATE, APPEND, FORK, FREE, Trace
 
 
 def test_vllm_sha256_chains_pickled_parent_tokens_and_extra_keys() -> None:
@@ -31,6 +31,8 @@ class _FakeTrace:
 
     def running_per_step(self) -> np.ndarray:
         return self._running
+
+    op_lengths = Trace.op_lengths  # the trace's one walk of row lengths, on these arrays
 
 
 def test_hashes_per_seq_step_counts_prompt_blocks_fork_prompts_and_filled_blocks() -> None:

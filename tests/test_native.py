@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import impls.native as native
+from harness.measure import native as native_driver
 from harness.conformance import IdMap
 from harness.measure.replay import check_end_state
 from impls.contract import NoFreeBlocksError
@@ -213,7 +214,7 @@ def test_native_replay_matches_trace(traces, scenario: str, name: str) -> None:
     trace = traces[scenario]
     for detail in (False, True):
         mgr = native.NATIVE[name](**trace.config)
-        r = native.replay(mgr, trace, detail=detail)
+        r = native_driver.replay(mgr, trace, detail=detail)
         assert r.cows.tolist() == trace.step_cows.tolist()
         check_end_state(trace, mgr)
         assert r.ns.shape == (trace.num_steps, 5) and (r.step_ns > 0).all()
@@ -226,30 +227,30 @@ def test_native_replay_matches_trace(traces, scenario: str, name: str) -> None:
 def test_replay_in_slices_and_failures(traces) -> None:
     trace = traces["parallel-sampling"]
     mgr = native.CppFlatBlockManager(**trace.config)
-    prepared = native.prepare(trace)
-    cows = np.concatenate([native.replay(mgr, prepared, lo=lo, hi=hi).cows for lo, hi in ((0, 20), (20, 50))])
+    prepared = native_driver.prepare(trace)
+    cows = np.concatenate([native_driver.replay(mgr, prepared, lo=lo, hi=hi).cows for lo, hi in ((0, 20), (20, 50))])
     assert cows.tolist() == trace.step_cows.tolist()
     check_end_state(trace, mgr)
     with pytest.raises(ValueError):
-        native.replay(mgr, prepared, lo=10, hi=60)
-    with pytest.raises(native.NativeReplayError):  # the state is already past the trace's start
-        native.replay(mgr, prepared)
+        native_driver.replay(mgr, prepared, lo=10, hi=60)
+    with pytest.raises(native_driver.NativeReplayError):  # the state is already past the trace's start
+        native_driver.replay(mgr, prepared)
 
 
 # -- (c) allocations per step -----------------------------------------------------------------------------------
 def test_allocations_per_step(traces) -> None:
     trace = traces["paper"]
-    flat = native.replay(native.CppFlatBlockManager(**trace.config), trace)
+    flat = native_driver.replay(native.CppFlatBlockManager(**trace.config), trace)
     assert flat.allocs.tolist() == [0] * trace.num_steps
     mgr = native.CppListBlockManager(**trace.config)
     before = native.alloc_count()  # after construction: its allocations are not the steps'
-    lst = native.replay(mgr, trace)
+    lst = native_driver.replay(mgr, trace)
     assert lst.allocs.sum() > 0  # positive control: push_back growth and new rows
     assert native.alloc_count() - before == lst.allocs.sum()
 
 
 def test_timer_overhead_is_small_and_positive() -> None:
-    assert 0 < native.timer_overhead_ns(10_000) < 10_000
+    assert 0 < native_driver.timer_overhead_ns(10_000) < 10_000
 
 
 # -- (d) the build cache ------------------------------------------------------------------------------------------

@@ -209,7 +209,10 @@ def environment(numba_cache: Path) -> dict[str, str]:
     )
     native = sys.modules.get("impls.native")
     if native is not None and native.BUILD is not None:  # load it as built: no compiler run in the region process
-        env["KVB_NATIVE_LIBRARY"] = str(native.BUILD.path)
+        from harness.measure import native as native_driver
+
+        env[native.toolchain.LIBRARY_ENV] = str(native.BUILD.path)
+        env[native_driver.LIBRARY_ENV] = str(native_driver.build().path)
     return env
 
 

@@ -145,7 +145,8 @@ def compiled_here() -> list[str]:
 
     from harness.measure.drivers import _DRIVERS
 
-    found = [(f"replay loop of {module}", drive) for module, drive in _DRIVERS.items()]
+    found = [(f"replay loop of {module}{' (caching)' if caching else ''}", drive)
+             for (module, caching), drive in _DRIVERS.items()]
     for name, module in list(sys.modules.items()):
         if name.split(".")[0] in ("impls", "harness"):
             found += [(f"{name}.{attr}", obj) for attr, obj in vars(module).items() if isinstance(obj, CPUDispatcher)]

@@ -103,6 +103,10 @@ class Driver:
     regime: str
     compiled_loops: dict  # (impl, caching) -> compiled replay loop, shared across scenarios (compiled once)
     impl: str
+    inputs: Prepared = field(init=False, repr=False)  # this cell's own copy of the arrays its managers are handed
+
+    def __post_init__(self) -> None:
+        self.inputs = self.prep if self.kind == "native" else self.prep.private()  # C++ gets read-only arrays
 
     @property
     def kind(self) -> str:
@@ -128,18 +132,27 @@ class Driver:
 
     def timed(self, mgr, detail: bool, lo: int, hi: int) -> StepTimes:
         if self.kind == "native":
-            return run_native(self.prep, mgr, detail, lo, hi)
+            return run_native(self.inputs, mgr, detail, lo, hi)
         if self.kind == "compiled":
-            return run_compiled(self.prep, mgr, self.loop(), detail, lo, hi)
-        return run_interpreted(self.prep, mgr, self.regime, lo, hi)
+            times = run_compiled(self.inputs, mgr, self.loop(), detail, lo, hi)
+        else:
+            times = run_interpreted(self.inputs, mgr, self.regime, lo, hi)
+        self.check_inputs(lo, hi)
+        return times
+
+    def check_inputs(self, lo: int, hi: int) -> None:
+        """:class:`ReplayError` when the design wrote into the arrays it was handed for steps ``[lo, hi)``."""
+        changed = self.inputs.changed_inputs(self.prep, lo, hi) if self.inputs is not self.prep else ""
+        if changed:
+            raise ReplayError(f"{self.impl} wrote into its inputs: {changed} changed during its replay")
 
     def advance(self, mgr, cows: np.ndarray | None = None) -> Callable[[int, int], None]:
         """Untimed ``run(lo, hi)`` through the same call path (allocation counts, warm-up)."""
         if self.kind == "native":
-            return native_step_runner(self.prep, mgr, cows)
+            return native_step_runner(self.inputs, mgr, cows)
         if self.kind == "compiled":
-            return compiled_step_runner(self.prep, mgr, self.loop(), cows)
-        return step_runner(self.prep, mgr, self.regime, cows)
+            return compiled_step_runner(self.inputs, mgr, self.loop(), cows)
+        return step_runner(self.inputs, mgr, self.regime, cows)
 
     def how(self) -> str:
         return {"native": "closed loop, whole trace replayed inside C++ (one foreign call per slice)",
@@ -150,7 +163,7 @@ class Driver:
         if self.kind == "python":
             return calib["python_timer_ns"]
         if self.kind == "native":
-            from impls import native
+            from harness.measure import native
 
             return native.timer_overhead_ns(20_000)
         return calib["compiled_timer_ns"]
@@ -159,7 +172,7 @@ class Driver:
 def verify_slots(driver: Driver) -> None:
     """Replay the trace through the contract from Python and check every step's slot mapping: for the native
     driver, whose C++ loop keeps its slots to itself (the timed replays check the others as they go)."""
-    prep, mgr = driver.prep, driver.new()
+    prep, mgr = driver.inputs, driver.new()
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
     bs = prep.trace.config["block_size"]
@@ -227,7 +240,7 @@ def _finish(driver: Driver, mgr, parts: list[StepTimes], out: Replays, key: Key)
         return
     try:
         samples = concat(parts)
-        samples.check(driver.prep)
+        samples.check(driver.prep.trace.step_cows, driver.prep.slot_digests)
         check_end_state(driver.prep.trace, mgr)
     except CELL_ERRORS as exc:
         out.failed[key] = exc

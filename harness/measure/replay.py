@@ -9,24 +9,15 @@ from __future__ import annotations
 import numpy as np
 
 from impls.contract import supports_prefix_caching
-from scenarios.trace import (
-    ALLOCATE,
-    ALLOCATE_CACHED,
-    APPEND,
-    CAN_ALLOCATE,
-    FORK,
-    FREE,
-    SEAL,
-    Trace,
-    canonical_tables,
-    trace_uses_caching,
-)
+from impls.core import ops as pool_ops
+from scenarios.trace import ALLOCATE_CACHED, APPEND, SEAL, Trace, canonical_tables, trace_uses_caching
 
 REGIMES = ("per-call", "batched")
 
 
-class ReplayError(AssertionError):
-    """An implementation disagreed with the trace: a wrong answer, a failure, or a wrong end state."""
+class ReplayError(Exception):
+    """An implementation disagreed with the trace: a wrong answer, a failure, or a wrong end state (the design's
+    failure, never the harness's)."""
 
 
 def check_replayable(trace: Trace, mgr, driver: str = "python") -> None:
@@ -44,35 +35,33 @@ def check_replayable(trace: Trace, mgr, driver: str = "python") -> None:
                           f"{name!r}); replay it from Python (the interpreted driver)")
 
 
-def hash_args(trace: Trace) -> dict[int, np.ndarray | int]:
-    """Per prefix-caching op index: its chain (ALLOCATE_CACHED, a uint64 view of the trace's hashes) or its hash
-    (SEAL, a Python int), made once, outside any timed region."""
-    ops = np.flatnonzero((trace.op == ALLOCATE_CACHED) | (trace.op == SEAL)).tolist()
-    return {i: trace.chain(i) if trace.op[i] == ALLOCATE_CACHED else int(trace.chain(i)[0]) for i in ops}
+def hash_args(trace: Trace, hashes: np.ndarray | None = None) -> dict[int, np.ndarray | int]:
+    """Per prefix-caching op index: its chain (ALLOCATE_CACHED, a uint64 view of ``hashes``, by default the
+    trace's) or its hash (SEAL, a Python int), made once, outside any timed region."""
+    pool = trace.arrays.get("hashes") if hashes is None else hashes
+    found = np.flatnonzero((trace.op == ALLOCATE_CACHED) | (trace.op == SEAL)).tolist()
+    args: dict[int, np.ndarray | int] = {}
+    for i in found:
+        start = int(trace.op_hash[i])
+        n = int(trace.a1[i]) >> (trace.config["block_size"].bit_length() - 1) if trace.op[i] == ALLOCATE_CACHED else 1
+        args[i] = pool[start : start + n] if trace.op[i] == ALLOCATE_CACHED else int(pool[start])
+    return args
 
 
 def apply_pool_op(mgr, op: int, a0: int, a1: int, arg: np.ndarray | int | None = None) -> int:
-    """One pool operation of a trace, as a scheduler issues it; ``arg`` is a prefix-caching op's chain or hash
-    (:func:`hash_args`). Returns the prompt tokens the cache served (``allocate_cached``), else 0."""
-    if op == CAN_ALLOCATE:
-        if mgr.can_allocate(a0) != bool(a1):
-            raise ReplayError(f"can_allocate({a0}) answered {not a1}, the trace expects {bool(a1)}")
-    elif op == ALLOCATE:
-        mgr.allocate(a0, a1)
-    elif op == ALLOCATE_CACHED:
-        return mgr.allocate_cached(a0, a1, arg)
-    elif op == SEAL:
-        if mgr.seal(a0, arg) != bool(a1):
-            raise ReplayError(f"seal({a0}, {arg}) answered {not a1}, the trace expects {bool(a1)}")
-    elif op == FORK:
-        mgr.fork(a0, a1)
-    elif op == FREE:
-        mgr.free(a0)
-    elif op == APPEND:
+    """One pool operation of a trace, as a scheduler issues it (``APPEND`` too); ``arg`` is a prefix-caching op's
+    chain or hash (:func:`hash_args`). Returns the prompt tokens the cache served (``allocate_cached``), else 0;
+    a yes/no answer that differs from the trace's (``can_allocate``, ``seal``) raises :class:`ReplayError`."""
+    if op == APPEND:
         mgr.append_slot(a0)
-    else:
+        return 0
+    if op not in pool_ops.POOL_OPS:
         raise ReplayError(f"unknown op code {op}")
-    return 0
+    spec = pool_ops.POOL_OPS[op]
+    got = pool_ops.apply(mgr, op, a0, a1, arg)
+    if spec.result == "answer" and bool(got) != bool(a1):
+        raise ReplayError(f"{spec.method}({a0}) answered {got}, the trace expects {bool(a1)}")
+    return got if spec.result == "hits" else 0
 
 
 def check_step_hits(trace: Trace, step: int, hits: int) -> None:

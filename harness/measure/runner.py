@@ -290,11 +290,12 @@ class ScenarioBench:
     def _native_allocations(self, driver: Driver, lo: int, hi: int) -> None:
         """The C++ containers' own allocation calls per step (their counting allocator), without the Python
         wrapper around the replay call that memray also sees."""
-        from impls import native
+        from harness.measure import native
+        from harness.measure.drivers import native_arrays
 
         mgr = driver.new()
-        native.replay(mgr, self.prep.trace, False, 0, lo)
-        allocs = native.replay(mgr, self.prep.trace, False, lo, hi).allocs
+        native.replay(mgr, native_arrays(self.prep), False, 0, lo)
+        allocs = native.replay(mgr, native_arrays(self.prep), False, lo, hi).allocs
         self.row(driver.impl, driver.regime, "allocs_per_step", float(allocs.mean()) if len(allocs) else 0.0,
                  "allocs/step", "counting allocator",
                  f"steps {lo}-{hi}: operator new calls of the C++ containers, counted in the library", steps=hi - lo)

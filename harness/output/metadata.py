@@ -99,9 +99,10 @@ def native_build(natives: list[str]) -> dict | None:
     """Compiler, version, flags and digest of the C++ designs' library, when the run has any of them."""
     if not natives:
         return None
+    from harness.measure import native as native_driver
     from impls import native
 
-    return {"impls": natives, **native.build_info()}
+    return {"impls": natives, **native.build_info(), "replay": native_driver.build_info()}
 
 
 def collect(argv: list[str] | None = None, classes: dict[str, type] | None = None) -> dict:

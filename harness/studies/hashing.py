@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.output.results import Row
-from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, APPEND, FORK, FREE, Trace
+from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, APPEND, FORK, Trace
 
 BLOCK = 16
 CHAIN = 2000
@@ -154,20 +154,9 @@ def hashes_per_seq_step(trace: Trace) -> float:
     every admitted prompt (a forked child is a request with its parent's tokens) and every block a decode
     append fills."""
     bs = trace.config["block_size"]
-    lens = np.zeros(trace.config["max_seqs"], dtype=np.int64)
-    hashes = 0
-    for op, a0, a1 in zip(trace.op.tolist(), trace.a0.tolist(), trace.a1.tolist(), strict=True):
-        if op == APPEND:
-            lens[a0] += 1
-            hashes += lens[a0] % bs == 0
-        elif op in (ALLOCATE, ALLOCATE_CACHED):
-            lens[a0] = a1
-            hashes += a1 // bs
-        elif op == FORK:
-            lens[a1] = lens[a0]
-            hashes += lens[a0] // bs
-        elif op == FREE:
-            lens[a0] = 0
+    lens, op = trace.op_lengths(), trace.op
+    admitted = (op == ALLOCATE) | (op == ALLOCATE_CACHED) | (op == FORK)
+    hashes = int(((op == APPEND) & (lens % bs == 0)).sum()) + int((lens[admitted] // bs).sum())
     return hashes / max(1, int(trace.running_per_step().sum()))
 
 

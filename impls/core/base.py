@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from impls.contract import ALLOCATE, CAN_ALLOCATE, FREE, check_config, raise_for
+from impls.contract import check_config, raise_for
+from impls.core import ops as pool_ops
 from impls.core.validation import check_memory, check_step_ops, step_args
 
 
@@ -55,19 +56,13 @@ class ManagerBase:
         return rc
 
     def _step_op(self, op: int, x: int, y: int) -> int:
-        """One pool operation of :meth:`step` through the per-call method; its status code."""
+        """One pool operation of :meth:`step` through the per-call method; its status code (``can_allocate``: its
+        answer, 1 or 0)."""
         try:
-            if op == FREE:
-                self.free(x)
-            elif op == CAN_ALLOCATE:
-                return 1 if self.can_allocate(x) else 0
-            elif op == ALLOCATE:
-                self.allocate(x, y)
-            else:  # FORK (check_step_ops let nothing else through)
-                self.fork(x, y)
+            result = pool_ops.apply(self, op, x, y)
         except STEP_ERRORS as exc:
             return _status_of(exc)[0]
-        return 0
+        return int(bool(result)) if pool_ops.POOL_OPS[op].result == "answer" else 0
 
     def _fail(self, code: int, seq: int = -1, **context: object) -> None:
         raise_for(

@@ -1,4 +1,4 @@
-"""The three designs in C++ (``cpp-dict``, ``cpp-list``, ``cpp-flat``) and a native replay driver.
+"""The three designs in C++ (``cpp-dict``, ``cpp-list``, ``cpp-flat``) and their per-call bindings.
 
 Importing this package builds ``designs.cpp`` with the system C++ compiler on first use (cached by digest,
 see :mod:`impls.native.toolchain`) and loads it with ctypes. Without a compiler, or if the build fails, nothing
@@ -6,9 +6,8 @@ raises: :data:`NATIVE` is empty and :data:`UNAVAILABLE_REASON` says why.
 
 - :data:`NATIVE`: name -> per-call wrapper class (the contract, one foreign call per operation: for tests and
   checks, not for timing);
-- :func:`replay`: one foreign call replays a trace (or steps ``[lo, hi)``) inside C++ with the compiled
-  driver's timing; returns :class:`NativeReplay` (``harness.measure.drivers.StepTimes(*r[:5])`` plus allocations per
-  step);
+- :func:`function_address`: where a C function of the library is, for the harness's C++ replay loop
+  (``harness/measure/native_replay.cpp``), which calls the designs directly;
 - :func:`build_info`: compiler, version, flags, digest and library path, for a run's metadata.
 """
 
@@ -20,16 +19,9 @@ from impls.native.binding import (
     CppFlatBlockManager,
     CppListBlockManager,
     NativeBlockManager,
-    NativeReplay,
-    NativeReplayError,
-    NativeTrace,
     alloc_count,
+    function_address,
     load_library,
-    ns_per_tick,
-    prepare,
-    replay,
-    timer_overhead_ns,
-    tsc_usable,
 )
 from impls.native.toolchain import FLAGS, Build, BuildError, build
 
@@ -63,7 +55,6 @@ def build_info() -> dict:
         "library": str(BUILD.path),
         "compiled_now": BUILD.compiled,
         "compile_s": round(BUILD.seconds, 3),
-        "clock": "rdtsc" if tsc_usable() else "steady_clock",
     }
 
 
@@ -77,14 +68,8 @@ __all__ = [
     "CppFlatBlockManager",
     "CppListBlockManager",
     "NativeBlockManager",
-    "NativeReplay",
-    "NativeReplayError",
-    "NativeTrace",
     "alloc_count",
     "build",
     "build_info",
-    "ns_per_tick",
-    "prepare",
-    "replay",
-    "timer_overhead_ns",
+    "function_address",
 ]

@@ -1,8 +1,9 @@
-"""The ctypes binding of the native library, the per-call wrapper classes and the native replay.
+"""The ctypes binding of the native library and the per-call wrapper classes.
 
 The wrappers implement the contract one foreign call per operation: they exist for the tests and the harness's
-checks, not for timing (a ctypes call costs about a microsecond). Timings come from :func:`replay`, one foreign
-call per replay, in which C++ walks the trace and times itself as the compiled driver does.
+checks, not for timing (a ctypes call costs about a microsecond). Timed replays are the harness's: its C++
+replay loop (``harness/measure/native_replay.cpp``) calls the library's functions by address, one foreign call
+per slice of steps (:func:`function_address` gives it the addresses).
 
 Arguments are checked here before C++ sees them (integer types, int64 range by saturation, array dtypes,
 shapes and capacities); C++ checks the contract's rules itself and returns the codes of
@@ -12,22 +13,16 @@ shapes and capacities); C++ checks the contract's rules itself and returns the c
 from __future__ import annotations
 
 import ctypes
-import platform
-from functools import cache
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
-from impls.contract import E_BUFFER, E_INACTIVE, E_NO_BLOCKS, blocks_for, fork_culprit
+from impls.contract import E_BUFFER, E_INACTIVE, E_NO_BLOCKS, E_OOM, blocks_for, fork_culprit
 from impls.core.base import ManagerBase
-from impls.core.validation import as_int, batch_args, block_arg, count_arg, lookup_args, seq_arg, tokens_arg
+from impls.core.validation import batch_args, block_arg, count_arg, lookup_args, seq_arg, tokens_arg
 
-E_TRACE, E_OOM = -11, -12  # the native layer's own codes (see designs.cpp)
 KIND_DICT, KIND_LIST, KIND_FLAT = 0, 1, 2
-KINDS = ("alloc", "free", "other", "decode", "lookup")  # the columns of harness.measure.drivers.StepTimes.ns
-_ALLOC, _FREE, _OTHER, _DECODE = range(4)
-_I64, _P, _F64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
+_I64, _I32P, _P = ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p
 
 _SIGNATURES = {  # name -> (restype, argtypes)
     "kvb_abi_version": (_I64, []),
@@ -41,6 +36,8 @@ _SIGNATURES = {  # name -> (restype, argtypes)
     "kvb_last_slot": (_I64, [_P, _I64]),
     "kvb_decode_step": (_I64, [_P, _P, _I64, _P, _I64, _P, _I64, _P]),
     "kvb_lookup": (_I64, [_P, _P, _I64, _P, _I64, _P]),
+    "kvb_decode_step_i32": (_I64, [_P, _I32P, _I64, _P, _I64, _P, _I64, _P]),
+    "kvb_lookup_i32": (_I64, [_P, _I32P, _I64, _P, _I64, _P]),
     "kvb_num_free": (_I64, [_P]),
     "kvb_seq_len": (_I64, [_P, _I64]),
     "kvb_block_table": (_I64, [_P, _I64, _P, _I64]),
@@ -48,13 +45,8 @@ _SIGNATURES = {  # name -> (restype, argtypes)
     "kvb_table_nbytes": (_I64, [_P, _I64]),
     "kvb_id_bytes": (_I64, [_P]),
     "kvb_alloc_count": (_I64, []),
-    "kvb_have_tsc": (_I64, []),
-    "kvb_ns_per_tick": (_F64, []),
-    "kvb_empty_regions": (None, [_I64, _I64, _P]),
-    "kvb_replay": (_I64, [_P, _P, _P, _P, _I64, _P, _P, _I64, _I64, _I64, _I64, _I64, _P, _P, _I64, _P, _P, _P,
-                          _I64, _P]),
 }
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 def load_library(path: Path) -> ctypes.CDLL:
@@ -239,116 +231,11 @@ class CppFlatBlockManager(NativeBlockManager):
         return 8 * self.num_blocks + self.max_seqs * (ids * self.max_blocks_per_seq + 8)
 
 
-# -- the native replay --------------------------------------------------------------------------------------
-class NativeTrace(NamedTuple):
-    """A trace's arrays in the dtypes C++ reads (no copy when they already are), built once per trace."""
-
-    op: np.ndarray  # uint8
-    a0: np.ndarray  # int32
-    a1: np.ndarray  # int32
-    step_offsets: np.ndarray  # int64 [steps + 1]
-    decode_offsets: np.ndarray  # int64 [steps]
-    max_batch: int
-
-    @property
-    def num_steps(self) -> int:
-        return len(self.decode_offsets)
-
-
-def prepare(trace) -> NativeTrace:
-    """The arrays of a :class:`scenarios.trace.Trace` for :func:`replay`."""
-    if isinstance(trace, NativeTrace):
-        return trace
-    so = np.ascontiguousarray(trace.step_offsets, dtype=np.int64)
-    do = np.ascontiguousarray(trace.decode_offsets, dtype=np.int64)
-    if len(so) != len(do) + 1:
-        raise ValueError("step_offsets must hold one entry more than decode_offsets")
-    running = so[1:] - do
-    return NativeTrace(np.ascontiguousarray(trace.op, dtype=np.uint8), np.ascontiguousarray(trace.a0, dtype=np.int32),
-                       np.ascontiguousarray(trace.a1, dtype=np.int32), so, do, max(1, int(running.max(initial=0))))
-
-
-class NativeReplayError(RuntimeError):
-    """A native replay disagreed with the trace (a failed operation, or a can_allocate answer)."""
-
-
-class NativeReplay(NamedTuple):
-    """One native replay; the first five fields are those of ``harness.measure.drivers.StepTimes``, in its order."""
-
-    ns: np.ndarray  # [steps, 5] float64, columns KINDS
-    cows: np.ndarray  # [steps] int64
-    step_ns: np.ndarray  # [steps] float64
-    timed_regions_per_step: float
-    clock: str  # "rdtsc" or "steady_clock"
-    allocs: np.ndarray  # [steps] int64: allocation calls of the native containers in each step (pool ops included)
-
-
-def tsc_usable() -> bool:
-    """A constant-rate TSC on x86-64 Linux, as the compiled driver requires (``harness.measure.clock.tsc_usable``)."""
-    if platform.machine() not in ("x86_64", "AMD64") or not lib().kvb_have_tsc():
-        return False
-    try:
-        return "constant_tsc" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-
-
-@cache
-def ns_per_tick() -> float:
-    """TSC period in ns, calibrated in C++ (median of five 20 ms runs against ``CLOCK_MONOTONIC``)."""
-    return float(lib().kvb_ns_per_tick())
-
-
-def timer_overhead_ns(n: int = 200_000) -> float:
-    """Median cost of an empty region timed with two reads of the replay's clock, in C++ (what one timed region
-    adds; ``harness.measure.clock.compiled_timer_overhead_ns`` for the compiled driver)."""
-    use_tsc = tsc_usable()
-    out = np.zeros(n, dtype=np.int64)
-    lib().kvb_empty_regions(n, int(use_tsc), out.ctypes.data)
-    return float(np.median(out)) * (ns_per_tick() if use_tsc else 1.0)
-
-
-def _slice(num_steps: int, lo: int, hi: int | None) -> tuple[int, int]:
-    hi = num_steps if hi is None else as_int(hi, "hi")
-    lo = as_int(lo, "lo")
-    if not 0 <= lo <= hi <= num_steps:
-        raise ValueError(f"step slice [{lo}, {hi}) is outside [0, {num_steps}]")
-    return lo, hi
-
-
-def replay(mgr: NativeBlockManager, trace, detail: bool = False, lo: int = 0, hi: int | None = None) -> NativeReplay:
-    """Replay steps ``[lo, hi)`` of ``trace`` (a Trace or :func:`prepare`'s result) on ``mgr`` inside C++.
-
-    One foreign call; C++ times as ``harness.measure.drivers.run_compiled`` does: ``detail=False`` each whole step as
-    one region (column ``decode``), ``detail=True`` each pool operation by kind, the decode step, and a lookup
-    apart (column ``lookup``, not part of the step). The replay continues from ``mgr``'s current state, so
-    slices replayed one after another make the whole trace. A failure raises :class:`NativeReplayError`.
-    """
-    if not isinstance(mgr, NativeBlockManager):
-        raise TypeError(f"replay needs a native manager, got {type(mgr).__name__}")
-    t = prepare(trace)
-    lo, hi = _slice(t.num_steps, lo, hi)
-    steps, use_tsc = hi - lo, tsc_usable()
-    ticks = np.zeros((steps, len(KINDS)), dtype=np.int64)
-    cows, allocs = np.zeros(steps, dtype=np.int64), np.zeros(steps, dtype=np.int64)
-    cow_buf, slot_buf = np.zeros((t.max_batch, 2), dtype=np.int64), np.zeros(t.max_batch, dtype=np.int64)
-    status = np.zeros(3, dtype=np.int64)
-    lib().kvb_replay(mgr._h, t.op.ctypes.data, t.a0.ctypes.data, t.a1.ctypes.data, len(t.op),
-                     t.step_offsets.ctypes.data, t.decode_offsets.ctypes.data, t.num_steps, lo, hi,
-                     int(bool(detail)), int(use_tsc), cow_buf.ctypes.data, slot_buf.ctypes.data, t.max_batch,
-                     ticks.ctypes.data, cows.ctypes.data, allocs.ctypes.data, steps, status.ctypes.data)
-    if status[0]:
-        raise NativeReplayError(f"native replay failed at step {status[1]}, op {status[2]}: status {status[0]}")
-    ns = ticks * (ns_per_tick() if use_tsc else 1.0)
-    if detail:
-        step_ns = ns[:, _ALLOC] + ns[:, _FREE] + ns[:, _OTHER] + ns[:, _DECODE]
-        pool_ops = t.decode_offsets[lo:hi] - t.step_offsets[lo:hi]
-        regions = float(pool_ops.mean()) + 1 if steps else 1.0
-    else:
-        step_ns, regions = ns[:, _DECODE].copy(), 1.0
-    return NativeReplay(ns, cows, step_ns, regions, "rdtsc" if use_tsc else "steady_clock", allocs)
-
-
 def alloc_count() -> int:
     """Allocation calls made by every native container so far (a process-wide counter)."""
     return int(lib().kvb_alloc_count())
+
+
+def function_address(name: str) -> int:
+    """The address of the library's C function ``name`` (for a caller in C++ that calls it directly)."""
+    return ctypes.cast(getattr(lib(), name), ctypes.c_void_p).value

@@ -1,4 +1,4 @@
-// The three BlockManager designs in C++, behind the contract of impls/contract.py, and a native replay driver.
+// The three BlockManager designs in C++, behind the contract of impls/contract.py, one foreign call per operation.
 //
 //   kind 0  cpp-dict  design A: std::unordered_map per sequence (logical -> physical), ref counts in an
 //                     unordered_map holding only blocks in use, the free pool a std::vector used as a stack;
@@ -11,51 +11,26 @@
 // and the batched decode step's whole-step validation and worst-case reservation are written once, in
 // Manager<D>, so the designs differ only in their data structures, as the Python designs do.
 //
-// Every container allocates through CountingAllocator, which counts allocation calls in g_allocs; the replay
-// reports them per step. The extern "C" functions never let an exception escape (E_OOM instead) and never
-// write past a buffer whose capacity they were given.
+// Every container allocates through CountingAllocator, which counts allocation calls in g_allocs. The extern
+// "C" functions never let an exception escape (E_OOM instead) and never write past a buffer whose capacity
+// they were given. The status codes (kvb::OK, kvb::E_*) come from impls/contract.py, in a prelude the build
+// puts before this file (impls/native/toolchain.py). Timed replays are the harness's (harness/measure/
+// native_replay.cpp): it calls the kvb_* functions below through their addresses, one call per operation.
 
 #include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <ctime>
 #include <functional>
 #include <new>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
-#define KVB_HAVE_TSC 1
-#else
-#define KVB_HAVE_TSC 0
-#endif
-
 #define KVB_API extern "C" __attribute__((visibility("default")))
 
 namespace {
 
-// Status codes: the values of impls/contract.py, plus two of the native layer.
-constexpr int64_t OK = 0;
-constexpr int64_t E_SEQ_RANGE = -1;
-constexpr int64_t E_TOKENS = -2;
-constexpr int64_t E_TOO_LONG = -3;
-constexpr int64_t E_INACTIVE = -4;
-constexpr int64_t E_ACTIVE = -5;
-constexpr int64_t E_NO_BLOCKS = -6;
-constexpr int64_t E_DUPLICATE = -7;
-constexpr int64_t E_BLOCK_RANGE = -8;
-constexpr int64_t E_BUFFER = -9;
-constexpr int64_t E_COUNT = -10;
-constexpr int64_t E_TRACE = -11;  // a malformed trace slice or output buffers too small for it (native layer only)
-constexpr int64_t E_OOM = -12;  // std::bad_alloc inside a container (native layer only)
-
-// Trace op codes (scenarios/trace.py).
-enum : uint8_t { CAN_ALLOCATE = 0, ALLOCATE = 1, FORK = 2, FREE = 3 };
-// Columns of the per-step timing rows (harness/drivers.py KINDS).
-enum : int { K_ALLOC = 0, K_FREE = 1, K_OTHER = 2, K_DECODE = 3, K_LOOKUP = 4, NKINDS = 5 };
+using namespace kvb;  // the contract's codes (the generated prelude)
 
 int64_t g_allocs = 0;  // allocation calls made by the containers (single-threaded use)
 
@@ -458,131 +433,6 @@ struct Manager : D {
     }
 };
 
-// ---- clocks ---------------------------------------------------------------------------------------------
-struct Tsc {
-    static int64_t now() {
-#if KVB_HAVE_TSC
-        asm volatile("" ::: "memory");
-        int64_t t = static_cast<int64_t>(__rdtsc());
-        asm volatile("" ::: "memory");
-        return t;
-#else
-        return 0;
-#endif
-    }
-};
-struct Steady {
-    static int64_t now() {
-        asm volatile("" ::: "memory");
-        int64_t t = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::chrono::steady_clock::now().time_since_epoch()).count();
-        asm volatile("" ::: "memory");
-        return t;
-    }
-};
-
-int64_t monotonic_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-// ---- the replay driver (harness/drivers.py _replay_loop, in C++) -----------------------------------------
-struct TraceView {
-    const uint8_t* op;
-    const int32_t* a0;
-    const int32_t* a1;
-    int64_t num_ops;
-    const int64_t* step_offsets;  // num_steps + 1
-    const int64_t* decode_offsets;  // num_steps
-    int64_t num_steps;
-};
-
-struct ReplayOut {
-    int64_t* cow;  // [cap, 2] scratch
-    int64_t* slots;  // [cap] scratch
-    int64_t cap;
-    int64_t* ticks;  // [hi - lo, 5], zeroed by the caller
-    int64_t* cows;  // [hi - lo]
-    int64_t* allocs;  // [hi - lo]
-    int64_t out_steps;  // rows the three arrays above hold
-    int64_t status[3];  // status, step, op index
-};
-
-int64_t check_slice(const TraceView& t, int64_t lo, int64_t hi, const ReplayOut& o) {
-    if (lo < 0 || hi < lo || hi > t.num_steps || hi - lo > o.out_steps) return E_TRACE;
-    for (int64_t s = lo; s < hi; ++s) {
-        int64_t a = t.step_offsets[s], m = t.decode_offsets[s], b = t.step_offsets[s + 1];
-        if (a < 0 || m < a || b < m || b > t.num_ops) return E_TRACE;
-    }
-    return OK;
-}
-
-template <class M>
-int64_t pool_op(M& m, const TraceView& t, int64_t i, int* kind) {
-    switch (t.op[i]) {
-        case CAN_ALLOCATE: {
-            *kind = K_OTHER;
-            int64_t rc = m.can_allocate(t.a0[i]);
-            return rc == t.a1[i] ? OK : (rc < 0 ? rc : 1);  // 1: an answer the trace does not expect
-        }
-        case ALLOCATE:
-            *kind = K_ALLOC;
-            return m.allocate(t.a0[i], t.a1[i]);
-        case FREE:
-            *kind = K_FREE;
-            return m.free(t.a0[i]);
-        case FORK:
-            *kind = K_OTHER;
-            return m.fork(t.a0[i], t.a1[i]);
-        default:
-            *kind = K_OTHER;
-            return E_TRACE;
-    }
-}
-
-template <class Clock, class M>
-int64_t replay(M& m, const TraceView& t, int64_t lo, int64_t hi, bool detail, ReplayOut& o) {
-    int64_t rc = check_slice(t, lo, hi, o);
-    if (rc != OK) return rc;
-    int64_t detail_code = 0;
-    for (int64_t s = lo; s < hi; ++s) {
-        int64_t* row = o.ticks + (s - lo) * NKINDS;
-        int64_t allocs0 = g_allocs;
-        int64_t t_step = Clock::now();
-        for (int64_t i = t.step_offsets[s]; i < t.decode_offsets[s]; ++i) {
-            int kind = K_OTHER;
-            int64_t t0 = detail ? Clock::now() : 0;
-            rc = pool_op(m, t, i, &kind);
-            if (detail) row[kind] += Clock::now() - t0;
-            if (rc != OK) {
-                o.status[1] = s, o.status[2] = i;
-                return rc;
-            }
-        }
-        const int32_t* ids = t.a0 + t.decode_offsets[s];
-        int64_t n = t.step_offsets[s + 1] - t.decode_offsets[s];
-        int64_t t0 = detail ? Clock::now() : 0;
-        rc = m.decode_step(ids, n, o.cow, o.cap, o.slots, o.cap, &detail_code);
-        int64_t t1 = Clock::now();
-        o.allocs[s - lo] = g_allocs - allocs0;
-        if (rc < 0) {
-            o.status[1] = s, o.status[2] = t.decode_offsets[s];
-            return rc;
-        }
-        o.cows[s - lo] = rc;
-        if (detail) {
-            row[K_DECODE] = t1 - t0;
-            t0 = Clock::now();
-            m.lookup(ids, n, o.slots, o.cap, &detail_code);
-            row[K_LOOKUP] = Clock::now() - t0;
-        } else {
-            row[K_DECODE] = t1 - t_step;  // the whole step as one region
-        }
-    }
-    return OK;
-}
-
 // ---- handles and dispatch -------------------------------------------------------------------------------
 enum : int { KIND_DICT = 0, KIND_LIST = 1, KIND_FLAT = 2 };
 
@@ -612,7 +462,7 @@ int64_t visit(Handle* h, F&& f) {
 
 }  // namespace
 
-KVB_API int64_t kvb_abi_version() { return 1; }
+KVB_API int64_t kvb_abi_version() { return 2; }
 
 KVB_API void* kvb_create(int64_t kind, int64_t num_blocks, int64_t block_size, int64_t max_seqs, int64_t max_blocks) {
     if (num_blocks < 1 || num_blocks > INT32_MAX || block_size < 1 || (block_size & (block_size - 1)) != 0 ||
@@ -685,6 +535,15 @@ KVB_API int64_t kvb_decode_step(void* hp, const int64_t* ids, int64_t n, int64_t
 KVB_API int64_t kvb_lookup(void* hp, const int64_t* ids, int64_t n, int64_t* slots, int64_t slot_cap, int64_t* detail) {
     return visit(H, [&](auto& m) { return m.lookup(ids, n, slots, slot_cap, detail); });
 }
+// The same two over int32 ids: a trace's rows as the harness's native replay keeps them.
+KVB_API int64_t kvb_decode_step_i32(void* hp, const int32_t* ids, int64_t n, int64_t* cow, int64_t cow_cap,
+                                    int64_t* slots, int64_t slot_cap, int64_t* detail) {
+    return visit(H, [&](auto& m) { return m.decode_step(ids, n, cow, cow_cap, slots, slot_cap, detail); });
+}
+KVB_API int64_t kvb_lookup_i32(void* hp, const int32_t* ids, int64_t n, int64_t* slots, int64_t slot_cap,
+                               int64_t* detail) {
+    return visit(H, [&](auto& m) { return m.lookup(ids, n, slots, slot_cap, detail); });
+}
 KVB_API int64_t kvb_num_free(void* hp) {
     return visit(H, [&](auto& m) { return m.num_free(); });
 }
@@ -706,54 +565,3 @@ KVB_API int64_t kvb_id_bytes(void* hp) {
 
 // Allocation calls made by the native containers so far (all managers of this library together).
 KVB_API int64_t kvb_alloc_count() { return g_allocs; }
-
-// 1 when this build can read the TSC (x86), else 0 (replays then use steady_clock, in ns).
-KVB_API int64_t kvb_have_tsc() { return KVB_HAVE_TSC; }
-
-// TSC period in ns: median of five 20 ms calibrations against CLOCK_MONOTONIC; 1.0 without a TSC.
-KVB_API double kvb_ns_per_tick() {
-#if KVB_HAVE_TSC
-    double rates[5];
-    for (double& rate : rates) {
-        int64_t c0 = Tsc::now(), t0 = monotonic_ns(), t1 = t0;
-        while ((t1 = monotonic_ns()) - t0 < 20000000) {
-        }
-        int64_t c1 = Tsc::now();
-        rate = static_cast<double>(t1 - t0) / static_cast<double>(c1 - c0);
-    }
-    std::sort(rates, rates + 5);
-    return rates[2];
-#else
-    return 1.0;
-#endif
-}
-
-// Fills out[0:n] with the ticks of an empty timed region (two clock reads), for the harness-overhead figure.
-KVB_API void kvb_empty_regions(int64_t n, int64_t use_tsc, int64_t* out) {
-    bool tsc = use_tsc != 0 && KVB_HAVE_TSC;
-    for (int64_t i = 0; i < n; ++i) {
-        int64_t t0 = tsc ? Tsc::now() : Steady::now();
-        int64_t t1 = tsc ? Tsc::now() : Steady::now();
-        out[i] = t1 - t0;
-    }
-}
-
-// Replays steps [lo, hi) of a trace on the manager. ticks_out [hi - lo, 5] (zeroed by the caller), cows_out and
-// allocs_out [hi - lo], capacity out_steps; cow_buf [cap, 2] and slot_buf [cap] scratch. use_tsc selects the
-// clock (TSC ticks, else steady_clock ns). Returns 0, or a status with status_out = {status, step, op index}.
-KVB_API int64_t kvb_replay(void* hp, const uint8_t* op, const int32_t* a0, const int32_t* a1, int64_t num_ops,
-                           const int64_t* step_offsets, const int64_t* decode_offsets, int64_t num_steps, int64_t lo,
-                           int64_t hi, int64_t detail, int64_t use_tsc, int64_t* cow_buf, int64_t* slot_buf,
-                           int64_t cap, int64_t* ticks_out, int64_t* cows_out, int64_t* allocs_out, int64_t out_steps,
-                           int64_t* status_out) {
-    TraceView t{op, a0, a1, num_ops, step_offsets, decode_offsets, num_steps};
-    ReplayOut o{cow_buf, slot_buf, cap, ticks_out, cows_out, allocs_out, out_steps, {0, 0, 0}};
-    bool tsc = use_tsc != 0 && KVB_HAVE_TSC;
-    int64_t rc = visit(H, [&](auto& m) {
-        return tsc ? replay<Tsc>(m, t, lo, hi, detail != 0, o) : replay<Steady>(m, t, lo, hi, detail != 0, o);
-    });
-    status_out[0] = rc;
-    status_out[1] = o.status[1];
-    status_out[2] = o.status[2];
-    return rc;
-}

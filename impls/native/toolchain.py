@@ -1,11 +1,15 @@
-"""Building the native library with the system C++ compiler, once per source, compiler and flags.
+"""Building a native library with the system C++ compiler, once per source, prelude, compiler and flags.
 
-The library is cached under a folder named by a digest of the C++ source, the compiler's version line, the
-flags and the machine: ``build/native/<digest>/libkvb_native.so`` in a source checkout, else
-``~/.cache/kvblock-bench/native/<digest>/`` (``KVB_NATIVE_CACHE`` overrides the root). An edit to the source,
-another compiler or other flags build a fresh library; the same ones load the cached file without compiling.
-The source is fed to the compiler from the bytes that were digested, and the result is renamed into place
-atomically, so concurrent first uses cannot load a half-written library.
+A library is cached under a folder named by a digest of what is compiled (the contract prelude and the C++
+source), the compiler's version line, the flags and the machine: ``build/native/<digest>/<name>`` in a source
+checkout, else ``~/.cache/kvblock-bench/native/<digest>/`` (``KVB_NATIVE_CACHE`` overrides the root). An edit
+to the source or to the contract's codes, another compiler or other flags build a fresh library; the same
+ones load the cached file without compiling. What is compiled is fed to the compiler from the bytes that were
+digested, and the result is renamed into place atomically, so concurrent first uses cannot load a
+half-written library.
+
+Every source is compiled after :func:`contract_prelude`: the status and op codes of :mod:`impls.contract` as
+C++ constants, so the C++ code and the Python and Numba code read one table.
 
 Flags: ``-O2`` without ``-march=native``, so the code is the same on every x86-64 machine and results are
 comparable across machines (:data:`FLAGS`; :func:`impls.native.build_info` records them).
@@ -23,8 +27,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from impls.contract import OP_CODES, status_codes
+
 SOURCE = Path(__file__).with_name("designs.cpp")
 LIB_NAME = "libkvb_native.so"
+LIBRARY_ENV = "KVB_NATIVE_LIBRARY"  # the designs' library, already built (see :func:`build`)
 FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden")
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,6 +51,15 @@ class Build:
     flags: tuple[str, ...]
     compiled: bool  # False when the cached library was found
     seconds: float  # compile time, 0 when cached
+
+
+def contract_prelude() -> str:
+    """The contract's status codes and op codes as C++ constants (``kvb::E_NO_BLOCKS``, ``kvb::ALLOCATE``, …)."""
+    lines = ["// Generated from impls/contract.py by impls/native/toolchain.py: the one table of codes.",
+             "#include <cstdint>", "namespace kvb {"]
+    lines += [f"constexpr int64_t {name} = {value};" for name, value in status_codes().items()]
+    lines += [f"constexpr uint8_t {name} = {value};" for name, value in OP_CODES.items()]
+    return "\n".join([*lines, "}  // namespace kvb", ""])
 
 
 def find_compiler() -> str:
@@ -69,7 +85,7 @@ def compiler_version(cxx: str) -> str:
 
 
 def digest(source: bytes, version: str, flags: tuple[str, ...]) -> str:
-    """The cache key: source, compiler version, flags and machine."""
+    """The cache key: what is compiled, compiler version, flags and machine."""
     h = hashlib.sha256(source)
     h.update("\0".join((version, *flags, platform.machine())).encode())
     return h.hexdigest()[:16]
@@ -84,27 +100,26 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kvblock-bench" / "native"
 
 
-LIBRARY_ENV = "KVB_NATIVE_LIBRARY"
-
-
-def build(source: Path = SOURCE, root: Path | None = None, flags: tuple[str, ...] = FLAGS) -> Build:
-    """The library for ``source``: found in the cache, or compiled into it. ``$KVB_NATIVE_LIBRARY`` names an
-    already built library to load as it is: the harness sets it for its valgrind processes, where running the
-    compiler for its version (a subprocess whose pipes are read in timing-dependent chunks) would shift the
-    heap and make instruction counts differ from run to run."""
-    given = os.environ.get(LIBRARY_ENV)
+def build(source: Path = SOURCE, root: Path | None = None, flags: tuple[str, ...] = FLAGS, name: str = LIB_NAME,
+          library_env: str = LIBRARY_ENV, prelude: str = "") -> Build:
+    """The library ``name`` built from :func:`contract_prelude`, then ``prelude`` (more generated constants), then
+    ``source``: found in the cache, or compiled into it. ``$<library_env>`` names an already built library to
+    load as it is: the harness sets it for its valgrind processes, where running the compiler for its version
+    (a subprocess whose pipes are read in timing-dependent chunks) would shift the heap and make instruction
+    counts differ from run to run."""
+    given = os.environ.get(library_env)
     if given and Path(given).is_file():
         return Build(Path(given), Path(given).parent.name, "(prebuilt)", "(prebuilt)", flags, compiled=False,
                      seconds=0.0)
     cxx = find_compiler()
     version = compiler_version(cxx)
-    code = source.read_bytes()
+    code = f'{contract_prelude()}{prelude}#line 1 "{source.name}"\n'.encode() + source.read_bytes()
     key = digest(code, version, flags)
-    path = (root or cache_root()) / key / LIB_NAME
+    path = (root or cache_root()) / key / name
     if path.is_file():
         return Build(path, key, cxx, version, flags, compiled=False, seconds=0.0)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{LIB_NAME}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
     t0 = time.perf_counter()
     try:
         run = subprocess.run([cxx, *flags, "-x", "c++", "-", "-o", str(tmp)], input=code, capture_output=True,
