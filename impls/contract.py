@@ -117,9 +117,16 @@ def fork_culprit(code: int, parent: int, child: int, max_seqs: int) -> int:
     return child if code == E_ACTIVE else parent
 
 
-def blocks_for(num_tokens: int, block_size: int) -> int:
-    """Number of blocks holding ``num_tokens`` tokens."""
-    return (num_tokens + block_size - 1) // block_size
+def blocks_needed(tokens, shift):
+    """Blocks holding ``tokens`` tokens (an int or an integer array) when a block holds ``1 << shift`` tokens: the
+    one ceiling division (shifts, not a divide; compiled code inlines :data:`impls.core.validation.
+    blocks_needed_jit`, the same function compiled)."""
+    return (tokens + (1 << shift) - 1) >> shift
+
+
+def blocks_for(num_tokens, block_size: int):
+    """Blocks holding ``num_tokens`` tokens (an int or an integer array) when a block holds ``block_size``."""
+    return blocks_needed(num_tokens, int(block_size).bit_length() - 1)
 
 
 def check_config(num_blocks: int, block_size: int, max_seqs: int, max_blocks_per_seq: int) -> tuple[int, ...]:

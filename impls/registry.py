@@ -34,6 +34,9 @@ ENTRY_POINT_GROUP = "kvblock_bench.impls"
 ROLE_PACKAGES = {"design": "impls.designs", "twin": "impls.designs", "caching": "impls.caching",
                  "contender": "impls.contenders", "native": "impls.native"}
 SUPPORT_MODULES = ("impls.native.binding", "impls.native.toolchain")
+# What every ratio is taken against: the article's design C, and on prefix-caching traces C with its cache.
+RATIO_BASE = "flat"
+CACHING_RATIO_BASE = "flat-pc"
 
 
 @dataclass(frozen=True)
@@ -147,31 +150,55 @@ def load_plugin(spec: str) -> type:
     return cls
 
 
-# Each contract method and the arguments it takes (after self), as in impls.contract.BlockManager.
+# Each contract method and the arguments it takes (after self), as in impls.contract.BlockManager (README, "The
+# contract", lists the same; tests/test_registry.py checks all three). OPTIONAL_METHODS may be left out: without
+# ``step``, the harness calls impls.core.base.step_by_calls, the same step made of the per-call methods.
 CONTRACT_METHODS = {
     "can_allocate": 1, "allocate": 2, "append_slot": 1, "fork": 2, "free": 1, "block_table": 1, "seq_len": 1,
     "num_free_blocks": 0, "ref_count": 1, "last_slot": 1, "decode_step": 3, "lookup": 2, "table_nbytes": 1,
 }
+OPTIONAL_METHODS = {"step": 7}
+PROBE_CONFIG = {"num_blocks": 64, "block_size": 16, "max_seqs": 4, "max_blocks_per_seq": 8}  # a small instance
 
 
 def contract_shape_problem(cls: type) -> str:
     """What keeps ``cls`` from being called as the contract calls it ("" when nothing): a missing method, a
-    method or constructor that cannot take the contract's arguments."""
-    missing = [name for name in CONTRACT_METHODS if not callable(getattr(cls, name, None))]
-    if missing:
-        return f"missing contract method(s) {', '.join(missing)} (see impls/contract.py)"
+    method or constructor that cannot take the contract's arguments. A class whose methods come from
+    ``__getattr__`` (a wrapper delegating to another manager) is judged on a small instance of it."""
     try:
-        inspect.signature(cls).bind(num_blocks=1, block_size=16, max_seqs=1, max_blocks_per_seq=1)
+        inspect.signature(cls).bind(**PROBE_CONFIG)
     except TypeError as exc:
         return (f"its constructor cannot be called as cls(num_blocks, block_size=16, max_seqs=256, "
                 f"max_blocks_per_seq=256): {exc}")
     except ValueError:
         pass  # no signature to inspect (a builtin): calls will tell
-    for name, arity in CONTRACT_METHODS.items():
+    subject, problem = _methods_holder(cls)
+    if problem:
+        return problem
+    required = [(name, arity, True) for name, arity in CONTRACT_METHODS.items()]
+    for name, arity, needed in [*required, *((n, a, False) for n, a in OPTIONAL_METHODS.items())]:
+        method = getattr(subject, name, None)
+        if not callable(method):
+            if needed:
+                return f"missing contract method {name} (see impls/contract.py)"
+            continue
         try:
-            inspect.signature(getattr(cls, name)).bind(None, *range(arity))
+            inspect.signature(method).bind(*([None] if subject is cls else []), *range(arity))
         except TypeError:
             return f"{name} does not take {arity} argument(s) as the contract calls it (see impls/contract.py)"
         except ValueError:
             continue
     return ""
+
+
+def _methods_holder(cls: type) -> tuple[object, str]:
+    """Where ``cls``'s contract methods are: the class itself, or, when some come only from ``__getattr__``, a
+    small instance (and why none could be made)."""
+    if all(callable(getattr(cls, name, None)) for name in CONTRACT_METHODS) or not hasattr(cls, "__getattr__"):
+        return cls, ""
+    try:
+        return cls(**PROBE_CONFIG), ""
+    except Exception as exc:  # a plug-in's constructor may raise anything: say what
+        return cls, (f"its contract methods come from __getattr__, and a small instance to look them up on could "
+                     f"not be made: cls({', '.join(f'{k}={v}' for k, v in PROBE_CONFIG.items())}) raised "
+                     f"{type(exc).__name__}: {exc}")

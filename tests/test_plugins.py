@@ -75,7 +75,7 @@ class _BadSignature(_NoDecode):
 
 
 def test_broken_plugins_are_refused_naming_what_is_missing() -> None:
-    assert "missing contract method(s)" in contract_shape_problem(_NoDecode)
+    assert "missing contract method can_allocate" in contract_shape_problem(_NoDecode)
     with pytest.raises(PluginError, match="no_such_module"):
         load_plugin("no_such_module:Manager")
     with pytest.raises(PluginError, match="has no attribute 'Nope'"):
@@ -86,3 +86,30 @@ def test_broken_plugins_are_refused_naming_what_is_missing() -> None:
                  "decode_step", "lookup", "table_nbytes", "append_slot"):
         setattr(_BadSignature, name, lambda self, *a: None)
     assert "allocate does not take 2 argument(s)" in contract_shape_problem(_BadSignature)
+    _BadSignature.allocate = lambda self, seq, tokens: None
+    assert contract_shape_problem(_BadSignature) == ""  # step is optional
+    _BadSignature.step = lambda self, ops: None
+    assert "step does not take 7 argument(s)" in contract_shape_problem(_BadSignature)
+
+
+class _Delegating:
+    """A pass-through wrapper: every contract method comes from the wrapped flat manager, through __getattr__."""
+
+    def __init__(self, num_blocks, block_size=16, max_seqs=256, max_blocks_per_seq=256) -> None:
+        from impls.designs.flat import FlatBlockManager
+
+        self._inner = FlatBlockManager(num_blocks, block_size, max_seqs, max_blocks_per_seq)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_inner"], name)
+
+
+class _DelegatingBroken(_Delegating):
+    def __init__(self, num_blocks, block_size=16, max_seqs=256, max_blocks_per_seq=256) -> None:
+        raise RuntimeError("needs a GPU")
+
+
+def test_a_wrapper_delegating_through_getattr_is_accepted_or_refused_saying_why() -> None:
+    assert contract_shape_problem(_Delegating) == ""
+    problem = contract_shape_problem(_DelegatingBroken)
+    assert "__getattr__" in problem and "RuntimeError: needs a GPU" in problem

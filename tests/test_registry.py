@@ -70,3 +70,23 @@ def test_the_default_matrix_leaves_out_slow_cells_and_studies_read_roles() -> No
     assert named.studies == ["allocations"]  # a scenario named on the command line is counted
     named = plan_scenario("paper", ["sglang"], ("per-call",), explicit=True, quick=False, enabled=[])
     assert named.reps_of(("sglang", "per-call"), 3) == 3  # what is named runs as asked
+
+
+def test_the_contract_methods_are_listed_alike_in_registry_protocol_readme_and_example() -> None:
+    from impls.contract import BlockManager
+
+    methods = {**registry.CONTRACT_METHODS, **registry.OPTIONAL_METHODS}
+    protocol = {name for name, value in vars(BlockManager).items() if callable(value) and not name.startswith("_")}
+    assert protocol == set(methods)
+    block = (ROOT / "README.md").read_text().split("## The contract", 1)[1].split("```python", 1)[1].split("```")[0]
+    readme = {}
+    for line in block.splitlines():
+        for name in (n.strip("(") for n in line.split(".")[1:] if n):
+            name = name.split("(")[0]
+            if name in methods or name.isidentifier() and line.lstrip().startswith("."):
+                readme.setdefault(name, "# optional" in line)
+    assert {n for n in readme if n in methods} == set(methods)
+    assert {n for n, optional in readme.items() if optional} == set(registry.OPTIONAL_METHODS)
+    example = (ROOT / "examples" / "toy_block_manager" / "toy_bm" / "__init__.py").read_text()
+    for name in registry.CONTRACT_METHODS:
+        assert f"def {name}(" in example, f"the example plug-in lacks {name}"

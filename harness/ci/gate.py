@@ -29,6 +29,7 @@ from harness.counters.allocations import allocations_per_step
 from harness.counters.regions import prepare_cell
 from harness.measure.clock import tsc_usable
 from harness.measure.drivers import Prepared, compiled_driver, run_compiled, run_interpreted
+from harness.measure.replay import REGIMES
 from harness.output.results import atomic_write_text
 from impls import REGISTRY, registry
 from scenarios import Trace, generate, load, save
@@ -39,8 +40,7 @@ TRACE_SCENARIO = "paper"
 TRACE_PARAMS = {"steps": 48, "running": 64, "num_blocks": 8192}
 WARM_STEPS, STEPS = 16, 32
 CORE = tuple(registry.names("design", "twin"))  # the article's designs and their compiled twins
-REGIMES = ("batched", "per-call")
-BASE = ("flat", "batched")
+BASE = (registry.RATIO_BASE, "batched")
 # (impl, regime) -> the least number of times more instructions per sequence-step than batched flat.
 INSTRUCTION_FLOORS = {("dict", "batched"): 10.0}
 # (impl, regime) -> the most instructions per sequence-step, just above what the cell needs now (batched flat:

@@ -30,7 +30,8 @@ from numba import njit
 from harness.measure.clock import ns_per_tick, ticks
 from harness.measure.replay import ReplayError, check_replayable, check_step_hits, hash_args
 from harness.measure.steptimes import KINDS, StepTimes, concat
-from impls.core.compiled import specialise
+from impls.contract import blocks_for
+from impls.core.jit import specialise
 from impls.core.ops import POOL_OPS, call_args
 from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, APPEND, CAN_ALLOCATE, FREE, SEAL, Trace, trace_uses_caching
 
@@ -131,7 +132,7 @@ def op_block_counts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     :meth:`scenarios.trace.Trace.op_lengths`."""
     bs, op, lens = trace.config["block_size"], trace.op, trace.op_lengths()
     counted = (op == ALLOCATE) | (op == ALLOCATE_CACHED) | (op == FREE)
-    out = np.where(counted, (lens + bs - 1) // bs, 0).astype(np.int64)
+    out = np.where(counted, blocks_for(lens, bs), 0).astype(np.int64)
     appends = np.flatnonzero(op == APPEND)
     step = np.searchsorted(trace.step_offsets, appends, side="right") - 1
     offsets = ((lens[appends] - 1) & (bs - 1)) + 1

@@ -64,7 +64,7 @@ Key = tuple[str, str, str]  # (impl, regime, tag); tag "" for a cell, "aa" for t
 
 def slice_bounds(num_steps: int, slices: int = SLICES_PER_REP) -> list[tuple[int, int]]:
     """``[lo, hi)`` step ranges: ``slices`` near-equal slices of the trace (fewer for a short trace)."""
-    size = max(1, -(-num_steps // max(1, slices)))
+    size = max(1, math.ceil(num_steps / max(1, slices)))
     return [(lo, min(num_steps, lo + size)) for lo in range(0, num_steps, size)] or [(0, 0)]
 
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from harness.measure.replay import REGIMES
 from impls import registry
 
-REGIMES = ("per-call", "batched")
 PAPER = "paper"
 ALL = "*"  # every scenario
 SWEEP = "concurrency-*"  # the concurrency sweep

@@ -12,7 +12,8 @@ from impls.contract import supports_prefix_caching
 from impls.core import ops as pool_ops
 from scenarios.trace import ALLOCATE_CACHED, APPEND, SEAL, Trace, canonical_tables, trace_uses_caching
 
-REGIMES = ("per-call", "batched")
+# How a scheduler calls a block manager (README, "Two regimes"), in the order reports show them: the one list.
+REGIMES = ("batched", "per-call")
 
 
 class ReplayError(Exception):

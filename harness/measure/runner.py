@@ -35,14 +35,15 @@ from harness.measure.interleave import (
     slice_bounds,
     verify_slots,
 )
-from harness.measure.matrix import REGIMES, ScenarioPlan, plan_scenario
+from harness.measure.matrix import ScenarioPlan, plan_scenario
 from harness.measure.metrics import Work, cell_blocks, timing_rows
 from harness.measure.paced import paced_run, paced_whole_step_run
+from harness.measure.replay import REGIMES
 from harness.measure.stats import paired_ratio
 from harness.measure.threads import one_intra_op_thread
 from harness.output import metadata
 from harness.output.results import RESULTS_DIR, Row, new_run_dir, point_latest, ratio_metric, write_json, write_rows
-from impls import REGISTRY, UNAVAILABLE
+from impls import REGISTRY, UNAVAILABLE, registry
 from scenarios import SCENARIOS, Trace, generate, load, save
 from scenarios.scheduler import GENERATOR_VERSION
 from scenarios.trace import FORMAT_VERSION, content_digest, trace_uses_caching
@@ -90,15 +91,13 @@ def cached_trace(name: str, overrides: dict, cache_dir: Path) -> tuple[Trace, fl
 
 # -- one scenario ------------------------------------------------------------------------------------------
 RATIO_METRICS = ("seq_step_ns", "lookup_ns", "alloc_free_ns")  # each against the base in the same regime
-BASE_IMPL = "flat"  # the ratio base: the article's design C
-CACHING_BASE_IMPL = "flat-pc"  # on prefix-caching scenarios: C with its prefix cache
 HIT_METRICS = (("cache_hit_tokens_pct", "hit_tokens", "lookup_tokens", "% of prompt tokens looked up"),
                ("cache_hit_blocks_pct", "hit_blocks", "lookup_blocks", "% of full prompt blocks looked up"))
 
 
 def base_impl(trace: Trace) -> str:
     """The implementation every ratio of ``trace``'s cells is taken against."""
-    return CACHING_BASE_IMPL if trace_uses_caching(trace) else BASE_IMPL
+    return registry.CACHING_RATIO_BASE if trace_uses_caching(trace) else registry.RATIO_BASE
 
 
 class ScenarioBench:

@@ -13,8 +13,9 @@ import math
 
 from harness.output.report import _fmt, ratio_text, value_text
 from harness.output.rundata import RunData, ordered
+from impls import registry
 
-CACHE_BASE = "flat-pc"  # the ratio base on caching scenarios: the flat family's caching design
+CACHE_BASE = registry.CACHING_RATIO_BASE
 HIT_METRICS = ("cache_hit_tokens_pct", "cache_hit_blocks_pct", "evictions_per_step")
 OPS_COLUMNS = (("cache_hit_ns", "hit ns/block"), ("cache_miss_insert_ns", "miss + insert ns/block"),
                ("cache_miss_evict_ns", "miss + evict ns/block"), ("plain_allocate_ns", "plain allocate ns/block"),

@@ -50,7 +50,7 @@ def _interval(row: dict | None) -> str:
 
 
 def ratio_text(run: RunData, scenario: str, impl: str, regime: str, metric: str, base_regime: str | None = None,
-               base: str = "flat") -> str:
+               base: str = registry.RATIO_BASE) -> str:
     """``146× [140–152]``: ``metric`` of the cell over ``base``'s (same regime, or batched), with the paired
     interval measured in the run; "no difference" when that interval holds 1."""
     batched_base = base_regime not in (None, regime)

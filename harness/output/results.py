@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from impls.registry import RATIO_BASE
 from scenarios.atomic import atomic_write_bytes
 
 RESULTS_DIR = Path("results")
@@ -243,6 +244,6 @@ def read_json(path: Path) -> object:
     return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
 
 
-def ratio_metric(metric: str, base: str = "flat", batched_base: bool = False) -> str:
+def ratio_metric(metric: str, base: str = RATIO_BASE, batched_base: bool = False) -> str:
     """The name of the ratio row of ``metric`` against ``base`` (same regime, or ``base`` batched)."""
     return f"{metric}_vs_{base.replace('-', '_')}" + ("_batched" if batched_base else "")

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.measure.replay import REGIMES
 from harness.output.results import COLUMNS, read_json, read_rows, resolve_run
 from impls import registry
 
 log = logging.getLogger(__name__)
 
-REGIMES = ("batched", "per-call")  # the order reports and figures show them in
 IMPL_ORDER = registry.names()
 
 

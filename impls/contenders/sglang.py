@@ -49,6 +49,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from impls.contract import blocks_for
 from impls.core.interpreted import InterpretedBlockManager
 from impls.core.validation import lookup_args
 
@@ -221,7 +222,7 @@ class SGLangBlockManager(InterpretedBlockManager):
             return
         # SGLang's free inside a group: a copy of the request's token slots (the row may be reused at once).
         self.free_group.append(self.req_to_token[seq_id, :n].clone())
-        self.num_pending += (n + self.page_size - 1) // self.page_size
+        self.num_pending += blocks_for(n, self.page_size)
 
     def _free_shared(self, seq_id: int) -> None:
         kept = []

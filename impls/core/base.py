@@ -38,31 +38,10 @@ class ManagerBase:
 
     def step(self, ops: np.ndarray, a0: np.ndarray, a1: np.ndarray, seq_ids: np.ndarray, status_out: np.ndarray,
              cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """One engine step in one call (see :meth:`impls.contract.BlockManager.step`): here a loop in Python
-        over the design's own per-call methods and its ``decode_step``, each failure caught and written as
-        its status code. Written once for every design without a compiled step of its own, so that an
-        interpreted design pays exactly what its per-op calls cost."""
-        ops, a0, a1, ids = step_args(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self.max_seqs)
-        codes = ops.tolist()
-        check_step_ops(codes)
-        m = len(codes)
-        status_out[:m] = [self._step_op(o, x, y) for o, x, y in zip(codes, a0.tolist(), a1.tolist(), strict=True)]
-        try:
-            rc, detail = self.decode_step(ids, cow_out, slot_out), 0
-        except STEP_ERRORS as exc:
-            rc, detail = _status_of(exc)
-        status_out[m] = min(rc, 0)
-        status_out[m + 1] = detail
-        return rc
-
-    def _step_op(self, op: int, x: int, y: int) -> int:
-        """One pool operation of :meth:`step` through the per-call method; its status code (``can_allocate``: its
-        answer, 1 or 0)."""
-        try:
-            result = pool_ops.apply(self, op, x, y)
-        except STEP_ERRORS as exc:
-            return _status_of(exc)[0]
-        return int(bool(result)) if pool_ops.POOL_OPS[op].result == "answer" else 0
+        """One engine step in one call (see :meth:`impls.contract.BlockManager.step`): :func:`step_by_calls`, for
+        every design without a compiled step of its own, so that an interpreted design pays exactly what its
+        per-op calls cost."""
+        return step_by_calls(self, ops, a0, a1, seq_ids, status_out, cow_out, slot_out)
 
     def _fail(self, code: int, seq: int = -1, **context: object) -> None:
         raise_for(
@@ -80,6 +59,36 @@ class ManagerBase:
             f"{type(self).__name__}(num_blocks={self.num_blocks}, block_size={self.block_size}, "
             f"max_seqs={self.max_seqs}, max_blocks_per_seq={self.max_blocks_per_seq})"
         )
+
+
+def step_by_calls(mgr: object, ops: np.ndarray, a0: np.ndarray, a1: np.ndarray, seq_ids: np.ndarray,
+                  status_out: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+    """The whole-step entry point (:meth:`impls.contract.BlockManager.step`) made of ``mgr``'s per-call methods: a
+    loop in Python over its pool operations, then its ``decode_step``, each contract exception caught and written
+    as its status code. ``step`` is optional in the contract: this is what stands in for it (a design may use it
+    as its ``step``; the harness calls it for a plug-in that has none)."""
+    ops, a0, a1, ids = step_args(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, mgr.max_seqs)
+    codes = ops.tolist()
+    check_step_ops(codes)
+    m = len(codes)
+    status_out[:m] = [_step_op(mgr, o, x, y) for o, x, y in zip(codes, a0.tolist(), a1.tolist(), strict=True)]
+    try:
+        rc, detail = mgr.decode_step(ids, cow_out, slot_out), 0
+    except STEP_ERRORS as exc:
+        rc, detail = _status_of(exc)
+    status_out[m] = min(rc, 0)
+    status_out[m + 1] = detail
+    return rc
+
+
+def _step_op(mgr: object, op: int, x: int, y: int) -> int:
+    """One pool operation of a step through the per-call method; its status code (``can_allocate``: its answer,
+    1 or 0)."""
+    try:
+        result = pool_ops.apply(mgr, op, x, y)
+    except STEP_ERRORS as exc:
+        return _status_of(exc)[0]
+    return int(bool(result)) if pool_ops.POOL_OPS[op].result == "answer" else 0
 
 
 STEP_ERRORS = (ValueError, KeyError, MemoryError)  # the contract's exceptions (NoFreeBlocksError is a MemoryError)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import re
 import types
 from collections.abc import Callable
 from functools import partial
@@ -37,6 +36,7 @@ from impls.contract import (
     fork_culprit,
 )
 from impls.core.base import ManagerBase
+from impls.core.jit import specialise
 from impls.core.validation import (
     _INT64,  # native int64: byte order is the one buffer property Numba's types lack
     batch_args,
@@ -190,17 +190,6 @@ def _step_function(kernels: Kernels, module: str) -> types.FunctionType:
     """:func:`_step_loop` as a function of its own for one design, reading that design's kernels as globals."""
     return specialise(_step_loop, module, _k_can=kernels.can_allocate, _k_alloc=kernels.allocate,
                       _k_fork=kernels.fork, _k_free=kernels.free, _k_step=kernels.decode_step)
-
-
-def specialise(fn: types.FunctionType, key: str, **bindings: object) -> types.FunctionType:
-    """``fn``'s code as a new function reading ``bindings`` as its globals (a design's kernels), named after
-    ``key``: the one way a loop over kernels is made per design. Numba compiles each such function on its own,
-    with the kernels as constants it can inline, and caches it across processes under its own name (a closure
-    over the kernels is never found in Numba's cache, so every process would compile it again)."""
-    name = fn.__name__.lstrip("_") + "_" + re.sub(r"\W", "_", key)
-    made = types.FunctionType(fn.__code__, {**fn.__globals__, **bindings}, name)
-    made.__qualname__ = name
-    return made
 
 
 # Kernels that do nothing: a compiled design given these (:func:`with_empty_kernels`) pays exactly its per-call

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from impls.contract import E_ACTIVE, E_NO_BLOCKS, E_NOT_FULL, E_SEALED
+from impls.contract import E_ACTIVE, E_NO_BLOCKS, E_NOT_FULL, E_SEALED, blocks_needed
 from impls.core.validation import chain_arg, hash_arg, seq_arg, tokens_arg
 
 
@@ -36,7 +36,7 @@ class CachingPlumbing:
         chain = chain_arg(hashes, num_tokens, self.block_shift, seq_id).tolist()  # a list: the caller's array
         if self._lens[seq_id]:  # may change after we return, and Python ints hash fastest
             self._fail(E_ACTIVE, seq_id)
-        num_blocks = (num_tokens + self.block_size - 1) >> self.block_shift
+        num_blocks = blocks_needed(num_tokens, self.block_shift)
         hits = self._match(chain)
         need = num_blocks - len(hits) + sum(1 for block in hits if self._ref(block) == 0)
         if need > self.num_free_blocks():

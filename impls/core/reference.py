@@ -12,7 +12,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from impls.contract import NoFreeBlocksError
+from impls.contract import NoFreeBlocksError, blocks_for
 
 
 class ReferenceModel:
@@ -51,7 +51,7 @@ class ReferenceModel:
             raise KeyError(seq)
 
     def _blocks(self, tokens: int) -> int:
-        return -(-tokens // self.block_size)
+        return blocks_for(tokens, self.block_size)
 
     def _take(self) -> int:
         if self.free_ids:

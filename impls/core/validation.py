@@ -34,8 +34,10 @@ from impls.contract import (
     SEAL,
     STEP_EXTRA,
     STEP_OPS,
+    blocks_needed,
     raise_for,
 )
+from impls.core.jit import specialise
 
 
 def check_active(lens, seq):
@@ -53,7 +55,7 @@ def check_allocate(lens, max_blocks, shift, seq, num_tokens):
         return E_SEQ_RANGE
     if num_tokens < 1:
         return E_TOKENS
-    if (num_tokens + (1 << shift) - 1) >> shift > max_blocks:
+    if blocks_needed(num_tokens, shift) > max_blocks:
         return E_TOO_LONG
     if lens[seq] != 0:
         return E_ACTIVE
@@ -83,11 +85,6 @@ def check_fork(lens, parent, child):
     return OK
 
 
-def blocks_needed(tokens, shift):
-    """Blocks holding ``tokens`` tokens."""
-    return (tokens + (1 << shift) - 1) >> shift
-
-
 def slot_of(block, pos, shift):
     """Physical KV slot of token position ``pos`` when its block is ``block``."""
     return (block << shift) | (pos & ((1 << shift) - 1))
@@ -96,7 +93,9 @@ def slot_of(block, pos, shift):
 blocks_needed_jit = njit(cache=True, inline="always")(blocks_needed)
 slot_of_jit = njit(cache=True, inline="always")(slot_of)
 check_active_jit = njit(cache=True, inline="always")(check_active)
-check_allocate_jit = njit(cache=True, inline="always")(check_allocate)
+# check_allocate calls blocks_needed: its twin calls the compiled one.
+check_allocate_jit = njit(cache=True, inline="always")(
+    specialise(check_allocate, "jit", blocks_needed=blocks_needed_jit))
 check_append_jit = njit(cache=True, inline="always")(check_append)
 check_fork_jit = njit(cache=True, inline="always")(check_fork)
 

@@ -35,9 +35,10 @@ from impls.contract import (
     E_TOKENS,
     E_TOO_LONG,
     OK,
+    blocks_for,
 )
 from impls.core.compiled import CompiledBlockManager, Kernels
-from impls.core.validation import slot_of_jit
+from impls.core.validation import blocks_needed_jit, slot_of_jit
 
 # Header slots at the start of ``ints``.
 TOP, NUM_BLOCKS, BLOCK_SHIFT, STAMP = 0, 1, 2, 3
@@ -88,7 +89,7 @@ def allocate(table, ints, seq, num_tokens):
         return E_SEQ_RANGE
     if num_tokens < 1:
         return E_TOKENS
-    need = (num_tokens + (1 << sh) - 1) >> sh
+    need = blocks_needed_jit(num_tokens, sh)
     if need > table.shape[1]:
         return E_TOO_LONG
     rec = HEADER + ROW * seq
@@ -164,7 +165,7 @@ def fork(table, ints, parent, child):
     if ints[_u(c + LEN)] != 0:
         return E_ACTIVE
     sh = ints[BLOCK_SHIFT]
-    for j in range((n + (1 << sh) - 1) >> sh):
+    for j in range(blocks_needed_jit(n, sh)):
         block = table[_u(parent), _u(j)]
         table[_u(child), _u(j)] = block
         ints[_u(refs + block)] += 1
@@ -186,7 +187,7 @@ def free(table, ints, seq):
         return E_INACTIVE
     sh = ints[BLOCK_SHIFT]
     top = ints[TOP]
-    for j in range(((n + (1 << sh) - 1) >> sh) - 1, -1, -1):
+    for j in range(blocks_needed_jit(n, sh) - 1, -1, -1):
         block = table[_u(seq), _u(j)]
         r = ints[_u(refs + block)] - 1
         ints[_u(refs + block)] = r
@@ -457,7 +458,7 @@ class FlatBlockManager(CompiledBlockManager):
         return int(self.ints[TOP])
 
     def _table(self, seq_id: int) -> list[int]:
-        return self.table[seq_id, : -(-int(self._lens[seq_id]) // self.block_size)].tolist()
+        return self.table[seq_id, : blocks_for(int(self._lens[seq_id]), self.block_size)].tolist()
 
     def _ref(self, block_id: int) -> int:
         return int(self._refs[block_id])

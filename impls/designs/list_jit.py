@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, typed
 
-from impls.contract import E_BUFFER, E_COUNT, E_NO_BLOCKS, OK
+from impls.contract import E_BUFFER, E_COUNT, E_NO_BLOCKS, OK, blocks_for
 from impls.core.compiled import CompiledBlockManager, Kernels
 from impls.core.validation import (
     blocks_needed_jit,
@@ -231,7 +231,7 @@ class ListJitBlockManager(CompiledBlockManager):
         return int(self._meta[TOP])
 
     def _table(self, seq_id: int) -> list[int]:
-        n = -(-int(self._lens[seq_id]) // self.block_size)
+        n = blocks_for(int(self._lens[seq_id]), self.block_size)
         return self._tables[seq_id][:n].tolist()
 
     def _ref(self, block_id: int) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from harness.studies.table_copy.guards import BufferRing, CopyGuard, DoneEvent, Event
+from impls.contract import blocks_for
 from impls.designs.flat import FlatBlockManager, table_dtype
 
 VARIANTS = ("a-per-seq", "b-rebuild", "c-one-copy", "c-host-widen", "d-changed-rows", "d-live-cols")
@@ -292,7 +293,7 @@ def step_state(mgr: FlatBlockManager, ids: np.ndarray, slots: np.ndarray, cow_ds
     """The variants' view of the step ``mgr`` just decoded: ``ids`` its rows, ``slots`` and ``cow_dst`` what
     ``decode_step`` wrote (its ``slot_out`` and the second column of ``cow_out``), ``pool_rows`` the rows
     allocated or forked since the previous step the variants ran on."""
-    nblocks = (mgr._lens[ids].astype(np.int64) + mgr.block_size - 1) >> (mgr.block_size.bit_length() - 1)
+    nblocks = blocks_for(mgr._lens[ids].astype(np.int64), mgr.block_size)
     width = int(nblocks.max())
     nb_list = nblocks.tolist()
     prefix = mgr.table[ids, :width].tolist()
