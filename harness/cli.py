@@ -13,13 +13,15 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from harness.errors import InputError
+from impls.registry import PluginError
 from scenarios import SCENARIOS, ScenarioError, TraceError
 
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE = 2, 130, 141
 PROG = "kvblock-bench"
 
 
-class UsageError(ValueError):
+class UsageError(InputError):
     """Bad input on the command line; the message says which and how to fix it."""
 
 
@@ -327,8 +329,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "scenarios": cmd_scenarios, "trace": cmd_trace, "run": cmd_run, "report": cmd_report, "gate": cmd_gate,
     "table-copy": cmd_table_copy, "baseline": cmd_baseline, "check": cmd_check,
 }
-# What a command may raise for bad input: shown as one line, exit status 2.
-INPUT_ERRORS = (UsageError, ScenarioError, TraceError, ValueError, FileNotFoundError, IsADirectoryError,
+# What a command may raise for bad input: shown as one line, exit status 2. Anything else is a bug of ours and
+# keeps its traceback (exit status 1); a design's failure is a failed cell, never an exception here.
+INPUT_ERRORS = (InputError, ScenarioError, TraceError, PluginError, FileNotFoundError, IsADirectoryError,
                 NotADirectoryError, PermissionError)
 
 

@@ -73,6 +73,7 @@ class RecordingDriver:
 
     def __init__(self, name: str, log: dict[str, list]) -> None:
         self.name, self.log = name, log
+        self.impl, self.cls = name, RecordingDriver
 
     def new(self):
         self.log["created"].append(self.name)

@@ -83,7 +83,7 @@ def test_the_contract_methods_are_listed_alike_in_registry_protocol_readme_and_e
     for line in block.splitlines():
         for name in (n.strip("(") for n in line.split(".")[1:] if n):
             name = name.split("(")[0]
-            if name in methods or name.isidentifier() and line.lstrip().startswith("."):
+            if name in methods or (name.isidentifier() and line.lstrip().startswith(".")):
                 readme.setdefault(name, "# optional" in line)
     assert {n for n in readme if n in methods} == set(methods)
     assert {n for n, optional in readme.items() if optional} == set(registry.OPTIONAL_METHODS)

@@ -268,8 +268,9 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> None
 
 
 def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int) -> list[int]:
-    """Sequences decoding in each measured step; raises ValueError for an unknown cell or a range the trace
+    """Sequences decoding in each measured step; raises InputError for an unknown cell or a range the trace
     does not hold, before any process starts."""
+    from harness.errors import InputError
     from harness.measure.replay import REGIMES
     from impls import REGISTRY, UNAVAILABLE
     from scenarios import load
@@ -277,14 +278,14 @@ def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: i
     for impl, regime in cells:
         if impl not in REGISTRY:
             hint = UNAVAILABLE.get(impl, f"choose from {sorted(REGISTRY)}")
-            raise ValueError(f"unknown implementation {impl!r}: {hint}")
+            raise InputError(f"unknown implementation {impl!r}: {hint}")
         if regime not in REGIMES:
-            raise ValueError(f"unknown regime {regime!r}; choose from {REGIMES}")
+            raise InputError(f"unknown regime {regime!r}; choose from {REGIMES}")
     trace = load(trace_path)
     if warm_steps < 1 or steps < 1:
-        raise ValueError(f"need warm_steps >= 1 and steps >= 1, got {warm_steps} and {steps}")
+        raise InputError(f"need warm_steps >= 1 and steps >= 1, got {warm_steps} and {steps}")
     if warm_steps + steps > trace.num_steps:
-        raise ValueError(f"{trace_path} has {trace.num_steps} steps; warm {warm_steps} + {steps} do not fit")
+        raise InputError(f"{trace_path} has {trace.num_steps} steps; warm {warm_steps} + {steps} do not fit")
     return trace.running_per_step()[warm_steps : warm_steps + steps].tolist()
 
 

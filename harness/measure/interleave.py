@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.errors import DesignFailure
 from harness.measure import clock
 from harness.measure.drivers import (
     Prepared,
@@ -49,6 +50,7 @@ from harness.measure.drivers import (
     slot_digest,
     step_runner,
 )
+from harness.measure.failures import blamed_on
 from harness.measure.replay import ReplayError, apply_pool_op, check_end_state
 from scenarios.trace import trace_uses_caching
 
@@ -57,7 +59,6 @@ SLICES_PER_REP = 20
 # the run's repetitions: their managers' spread (memory placement, up to 16 % between two identical flat
 # managers) is the largest part of their uncertainty, and more managers shrink it for almost no time.
 FAST_REPS = 3
-CELL_ERRORS = (ReplayError, ValueError, KeyError, TypeError, MemoryError)
 
 Key = tuple[str, str, str]  # (impl, regime, tag); tag "" for a cell, "aa" for the A/A control's copy
 
@@ -190,7 +191,7 @@ class Replays:
     """What interleaved repetitions produced: samples per key, failures, and each key's last manager."""
 
     samples: dict[Key, list[StepTimes]] = field(default_factory=dict)
-    failed: dict[Key, Exception] = field(default_factory=dict)
+    failed: dict[Key, DesignFailure] = field(default_factory=dict)
     last_mgr: dict[Key, object] = field(default_factory=dict)
 
 
@@ -209,7 +210,7 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
             break
         bounds = replay_slices(slices, rep, total)
         orders = [[keys[j] for j in order] for order in schedule(len(keys), rep, len(bounds))]
-        mgrs = {k: drivers[k].new() for k in orders[0] if k not in out.failed}
+        mgrs = _new_managers(drivers, orders[0], out)
         parts: dict[Key, list[StepTimes]] = {k: [] for k in mgrs}
         gc.collect()
         gc.freeze()  # collections triggered by the replays' own allocations scan only what they create
@@ -227,10 +228,25 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
     return out
 
 
+def _new_managers(drivers: dict[Key, Driver], keys: list[Key], out: Replays) -> dict:
+    """A fresh manager per key, in ``keys``' order; a constructor that fails fails its key."""
+    mgrs = {}
+    for k in keys:
+        if k in out.failed:
+            continue
+        try:
+            with blamed_on(drivers[k].impl, drivers[k].cls):
+                mgrs[k] = drivers[k].new()
+        except DesignFailure as exc:
+            out.failed[k] = exc
+    return mgrs
+
+
 def _slice(driver: Driver, mgr, detail: bool, lo: int, hi: int, parts: list, out: Replays, key: Key) -> None:
     try:
-        parts.append(driver.timed(mgr, detail, lo, hi))
-    except CELL_ERRORS as exc:
+        with blamed_on(driver.impl, driver.cls):
+            parts.append(driver.timed(mgr, detail, lo, hi))
+    except DesignFailure as exc:
         out.failed[key] = exc
 
 
@@ -239,10 +255,11 @@ def _finish(driver: Driver, mgr, parts: list[StepTimes], out: Replays, key: Key)
     if key in out.failed:
         return
     try:
-        samples = concat(parts)
-        samples.check(driver.prep.trace.step_cows, driver.prep.slot_digests)
-        check_end_state(driver.prep.trace, mgr)
-    except CELL_ERRORS as exc:
+        with blamed_on(driver.impl, driver.cls):
+            samples = concat(parts)
+            samples.check(driver.prep.trace.step_cows, driver.prep.slot_digests)
+            check_end_state(driver.prep.trace, mgr)
+    except DesignFailure as exc:
         out.failed[key] = exc
         return
     out.samples.setdefault(key, []).append(samples)

@@ -23,11 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from harness.counters.allocations import allocations_per_step
+from harness.errors import DesignFailure, InputError
 from harness.measure import clock
 from harness.measure.dispatch import calls_per_trace, dispatch_rows, empty_call_ns, has_dispatch
 from harness.measure.drivers import KINDS, Prepared
+from harness.measure.failures import blamed_on, short_reason
 from harness.measure.interleave import (
-    CELL_ERRORS,
     FAST_REPS,
     Driver,
     Replays,
@@ -133,18 +134,19 @@ class ScenarioBench:
             self.row(key[0], key[1], "compile_s", time.perf_counter() - t0, "s", "wall clock",
                      f"first steps through the {driver.kind} driver (compile or cache load)", driver=driver.kind)
 
-    def fail(self, cell: tuple[str, str], exc: Exception) -> None:
-        """A cell that disagreed with the trace: one ``failed`` row, and no figure from it anywhere."""
-        self.row(cell[0], cell[1], "correctness", float("nan"), "", "trace check", f"{type(exc).__name__}: {exc}",
-                 status="failed")
+    def fail(self, cell: tuple[str, str], exc: DesignFailure) -> None:
+        """A cell whose design failed (raised, disagreed with the trace): one ``failed`` row with the reason, and
+        no figure from it anywhere."""
+        self.row(cell[0], cell[1], "correctness", float("nan"), "", "trace check", exc.reason, status="failed")
         self.cells = [c for c in self.cells if c != cell]  # our own list: the caller's plan is left as it was
         self.drivers.pop((*cell, ""), None)
 
     def measure_timings(self) -> None:
         for key in list(self.drivers):
             try:
-                self.warm_up(key)
-            except CELL_ERRORS as exc:
+                with blamed_on(key[0], self.drivers[key].cls):
+                    self.warm_up(key)
+            except DesignFailure as exc:
                 self.fail(key[:2], exc)
         aa = self._aa_key()
         timed = {**self.drivers, **({aa: self.drivers[(*aa[:2], "")]} if aa else {})}
@@ -322,10 +324,11 @@ class ScenarioBench:
                      "thread_time_ns", "step() does not take the prefix-caching ops yet", status="unsupported")
             return
         try:
-            result = paced_whole_step_run(self.prep, driver.new, rate)
-        except CELL_ERRORS as exc:
+            with blamed_on(driver.impl, driver.cls):
+                result = paced_whole_step_run(self.prep, driver.new, rate)
+        except DesignFailure as exc:
             self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", float("nan"), "%",
-                     "thread_time_ns", f"{type(exc).__name__}: {exc}", status="failed")
+                     "thread_time_ns", exc.reason, status="failed")
             return
         how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), one step() call per step "
                "(pool operations and decode batch), thread CPU time minus an idle paced run")
@@ -354,7 +357,7 @@ def resolve_impls(cfg: RunConfig) -> tuple[dict[str, type], dict[str, str]]:
     from impls.registry import PluginError, load_plugin
 
     if len(set(cfg.impls)) != len(cfg.impls):
-        raise ValueError(f"--impl names an implementation twice: {','.join(cfg.impls)}")
+        raise InputError(f"--impl names an implementation twice: {','.join(cfg.impls)}")
     classes: dict[str, type] = {}
     for name in cfg.impls or list(REGISTRY):
         if name in REGISTRY:
@@ -363,7 +366,7 @@ def resolve_impls(cfg: RunConfig) -> tuple[dict[str, type], dict[str, str]]:
             try:
                 classes[name] = load_plugin(name)
             except PluginError as exc:
-                raise ValueError(f"{exc}; built in: {', '.join([*REGISTRY, *UNAVAILABLE])}") from None
+                raise InputError(f"{exc}; built in: {', '.join([*REGISTRY, *UNAVAILABLE])}") from None
     skipped = {i: UNAVAILABLE[i] for i in (cfg.impls or UNAVAILABLE) if i in UNAVAILABLE}
     return classes, skipped
 
@@ -372,14 +375,14 @@ def check_config(cfg: RunConfig) -> None:
     """Refuse a configuration before anything is created: unknown scenarios or regimes, bad counts."""
     bad = [s for s in cfg.scenarios if s not in SCENARIOS]
     if bad:
-        raise ValueError(f"unknown scenario(s) {bad}; see `kvblock-bench scenarios`")
+        raise InputError(f"unknown scenario(s) {bad}; see `kvblock-bench scenarios`")
     bad = [r for r in cfg.regimes if r not in REGIMES]
     if bad or not cfg.regimes:
-        raise ValueError(f"unknown regime(s) {bad or cfg.regimes}; choose from {', '.join(REGIMES)}")
+        raise InputError(f"unknown regime(s) {bad or cfg.regimes}; choose from {', '.join(REGIMES)}")
     if cfg.reps < 1:
-        raise ValueError(f"--reps must be at least 1, got {cfg.reps}")
+        raise InputError(f"--reps must be at least 1, got {cfg.reps}")
     if cfg.trace_file and cfg.scenarios:
-        raise ValueError("give --scenario or --trace, not both")
+        raise InputError("give --scenario or --trace, not both")
 
 
 def build_plan(cfg: RunConfig, impls: list[str]) -> list[tuple[ScenarioPlan, Trace | None]]:
@@ -482,10 +485,11 @@ def _cache_ops_rows(scenario: str, cells: list[tuple[str, str]], classes: dict[s
         if cls is None or not supports_prefix_caching(cls):
             continue
         try:
-            rows += cache_ops_rows(cls, impl, scenario)
-        except (CacheOpsError, *CELL_ERRORS) as exc:
+            with blamed_on(impl, cls):
+                rows += cache_ops_rows(cls, impl, scenario)
+        except (CacheOpsError, DesignFailure) as exc:
             rows.append(Row(scenario, impl, "per-call", "cache_hit_ns", float("nan"), "ns/block", "perf_counter_ns",
-                            "failed", f"{type(exc).__name__}: {exc}"))
+                            "failed", getattr(exc, "reason", short_reason(exc))))
     return rows
 
 

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from harness.errors import InputError
 from impls.registry import RATIO_BASE
 from scenarios.atomic import atomic_write_bytes
 
@@ -41,7 +42,7 @@ SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "aa_ratio_
 MAX_ABS_VALUE = 1e15  # no figure we publish comes near this (1e15 ns is eleven days)
 
 
-class ResultsError(ValueError):
+class ResultsError(InputError):
     """A results file that cannot be trusted; the message names the file and line."""
 
 

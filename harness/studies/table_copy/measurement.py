@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.errors import InputError
 from harness.measure.replay import ReplayError, apply_pool_op
 from harness.output.results import Row, new_run_dir, write_json, write_rows
 from harness.studies.table_copy.variants import (
@@ -293,9 +294,9 @@ def run(args: argparse.Namespace) -> int:
 
     unknown = [name for name in args.scenarios if name not in SCENARIOS]
     if unknown:
-        raise ValueError(f"--scenarios: unknown scenario(s) {', '.join(unknown)}; see `kvblock-bench scenarios`")
+        raise InputError(f"--scenarios: unknown scenario(s) {', '.join(unknown)}; see `kvblock-bench scenarios`")
     if (args.steps is not None and args.steps < 1) or args.warmup < 0:
-        raise ValueError("--steps must be >= 1 and --warmup >= 0")
+        raise InputError("--steps must be >= 1 and --warmup >= 0")
     out = args.out or new_run_dir(label="table-copy")
     out.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []

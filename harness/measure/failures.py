@@ -1,0 +1,68 @@
+"""Whose failure is it? A cell's exception is the design's, or a bug of ours (harness/errors.py).
+
+An exception is the design's when the trace check rejected what the design did (:class:`ReplayError`), or when
+it was raised while the design's own code was running: its traceback passes through a module of the
+implementation's class or of one of its base classes (our base classes included: a design that calls them
+wrongly fails in them). ``SystemExit`` raised there counts too: a plug-in that exits fails its cells, it does not
+end the run. Anything else is ours: it propagates, with its traceback, and is never recorded as a design's
+failure.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+
+from harness.errors import DesignFailure
+from harness.measure.replay import ReplayError
+
+REASON_CHARS = 400  # a failure's reason as recorded: one line, at most this long
+
+
+def short_reason(exc: BaseException) -> str:
+    """``Type: message`` on one line, cut to :data:`REASON_CHARS` characters."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
+
+
+@cache
+def design_files(cls: type) -> frozenset[str]:
+    """The source files of ``cls`` and of its base classes (those with a source file)."""
+    files = set()
+    for klass in cls.__mro__:
+        try:
+            path = inspect.getsourcefile(klass)
+        except (TypeError, OSError):
+            continue
+        if path:
+            files.add(str(Path(path).resolve()))
+    return frozenset(files)
+
+
+def is_design_failure(exc: BaseException, cls: type) -> bool:
+    """Whether ``exc`` is the design's (see the module docstring)."""
+    if isinstance(exc, (ReplayError, DesignFailure)):
+        return True
+    files = design_files(cls)
+    tb = exc.__traceback__
+    while tb is not None:
+        if str(Path(tb.tb_frame.f_code.co_filename).resolve()) in files:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+@contextmanager
+def blamed_on(impl: str, cls: type) -> Iterator[None]:
+    """Turn a design's failure inside the block into :class:`DesignFailure`; let anything else through."""
+    try:
+        yield
+    except DesignFailure:
+        raise
+    except (Exception, SystemExit) as exc:
+        if not is_design_failure(exc, cls):
+            raise
+        raise DesignFailure(impl, short_reason(exc)) from exc
