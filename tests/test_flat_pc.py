@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from harness.conformance.idmap import IdMap
-from impls.caching import flat_pc
 from impls.caching.flat_pc import FlatPcBlockManager
 from impls.contract import E_HASH, NoFreeBlocksError
 from impls.core.reference import ReferenceModel
@@ -19,51 +18,24 @@ def H(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.uint64)
 
 
-def hidden(mgr: FlatPcBlockManager) -> dict:
-    """The cache's own state: hash -> block from the table, block -> hash, the LRU from head to tail."""
-    ext, cap, n = mgr._ext, mgr._cap, mgr.num_blocks
-    keys, ints = mgr.keys, mgr.ints
-    table = {int(keys[i]): int(ints[ext + flat_pc.FIELDS + i]) for i in range(cap) if keys[i]}
-    carried = {b: int(keys[cap + b]) for b in range(n) if keys[cap + b]}
-    prev, nxt = ext + flat_pc.FIELDS + cap, ext + flat_pc.FIELDS + cap + n
-    lru, b = [], int(ints[ext + flat_pc.HEAD])
-    while b >= 0:
-        assert len(lru) <= n, "LRU cycle"
-        lru.append(b)
-        assert ints[nxt + b] < 0 or ints[prev + ints[nxt + b]] == b, "LRU links disagree"
-        b = int(ints[nxt + b])
-    assert lru[-1:] == ([int(ints[ext + flat_pc.TAIL])] if lru else [])
-    return {"table": table, "carried": carried, "lru": lru}
-
-
 def observable(mgr: FlatPcBlockManager) -> tuple:
     """Everything a later call can see: lengths, ref counts, the stack, live rows, the cache (not the scratch
     set, the failure detail or the entries of inactive rows, which nothing reads)."""
-    from impls.designs.flat import offsets
+    rows = [mgr.block_table(s) if _active(mgr, s) else [] for s in range(mgr.max_seqs)]
+    refs = [mgr.ref_count(b) for b in range(mgr.num_blocks)]
+    return (rows, refs, mgr.free_stack(), mgr.cache_state(), mgr.num_cached_blocks(), mgr.evictions,
+            mgr.num_free_blocks())
 
-    _, refs, stack, _, _ = offsets(mgr.max_seqs, mgr.num_blocks)
-    top = int(mgr.ints[flat_pc.TOP])
-    rows = [mgr.block_table(s) if mgr._lens[s] else [] for s in range(mgr.max_seqs)]
-    return (mgr._lens.tolist(), mgr.ints[refs:stack].tolist(), mgr.ints[stack:stack + top].tolist(), rows,
-            hidden(mgr), mgr.num_cached_blocks(), mgr.evictions, mgr.num_free_blocks())
+
+def _active(mgr: FlatPcBlockManager, seq: int) -> bool:
+    try:
+        return mgr.seq_len(seq) > 0
+    except KeyError:
+        return False
 
 
 def check_invariants(mgr: FlatPcBlockManager) -> None:
-    """The hash table and the per-block hashes say the same; every key is reachable from its home slot without
-    crossing an empty slot (what backward-shift deletion must keep); the LRU is the cached blocks with ref 0."""
-    state = hidden(mgr)
-    assert state["table"] == {h: b for b, h in state["carried"].items()}
-    assert mgr.num_cached_blocks() == len(state["carried"])
-    bits, mask = mgr.ints[mgr._ext + flat_pc.CAP_BITS], mgr._cap - 1
-    for i in range(mgr._cap):
-        if mgr.keys[i]:
-            j = int((int(mgr.keys[i]) * 0x9E3779B97F4A7C15 % 2**64) >> (64 - int(bits)))
-            while j != i:
-                assert mgr.keys[j], f"slot {i} unreachable from its home {j}"
-                j = (j + 1) & mask
-    evictable = {b for b in state["carried"] if mgr.ref_count(b) == 0}
-    assert set(state["lru"]) == evictable and len(state["lru"]) == len(evictable)
-    assert mgr.num_free_blocks() == int(mgr.ints[flat_pc.TOP]) + len(evictable)
+    mgr.check_invariants()
 
 
 # -- the caching rules, by hand --------------------------------------------------------------------------------
@@ -90,7 +62,7 @@ def test_eviction_order_least_recently_freed_tail_before_head() -> None:
     m.free(1)  # freed first: evicted first, its tail (4) before its head (3)
     m.free(0)
     assert m.num_free_blocks() == 4 and m.num_cached_blocks() == 4
-    assert hidden(m)["lru"] == [b1[1], b1[0], b0[1], b0[0]]
+    assert m.cache_state()["lru"] == [b1[1], b1[0], b0[1], b0[0]]
     m.allocate(2, 1)  # the stack is empty: evicts hash 4's block
     assert m.block_table(2) == [b1[1]] and m.num_cached_blocks() == 3 and m.evictions == 1
     assert m.allocate_cached(3, 8, H(3, 4)) == 4  # 3 still cached, 4 gone: one hit, one fresh block
@@ -106,9 +78,9 @@ def test_hit_on_evictable_block_leaves_the_lru() -> None:
     m.allocate_cached(0, 8, H(1, 2))
     blocks = m.block_table(0)
     m.free(0)
-    assert hidden(m)["lru"] == [blocks[1], blocks[0]] and m.num_free_blocks() == 4
+    assert m.cache_state()["lru"] == [blocks[1], blocks[0]] and m.num_free_blocks() == 4
     assert m.allocate_cached(1, 4, H(1)) == 4
-    assert hidden(m)["lru"] == [blocks[1]] and m.ref_count(blocks[0]) == 1 and m.num_free_blocks() == 3
+    assert m.cache_state()["lru"] == [blocks[1]] and m.ref_count(blocks[0]) == 1 and m.num_free_blocks() == 3
     m.allocate(2, 12)  # the two never-cached blocks, then the evictable one: never the hit
     assert m.block_table(1) == [blocks[0]] and blocks[1] in m.block_table(2) and m.num_cached_blocks() == 1
     check_invariants(m)
@@ -121,9 +93,9 @@ def test_fork_shares_cached_blocks() -> None:
     blocks = m.block_table(0)
     assert m.block_table(1) == blocks and [m.ref_count(b) for b in blocks] == [2, 2]
     m.free(0)
-    assert m.num_cached_blocks() == 2 and hidden(m)["lru"] == []
+    assert m.num_cached_blocks() == 2 and m.cache_state()["lru"] == []
     m.free(1)
-    assert hidden(m)["lru"] == [blocks[1], blocks[0]]
+    assert m.cache_state()["lru"] == [blocks[1], blocks[0]]
     assert m.allocate_cached(2, 9, H(1, 2)) == 8
     check_invariants(m)
 
@@ -239,11 +211,8 @@ def test_hash_table_churn_wraps_and_deletes_mid_chain() -> None:
     """Many insert/evict cycles in a table of 16 slots: hashes chosen to share home slots near the table's
     end (so probe runs wrap around) and evicted in an order that deletes from the middle of runs."""
     m = FlatPcBlockManager(8, 1, 8, 8)
-    bits = int(m.ints[m._ext + flat_pc.CAP_BITS])
-    assert m._cap == 16 == 1 << bits
-
-    def home(h: int) -> int:
-        return (h * 0x9E3779B97F4A7C15 % 2**64) >> (64 - bits)
+    home = m.home_slot
+    assert len(m.slot_keys()) == 16
 
     near_end = [h for h in range(1, 5000) if home(h) >= 14][:400]
     rng = np.random.default_rng(5)
@@ -252,20 +221,21 @@ def test_hash_table_churn_wraps_and_deletes_mid_chain() -> None:
         chosen = rng.choice(near_end, size=8, replace=False)
         for seq in range(8):
             m.allocate_cached(seq, 1, H(int(chosen[seq])))
-        slots = [i for i in range(16) if m.keys[i]]
-        wrapped += any(i < 8 and home(int(m.keys[i])) >= 14 for i in slots)
+        keys = m.slot_keys()
+        slots = [i for i in range(16) if keys[i]]
+        wrapped += any(i < 8 and home(keys[i]) >= 14 for i in slots)
         for seq in rng.permutation(8):
             m.free(int(seq))
         check_invariants(m)
-        before = m.keys[:16].copy()
+        before = m.slot_keys()
         m.allocate(0, int(rng.integers(1, 9)))  # evicts the LRU's first blocks, wherever their slots are
         check_invariants(m)
-        gone = [i for i in range(16) if before[i] and int(before[i]) not in hidden(m)["table"]]
+        gone = [i for i in range(16) if before[i] and int(before[i]) not in m.cache_state()["table"]]
         mid_chain += sum(bool(before[(i + 1) % 16]) for i in gone)  # a key followed it in its run
         m.free(0)
         for h in chosen:  # whatever survived is still found where it is
-            b = hidden(m)["table"].get(int(h))
-            assert b is None or hidden(m)["carried"][b] == int(h)
+            b = m.cache_state()["table"].get(int(h))
+            assert b is None or m.cache_state()["carried"][b] == int(h)
     assert wrapped > 50 and mid_chain > 100
 
 
@@ -302,11 +272,11 @@ class Pair:
                 assert mgr.seq_len(seq) == model.lens[seq]
                 for a, b in zip(model.tables[seq], mgr.block_table(seq), strict=True):
                     ids.bind(a, b)
-        carried = hidden(mgr)["carried"]
+        carried = mgr.cache_state()["carried"]
         for m, i in ids.to_impl.items():
             assert mgr.ref_count(i) == model.refs[m]
             assert carried.get(i) == model.block_hash.get(m), f"block {m}/{i}: hash differs"
-        lru = hidden(mgr)["lru"]
+        lru = mgr.cache_state()["lru"]
         assert len(lru) == len(model.evictable)
         for m, i in zip(model.evictable, lru, strict=True):
             ids.bind(m, i)
@@ -431,7 +401,7 @@ def evicting_manager(seqs: int = 64):
     for k in range(8):
         mgr.allocate_cached(seqs, 128 * 16, np.arange(1 + 128 * k, 1 + 128 * (k + 1), dtype=np.uint64))
         mgr.free(seqs)
-    assert mgr.num_free_blocks() == spare == mgr.num_cached_blocks() and mgr.ints[flat_pc.TOP] == 0
+    assert mgr.num_free_blocks() == spare == mgr.num_cached_blocks() and not mgr.free_stack()
     ids = np.arange(seqs, dtype=np.int64)
     cow, slot = np.zeros((seqs, 2), np.int64), np.zeros(seqs, np.int64)
     empty = ids[:0]  # made once: a slice per call would be an allocation of the baseline's own

@@ -310,6 +310,9 @@ class ContractMachine(RuleBasedStateMachine):
                 f"{self.name}: {cached} cached blocks, the model {model.num_cached_blocks()}"
             )
         ids.forget_free(model.refs, keep=model.block_hash)  # an evictable block keeps its identity
+        check = getattr(mgr, "check_invariants", None)
+        if callable(check):  # a design's own invariants (flat, flat-pc), checked after every call too
+            check()
 
     def _same_row(self, seq: int) -> None:
         model, mgr = self.model, self.mgr

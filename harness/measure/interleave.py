@@ -7,10 +7,10 @@ same blocks (:mod:`harness.measure.stats`), stay put while absolute times drift.
 cell's replay is checked as a whole: copy-on-writes and slot-mapping digests of every step, and the end state.
 
 Switching cells has a cost that is the harness's, not the design's: the first step of a slice runs with the
-caches (data, instructions, branch history) the previous cell left. In the reference run of 2026-11-30 the
-first step of a slice of batched ``flat`` took 15 us against 1.7 us for the steps after it, 8 % of the
-cell's time, and its size depended on which cell ran before. Two rules keep it out of the figures and off
-any one cell (:func:`schedule`):
+caches (data, instructions, branch history) the previous cell left: for a fast compiled cell that first step
+costs several times the steps after it, and how much depends on which cell ran before (README, "Timing
+rules", quotes it from a reference run). Two rules keep it out of the figures and off any one cell
+(:func:`schedule`):
 
 - **staggered slices**: repetition ``r`` of ``R`` cuts its slices ``r/R`` of a slice later than repetition 0
   (:func:`replay_slices`), so a step starts a slice in at most one repetition; each step's median over the
@@ -56,8 +56,8 @@ from scenarios.trace import trace_uses_caching
 
 SLICES_PER_REP = 20
 # Cells whose replay runs inside compiled code or C++ (milliseconds for a whole trace) replay this many times
-# the run's repetitions: their managers' spread (memory placement, up to 16 % between two identical flat
-# managers) is the largest part of their uncertainty, and more managers shrink it for almost no time.
+# the run's repetitions: their managers' spread (memory placement: the A/A control's interval shows it) is the
+# largest part of their uncertainty, and more managers shrink it for almost no time.
 FAST_REPS = 3
 
 Key = tuple[str, str, str]  # (impl, regime, tag); tag "" for a cell, "aa" for the A/A control's copy

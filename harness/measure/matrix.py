@@ -3,7 +3,8 @@
 The default matrix aims at about ten minutes of ``make bench`` on two cores (README, "Time budget"; every
 run records each scenario's wall time as a ``scenario_wall_s`` row). Its trade-offs, each stated in the
 README: the per-call regime runs on ``paper`` and on the caching study's scenario only, ``sglang`` has no
-per-call cell (the engine allocates per batch; the emulation cost 93 s a run), the caching engine contender
+per-call cell (the engine allocates per batch, and a per-sequence emulation was the slowest cell), the caching
+engine contender
 runs on one caching scenario, allocations are counted where rule 1 is in question (``paper`` and the caching
 scenarios), paced runs measure the article's designs only (a paced run lasts as long as the cell's replay),
 and callgrind leaves the engines out (a valgrind process importing torch costs minutes).
@@ -47,11 +48,12 @@ class CellRule:
 # takes milliseconds), and on the prefix-caching scenarios the caching designs. Per call (an interpreted
 # engine's call shape, its cost mostly the calls' own: see the dispatch rows), the article's designs on the
 # paper workload and the caching designs on the caching study's scenario; the compiled twins per call (one
-# Numba dispatch per block, 22 s a run) only when named. The engine contenders on the paper
-# workload, and the caching one (about 18 us per sequence-step) on the caching study's scenario.
-# ``sglang`` has no per-call cell: SGLang allocates for a whole batch in one call (``alloc_decode``), and our
-# per-sequence emulation of a per-call engine cost 93 s of the 19-minute run of 2026-11-30 for a call shape
-# the engine never has. Anything left out runs when named: ``--scenario beam-search --regime per-call``.
+# Numba dispatch per block: the flat per-call row and the dispatch rows show the same) only when named. The
+# engine contenders on the paper workload, and the caching one (the slowest per sequence-step) on the caching
+# study's scenario. ``sglang`` has no per-call cell: SGLang allocates for a whole batch in one call
+# (``alloc_decode``), and a per-sequence emulation of a per-call engine, a call shape the engine never has,
+# was the slowest cell of the matrix. What each left-out cell cost is in README, "Time budget". Anything left
+# out runs when named: ``--scenario beam-search --regime per-call``.
 CELL_RULES: tuple[CellRule, ...] = (
     CellRule(("design", "twin", "native"), ("batched",)),
     CellRule(("design",), ("per-call",), (PAPER,)),
@@ -89,8 +91,8 @@ class Study:
         return matches(scenario, patterns)
 
 
-# Paced runs and callgrind leave the engines out: a paced run lasts as long as the replay (sglang per call:
-# 80 s) and a valgrind process that imports torch costs minutes, for figures the article's comparison does
+# Paced runs and callgrind leave the engines out: a paced run lasts as long as the replay (the engines' are the
+# slowest) and a valgrind process that imports torch costs minutes, for figures the article's comparison does
 # not use (the engines table reads the timed replays).
 STUDIES: tuple[Study, ...] = (
     Study("allocations", (PAPER, CACHING), (PAPER,), True, "allocation events per step (memray, Numba runtime)",

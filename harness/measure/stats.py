@@ -8,12 +8,11 @@ and its 95 % interval is the percentile interval of the same ratio recomputed on
 
 A resample draws two things with replacement: the **blocks** summed, and the **repetitions** whose level
 scales them (:func:`block_medians`). Each repetition replays on fresh managers, whose arrays land at new
-addresses: two identical ``flat`` managers replayed side by side in the same slices differed by up to 16 %
-over a whole repetition (per-repetition ratios 0.84 to 1.12 on a loaded 2-core machine, 2026-11-30), the same
-in every slice of it. Blocks alone cannot see that (every block of a repetition shares its managers), and an
-interval over blocks alone was too narrow: the reference run's A/A control read 1.06 [1.02-1.12]. Drawing
-repetitions puts the spread between managers into the interval; with a single repetition it is the blocks'
-interval alone.
+addresses: two identical ``flat`` managers replayed side by side in the same slices can differ over a whole
+repetition, the same in every slice of it (README, "Timing rules", quotes the spread measured). Blocks alone
+cannot see that (every block of a repetition shares its managers), and an interval over blocks alone was too
+narrow for the A/A control to hold 1. Drawing repetitions puts the spread between managers into the
+interval; with a single repetition it is the blocks' interval alone.
 
 A ratio between two implementations draws the *same* repetitions and blocks for both (they were measured side by
 side), which is what makes it stable while absolute times drift.

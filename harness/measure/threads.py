@@ -2,10 +2,8 @@
 
 A block manager runs on the scheduler's host thread, and the benchmark states single-thread costs. Torch's
 default pool (one thread per core) made the ``sglang`` contender's small tensor operations wait on a helper
-thread: on the shared 2-core development machine (2026-11-30, load average about 8), 400 steps of ``paper``
-in the batched regime took 2.9 s of CPU time and 17-19 s of wall time with two intra-op threads, 0.5 s and
-4-7 s with one. Its figures then followed the machine's load (a repeat run read 2.5 times the reference's
-batched step time) rather than the code.
+thread, several times the CPU time of one thread, and its figures then followed the machine's load rather than
+the code (README, "Timing rules", quotes the measurement).
 """
 
 from __future__ import annotations

@@ -562,6 +562,66 @@ class FlatPcBlockManager(FlatBlockManager):
         """Blocks evicted so far (a statistic, as ``ReferenceModel.evictions``)."""
         return int(self.keys[-1])
 
+    # -- introspection (tests and checks; not on any hot path) -----------------------------------------------
+    def home_slot(self, block_hash: int) -> int:
+        """The hash table slot where ``block_hash``'s probe starts."""
+        bits = int(self.ints[self._ext + CAP_BITS])
+        return (int(block_hash) * int(_GOLDEN) % 2**64) >> (64 - bits)  # _home, in Python ints
+
+    def slot_keys(self) -> list[int]:
+        """The hash table's slots in order: the hash each holds, 0 for an empty slot."""
+        return [int(k) for k in self.keys[: self._cap]]
+
+    def cache_state(self) -> dict:
+        """The cache's own state: ``table`` hash -> block, ``carried`` block -> hash, ``lru`` the evictable
+        blocks from least to most recently freed (``AssertionError`` if its links disagree)."""
+        ext, cap, n = self._ext, self._cap, self.num_blocks
+        keys, ints = self.keys, self.ints
+        table = {int(keys[i]): int(ints[ext + FIELDS + i]) for i in range(cap) if keys[i]}
+        carried = {b: int(keys[cap + b]) for b in range(n) if keys[cap + b]}
+        prev, nxt = ext + FIELDS + cap, ext + FIELDS + cap + n
+        lru, b = [], int(ints[ext + HEAD])
+        while b >= 0:
+            if len(lru) > n:
+                raise AssertionError("the LRU has a cycle")
+            lru.append(b)
+            if ints[nxt + b] >= 0 and ints[prev + ints[nxt + b]] != b:
+                raise AssertionError(f"the LRU links of block {b} disagree")
+            b = int(ints[nxt + b])
+        if lru[-1:] != ([int(ints[ext + TAIL])] if lru else []):
+            raise AssertionError("the LRU's tail is not its last block")
+        return {"table": table, "carried": carried, "lru": lru}
+
+    def check_invariants(self) -> None:
+        """``flat``'s invariants, then the cache's: the hash table and the per-block hashes say the same; every
+        key is reachable from its home slot without crossing an empty slot (what backward-shift deletion
+        keeps); the LRU is exactly the cached blocks with ref count 0; the free count is the stack plus them."""
+        super().check_invariants()
+        state = self.cache_state()
+        if state["table"] != {h: b for b, h in state["carried"].items()}:
+            raise AssertionError("the hash table and the blocks' hashes disagree")
+        if self.num_cached_blocks() != len(state["carried"]):
+            raise AssertionError("the cached-block count is not the number of blocks carrying a hash")
+        mask = self._cap - 1
+        for i in range(self._cap):
+            j = self.home_slot(int(self.keys[i])) if self.keys[i] else i
+            while j != i:
+                if not self.keys[j]:
+                    raise AssertionError(f"slot {i} is unreachable from its home slot")
+                j = (j + 1) & mask
+        evictable = [b for b in state["carried"] if self._refs[b] == 0]
+        if sorted(state["lru"]) != sorted(evictable):
+            raise AssertionError("the LRU is not exactly the cached blocks with ref count 0")
+        if self.num_free_blocks() != int(self.ints[TOP]) + len(evictable):
+            raise AssertionError("the free count is not the free stack plus the evictable blocks")
+
+    def _check_free(self, held: dict[int, int]) -> None:
+        """The free stack holds never-cached unheld blocks; the cached unheld ones are evictable instead."""
+        stack, carried = self.free_stack(), self.cache_state()["carried"]
+        unheld = set(range(self.num_blocks)) - set(held)
+        if len(set(stack)) != len(stack) or set(stack) != unheld - set(carried):
+            raise AssertionError("the free stack is not exactly the never-cached blocks no row holds")
+
     def allocate_cached(self, seq_id: int, num_tokens: int, hashes: np.ndarray) -> int:
         """Admit a request through the prefix cache; returns the prompt tokens served from the cache.
         The chain's entries are checked in the kernel (no allocation); see

@@ -9,8 +9,9 @@ Everything is allocated once, in the constructor, and never again:
   may be shared, and room to save the slot a step overwrites), the per-block ref counts, the free-block
   stack (ids, ``top`` of them live) and room to save the CoW pairs a step overwrites.
 
-Lengths, ref counts and stack share one array because Numba's dispatch costs about 130 ns per array
-argument: two arguments instead of five keep the per-call regime honest about what it measures.
+Lengths, ref counts and stack share one array because Numba's dispatch costs time per array argument (the
+per-call regime's ``empty_call_*_ns`` rows measure it): two arguments instead of five keep the per-call regime
+honest about what it measures.
 Kernels index ``ints`` by offset (:func:`offsets`), never through views, which would cost Numba a locked
 reference-count increment and decrement each.
 
@@ -466,3 +467,40 @@ class FlatBlockManager(CompiledBlockManager):
     def _table_nbytes(self, seq_id: int) -> int:
         # One preallocated row of the flat table, whatever the sequence's length.
         return self.table.itemsize * self.max_blocks_per_seq
+
+    # -- introspection (tests and checks; not on any hot path) -----------------------------------------------
+    def free_stack(self) -> list[int]:
+        """The free-block stack's live entries, bottom first (the next block handed out is the last)."""
+        _, _, stack, _, _ = offsets(self.max_seqs, self.num_blocks)
+        return self.ints[stack : stack + int(self.ints[TOP])].tolist()
+
+    def held_blocks(self) -> dict[int, int]:
+        """Block id -> how many live rows hold it (what each ref count must be)."""
+        held: dict[int, int] = {}
+        for seq in np.flatnonzero(self._lens).tolist():
+            for block in self._table(seq):
+                held[block] = held.get(block, 0) + 1
+        return held
+
+    def check_invariants(self) -> None:
+        """``AssertionError`` naming the first broken invariant: every ref count is the number of live rows that
+        hold the block; the free stack holds each unheld block once and nothing else; a row whose partial last
+        block is shared carries the shared bit (a full last block is never written again)."""
+        held = self.held_blocks()
+        refs = self._refs.tolist()
+        for block, count in enumerate(refs):
+            if count != held.get(block, 0):
+                raise AssertionError(f"block {block}: ref count {count}, held by {held.get(block, 0)} row(s)")
+        self._check_free(held)
+        records = HEADER + ROW * np.flatnonzero(self._lens)
+        for seq, rec in zip(np.flatnonzero(self._lens).tolist(), records.tolist(), strict=True):
+            last = self._table(seq)[-1]
+            partial = self._lens[seq] % self.block_size != 0
+            if partial and refs[last] > 1 and not self.ints[rec + MARK] & SHARED:
+                raise AssertionError(f"row {seq}: its last block {last} is shared and its mark says it is not")
+
+    def _check_free(self, held: dict[int, int]) -> None:
+        """The free stack is exactly the blocks no row holds (a design with a cache narrows this)."""
+        stack = self.free_stack()
+        if len(set(stack)) != len(stack) or set(stack) != set(range(self.num_blocks)) - set(held):
+            raise AssertionError("the free stack is not exactly the blocks no row holds")
