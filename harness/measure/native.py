@@ -62,14 +62,8 @@ def build() -> toolchain.Build:
 
 @cache
 def lib() -> ctypes.CDLL:
-    """The loaded replay library. ``PyDLL``: calls keep the GIL, as the designs' library's do."""
-    loaded = ctypes.PyDLL(str(build().path))
-    for name, (restype, argtypes) in _SIGNATURES.items():
-        fn = getattr(loaded, name)
-        fn.restype, fn.argtypes = restype, argtypes
-    if loaded.kvb_replay_abi_version() != ABI_VERSION:
-        raise OSError(f"{build().path} has ABI {loaded.kvb_replay_abi_version()}, expected {ABI_VERSION}")
-    return loaded
+    """The loaded replay library."""
+    return toolchain.load(build().path, _SIGNATURES, "kvb_replay_abi_version", ABI_VERSION)
 
 
 @cache

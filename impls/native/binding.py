@@ -20,6 +20,7 @@ import numpy as np
 from impls.contract import E_BUFFER, E_INACTIVE, E_NO_BLOCKS, E_OOM, blocks_for, fork_culprit
 from impls.core.base import ManagerBase
 from impls.core.validation import batch_args, block_arg, count_arg, lookup_args, seq_arg, tokens_arg
+from impls.native import toolchain
 
 KIND_DICT, KIND_LIST, KIND_FLAT = 0, 1, 2
 _I64, _I32P, _P = ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p
@@ -50,17 +51,8 @@ ABI_VERSION = 2
 
 
 def load_library(path: Path) -> ctypes.CDLL:
-    """Open the built library and declare every function's signature.
-
-    ``PyDLL``: calls keep the GIL, so no two Python threads can run native code at once (the managers and the
-    allocation counter are not thread-safe)."""
-    lib = ctypes.PyDLL(str(path))
-    for name, (restype, argtypes) in _SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = restype, argtypes
-    if lib.kvb_abi_version() != ABI_VERSION:
-        raise OSError(f"{path} has ABI {lib.kvb_abi_version()}, expected {ABI_VERSION}")
-    return lib
+    """Open the built designs' library with every function's signature declared (:func:`toolchain.load`)."""
+    return toolchain.load(path, _SIGNATURES, "kvb_abi_version", ABI_VERSION)
 
 
 _LIB: list[ctypes.CDLL] = []  # set by impls.native once the library is loaded

@@ -17,6 +17,7 @@ comparable across machines (:data:`FLAGS`; :func:`impls.native.build_info` recor
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import platform
@@ -60,6 +61,20 @@ def contract_prelude() -> str:
     lines += [f"constexpr int64_t {name} = {value};" for name, value in status_codes().items()]
     lines += [f"constexpr uint8_t {name} = {value};" for name, value in OP_CODES.items()]
     return "\n".join([*lines, "}  // namespace kvb", ""])
+
+
+def load(path: Path, signatures: dict[str, tuple], abi_function: str, abi: int) -> ctypes.CDLL:
+    """Open a built library, declare each function's ``(restype, argtypes)``, and check its ABI version
+    (``OSError`` when it differs). ``PyDLL``: calls keep the GIL, so no two Python threads run its code at once
+    (the managers and the allocation counter are not thread-safe)."""
+    lib = ctypes.PyDLL(str(path))
+    for name, (restype, argtypes) in signatures.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    found = getattr(lib, abi_function)()
+    if found != abi:
+        raise OSError(f"{path} has ABI {found}, expected {abi}")
+    return lib
 
 
 def find_compiler() -> str:
