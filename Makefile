@@ -48,27 +48,42 @@ clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .benchmarks
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
-# -- CI comparison of the designs (README, "Benchmarks in CI") ---------------------------------------------
-BASELINE    ?= results/baselines/bench-ci.json
-BENCH_LAST  := results/bench-ci-latest
+# -- Benchmarks in CI (README, "Benchmarks in CI") ------------------------------------------------------------
+# The CI profile (harness/ci/profile.py: every design batched on paper, ~1-2 min on 2 cores) is measured by
+# bench-ci and compared by bench-compare against BASELINE, a run of the same profile on the reference machine.
+BASELINE     ?= results/baselines/bench-ci
+BENCH_LAST   ?= results/bench-ci-latest
+COMPARE_ARGS ?=
 
-.PHONY: bench-ci bench-compare bench-baseline gate
+.PHONY: bench-ci bench-compare bench-baseline bench-ops gate ci-compare
 
-# Times every (operation x implementation) benchmark; the JSON goes to a fresh results/<time>-bench-ci/.
+# Runs the CI profile into results/<time>-bench-ci/ (results/bench-ci-latest points to it).
 bench-ci: setup
-	@dir=$$($(PY) -c 'from harness.output.results import new_run_dir; print(new_run_dir(label="bench-ci"))') && \
-	$(PY) -m pytest benchmarks -q --benchmark-only --benchmark-json=$$dir/benchmarks.json && \
-	ln -sfn $$(basename $$dir) $(BENCH_LAST) && echo "wrote $$dir/benchmarks.json"
+	$(CLI) run $$($(PY) -m harness.ci.profile) --label bench-ci --no-progress && \
+	ln -sfn $$(readlink results/latest) $(BENCH_LAST)
 
-# The latest bench-ci run against $(BASELINE), side by side with the change of each figure.
+# The latest bench-ci run against $(BASELINE): fails when a figure is slower beyond the threshold, and refuses
+# a baseline from another machine or other software (COMPARE_ARGS=--allow-other-machine compares anyway).
 bench-compare: setup
-	@test -f $(BENCH_LAST)/benchmarks.json || { echo "no bench-ci run yet: run make bench-ci first"; exit 1; }
-	$(VENV)/bin/pytest-benchmark compare --between=min,median $(BASELINE) $(BENCH_LAST)/benchmarks.json
+	@test -f $(BENCH_LAST)/results.csv || { echo "no bench-ci run yet: run make bench-ci first"; exit 2; }
+	@test -f $(BASELINE)/results.csv || { echo "no baseline at $(BASELINE): make bench-baseline makes one"; exit 2; }
+	$(CLI) compare $(BASELINE) $(BENCH_LAST) $(COMPARE_ARGS)
 
-# Runs bench-ci and saves it as $(BASELINE) (e.g. make bench-baseline BASELINE=results/baselines/mybox.json).
+# Runs bench-ci and keeps it as $(BASELINE) (e.g. make bench-baseline BASELINE=results/baselines/mybox).
 bench-baseline: bench-ci
-	$(CLI) baseline $(BENCH_LAST)/benchmarks.json $(BASELINE)
+	$(CLI) baseline $(BENCH_LAST) $(BASELINE)
 
-# The deterministic gate: allocations, callgrind instruction counts, a wide wall-clock floor.
+# The per-operation pytest-benchmark suite (benchmarks/), timed: one Python call per round (make test runs it
+# once, untimed, as a smoke test).
+bench-ops: setup
+	$(PY) -m pytest benchmarks -q --benchmark-only --benchmark-enable
+
+# The deterministic gate: allocations, callgrind instruction counts, a wide wall-clock floor; its rules are
+# [tool.kvblock-bench.gate] in pyproject.toml.
 gate: setup
 	$(CLI) gate
+
+# What CI runs for benchmarks (.ci/run, examples/ci/github-actions.yml): the gate, then the CI profile on
+# BASE_REF (default: this commit again) and on this checkout, compared.
+ci-compare: setup
+	scripts/ci_compare.sh $(BASE_REF)

@@ -1,5 +1,5 @@
 """Benchmarks time only when asked: under plain ``pytest`` (``make test``) each runs once, untimed, so the
-suite is exercised on every change without costing a minute; ``make bench-ci`` passes ``--benchmark-enable``."""
+suite is exercised on every change without costing a minute; ``make bench-ops`` passes ``--benchmark-enable``."""
 
 from __future__ import annotations
 

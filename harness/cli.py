@@ -1,6 +1,6 @@
 """The ``kvblock-bench`` command line: one entry point, one subcommand per job.
 
-``scenarios``, ``trace``, ``run``, ``report``, ``gate``, ``table-copy``, ``baseline`` and ``check`` share
+``scenarios``, ``trace``, ``run``, ``report``, ``compare``, ``gate``, ``table-copy``, ``baseline`` and ``check`` share
 this parser and its error handling: bad input ends as one line on stderr naming the flag, file or line and
 the fix, with exit status 2, never a traceback. An interrupted command says so and exits with 130.
 """
@@ -195,6 +195,51 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """NEW over BASE for every figure both runs hold; exit 1 when one is slower beyond the threshold."""
+    from harness.output.compare import compare_runs, load_run
+    from harness.output.compare_report import RENDER
+
+    root = Path(args.results)
+    base, new = load_run("BASE", args.base, root), load_run("NEW", args.new, root)
+    result = compare_runs(base, new, tuple(args.metric), args.threshold / 100, args.allow_other_machine)
+    print(RENDER[args.format](result), end="")
+    return result.exit_status
+
+
+def percentage(text: str) -> float:
+    """A percentage such as ``10`` or ``10%`` (a number from 0 to 1000)."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (e.g. 10 or 10%)") from None
+    if not 0 <= value < 1000:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a percentage from 0 to 1000")
+    return value
+
+
+def _add_compare(sub, results: argparse.ArgumentParser) -> None:
+    from harness.output.compare import DEFAULT_METRICS, DEFAULT_THRESHOLD_PCT
+    from harness.output.compare_report import FORMATS
+
+    p = sub.add_parser("compare", parents=[results], help="NEW over BASE for every figure two runs share, with "
+                       "a 95 % interval and a verdict; exit 1 when one is slower beyond the threshold",
+                       description="Exit status: 0 when nothing is slower beyond the threshold, 1 when something "
+                                   "is, 2 for bad input (including runs from different machines, unless "
+                                   "--allow-other-machine).")
+    p.add_argument("base", help="the run compared against: a run folder, or a run id under --results")
+    p.add_argument("new", help="the run being judged: a run folder, or a run id under --results")
+    p.add_argument("--metric", type=csv_list, metavar="M,...", default=list(DEFAULT_METRICS),
+                   help=f"figures to compare (default: {','.join(DEFAULT_METRICS)})")
+    p.add_argument("--threshold", type=percentage, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
+                   help="a figure fails only when its whole interval lies more than PCT %% beyond 1 (default "
+                        f"{DEFAULT_THRESHOLD_PCT:g})")
+    p.add_argument("--format", choices=FORMATS, default="text", help="text (default), markdown (a pull-request "
+                   "comment) or json")
+    p.add_argument("--allow-other-machine", action="store_true",
+                   help="compare runs of different machines or software anyway (every row then says so)")
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
     from harness.ci import gate
 
@@ -307,10 +352,12 @@ def build_parser() -> Parser:
     p.add_argument("--readme", metavar="FILE",
                    help="also rewrite FILE's section between <!-- results:begin --> and <!-- results:end --> "
                         "(e.g. README.md from results/reference)")
+    _add_compare(sub, results)
     gate.add_arguments(sub.add_parser("gate", help="the CI gate: allocations, instruction counts, wall-clock floor",
                                       description=gate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     table_copy.add_arguments(sub.add_parser("table-copy", help="rule 3 alone: block tables to the device"))
-    baseline.add_arguments(sub.add_parser("baseline", help="save a pytest-benchmark JSON as a committed baseline"))
+    baseline.add_arguments(sub.add_parser("baseline", parents=[results],
+                                          help="save a run as a committed baseline for `kvblock-bench compare`"))
     p = sub.add_parser("check", help="is an implementation correct? contract conformance against the reference model",
                        description="Random valid and invalid call sequences on IMPL and on the reference model "
                                    "(impls/core/reference.py), compared after every call up to a renaming of block "
@@ -326,7 +373,8 @@ def build_parser() -> Parser:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "scenarios": cmd_scenarios, "trace": cmd_trace, "run": cmd_run, "report": cmd_report, "gate": cmd_gate,
+    "scenarios": cmd_scenarios, "trace": cmd_trace, "run": cmd_run, "report": cmd_report, "compare": cmd_compare,
+    "gate": cmd_gate,
     "table-copy": cmd_table_copy, "baseline": cmd_baseline, "check": cmd_check,
 }
 # What a command may raise for bad input: shown as one line, exit status 2. Anything else is a bug of ours and

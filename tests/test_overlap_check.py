@@ -36,3 +36,14 @@ def test_disjoint_intervals_fail_and_are_named(tmp_path: Path, capsys) -> None:
     assert overlap_check.main([str(a), str(b)]) == 1
     text = capsys.readouterr().out
     assert "NO  dict" in text and "overlapping 1 of 2" in text
+
+
+def test_other_options_are_named_and_other_traces_fail(tmp_path: Path, capsys) -> None:
+    from harness.output.results import write_json
+
+    a, b = _run(tmp_path / "a", 100, 120), _run(tmp_path / "b", 115, 130)
+    write_json(a / "meta.json", {"config": {"quick": "False"}, "traces": {"paper": "x" * 64}})
+    write_json(b / "meta.json", {"config": {"quick": "True"}, "traces": {"paper": "y" * 64}})
+    assert overlap_check.main([str(a), str(b)]) == 1
+    text = capsys.readouterr().out
+    assert "quick False (BASE) -> True (NEW)" in text and "NOT COMPARABLE" in text

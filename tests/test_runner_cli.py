@@ -8,8 +8,11 @@ from pathlib import Path
 import impls
 from harness.cli import main
 from harness.measure import runner
+from harness.measure.matrix import overrides
 from harness.output.results import read_rows
 from impls.designs.flat import FlatBlockManager
+from scenarios import generate
+from scenarios.trace import content_digest
 
 
 def run_cli(tmp_path, *args: str) -> int:
@@ -37,6 +40,8 @@ def test_run_writes_a_complete_run_directory(tmp_path, capsys) -> None:
     assert flat_batched["seq_step_ns"].source == "rdtsc"
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["complete"] and meta["cpu_model"] and "numba" in meta["versions"]
+    # each scenario's trace content digest, which `kvblock-bench compare` checks before comparing its figures
+    assert meta["traces"] == {"paper": content_digest(generate("paper", **overrides("paper", quick=True)))}
     assert (run_dir / "paper_table.md").exists() and (run_dir / "summary.md").exists()
     assert (run_dir / "raw" / "paper" / "flat__batched.json.gz").exists()
     out = capsys.readouterr().out

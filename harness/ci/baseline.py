@@ -1,42 +1,59 @@
-"""Save a ``--benchmark-json`` file as a committed baseline: statistics and machine info, without raw rounds.
+"""Save a run as a committed baseline for ``kvblock-bench compare`` (``kvblock-bench baseline RUN FOLDER``).
 
-``kvblock-bench baseline RUN_JSON BASELINE_JSON`` (``make bench-baseline``). pytest-benchmark's JSON
-holds every round's timing (megabytes for the fast operations); ``pytest-benchmark compare`` needs only
-the statistics, which are kept with ``machine_info`` and ``commit_info`` so a baseline says where it ran.
+``make bench-baseline`` runs the CI profile (:mod:`harness.ci.profile`) and keeps it here; ``make
+bench-compare`` compares the latest ``make bench-ci`` run against it. A baseline is a run folder without its
+raw samples and figures: ``results.csv`` (the figures and their intervals, all that ``compare`` reads),
+``meta.json`` (machine, software, commit, trace digests: what ``compare`` checks before comparing) and the
+run's reports. Only a complete run that reads back cleanly becomes a baseline; the folder is replaced whole, so
+an interrupted save leaves the previous baseline as it was.
 """
 
 from __future__ import annotations
 
-import json
+import os
+import shutil
 from pathlib import Path
 
-from harness.output.results import atomic_write_text
+from harness.errors import InputError
+from harness.output.rundata import RunData
+
+KEPT = ("results.csv", "meta.json", "paper_table.md", "summary.md")  # the reports are kept where the run has them
 
 
-def strip_rounds(run: dict) -> dict:
-    """A copy of a pytest-benchmark JSON document without the per-round samples (``stats.data``)."""
-    benchmarks = [{**bench, "stats": {k: v for k, v in bench["stats"].items() if k != "data"}}
-                  for bench in run["benchmarks"]]
-    return {**run, "benchmarks": benchmarks}
-
-
-def save_baseline(run_json: Path, baseline_json: Path) -> None:
-    """Write ``run_json``'s statistics to ``baseline_json`` (atomically)."""
-    run = json.loads(run_json.read_text())
-    atomic_write_text(baseline_json, json.dumps(strip_rounds(run), indent=1, sort_keys=True) + "\n")
+def save_baseline(run: str | Path, dest: Path, root: Path) -> Path:
+    """Copy the run ``run`` (a folder, or an id under ``root``) into the baseline folder ``dest``; returns the
+    run folder it came from."""
+    if Path(run).is_file():
+        raise InputError(f"{run}: a file; kvblock-bench baseline takes a run folder or run id (a pytest-benchmark "
+                         "JSON file is no baseline any more: README, \"Benchmarks in CI\")")
+    data = RunData.load(run, root)  # refuses a folder without results.csv, a damaged results.csv or meta.json
+    if data.meta.get("complete") is not True:
+        raise InputError(f"{data.run_dir}: an incomplete run (interrupted, or without meta.json) cannot be a "
+                         "baseline; run it again to the end")
+    if dest.exists() and not (dest / "results.csv").is_file():
+        raise InputError(f"{dest}: exists and is not a baseline folder; give a new folder or an old baseline")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = dest.parent / f".{dest.name}.new-{os.getpid()}", dest.parent / f".{dest.name}.old-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for name in KEPT:
+        if (data.run_dir / name).is_file():
+            shutil.copy2(data.run_dir / name, tmp / name)
+    if dest.exists():
+        os.replace(dest, old)
+    os.replace(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)
+    return data.run_dir
 
 
 def add_arguments(parser) -> None:
     """``kvblock-bench baseline``'s arguments."""
-    parser.add_argument("run_json", type=Path, help="a pytest-benchmark --benchmark-json file")
-    parser.add_argument("baseline_json", type=Path, help="the baseline to write (e.g. results/baselines/mybox.json)")
+    parser.add_argument("run", help="the run to keep: a run folder, or a run id under --results")
+    parser.add_argument("folder", type=Path, help="the baseline folder to write (e.g. results/baselines/bench-ci)")
 
 
 def run(args) -> int:
-    """Save the run's statistics as the baseline."""
-    try:
-        save_baseline(args.run_json, args.baseline_json)
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{args.run_json}: not a pytest-benchmark JSON file ({exc})") from None
-    print(f"saved baseline {args.baseline_json} from {args.run_json}")
+    """Save the run as the baseline."""
+    source = save_baseline(args.run, args.folder, Path(args.results))
+    print(f"saved baseline {args.folder} from {source}")
     return 0

@@ -1,17 +1,25 @@
-"""The CI gate: figures that do not vary between identical runs, with floors that fail the build.
+"""The CI gate: figures that do not vary between identical runs, held to rules that fail the build.
 
-``kvblock-bench gate`` (``make gate``) checks, on a small committed trace (:data:`TRACE`):
+``kvblock-bench gate`` (``make gate``) measures, on a small committed trace (:data:`TRACE`), the cells of the
+implementations it gates (``--impl``, registry names and plug-ins; else the configuration's ``impls``; else the
+article's designs and their compiled twins in both regimes and the C++ designs batched), always with batched
+``flat``, the base of every ratio:
 
-1. allocations: the batched ``flat`` step allocates nothing (memray events and Numba runtime allocations,
-   steps minus an empty region, as in :mod:`harness.counters.allocations`); the other cells' counts are reported;
-2. instructions: callgrind counts per sequence-step of every core design in both regimes, from two
-   independent valgrind runs that must agree exactly; floors (:data:`INSTRUCTION_FLOORS`) on how many
-   times more instructions a cell needs than batched ``flat``, and ceilings (:data:`INSTRUCTION_CEILINGS`)
-   on the instructions per sequence-step of a cell itself;
-3. wall clock: batched ``dict`` over batched ``flat`` step time in this one process, printed; it fails only
-   below :data:`WALL_FLOOR`, because timings on shared CI machines vary by 5-10 % between identical runs.
+1. allocations per step of every cell (memray events and Numba runtime allocations, steps minus an empty
+   region, as in :mod:`harness.counters.allocations`);
+2. instructions: callgrind counts per sequence-step of every cell, from two independent valgrind runs that
+   must agree exactly;
+3. optionally, wall clock: one batched step of two implementations in this one process.
 
-Exit status: 0 when every check passes, 1 when one fails, 2 when a figure cannot be measured here.
+What it demands is configuration, not code (:mod:`harness.ci.gate_config`: ``[tool.kvblock-bench.gate]`` in the
+closest ``pyproject.toml``, or ``--config FILE``): per cell a ceiling on instructions per sequence-step, a floor
+on instructions over batched ``flat``'s, zero allocations; a wide wall-clock floor. ``--save-baseline FILE``
+keeps the figures; ``--against FILE`` fails a cell whose instructions rose beyond the tolerance since
+(:mod:`harness.ci.gate_baseline`). The figures (``--json``, ``--save-baseline``) record the commit, the machine
+and the software they were measured with.
+
+Exit status: 0 when every check passes, 1 when one fails, 2 when a figure cannot be measured here (or for bad
+input).
 """
 
 from __future__ import annotations
@@ -24,14 +32,18 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness.ci import gate_baseline
+from harness.ci.gate_config import GateConfig, Rule, load_config
 from harness.counters import callgrind
 from harness.counters.allocations import allocations_per_step
 from harness.counters.regions import prepare_cell
+from harness.errors import InputError
 from harness.measure.clock import tsc_usable
 from harness.measure.drivers import Prepared, compiled_driver, run_compiled, run_interpreted
 from harness.measure.replay import REGIMES
+from harness.output import metadata
 from harness.output.results import atomic_write_text
-from impls import REGISTRY, registry
+from impls import REGISTRY, UNAVAILABLE, registry
 from scenarios import Trace, generate, load, save
 
 TRACE = Path(__file__).resolve().parents[2] / "scenarios" / "data" / "gate-paper.npz"
@@ -41,12 +53,6 @@ TRACE_PARAMS = {"steps": 48, "running": 64, "num_blocks": 8192}
 WARM_STEPS, STEPS = 16, 32
 CORE = tuple(registry.names("design", "twin"))  # the article's designs and their compiled twins
 BASE = (registry.RATIO_BASE, "batched")
-# (impl, regime) -> the least number of times more instructions per sequence-step than batched flat.
-INSTRUCTION_FLOORS = {("dict", "batched"): 10.0}
-# (impl, regime) -> the most instructions per sequence-step, just above what the cell needs now (batched flat:
-# 44.1 with the one-pass kernels; see README, "Deterministic gate"), so that a slower kernel fails the build.
-INSTRUCTION_CEILINGS = {("flat", "batched"): 45.0}
-WALL_FLOOR = 3.0
 # The wall-clock comparison runs on the paper workload's 256 sequences, generated in memory.
 WALL_PARAMS = {"steps": 200, "running": 256}
 WALL_REPEATS = 3
@@ -72,12 +78,44 @@ class CellFigures:
         return self.instructions[0] / self.seq_steps
 
 
-def gate_cells(contenders: bool) -> list[tuple[str, str]]:
-    """The gate's cells: the article's designs and twins in both regimes, the C++ designs batched (where a
-    compiler built them), and with ``contenders`` the engines' designs too."""
-    impls = [*CORE, *(name for name in registry.names("contender") if name in REGISTRY and contenders)]
-    native = [name for name in registry.names("native") if name in REGISTRY]
-    return [(impl, regime) for regime in REGIMES for impl in impls] + [(impl, "batched") for impl in native]
+def gate_impls(named: list[str] | None, config: GateConfig, contenders: bool) -> list[str]:
+    """The implementations gated: those named, else the configuration's, else the article's designs, their
+    twins and the C++ designs; with ``contenders`` the engines' designs too; batched ``flat`` always."""
+    if named:
+        impls = list(named)
+    elif config.impls:
+        impls = list(config.impls)
+    else:
+        impls = [*CORE, *registry.names("native")]
+    if contenders:
+        impls += [name for name in registry.names("contender") if name not in impls]
+    return impls
+
+
+def resolve(names: list[str]) -> tuple[dict[str, type], dict[str, str]]:
+    """(name -> class, name -> why it cannot run here) for registry names and plug-ins; a plug-in that cannot
+    be loaded is bad input."""
+    classes, skipped = {}, {}
+    for name in dict.fromkeys(names):
+        if name in REGISTRY:
+            classes[name] = REGISTRY[name]
+        elif name in UNAVAILABLE:
+            skipped[name] = UNAVAILABLE[name]
+        else:
+            try:
+                classes[name] = registry.load_plugin(name)
+            except registry.PluginError as exc:
+                raise InputError(f"--impl: {exc}") from None
+    return classes, skipped
+
+
+def gate_cells(impls: list[str]) -> list[tuple[str, str]]:
+    """The cells of ``impls`` (loadable ones): batched ``flat`` first, then every implementation in both regimes
+    (regime by regime), the C++ designs batched only (a per-call regime would time ctypes, not the design)."""
+    native = [i for i in impls if registry.record(i).role == "native"]
+    others = [i for i in impls if i not in native]
+    cells = [(impl, regime) for regime in REGIMES for impl in others] + [(impl, "batched") for impl in native]
+    return [BASE, *(c for c in cells if c != BASE)]
 
 
 def gate_trace() -> Trace:
@@ -85,19 +123,19 @@ def gate_trace() -> Trace:
     return generate(TRACE_SCENARIO, **TRACE_PARAMS)
 
 
-def allocations(prep: Prepared, impl: str, regime: str, warm: int, steps: int) -> tuple[float, float]:
+def allocations(prep: Prepared, impl: str, regime: str, warm: int, steps: int,
+                cls: type | None = None) -> tuple[float, float]:
     """Allocations per step (memray, Numba runtime) of steps ``[warm, warm + steps)``, less an empty region."""
-    _, advance, _ = prepare_cell(prep, impl, regime)
+    _, advance, _ = prepare_cell(prep, impl, regime, cls)
     advance(0, warm)
     return allocations_per_step(advance, warm, warm + steps)
 
 
-def _median_step_ns(impl: str, prep: Prepared) -> float:
-    cls = REGISTRY[impl]
+def _median_step_ns(cls: type, prep: Prepared) -> float:
     times = []
     for _ in range(WALL_REPEATS):
         mgr = cls(**prep.trace.config)
-        if cls.kernels is not None and tsc_usable():
+        if getattr(cls, "kernels", None) is not None and tsc_usable():
             result = run_compiled(prep, mgr, compiled_driver(cls.kernels), detail=False)
         else:
             result = run_interpreted(prep, mgr, "batched")
@@ -105,36 +143,43 @@ def _median_step_ns(impl: str, prep: Prepared) -> float:
     return statistics.median(times)
 
 
-def wall_clock() -> tuple[float, float]:
-    """Median batched step time (ns) of ``dict`` and of ``flat`` on the paper workload, in this process."""
+def wall_clock(slower: type, faster: type) -> tuple[float, float]:
+    """Median batched step time (ns) of ``slower`` and of ``faster`` on the paper workload, in this process."""
     prep = Prepared.from_trace(generate("paper", **WALL_PARAMS))
-    return _median_step_ns("dict", prep), _median_step_ns("flat", prep)
+    return _median_step_ns(slower, prep), _median_step_ns(faster, prep)
 
 
-def check(cells: dict[tuple[str, str], CellFigures], wall: tuple[float, float] | None) -> list[str]:
+def rule_failures(rule: Rule, cell: CellFigures, base_ir: float | None) -> list[str]:
+    """What ``cell`` fails of ``rule``, in words (a figure not measured fails nothing: it is reported apart)."""
+    name, failures = f"{rule.impl} {rule.regime}", []
+    if rule.zero_allocations and cell.memray_per_step is not None and (
+            cell.memray_per_step != 0 or cell.nrt_per_step != 0):
+        failures.append(f"{name} allocates: {cell.memray_per_step:g} memray events and {cell.nrt_per_step:g} "
+                        "Numba runtime allocations per step (must be 0)")
+    ir = cell.instructions_per_seq_step
+    floor, ceiling = rule.min_instructions_vs_base, rule.max_instructions_per_seq_step
+    if floor is not None and ir is not None and base_ir and ir / base_ir < floor:
+        failures.append(f"{name} needs {ir / base_ir:.1f}x the instructions of batched flat per sequence-step; "
+                        f"the floor is {floor:g}x")
+    if ceiling is not None and ir is not None and ir > ceiling:
+        failures.append(f"{name} needs {ir:.1f} instructions per sequence-step; the ceiling is {ceiling:g}")
+    return failures
+
+
+def check(cells: dict[tuple[str, str], CellFigures], wall: tuple[float, float] | None,
+          config: GateConfig) -> list[str]:
     """Every failed check, in words (empty when the gate passes)."""
     failures = []
-    base = cells[BASE]
-    if base.memray_per_step is not None and (base.memray_per_step != 0 or base.nrt_per_step != 0):
-        failures.append(f"batched flat allocates: {base.memray_per_step:g} memray events and "
-                        f"{base.nrt_per_step:g} Numba runtime allocations per step (must be 0)")
     for key, cell in cells.items():
         if cell.instructions and len(set(cell.instructions)) > 1:
             failures.append(f"{key[0]} {key[1]}: instruction counts differ between identical runs: {cell.instructions}")
-    base_ir = base.instructions_per_seq_step
-    for key, floor in INSTRUCTION_FLOORS.items():
-        ir = cells[key].instructions_per_seq_step
-        if ir is not None and base_ir and ir / base_ir < floor:
-            failures.append(f"{key[0]} {key[1]} needs {ir / base_ir:.1f}x the instructions of batched flat "
-                            f"per sequence-step; the floor is {floor:g}x")
-    for key, ceiling in INSTRUCTION_CEILINGS.items():
-        ir = cells[key].instructions_per_seq_step if key in cells else None
-        if ir is not None and ir > ceiling:
-            failures.append(f"{key[0]} {key[1]} needs {ir:.1f} instructions per sequence-step; the ceiling is "
-                            f"{ceiling:g}")
-    if wall is not None and wall[0] / wall[1] < WALL_FLOOR:
-        failures.append(f"batched flat is only {wall[0] / wall[1]:.1f}x faster than batched dict by the clock; "
-                        f"the floor is {WALL_FLOOR:g}x")
+    base_ir = cells[BASE].instructions_per_seq_step if BASE in cells else None
+    for rule in config.rules:
+        if rule.cell in cells:
+            failures += rule_failures(rule, cells[rule.cell], base_ir)
+    if wall is not None and config.wall is not None and wall[0] / wall[1] < config.wall.min_ratio:
+        failures.append(f"batched {config.wall.faster} is only {wall[0] / wall[1]:.1f}x faster than batched "
+                        f"{config.wall.slower} by the clock; the floor is {config.wall.min_ratio:g}x")
     return failures
 
 
@@ -142,20 +187,24 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
-def table(cells: dict[tuple[str, str], CellFigures]) -> str:
-    """The gate's table: instructions per sequence-step, ratio to batched flat, its floor and ceiling,
+def table(cells: dict[tuple[str, str], CellFigures], config: GateConfig | None = None) -> str:
+    """The gate's table: instructions per sequence-step, ratio to batched flat, the cell's floor and ceiling,
     allocations per step."""
-    base_ir = cells[BASE].instructions_per_seq_step
+    config = config or GateConfig("")
+    base_ir = cells[BASE].instructions_per_seq_step if BASE in cells else None
+    width = max([10, *(len(impl) for impl, _ in cells)])
     lines = [
-        f"{'impl':<10} {'regime':<9} {'instr/seq-step':>14} {'x batched flat':>14} {'floor':>6} {'ceiling':>7} "
-        f"{'allocs/step memray':>18} {'allocs/step nrt':>15}",
+        f"{'impl':<{width}} {'regime':<9} {'instr/seq-step':>14} {'x batched flat':>14} {'floor':>6} "
+        f"{'ceiling':>7} {'allocs/step memray':>18} {'allocs/step nrt':>15}",
     ]
     for key, cell in cells.items():
         ir = cell.instructions_per_seq_step
         ratio = ir / base_ir if ir is not None and base_ir else None
-        floor, ceiling = INSTRUCTION_FLOORS.get(key), INSTRUCTION_CEILINGS.get(key)
+        rule = config.rule(key)
+        floor = rule.min_instructions_vs_base if rule else None
+        ceiling = rule.max_instructions_per_seq_step if rule else None
         lines.append(
-            f"{cell.impl:<10} {cell.regime:<9} {_fmt(ir, ',.1f'):>14} {_fmt(ratio, '.1f'):>14} "
+            f"{cell.impl:<{width}} {cell.regime:<9} {_fmt(ir, ',.1f'):>14} {_fmt(ratio, '.1f'):>14} "
             f"{_fmt(floor, 'g'):>6} {_fmt(ceiling, 'g'):>7} {_fmt(cell.memray_per_step, '.2f'):>18} "
             f"{_fmt(cell.nrt_per_step, '.2f'):>15}"
         )
@@ -177,11 +226,95 @@ def measure_instructions(trace: Path, cells: dict[tuple[str, str], CellFigures])
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``kvblock-bench gate``'s options."""
+    from harness.cli import csv_list, percentage
+
+    parser.add_argument("--impl", type=csv_list, metavar="I,...",
+                        help="implementations to gate: registered names, package.module:Class or entry-point names "
+                             "(default: the configuration's impls, else the article's designs, twins and C++ designs)")
+    parser.add_argument("--contenders", action="store_true", help="also gate the engines' designs")
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="a TOML file with [tool.kvblock-bench.gate] (default: the closest pyproject.toml from "
+                             "the current folder upward that has it)")
     parser.add_argument("--trace", type=Path, default=TRACE, help="trace file (default: the committed gate trace)")
-    parser.add_argument("--contenders", action="store_true", help="also report the engines' designs")
     parser.add_argument("--no-callgrind", action="store_true", help="skip the instruction counts (not for CI)")
-    parser.add_argument("--json", type=Path, help="also write the figures and failures to this file")
+    parser.add_argument("--json", type=Path, help="also write the figures, machine and failures to this file")
+    parser.add_argument("--save-baseline", type=Path, metavar="FILE",
+                        help="save the figures as a baseline for --against (needs the instruction counts)")
+    parser.add_argument("--against", type=Path, metavar="FILE",
+                        help="also fail a cell whose instructions per sequence-step rose beyond the tolerance since "
+                             "this saved baseline, or that allocates where the baseline did not")
+    parser.add_argument("--tolerance", type=percentage, metavar="PCT",
+                        help="--against's tolerance in percent (default: the configuration's tolerance_pct, else 1)")
+    parser.add_argument("--allow-other-machine", action="store_true",
+                        help="compare --against a baseline made with other software anyway")
     parser.add_argument("--write-trace", action="store_true", help="regenerate the gate trace into --trace and exit")
+
+
+def gate_document(cells: dict[tuple[str, str], CellFigures], trace: Trace, config: GateConfig, **fields) -> dict:
+    """What ``--json`` and ``--save-baseline`` write: the figures with the commit, machine and software."""
+    meta = metadata.collect()
+    machine = {k: meta[k] for k in ("cpu_model", "cpu_count", "caches", "platform", "versions", "pmu")}
+    return {"commit": meta["git_commit"], "machine": machine, "command_line": meta["command_line"],
+            "trace": trace.header.get("scenario"), "trace_checksum": trace.header.get("checksum"),
+            "warm_steps": WARM_STEPS, "steps": STEPS, "config": config.source,
+            "cells": [asdict(c) for c in cells.values()], **fields}
+
+
+class _Phases:
+    """Wall time of the gate's phases, for its last line."""
+
+    def __init__(self) -> None:
+        self.started, self.seconds = time.perf_counter(), {}
+
+    def done(self, name: str) -> None:
+        self.seconds[name] = time.perf_counter() - self.started - sum(self.seconds.values())
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+
+def _prepare(args: argparse.Namespace) -> tuple[GateConfig, list[str], dict[str, type], dict | None]:
+    """Everything checked before anything is measured: configuration, implementations, baseline. Returns the
+    configuration, the gated implementations that can run here, every class needed, the baseline."""
+    config = load_config(args.config)
+    names = gate_impls(args.impl, config, args.contenders)
+    classes, skipped = resolve([BASE[0], *names])
+    if config.wall is not None:
+        wall_classes, wall_skipped = resolve([config.wall.slower, config.wall.faster])
+        if wall_skipped:
+            raise InputError(f"{config.source} wall: {', '.join(wall_skipped)} cannot run here "
+                             f"({'; '.join(wall_skipped.values())})")
+        classes = {**wall_classes, **classes}
+    baseline = gate_baseline.load(args.against) if args.against else None
+    if args.save_baseline and args.no_callgrind:
+        raise InputError("--save-baseline needs the instruction counts: leave out --no-callgrind")
+    for name, why in skipped.items():
+        print(f"skipped {name}: {why}", flush=True)
+    return config, [n for n in names if n in classes], classes, baseline
+
+
+def _measure(args, cells: dict, classes: dict, prep: Prepared, config: GateConfig, phases: _Phases):
+    """Wall clock (when configured), allocations and instruction counts; returns (wall, failures, unmeasured)."""
+    wall = None
+    if config.wall is not None:
+        w = config.wall
+        wall = wall_clock(classes[w.slower], classes[w.faster])
+        phases.done("wall clock")
+        print(f"wall clock, batched step, 256 sequences: {w.slower} {wall[0] / 1e3:.1f} us, {w.faster} "
+              f"{wall[1] / 1e3:.2f} us, ratio {wall[0] / wall[1]:.1f}x (floor {w.min_ratio:g}x)", flush=True)
+    for (impl, regime), cell in cells.items():
+        cell.memray_per_step, cell.nrt_per_step = allocations(prep, impl, regime, WARM_STEPS, STEPS, classes[impl])
+    phases.done("allocations")
+    failures: list[str] = []
+    unmeasured = "instruction counts skipped (--no-callgrind)" if args.no_callgrind else ""
+    if not args.no_callgrind:
+        try:
+            unmeasured = measure_instructions(args.trace, cells)
+        except callgrind.CallgrindError as exc:
+            failures.append(f"callgrind measurement failed: {exc}")
+        phases.done("callgrind")
+    return wall, failures, unmeasured
 
 
 def run(args: argparse.Namespace) -> int:
@@ -189,49 +322,63 @@ def run(args: argparse.Namespace) -> int:
     if args.write_trace:
         print(f"wrote {save(gate_trace(), args.trace)}")
         return 0
-    started, phases = time.perf_counter(), {}
-
-    def phase_done(name: str) -> None:
-        phases[name] = time.perf_counter() - started - sum(phases.values())
-
-    cells = {key: CellFigures(*key) for key in gate_cells(args.contenders)}
-    prep = Prepared.from_trace(load(args.trace))
+    config, gated, classes, baseline = _prepare(args)
+    phases = _Phases()
+    print(f"rules: {config.source}", flush=True)
+    cells = {key: CellFigures(*key) for key in gate_cells(gated)}
+    trace = load(args.trace)
+    prep = Prepared.from_trace(trace)
     seq_steps = int(prep.trace.running_per_step()[WARM_STEPS : WARM_STEPS + STEPS].sum())
     print(f"gate trace: {args.trace.name}, steps [{WARM_STEPS}, {WARM_STEPS + STEPS}) after {WARM_STEPS} warm "
           f"steps, {seq_steps} sequence-steps", flush=True)
+    wall, failures, unmeasured = _measure(args, cells, classes, prep, config, phases)
+    print(table(cells, config))
+    for rule in config.rules:
+        if rule.cell not in cells:
+            print(f"rule for {rule.impl} {rule.regime}: not measured (not among the gated cells)")
+    failures += check(cells, wall, config)
+    wall_ns = None if wall is None else {config.wall.slower: wall[0], config.wall.faster: wall[1]}
+    doc = gate_document(cells, trace, config, wall_ns=wall_ns, unmeasured=unmeasured, seconds=phases.elapsed,
+                        phases=phases.seconds)
+    if baseline is not None:
+        failures += _against(args, baseline, doc, config)
+    doc["failures"] = failures
+    _write(args, doc, unmeasured)
+    return _verdict(failures, unmeasured, phases)
 
-    dict_ns, flat_ns = wall = wall_clock()
-    phase_done("wall clock")
-    print(f"wall clock, batched step, 256 sequences: dict {dict_ns / 1e3:.1f} us, flat {flat_ns / 1e3:.2f} us, "
-          f"ratio {dict_ns / flat_ns:.1f}x (floor {WALL_FLOOR:g}x)", flush=True)
 
-    for key, cell in cells.items():
-        cell.memray_per_step, cell.nrt_per_step = allocations(prep, *key, WARM_STEPS, STEPS)
-    phase_done("allocations")
+def _against(args, baseline: dict, doc: dict, config: GateConfig) -> list[str]:
+    """The figures against ``--against``'s baseline: failures, notes printed."""
+    why = gate_baseline.refusal(baseline, doc, args.against, args.allow_other_machine)
+    if why:
+        raise InputError(why)
+    tolerance = args.tolerance if args.tolerance is not None else config.tolerance_pct
+    failures, notes = gate_baseline.against(baseline, doc, tolerance)
+    for note in notes:
+        print(f"against {args.against}: {note}")
+    return failures
 
-    failures = []
-    unmeasured = "instruction counts skipped (--no-callgrind)" if args.no_callgrind else ""
-    if not args.no_callgrind:
-        try:
-            unmeasured = measure_instructions(args.trace, cells)
-        except callgrind.CallgrindError as exc:
-            failures.append(f"callgrind measurement failed: {exc}")
-        phase_done("callgrind")
 
-    print(table(cells))
-    failures += check(cells, wall)
-    elapsed = time.perf_counter() - started
+def _write(args, doc: dict, unmeasured: str) -> None:
+    text = json.dumps(doc, indent=2) + "\n"
     if args.json:
-        payload = {"cells": [asdict(c) for c in cells.values()], "wall_ns": {"dict": dict_ns, "flat": flat_ns},
-                   "failures": failures, "unmeasured": unmeasured, "seconds": elapsed, "phases": phases}
-        atomic_write_text(args.json, json.dumps(payload, indent=2))
+        atomic_write_text(args.json, text)
+    if args.save_baseline:
+        if unmeasured or any(not c["instructions"] for c in doc["cells"]):
+            print(f"NOT SAVED: {args.save_baseline}: a baseline needs every cell's instruction counts")
+        else:
+            atomic_write_text(args.save_baseline, text)
+            print(f"saved baseline {args.save_baseline}")
+
+
+def _verdict(failures: list[str], unmeasured: str, phases: _Phases) -> int:
     for failure in failures:
         print(f"FAIL: {failure}")
     if unmeasured:
         print(f"NOT MEASURED: {unmeasured}")
-    spent = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases.items())
-    print(f"gate {'failed' if failures else 'incomplete' if unmeasured else 'passed'} in {elapsed:.0f} s ({spent})")
+    spent = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases.seconds.items())
+    print(f"gate {'failed' if failures else 'incomplete' if unmeasured else 'passed'} in {phases.elapsed:.0f} s "
+          f"({spent})")
     if failures:
         return EXIT_FAIL
     return EXIT_UNMEASURED if unmeasured else 0
-

@@ -195,10 +195,13 @@ def available() -> tuple[bool, str]:
     return True, f"{version}, client requests from {lib.name}"
 
 
-def environment(numba_cache: Path) -> dict[str, str]:
-    """The pinned environment of both the native warm-up and the valgrind run."""
+def environment(numba_cache: Path, plugins: bool = False) -> dict[str, str]:
+    """The pinned environment of both the native warm-up and the valgrind run. With ``plugins`` the caller's
+    ``PYTHONPATH`` follows the project's, so that a plug-in named ``package.module:Class`` imports there too."""
     env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
     pythonpath = [str(_REPO)] if (_REPO / "pyproject.toml").is_file() else []
+    if plugins and os.environ.get("PYTHONPATH"):
+        pythonpath.append(os.environ["PYTHONPATH"])
     env.update(
         PYTHONHASHSEED="0",
         LC_ALL="C",
@@ -273,12 +276,14 @@ def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: i
     from harness.errors import InputError
     from harness.measure.replay import REGIMES
     from impls import REGISTRY, UNAVAILABLE
+    from impls.registry import load_plugin
     from scenarios import load
 
     for impl, regime in cells:
+        if impl in UNAVAILABLE:
+            raise InputError(f"implementation {impl!r} cannot run here: {UNAVAILABLE[impl]}")
         if impl not in REGISTRY:
-            hint = UNAVAILABLE.get(impl, f"choose from {sorted(REGISTRY)}")
-            raise InputError(f"unknown implementation {impl!r}: {hint}")
+            load_plugin(impl)  # a plug-in (package.module:Class or an entry point), or a PluginError naming why
         if regime not in REGIMES:
             raise InputError(f"unknown regime {regime!r}; choose from {REGIMES}")
     trace = load(trace_path)
@@ -310,7 +315,9 @@ def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], wa
     cache_warm = min(CACHE_WARM_STEPS, warm_steps - 1) if cache_sim else 0
     numba_cache = numba_cache_dir()
     numba_cache.mkdir(parents=True, exist_ok=True)
-    env = environment(numba_cache)
+    from impls import REGISTRY
+
+    env = environment(numba_cache, plugins=any(impl not in REGISTRY for impl, _ in cells))
     lib = region_library()
     _run(region_args(trace_path, cells, warm_steps, steps, cache_warm, lib), env, timeout,
          "native warm-up of the region script")  # fills the Numba cache, checks the replay

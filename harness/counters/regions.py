@@ -45,6 +45,7 @@ from harness.measure.drivers import (
 )
 from harness.measure.replay import REGIMES, ReplayError
 from impls import REGISTRY
+from impls.registry import load_plugin
 from scenarios import load
 
 Advance = Callable[[int, int], None]
@@ -54,7 +55,8 @@ def prepare_cell(prep: Prepared, impl: str, regime: str, cls: type | None = None
     """A fresh manager for the trace's config, its ``advance(lo, hi)``, and the per-step CoW counts it fills."""
     if regime not in REGIMES:
         raise ValueError(f"unknown regime {regime!r}; choose from {REGIMES}")
-    cls = REGISTRY[impl] if cls is None else cls
+    if cls is None:
+        cls = REGISTRY[impl] if impl in REGISTRY else load_plugin(impl)
     mgr = cls(**prep.trace.config)
     cows = np.full(prep.num_steps, -1, dtype=np.int64)
     if regime == "batched" and is_native(cls):

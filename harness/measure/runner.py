@@ -565,6 +565,7 @@ def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, sha
                               how="generate (or load from the trace cache) the scenario's trace")]
         trace_rows += trace_count_rows(name, trace)
         checksum = content_digest(trace)
+        writer.meta.setdefault("traces", {})[name] = checksum  # what `kvblock-bench compare` checks per scenario
         if checksum in seen:  # the same trace twice (concurrency-256 is paper): measure once, say so
             first = seen[checksum]
             writer.add(trace_rows + [replace(r, scenario=name, how=f"{r.how}; same trace as {first}")

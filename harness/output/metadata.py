@@ -125,3 +125,37 @@ def collect(argv: list[str] | None = None, classes: dict[str, type] | None = Non
         "git_changed_files": git_changed_files(),
         "command_line": shlex.join(argv if argv is not None else sys.argv),
     }
+
+
+# What makes timings of two runs comparable: the machine and the software that compiles and runs the code.
+TIMING_IDENTITY = ("cpu_model", "cpu_count", "caches", "versions.python", "versions.numpy", "versions.numba")
+# What makes callgrind instruction counts comparable: the software only (the gate's counts are taken with
+# NUMBA_CPU_NAME=generic and no cache simulation, so the CPU model and caches do not enter them).
+COUNT_IDENTITY = ("versions.python", "versions.numpy", "versions.numba", "versions.llvmlite")
+
+
+def identity_value(meta: dict, key: str) -> object:
+    """``meta``'s value at a dotted ``key`` (``versions.numpy``), or None when it is not recorded."""
+    value: object = meta
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def identity_differences(a: dict, b: dict, keys: tuple[str, ...] = TIMING_IDENTITY) -> list[str]:
+    """``key a -> b`` for every identity ``key`` whose recorded values differ (a value not recorded on one
+    side counts as different: nothing says the machines match)."""
+    found = []
+    for key in keys:
+        va, vb = identity_value(a, key), identity_value(b, key)
+        if va is None or vb is None or va != vb:
+            found.append(f"{key} {_shown(va)} -> {_shown(vb)}")
+    return found
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "(not recorded)"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return repr(value) if isinstance(value, str) else str(value)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.measure.replay import REGIMES
-from harness.output.results import COLUMNS, read_json, read_rows, resolve_run
+from harness.output.results import COLUMNS, ResultsError, read_json, read_rows, resolve_run
 from impls import registry
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,10 @@ class RunData:
         rows = read_rows(run_dir / "results.csv")
         df = pd.DataFrame([asdict(r) for r in rows], columns=COLUMNS)
         meta_path = run_dir / "meta.json"
-        meta = read_json(meta_path) if meta_path.exists() else {}
+        try:
+            meta = read_json(meta_path) if meta_path.exists() else {}
+        except (ValueError, OSError) as exc:  # JSON, gzip or UTF-8 errors: name the file
+            raise ResultsError(f"{meta_path}: unreadable ({exc}); a run's meta.json is the JSON it wrote") from None
         index: dict[tuple[str, str, str, str], dict] = {}
         for r in df.to_dict("records"):
             key = (r["scenario"], r["impl"], r["regime"], r["metric"])

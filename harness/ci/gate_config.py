@@ -1,0 +1,187 @@
+"""The gate's rules, read from a TOML file: ``[tool.kvblock-bench.gate]`` in a ``pyproject.toml``.
+
+The gate measures; what it demands of a cell is configuration, so that a team can gate its own design. The
+closest ``pyproject.toml`` from the current directory upward that has the table is read (as ruff finds its
+configuration), or the file given with ``--config``. Every key is checked: a misspelt one is an error naming
+the file and the key, never a rule silently left out. ::
+
+    [tool.kvblock-bench.gate]
+    impls = ["flat", "mypkg.bm:MyBlockManager"]   # the cells gated when --impl is not given (optional)
+    tolerance_pct = 1.0                           # gate --against: the rise in instructions that fails
+
+    [[tool.kvblock-bench.gate.rule]]
+    impl = "mypkg.bm:MyBlockManager"
+    regime = "batched"
+    max_instructions_per_seq_step = 60.0          # a ceiling on instructions per sequence-step
+    min_instructions_vs_base = 1.0                # a floor on instructions over batched flat's
+    zero_allocations = true                       # no memray event, no Numba runtime allocation per step
+
+    [tool.kvblock-bench.gate.wall]                # optional: a wide wall-clock floor, in one process
+    slower = "dict"
+    faster = "flat"
+    min_ratio = 3.0
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from harness.errors import InputError
+from harness.measure.replay import REGIMES
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 (tomli is a dependency there)
+    import tomli as tomllib
+
+TABLE = "[tool.kvblock-bench.gate]"
+DEFAULT_TOLERANCE_PCT = 1.0
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What the gate demands of one (impl, regime) cell."""
+
+    impl: str
+    regime: str
+    max_instructions_per_seq_step: float | None = None
+    min_instructions_vs_base: float | None = None
+    zero_allocations: bool = False
+
+    @property
+    def cell(self) -> tuple[str, str]:
+        return (self.impl, self.regime)
+
+
+@dataclass(frozen=True)
+class WallRule:
+    """``slower``'s batched step over ``faster``'s, by the clock in one process, must be at least ``min_ratio``."""
+
+    slower: str
+    faster: str
+    min_ratio: float
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """The gate's configuration; ``source`` says where it came from (or that none was found)."""
+
+    source: str
+    rules: tuple[Rule, ...] = ()
+    wall: WallRule | None = None
+    tolerance_pct: float = DEFAULT_TOLERANCE_PCT
+    impls: tuple[str, ...] = ()
+
+    def rule(self, cell: tuple[str, str]) -> Rule | None:
+        return next((r for r in self.rules if r.cell == cell), None)
+
+
+def find_config(start: Path | None = None) -> Path | None:
+    """The closest ``pyproject.toml`` from ``start`` (default: the current directory) upward that has the table."""
+    start = (start or Path.cwd()).resolve()
+    for folder in (start, *start.parents):
+        path = folder / "pyproject.toml"
+        if path.is_file() and _gate_table(_read(path), path) is not None:
+            return path
+    return None
+
+
+def load_config(path: Path | None = None) -> GateConfig:
+    """The gate's configuration from ``path`` (a TOML file with the table), else from :func:`find_config`; an
+    empty configuration (no rules) when none is found."""
+    if path is None:
+        path = find_config()
+        if path is None:
+            return GateConfig(f"no {TABLE} in a pyproject.toml from {Path.cwd()} upward: no rules")
+    table = _gate_table(_read(path), path)
+    if table is None:
+        raise InputError(f"{path}: no {TABLE} table; see `kvblock-bench gate --help` for its keys")
+    return parse(table, f"{path} {TABLE}")
+
+
+def _read(path: Path) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise InputError(f"--config {path}: no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not valid TOML ({exc})") from None
+
+
+def _gate_table(doc: dict, path: Path) -> dict | None:
+    table = doc.get("tool", {}).get("kvblock-bench", {}).get("gate")
+    if table is not None and not isinstance(table, dict):
+        raise InputError(f"{path}: {TABLE} must be a table")
+    return table
+
+
+def _number(where: str, key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise InputError(f"{where}: {key} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def _name(where: str, key: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{where}: {key} must be an implementation name (a string), got {value!r}")
+    return value
+
+
+def _known_keys(where: str, table: object, known: tuple[str, ...]) -> dict:
+    if not isinstance(table, dict):
+        raise InputError(f"{where}: must be a table, got {table!r}")
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise InputError(f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(known)}")
+    return table
+
+
+def parse_rule(where: str, table: object) -> Rule:
+    """One ``[[...gate.rule]]`` table."""
+    known = tuple(f.name for f in fields(Rule))
+    table = _known_keys(where, table, known)
+    for key in ("impl", "regime"):
+        if key not in table:
+            raise InputError(f"{where}: {key} is required")
+    regime = table["regime"]
+    if regime not in REGIMES:
+        raise InputError(f"{where}: regime {regime!r}; the gate measures {', '.join(REGIMES)}")
+    zero = table.get("zero_allocations", False)
+    if not isinstance(zero, bool):
+        raise InputError(f"{where}: zero_allocations must be true or false, got {zero!r}")
+    limits = {k: _number(where, k, table[k]) for k in ("max_instructions_per_seq_step", "min_instructions_vs_base")
+              if k in table}
+    if not limits and not zero:
+        raise InputError(f"{where}: a rule needs max_instructions_per_seq_step, min_instructions_vs_base or "
+                         "zero_allocations = true")
+    return Rule(_name(where, "impl", table["impl"]), regime, zero_allocations=zero, **limits)
+
+
+def parse(table: dict, where: str) -> GateConfig:
+    """The gate's configuration from its TOML table (``where`` names it in errors)."""
+    table = _known_keys(where, table, ("impls", "tolerance_pct", "rule", "wall"))
+    rules_table = table.get("rule", [])
+    if not isinstance(rules_table, list):
+        raise InputError(f"{where}: rule must be an array of tables ([[tool.kvblock-bench.gate.rule]])")
+    rules = tuple(parse_rule(f"{where} rule {i + 1}", r) for i, r in enumerate(rules_table))
+    cells = [r.cell for r in rules]
+    repeated = sorted({c for c in cells if cells.count(c) > 1})
+    if repeated:
+        raise InputError(f"{where}: two rules for {repeated[0][0]} {repeated[0][1]}; give each cell one rule")
+    wall = None
+    if "wall" in table:
+        w = _known_keys(f"{where} wall", table["wall"], ("slower", "faster", "min_ratio"))
+        missing = [k for k in ("slower", "faster", "min_ratio") if k not in w]
+        if missing:
+            raise InputError(f"{where} wall: {missing[0]} is required")
+        wall = WallRule(_name(f"{where} wall", "slower", w["slower"]), _name(f"{where} wall", "faster", w["faster"]),
+                        _number(f"{where} wall", "min_ratio", w["min_ratio"]))
+    impls = table.get("impls", [])
+    if not isinstance(impls, list) or not all(isinstance(i, str) and i for i in impls):
+        raise InputError(f"{where}: impls must be a list of implementation names, got {impls!r}")
+    tolerance = _number(where, "tolerance_pct", table.get("tolerance_pct", DEFAULT_TOLERANCE_PCT))
+    return GateConfig(where, rules, wall, tolerance, tuple(impls))

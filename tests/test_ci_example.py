@@ -1,0 +1,97 @@
+"""The CI example cannot rot: the GitHub Actions workflow and .ci/run run the same script, whose settings the
+workflow names exist; the script runs end to end (slow) and refuses a base it cannot check out; the CI
+profile and the slowed plug-in the measurement of the false-alarm rate uses are what they say."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.ci import profile
+from harness.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "ci_compare.sh"
+WORKFLOW = (ROOT / "examples" / "ci" / "github-actions.yml").read_text()
+TINY = "--quick --scenario paper --impl flat --regime batched --no-paced --no-l1d --no-allocations --no-table-copy"
+
+
+def test_the_workflow_and_ci_run_call_the_one_script() -> None:
+    assert "scripts/ci_compare.sh" in (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"run: scripts/ci_compare\.sh \"origin/\$\{\{ github\.base_ref \}\}\"", WORKFLOW)
+    assert os.access(SCRIPT, os.X_OK)
+    assert subprocess.run(["bash", "-n", str(SCRIPT)], check=False).returncode == 0
+    script = SCRIPT.read_text()
+    for name in set(re.findall(r"\bKVB_CI_[A-Z_]+", WORKFLOW)):
+        assert name in script, f"the workflow sets {name}, which scripts/ci_compare.sh does not read"
+    assert "build/ci-compare/comment.md" in WORKFLOW and "comment.md" in script
+
+
+def test_the_ci_profile_is_a_valid_run() -> None:
+    """The profile's arguments parse as `kvblock-bench run`'s, with a plug-in added to every registered name."""
+    args = build_parser().parse_args(["run", *profile.run_args(["x.y:Z"])])
+    assert args.scenario == ["paper"] and args.regime == ["batched"] and args.impl[-1] == "x.y:Z"
+    assert "flat" in args.impl and args.no_paced and args.no_l1d and args.no_allocations and args.no_table_copy
+    assert build_parser().parse_args(["run", *profile.run_args()]).impl is None  # every registered one
+
+
+def test_a_base_that_cannot_be_checked_out_is_exit_2(tmp_path: Path) -> None:
+    env = {**os.environ, "KVB_CI_OUT": str(tmp_path / "out"), "KVB_CI_SKIP_GATE": "1", "KVB_CI_RUN_ARGS": TINY}
+    proc = subprocess.run([str(SCRIPT), "no-such-ref-anywhere"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_the_script_runs_a_same_commit_pair_end_to_end(tmp_path: Path) -> None:
+    """Without a base: the profile twice on this checkout, compared, the comment written; its exit status is
+    compare's (0, or 1 should this loaded machine make a false alarm of a one-repetition run)."""
+    out = tmp_path / "out"
+    env = {**os.environ, "KVB_CI_OUT": str(out), "KVB_CI_SKIP_GATE": "1", "KVB_CI_RUN_ARGS": TINY}
+    proc = subprocess.run([str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    comment = (out / "comment.md").read_text()
+    assert comment.startswith("### kvblock-bench compare:") and "`flat` | batched | `seq_step_ns`" in comment
+    assert (out / "base" / "latest" / "results.csv").is_file() and (out / "new" / "latest" / "results.csv").is_file()
+
+
+# -- the slowed plug-in ------------------------------------------------------------------------------------------
+@pytest.fixture
+def slowed(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.syspath_prepend(str(ROOT / "examples" / "slowed_flat"))
+    import slowed_flat
+
+    return slowed_flat
+
+
+def test_the_slowed_plugin_maps_the_slots_again_as_often_as_asked(slowed, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    for passes, expected in (("0", 0), ("0.75", 3), ("2", 8)):
+        monkeypatch.setenv(slowed.PASSES_ENV, passes)
+        mgr = slowed.SlowedFlat(64, 16, 8, 8)
+        monkeypatch.setattr(mgr.inner, "lookup", lambda ids, out: calls.append(len(ids)))
+        ids, cow, slots = np.arange(4, dtype=np.int64), np.zeros((4, 2), np.int64), np.zeros(4, np.int64)
+        for s in ids.tolist():
+            mgr.allocate(s, 5)
+        calls.clear()
+        for _ in range(4):
+            mgr.decode_step(ids, cow, slots)
+        assert calls == [4] * expected, passes
+    monkeypatch.setenv(slowed.PASSES_ENV, "lots")
+    with pytest.raises(ValueError, match="KVB_SLOWED_FLAT_PASSES='lots'"):
+        slowed.SlowedFlat(64)
+
+
+def test_the_slowed_plugin_conforms_to_the_contract(slowed, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.conformance import check
+    from impls.registry import contract_shape_problem
+
+    monkeypatch.setenv(slowed.PASSES_ENV, "1")
+    assert contract_shape_problem(slowed.SlowedFlat) == ""
+    verdict = check(slowed.SlowedFlat, seeds=range(1), max_examples=25, step_count=20)
+    assert verdict.ok, verdict
