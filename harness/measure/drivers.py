@@ -22,7 +22,9 @@ finds it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 from numba import njit
@@ -31,6 +33,7 @@ from harness.measure.clock import ns_per_tick, ticks
 from harness.measure.replay import ReplayError, check_replayable, check_step_hits, hash_args
 from harness.measure.steptimes import KINDS, StepTimes, concat
 from impls.contract import blocks_for
+from impls.core.base import step_by_calls
 from impls.core.jit import specialise
 from impls.core.ops import POOL_OPS, call_args
 from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, APPEND, CAN_ALLOCATE, FREE, SEAL, Trace, trace_uses_caching
@@ -284,7 +287,7 @@ def whole_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None, check
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
     cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
-    step = mgr.step
+    step = step_entry(mgr)
 
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
@@ -294,6 +297,43 @@ def whole_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None, check
                 _check_statuses(prep, s, status_out, int(cows[s]))
 
     return run
+
+
+def step_entry(mgr) -> Callable:
+    """``mgr.step``, or for a design without one (the contract's one optional method)
+    :func:`impls.core.base.step_by_calls` over its per-call methods."""
+    step = getattr(mgr, "step", None)
+    return step if callable(step) else partial(step_by_calls, mgr)
+
+
+def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> StepTimes:
+    """Time steps ``[lo, hi)`` (default: all) as an engine written in Python calls the whole-step entry point:
+    one call of :func:`step_entry` per decode step (its pool operations and decode batch as views of the
+    trace's arrays), each call one ``perf_counter_ns`` region (column ``decode``), on a manager already at step
+    ``lo``. Its statuses and slot mapping are checked outside the timed regions."""
+    perf = time.perf_counter_ns
+    hi = prep.num_steps if hi is None else hi
+    check_replayable(prep.trace, mgr, "step")
+    step, (op, a0, a1) = step_entry(mgr), prep.arrays64
+    mask = prep.trace.config["block_size"] - 1
+    ns = np.zeros((hi - lo, len(KINDS)))
+    cows = np.zeros(hi - lo, dtype=np.int64)
+    digests = np.zeros(hi - lo, dtype=np.int64)
+    status_out = np.zeros(max((m - f for f, m, _ in prep.bounds), default=0) + 2, dtype=np.int64)
+    cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
+    slot_out = np.zeros(prep.max_batch, dtype=np.int64)
+    for s in range(lo, hi):
+        first, mid, end = prep.bounds[s]
+        ops, x, y, ids = op[first:mid], a0[first:mid], a1[first:mid], prep.decode_ids[s]
+        slot_out[: end - mid] = -1  # a step that skips its slot writes must not pass on the previous step's
+        t0 = perf()
+        rc = step(ops, x, y, ids, status_out, cow_out, slot_out)
+        t1 = perf()
+        ns[s - lo, _DECODE] = t1 - t0
+        _check_statuses(prep, s, status_out, int(rc))
+        cows[s - lo] = rc
+        digests[s - lo] = ((slot_out[: end - mid] & mask) + 1).sum()
+    return StepTimes(ns, cows, ns[:, _DECODE].copy(), 1.0, "perf_counter_ns", digests)
 
 
 def _check_statuses(prep: Prepared, s: int, status_out: np.ndarray, rc: int) -> None:

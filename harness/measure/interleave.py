@@ -29,7 +29,7 @@ from __future__ import annotations
 import gc
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,8 +47,10 @@ from harness.measure.drivers import (
     run_compiled,
     run_interpreted,
     run_native,
+    run_whole_steps,
     slot_digest,
     step_runner,
+    whole_step_runner,
 )
 from harness.measure.failures import blamed_on
 from harness.measure.replay import ReplayError, apply_pool_op, check_end_state
@@ -136,6 +138,8 @@ class Driver:
             return run_native(self.inputs, mgr, detail, lo, hi)
         if self.kind == "compiled":
             times = run_compiled(self.inputs, mgr, self.loop(), detail, lo, hi)
+        elif self.regime == "step":
+            times = run_whole_steps(self.inputs, mgr, lo, hi)
         else:
             times = run_interpreted(self.inputs, mgr, self.regime, lo, hi)
         self.check_inputs(lo, hi)
@@ -153,9 +157,13 @@ class Driver:
             return native_step_runner(self.inputs, mgr, cows)
         if self.kind == "compiled":
             return compiled_step_runner(self.inputs, mgr, self.loop(), cows)
+        if self.regime == "step":
+            return whole_step_runner(self.inputs, mgr, cows)
         return step_runner(self.inputs, mgr, self.regime, cows)
 
     def how(self) -> str:
+        if self.regime == "step":
+            return "closed loop from Python, one step() call per decode step (the whole step), perf_counter_ns"
         return {"native": "closed loop, whole trace replayed inside C++ (one foreign call per slice)",
                 "compiled": "closed loop, whole step compiled (Numba replay loop calling the kernels), TSC",
                 "python": f"closed loop from Python, {self.regime}, perf_counter_ns"}[self.kind]
@@ -191,26 +199,35 @@ class Replays:
     """What interleaved repetitions produced: samples per key, failures, and each key's last manager."""
 
     samples: dict[Key, list[StepTimes]] = field(default_factory=dict)
+    reps: dict[Key, list[int]] = field(default_factory=dict)  # the run's repetition index of each sample
     failed: dict[Key, DesignFailure] = field(default_factory=dict)
     last_mgr: dict[Key, object] = field(default_factory=dict)
 
 
 def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: list[tuple[int, int]],
                 done: Callable[[Key], None] = lambda key: None, out: Replays | None = None,
-                caps: dict[Key, int] | None = None) -> Replays:
+                caps: dict[Key, int] | None = None, only: Iterable[int] | None = None,
+                enter: Callable[[Key], None] = lambda key: None) -> Replays:
     """``reps`` repetitions of every driver (``caps[key]`` of them for a key it names, fewer or more),
     interleaved slice by slice (``slices`` staggered per repetition by :func:`replay_slices`, cells ordered by
-    :func:`schedule`); ``done(key)`` after each of a key's first ``reps`` repetitions."""
+    :func:`schedule`); ``done(key)`` after each of a key's first ``reps`` repetitions. ``only``: of the run's
+    repetitions, those to replay here (each with its own staggering and order, as in the whole run), so that
+    the repetitions of one run can be spread over processes; samples are kept per repetition index
+    (``Replays.reps``). ``enter(key)`` is called before any of a key's code runs (a worker reports the cell it
+    is in: :class:`harness.measure.workers.Events`)."""
     out = out or Replays()
     caps = caps or {}
     total = max([reps, *caps.values()])
+    chosen = set(range(total) if only is None else only)
     for rep in range(total):
         keys = [k for k in drivers if rep < caps.get(k, reps)]
         if not keys:
             break
+        if rep not in chosen:
+            continue
         bounds = replay_slices(slices, rep, total)
         orders = [[keys[j] for j in order] for order in schedule(len(keys), rep, len(bounds))]
-        mgrs = _new_managers(drivers, orders[0], out)
+        mgrs = _new_managers(drivers, orders[0], out, enter)
         parts: dict[Key, list[StepTimes]] = {k: [] for k in mgrs}
         gc.collect()
         gc.freeze()  # collections triggered by the replays' own allocations scan only what they create
@@ -218,22 +235,26 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
             for (lo, hi), order in zip(bounds, orders, strict=True):
                 for k in order:
                     if k in parts and k not in out.failed:
+                        enter(k)
                         _slice(drivers[k], mgrs[k], detail, lo, hi, parts[k], out, k)
         finally:
             gc.unfreeze()
         for k in (k for k in keys if k in parts):
-            _finish(drivers[k], mgrs[k], parts[k], out, k)
+            enter(k)
+            _finish(drivers[k], mgrs[k], parts[k], out, k, rep)
             if rep < reps:
                 done(k)
     return out
 
 
-def _new_managers(drivers: dict[Key, Driver], keys: list[Key], out: Replays) -> dict:
+def _new_managers(drivers: dict[Key, Driver], keys: list[Key], out: Replays,
+                  enter: Callable[[Key], None] = lambda key: None) -> dict:
     """A fresh manager per key, in ``keys``' order; a constructor that fails fails its key."""
     mgrs = {}
     for k in keys:
         if k in out.failed:
             continue
+        enter(k)
         try:
             with blamed_on(drivers[k].impl, drivers[k].cls):
                 mgrs[k] = drivers[k].new()
@@ -250,7 +271,7 @@ def _slice(driver: Driver, mgr, detail: bool, lo: int, hi: int, parts: list, out
         out.failed[key] = exc
 
 
-def _finish(driver: Driver, mgr, parts: list[StepTimes], out: Replays, key: Key) -> None:
+def _finish(driver: Driver, mgr, parts: list[StepTimes], out: Replays, key: Key, rep: int = 0) -> None:
     """Check one repetition of one key as a whole replay, and keep it."""
     if key in out.failed:
         return
@@ -263,4 +284,5 @@ def _finish(driver: Driver, mgr, parts: list[StepTimes], out: Replays, key: Key)
         out.failed[key] = exc
         return
     out.samples.setdefault(key, []).append(samples)
+    out.reps.setdefault(key, []).append(rep)
     out.last_mgr[key] = mgr

@@ -119,6 +119,9 @@ def cell_blocks(work: Work, step_samples: Sequence[StepTimes], detail_samples: S
     }
 
 
+PER_OPERATION = ("lookup_ns", "alloc_ns", "free_ns", "alloc_free_ns")  # figures from the per-operation timings
+
+
 def _median(samples: Sequence[StepTimes], fn: Callable[[StepTimes], float]) -> float:
     return float(statistics.median(fn(s) for s in samples))
 
@@ -132,13 +135,15 @@ def timing_rows(
     timer_overhead_ns: float,
     how: str,
     slices: list[tuple[int, int]] | None = None,
+    whole_steps: bool = False,
 ) -> list[Row]:
     """The timing figures of one (scenario, impl, regime) cell.
 
     ``step_samples`` give the step-time figures, ``detail_samples`` the per-operation ones (the same replays
     for interpreted drivers; separate replays for the compiled and native drivers, which time whole steps as
     one region and operations one by one in different passes). ``slices`` are the step ranges replayed as
-    blocks (default: one block per repetition).
+    blocks (default: one block per repetition). ``whole_steps``: the replays timed each step as one call (the
+    ``step`` regime), so the per-operation figures are ``skipped``.
     """
     scenario, impl, regime = cell
     slices = slices or all_steps(work)
@@ -151,6 +156,9 @@ def timing_rows(
 
     def row(metric: str, unit: str, note: str = "", scale: float = 1.0, rate: float | None = None) -> Row:
         time, amount = blocks[metric.replace("cpu_share_pct", "step_mean_ns")]
+        if whole_steps and metric in PER_OPERATION:
+            return Row(scenario, impl, regime, metric, float("nan"), unit, clock, "skipped",
+                       "one step() call per step is timed as one region: no per-operation figure")
         if not amount.sum():
             return Row(scenario, impl, regime, metric, float("nan"), unit, clock, "skipped", note or "no such work")
         est = ratio_of_sums(time, amount)

@@ -13,7 +13,7 @@ from impls.core import ops as pool_ops
 from scenarios.trace import ALLOCATE_CACHED, APPEND, SEAL, Trace, canonical_tables, trace_uses_caching
 
 # How a scheduler calls a block manager (README, "Two regimes"), in the order reports show them: the one list.
-REGIMES = ("batched", "per-call")
+REGIMES = ("batched", "per-call", "step")
 
 
 class ReplayError(Exception):
@@ -30,8 +30,8 @@ def check_replayable(trace: Trace, mgr, driver: str = "python") -> None:
     if not supports_prefix_caching(mgr):
         raise ReplayError(f"{type(mgr).__name__} has no prefix caching (impls.contract.CachingBlockManager), and "
                           f"trace {name!r} uses it; replay it on a design with prefix caching")
-    if driver == "native" or (driver == "compiled" and not hasattr(getattr(mgr, "kernels", None),
-                                                                    "allocate_cached")):
+    if driver in ("native", "step") or (driver == "compiled" and not hasattr(getattr(mgr, "kernels", None),
+                                                                             "allocate_cached")):
         raise ReplayError(f"the {driver} driver of {type(mgr).__name__} does not replay prefix-caching ops (trace "
                           f"{name!r}); replay it from Python (the interpreted driver)")
 

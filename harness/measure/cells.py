@@ -1,0 +1,262 @@
+"""One scenario's cells, measured where the implementations run (a worker process): the worker's half of a run.
+
+:class:`CellBench` holds a driver per cell (:class:`harness.measure.interleave.Driver`) and measures what the
+main process asks of this worker: the first calls (compilation or cache load, outside every timed region),
+the run's repetitions this worker replays (interleaved, :func:`harness.measure.interleave.interleaved`), the
+figures read off a cell's last manager (table bytes, the per-call dispatch floor), and the cell studies
+(allocations, paced runs). A design that fails is recorded by cell with its reason
+(:class:`harness.errors.DesignFailure`); nothing here computes a ratio or an interval: the main process does,
+from every worker's samples (:mod:`harness.measure.assemble`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from harness.counters.allocations import allocations_per_step
+from harness.errors import DesignFailure
+from harness.measure.dispatch import calls_per_trace, dispatch_rows, empty_call_ns, has_dispatch
+from harness.measure.drivers import Prepared, native_arrays
+from harness.measure.failures import blamed_on
+from harness.measure.interleave import FAST_REPS, Driver, Key, Replays, interleaved, slice_bounds, verify_slots
+from harness.measure.paced import paced_run, paced_whole_step_run
+from harness.measure.steptimes import StepTimes
+from harness.output.results import Row
+from scenarios import Trace
+from scenarios.trace import trace_uses_caching
+
+Cell = tuple[str, str]
+ALLOC_STEPS = 20  # steps counted for allocations per step (after warm-up)
+WARM_STEPS = 5
+
+
+@dataclass
+class CellInfo:
+    """How a cell is replayed, for the rows the main process writes."""
+
+    driver: str  # python, compiled, native
+    how: str
+    timer_overhead_ns: float
+    separate_detail: bool
+
+
+@dataclass
+class TimingResult:
+    """One worker's share of a scenario's timings: samples by key with each one's repetition index."""
+
+    steps: dict[Key, list[tuple[int, StepTimes]]] = field(default_factory=dict)
+    details: dict[Key, list[tuple[int, StepTimes]]] = field(default_factory=dict)
+    failed: dict[Cell, str] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)  # compile time, table bytes, dispatch floor
+    info: dict[Cell, CellInfo] = field(default_factory=dict)
+
+
+def reps_of(cell_driver: Driver, reps: int, cap: int | None) -> int:
+    """Repetitions of a cell: the plan's cap, else FAST_REPS times ``reps`` for compiled and C++ replays."""
+    if cap is not None:
+        return cap
+    return reps * (FAST_REPS if cell_driver.separate_detail else 1)
+
+
+class CellBench:
+    """The drivers of one scenario's cells in this process, and what they measure."""
+
+    def __init__(self, scenario: str, trace: Trace, prep: Prepared, cells: list[Cell], classes: dict[str, type],
+                 calib: dict, loops: dict, enter: Callable[[Cell | None], None] = lambda cell: None,
+                 tick: Callable[[str], None] = lambda what: None) -> None:
+        self.scenario, self.trace, self.prep, self.calib = scenario, trace, prep, calib
+        self.cells = list(cells)
+        self.drivers = {(i, r, ""): Driver(prep, classes[i], r, loops, i) for i, r in self.cells}
+        self.slices = slice_bounds(prep.num_steps)
+        self.enter, self.tick = enter, tick
+        self.failed: dict[Cell, str] = {}
+        self.rows: list[Row] = []
+
+    def row(self, impl: str, regime: str, metric: str, value: float, unit: str, source: str, how: str = "",
+            status: str = "ok", **columns) -> None:
+        self.rows.append(Row(self.scenario, impl, regime, metric, value, unit, source, status, how, **columns))
+
+    def _fail(self, cell: Cell, exc: DesignFailure) -> None:
+        self.failed.setdefault(cell, exc.reason)
+        self.drivers.pop((*cell, ""), None)
+
+    def _guarded(self, cell: Cell, fn: Callable[[], object]) -> object:
+        """``fn()`` inside ``cell``: its failure fails the cell (returns None then)."""
+        self.enter(cell)
+        try:
+            with blamed_on(cell[0], self.drivers[(*cell, "")].cls):
+                return fn()
+        except DesignFailure as exc:
+            self._fail(cell, exc)
+            return None
+        finally:
+            self.enter(None)
+
+    # -- timings ---------------------------------------------------------------------------------------------
+    def warm_up(self, record: bool) -> None:
+        """First calls of every cell (Numba cache load or compile, C++ library load) outside every timed
+        region; the native driver's slot mapping is checked here, from Python, once. With ``record``, a
+        ``compile_s`` row per cell that compiles or loads code."""
+        for key in list(self.drivers):
+            driver = self.drivers[key]
+            t0 = time.perf_counter()
+            if self._guarded(key[:2], lambda d=driver: self._first_steps(d)) is None:
+                continue
+            if record and (driver.kind != "python" or getattr(driver.cls, "kernels", None) is not None):
+                self.row(key[0], key[1], "compile_s", time.perf_counter() - t0, "s", "wall clock",
+                         f"first steps through the {driver.kind} driver (compile or cache load)", driver=driver.kind)
+
+    def _first_steps(self, driver: Driver) -> bool:
+        driver.advance(driver.new())(0, min(WARM_STEPS, self.prep.num_steps))
+        if driver.kind == "native":
+            verify_slots(driver)
+        return True
+
+    def aa_key(self, base: str) -> Key | None:
+        """The A/A control: batched ``base`` (else the first cell) replayed twice as if it were two cells."""
+        if not self.drivers:
+            return None
+        key = (base, "batched", "") if (base, "batched", "") in self.drivers else next(iter(self.drivers))
+        return (*key[:2], "aa")
+
+    def time(self, reps: int, caps: dict[Cell, int], only: list[int], base: str) -> TimingResult:
+        """The repetitions ``only`` of every cell (and the A/A control), whole steps then, for the compiled and
+        C++ drivers, per operation."""
+        aa = self.aa_key(base)
+        timed = {**self.drivers, **({aa: self.drivers[(*aa[:2], "")]} if aa else {})}
+        rep_caps = {k: reps_of(self.drivers[(*k[:2], "")], reps, caps.get(k[:2])) for k in timed}
+
+        def enter(key: Key) -> None:
+            self.enter(key[:2])
+
+        def done(key: Key) -> None:
+            if not key[2]:
+                self.tick(f"{self.scenario} {key[0]} {key[1]}")
+
+        steps = interleaved(timed, reps, False, self.slices, done, caps=rep_caps, only=only, enter=enter)
+        detailed = {k: d for k, d in self.drivers.items() if d.separate_detail and k not in steps.failed}
+        details = interleaved(detailed, reps, True, self.slices, caps=rep_caps, only=only, enter=enter)
+        self.enter(None)
+        for key, exc in {**steps.failed, **details.failed}.items():
+            if not key[2]:
+                self._fail(key[:2], exc)
+        return TimingResult(_by_rep(steps, self.failed), _by_rep(details, self.failed), dict(self.failed),
+                            list(self.rows), self.info())
+
+    def info(self) -> dict[Cell, CellInfo]:
+        return {key[:2]: CellInfo(d.kind, d.how(), d.timer_overhead(self.calib), d.separate_detail)
+                for key, d in self.drivers.items()}
+
+    def read_off(self, replays: Replays) -> None:
+        """Figures read off each cell's last manager: table bytes per live sequence, and for the per-call cells
+        of compiled designs the dispatch floor."""
+        for impl, regime in list(self.cells):
+            mgr = replays.last_mgr.get((impl, regime, ""))
+            if mgr is None or (impl, regime) in self.failed:
+                continue
+            self._guarded((impl, regime), lambda i=impl, r=regime, m=mgr: self._read_off(i, r, m))
+
+    def _read_off(self, impl: str, regime: str, mgr) -> None:
+        cls = self.drivers[(impl, regime, "")].cls
+        if regime == "per-call" and has_dispatch(cls):  # the per-call figure's dispatch, apart
+            for row in dispatch_rows(self.scenario, impl, empty_call_ns(mgr), calls_per_trace(self.trace)):
+                row.driver = "python"
+                self.rows.append(row)
+        sizes = [mgr.table_nbytes(row) for row in np.flatnonzero(self.trace.final_lens).tolist()]
+        if sizes and sizes[0] is not None:
+            self.row(impl, regime, "table_bytes_per_seq", float(np.mean(sizes)), "B", "design introspection",
+                     f"mean over the {len(sizes)} live sequences at the end (see the design's _table_nbytes)")
+        else:
+            self.row(impl, regime, "table_bytes_per_seq", float("nan"), "B", "design introspection",
+                     "the design cannot report it" if sizes else "no live sequence at the end",
+                     status="unavailable")
+
+    # -- cell studies ----------------------------------------------------------------------------------------
+    def measure_allocations(self, cells: list[Cell]) -> None:
+        """Allocation events per step over ALLOC_STEPS steps (see :func:`allocations_per_step`), on a fresh
+        manager advanced (uncounted) to the region's first step."""
+        lo = min(WARM_STEPS, max(0, self.prep.num_steps - ALLOC_STEPS))
+        hi = min(self.prep.num_steps, lo + ALLOC_STEPS)
+        for cell in cells:
+            if (*cell, "") in self.drivers:
+                self._guarded(cell, lambda c=cell: self._allocations(c, lo, hi))
+            self.tick(f"{self.scenario} {cell[0]} {cell[1]} allocations")
+
+    def _allocations(self, cell: Cell, lo: int, hi: int) -> None:
+        impl, regime = cell
+        driver = self.drivers[(*cell, "")]
+        advance = driver.advance(driver.new())
+        advance(0, lo)
+        counts = allocations_per_step(advance, lo, hi)
+        if driver.kind == "native":  # first: reports show the first measured row of a figure
+            self._native_allocations(driver, lo, hi)
+        for metric, value, source in (("allocs_per_step", counts[0], "memray"),
+                                      ("nrt_allocs_per_step", counts[1], "nrt-stats")):
+            self.row(impl, regime, metric, value, "allocs/step", source,
+                     f"steps {lo}-{hi} via the {driver.kind} driver, minus the same call over zero steps",
+                     steps=hi - lo, driver=driver.kind)
+
+    def _native_allocations(self, driver: Driver, lo: int, hi: int) -> None:
+        """The C++ containers' own allocation calls per step (their counting allocator), without the Python
+        wrapper around the replay call that memray also sees."""
+        from harness.measure import native
+
+        mgr = driver.new()
+        native.replay(mgr, native_arrays(self.prep), False, 0, lo)
+        allocs = native.replay(mgr, native_arrays(self.prep), False, lo, hi).allocs
+        self.row(driver.impl, driver.regime, "allocs_per_step", float(allocs.mean()) if len(allocs) else 0.0,
+                 "allocs/step", "counting allocator",
+                 f"steps {lo}-{hi}: operator new calls of the C++ containers, counted in the library", steps=hi - lo,
+                 driver="native")
+
+    def measure_paced(self, cells: list[Cell]) -> None:
+        rate = self.trace.header["params"].get("step_rate", 2000)
+        for cell in cells:
+            if (*cell, "") in self.drivers:
+                self._guarded(cell, lambda c=cell: self._paced(c, rate))
+            self.tick(f"{self.scenario} {cell[0]} {cell[1]} paced")
+
+    def _paced(self, cell: Cell, rate: float) -> None:
+        impl, regime = cell
+        driver = self.drivers[(*cell, "")]
+        result = paced_run(self.prep, driver.new, regime, rate)
+        how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), thread CPU time "
+               f"minus an idle paced run; compiled designs pay one dispatch per call")
+        self.row(impl, regime, "cpu_share_observed_pct", result.cpu_share_pct, "%", "thread_time_ns", how,
+                 step_rate=rate, steps=result.steps, driver="python")
+        self.row(impl, regime, "deadline_misses", result.deadline_misses, "steps", "perf_counter_ns",
+                 f"steps whose work ended after the next step was due, of {result.steps}", steps=result.steps,
+                 driver="python")
+        if regime == "batched" and callable(getattr(driver.cls, "step", None)):
+            self._paced_whole_step(driver, rate)
+
+    def _paced_whole_step(self, driver: Driver, rate: float) -> None:
+        """The whole-step entry point paced as an engine would call it: one Python call per step."""
+        if trace_uses_caching(self.trace):
+            self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", float("nan"), "%",
+                     "thread_time_ns", "step() does not take the prefix-caching ops yet", status="unsupported")
+            return
+        try:
+            with blamed_on(driver.impl, driver.cls):
+                result = paced_whole_step_run(self.prep, driver.new, rate)
+        except DesignFailure as exc:
+            self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", float("nan"), "%",
+                     "thread_time_ns", exc.reason, status="failed")
+            return
+        how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), one step() call per step "
+               "(pool operations and decode batch), thread CPU time minus an idle paced run")
+        self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", result.cpu_share_pct, "%",
+                 "thread_time_ns", how, step_rate=rate, steps=result.steps, driver="python")
+        self.row(driver.impl, "batched", "deadline_misses_whole_step", result.deadline_misses, "steps",
+                 "perf_counter_ns", f"steps whose step() call ended after the next step was due, of {result.steps}",
+                 steps=result.steps, driver="python")
+
+
+def _by_rep(replays: Replays, failed: dict[Cell, str]) -> dict[Key, list[tuple[int, StepTimes]]]:
+    """Each key's samples with their repetition index, without the failed cells' (and their A/A copies)."""
+    return {key: list(zip(replays.reps[key], samples, strict=True)) for key, samples in replays.samples.items()
+            if key[:2] not in failed}
