@@ -142,7 +142,8 @@ def check_output_file(path: Path) -> None:
 # -- runs and reports ------------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.measure.runner import RunConfig, run
-    from harness.output.report import console_summary, write_reports
+    from harness.output.console import console_summary
+    from harness.output.report import write_reports
 
     if args.trace and args.scenario:
         raise UsageError("give --scenario or --trace, not both")
@@ -174,7 +175,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.output.report import console_summary, write_reports
+    from harness.output.console import console_summary
+    from harness.output.report import write_reports
     from harness.output.results import resolve_run
 
     run_dir = write_reports(resolve_run(args.run, Path(args.results)))

@@ -37,10 +37,10 @@ from harness.measure.interleave import (
 )
 from harness.measure.matrix import REGIMES, ScenarioPlan, plan_scenario
 from harness.measure.metrics import Work, cell_blocks, timing_rows
-from harness.measure.paced import paced_run, paced_whole_step_run
+from harness.measure.paced_study import PACED_REPS, paced_study_rows
 from harness.measure.stats import paired_ratio
 from harness.measure.threads import one_intra_op_thread
-from harness.output import metadata
+from harness.output import metadata, progress
 from harness.output.results import RESULTS_DIR, Row, new_run_dir, point_latest, ratio_metric, write_json, write_rows
 from impls import REGISTRY, UNAVAILABLE
 from scenarios import SCENARIOS, Trace, generate, load, save
@@ -126,6 +126,8 @@ class ScenarioBench:
         """First calls (Numba cache load or compile, C++ library load) outside every timed region; the native
         driver's slot mapping is checked here, from Python, once."""
         driver = self.drivers[key]
+        progress.status(self.tick, f"{self.name}: warming up {key[0]} {key[1]} ({driver.kind} driver; compiled code: "
+                                   "compile or cache load)")
         t0 = time.perf_counter()
         driver.advance(driver.new())(0, min(WARM_STEPS, self.prep.num_steps))
         if driver.kind == "native":
@@ -300,40 +302,16 @@ class ScenarioBench:
                  f"steps {lo}-{hi}: operator new calls of the C++ containers, counted in the library", steps=hi - lo)
 
     def measure_paced(self, cells: list[tuple[str, str]] | None = None) -> None:
-        rate = self.trace.header["params"].get("step_rate", 2000)
-        for impl, regime in self.cells if cells is None else cells:
-            driver = self.drivers[(impl, regime, "")]
-            result = paced_run(self.prep, driver.new, regime, rate)
-            how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), thread CPU time "
-                   f"minus an idle paced run; compiled designs pay one dispatch per call")
-            self.row(impl, regime, "cpu_share_observed_pct", result.cpu_share_pct, "%", "thread_time_ns", how,
-                     step_rate=rate, steps=result.steps, driver="python")
-            self.row(impl, regime, "deadline_misses", result.deadline_misses, "steps", "perf_counter_ns",
-                     f"steps whose work ended after the next step was due, of {result.steps}", steps=result.steps,
-                     driver="python")
-            if regime == "batched" and callable(getattr(driver.cls, "step", None)):
-                self._paced_whole_step(driver, rate)
+        """The paced study (:mod:`harness.measure.paced_study`): every cell's paced loops and the floor, repeated
+        and interleaved."""
+        cells = [c for c in (self.cells if cells is None else cells) if (*c, "") in self.drivers]
+        progress.status(self.tick, f"{self.name}: paced runs at the step rate, {PACED_REPS} interleaved repetitions")
+        self.rows += paced_study_rows(
+            self.name, self.prep, {c: self.drivers[(*c, "")].new for c in cells},
+            {c: self.drivers[(*c, "")].cls for c in cells}, self.trace.header["params"].get("step_rate", 2000),
+            trace_uses_caching(self.trace), CELL_ERRORS)
+        for impl, regime in cells:
             self.tick(f"{self.name} {impl} {regime} paced")
-
-    def _paced_whole_step(self, driver: Driver, rate: float) -> None:
-        """The whole-step entry point paced as an engine would call it: one Python call per step."""
-        if trace_uses_caching(self.trace):
-            self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", float("nan"), "%",
-                     "thread_time_ns", "step() does not take the prefix-caching ops yet", status="unsupported")
-            return
-        try:
-            result = paced_whole_step_run(self.prep, driver.new, rate)
-        except CELL_ERRORS as exc:
-            self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", float("nan"), "%",
-                     "thread_time_ns", f"{type(exc).__name__}: {exc}", status="failed")
-            return
-        how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), one step() call per step "
-               "(pool operations and decode batch), thread CPU time minus an idle paced run")
-        self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", result.cpu_share_pct, "%",
-                 "thread_time_ns", how, step_rate=rate, steps=result.steps, driver="python")
-        self.row(driver.impl, "batched", "deadline_misses_whole_step", result.deadline_misses, "steps",
-                 "perf_counter_ns", f"steps whose step() call ended after the next step was due, of {result.steps}",
-                 steps=result.steps, driver="python")
 
 
 def _finite(x: float) -> float | None:
@@ -500,27 +478,22 @@ def _calibrate() -> dict:
 
 def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
     """Run the matrix; returns the run directory (also pointed to by ``results/latest``), None if nothing ran."""
-    from tqdm import tqdm
-
     check_config(cfg)
+    bar = progress.Progress(cfg.progress)
+    bar.status("loading the implementations (the C++ designs build on first use)")
     classes, skipped = resolve_impls(cfg)
     plan = build_plan(cfg, list(classes))
+    bar.status("calibrating the timers (the compiled timing loop compiles on first use)")
     shared = {"calib": _calibrate(), "drivers": {}, "classes": classes}
     meta = {**metadata.collect(argv, classes), "config": {k: str(v) for k, v in vars(cfg).items()},
             "calibration": shared["calib"], "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "complete": False,
             "skipped_impls": skipped, "plan": [vars(p) for p, _ in plan]}
     writer = RunWriter(cfg, meta)
-    total = sum(p.units(cfg.reps) for p, _ in plan)
-    bar = tqdm(total=total, desc="kvblock-bench", unit="cell", disable=not cfg.progress, file=sys.stderr)
-
-    def tick(what: str) -> None:
-        bar.set_postfix_str(what[:60])
-        bar.update(1)
-
+    bar.start(sum(p.units(cfg.reps) for p, _ in plan))
     try:
         with one_intra_op_thread() as threads:
             meta["torch_intra_op_threads"] = threads
-            _run_plan(plan, cfg, shared, writer, tick)
+            _run_plan(plan, cfg, shared, writer, bar)
         writer.finish(complete=True)
     except KeyboardInterrupt:
         writer.finish(interrupted=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
@@ -556,6 +529,7 @@ def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, sha
         name, started = scenario_plan.scenario, time.perf_counter()
         trace, trace_rows = given, []
         if trace is None:
+            progress.status(tick, f"{name}: the trace (generated, or read from the trace cache)")
             trace, gen_s = cached_trace(name, scenario_plan.overrides, cache_dir)
             trace_rows = [Row(name, "-", "-", "trace_s", gen_s, "s", "wall clock",
                               how="generate (or load from the trace cache) the scenario's trace")]
