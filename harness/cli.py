@@ -265,10 +265,13 @@ def _add_trace(sub) -> None:
 
 def _add_run(sub, results: argparse.ArgumentParser) -> None:
     from harness.measure.matrix import describe
+    from harness.output import times
 
+    took = times.quoted_times()
     p = sub.add_parser("run", parents=[results],
                        help="replay scenarios on implementations and measure (writes results/<run-id>/)",
-                       description="Without --scenario/--impl/--trace: the default matrix.\n\n" + describe(),
+                       description="Without --scenario/--impl/--trace: the default matrix; "
+                                   f"{times.phrase('bench', took)}.\n\n" + describe(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenario", type=csv_list, metavar="S,...", help="scenarios to run (default: all)")
     p.add_argument("--trace", metavar="FILE", help="replay a trace file instead of named scenarios")
@@ -276,7 +279,8 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
                    help="implementations: registered names, package.module:Class, or entry-point names "
                         "(default: all registered)")
     p.add_argument("--regime", type=csv_list, metavar="R,...", help="per-call, batched (default: both)")
-    p.add_argument("--quick", action="store_true", help="short traces, one repetition: about a minute")
+    p.add_argument("--quick", action="store_true",
+                   help=f"short traces, one repetition; {times.phrase('bench-quick', took)}")
     p.add_argument("--reps", type=positive_int, help="repetitions per cell (default 3, --quick 1)")
     p.add_argument("--label", help="appended to the run id")
     p.add_argument("--no-paced", action="store_true", help="skip the paced open-loop CPU-share runs")
@@ -289,9 +293,10 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
 
 def build_parser() -> Parser:
     from harness.ci import baseline, gate
+    from harness.output import times
     from harness.studies.table_copy import measurement as table_copy
 
-    parser = Parser(prog=PROG, description=__doc__.split("\n")[0])
+    parser = Parser(prog=PROG, description=__doc__.split("\n")[0], epilog=times.help_epilog(times.quoted_times()))
     results = Parser(add_help=False)
     results.add_argument("--results", default="results", help="results folder (default: results)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)

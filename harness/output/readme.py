@@ -11,6 +11,7 @@ import json
 import math
 from pathlib import Path
 
+from harness.output import times
 from harness.output.cache_report import caching_scenarios, hit_sentence
 from harness.output.coverage import left_out_note
 from harness.output.formatting import (
@@ -209,21 +210,26 @@ def _caching_lines(run: RunData) -> list[str]:
     return [*out, ""]
 
 
-def replace_section(text: str, body: str) -> str:
-    """``text`` with what lies between the markers replaced by ``body``."""
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise ReadmeError(f"the README needs exactly one {BEGIN} ... {END} pair, in that order")
-    head, rest = text.split(BEGIN)
-    _, tail = rest.split(END)
-    return f"{head}{BEGIN}\n{body}\n{END}{tail}"
+def replace_section(text: str, body: str, begin: str = BEGIN, end: str = END) -> str:
+    """``text`` with what lies between the markers (the results section's, or ``begin`` and ``end``) replaced
+    by ``body``."""
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ReadmeError(f"the README needs exactly one {begin} ... {end} pair, in that order")
+    head, rest = text.split(begin)
+    _, tail = rest.split(end)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
 
 
-def current_section(text: str) -> str:
+def current_section(text: str, begin: str = BEGIN, end: str = END) -> str:
     """What the README holds between the markers."""
-    replace_section(text, "")  # validates the markers
-    return text.split(BEGIN)[1].split(END)[0].strip("\n")
+    replace_section(text, "", begin, end)  # validates the markers
+    return text.split(begin)[1].split(end)[0].strip("\n")
 
 
 def write_readme(readme: Path, run: RunData) -> None:
-    """Rewrite the README's results section from ``run``, atomically."""
-    atomic_write_text(readme, replace_section(readme.read_text(encoding="utf-8"), section(run)))
+    """Rewrite the README's results section from ``run`` and, where it has one, its time table from the times
+    file (:mod:`harness.output.times`), atomically."""
+    text = replace_section(readme.read_text(encoding="utf-8"), section(run))
+    if times.BEGIN in text or times.END in text:
+        text = replace_section(text, times.section(times.read_times()), times.BEGIN, times.END)
+    atomic_write_text(readme, text)
