@@ -133,7 +133,11 @@ def test_the_summary_has_the_driver_and_a_ratio_to_the_scenario_base(tmp_path: P
     caching = text.split("## chat-multiturn")[1]
     assert "× flat-pc |" in caching and "| `dict-pc` | batched | python |" in caching
     assert "50× [40–60]" in caching  # read from the run's paired row, not recomputed
-    assert "| `flat` | batched | compiled |" in text.split("## paper")[1]
+    paper = text.split("## paper")[1].split("## chat-multiturn")[0]
+    assert "| `flat` | batched | compiled |" in paper
+    assert "Not in this run: per-call regime of `dict`" in paper  # each scenario names what it left out
+    assert ("Not in this run: per-call regime of `flat-pc`, `dict-pc` (`kvblock-bench run --scenario "
+            "chat-multiturn --impl flat-pc,dict-pc --regime per-call`); `radix-pc` (") in caching
 
 
 @pytest.mark.parametrize(("above", "verdict"), [((0.6, 0.2, 1.1), "met"), ((2.1, 1.7, 2.6), "missed"),

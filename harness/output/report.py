@@ -194,6 +194,8 @@ def scenario_summary(run: RunData) -> str:
             out.append(f"| `{impl}` | {regime} | {driver_of(run, scenario, impl, regime)} | " + " | ".join(vals)
                        + f" | {ratio_text(run, scenario, impl, regime, 'seq_step_ns', 'batched', base)} |")
         out.append("")
+        if note := left_out_note(run, scenario, ("caching",) if base == CACHE_BASE else DESIGN_ROLES):
+            out += [note, ""]
     return "\n".join(out) + "\n"
 
 
