@@ -15,11 +15,16 @@ STAMP   := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 setup: $(STAMP)
 
+# Each step says what it does before it starts: a fresh install is minutes of downloads.
 $(STAMP): pyproject.toml
+	@echo "setup: creating the virtual environment $(VENV)"
 	$(PYTHON) -m venv $(VENV)
+	$(if $(findstring torch,$(EXTRAS)),@echo "setup: installing $(TORCH_PIN)$(comma) a CPU build (the largest download)")
 	$(if $(findstring torch,$(EXTRAS)),$(PY) -m pip install --quiet --disable-pip-version-check '$(TORCH_PIN)')
+	@echo "setup: installing kvblock-bench with [$(EXTRAS)] (numpy, numba, pandas, matplotlib, pytest, ...)"
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[$(EXTRAS)]'
 	touch $(STAMP)
+	@echo "setup: done ($(VENV))"
 
 test: setup
 	$(PY) -m pytest -q
@@ -29,11 +34,11 @@ test: setup
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
-# The default matrix (harness/measure/matrix.py): about ten minutes on two cores (README, "Time budget").
+# The default matrix (harness/measure/matrix.py); each target's time: results/times/times.json (README, "Time budget").
 bench: setup
 	$(CLI) run --figures
 
-# A reduced matrix (short traces, one repetition): about a minute.
+# A reduced matrix (short traces, one repetition).
 bench-quick: setup
 	$(CLI) run --quick --figures
 

@@ -18,6 +18,7 @@ from impls.registry import PluginError
 from scenarios import SCENARIOS, ScenarioError, TraceError
 
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE = 2, 130, 141
+EXIT_FAILED_CELLS = 3  # a run measured and saved everything else, but a design failed one of its cells
 PROG = "kvblock-bench"
 
 
@@ -143,15 +144,17 @@ def check_output_file(path: Path) -> None:
 
 # -- runs and reports ------------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
+    from harness.measure.replay import REGIMES
     from harness.measure.runner import RunConfig, run
-    from harness.output.report import console_summary, write_reports
+    from harness.output.console import console_summary
+    from harness.output.report import write_reports
 
     if args.trace and args.scenario:
         raise UsageError("give --scenario or --trace, not both")
     cfg = RunConfig(
         scenarios=args.scenario or [],
         impls=args.impl or [],
-        regimes=args.regime or ["per-call", "batched"],
+        regimes=args.regime or list(REGIMES),
         trace_file=Path(args.trace) if args.trace else None,
         quick=args.quick,
         reps=args.reps if args.reps is not None else (1 if args.quick else 3),
@@ -162,6 +165,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         root=writable_dir(Path(args.results), "--results"),
         label=args.label or "",
         progress=not args.no_progress,
+        processes=args.processes or 0,
+        deadline_s=args.deadline,
     )
     run_dir = run(cfg, argv=[PROG, *sys.argv[1:]])
     if run_dir is None:
@@ -172,11 +177,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         render_figures(run_dir)
     print(console_summary(run_dir))
-    return 0
+    return _failed_cells_status(run_dir)
+
+
+def _failed_cells_status(run_dir: Path) -> int:
+    """EXIT_FAILED_CELLS, with one line per failed cell on stderr, when a design failed a cell; else 0."""
+    from harness.output.results import read_rows
+
+    failed = [r for r in read_rows(run_dir / "results.csv") if r.status == "failed" and r.metric == "correctness"]
+    for row in failed:
+        print(f"{PROG}: {row.scenario} {row.impl} {row.regime} failed: {row.how}", file=sys.stderr)
+    return EXIT_FAILED_CELLS if failed else 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.output.report import console_summary, write_reports
+    from harness.output.console import console_summary
+    from harness.output.report import write_reports
     from harness.output.results import resolve_run
 
     run_dir = write_reports(resolve_run(args.run, Path(args.results)))
@@ -253,35 +269,31 @@ def cmd_table_copy(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Contract conformance of one implementation; exit 0 only when it conforms."""
-    from harness.conformance import check
-    from harness.conformance.pool import full_pool_problems
-    from impls import REGISTRY, UNAVAILABLE
-    from impls.contract import supports_prefix_caching
-    from impls.registry import load_plugin
+    """Contract conformance of one implementation, run in a worker process (a plug-in that exits, hangs or
+    crashes there gets a verdict too); exit 0 only when it conforms."""
+    from harness.measure.jobs import CheckJob, ProbeJob, execute
+    from harness.measure.workers import CellDied, Worker
+    from impls import UNAVAILABLE
 
     if args.impl in UNAVAILABLE:
         raise UsageError(f"{args.impl} cannot run here: {UNAVAILABLE[args.impl]}")
-    cls = REGISTRY[args.impl] if args.impl in REGISTRY else load_plugin(args.impl)
-    print(f"checking {cls.__module__}.{cls.__qualname__}: {args.seeds} seed(s) x {args.examples} random call "
-          f"sequences of up to {args.ops} calls against the reference model"
-          f"{' (prefix caching included)' if supports_prefix_caching(cls) else ''}, then the 65,536-block pool",
-          flush=True)
-    verdict = check(cls, seeds=range(args.seeds), max_examples=args.examples, step_count=args.ops)
-    problems = [] if not verdict.ok else _pool_problems(cls, full_pool_problems)
-    print(verdict)
-    for problem in problems:
-        print(f"full pool: {problem}")
-    ok = verdict.ok and not problems
+    worker = Worker(execute, args.deadline)
+    try:
+        info = worker.run(ProbeJob(args.impl))
+        if not info.ok:
+            raise UsageError(info.reason)
+        print(f"checking {info.described}: {args.seeds} seed(s) x {args.examples} random call sequences of up to "
+              f"{args.ops} calls against the reference model{' (prefix caching included)' if info.prefix_caching else ''}"
+              ", then the 65,536-block pool", flush=True)
+        result = worker.run(CheckJob(args.impl, args.seeds, args.examples, args.ops))
+        ok, text = result.ok, result.text
+    except CellDied as died:
+        ok, text = False, f"{args.impl}: FAILS: the checking process {died.reason}"
+    finally:
+        worker.stop()
+    print(text)
     print("verdict: " + ("CONFORMS" if ok else "DOES NOT CONFORM"))
     return 0 if ok else 1
-
-
-def _pool_problems(cls: type, run: Callable[[type], list[str]]) -> list[str]:
-    try:
-        return run(cls)
-    except Exception as exc:  # a plug-in may raise anything; the verdict must say what, not crash
-        return [f"{type(exc).__name__}: {exc}"]
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
@@ -310,10 +322,13 @@ def _add_trace(sub) -> None:
 
 def _add_run(sub, results: argparse.ArgumentParser) -> None:
     from harness.measure.matrix import describe
+    from harness.output import times
 
+    took = times.quoted_times()
     p = sub.add_parser("run", parents=[results],
                        help="replay scenarios on implementations and measure (writes results/<run-id>/)",
-                       description="Without --scenario/--impl/--trace: the default matrix.\n\n" + describe(),
+                       description="Without --scenario/--impl/--trace: the default matrix; "
+                                   f"{times.phrase('bench', took)}.\n\n" + describe(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenario", type=csv_list, metavar="S,...", help="scenarios to run (default: all)")
     p.add_argument("--trace", metavar="FILE", help="replay a trace file instead of named scenarios")
@@ -321,7 +336,8 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
                    help="implementations: registered names, package.module:Class, or entry-point names "
                         "(default: all registered)")
     p.add_argument("--regime", type=csv_list, metavar="R,...", help="per-call, batched (default: both)")
-    p.add_argument("--quick", action="store_true", help="short traces, one repetition: about a minute")
+    p.add_argument("--quick", action="store_true",
+                   help=f"short traces, one repetition; {times.phrase('bench-quick', took)}")
     p.add_argument("--reps", type=positive_int, help="repetitions per cell (default 3, --quick 1)")
     p.add_argument("--label", help="appended to the run id")
     p.add_argument("--no-paced", action="store_true", help="skip the paced open-loop CPU-share runs")
@@ -330,13 +346,36 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
     p.add_argument("--no-table-copy", action="store_true", help="skip the block-table copy study (rule 3)")
     p.add_argument("--figures", action="store_true", help="also render figures (as `kvblock-bench report`)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--processes", type=positive_int,
+                   help="worker processes the repetitions spread over (default: one per repetition)")
+    _add_deadline(p)
+
+
+def positive_seconds(text: str) -> float:
+    """A number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def _add_deadline(p: argparse.ArgumentParser) -> None:
+    from harness.measure.workers import DEFAULT_DEADLINE_S
+
+    p.add_argument("--deadline", type=positive_seconds, default=DEFAULT_DEADLINE_S, metavar="S",
+                   help=f"seconds a worker process may run an implementation without progress before it is killed "
+                        f"and the implementation's cell failed (default {DEFAULT_DEADLINE_S:g})")
 
 
 def build_parser() -> Parser:
     from harness.ci import baseline, gate
+    from harness.output import times
     from harness.studies.table_copy import measurement as table_copy
 
-    parser = Parser(prog=PROG, description=__doc__.split("\n")[0])
+    parser = Parser(prog=PROG, description=__doc__.split("\n")[0], epilog=times.help_epilog(times.quoted_times()))
     results = Parser(add_help=False)
     results.add_argument("--results", default="results", help="results folder (default: results)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -369,6 +408,7 @@ def build_parser() -> Parser:
     p.add_argument("--seeds", type=positive_int, default=2, help="independent random runs (default 2)")
     p.add_argument("--examples", type=positive_int, default=100, help="call sequences per seed (default 100)")
     p.add_argument("--ops", type=positive_int, default=40, help="calls per sequence, at most (default 40)")
+    _add_deadline(p)
     return parser
 
 

@@ -24,3 +24,6 @@ class DesignFailure(Exception):
     def __init__(self, impl: str, reason: str) -> None:
         super().__init__(f"{impl}: {reason}")
         self.impl, self.reason = impl, reason
+
+    def __reduce__(self) -> tuple:  # picklable across processes: the constructor takes two arguments
+        return (DesignFailure, (self.impl, self.reason))

@@ -20,13 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-from numba import njit
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.measure.drivers import Prepared, whole_step_runner
-from harness.measure.paced import _paced_loop
+from harness.measure.paced import _paced_loop, noop_step, step_arguments
 from harness.output.results import atomic_write_text
 from impls import REGISTRY
 from scenarios import generate
@@ -34,30 +31,19 @@ from scenarios import generate
 KINDS = ("step", "kernel", "noop")
 
 
-@njit  # not cached: a script run as __main__ and imported by the tests would share a stale cache
-def _noop(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows, max_tokens, num_blocks):
-    """Takes what the step kernel takes and does nothing: one crossing, its arguments unboxed."""
-    return 0, -1
-
-
 def runner(prep: Prepared, kind: str):
     """``(manager, run(lo, hi))`` over a fresh ``flat``: through ``step()``, straight to its kernel's exact
-    dispatcher (what ``step()`` calls for these buffers, without the Python around it), or to :func:`_noop`."""
+    dispatcher (what ``step()`` calls for these buffers, without the Python around it), or to the do-nothing
+    :func:`harness.measure.paced.noop_step` (the paced study's floor row)."""
     mgr = REGISTRY["flat"](**prep.trace.config)
     if kind == "step":  # as the bench's paced whole-step run calls it
         return mgr, whole_step_runner(prep, mgr, check=False)
-    op, a0, a1 = prep.arrays64
-    args = [(op[f:m], a0[f:m], a1[f:m], prep.decode_ids[s]) for s, (f, m, _) in enumerate(prep.bounds)]
-    status = np.zeros(max(m - f for f, m, _ in prep.bounds) + 2, dtype=np.int64)
-    cow = np.zeros((prep.max_batch, 2), dtype=np.int64)
-    slot = np.zeros(prep.max_batch, dtype=np.int64)
-    # The trace's own arrays, plain int64: exactly the kernel's types.
-    call = mgr._ep_step_exact if kind == "kernel" else _noop
-    limits = (mgr.max_seqs, mgr.max_tokens, mgr.num_blocks)
+    args, buffers, limits = step_arguments(prep)  # the trace's own arrays, plain int64: the kernel's types
+    call = mgr._ep_step_exact if kind == "kernel" else noop_step
 
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
-            call(*args[s], status, cow, slot, *limits)
+            call(*args[s], *buffers, *limits)
     return mgr, run
 
 

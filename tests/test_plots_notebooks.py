@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from harness.output import plots
+from harness.output.drawing import MAX_SERIES, label
 from harness.output.results import Row, read_rows, write_rows
 from harness.studies import idwidth
+from impls import registry
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "results" / "sample"
@@ -154,3 +156,103 @@ def test_notebook_executes_against_the_sample(path: Path, sample_run: Path, this
     assert str(sample_run) in text  # it read the run it was pointed at, not results/latest
     # the notebooks only read: executing them wrote nothing into the run
     assert not (sample_run / "figures").exists()
+
+
+# -- how the figures read (structure, not pixels) -----------------------------------------------------------
+REFERENCE = REPO / "results" / "reference"
+
+
+@pytest.fixture(scope="module")
+def reference() -> plots.RunData:
+    return plots.RunData.load(REFERENCE)
+
+
+def _texts(ax) -> list:
+    return [t for t in ax.texts if t.get_visible() and t.get_text().strip()]
+
+
+def test_the_headline_figure_has_one_row_per_regime_and_every_bar_its_ratio(reference) -> None:
+    fig = plots.fig_paper_vs_article(reference)
+    rows = fig.subfigs
+    assert [sub._suptitle.get_text().split(":")[0] for sub in rows] == ["Batched regime", "Per-call regime"]
+    for sub in rows:
+        titles = [ax.get_title() for ax in sub.axes]
+        assert titles == ["lookup", "alloc/free", "CPU share at 2,000 steps/s (computed)",
+                          "L1D misses per sequence-step"]  # no PMU here: no rate panel
+    batched_lookup = rows[0].axes[0]
+    labels = [t.get_text() for t in _texts(batched_lookup)]
+    assert any(t.startswith("598  270× [194–299]") for t in labels)  # dict: value, paired ratio, interval
+    assert any(t.endswith("1× (base)") for t in labels) and any(t.startswith("~134") for t in labels)
+    assert any("1.24× [1.16–1.4]" in t for t in labels)  # cpp-flat beside, batched row only
+    assert not any("cpp" in t.get_text() for t in rows[1].axes[0].get_xticklabels())
+    l1d = [t.get_text() for t in _texts(rows[0].axes[3])]
+    assert any(t.startswith("1.2  callgrind-sim") for t in l1d)  # misses per sequence-step with their source
+    assert "drawn only where a PMU measures it" in " ".join(t.get_text() for t in fig.texts)
+
+
+def test_no_label_overlaps_another_in_the_headline_figure(reference) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = plots.fig_paper_vs_article(reference)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    for ax in fig.axes:
+        boxes = [t.get_window_extent(renderer) for t in _texts(ax)]
+        clashes = [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if a.overlaps(b)]
+        assert not clashes, f"{ax.get_title()}: {len(clashes)} overlapping labels"
+
+
+def test_a_pmu_rate_is_drawn_beside_the_article_only_where_perf_measured_it(sample_run: Path) -> None:
+    rows = [r for r in read_rows(sample_run / "results.csv") if r.metric != "l1d_miss_pct"]
+    rows += [Row("paper", impl, "batched", "l1d_miss_pct", rate, "%", "perf") for impl, rate in
+             (("dict", 0.5), ("list", 0.4), ("flat", 6.0))]
+    write_rows(sample_run / "results.csv", rows)
+    fig = plots.fig_paper_vs_article(plots.RunData.load(sample_run))
+    batched = fig.subfigs[0].axes
+    assert batched[-1].get_title() == "L1D miss rate (perf, hardware counters)"
+    assert {t.get_text() for t in _texts(batched[-1])} >= {"0.5 %", "6 %", "~14.8", "~3.9", "~0.4"}
+
+
+def _series_labels(ax) -> list[str]:
+    known = {label(name) for name in registry.names()}
+    legend = ax.get_legend()
+    texts = [t.get_text().split(",")[0] for t in legend.get_texts()] if legend else []  # "A dict, batched"
+    return [t for t in texts if t in known]
+
+
+@pytest.mark.parametrize("stem", ["op_latency", "step_cdf", "cpu_share_rate", "cpu_share_concurrency", "prefix_cache"])
+def test_at_most_eight_series_per_axes(reference, stem: str) -> None:
+    fig = plots.FIGURES[stem](reference)
+    counts = [len(_series_labels(ax)) for ax in fig.axes]
+    assert max(counts) <= MAX_SERIES and sum(counts) >= 4, counts
+
+
+def test_prefix_caching_is_one_shared_axis_of_ratios_to_flat_pc(reference) -> None:
+    fig = plots.fig_prefix_cache(reference)
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert "flat-pc" in ax.get_ylabel() and ax.get_yscale() == "log"
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert [t.split("\n")[0] for t in ticks] == ["mooncake-cached", "chat-multiturn", "tight-pool-cached",
+                                                 "system-prompt-256", "system-prompt-1024"]
+    assert all("hit " in t and "flat-pc:" in t for t in ticks)
+    labels = {t.get_text() for t in _texts(ax)}
+    assert {"13.4×", "383×", "1× (base)"} <= labels  # the run's paired ratios, read from its rows
+
+
+def _lab(hex_colour: str) -> np.ndarray:
+    """CIELAB of an sRGB colour (D65), lightness halved: distinct hues matter more than light and dark."""
+    rgb = np.array([int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ lin
+    t = xyz / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(t > (6 / 29) ** 3, np.cbrt(t), t / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.array([(116 * f[1] - 16) / 2, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def test_every_implementation_has_a_colour_of_its_own() -> None:
+    colours = {rec.name: rec.color for rec in registry.RECORDS}
+    names = list(colours)
+    close = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
+             if np.linalg.norm(_lab(colours[a]) - _lab(colours[b])) < 20]
+    assert not close, f"colours too alike: {close}"

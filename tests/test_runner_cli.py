@@ -45,7 +45,7 @@ def test_run_writes_a_complete_run_directory(tmp_path, capsys) -> None:
     assert (run_dir / "paper_table.md").exists() and (run_dir / "summary.md").exists()
     assert (run_dir / "raw" / "paper" / "flat__batched.json.gz").exists()
     out = capsys.readouterr().out
-    assert "paper scenario" in out and "flat" in out
+    assert "paper: ns per sequence-step" in out and " flat " in out and "reports: " in out
 
 
 def test_unknown_names_are_refused(tmp_path, capsys) -> None:

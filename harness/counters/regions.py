@@ -42,6 +42,7 @@ from harness.measure.drivers import (
     is_native,
     native_step_runner,
     step_runner,
+    whole_step_runner,
 )
 from harness.measure.replay import REGIMES, ReplayError
 from impls import REGISTRY
@@ -61,6 +62,8 @@ def prepare_cell(prep: Prepared, impl: str, regime: str, cls: type | None = None
     cows = np.full(prep.num_steps, -1, dtype=np.int64)
     if regime == "batched" and is_native(cls):
         return mgr, native_step_runner(prep, mgr, cows), cows
+    if regime == "step":
+        return mgr, whole_step_runner(prep, mgr, cows), cows
     if regime == "batched" and getattr(cls, "kernels", None) is not None:
         return mgr, compiled_step_runner(prep, mgr, driver_for(cls.kernels, prep.trace), cows), cows
     return mgr, step_runner(prep, mgr, regime, cows), cows

@@ -23,7 +23,7 @@ from harness.measure.dispatch import calls_per_trace, dispatch_rows, empty_call_
 from harness.measure.drivers import Prepared, native_arrays
 from harness.measure.failures import blamed_on
 from harness.measure.interleave import FAST_REPS, Driver, Key, Replays, interleaved, slice_bounds, verify_slots
-from harness.measure.paced import paced_run, paced_whole_step_run
+from harness.measure.paced_study import paced_study_rows
 from harness.measure.steptimes import StepTimes
 from harness.output.results import Row
 from scenarios import Trace
@@ -123,9 +123,10 @@ class CellBench:
         key = (base, "batched", "") if (base, "batched", "") in self.drivers else next(iter(self.drivers))
         return (*key[:2], "aa")
 
-    def time(self, reps: int, caps: dict[Cell, int], only: list[int], base: str) -> TimingResult:
+    def time(self, reps: int, caps: dict[Cell, int], only: list[int], base: str,
+             read_off: bool = False) -> TimingResult:
         """The repetitions ``only`` of every cell (and the A/A control), whole steps then, for the compiled and
-        C++ drivers, per operation."""
+        C++ drivers, per operation; with ``read_off``, the figures read off each cell's last manager too."""
         aa = self.aa_key(base)
         timed = {**self.drivers, **({aa: self.drivers[(*aa[:2], "")]} if aa else {})}
         rep_caps = {k: reps_of(self.drivers[(*k[:2], "")], reps, caps.get(k[:2])) for k in timed}
@@ -144,6 +145,8 @@ class CellBench:
         for key, exc in {**steps.failed, **details.failed}.items():
             if not key[2]:
                 self._fail(key[:2], exc)
+        if read_off:
+            self.read_off(steps)
         return TimingResult(_by_rep(steps, self.failed), _by_rep(details, self.failed), dict(self.failed),
                             list(self.rows), self.info())
 
@@ -214,46 +217,16 @@ class CellBench:
                  driver="native")
 
     def measure_paced(self, cells: list[Cell]) -> None:
-        rate = self.trace.header["params"].get("step_rate", 2000)
-        for cell in cells:
-            if (*cell, "") in self.drivers:
-                self._guarded(cell, lambda c=cell: self._paced(c, rate))
-            self.tick(f"{self.scenario} {cell[0]} {cell[1]} paced")
-
-    def _paced(self, cell: Cell, rate: float) -> None:
-        impl, regime = cell
-        driver = self.drivers[(*cell, "")]
-        result = paced_run(self.prep, driver.new, regime, rate)
-        how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), thread CPU time "
-               f"minus an idle paced run; compiled designs pay one dispatch per call")
-        self.row(impl, regime, "cpu_share_observed_pct", result.cpu_share_pct, "%", "thread_time_ns", how,
-                 step_rate=rate, steps=result.steps, driver="python")
-        self.row(impl, regime, "deadline_misses", result.deadline_misses, "steps", "perf_counter_ns",
-                 f"steps whose work ended after the next step was due, of {result.steps}", steps=result.steps,
-                 driver="python")
-        if regime == "batched" and callable(getattr(driver.cls, "step", None)):
-            self._paced_whole_step(driver, rate)
-
-    def _paced_whole_step(self, driver: Driver, rate: float) -> None:
-        """The whole-step entry point paced as an engine would call it: one Python call per step."""
-        if trace_uses_caching(self.trace):
-            self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", float("nan"), "%",
-                     "thread_time_ns", "step() does not take the prefix-caching ops yet", status="unsupported")
-            return
-        try:
-            with blamed_on(driver.impl, driver.cls):
-                result = paced_whole_step_run(self.prep, driver.new, rate)
-        except DesignFailure as exc:
-            self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", float("nan"), "%",
-                     "thread_time_ns", exc.reason, status="failed")
-            return
-        how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), one step() call per step "
-               "(pool operations and decode batch), thread CPU time minus an idle paced run")
-        self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", result.cpu_share_pct, "%",
-                 "thread_time_ns", how, step_rate=rate, steps=result.steps, driver="python")
-        self.row(driver.impl, "batched", "deadline_misses_whole_step", result.deadline_misses, "steps",
-                 "perf_counter_ns", f"steps whose step() call ended after the next step was due, of {result.steps}",
-                 steps=result.steps, driver="python")
+        """The paced study (:mod:`harness.measure.paced_study`): every cell's paced loops and the floor, repeated
+        and interleaved; a cell whose implementation fails gets a failed row."""
+        cells = [c for c in cells if (*c, "") in self.drivers]
+        self.rows += paced_study_rows(
+            self.scenario, self.prep, {c: self.drivers[(*c, "")].new for c in cells},
+            {c: self.drivers[(*c, "")].cls for c in cells}, self.trace.header["params"].get("step_rate", 2000),
+            trace_uses_caching(self.trace), enter=self.enter)
+        self.enter(None)
+        for impl, regime in cells:
+            self.tick(f"{self.scenario} {impl} {regime} paced")
 
 
 def _by_rep(replays: Replays, failed: dict[Cell, str]) -> dict[Key, list[tuple[int, StepTimes]]]:

@@ -18,7 +18,7 @@ and keeps the studies to ``paper``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from harness.measure.replay import REGIMES
@@ -59,17 +59,22 @@ CELL_RULES: tuple[CellRule, ...] = (
     CellRule(("design",), ("per-call",), (PAPER,)),
     CellRule(("contender",), ("batched",), (PAPER,)),
     CellRule(("contender",), ("per-call",), (PAPER,), skip=("sglang",)),
-    CellRule(("plugin",), REGIMES, (PAPER,)),
+    CellRule(("plugin",), ("batched", "per-call"), (PAPER,)),
     CellRule(("caching", "plugin"), ("batched",), (CACHING,)),
-    CellRule(("caching", "contender", "plugin"), REGIMES, (CACHE_OPS_SCENARIO,)),
+    CellRule(("caching", "contender", "plugin"), ("batched", "per-call"), (CACHE_OPS_SCENARIO,)),
+    # Like against like: every implementation driven the same way, one Python call of step() per decode step,
+    # the cost an engine written in Python pays (a plug-in's headline compares with our designs here).
+    CellRule(("design", "twin", "contender", "caching", "plugin"), ("step",), (PAPER,)),
 )
 # On a caching scenario only implementations with prefix caching run (``prefix_caching = True``, see
 # impls.contract.CachingBlockManager): the others cannot replay its admissions.
 
 
-# Regimes a role can run in at all, named or not: the C++ designs replay inside C++ only (a per-call regime
-# would time ctypes, not the design).
+# Regimes a role can run in at all, named or not: the C++ designs replay inside C++ only (a per-call or step
+# regime would time ctypes, one foreign call per operation, not the design).
 ROLE_REGIMES = {"native": ("batched",)}
+# Regimes that cannot replay a prefix-caching trace: step() does not take the caching ops yet.
+PLAIN_ONLY_REGIMES = ("step",)
 
 
 @dataclass(frozen=True)
@@ -156,11 +161,13 @@ def _rules(scenario: str, impl: str, regime: str) -> list[CellRule]:
             and impl not in rule.skip and matches(scenario, rule.scenarios)]
 
 
-def default_cells(scenario: str, impls: Sequence[str], regimes: Sequence[str]) -> list[tuple[str, str]]:
-    """The (impl, regime) cells the default matrix measures on ``scenario``, in registry-then-regime order."""
-    caching = is_caching(scenario)
+def default_cells(scenario: str, impls: Sequence[str], regimes: Sequence[str],
+                  caching: Callable[[str], bool] = supports_caching) -> list[tuple[str, str]]:
+    """The (impl, regime) cells the default matrix measures on ``scenario``, in registry-then-regime order
+    (``caching(impl)``: whether it has prefix caching)."""
+    cached = is_caching(scenario)
     return [(impl, regime) for impl in impls for regime in regimes
-            if _rules(scenario, impl, regime) and (not caching or supports_caching(impl))]
+            if _rules(scenario, impl, regime) and (not cached or caching(impl))]
 
 
 def rep_caps(scenario: str, cells: Sequence[tuple[str, str]]) -> list[list]:
@@ -200,12 +207,13 @@ class ScenarioPlan:
 
 
 def plan_scenario(scenario: str, impls: Sequence[str], regimes: Sequence[str], *, explicit: bool, quick: bool,
-                  enabled: Iterable[str]) -> ScenarioPlan:
+                  enabled: Iterable[str], caching: Callable[[str], bool] = supports_caching) -> ScenarioPlan:
     """The plan of one scenario: its cells (all named ones when ``explicit``, for ``--reps`` repetitions each)
-    and its enabled studies."""
-    cells = [(i, r) for i in impls for r in regimes] if explicit else default_cells(scenario, impls, regimes)
-    if explicit and is_caching(scenario):  # named or not, a design without prefix caching cannot replay it
-        cells = [(i, r) for i, r in cells if supports_caching(i)]
+    and its enabled studies (``caching(impl)``: whether it has prefix caching)."""
+    cells = ([(i, r) for i in impls for r in regimes] if explicit
+             else default_cells(scenario, impls, regimes, caching))
+    if is_caching(scenario):  # named or not, a design without prefix caching cannot replay it, nor can step()
+        cells = [(i, r) for i, r in cells if caching(i) and r not in PLAIN_ONLY_REGIMES]
     cells = [(i, r) for i, r in cells if r in ROLE_REGIMES.get(registry.record(i).role, REGIMES)]
     wanted = set(enabled)
     studies = [s.name for s in STUDIES

@@ -46,10 +46,18 @@ class Work:
 
     @classmethod
     def of(cls, prep) -> Work:
-        trace = prep.trace
+        return cls.of_trace(prep.trace, prep.op_blocks)
+
+    @classmethod
+    def of_trace(cls, trace, op_blocks: np.ndarray | None = None) -> Work:
+        """The work of ``trace`` (``op_blocks``: :func:`harness.measure.drivers.op_block_counts`, made when not
+        given)."""
+        if op_blocks is None:
+            from harness.measure.drivers import op_block_counts
+
+            op_blocks = op_block_counts(trace)[0]
         step_of_op = np.searchsorted(trace.step_offsets, np.arange(len(trace.op)), side="right") - 1
-        per_step = [np.bincount(step_of_op, weights=prep.op_blocks * np.isin(trace.op, codes),
-                                minlength=trace.num_steps)
+        per_step = [np.bincount(step_of_op, weights=op_blocks * np.isin(trace.op, codes), minlength=trace.num_steps)
                     for codes in ((ALLOCATE, ALLOCATE_CACHED), (FREE,))]
         return cls(trace.running_per_step().astype(float), *per_step)
 

@@ -6,7 +6,9 @@ run minus that of an identical paced run that does no block-manager work (the pa
 the wall time. A deadline miss is a step whose work ends after the next step was due. Compiled designs are
 called from Python here (one ``decode_step`` call per step, dispatch included): that is how an engine would
 call them. :func:`paced_whole_step_run` paces the whole-step entry point instead: one ``step`` call per step,
-pool operations included, as an engine using it would call it.
+pool operations included, as an engine using it would call it. :func:`floor_runner` calls a compiled function
+that does nothing with the same arguments once per step: the floor of any block manager entered once per step
+(the interleaved, repeated study of all three is :mod:`harness.measure.paced_study`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from harness.measure.drivers import Prepared, step_runner, whole_step_runner
 from harness.measure.replay import ReplayError, check_end_state
@@ -55,20 +58,61 @@ def paced_run(prep: Prepared, make_mgr, regime: str, rate: float, steps: int | N
     return PacedResult(share, misses, steps, wall / 1e9, idle_cpu)
 
 
+def whole_step_paced(prep: Prepared, make_mgr):
+    """``(run, check)`` over a fresh manager: ``run(lo, hi)`` makes one unchecked ``step`` call per step,
+    ``check(steps)`` compares the copy-on-write counts of the first ``steps`` steps with the trace's (and, over the
+    whole trace, the end state), outside the measured thread time."""
+    mgr = make_mgr()
+    cows = np.zeros(prep.num_steps, dtype=np.int64)
+
+    def check(steps: int) -> None:
+        bad = np.flatnonzero(cows[:steps] != prep.trace.step_cows[:steps])
+        if bad.size:
+            s = int(bad[0])
+            raise ReplayError(f"step {s}: step() returned {cows[s]}, the trace expects {prep.trace.step_cows[s]}")
+        if steps == prep.num_steps:
+            check_end_state(prep.trace, mgr)
+
+    return whole_step_runner(prep, mgr, cows, check=False), check
+
+
 def paced_whole_step_run(prep: Prepared, make_mgr, rate: float, steps: int | None = None) -> PacedResult:
     """Observed CPU share of one implementation's whole-step entry point (one ``step`` call per step) at
     ``rate`` steps/s over the first ``steps`` steps. Copy-on-write counts (and, over the whole trace, the end
     state) are checked after the paced loop, outside the measured thread time."""
     steps = min(steps or prep.num_steps, prep.num_steps)
-    mgr = make_mgr()
-    cows = np.zeros(prep.num_steps, dtype=np.int64)
-    run = whole_step_runner(prep, mgr, cows, check=False)
+    run, check = whole_step_paced(prep, make_mgr)
     idle_cpu, _, _ = _paced_loop(None, rate, steps)
     cpu, wall, misses = _paced_loop(run, rate, steps)
-    bad = np.flatnonzero(cows[:steps] != prep.trace.step_cows[:steps])
-    if bad.size:
-        s = int(bad[0])
-        raise ReplayError(f"step {s}: step() returned {cows[s]}, the trace expects {prep.trace.step_cows[s]}")
-    if steps == prep.num_steps:
-        check_end_state(prep.trace, mgr)
+    check(steps)
     return PacedResult((cpu - idle_cpu) / wall * 100, misses, steps, wall / 1e9, idle_cpu)
+
+
+@njit  # not cached: the scripts that import it run as __main__, and it compiles in a fraction of a second
+def noop_step(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows, max_tokens, num_blocks):
+    """Takes what a compiled design's step kernel takes and does nothing: one crossing, its arguments unboxed."""
+    return 0, -1
+
+
+def step_arguments(prep: Prepared) -> tuple[list[tuple[np.ndarray, ...]], tuple[np.ndarray, ...], tuple[int, ...]]:
+    """What a step kernel is called with, for every step of the trace: (per-step ops, arguments and decode ids as
+    plain int64 views of the trace's arrays; the output buffers; the limits rows, tokens, blocks)."""
+    op, a0, a1 = prep.arrays64
+    args = [(op[f:m], a0[f:m], a1[f:m], prep.decode_ids[s]) for s, (f, m, _) in enumerate(prep.bounds)]
+    status = np.zeros(max((m - f for f, m, _ in prep.bounds), default=0) + 2, dtype=np.int64)
+    buffers = (status, np.zeros((prep.max_batch, 2), dtype=np.int64), np.zeros(prep.max_batch, dtype=np.int64))
+    cfg = prep.trace.config
+    limits = (int(cfg["max_seqs"]), int(cfg["block_size"]) * int(cfg["max_blocks_per_seq"]), int(cfg["num_blocks"]))
+    return args, buffers, limits
+
+
+def floor_runner(prep: Prepared):
+    """``run(lo, hi)``: :func:`noop_step` once per step with the step's own arguments, what no block manager entered
+    once per step can cost less than."""
+    args, buffers, limits = step_arguments(prep)
+
+    def run(lo: int, hi: int) -> None:
+        for s in range(lo, hi):
+            noop_step(*args[s], *buffers, *limits)
+
+    return run

@@ -1,11 +1,15 @@
 """A run: the matrix's scenarios, each measured, checked and written as it goes.
 
 For each scenario (:mod:`harness.measure.matrix` says which cells and studies) the trace is generated (or read
-from the trace cache), every cell is warmed up (Numba compilation or cache loading, timed as ``compile_s``),
-then the cells' repetitions run interleaved in slices of steps (:mod:`harness.measure.interleave`), so that
-machine drift hits all alike; ratios to ``flat`` and an A/A control come with paired bootstrap intervals.
-Every replay is checked against the trace (copy-on-writes and slot digests per step, end state), so a fast
-wrong implementation never reaches a table. After each scenario its rows are written (atomically) with the
+from the trace cache) here; the implementations run only in worker processes (:mod:`harness.measure.workers`,
+:mod:`harness.measure.jobs`), one job at a time. Each worker warms every cell up (Numba compilation or cache
+loading, timed as ``compile_s``) and replays its share of the repetitions, the cells interleaved in slices of
+steps (:mod:`harness.measure.interleave`) so that machine drift hits all alike; the repetitions spread over
+the workers, so the intervals include the variation between processes. The rows come from every worker's
+samples together (:mod:`harness.measure.assemble`): ratios to ``flat`` and an A/A control with paired
+bootstrap intervals. Every replay is checked against the trace (copy-on-writes and slot digests per step, end
+state), so a fast wrong implementation never reaches a table; one that raises, exits, hangs or crashes fails
+its own cells, and the others are measured. After each scenario its rows are written (atomically) with the
 raw samples; an interrupted run keeps what finished. The run folder is created when the first scenario has
 figures, and ``results/latest`` moves to it only then: a run that fails before measuring leaves no trace.
 """
@@ -16,41 +20,26 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
-
-from harness.counters.allocations import allocations_per_step
-from harness.errors import DesignFailure, InputError
+from harness.errors import InputError
 from harness.measure import clock
-from harness.measure.dispatch import calls_per_trace, dispatch_rows, empty_call_ns, has_dispatch
-from harness.measure.drivers import KINDS, Prepared
-from harness.measure.failures import blamed_on, short_reason
-from harness.measure.interleave import (
-    FAST_REPS,
-    Driver,
-    Replays,
-    interleaved,
-    slice_bounds,
-    verify_slots,
-)
+from harness.measure.assemble import ScenarioRows, merge
+from harness.measure.interleave import FAST_REPS, slice_bounds
+from harness.measure.jobs import ImplInfo, ProbeJob, ScenarioJob, describe, execute
 from harness.measure.matrix import ScenarioPlan, plan_scenario
-from harness.measure.metrics import Work, cell_blocks, timing_rows
-from harness.measure.paced import paced_run, paced_whole_step_run
+from harness.measure.metrics import Work
 from harness.measure.replay import REGIMES
-from harness.measure.stats import paired_ratio
-from harness.measure.threads import one_intra_op_thread
-from harness.output import metadata
-from harness.output.results import RESULTS_DIR, Row, new_run_dir, point_latest, ratio_metric, write_json, write_rows
+from harness.measure.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug
+from harness.output import metadata, progress
+from harness.output.results import RESULTS_DIR, Row, new_run_dir, point_latest, write_json, write_rows
 from impls import REGISTRY, UNAVAILABLE, registry
 from scenarios import SCENARIOS, Trace, generate, load, save
 from scenarios.scheduler import GENERATOR_VERSION
 from scenarios.trace import FORMAT_VERSION, content_digest, trace_uses_caching
 
-ALLOC_STEPS = 20  # steps counted for allocations per step (after warm-up)
-WARM_STEPS = 5
+Cell = tuple[str, str]
 
 
 @dataclass
@@ -70,15 +59,21 @@ class RunConfig:
     root: Path = RESULTS_DIR
     label: str = ""
     progress: bool = True
+    processes: int = 0  # worker processes the repetitions spread over (0: one per repetition)
+    deadline_s: float = DEFAULT_DEADLINE_S  # a worker silent this long is killed, and its cell failed
 
 
 # -- traces ---------------------------------------------------------------------------------------------
-def cached_trace(name: str, overrides: dict, cache_dir: Path) -> tuple[Trace, float]:
-    """Generate a scenario's trace, or read it from the cache (keyed by scenario, parameters and format)."""
+def trace_cache_path(name: str, overrides: dict, cache_dir: Path) -> Path:
+    """Where the trace cache keeps a scenario's trace (keyed by scenario, parameters and format)."""
     params = SCENARIOS[name].params(overrides)
     key = hashlib.sha256(json.dumps([name, params, FORMAT_VERSION, GENERATOR_VERSION], sort_keys=True).encode())
-    key = key.hexdigest()[:16]
-    path = cache_dir / f"{name}-{key}.npz"
+    return cache_dir / f"{name}-{key.hexdigest()[:16]}.npz"
+
+
+def cached_trace(name: str, overrides: dict, cache_dir: Path) -> tuple[Trace, float]:
+    """Generate a scenario's trace, or read it from the cache (:func:`trace_cache_path`)."""
+    path = trace_cache_path(name, overrides, cache_dir)
     t0 = time.perf_counter()
     if path.exists():
         try:
@@ -90,253 +85,77 @@ def cached_trace(name: str, overrides: dict, cache_dir: Path) -> tuple[Trace, fl
     return trace, time.perf_counter() - t0
 
 
-# -- one scenario ------------------------------------------------------------------------------------------
-RATIO_METRICS = ("seq_step_ns", "lookup_ns", "alloc_free_ns")  # each against the base in the same regime
-HIT_METRICS = (("cache_hit_tokens_pct", "hit_tokens", "lookup_tokens", "% of prompt tokens looked up"),
-               ("cache_hit_blocks_pct", "hit_blocks", "lookup_blocks", "% of full prompt blocks looked up"))
-
-
 def base_impl(trace: Trace) -> str:
     """The implementation every ratio of ``trace``'s cells is taken against."""
     return registry.CACHING_RATIO_BASE if trace_uses_caching(trace) else registry.RATIO_BASE
 
 
-class ScenarioBench:
-    """Measures every cell of one trace: interleaved timed replays, then the cell's counters."""
+# -- one scenario, measured in the worker processes ---------------------------------------------------------
+@dataclass
+class Shared:
+    """What every scenario of a run uses: the timers' calibration, the implementations, the workers."""
 
-    def __init__(self, name: str, trace: Trace, cells: list[tuple[str, str]], cfg: RunConfig, calib: dict,
-                 drivers: dict, tick: Callable[[str], None], classes: dict[str, type] | None = None) -> None:
-        self.name, self.trace, self.cells, self.cfg, self.calib = name, trace, list(cells), cfg, calib
-        self.prep = Prepared.from_trace(trace)
-        self.work = Work.of(self.prep)
-        self.slices = slice_bounds(self.prep.num_steps)
-        classes = classes if classes is not None else REGISTRY
-        self.drivers = {(i, r, ""): Driver(self.prep, classes[i], r, drivers, i) for i, r in self.cells}
-        self.tick = tick
-        self.base = base_impl(trace)
-        self.rows: list[Row] = []
-        self.raw: dict[tuple[str, str], dict] = {}
-        self.max_reps: dict[tuple[str, str], int] = {}  # cells run for fewer repetitions than cfg.reps
+    calib: dict
+    infos: dict[str, ImplInfo]
+    pool: Pool
+    bar: progress.Progress
 
-    def row(self, impl: str, regime: str, metric: str, value: float, unit: str, source: str, how: str = "",
-            status: str = "ok", **columns) -> None:
-        self.rows.append(Row(self.name, impl, regime, metric, value, unit, source, status, how, **columns))
 
-    def warm_up(self, key) -> None:
-        """First calls (Numba cache load or compile, C++ library load) outside every timed region; the native
-        driver's slot mapping is checked here, from Python, once."""
-        driver = self.drivers[key]
-        t0 = time.perf_counter()
-        driver.advance(driver.new())(0, min(WARM_STEPS, self.prep.num_steps))
-        if driver.kind == "native":
-            verify_slots(driver)
-        if driver.kind != "python" or getattr(driver.cls, "kernels", None) is not None:
-            self.row(key[0], key[1], "compile_s", time.perf_counter() - t0, "s", "wall clock",
-                     f"first steps through the {driver.kind} driver (compile or cache load)", driver=driver.kind)
+def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: RunConfig,
+                     shared: Shared) -> tuple[list[Row], dict]:
+    """Every figure of one scenario: each worker replays its share of the repetitions of every cell (all the
+    cells together, so ratios stay paired), then worker 0 runs the studies; the rows come from every worker's
+    samples together. A cell whose worker died or hung is recorded as failed and its job run again without it.
+    Returns (rows, raw files)."""
+    base, failed = base_impl(trace), {}
+    caps = {c: plan.reps_of(c, cfg.reps) for c in plan.cells if plan.reps_of(c, cfg.reps) < cfg.reps}
+    workers = len(shared.pool)
+    results = []
+    for w in range(workers):
+        only = list(range(w, cfg.reps * FAST_REPS, workers))
 
-    def fail(self, cell: tuple[str, str], exc: DesignFailure) -> None:
-        """A cell whose design failed (raised, disagreed with the trace): one ``failed`` row with the reason, and
-        no figure from it anywhere."""
-        self.row(cell[0], cell[1], "correctness", float("nan"), "", "trace check", exc.reason, status="failed")
-        self.cells = [c for c in self.cells if c != cell]  # our own list: the caller's plan is left as it was
-        self.drivers.pop((*cell, ""), None)
+        def job(cells: list[Cell], only=only, w=w) -> ScenarioJob:
+            return ScenarioJob("timing", plan.scenario, str(trace_path), cells, cfg.reps, shared.calib, base, caps,
+                               only, record=w == 0)
 
-    def measure_timings(self) -> None:
-        for key in list(self.drivers):
-            try:
-                with blamed_on(key[0], self.drivers[key].cls):
-                    self.warm_up(key)
-            except DesignFailure as exc:
-                self.fail(key[:2], exc)
-        aa = self._aa_key()
-        timed = {**self.drivers, **({aa: self.drivers[(*aa[:2], "")]} if aa else {})}
-        caps = {k: self._reps(k[:2]) for k in timed}
-        steps = interleaved(timed, self.cfg.reps, False, self.slices, self._repetition_done, caps=caps)
-        detailed = {k: d for k, d in self.drivers.items() if d.separate_detail and k not in steps.failed}
-        details = interleaved(detailed, self.cfg.reps, True, self.slices, caps=caps)
-        for key, exc in {**steps.failed, **details.failed}.items():
-            if not key[2] and key[:2] in self.cells:
-                self.fail(key[:2], exc)
-        for impl, regime in self.cells:
-            key = (impl, regime, "")
-            self._cell_rows(key, steps.samples[key], details.samples.get(key, steps.samples[key]),
-                            steps.last_mgr[key])
-        self._ratio_rows(steps, details)
-        self._cache_rows()
-        if aa and aa in steps.samples and (*aa[:2], "") in steps.samples:
-            self._aa_row(aa, steps)
+        result = _supervised(shared, w, plan.cells, job, failed)
+        if result is not None:
+            results.append(result)
+    merged = merge(results, failed)
+    rows, raw = ScenarioRows(plan.scenario, trace, Work.of_trace(trace), slice_bounds(trace.num_steps), base,
+                             shared.calib).build(plan.cells, merged)
+    if plan.studies:
+        studies = _supervised(shared, 0, [c for c in plan.cells if c not in merged.failed],
+                              lambda cells: _studies_job(plan, trace_path, cells, cfg, shared, base), failed)
+        if studies is not None:
+            rows += studies.rows + [Row(plan.scenario, *c, "correctness", float("nan"), "", "trace check", reason,
+                                        "failed") for c, reason in studies.failed.items() if c not in merged.failed]
+            raw.update(studies.raw)
+    return rows, raw
 
-    def _reps(self, cell: tuple[str, str]) -> int:
-        """Repetitions of ``cell``: the plan's cap, else FAST_REPS times --reps for compiled and C++ replays."""
-        if cell in self.max_reps:
-            return self.max_reps[cell]
-        driver = self.drivers.get((*cell, ""))
-        return self.cfg.reps * (FAST_REPS if driver is not None and driver.separate_detail else 1)
 
-    def _cache_rows(self) -> None:
-        """Hit rates and evictions of a caching trace, for every cell whose replays matched the trace's hits step
-        by step (a cell that did not is marked failed): the same figures for all, which is the point."""
-        if not trace_uses_caching(self.trace):
-            return
-        cache = self.trace.header["cache"]
-        evictions = float(self.trace.step_evictions.sum()) / max(1, self.trace.num_steps)
-        for impl, regime in self.cells:
-            for metric, hit, looked, what in HIT_METRICS:
-                self.row(impl, regime, metric, 100.0 * cache[hit] / max(1, cache[looked]), "%",
-                         "trace check", f"{what}; every step's hits checked against the reference model's")
-            self.row(impl, regime, "evictions_per_step", evictions, "blocks/step", "trace check",
-                     "cached blocks evicted per step (the reference model's, which every replay reproduces)")
+def _studies_job(plan: ScenarioPlan, trace_path: Path, cells: list[Cell], cfg: RunConfig, shared: Shared,
+                 base: str) -> ScenarioJob:
+    study_cells = {s: plan.study_cells(s, cells) for s in plan.studies}
+    return ScenarioJob("studies", plan.scenario, str(trace_path), cells, cfg.reps, shared.calib, base,
+                       studies=list(plan.studies), study_cells=study_cells, quick=cfg.quick)
 
-    def _repetition_done(self, key) -> None:
-        """One progress unit per cell and repetition; the A/A copy is not a cell of the plan."""
-        if not key[2]:
-            self.tick(f"{self.name} {key[0]} {key[1]}")
 
-    def _aa_key(self):
-        """The A/A control: batched flat (else the first cell) replayed twice as if it were two cells."""
-        if not self.drivers:
+def _supervised(shared: Shared, worker: int, cells: list[Cell], make_job, failed: dict[Cell, str]):
+    """``make_job(cells)``'s result from ``worker``, run again without a cell each time a worker dies or hangs
+    in that cell (recorded in ``failed``); None when no cell is left. A worker that dies outside any cell is our
+    bug."""
+    while True:
+        live = [c for c in cells if c not in failed]
+        if not live:
             return None
-        key = (self.base, "batched", "") if (self.base, "batched", "") in self.drivers else next(iter(self.drivers))
-        return (*key[:2], "aa")
-
-    def _cell_rows(self, key, step_samples, detail_samples, mgr) -> None:
-        impl, regime, _ = key
-        driver = self.drivers[key]
-        timed = timing_rows((self.name, impl, regime), self.work, step_samples, detail_samples,
-                            self.trace.header["params"].get("step_rate", 2000), driver.timer_overhead(self.calib),
-                            driver.how(), self.slices)
-        for row in timed:
-            row.driver = driver.kind
-        self.rows += timed
-        self.raw[(impl, regime)] = {
-            "clock": step_samples[0].clock,
-            "slices": self.slices,
-            "step_ns": [s.step_ns.round(1).tolist() for s in step_samples],
-            "kind_ns_totals": [dict(zip(KINDS, s.ns.sum(axis=0).round(1).tolist(), strict=True))
-                               for s in detail_samples],
-        }
-        if regime == "per-call" and has_dispatch(driver.cls):  # the per-call figure's dispatch, apart
-            dispatch = dispatch_rows(self.name, impl, empty_call_ns(mgr), calls_per_trace(self.trace))
-            for row in dispatch:
-                row.driver = "python"
-            self.rows += dispatch
-        sizes = [mgr.table_nbytes(row) for row in np.flatnonzero(self.trace.final_lens).tolist()]
-        if sizes and sizes[0] is not None:
-            self.row(impl, regime, "table_bytes_per_seq", float(np.mean(sizes)), "B", "design introspection",
-                     f"mean over the {len(sizes)} live sequences at the end (see the design's _table_nbytes)")
-        else:
-            self.row(impl, regime, "table_bytes_per_seq", float("nan"), "B", "design introspection",
-                     "the design cannot report it" if sizes else "no live sequence at the end",
-                     status="unavailable")
-
-    def _blocks(self, key, steps: Replays, details: Replays):
-        step = steps.samples[key]
-        return cell_blocks(self.work, step, details.samples.get(key, step), self.slices)
-
-    def _ratio_rows(self, steps: Replays, details: Replays) -> None:
-        """Each cell against the base in the same regime (and against the batched base), paired block by block."""
-        for impl, regime in self.cells:
-            mine = self._blocks((impl, regime, ""), steps, details)
-            for base_regime, batched_base in ((regime, False), ("batched", True)):
-                base_key = (self.base, base_regime, "")
-                if base_key not in steps.samples or base_key == (impl, regime, "") or (
-                        batched_base and regime == "batched"):
-                    continue
-                base = self._blocks(base_key, steps, details)
-                for metric in ("seq_step_ns",) if batched_base else RATIO_METRICS:
-                    self._ratio_row(impl, regime, ratio_metric(metric, self.base, batched_base), mine[metric],
-                                    base[metric])
-
-    def _ratio_row(self, impl: str, regime: str, metric: str, mine, base) -> None:
-        if not mine[1].sum() or not base[1].sum():
-            return
-        est = paired_ratio(mine[0], base[0], mine[1], base[1])
-        self.row(impl, regime, metric, est.value, "x", "ratio",
-                 f"time per unit of work over {self.base}'s (each step's median over repetitions); 95 % paired "
-                 "bootstrap interval, the same slices and repetitions drawn for both", ci_low=_finite(est.low),
-                 ci_high=_finite(est.high), reps=self._reps((impl, regime)), steps=self.work.steps,
-                 driver=self.drivers[(impl, regime, "")].kind)
-
-    def _aa_row(self, aa, steps: Replays) -> None:
-        impl, regime, _ = aa
-        copy = cell_blocks(self.work, steps.samples[aa], steps.samples[aa], self.slices)["seq_step_ns"]
-        orig = cell_blocks(self.work, steps.samples[(impl, regime, "")], steps.samples[(impl, regime, "")],
-                           self.slices)["seq_step_ns"]
-        est = paired_ratio(copy[0], orig[0])
-        verdict = "no difference" if est.contains(1.0) else "differs: the noise floor of this run"
-        self.row(impl, regime, "aa_ratio", est.value, "x", "ratio",
-                 f"A/A control: the same cell replayed twice, interleaved as two cells; seq-step time of the copy "
-                 f"over the original; {verdict}", ci_low=_finite(est.low), ci_high=_finite(est.high),
-                 reps=self.cfg.reps, steps=self.work.steps, driver=self.drivers[(impl, regime, "")].kind)
-
-    def measure_allocations(self) -> None:
-        """Allocation events per step over ALLOC_STEPS steps (see :func:`allocations_per_step`), on a fresh
-        manager advanced (uncounted) to the region's first step."""
-        lo = min(WARM_STEPS, max(0, self.prep.num_steps - ALLOC_STEPS))
-        hi = min(self.prep.num_steps, lo + ALLOC_STEPS)
-        for impl, regime in self.cells:
-            driver = self.drivers[(impl, regime, "")]
-            advance = driver.advance(driver.new())
-            advance(0, lo)
-            counts = allocations_per_step(advance, lo, hi)
-            if driver.kind == "native":  # first: reports show the first measured row of a figure
-                self._native_allocations(driver, lo, hi)
-            for metric, value, source in (("allocs_per_step", counts[0], "memray"),
-                                          ("nrt_allocs_per_step", counts[1], "nrt-stats")):
-                self.row(impl, regime, metric, value, "allocs/step", source,
-                         f"steps {lo}-{hi} via the {driver.kind} driver, minus the same call over zero steps",
-                         steps=hi - lo, driver=driver.kind)
-            self.tick(f"{self.name} {impl} {regime} allocations")
-
-    def _native_allocations(self, driver: Driver, lo: int, hi: int) -> None:
-        """The C++ containers' own allocation calls per step (their counting allocator), without the Python
-        wrapper around the replay call that memray also sees."""
-        from harness.measure import native
-        from harness.measure.drivers import native_arrays
-
-        mgr = driver.new()
-        native.replay(mgr, native_arrays(self.prep), False, 0, lo)
-        allocs = native.replay(mgr, native_arrays(self.prep), False, lo, hi).allocs
-        self.row(driver.impl, driver.regime, "allocs_per_step", float(allocs.mean()) if len(allocs) else 0.0,
-                 "allocs/step", "counting allocator",
-                 f"steps {lo}-{hi}: operator new calls of the C++ containers, counted in the library", steps=hi - lo)
-
-    def measure_paced(self, cells: list[tuple[str, str]] | None = None) -> None:
-        rate = self.trace.header["params"].get("step_rate", 2000)
-        for impl, regime in self.cells if cells is None else cells:
-            driver = self.drivers[(impl, regime, "")]
-            result = paced_run(self.prep, driver.new, regime, rate)
-            how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), thread CPU time "
-                   f"minus an idle paced run; compiled designs pay one dispatch per call")
-            self.row(impl, regime, "cpu_share_observed_pct", result.cpu_share_pct, "%", "thread_time_ns", how,
-                     step_rate=rate, steps=result.steps, driver="python")
-            self.row(impl, regime, "deadline_misses", result.deadline_misses, "steps", "perf_counter_ns",
-                     f"steps whose work ended after the next step was due, of {result.steps}", steps=result.steps,
-                     driver="python")
-            if regime == "batched" and callable(getattr(driver.cls, "step", None)):
-                self._paced_whole_step(driver, rate)
-            self.tick(f"{self.name} {impl} {regime} paced")
-
-    def _paced_whole_step(self, driver: Driver, rate: float) -> None:
-        """The whole-step entry point paced as an engine would call it: one Python call per step."""
-        if trace_uses_caching(self.trace):
-            self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", float("nan"), "%",
-                     "thread_time_ns", "step() does not take the prefix-caching ops yet", status="unsupported")
-            return
         try:
-            with blamed_on(driver.impl, driver.cls):
-                result = paced_whole_step_run(self.prep, driver.new, rate)
-        except DesignFailure as exc:
-            self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", float("nan"), "%",
-                     "thread_time_ns", exc.reason, status="failed")
-            return
-        how = (f"open loop paced at {rate:g} steps/s from Python ({result.steps} steps), one step() call per step "
-               "(pool operations and decode batch), thread CPU time minus an idle paced run")
-        self.row(driver.impl, "batched", "cpu_share_observed_whole_step_pct", result.cpu_share_pct, "%",
-                 "thread_time_ns", how, step_rate=rate, steps=result.steps, driver="python")
-        self.row(driver.impl, "batched", "deadline_misses_whole_step", result.deadline_misses, "steps",
-                 "perf_counter_ns", f"steps whose step() call ended after the next step was due, of {result.steps}",
-                 steps=result.steps, driver="python")
+            return shared.pool.run(worker, make_job(live), shared.bar, shared.bar.status)
+        except CellDied as died:
+            if died.cell is None or tuple(died.cell) not in live:
+                raise WorkerBug(str(died)) from None
+            failed[tuple(died.cell)] = died.reason
+            shared.bar.status(f"{died.cell[0]} {died.cell[1]}: {died.reason}; measuring the others again")
 
 
 def _finite(x: float) -> float | None:
@@ -352,23 +171,30 @@ def enabled_studies(cfg: RunConfig) -> list[str]:
     return ["idwidth", "cache_ops", "hashing", *(study for study, flag in STUDY_FLAGS.items() if getattr(cfg, flag))]
 
 
-def resolve_impls(cfg: RunConfig) -> tuple[dict[str, type], dict[str, str]]:
-    """(name -> class to run, name -> why it is skipped) for the configuration's implementations."""
-    from impls.registry import PluginError, load_plugin
-
+def resolve_impls(cfg: RunConfig, pool: Pool) -> tuple[dict[str, ImplInfo], dict[str, str]]:
+    """(name -> what it is, name -> why it is skipped) for the configuration's implementations. Registered ones
+    are described here; a plug-in is loaded in a worker process (its import never runs in this one), and one
+    that cannot be loaded is bad input, named in one line."""
     if len(set(cfg.impls)) != len(cfg.impls):
         raise InputError(f"--impl names an implementation twice: {','.join(cfg.impls)}")
-    classes: dict[str, type] = {}
+    infos: dict[str, ImplInfo] = {}
     for name in cfg.impls or list(REGISTRY):
         if name in REGISTRY:
-            classes[name] = REGISTRY[name]
+            infos[name] = describe(name, REGISTRY[name])
         elif name not in UNAVAILABLE:
-            try:
-                classes[name] = load_plugin(name)
-            except PluginError as exc:
-                raise InputError(f"{exc}; built in: {', '.join([*REGISTRY, *UNAVAILABLE])}") from None
+            infos[name] = _probe(pool, name)
     skipped = {i: UNAVAILABLE[i] for i in (cfg.impls or UNAVAILABLE) if i in UNAVAILABLE}
-    return classes, skipped
+    return infos, skipped
+
+
+def _probe(pool: Pool, name: str) -> ImplInfo:
+    try:
+        info = pool.run(0, ProbeJob(name))
+    except CellDied as died:
+        info = ImplInfo(name, False, f"implementation {name!r}: loading it, the worker process {died.reason}")
+    if not info.ok:
+        raise InputError(f"{info.reason}; built in: {', '.join([*REGISTRY, *UNAVAILABLE])}")
+    return info
 
 
 def check_config(cfg: RunConfig) -> None:
@@ -385,16 +211,22 @@ def check_config(cfg: RunConfig) -> None:
         raise InputError("give --scenario or --trace, not both")
 
 
-def build_plan(cfg: RunConfig, impls: list[str]) -> list[tuple[ScenarioPlan, Trace | None]]:
+def build_plan(cfg: RunConfig, infos: dict[str, ImplInfo]) -> list[tuple[ScenarioPlan, Trace | None]]:
     """The run's scenarios in order, each with its cells and studies (and the trace, for --trace)."""
     explicit = bool(cfg.scenarios or cfg.impls or cfg.trace_file)
     studies = enabled_studies(cfg)
+    impls = list(infos)
+
+    def caching(impl: str) -> bool:
+        return infos[impl].prefix_caching
+
     if cfg.trace_file:
         trace = load(cfg.trace_file)  # refused here, before any run folder exists
         name = "trace:" + Path(cfg.trace_file).name
-        return [(plan_scenario(name, impls, cfg.regimes, explicit=True, quick=cfg.quick, enabled=studies), trace)]
-    return [(plan_scenario(name, impls, cfg.regimes, explicit=explicit, quick=cfg.quick, enabled=studies), None)
-            for name in cfg.scenarios or list(SCENARIOS)]
+        return [(plan_scenario(name, impls, cfg.regimes, explicit=True, quick=cfg.quick, enabled=studies,
+                               caching=caching), trace)]
+    return [(plan_scenario(name, impls, cfg.regimes, explicit=explicit, quick=cfg.quick, enabled=studies,
+                           caching=caching), None) for name in cfg.scenarios or list(SCENARIOS)]
 
 
 class RunWriter:
@@ -427,72 +259,6 @@ class RunWriter:
             write_json(self.run_dir / "meta.json", self.meta)
 
 
-def measure_scenario(plan: ScenarioPlan, trace: Trace, cfg: RunConfig, shared: dict, tick) -> tuple[list[Row], dict]:
-    """Every figure of one scenario: timed cells, then its studies. Returns (rows, raw files)."""
-    bench = ScenarioBench(plan.scenario, trace, plan.cells, cfg, shared["calib"], shared["drivers"], tick,
-                          shared["classes"])
-    bench.max_reps = {c: plan.reps_of(c, cfg.reps) for c in plan.cells if plan.reps_of(c, cfg.reps) < cfg.reps}
-    bench.measure_timings()
-    if "allocations" in plan.studies:
-        bench.measure_allocations()
-    if "paced" in plan.studies:
-        bench.measure_paced(plan.study_cells("paced", bench.cells))
-    raw = {f"raw/{plan.scenario}/{impl}__{regime}.json.gz": data for (impl, regime), data in bench.raw.items()}
-    rows = bench.rows + run_studies(plan, trace, bench.cells, cfg, tick, raw, shared["classes"])
-    return rows, raw
-
-
-def run_studies(plan: ScenarioPlan, trace: Trace, cells: list[tuple[str, str]], cfg: RunConfig, tick,
-                raw: dict, classes: dict[str, type] | None = None) -> list[Row]:
-    """The scenario's studies that need their own processes or machinery (L1D, id width, table copies)."""
-    rows: list[Row] = []
-    if "l1d" in plan.studies:
-        from harness.counters.l1d import l1d_rows
-
-        rows += l1d_rows(plan.scenario, trace, plan.study_cells("l1d", cells), quick=cfg.quick)
-        tick(f"{plan.scenario} L1D")
-    if "idwidth" in plan.studies:
-        from harness.studies.idwidth import idwidth_rows
-
-        rows += idwidth_rows(trace, scenario=plan.scenario)
-        tick(f"{plan.scenario} id width")
-    if "cache_ops" in plan.studies:
-        rows += _cache_ops_rows(plan.scenario, cells, classes or {})
-        tick(f"{plan.scenario} cache operations")
-    if "hashing" in plan.studies:
-        from harness.studies.hashing import hashing_rows
-
-        rows += hashing_rows(trace, plan.scenario)
-        tick(f"{plan.scenario} hashing")
-    if "table_copy" in plan.studies:
-        from harness.studies.table_copy import measure as measure_table_copy
-
-        copy_rows, copy_raw = measure_table_copy(trace)
-        rows += copy_rows
-        raw[f"raw/{plan.scenario}/flat__table-copy.json.gz"] = copy_raw
-        tick(f"{plan.scenario} table copy")
-    return rows
-
-
-def _cache_ops_rows(scenario: str, cells: list[tuple[str, str]], classes: dict[str, type]) -> list[Row]:
-    """The cache-operation study for every implementation with prefix caching among the scenario's cells."""
-    from harness.studies.cache_ops import CacheOpsError, cache_ops_rows
-    from impls.contract import supports_prefix_caching
-
-    rows: list[Row] = []
-    for impl in dict.fromkeys(i for i, _ in cells):
-        cls = classes.get(impl) or REGISTRY.get(impl)
-        if cls is None or not supports_prefix_caching(cls):
-            continue
-        try:
-            with blamed_on(impl, cls):
-                rows += cache_ops_rows(cls, impl, scenario)
-        except (CacheOpsError, DesignFailure) as exc:
-            rows.append(Row(scenario, impl, "per-call", "cache_hit_ns", float("nan"), "ns/block", "perf_counter_ns",
-                            "failed", getattr(exc, "reason", short_reason(exc))))
-    return rows
-
-
 def _calibrate() -> dict:
     usable = clock.tsc_usable()
     return {
@@ -504,39 +270,40 @@ def _calibrate() -> dict:
 
 def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
     """Run the matrix; returns the run directory (also pointed to by ``results/latest``), None if nothing ran."""
-    from tqdm import tqdm
-
     check_config(cfg)
-    classes, skipped = resolve_impls(cfg)
-    plan = build_plan(cfg, list(classes))
-    shared = {"calib": _calibrate(), "drivers": {}, "classes": classes}
-    meta = {**metadata.collect(argv, classes), "config": {k: str(v) for k, v in vars(cfg).items()},
-            "calibration": shared["calib"], "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "complete": False,
-            "skipped_impls": skipped, "plan": [vars(p) for p, _ in plan]}
-    writer = RunWriter(cfg, meta)
-    total = sum(p.units(cfg.reps) for p, _ in plan)
-    bar = tqdm(total=total, desc="kvblock-bench", unit="cell", disable=not cfg.progress, file=sys.stderr)
-
-    def tick(what: str) -> None:
-        bar.set_postfix_str(what[:60])
-        bar.update(1)
-
-    try:
-        with one_intra_op_thread() as threads:
-            meta["torch_intra_op_threads"] = threads
-            _run_plan(plan, cfg, shared, writer, tick)
-        writer.finish(complete=True)
-    except KeyboardInterrupt:
-        writer.finish(interrupted=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        where = writer.run_dir or "no run folder (nothing had finished)"
-        print(f"\ninterrupted: {where} keeps every finished scenario", file=sys.stderr)
-        raise
-    except BaseException:
-        writer.finish()
-        raise
-    finally:
-        bar.close()
+    bar = progress.Progress(cfg.progress)
+    with Pool(processes_of(cfg), execute, cfg.deadline_s) as pool:
+        bar.status("loading the implementations (the C++ designs build on first use; plug-ins load in a worker)")
+        infos, skipped = resolve_impls(cfg, pool)
+        plan = build_plan(cfg, infos)
+        bar.status("calibrating the timers (the compiled timing loop compiles on first use)")
+        shared = Shared(_calibrate(), infos, pool, bar)
+        natives = [name for name, info in infos.items() if info.native]
+        meta = {**metadata.collect(argv, described={n: i.described for n, i in infos.items()}, natives=natives),
+                "config": {k: str(v) for k, v in vars(cfg).items()}, "processes": len(pool),
+                "calibration": shared.calib, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "complete": False,
+                "skipped_impls": skipped, "plan": [vars(p) for p, _ in plan]}
+        writer = RunWriter(cfg, meta)
+        bar.start(sum(p.units(cfg.reps) for p, _ in plan))
+        try:
+            _run_plan(plan, cfg, shared, writer)
+            writer.finish(complete=True)
+        except KeyboardInterrupt:
+            writer.finish(interrupted=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            where = writer.run_dir or "no run folder (nothing had finished)"
+            print(f"\ninterrupted: {where} keeps every finished scenario", file=sys.stderr)
+            raise
+        except BaseException:
+            writer.finish()
+            raise
+        finally:
+            bar.close()
     return writer.run_dir
+
+
+def processes_of(cfg: RunConfig) -> int:
+    """Worker processes the run's repetitions spread over: ``cfg.processes``, else one per repetition."""
+    return cfg.processes or cfg.reps
 
 
 TRACE_METRICS = ("trace_s", "trace_forks", "trace_cows", "scenario_wall_s")  # a scenario's own rows, never copied
@@ -552,15 +319,18 @@ def trace_count_rows(name: str, trace: Trace) -> list[Row]:
                 how=how, steps=trace.num_steps)]
 
 
-def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, shared: dict, writer: RunWriter,
-              tick) -> None:
+def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, shared: Shared,
+              writer: RunWriter) -> None:
     seen: dict[str, str] = {}  # trace content digest -> the scenario that measured it
     cache_dir = cfg.root / ".trace-cache"
+    tick = shared.bar
     for scenario_plan, given in plan:
         name, started = scenario_plan.scenario, time.perf_counter()
-        trace, trace_rows = given, []
+        trace, trace_rows, path = given, [], cfg.trace_file
         if trace is None:
+            progress.status(tick, f"{name}: the trace (generated, or read from the trace cache)")
             trace, gen_s = cached_trace(name, scenario_plan.overrides, cache_dir)
+            path = trace_cache_path(name, scenario_plan.overrides, cache_dir)
             trace_rows = [Row(name, "-", "-", "trace_s", gen_s, "s", "wall clock",
                               how="generate (or load from the trace cache) the scenario's trace")]
         trace_rows += trace_count_rows(name, trace)
@@ -574,7 +344,7 @@ def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, sha
                 tick(f"{name}: same trace as {seen[checksum]}")
             continue
         seen[checksum] = name
-        rows, raw = measure_scenario(scenario_plan, trace, cfg, shared, tick)
+        rows, raw = measure_scenario(scenario_plan, trace, Path(path), cfg, shared)
         rows.append(Row(name, "-", "-", "scenario_wall_s", time.perf_counter() - started, "s", "wall clock",
                         how="the scenario's whole share of the run: trace, timed replays and studies"))
         writer.add(trace_rows + rows, raw)

@@ -18,6 +18,7 @@ variation between processes, as pyperf spreads its values over processes.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import signal
 import time
@@ -60,6 +61,10 @@ class Events:
         """One unit of progress (the progress bar's)."""
         self._send(("tick", what))
 
+    def status(self, what: str) -> None:
+        """What is under way now (no unit of progress)."""
+        self._send(("status", what))
+
 
 def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the worker
     """The worker's loop: receive a job, run it, send its result (or our exception's traceback). Ctrl-C is the
@@ -75,7 +80,7 @@ def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the 
             return
         try:
             result = execute(job, events)
-        except BaseException:  # noqa: BLE001 - everything that escapes a job is ours: report it whole
+        except BaseException:
             conn.send(("bug", traceback.format_exc()))
             continue
         conn.send(("result", result))
@@ -96,7 +101,8 @@ class Worker:
         child.close()
         self._conn = parent
 
-    def run(self, job: Any, on_tick: Callable[[str], None] = lambda what: None) -> Any:
+    def run(self, job: Any, on_tick: Callable[[str], None] = lambda what: None,
+            on_status: Callable[[str], None] = lambda what: None) -> Any:
         """Run ``job`` in the worker and return its result; :class:`CellDied` when the worker hung or died (it
         is then stopped, and the next job starts a fresh one), :class:`WorkerBug` for an exception of ours."""
         if self._proc is None or not self._proc.is_alive():
@@ -110,6 +116,8 @@ class Worker:
                 cell = tuple(value) if value is not None else None
             elif kind == "tick":
                 on_tick(value)
+            elif kind == "status":
+                on_status(value)
             elif kind == "bug":
                 raise WorkerBug(f"an exception in a worker process:\n{value}")
             else:
@@ -142,10 +150,8 @@ class Worker:
         if self._proc is None:
             return
         if self._proc.is_alive():
-            try:
+            with contextlib.suppress(OSError):
                 self._conn.send(None)
-            except (OSError, BrokenPipeError):
-                pass
             self._proc.join(2)
         if self._proc.is_alive():
             self._proc.kill()
@@ -164,8 +170,9 @@ class Pool:
     def __len__(self) -> int:
         return len(self.workers)
 
-    def run(self, index: int, job: Any, on_tick: Callable[[str], None] = lambda what: None) -> Any:
-        return self.workers[index % len(self.workers)].run(job, on_tick)
+    def run(self, index: int, job: Any, on_tick: Callable[[str], None] = lambda what: None,
+            on_status: Callable[[str], None] = lambda what: None) -> Any:
+        return self.workers[index % len(self.workers)].run(job, on_tick, on_status)
 
     def close(self) -> None:
         for worker in self.workers:

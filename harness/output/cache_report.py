@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import math
 
-from harness.output.report import _fmt, ratio_text, value_text
+from harness.output.formatting import CACHE_BASE, fmt, ratio_text, value_text
 from harness.output.rundata import RunData, ordered
-from impls import registry
 
-CACHE_BASE = registry.CACHING_RATIO_BASE
 HIT_METRICS = ("cache_hit_tokens_pct", "cache_hit_blocks_pct", "evictions_per_step")
 OPS_COLUMNS = (("cache_hit_ns", "hit ns/block"), ("cache_miss_insert_ns", "miss + insert ns/block"),
                ("cache_miss_evict_ns", "miss + evict ns/block"), ("plain_allocate_ns", "plain allocate ns/block"),
@@ -36,7 +34,7 @@ def hit_sentence(run: RunData, scenario: str) -> str:
     values = {m: sorted(set(sub[sub.metric == m].value.round(6))) for m in HIT_METRICS}
     if any(len(v) != 1 for v in values.values()):
         return "**cells disagree**"
-    return f"{_fmt(values[HIT_METRICS[0]][0])} % of tokens, {_fmt(values[HIT_METRICS[2]][0])} evictions/step"
+    return f"{fmt(values[HIT_METRICS[0]][0])} % of tokens, {fmt(values[HIT_METRICS[2]][0])} evictions/step"
 
 
 def _hit_line(run: RunData, scenario: str) -> str:
@@ -49,25 +47,21 @@ def _hit_line(run: RunData, scenario: str) -> str:
         return (f"**Hit counts differ between cells** ({values}): a correctness failure, see the `correctness` "
                 "rows.")
     tokens, blocks, evictions = (values[m][0] for m in HIT_METRICS)
-    return (f"Hit rate {_fmt(tokens)} % of prompt tokens ({_fmt(blocks)} % of full prompt blocks), "
-            f"{_fmt(evictions)} evictions per step: identical in all {len(cells)} cells (each replay is checked "
+    return (f"Hit rate {fmt(tokens)} % of prompt tokens ({fmt(blocks)} % of full prompt blocks), "
+            f"{fmt(evictions)} evictions per step: identical in all {len(cells)} cells (each replay is checked "
             "against the trace's hits step by step; a cell that differs is marked failed and has no figures).")
 
 
 def _cells_table(run: RunData, scenario: str) -> list[str]:
-    df = run.df
-    cells = df[(df.scenario == scenario) & (df.metric == "seq_step_ns")][["impl", "regime"]].drop_duplicates()
+    """A row per cell the run measured on ``scenario`` (registry order, batched first)."""
     out = ["| impl | regime | ns/seq-step | × flat-pc | CPU share % (computed) | alloc/free ns | allocs/step |",
            "|---|---|---|---|---|---|---|"]
-    for impl in ordered(cells.impl):
-        for regime in ("batched", "per-call"):
-            if not ((cells.impl == impl) & (cells.regime == regime)).any():
-                continue
-            out.append(f"| `{impl}` | {regime} | {value_text(run, scenario, impl, regime, 'seq_step_ns')} "
-                       f"| {ratio_text(run, scenario, impl, regime, 'seq_step_ns', base=CACHE_BASE)} "
-                       f"| {value_text(run, scenario, impl, regime, 'cpu_share_pct')} "
-                       f"| {value_text(run, scenario, impl, regime, 'alloc_free_ns')} "
-                       f"| {value_text(run, scenario, impl, regime, 'allocs_per_step')} |")
+    for impl, regime in run.cells(scenario):
+        out.append(f"| `{impl}` | {regime} | {value_text(run, scenario, impl, regime, 'seq_step_ns')} "
+                   f"| {ratio_text(run, scenario, impl, regime, 'seq_step_ns', base=CACHE_BASE)} "
+                   f"| {value_text(run, scenario, impl, regime, 'cpu_share_pct')} "
+                   f"| {value_text(run, scenario, impl, regime, 'alloc_free_ns')} "
+                   f"| {value_text(run, scenario, impl, regime, 'allocs_per_step')} |")
     return out
 
 

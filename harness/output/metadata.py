@@ -105,12 +105,16 @@ def native_build(natives: list[str]) -> dict | None:
     return {"impls": natives, **native.build_info(), "replay": native_driver.build_info()}
 
 
-def collect(argv: list[str] | None = None, classes: dict[str, type] | None = None) -> dict:
-    """Everything about this machine and this invocation that a run records in ``meta.json``."""
+def collect(argv: list[str] | None = None, classes: dict[str, type] | None = None,
+            described: dict[str, str] | None = None, natives: list[str] | None = None) -> dict:
+    """Everything about this machine and this invocation that a run records in ``meta.json``: each
+    implementation's module and package version from its class (``classes``) or as already described where it
+    was loaded (``described``, with ``natives`` the C++ ones: a run describes plug-ins in a worker process)."""
     pmu, pmu_reason = perf_status()
-    natives = [name for name, cls in (classes or {}).items() if getattr(cls, "native", False) is True]
+    natives = [*(natives or []),
+               *(name for name, cls in (classes or {}).items() if getattr(cls, "native", False) is True)]
     return {
-        "impls": impl_versions(classes or {}),
+        "impls": {**impl_versions(classes or {}), **(described or {})},
         "native_build": native_build(natives),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),

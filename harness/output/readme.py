@@ -9,23 +9,32 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime
 from pathlib import Path
 
+from harness.output import times
+from harness.output.cache_report import caching_scenarios, hit_sentence
+from harness.output.coverage import left_out_note
+from harness.output.formatting import (
+    CACHE_BASE,
+    aa_text,
+    duration_text,
+    fmt,
+    machine_line,
+    ratio_text,
+    run_seconds,
+    value_text,
+)
 from harness.output.overlap import compare, figure, ratio_rows
+from harness.output.paced_report import paced_sentence
 from harness.output.report import (
     SHARING_COLUMNS,
     SHARING_SCENARIOS,
-    _fmt,
-    aa_text,
     article_table,
     calibration_notes,
-    machine_line,
-    ratio_text,
+    l1d_texts,
     sharing_counts,
     sharing_rows,
     sharing_scenario,
-    value_text,
 )
 from harness.output.results import atomic_write_text
 from harness.output.rundata import RunData, ordered
@@ -40,18 +49,8 @@ class ReadmeError(ValueError):
     """The README has no (or broken) results markers."""
 
 
-def _seconds(meta: dict) -> float:
-    """The run's wall time from its metadata, NaN when it does not say."""
-    try:
-        fmt = "%Y-%m-%dT%H:%M:%S%z"
-        return (datetime.strptime(meta["finished"], fmt) - datetime.strptime(meta["started"], fmt)).total_seconds()
-    except (KeyError, ValueError):
-        return math.nan
-
-
 def _duration(meta: dict) -> str:
-    seconds = _seconds(meta)
-    return "unknown" if math.isnan(seconds) else f"{int(seconds // 60)} min {int(seconds % 60)} s"
+    return duration_text(run_seconds(meta))
 
 
 REPEAT_CSV, REPEAT_META = "repeat_results.csv", "repeat_meta.json"  # a second run of the same code, kept beside
@@ -86,7 +85,7 @@ def _time_lines(run: RunData) -> list[str]:
     if walls.empty:
         return []
     parts = [f"`{r.scenario}` {float(r.value):.0f} s" for r in walls.sort_values("value", ascending=False).itertuples()]
-    rest = _seconds(run.meta) - float(walls.value.sum())
+    rest = run_seconds(run.meta) - float(walls.value.sum())
     tail = "" if math.isnan(rest) else f"; outside the scenarios (start-up, timer calibration) {rest:.0f} s"
     return [f"Where the time went (wall clock, each scenario's `scenario_wall_s` row): {', '.join(parts)}{tail}.", ""]
 
@@ -96,23 +95,24 @@ def _article(rec: registry.Impl, column: str) -> str:
     if not rec.compares_with_article or rec.letter not in art.index:
         return ""
     a = art.loc[rec.letter]
-    return f"{ {'upper': '<', 'approx': '~'}.get(a.bound, '')}{_fmt(a[column])}".strip()
+    return f"{ {'upper': '<', 'approx': '~'}.get(a.bound, '')}{fmt(a[column])}".strip()
 
 
 def _design_rows(run: RunData) -> list[str]:
     out = []
+    ran = {i for i, r in run.cells(PAPER) if r == "batched"}
     for rec in registry.RECORDS:
-        if rec.role not in TABLE_ROLES or not run.has(PAPER, rec.name):
+        if rec.role not in TABLE_ROLES or rec.name not in ran:
             continue
         cells = [f"{rec.label}"]
         for metric, column in (("lookup_ns", "lookup_ns_per_step"), ("alloc_free_ns", "alloc_free_ns_per_block")):
             cells += [f"{value_text(run, PAPER, rec.name, 'batched', metric)} "
                       f"({ratio_text(run, PAPER, rec.name, 'batched', metric)})", _article(rec, column)]
+        misses, rate, source = l1d_texts(run, PAPER, rec.name, "batched")
         cells += [f"{value_text(run, PAPER, rec.name, 'batched', 'cpu_share_pct')} "
                   f"({ratio_text(run, PAPER, rec.name, 'batched', 'seq_step_ns')})",
-                  _article(rec, "cpu_share_pct_at_2000_steps_s"),
-                  _fmt(run.value(PAPER, rec.name, "batched", "l1d_miss_pct")), _article(rec, "l1d_miss_pct"),
-                  _fmt(run.value(PAPER, rec.name, "batched", "allocs_per_step"))]
+                  _article(rec, "cpu_share_pct_at_2000_steps_s"), misses, rate, _article(rec, "l1d_miss_pct"),
+                  source, fmt(run.value(PAPER, rec.name, "batched", "allocs_per_step"))]
         out.append("| " + " | ".join(cells) + " |")
     return out
 
@@ -149,13 +149,17 @@ def section(run: RunData) -> str:
         *_repeat_lines(run),
         "The article's table on `paper` (65,536 blocks, 256 sequences, 2,000 steps), batched regime: our figure "
         "[95 % interval] (ratio to C `flat` measured in the same run [paired 95 % interval]) next to the "
-        "article's C++ figure.",
+        "article's C++ figure. L1D: misses per sequence-step first, the comparable figure (a design that makes "
+        "few accesses has few misses, whatever its rate), then misses per access beside the article's rate, with "
+        "the instrument that measured them.",
         "",
         "| design | lookup ns | article | alloc/free ns per block | article | CPU % at 2,000 steps/s | article "
-        "| L1D miss % | article | allocs/step |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| L1D misses/seq-step | L1D miss % | article | L1D source | allocs/step |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
         *_design_rows(run),
         "",
+        *_optional(left_out_note(run, PAPER, TABLE_ROLES)),
+        *_optional(paced_sentence(run, PAPER)),
     ]
     lines += _sharing_lines(run)
     lines += _caching_lines(run)
@@ -166,6 +170,11 @@ def section(run: RunData) -> str:
                   "| impl | regime | ns/seq-step | × batched flat | vs the engine's own code (results/calibration) |",
                   "|---|---|---|---|---|", *engines, ""]
     return "\n".join(lines)
+
+
+def _optional(line: str) -> list[str]:
+    """``[line, ""]``, or nothing for an empty line."""
+    return [line, ""] if line else []
 
 
 def _sharing_lines(run: RunData) -> list[str]:
@@ -184,8 +193,6 @@ def _sharing_lines(run: RunData) -> list[str]:
 def _caching_lines(run: RunData) -> list[str]:
     """Prefix caching: each caching scenario's hit rate (the same for every cell, checked) and each caching
     implementation's ns per sequence-step, batched, as a ratio to `flat-pc`."""
-    from harness.output.cache_report import CACHE_BASE, caching_scenarios, hit_sentence  # it imports report
-
     scenarios = caching_scenarios(run)
     if not scenarios:
         return ["Prefix caching: this run measured no caching scenario.", ""]
@@ -203,21 +210,26 @@ def _caching_lines(run: RunData) -> list[str]:
     return [*out, ""]
 
 
-def replace_section(text: str, body: str) -> str:
-    """``text`` with what lies between the markers replaced by ``body``."""
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise ReadmeError(f"the README needs exactly one {BEGIN} ... {END} pair, in that order")
-    head, rest = text.split(BEGIN)
-    _, tail = rest.split(END)
-    return f"{head}{BEGIN}\n{body}\n{END}{tail}"
+def replace_section(text: str, body: str, begin: str = BEGIN, end: str = END) -> str:
+    """``text`` with what lies between the markers (the results section's, or ``begin`` and ``end``) replaced
+    by ``body``."""
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ReadmeError(f"the README needs exactly one {begin} ... {end} pair, in that order")
+    head, rest = text.split(begin)
+    _, tail = rest.split(end)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
 
 
-def current_section(text: str) -> str:
+def current_section(text: str, begin: str = BEGIN, end: str = END) -> str:
     """What the README holds between the markers."""
-    replace_section(text, "")  # validates the markers
-    return text.split(BEGIN)[1].split(END)[0].strip("\n")
+    replace_section(text, "", begin, end)  # validates the markers
+    return text.split(begin)[1].split(end)[0].strip("\n")
 
 
 def write_readme(readme: Path, run: RunData) -> None:
-    """Rewrite the README's results section from ``run``, atomically."""
-    atomic_write_text(readme, replace_section(readme.read_text(encoding="utf-8"), section(run)))
+    """Rewrite the README's results section from ``run`` and, where it has one, its time table from the times
+    file (:mod:`harness.output.times`), atomically."""
+    text = replace_section(readme.read_text(encoding="utf-8"), section(run))
+    if times.BEGIN in text or times.END in text:
+        text = replace_section(text, times.section(times.read_times()), times.BEGIN, times.END)
+    atomic_write_text(readme, text)

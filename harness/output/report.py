@@ -1,7 +1,9 @@
-"""Markdown reports of a run: the article's table reproduced, a per-scenario summary, the engines section.
+"""Markdown reports of a run: the article's table reproduced, a per-scenario summary, the engines section, and
+the console summary printed at the end of ``kvblock-bench run`` and ``report``.
 
 Reports read only ``results.csv`` and ``meta.json``, so any run (or a committed reference run) can be
-re-reported; figures are never computed here beyond ratios of figures measured in the same run.
+re-reported; figures are never computed here beyond ratios of figures measured in the same run. Tables have
+rows only for the cells a run measured; what it left out is one line (:mod:`harness.output.coverage`).
 """
 
 from __future__ import annotations
@@ -11,12 +13,26 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.output.results import ratio_metric
+from harness.output.cache_report import caching_scenarios, prefix_cache_section
+from harness.output.coverage import left_out_note
+from harness.output.formatting import (
+    BASE,
+    CACHE_BASE,
+    aa_text,
+    fmt,
+    machine_line,
+    measured_text,
+    ratio_text,
+    source_text,
+    value_text,
+)
+from harness.output.paced_report import paced_sentence
+from harness.output.results import atomic_write_text
 from harness.output.rundata import RunData
 from impls import registry
 
 PAPER_CSV = Path(__file__).resolve().parents[1] / "data" / "paper_table.csv"
-# The article's designs and their compiled twins: the rows of the paper table, in the registry's order.
+# The article's designs, their compiled twins and their C++ builds: the rows of the paper table.
 DESIGN_ROLES = ("design", "twin", "native")
 ENGINE_ROLES = ("contender", "plugin")
 REGIME_TITLES = {
@@ -26,74 +42,26 @@ REGIME_TITLES = {
 
 
 def article_table() -> pd.DataFrame:
+    """The article's figures (``harness/data/paper_table.csv``), one row per design letter."""
     return pd.read_csv(PAPER_CSV).set_index("scheme")
 
 
-def _fmt(value: float, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    if value == 0:
-        return "0"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.{digits}g}"
+def regime_title(regime: str) -> str:
+    return REGIME_TITLES.get(regime, f"{regime} regime")
 
 
-def _interval(row: dict | None) -> str:
-    """`` [low–high]`` of a row's 95 % interval, or "" where it has none."""
-    if not row or row.get("status") != "ok":
-        return ""
-    low, high = row.get("ci_low"), row.get("ci_high")
-    if low is None or high is None or pd.isna(low) or pd.isna(high):
-        return ""
-    return f" [{_fmt(low)}–{_fmt(high)}]"
-
-
-def ratio_text(run: RunData, scenario: str, impl: str, regime: str, metric: str, base_regime: str | None = None,
-               base: str = registry.RATIO_BASE) -> str:
-    """``146× [140–152]``: ``metric`` of the cell over ``base``'s (same regime, or batched), with the paired
-    interval measured in the run; "no difference" when that interval holds 1."""
-    batched_base = base_regime not in (None, regime)
-    if impl == base and not batched_base:
-        return "1×"
-    row = run.get(scenario, impl, regime, ratio_metric(metric, base, batched_base))
-    if row is None or row["status"] != "ok":
-        return "—"
-    text = f"{_fmt(float(row['value']), 3)}×{_interval(row)}"
-    low, high = row.get("ci_low"), row.get("ci_high")
-    if low is not None and high is not None and not pd.isna(low) and low <= 1 <= high:
-        text += " (no difference)"
-    return text
-
-
-def value_text(run: RunData, scenario: str, impl: str, regime: str, metric: str) -> str:
-    """The figure with its 95 % interval where it has one."""
-    return _fmt(run.value(scenario, impl, regime, metric)) + _interval(run.get(scenario, impl, regime, metric))
-
-
-def aa_text(run: RunData, scenario: str) -> str:
-    """The run's noise floor on ``scenario``: the A/A control's ratio and interval, in one sentence."""
-    rows = run.df[(run.df.scenario == scenario) & (run.df.metric == "aa_ratio") & (run.df.status == "ok")]
-    if rows.empty:
-        return "Noise floor: no A/A control in this run."
-    r = rows.iloc[0]
-    verdict = ("no difference, as it must be" if r.ci_low <= 1 <= r.ci_high
-               else "a difference: treat ratios this close to 1 as noise")
-    return (f"Noise floor: the A/A control (`{r.impl}` {r.regime} replayed twice as two cells) reads "
-            f"{_fmt(r.value, 3)}× [{_fmt(r.ci_low, 3)}–{_fmt(r.ci_high, 3)}]: {verdict}.")
+def base_of(run: RunData, scenario: str) -> str:
+    """The implementation the scenario's ratios are taken against: ``flat-pc`` on caching scenarios."""
+    return CACHE_BASE if scenario in caching_scenarios(run) else BASE
 
 
 def _get(run: RunData, scenario: str, impl: str, regime: str, metric: str) -> tuple[float, str, str]:
-    """(value, source, status) of one figure; NaN and 'missing' when the run has no such row. The source
-    names the other instruments' rows too (e.g. "callgrind-sim (perf: unsupported)")."""
+    """(value, source, status) of one figure; NaN and 'missing' when the run has no such row."""
     row = run.get(scenario, impl, regime, metric)
     if row is None:
         return math.nan, "", "missing"
-    sel = run.df[(run.df.scenario == scenario) & (run.df.impl == impl) & (run.df.regime == regime)
-                 & (run.df.metric == metric)]
-    others = [f"{r.source}: {r.status}" for r in sel.itertuples() if r.source != row["source"]]
-    source = str(row["source"]) + (f" ({'; '.join(others)})" if others else "")
-    return run.value(scenario, impl, regime, metric), source, str(row["status"])
+    return run.value(scenario, impl, regime, metric), source_text(run, scenario, impl, regime, metric), str(
+        row["status"])
 
 
 def _rows_of(run: RunData, roles: tuple[str, ...]) -> list[registry.Impl]:
@@ -103,38 +71,61 @@ def _rows_of(run: RunData, roles: tuple[str, ...]) -> list[registry.Impl]:
     return [r for r in recs if r.role in roles and r.name in present]
 
 
-def machine_line(meta: dict) -> str:
-    caches = ", ".join(f"{k} {v}" for k, v in meta.get("caches", {}).items())
-    return (f"{meta.get('cpu_model', '?')} ({meta.get('cpu_count', '?')} CPUs; {caches}); "
-            f"PMU: {meta.get('pmu', '?')}; commit {meta.get('git_commit', '?')}")
+def design_cells(run: RunData, scenario: str, regime: str) -> list[registry.Impl]:
+    """Records of the designs (:data:`DESIGN_ROLES`, plug-ins too) measured in ``regime`` on ``scenario``."""
+    ran = {i for i, r in run.cells(scenario) if r == regime}
+    return [rec for rec in _rows_of(run, (*DESIGN_ROLES, "plugin")) if rec.name in ran]
+
+
+def l1d_texts(run: RunData, scenario: str, impl: str, regime: str) -> tuple[str, str, str]:
+    """(misses per sequence-step, miss rate %, source) of a cell: the figure where measured, else why not
+    (the status of the rate's rows: ``skipped``, ``unsupported``); "—" where the run has no L1D row at all."""
+    rate_row = run.get(scenario, impl, regime, "l1d_miss_pct")
+    if rate_row is None:
+        return "—", "—", ""
+    rate = measured_text(run, scenario, impl, regime, "l1d_miss_pct")
+    misses = (value_text(run, scenario, impl, regime, "l1d_misses_per_seq_step")
+              if run.get(scenario, impl, regime, "l1d_misses_per_seq_step") is not None else rate)
+    return misses, rate, source_text(run, scenario, impl, regime, "l1d_miss_pct")
+
+
+PAPER_INTRO = (
+    "Each cell: our figure [95 % interval] (its ratio to C `flat` in the same regime, measured in the same run "
+    "[paired 95 % interval]), then the article's figure (its ratio to C). Lookup: ns per lookup (newest token -> "
+    "block and slot). Alloc/free: ns per block taken by `allocate` or released by `free`. CPU share: block-manager "
+    "CPU per second at 2,000 steps/s, computed from the closed-loop step time, and observed in a paced open-loop "
+    "run from Python (median over interleaved repetitions). L1D: misses per sequence-step first (the comparable "
+    "figure: a design that makes few accesses has few misses), then misses / accesses (a rate flatters code that "
+    "makes many cheap accesses, such as an interpreter), with their source. The article's figures are C++; ours "
+    "are Python, Numba and C++ on the machine above. Dispatch floor (per-call regime, compiled designs): what the "
+    "same calls cost over empty kernels, per sequence-step: the part of the per-call figure that is crossing into "
+    "compiled code, not the data structure's work. Brackets: 95 % intervals (block bootstrap over interleaved "
+    "slices; for ratios, the same blocks for both designs).")
+PAPER_HEADER = ("| design | impl | lookup ns | article | alloc/free ns | article | CPU share % (computed) "
+                "| CPU % (observed, paced) | article | L1D misses/seq-step | L1D miss % | article | L1D source "
+                "| instr/seq-step | allocs/step | dispatch floor ns/seq-step |")
 
 
 def paper_table(run: RunData, scenario: str = "paper") -> str:
-    """The article's table, each cell measured next to the article's figure, ratios to C in the same run."""
+    """The article's table, each cell measured next to the article's figure, ratios to C in the same run; a
+    row per design and regime the run measured, and one line for what it did not."""
     art = article_table()
     out = [f"# The article's table, reproduced on the `{scenario}` scenario", "",
-           f"Machine: {machine_line(run.meta)}.", "",
-           "Each cell: our figure, its ratio to C (flat) measured in the same run, then the article's figure "
-           "and its ratio to C. Lookup: ns per lookup (newest token -> block and slot). Alloc/free: ns per "
-           "block taken by `allocate` or released by `free`. CPU share: block-manager CPU per second at 2,000 "
-           "steps/s, computed from the closed-loop step time, and observed in a paced open-loop run from Python. "
-           "L1D: misses / loads in the measured region, with its source; a rate flatters code that makes many "
-           "cheap accesses (an interpreter), so misses and instructions per sequence-step follow. The article's "
-           "figures are C++; ours are Python and Numba on the machine above. Dispatch floor (per-call regime, "
-           "compiled designs): what the same calls cost over empty kernels, per sequence-step: the part of the "
-           "per-call figure that is crossing into compiled code, not the data structure's work. Brackets: 95 % "
-           "intervals (block bootstrap over interleaved slices; for ratios, the same blocks for both designs).", "",
-           aa_text(run, scenario), ""]
+           f"Machine: {machine_line(run.meta)}.", "", PAPER_INTRO, ""]
+    out += [aa_text(run, scenario), ""]
     if not run.meta.get("complete", True):
         out += ["**This run is incomplete** (interrupted or failed): scenarios it did not finish are missing.", ""]
-    for regime in ("batched", "per-call"):
-        out += [f"## {REGIME_TITLES[regime]}", "",
-                "| design | impl | lookup ns | article | alloc/free ns | article | CPU share % (computed) "
-                "| CPU % (observed) | article | L1D miss % | source | article | L1D misses/seq-step | instr/seq-step "
-                "| allocs/step | dispatch floor ns/seq-step |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        out += [_paper_row(run, scenario, regime, rec, art) for rec in _rows_of(run, DESIGN_ROLES)]
+    for regime in run.regimes(scenario, "seq_step_ns"):
+        recs = design_cells(run, scenario, regime)
+        if not recs:
+            continue
+        out += [f"## {regime_title(regime)}", "", PAPER_HEADER, "|" + "---|" * PAPER_HEADER.count(" | ") + "---|"]
+        out += [_paper_row(run, scenario, regime, rec, art) for rec in recs]
         out.append("")
+    if note := left_out_note(run, scenario, DESIGN_ROLES):
+        out += [note, ""]
+    if paced := paced_sentence(run, scenario):
+        out += [paced, ""]
     out += _perf_note(run, scenario)
     return "\n".join(out) + "\n"
 
@@ -149,7 +140,7 @@ def _article_cell(art: pd.DataFrame, rec: registry.Impl, column: str) -> str:
         return ""
     a, c = art.loc[rec.letter], art.loc["C"]
     bound = {"upper": "<", "approx": "~"}.get(a.bound, "")
-    return f"{bound}{_fmt(a[column])} ({_fmt(a[column] / c[column], 2)}×)"
+    return f"{bound}{fmt(a[column])} ({fmt(a[column] / c[column], 2)}×)"
 
 
 def _paper_row(run: RunData, scenario: str, regime: str, rec: registry.Impl, art: pd.DataFrame) -> str:
@@ -160,15 +151,14 @@ def _paper_row(run: RunData, scenario: str, regime: str, rec: registry.Impl, art
         cells.append(f"{value_text(run, scenario, rec.name, regime, metric)} "
                      f"({ratio_text(run, scenario, rec.name, regime, ratio_of)})")
         if metric == "cpu_share_pct":
-            cells.append(_fmt(_get(run, scenario, rec.name, regime, "cpu_share_observed_pct")[0]))
+            cells.append(measured_text(run, scenario, rec.name, regime, "cpu_share_observed_pct"))
         cells.append(_article_cell(art, rec, column))
-    v, source, status = _get(run, scenario, rec.name, regime, "l1d_miss_pct")
+    misses, rate, source = l1d_texts(run, scenario, rec.name, regime)
     article_l1d = _article_cell(art, rec, "l1d_miss_pct").split(" (")[0]  # the figure and its bound, no ratio
-    cells += [_fmt(v) if status == "ok" else status, source, article_l1d,
-              _fmt(_get(run, scenario, rec.name, regime, "l1d_misses_per_seq_step")[0]),
-              _fmt(_get(run, scenario, rec.name, regime, "instructions_per_seq_step")[0]),
-              _fmt(_get(run, scenario, rec.name, regime, "allocs_per_step")[0]),
-              _fmt(_get(run, scenario, rec.name, regime, "dispatch_floor_seq_step_ns")[0])]
+    cells += [misses, rate, article_l1d, source,
+              fmt(_get(run, scenario, rec.name, regime, "instructions_per_seq_step")[0]),
+              fmt(_get(run, scenario, rec.name, regime, "allocs_per_step")[0]),
+              fmt(_get(run, scenario, rec.name, regime, "dispatch_floor_seq_step_ns")[0])]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -185,24 +175,35 @@ SUMMARY_METRICS = [("seq_step_ns", "ns/seq-step"), ("step_p99_ns", "p99 step ns"
 
 
 def scenario_summary(run: RunData) -> str:
-    """One table per scenario: every cell's main figures and its slowdown against batched flat."""
+    """One table per scenario, a row per cell the run measured: its main figures and its slowdown against the
+    scenario's base (``flat``, ``flat-pc`` on caching scenarios) batched."""
     out = ["# Per-scenario summary", "", f"Machine: {machine_line(run.meta)}.", "",
-           "×flat: seq-step time relative to batched `flat` in the same run (higher is slower), with its paired "
-           "95 % interval. Brackets: 95 % intervals.", ""]
-    df = run.df
-    for scenario in dict.fromkeys(df.scenario):
-        sub = df[df.scenario == scenario]
-        cells = sub[sub.metric == "seq_step_ns"][["impl", "regime"]].drop_duplicates()
-        if cells.empty:
+           "× base: seq-step time relative to batched `flat` (`flat-pc` on the prefix-caching scenarios) in the "
+           "same run (higher is slower), with its paired 95 % interval. Brackets: 95 % intervals. driver: the loop "
+           "that issued the timed calls (python, compiled, native).", ""]
+    for scenario in dict.fromkeys(run.df.scenario):
+        cells = run.cells(scenario)
+        if not cells:
             continue
-        out += [f"## {scenario}", "", "| impl | regime | " + " | ".join(h for _, h in SUMMARY_METRICS) + " | ×flat |",
-                "|---|---|" + "---|" * (len(SUMMARY_METRICS) + 1)]
-        for impl, regime in cells.itertuples(index=False):
+        base = base_of(run, scenario)
+        out += [f"## {scenario}", "",
+                "| impl | regime | driver | " + " | ".join(h for _, h in SUMMARY_METRICS) + f" | × {base} |",
+                "|---|---|---|" + "---|" * (len(SUMMARY_METRICS) + 1)]
+        for impl, regime in cells:
             vals = [value_text(run, scenario, impl, regime, m) for m, _ in SUMMARY_METRICS]
-            out.append(f"| `{impl}` | {regime} | " + " | ".join(vals)
-                       + f" | {ratio_text(run, scenario, impl, regime, 'seq_step_ns', 'batched')} |")
+            out.append(f"| `{impl}` | {regime} | {driver_of(run, scenario, impl, regime)} | " + " | ".join(vals)
+                       + f" | {ratio_text(run, scenario, impl, regime, 'seq_step_ns', 'batched', base)} |")
         out.append("")
+        if note := left_out_note(run, scenario, ("caching",) if base == CACHE_BASE else DESIGN_ROLES):
+            out += [note, ""]
     return "\n".join(out) + "\n"
+
+
+def driver_of(run: RunData, scenario: str, impl: str, regime: str) -> str:
+    """The ``driver`` column of the cell's seq-step row; "—" in runs written before the column existed."""
+    row = run.get(scenario, impl, regime, "seq_step_ns")
+    driver = row.get("driver") if row else None
+    return str(driver) if isinstance(driver, str) and driver else "—"
 
 
 # The copy-on-write headline: the first of these scenarios the run has (each forks, and its forks cause
@@ -225,12 +226,12 @@ def sharing_counts(run: RunData, scenario: str) -> str:
     return f"{forks:,.0f} forks and {cows:,.0f} copy-on-writes"
 
 
-def sharing_rows(run: RunData, scenario: str, regimes: tuple[str, ...] = ("batched", "per-call")) -> list[str]:
+def sharing_rows(run: RunData, scenario: str, regimes: tuple[str, ...] | None = None) -> list[str]:
     """One row per design (the article's, their twins, the C++ builds) and regime the run measured on
     ``scenario``: each figure with its interval, seq-step time also as a ratio to flat in the same regime."""
     out = []
     for rec in _rows_of(run, DESIGN_ROLES):
-        for regime in regimes:
+        for regime in run.regimes(scenario, "seq_step_ns") if regimes is None else regimes:
             if run.get(scenario, rec.name, regime, "seq_step_ns") is None:
                 continue
             cells = [f"{value_text(run, scenario, rec.name, regime, m)}" for m, _ in SHARING_COLUMNS]
@@ -294,9 +295,9 @@ def engines_section(run: RunData, scenario: str = "paper") -> str:
             v = _get(run, scenario, impl, regime, "seq_step_ns")[0]
             if math.isnan(v):
                 continue
-            out.append(f"| `{impl}` | {regime} | {_fmt(v)} | {_fmt(_get(run, scenario, impl, regime, 'lookup_ns')[0])} "
-                       f"| {_fmt(_get(run, scenario, impl, regime, 'alloc_free_ns')[0])} "
-                       f"| {_fmt(_get(run, scenario, impl, regime, 'allocs_per_step')[0])} "
+            out.append(f"| `{impl}` | {regime} | {fmt(v)} | {fmt(_get(run, scenario, impl, regime, 'lookup_ns')[0])} "
+                       f"| {fmt(_get(run, scenario, impl, regime, 'alloc_free_ns')[0])} "
+                       f"| {fmt(_get(run, scenario, impl, regime, 'allocs_per_step')[0])} "
                        f"| {ratio_text(run, scenario, impl, regime, 'seq_step_ns', 'batched')} "
                        f"| {notes.get((impl, regime), '')} |")
     return "\n".join(out) + "\n"
@@ -317,15 +318,15 @@ def table_copy_section(run: RunData) -> str:
     for (scenario, variant), _ in sub.groupby(["scenario", "regime"], sort=False):
         vals = [_get(run, scenario, "flat", variant, m) for m in
                 ("table_copy_ns", "table_copy_ns_per_seq", "table_copy_bytes", "table_copy_device_ns")]
-        cells = [_fmt(v) if st == "ok" else st for v, _src, st in vals]
+        cells = [fmt(v) if st == "ok" else st for v, _src, st in vals]
         out.append(f"| {scenario} | {variant} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
+
+
 def write_reports(run: str | Path | None = None) -> Path:
     """Write ``paper_table.md`` and ``summary.md`` into the run directory; returns it."""
-    from harness.output.results import atomic_write_text
-
     data = RunData.load(run)
     paper = paper_table(data) if data.has("paper") else "# No `paper` scenario in this run\n"
     engines = engines_section(data)
@@ -333,29 +334,6 @@ def write_reports(run: str | Path | None = None) -> Path:
     sharing = sharing_table(data)
     atomic_write_text(data.run_dir / "paper_table.md",
                       paper + "\n" + sharing + ("\n" + engines if engines else "") + "\n" + copies)
-    from harness.output.cache_report import prefix_cache_section
-
     caching = prefix_cache_section(data)
     atomic_write_text(data.run_dir / "summary.md", scenario_summary(data) + ("\n" + caching if caching else ""))
     return data.run_dir
-
-
-def console_summary(run: str | Path | None = None) -> str:
-    """A concise text for the end of a run: the paper table's main cells and where the reports are."""
-    data = run if isinstance(run, RunData) else RunData.load(run)
-    run_dir, df = data.run_dir, data.df
-    lines = [f"run: {run_dir}", f"machine: {machine_line(data.meta)}"]
-    if data.has("paper"):
-        lines.append("paper scenario, ns per sequence-step (lookup ns | alloc/free ns per block | CPU % at 2,000/s):")
-        for regime in ("batched", "per-call"):
-            for impl in data.impls("paper", "seq_step_ns", regime):
-                v, lookup, af, cpu = (data.value("paper", impl, regime, m) for m in
-                                      ("seq_step_ns", "lookup_ns", "alloc_free_ns", "cpu_share_pct"))
-                lines.append(f"  {regime:9s} {impl:10s} {_fmt(v):>8s}   ({_fmt(lookup)} | {_fmt(af)} | {_fmt(cpu)})")
-    if not data.meta.get("complete", True):
-        lines.append("INCOMPLETE run (interrupted or failed): only the scenarios it finished have figures")
-    failed = df[df.status == "failed"]
-    if len(failed):
-        lines.append(f"{len(failed)} figure(s) FAILED: see results.csv (status column)")
-    lines.append(f"reports: {run_dir / 'paper_table.md'}, {run_dir / 'summary.md'}")
-    return "\n".join(lines)

@@ -38,7 +38,8 @@ DRIVERS = ("python", "compiled", "native")  # the loops that issue a replay's ca
 # so can a difference of two timed medians (the cache-operation study's derived rows) or a paced run's thread
 # time minus its idle run's.
 SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "aa_ratio_log", "cache_insert_ns",
-                            "cache_evict_ns", "cpu_share_observed_pct", "cpu_share_observed_whole_step_pct"})
+                            "cache_evict_ns", "cpu_share_observed_pct", "cpu_share_observed_whole_step_pct",
+                            "paced_floor_pct", "paced_above_floor_pct"})
 MAX_ABS_VALUE = 1e15  # no figure we publish comes near this (1e15 ns is eleven days)
 
 

@@ -24,6 +24,12 @@ log = logging.getLogger(__name__)
 IMPL_ORDER = registry.names()
 
 
+def ordered_regimes(regimes) -> list[str]:
+    """``regimes`` with :data:`REGIMES` first in that order, any other (a ``step`` regime) after, as found."""
+    found = list(dict.fromkeys(regimes))
+    return [r for r in REGIMES if r in found] + [r for r in found if r not in REGIMES]
+
+
 def ordered(impls) -> list[str]:
     """``impls`` in the registry's order, unknown (plug-in) names last in their given order."""
     found = list(dict.fromkeys(impls))
@@ -89,9 +95,15 @@ class RunData:
         return ordered(sel.impl)
 
     def regimes(self, scenario: str, metric: str) -> list[str]:
-        """Regimes with a row of ``metric`` in ``scenario`` (any status), batched first."""
-        found = set(self.df[(self.df.scenario == scenario) & (self.df.metric == metric)].regime)
-        return [r for r in REGIMES if r in found]
+        """Regimes with a row of ``metric`` in ``scenario`` (any status), batched first (:func:`ordered_regimes`)."""
+        return ordered_regimes(self.df[(self.df.scenario == scenario) & (self.df.metric == metric)].regime)
+
+    def cells(self, scenario: str, metric: str = "seq_step_ns") -> list[tuple[str, str]]:
+        """The (impl, regime) cells with a row of ``metric`` in ``scenario``: the cells that ran, in the
+        registry's order, each implementation's regimes batched first."""
+        sel = self.df[(self.df.scenario == scenario) & (self.df.metric == metric)]
+        pairs = set(zip(sel.impl, sel.regime, strict=True))
+        return [(i, r) for i in ordered(sel.impl) for r in ordered_regimes(sel.regime) if (i, r) in pairs]
 
     def raw(self, scenario: str, impl: str, regime: str) -> dict | None:
         """A cell's raw samples (``clock``, ``step_ns``, ``kind_ns_totals``), or None if absent or unreadable."""
@@ -105,8 +117,3 @@ class RunData:
             return None
         return data if isinstance(data, dict) else None
 
-
-def load_run(run: str | Path | None = None) -> tuple[Path, pd.DataFrame, dict]:
-    """(run directory, results as a DataFrame, meta) for a run id, a path, or None for the latest run."""
-    data = RunData.load(run)
-    return data.run_dir, data.df, data.meta

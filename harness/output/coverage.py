@@ -1,0 +1,54 @@
+"""What a run left out of a table, and the command that measures it.
+
+Tables show rows only for the cells a run measured. What a table could have shown but the run did not measure
+(another regime, a design the run did not name, a design unavailable on this machine) is said in one line,
+with the ``kvblock-bench run`` command that measures it, so that a missing row is never mistaken for a
+missing design nor drawn as a dash.
+"""
+
+from __future__ import annotations
+
+from harness.measure.matrix import REGIMES as MATRIX_REGIMES
+from harness.measure.matrix import ROLE_REGIMES
+from harness.output.rundata import RunData, ordered_regimes
+from impls import registry
+
+
+def missing_cells(run: RunData, scenario: str, roles: tuple[str, ...]) -> dict[str, list[str]]:
+    """Implementation -> regimes it can run in (:data:`ROLE_REGIMES`) but did not in ``scenario``, for the
+    registered implementations of ``roles`` that are available here, in the registry's order."""
+    unavailable = run.meta.get("skipped_impls") or {}
+    ran = set(run.cells(scenario))
+    missing: dict[str, list[str]] = {}
+    for name in registry.names(*roles):
+        if name in unavailable:
+            continue
+        role = registry.record(name).role
+        gone = [r for r in ordered_regimes(ROLE_REGIMES.get(role, MATRIX_REGIMES)) if (name, r) not in ran]
+        if gone:
+            missing[name] = gone
+    return missing
+
+
+def _command(scenario: str, impls: list[str], regimes: list[str] | None) -> str:
+    regime = f" --regime {','.join(regimes)}" if regimes else ""
+    return f"`kvblock-bench run --scenario {scenario} --impl {','.join(impls)}{regime}`"
+
+
+def left_out_note(run: RunData, scenario: str, roles: tuple[str, ...]) -> str:
+    """One line: the cells of ``roles`` the run did not measure on ``scenario`` with the command for each
+    group, and the implementations unavailable on this machine with the reason; "" when nothing is missing."""
+    groups: dict[tuple[str, ...] | None, list[str]] = {}
+    for name, gone in missing_cells(run, scenario, roles).items():
+        every = ordered_regimes(ROLE_REGIMES.get(registry.record(name).role, MATRIX_REGIMES))
+        groups.setdefault(None if gone == every else tuple(gone), []).append(name)
+    parts = []
+    for regimes, names in groups.items():
+        what = "" if regimes is None else f"{', '.join(regimes)} regime of "
+        parts.append(f"{what}{', '.join(f'`{n}`' for n in names)} "
+                     f"({_command(scenario, names, None if regimes is None else list(regimes))})")
+    unavailable = {n: why for n, why in (run.meta.get("skipped_impls") or {}).items()
+                   if registry.record(n).role in roles}
+    if unavailable:
+        parts.append("unavailable on this machine: " + "; ".join(f"`{n}` ({why})" for n, why in unavailable.items()))
+    return f"Not in this run: {'; '.join(parts)}." if parts else ""

@@ -1,0 +1,172 @@
+"""What every figure shares: colours and labels from the registry, panels of at most eight series, whiskers,
+status words in place of bars, the article's markers, and the footer naming machine, run and commit.
+
+Matplotlib is used without pyplot, so rendering never touches a notebook's or a user's backend.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import matplotlib as mpl
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from harness.output.formatting import fmt, machine_line
+from harness.output.rundata import RunData, ordered
+from impls import registry
+
+PAPER = "paper"
+# The article's designs A, B, C -> our implementation of each (from the registry).
+SCHEMES = {r.letter: r.name for r in registry.RECORDS if r.role == "design" and r.letter}
+NATIVE_OF = {r.letter: r.name for r in registry.RECORDS if r.role == "native" and r.letter}
+REGIME_STYLE = {"batched": "-", "per-call": "--"}  # other regimes (a ``step`` regime) get OTHER_STYLE
+REGIME_HATCH = {"batched": "", "per-call": "\\\\\\"}  # line hatches: dot hatches make SVGs ten times larger
+OTHER_STYLE, OTHER_HATCH = ":", "///"
+ARTICLE = "article (C++)"
+MAX_SERIES = 8  # series per axes: beyond this a colour cycle repeats and a reader cannot follow one line
+# Families of implementations shown together, in this order; adjacent families share a panel while they fit.
+PANEL_FAMILIES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("design", "twin", "native"), "the article's designs (Python, Numba, C++)"),
+    (("contender",), "engines (our models)"),
+    (("caching",), "prefix caching"),
+    (("plugin",), "plug-ins"),
+)
+
+def label(impl: str) -> str:
+    """The registry's label (the design letter and name for the article's designs), the bare name otherwise."""
+    return registry.record(impl).label
+
+
+def color(impl: str) -> str:
+    """One colour per implementation across all figures (a stable pick from tab10 for unknown ones)."""
+    if registry.record(impl).color:
+        return registry.record(impl).color
+    palette = mpl.colormaps["tab10"].colors
+    return mpl.colors.to_hex(palette[sum(map(ord, impl)) % len(palette)])
+
+
+def regime_style(regime: str) -> str:
+    return REGIME_STYLE.get(regime, OTHER_STYLE)
+
+
+def regime_hatch(regime: str) -> str:
+    return REGIME_HATCH.get(regime, OTHER_HATCH)
+
+
+def series_panels(impls: list[str], reference: str | None = "flat") -> list[tuple[str, list[str]]]:
+    """``impls`` as panels of at most :data:`MAX_SERIES` series: (title, impls) by role family
+    (:data:`PANEL_FAMILIES`), adjacent families merged while they fit, a family too large cut in order.
+    A panel without ``reference`` gets it added (first, so it keeps its place in the legend) where room is
+    left, so that every panel can be read against it on a shared axis."""
+    found = ordered(impls)
+    groups: list[tuple[str, list[str]]] = []
+    for roles, title in PANEL_FAMILIES:
+        members = [i for i in found if registry.record(i).role in roles]
+        for k in range(0, len(members), MAX_SERIES):
+            groups.append((title, members[k:k + MAX_SERIES]))
+    merged: list[tuple[str, list[str]]] = []
+    for title, members in groups:
+        if merged and len(merged[-1][1]) + len(members) <= MAX_SERIES and merged[-1][0] != title:
+            merged[-1] = (f"{merged[-1][0]} and {title}", merged[-1][1] + members)
+        else:
+            merged.append((title, members))
+    if reference in found:
+        merged = [(t, m if reference in m or len(m) >= MAX_SERIES else [reference, *m]) for t, m in merged]
+    return merged
+
+
+def status_word(row: dict | None, meta: dict) -> str:
+    """What stands in place of a figure that was not measured."""
+    if row is None:
+        return "not measured"
+    status = str(row["status"])
+    if status == "unsupported" and meta.get("pmu") == "unsupported":
+        return "unsupported (no PMU)"
+    return status
+
+
+def ci(row: dict | None) -> tuple[float, float] | None:
+    """A row's 95 % interval (its ``ci_low``/``ci_high`` columns), None where it has none."""
+    lo, hi = (row.get("ci_low"), row.get("ci_high")) if row else (None, None)
+    if lo is None or hi is None or pd.isna(lo) or pd.isna(hi):
+        return None
+    return float(lo), float(hi)
+
+
+def reps_of(row: dict | None) -> int | None:
+    reps = row.get("reps") if row else None
+    return int(reps) if reps is not None and not pd.isna(reps) else None
+
+
+def new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1, **kw) -> tuple[Figure, list[Axes]]:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    return fig, list(axes.flat)
+
+
+def grid(n: int, ncols: int = 2) -> tuple[int, int]:
+    """(rows, columns) of a grid for ``n`` panels, at most ``ncols`` wide."""
+    cols = max(1, min(ncols, n))
+    return math.ceil(n / cols), cols
+
+
+def finish(fig: Figure, run: RunData, title: str, caption: str = "") -> Figure:
+    """Title, and a footer: how to read the figure (``caption``), then the machine, the run and the commit."""
+    fig.suptitle(title, fontsize=12)
+    width_in = fig.get_figwidth()
+    lines = textwrap.wrap(caption, width=int(width_in * 15)) if caption else []
+    lines += textwrap.wrap(f"Machine: {machine_line(run.meta)}", width=int(width_in * 17))
+    lines.append(f"run {run.run_id}; commit {run.meta.get('git_commit', '?')}; "
+                 f"finished {run.meta.get('finished', run.meta.get('started', '?'))}")
+    fig.text(0.005, 0.004, "\n".join(lines), fontsize=6.5, ha="left", va="bottom", color="0.3")
+    footer_in = 0.13 * len(lines) + 0.08
+    fig.get_layout_engine().set(rect=(0, footer_in / fig.get_figheight(), 1, 1 - footer_in / fig.get_figheight()))
+    return fig
+
+
+def article_marker(bound: str) -> tuple[str, str]:
+    """(marker, legend words) for how the article stated a figure."""
+    return ("v", "upper bound (<)") if bound == "upper" else ("D", "approx. (~)")
+
+
+def article_handles() -> list[Line2D]:
+    return [Line2D([], [], marker=m, ls="", mfc="none", mec="black", label=f"{ARTICLE}, {words}")
+            for m, words in (article_marker("approx"), article_marker("upper"))]
+
+
+def note(ax: Axes, text: str) -> None:
+    """How to read a panel, right of the axes under the legend, where it never hides data."""
+    ax.text(1.01, 0.0, text, transform=ax.transAxes, ha="left", va="bottom", fontsize=7, color="0.25",
+            bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "0.8", "alpha": 0.9})
+
+
+def num(v: float) -> str:
+    """A bar's value in three significant digits (thousands separated)."""
+    return fmt(v)
+
+
+def word_at(ax: Axes, x: float, text: str) -> None:
+    """A status in place of a bar, standing on the axis (axes coordinates in y, so any scale works)."""
+    ax.text(x, 0.02, text, transform=ax.get_xaxis_transform(), rotation=90, ha="center", va="bottom",
+            fontsize=6.5, color="0.35")
+
+
+def whisker(ax: Axes, x: float, lo: float, hi: float, shade: str = "black") -> None:
+    ax.vlines(x, lo, hi, color=shade, lw=0.9)
+    ax.plot([x, x], [lo, hi], ls="", marker="_", color=shade, ms=5)
+
+
+def log_headroom(ax: Axes, low: float, high: float, share: float = 0.4) -> None:
+    """A log axis from ``low`` to above ``high`` with ``share`` of its height left free for labels."""
+    low, high = max(low, 1e-12), max(high, low * 10)
+    span = math.log10(high / low)
+    ax.set_ylim(low, high * 10 ** (span * share / (1 - share)))
+
+
+def hide_unused(axes: list[Axes], used: int) -> None:
+    for ax in axes[used:]:
+        ax.set_visible(False)

@@ -1,0 +1,151 @@
+"""How a figure of a run is written in every report: numbers, intervals, ratios, the noise floor, CPU share.
+
+One module for the reports (:mod:`harness.output.report`, :mod:`harness.output.cache_report`,
+:mod:`harness.output.readme`) and the console summary, so that the same figure reads the same everywhere and
+the report modules need not import each other. Every function reads rows of a :class:`RunData`; none
+computes a figure beyond what the rows hold.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+import pandas as pd
+
+from harness.output.results import ratio_metric
+from harness.output.rundata import RunData
+from impls import registry
+
+BASE = registry.RATIO_BASE  # the ratio base of plain scenarios: the article's design C
+CACHE_BASE = registry.CACHING_RATIO_BASE  # the ratio base on prefix-caching scenarios
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    """A figure in ``digits`` significant digits, thousands separated from 100 up; "—" for none."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def interval_of(row: dict | None) -> tuple[float, float] | None:
+    """A measured row's 95 % interval (its ``ci_low``/``ci_high`` columns), None where it has none."""
+    if not row or row.get("status") != "ok":
+        return None
+    low, high = row.get("ci_low"), row.get("ci_high")
+    if low is None or high is None or pd.isna(low) or pd.isna(high):
+        return None
+    return float(low), float(high)
+
+
+def interval_text(row: dict | None) -> str:
+    """`` [low–high]`` of a row's 95 % interval, or "" where it has none."""
+    bounds = interval_of(row)
+    return f" [{fmt(bounds[0])}–{fmt(bounds[1])}]" if bounds else ""
+
+
+def value_text(run: RunData, scenario: str, impl: str, regime: str, metric: str) -> str:
+    """The figure with its 95 % interval where it has one."""
+    return fmt(run.value(scenario, impl, regime, metric)) + interval_text(run.get(scenario, impl, regime, metric))
+
+
+def ratio_text(run: RunData, scenario: str, impl: str, regime: str, metric: str, base_regime: str | None = None,
+               base: str = BASE) -> str:
+    """``146× [140–152]``: ``metric`` of the cell over ``base``'s (same regime, or batched), with the paired
+    interval measured in the run; "no difference" when that interval holds 1."""
+    batched_base = base_regime not in (None, regime)
+    if impl == base and not batched_base:
+        return "1×"
+    row = run.get(scenario, impl, regime, ratio_metric(metric, base, batched_base))
+    if row is None or row["status"] != "ok":
+        return "—"
+    text = f"{fmt(float(row['value']), 3)}×{interval_text(row)}"
+    bounds = interval_of(row)
+    if bounds and bounds[0] <= 1 <= bounds[1]:
+        text += " (no difference)"
+    return text
+
+
+def aa_row(run: RunData, scenario: str) -> dict | None:
+    """The scenario's measured A/A control row, None when the run has none."""
+    rows = run.df[(run.df.scenario == scenario) & (run.df.metric == "aa_ratio") & (run.df.status == "ok")]
+    return None if rows.empty else rows.iloc[0].to_dict()
+
+
+def aa_text(run: RunData, scenario: str) -> str:
+    """The run's noise floor on ``scenario``: the A/A control's ratio and interval, in one sentence."""
+    r = aa_row(run, scenario)
+    if r is None:
+        return "Noise floor: no A/A control in this run."
+    bounds = interval_of(r)
+    if bounds is None:
+        return (f"Noise floor: the A/A control (`{r['impl']}` {r['regime']} replayed twice as two cells) reads "
+                f"{fmt(r['value'], 3)}×, without an interval (too few slices to resample).")
+    verdict = ("no difference, as it must be" if bounds[0] <= 1 <= bounds[1]
+               else "a difference: treat ratios this close to 1 as noise")
+    return (f"Noise floor: the A/A control (`{r['impl']}` {r['regime']} replayed twice as two cells) reads "
+            f"{fmt(r['value'], 3)}× [{fmt(bounds[0], 3)}–{fmt(bounds[1], 3)}]: {verdict}.")
+
+
+def cpu_text(pct: float) -> str:
+    """A CPU share: ``66 %``, and from one core up also in cores (``382 % = 3.8 cores``)."""
+    if math.isnan(pct):
+        return "—"
+    if pct < 100:
+        return f"{fmt(pct)} %"
+    return f"{fmt(pct)} % = {pct / 100:.1f} cores"
+
+
+def machine_line(meta: dict) -> str:
+    """CPU model, count and caches, the PMU, the commit: the machine a run's figures belong to."""
+    caches = ", ".join(f"{k} {v}" for k, v in meta.get("caches", {}).items())
+    return (f"{meta.get('cpu_model', '?')} ({meta.get('cpu_count', '?')} CPUs; {caches}); "
+            f"PMU: {meta.get('pmu', '?')}; commit {meta.get('git_commit', '?')}")
+
+
+def source_text(run: RunData, scenario: str, impl: str, regime: str, metric: str) -> str:
+    """The instrument of a figure, naming the other instruments' rows too (``callgrind-sim (perf: unsupported)``);
+    "" when the run has no such row."""
+    row = run.get(scenario, impl, regime, metric)
+    if row is None:
+        return ""
+    sel = run.df[(run.df.scenario == scenario) & (run.df.impl == impl) & (run.df.regime == regime)
+                 & (run.df.metric == metric)]
+    others = [f"{r.source}: {r.status}" for r in sel.itertuples() if r.source != row["source"]]
+    return str(row["source"]) + (f" ({'; '.join(others)})" if others else "")
+
+
+def measured_text(run: RunData, scenario: str, impl: str, regime: str, metric: str) -> str:
+    """The figure (with its interval) where it was measured, else its status word (``skipped``,
+    ``unsupported``), else "—" where the run has no such row."""
+    row = run.get(scenario, impl, regime, metric)
+    if row is None:
+        return "—"
+    if row["status"] != "ok":
+        return str(row["status"])
+    return value_text(run, scenario, impl, regime, metric)
+
+
+def run_seconds(meta: dict) -> float:
+    """A run's wall time from its ``started`` and ``finished`` stamps, NaN when it does not say."""
+    try:
+        stamp = "%Y-%m-%dT%H:%M:%S%z"
+        return (datetime.strptime(meta["finished"], stamp) - datetime.strptime(meta["started"], stamp)).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return math.nan
+
+
+def duration_text(seconds: float) -> str:
+    """``10 min 37 s`` (``42 s`` under a minute, ``1 h 02 min`` from an hour); "unknown" for NaN."""
+    if math.isnan(seconds):
+        return "unknown"
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"

@@ -1,0 +1,50 @@
+"""The paced CPU share in words: the do-nothing floor, ``flat``'s whole step above it, and the target.
+
+A block manager entered once per step from a paced Python loop cannot cost less than a compiled call that does
+nothing (``paced_floor_pct``, impl ``-``: its arguments unboxed, the thread woken from its sleep). The target for
+``flat`` is stated against that floor, both measured in the same run: its paced whole step
+(``cpu_share_observed_whole_step_pct``) at most :data:`TARGET_ABOVE_FLOOR` points of a core above it, read from
+the paired per-repetition difference (``paced_above_floor_pct``) and its interval. See
+:mod:`harness.measure.paced`.
+"""
+
+from __future__ import annotations
+
+from harness.output.formatting import fmt, interval_of, interval_text
+from harness.output.rundata import RunData
+
+TARGET_ABOVE_FLOOR = 1.5  # points of one core: flat's paced whole step over the do-nothing crossing, same run
+FLOOR, WHOLE, ABOVE = "paced_floor_pct", "cpu_share_observed_whole_step_pct", "paced_above_floor_pct"
+
+
+def verdict(row: dict | None) -> str:
+    """Whether ``paced_above_floor_pct`` meets the target: judged on its interval, never on the point alone."""
+    bounds = interval_of(row)
+    if bounds is None:
+        return "not decided (no interval: run the paced study with at least two repetitions)"
+    if bounds[1] <= TARGET_ABOVE_FLOOR:
+        return "met (the whole interval is at or below it)"
+    if bounds[0] > TARGET_ABOVE_FLOOR:
+        return "missed (the whole interval is above it)"
+    return "not decided (the interval holds it)"
+
+
+def paced_sentence(run: RunData, scenario: str = "paper", impl: str = "flat") -> str:
+    """One paragraph: the floor, ``impl``'s paced whole step and its distance to the floor against the target;
+    "" when the run has no measured floor on ``scenario``."""
+    floor = run.get(scenario, "-", "-", FLOOR)
+    if floor is None or floor["status"] != "ok":
+        return ""
+    reps = floor.get("reps")
+    rate = floor.get("step_rate")
+    head = (f"Paced at {fmt(rate) if rate == rate and rate else '?'} steps/s from Python "
+            f"({int(reps) if reps == reps and reps else '?'} interleaved repetitions; medians [95 % interval]): a "
+            f"compiled call that does nothing, once per step, costs {fmt(float(floor['value']))} %"
+            f"{interval_text(floor)} of a core (`{FLOOR}`), the floor of any block manager entered once per step")
+    whole, above = run.get(scenario, impl, "batched", WHOLE), run.get(scenario, impl, "batched", ABOVE)
+    if whole is None or whole["status"] != "ok" or above is None or above["status"] != "ok":
+        return head + f"; `{impl}`'s whole step was not paced in this run."
+    return (head + f"; batched `{impl}`'s whole step (one `step()` call per step) {fmt(float(whole['value']))} %"
+            f"{interval_text(whole)}, {fmt(float(above['value']))} points above the floor{interval_text(above)} "
+            f"(paired per repetition). Target: at most {fmt(TARGET_ABOVE_FLOOR)} points above the floor, both "
+            f"measured in the same run: {verdict(above)}.")

@@ -1,0 +1,162 @@
+"""The console summary and the tables, from rows written here: what they say, in which order, what they leave out."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from harness.output.console import console_summary
+from harness.output.formatting import cpu_text, duration_text
+from harness.output.paced_report import paced_sentence
+from harness.output.readme import section
+from harness.output.report import paper_table, scenario_summary
+from harness.output.results import Row, write_json, write_rows
+from harness.output.rundata import RunData
+
+META = {"complete": True, "started": "2026-12-01T10:00:00+0000", "finished": "2026-12-01T10:03:41+0000",
+        "cpu_model": "Test CPU", "cpu_count": 2, "pmu": "unsupported", "git_commit": "abc123",
+        "skipped_impls": {"cpp-dict": "no C++ compiler", "cpp-list": "no C++ compiler", "cpp-flat": "no C++ compiler"}}
+
+
+def timed(impl: str, regime: str, ns: float, driver: str, ratio: tuple[float, float, float] | None = None,
+          cpu: float | None = None, scenario: str = "paper", base: str = "flat") -> list[Row]:
+    """A cell's seq-step row (with its interval and driver), its CPU share and its ratio to ``base``."""
+    rows = [Row(scenario, impl, regime, "seq_step_ns", ns, "ns", "rdtsc", ci_low=ns * 0.9, ci_high=ns * 1.1,
+                driver=driver),
+            Row(scenario, impl, regime, "cpu_share_pct", ns / 20 if cpu is None else cpu, "%", "rdtsc", driver=driver),
+            *(Row(scenario, impl, regime, metric, ns / 2, "ns", "rdtsc", ci_low=ns / 2.2, ci_high=ns / 1.8,
+                  driver=driver) for metric in ("lookup_ns", "alloc_free_ns"))]
+    if ratio is not None:
+        value, low, high = ratio
+        suffix = base.replace("-", "_")
+        rows += [Row(scenario, impl, regime, f"{m}_vs_{suffix}", value, "x", "ratio", ci_low=low, ci_high=high,
+                     driver=driver) for m in ("seq_step_ns", "lookup_ns", "alloc_free_ns")]
+    return rows
+
+
+def l1d(impl: str, regime: str, misses: float, rate: float) -> list[Row]:
+    return [Row("paper", impl, regime, "l1d_miss_pct", math.nan, "%", "perf", "unsupported", "no PMU"),
+            Row("paper", impl, regime, "l1d_miss_pct", rate, "%", "callgrind-sim", "ok", "simulated"),
+            Row("paper", impl, regime, "l1d_misses_per_seq_step", misses, "misses", "callgrind-sim", "ok", "simulated")]
+
+
+def paced(floor: tuple[float, float, float], above: tuple[float, float, float]) -> list[Row]:
+    return [Row("paper", "-", "-", "paced_floor_pct", floor[0], "%", "thread_time_ns", ci_low=floor[1],
+                ci_high=floor[2], reps=5, step_rate=2000.0),
+            Row("paper", "flat", "batched", "cpu_share_observed_whole_step_pct", floor[0] + above[0], "%",
+                "thread_time_ns", ci_low=floor[1] + above[1], ci_high=floor[2] + above[2], reps=5, step_rate=2000.0),
+            Row("paper", "flat", "batched", "paced_above_floor_pct", above[0], "%", "thread_time_ns",
+                ci_low=above[1], ci_high=above[2], reps=5, step_rate=2000.0)]
+
+
+def make_run(tmp_path: Path, extra: list[Row] = (), meta: dict | None = None) -> RunData:
+    rows = [*timed("dict", "batched", 1289.0, "python", (158.0, 141.0, 197.0)),
+            *timed("flat", "batched", 8.18, "compiled"),
+            *timed("flat", "per-call", 1465.0, "python"),
+            *timed("vllm-v1", "per-call", 9964.0, "python", (6.8, 6.21, 7.4), cpu=382.0),
+            *l1d("dict", "batched", 15.6, 0.475), *l1d("flat", "batched", 1.2, 7.14),
+            Row("paper", "flat", "batched", "aa_ratio", 0.995, "x", "ratio", ci_low=0.843, ci_high=1.14),
+            *extra]
+    write_rows(tmp_path / "results.csv", rows)
+    write_json(tmp_path / "meta.json", {**META, **(meta or {})})
+    return RunData.load(tmp_path)
+
+
+def test_the_console_summary_says_ratio_interval_aa_driver_cores_and_where(tmp_path: Path) -> None:
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "paper_vs_article.png").write_bytes(b"png")
+    (tmp_path / "paper_table.md").write_text("# table\n")
+    text = console_summary(make_run(tmp_path))
+    lines = text.splitlines()
+    assert lines[0] == f"run: {tmp_path} (complete; took 3 min 41 s)"
+    aa = next(line for line in lines if line.startswith("noise floor"))
+    assert "0.995× [0.843–1.14]" in aa and "no difference" in aa
+    cells = [line.split() for line in lines if line.startswith("  ") and "ns/seq-step" not in line]
+    assert [(c[0], c[1], c[2]) for c in cells] == [("batched", "dict", "python"), ("batched", "flat", "compiled"),
+                                                   ("per-call", "flat", "python"), ("per-call", "vllm-v1", "python")]
+    dict_line = next(line for line in lines if " dict " in line)
+    assert "1,289" in dict_line and "158× [141–197]" in dict_line and "64.5 %" in dict_line
+    vllm_line = next(line for line in lines if "vllm-v1" in line)
+    assert "6.8× [6.21–7.4]" in vllm_line and "382 % = 3.8 cores" in vllm_line
+    assert any(line.startswith("Not in this run:") and "`list`" in line and "per-call regime of `dict-jit`" not in line
+               and "kvblock-bench run --scenario paper --impl list" in line for line in lines)
+    assert any("`cpp-flat` (no C++ compiler)" in line for line in lines)
+    assert f"reports: {tmp_path / 'paper_table.md'}" in lines
+    assert any(line.startswith(f"figures: {tmp_path / 'figures'}/ (1: paper_vs_article") for line in lines)
+
+
+def test_a_run_without_figures_or_an_interval_says_so(tmp_path: Path) -> None:
+    run = make_run(tmp_path, meta={"complete": False})
+    text = console_summary(run)
+    assert "INCOMPLETE" in text.splitlines()[0]
+    assert f"figures: none rendered (`kvblock-bench report {tmp_path}` renders them)" in text
+    write_rows(tmp_path / "results.csv", [*timed("flat", "batched", 8.0, "")])
+    text = console_summary(RunData.load(tmp_path))
+    flat = next(line for line in text.splitlines() if line.startswith("  batched") and " flat " in line)
+    assert "no A/A control" in text and flat.split()[2] == "—"  # no driver column in the row: said, not guessed
+
+
+def test_the_paper_table_has_rows_only_for_cells_that_ran_and_names_the_rest(tmp_path: Path) -> None:
+    text = paper_table(make_run(tmp_path))
+    batched, per_call = text.split("## Batched regime")[1].split("## Per-call regime")
+    rows = lambda part: [line for line in part.splitlines() if line.startswith("| ") and "---" not in line]  # noqa: E731
+    header, *body = rows(batched)
+    assert [line.split(" | ")[1] for line in body] == ["`dict`", "`flat`"]  # list never ran: no row, no dashes
+    assert [line.split(" | ")[1] for line in rows(per_call)[1:]] == ["`flat`"]  # dict ran batched only
+    columns = header.split(" | ")
+    assert columns.index("L1D misses/seq-step") < columns.index("L1D miss %")  # the comparable figure first
+    dict_row = dict(zip(columns, body[0].split(" | "), strict=True))
+    assert dict_row["L1D misses/seq-step"] == "15.6" and dict_row["L1D miss %"] == "0.475"
+    assert dict_row["L1D source"] == "callgrind-sim (perf: unsupported)"
+    assert "— (—)" not in text and "missing" not in text
+    note = next(line for line in text.splitlines() if line.startswith("Not in this run:"))
+    assert "per-call regime of `dict`" in note and "--impl dict --regime per-call" in note
+    assert "`list`, `dict-jit`, `list-jit`" in note and "`cpp-dict` (no C++ compiler)" in note
+
+
+def test_the_readme_section_leads_with_misses_and_lists_only_what_ran(tmp_path: Path) -> None:
+    text = section(make_run(tmp_path))
+    table = text.split("| design | lookup ns")[1].split("\n\n")[0].splitlines()[2:]
+    assert [line.split(" | ")[0] for line in table] == ["| A dict", "| C flat"]
+    assert "| L1D misses/seq-step | L1D miss % | article | L1D source |" in text
+    assert "Not in this run:" in text
+
+
+def test_the_summary_has_the_driver_and_a_ratio_to_the_scenario_base(tmp_path: Path) -> None:
+    extra = [*timed("flat-pc", "batched", 40.0, "compiled", scenario="chat-multiturn"),
+             *timed("dict-pc", "batched", 2000.0, "python", (50.0, 40.0, 60.0), scenario="chat-multiturn",
+                    base="flat-pc"),
+             Row("chat-multiturn", "dict-pc", "batched", "cache_hit_tokens_pct", 80.0, "%", "trace check")]
+    text = scenario_summary(make_run(tmp_path, extra))
+    caching = text.split("## chat-multiturn")[1]
+    assert "× flat-pc |" in caching and "| `dict-pc` | batched | python |" in caching
+    assert "50× [40–60]" in caching  # read from the run's paired row, not recomputed
+    paper = text.split("## paper")[1].split("## chat-multiturn")[0]
+    assert "| `flat` | batched | compiled |" in paper
+    assert "Not in this run: per-call regime of `dict`" in paper  # each scenario names what it left out
+    assert ("Not in this run: per-call regime of `flat-pc`, `dict-pc` (`kvblock-bench run --scenario "
+            "chat-multiturn --impl flat-pc,dict-pc --regime per-call`); `radix-pc` (") in caching
+
+
+@pytest.mark.parametrize(("above", "verdict"), [((0.6, 0.2, 1.1), "met"), ((2.1, 1.7, 2.6), "missed"),
+                                                ((1.3, 0.9, 1.8), "not decided")])
+def test_the_paced_floor_sentence_judges_the_target_on_the_interval(tmp_path: Path, above, verdict) -> None:
+    run = make_run(tmp_path, paced((2.45, 1.9, 2.6), above))
+    text = paced_sentence(run)
+    assert "2.45 % [1.9–2.6]" in text and f"points above the floor [{above[1]:g}–{above[2]:g}]" in text
+    assert f"at most 1.5 points above the floor, both measured in the same run: {verdict}" in text
+    assert text in paper_table(run) and text in console_summary(run) and text in section(run)
+
+
+def test_no_floor_row_no_sentence(tmp_path: Path) -> None:
+    assert paced_sentence(make_run(tmp_path)) == ""
+
+
+def test_cpu_share_from_one_core_up_reads_in_cores_and_durations_read_in_minutes() -> None:
+    assert cpu_text(66.0) == "66 %" and cpu_text(99.9) == "99.9 %"
+    assert cpu_text(382.0) == "382 % = 3.8 cores" and cpu_text(100.0) == "100 % = 1.0 cores"
+    assert cpu_text(math.nan) == "—"
+    assert duration_text(42.0) == "42 s" and duration_text(221.0) == "3 min 41 s"
+    assert duration_text(3725.0) == "1 h 02 min" and duration_text(math.nan) == "unknown"
