@@ -282,9 +282,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         info = worker.run(ProbeJob(args.impl))
         if not info.ok:
             raise UsageError(info.reason)
+        caching = " (prefix caching included)" if info.prefix_caching else ""
         print(f"checking {info.described}: {args.seeds} seed(s) x {args.examples} random call sequences of up to "
-              f"{args.ops} calls against the reference model{' (prefix caching included)' if info.prefix_caching else ''}"
-              ", then the 65,536-block pool", flush=True)
+              f"{args.ops} calls against the reference model{caching}, then the 65,536-block pool", flush=True)
         result = worker.run(CheckJob(args.impl, args.seeds, args.examples, args.ops))
         ok, text = result.ok, result.text
     except CellDied as died:

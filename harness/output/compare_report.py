@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict
 
 from harness.output.compare import VERDICTS, Compared, Comparison, Figure
-from harness.output.report import _fmt
+from harness.output.formatting import fmt as _fmt
 
 FORMATS = ("text", "markdown", "json")
 ORDER = {v: i for i, v in enumerate(("slower", "faster", "not comparable", "no difference"))}  # what to read first
