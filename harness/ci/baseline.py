@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.output.results import atomic_write_text
+from harness.errors import InputError
+from harness.output.results import atomic_write_text, read_json
 
 
 def strip_rounds(run: dict) -> dict:
@@ -20,9 +21,21 @@ def strip_rounds(run: dict) -> dict:
     return {**run, "benchmarks": benchmarks}
 
 
+def check_document(run: object, path: Path) -> dict:
+    """``run`` if it has the shape of a pytest-benchmark JSON document (an object whose ``benchmarks`` is a list
+    of objects, each with a ``stats`` object); :class:`InputError` naming ``path`` otherwise."""
+    fix = "give the file written by pytest --benchmark-json"
+    if not isinstance(run, dict) or not isinstance(run.get("benchmarks"), list):
+        raise InputError(f"{path}: not a pytest-benchmark JSON file (no list of benchmarks); {fix}")
+    for i, bench in enumerate(run["benchmarks"]):
+        if not isinstance(bench, dict) or not isinstance(bench.get("stats"), dict):
+            raise InputError(f"{path}: benchmark {i} has no stats object: not a pytest-benchmark JSON file; {fix}")
+    return run
+
+
 def save_baseline(run_json: Path, baseline_json: Path) -> None:
     """Write ``run_json``'s statistics to ``baseline_json`` (atomically)."""
-    run = json.loads(run_json.read_text())
+    run = check_document(read_json(run_json), run_json)
     atomic_write_text(baseline_json, json.dumps(strip_rounds(run), indent=1, sort_keys=True) + "\n")
 
 
@@ -34,9 +47,6 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     """Save the run's statistics as the baseline."""
-    try:
-        save_baseline(args.run_json, args.baseline_json)
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{args.run_json}: not a pytest-benchmark JSON file ({exc})") from None
+    save_baseline(args.run_json, args.baseline_json)
     print(f"saved baseline {args.baseline_json} from {args.run_json}")
     return 0

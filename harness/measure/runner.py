@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.counters.allocations import allocations_per_step
+from harness.errors import WriteError
 from harness.measure import clock
 from harness.measure.dispatch import calls_per_trace, dispatch_rows, empty_call_ns, has_dispatch
 from harness.measure.drivers import KINDS, Prepared
@@ -35,17 +36,30 @@ from harness.measure.interleave import (
     slice_bounds,
     verify_slots,
 )
+from harness.measure.interrupts import signal_name, sigterm_interrupts
 from harness.measure.matrix import REGIMES, ScenarioPlan, plan_scenario
 from harness.measure.metrics import Work, cell_blocks, timing_rows
 from harness.measure.paced import paced_run, paced_whole_step_run
 from harness.measure.stats import paired_ratio
 from harness.measure.threads import one_intra_op_thread
 from harness.output import metadata
-from harness.output.results import RESULTS_DIR, Row, new_run_dir, point_latest, ratio_metric, write_json, write_rows
+from harness.output.results import (
+    RESULTS_DIR,
+    ResultsError,
+    Row,
+    check_run_root,
+    clean_text,
+    new_run_dir,
+    point_latest,
+    ratio_metric,
+    read_json,
+    write_json,
+    write_rows,
+)
 from impls import REGISTRY, UNAVAILABLE
 from scenarios import SCENARIOS, Trace, generate, load, save
 from scenarios.scheduler import GENERATOR_VERSION
-from scenarios.trace import FORMAT_VERSION, content_digest, trace_uses_caching
+from scenarios.trace import FORMAT_VERSION, TraceError, content_digest, trace_uses_caching
 
 ALLOC_STEPS = 20  # steps counted for allocations per step (after warm-up)
 WARM_STEPS = 5
@@ -72,20 +86,57 @@ class RunConfig:
 
 # -- traces ---------------------------------------------------------------------------------------------
 def cached_trace(name: str, overrides: dict, cache_dir: Path) -> tuple[Trace, float]:
-    """Generate a scenario's trace, or read it from the cache (keyed by scenario, parameters and format)."""
-    params = SCENARIOS[name].params(overrides)
-    key = hashlib.sha256(json.dumps([name, params, FORMAT_VERSION, GENERATOR_VERSION], sort_keys=True).encode())
-    key = key.hexdigest()[:16]
+    """Generate a scenario's trace, or read it from the cache; returns (trace, seconds).
+
+    An entry is two files named by a hash of what was asked: the trace (``.npz``) and its claim (``.json``: the
+    scenario, its parameters, the format and generator versions, and the trace's checksum). It is used only when
+    its content checks out: the trace loads (its own checksum over header and arrays), its claim is exactly
+    what is asked, and the claim's checksum and scenario are the trace's. Anything else (a damaged or edited
+    file, another trace under the name) is regenerated and rewritten. Only regular files are read or written
+    there (a link, FIFO or folder in their place is left alone); a cache that cannot be written costs the
+    caching only, with a one-line note.
+    """
+    claim = json.loads(json.dumps({"scenario": name, "params": SCENARIOS[name].params(overrides),
+                                   "format_version": FORMAT_VERSION, "generator_version": GENERATOR_VERSION},
+                                  sort_keys=True, default=str))
+    key = hashlib.sha256(json.dumps(claim, sort_keys=True).encode()).hexdigest()[:16]
     path = cache_dir / f"{name}-{key}.npz"
     t0 = time.perf_counter()
-    if path.exists():
-        try:
-            return load(path), time.perf_counter() - t0
-        except ValueError:
-            path.unlink()  # a damaged cache entry is regenerated, never trusted
-    trace = generate(name, **overrides)
-    save(trace, path)
+    trace = _cache_entry(path, claim)
+    if trace is None:
+        trace = generate(name, **overrides)
+        _cache_store(path, claim, trace)
     return trace, time.perf_counter() - t0
+
+
+def _plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def _cache_entry(path: Path, claim: dict) -> Trace | None:
+    """The cached trace at ``path`` if its content is what ``claim`` asks for (see :func:`cached_trace`)."""
+    claim_path = path.with_suffix(".json")
+    if not (_plain_file(path) and _plain_file(claim_path)):
+        return None
+    try:
+        stored, trace = read_json(claim_path), load(path)
+    except (ResultsError, TraceError):
+        return None
+    ok = stored == {**claim, "checksum": trace.header["checksum"]} and trace.header["scenario"] == claim["scenario"]
+    return trace if ok else None
+
+
+def _cache_store(path: Path, claim: dict, trace: Trace) -> None:
+    claim_path = path.with_suffix(".json")
+    try:
+        for entry in (path, claim_path):
+            if entry.is_symlink() or (entry.exists() and not entry.is_file()):
+                raise WriteError(f"{entry}: not a regular file; left alone")
+        save(trace, path)
+        write_json(claim_path, {**claim, "checksum": trace.header["checksum"]})
+    except (TraceError, WriteError) as exc:
+        print(f"kvblock-bench: note: the trace cache is not written ({exc}); the trace is used uncached",
+              file=sys.stderr)
 
 
 # -- one scenario ------------------------------------------------------------------------------------------
@@ -395,33 +446,66 @@ def build_plan(cfg: RunConfig, impls: list[str]) -> list[tuple[ScenarioPlan, Tra
 
 
 class RunWriter:
-    """The run folder, created when the first figure is ready; ``latest`` moves to it only once it has rows."""
+    """The run folder, created when the first figure is ready; ``latest`` moves to it only once it has rows.
+
+    Made before anything is measured, it checks then what can be checked (:func:`check_run_root`: the label,
+    that a run folder can be created, ``latest``). A write that still fails (disk full, the folder made
+    read-only) raises :class:`WriteError` saying what the run folder keeps: every earlier write stays.
+    """
 
     def __init__(self, cfg: RunConfig, meta: dict) -> None:
         self.cfg, self.meta = cfg, meta
+        self.label = cfg.label or ("quick" if cfg.quick else "")
+        check_run_root(cfg.root, self.label)
         self.run_dir: Path | None = None
         self.rows: list[Row] = []
+        self.saved = 0  # rows in the results.csv on disk
+        self.write_failed = False
 
     def folder(self) -> Path:
         if self.run_dir is None:
-            self.run_dir = new_run_dir(self.cfg.root, self.cfg.label or ("quick" if self.cfg.quick else ""))
+            self.run_dir = new_run_dir(self.cfg.root, self.label)
             write_json(self.run_dir / "meta.json", self.meta)
         return self.run_dir
 
     def add(self, rows: list[Row], raw: dict[str, object] | None = None) -> None:
-        """Keep ``rows`` (and raw files by relative path) and rewrite results.csv, atomically."""
-        run_dir = self.folder()
-        for rel, obj in (raw or {}).items():
-            write_json(run_dir / rel, obj, compress=True)
+        """Keep ``rows`` and rewrite results.csv (atomically), point ``latest`` to the run, then write the raw
+        files (by relative path, cleaned as the rows' scenario names are)."""
         self.rows += rows
-        write_rows(run_dir / "results.csv", self.rows)
-        if self.rows:
-            point_latest(run_dir)
+        try:
+            run_dir = self.folder()
+            write_rows(run_dir / "results.csv", self.rows)
+            self.saved = len(self.rows)
+            if self.rows:
+                point_latest(run_dir)
+            for rel, obj in (raw or {}).items():
+                write_json(run_dir / clean_text(rel), obj, compress=True)
+        except WriteError as exc:
+            self.write_failed = True
+            raise WriteError(f"{exc}; {self.kept()}") from None
+
+    def kept(self) -> str:
+        """What the run folder keeps, in words."""
+        if self.run_dir is None or not self.saved:
+            return f"nothing of this run was saved ({self.cfg.root / 'latest'} is unchanged)"
+        return f"{self.run_dir} keeps the {self.saved} rows saved before"
+
+    def interrupted(self, exc: KeyboardInterrupt) -> None:
+        """Record an interruption (Ctrl-C or SIGTERM, which signal) in meta.json."""
+        self.finish(interrupted=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted_by=signal_name(exc))
 
     def finish(self, **fields: object) -> None:
+        """Stamp meta.json (``finished`` and ``fields``). After a failed write, a second failure is not reported:
+        the first one is what the run ends with."""
         self.meta.update(fields, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        if self.run_dir is not None:
+        if self.run_dir is None:
+            return
+        try:
             write_json(self.run_dir / "meta.json", self.meta)
+        except WriteError as exc:
+            if not self.write_failed:
+                self.write_failed = True
+                raise WriteError(f"{exc}; {self.kept()}") from None
 
 
 def measure_scenario(plan: ScenarioPlan, trace: Trace, cfg: RunConfig, shared: dict, tick) -> tuple[list[Row], dict]:
@@ -518,12 +602,12 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
         bar.update(1)
 
     try:
-        with one_intra_op_thread() as threads:
+        with sigterm_interrupts(), one_intra_op_thread() as threads:
             meta["torch_intra_op_threads"] = threads
             _run_plan(plan, cfg, shared, writer, tick)
         writer.finish(complete=True)
-    except KeyboardInterrupt:
-        writer.finish(interrupted=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    except KeyboardInterrupt as exc:
+        writer.interrupted(exc)
         where = writer.run_dir or "no run folder (nothing had finished)"
         print(f"\ninterrupted: {where} keeps every finished scenario", file=sys.stderr)
         raise
