@@ -121,8 +121,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     params = scenario_params(CSV_BASE[caching] if args.from_csv else args.name, args)
     if args.from_csv:
         csv_path = Path(args.from_csv)
-        base = SCENARIOS[CSV_BASE[caching]]
-        trace = build_real_trace(f"csv:{csv_path.name}", base.params({**params, "csv": str(csv_path.resolve()),
+        base = SCENARIOS[CSV_BASE[caching]]  # absolute, not resolved: a pipe's /dev/fd/N is no file's link
+        trace = build_real_trace(f"csv:{csv_path.name}", base.params({**params, "csv": str(csv_path.absolute()),
                                                                      "duration_s": params.get("duration_s")}))
     else:
         trace = generate(args.name, **params)
@@ -191,23 +191,35 @@ def _failed_cells_status(run_dir: Path) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """Reports (and figures) into the run folder, the paper table printed. A run folder that cannot be written
+    (read-only, disk full) costs the files only: one line says so, the tables are still printed, exit status 2."""
+    from harness.errors import WriteError
     from harness.output.console import console_summary
-    from harness.output.report import write_reports
+    from harness.output.report import report_texts, write_reports
     from harness.output.results import resolve_run
+    from harness.output.rundata import RunData
 
-    run_dir = write_reports(resolve_run(args.run, Path(args.results)))
+    data = RunData.load(resolve_run(args.run, Path(args.results)))
+    texts = report_texts(data)
+    unwritten = None
+    try:
+        write_reports(data, texts)
+        if not args.no_figures:
+            from harness.output.plots import render_figures
+
+            render_figures(data)
+    except WriteError as exc:
+        unwritten = exc
     if args.readme:
         from harness.output.readme import write_readme
-        from harness.output.rundata import RunData
 
-        write_readme(Path(args.readme), RunData.load(run_dir))
-        print(f"rewrote the results section of {args.readme} from {run_dir}", file=sys.stderr)
-    if not args.no_figures:
-        from harness.output.plots import render_figures
-
-        render_figures(run_dir)
-    print((run_dir / "paper_table.md").read_text())
-    print(console_summary(run_dir))
+        write_readme(Path(args.readme), data)
+        print(f"rewrote the results section of {args.readme} from {data.run_dir}", file=sys.stderr)
+    print(texts["paper_table.md"])
+    print(console_summary(data))
+    if unwritten is not None:
+        print(f"{PROG}: error: {_one_line(unwritten)}; the tables are printed above instead", file=sys.stderr)
+        return EXIT_USAGE
     return 0
 
 

@@ -5,6 +5,9 @@
   of user input in the harness raises it (or a subclass); ``scenarios`` and ``impls`` raise their own input
   errors (:class:`scenarios.ScenarioError`, :class:`scenarios.TraceError`, :class:`impls.registry.PluginError`),
   which the command line treats the same way.
+- :class:`WriteError` (an :class:`InputError`): a file that could not be written (disk full, a read-only folder,
+  a name too long, a path that names a device node or FIFO). One line naming the file, the reason and what was
+  kept, exit status 2; what was saved before stays.
 - :class:`DesignFailure`: an implementation failed a cell (raised, disagreed with the trace, exited, hung or
   crashed). The run records a ``failed`` row naming the implementation and goes on; the run ends with a
   non-zero status.
@@ -16,6 +19,10 @@ from __future__ import annotations
 
 class InputError(ValueError):
     """Bad input from the user; the message names the flag, file or line and the fix."""
+
+
+class WriteError(InputError):
+    """A file we could not write; the message names it, the reason, and what was kept."""
 
 
 class DesignFailure(Exception):

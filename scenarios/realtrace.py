@@ -35,6 +35,7 @@ import pandas as pd
 
 from impls.contract import blocks_for
 
+from .files import NotRegularFileError, read_once
 from .hashing import ROOT, UNIQUE, TokenChain, block_hash
 from .scheduler import Request, ScenarioError, Scheduler, TraceBuilder
 from .trace import Trace
@@ -90,7 +91,9 @@ def read_requests_csv(path: str | Path, hash_tokens: int | None = None) -> pd.Da
 
     The file is streamed: memory holds a few numbers per request, not the text. Rows come back sorted by
     arrival, with a ``line`` column (the 1-based line of the file each request came from). With ``hash_tokens``
-    (prefix caching) the file must have a ``hash_ids`` column, returned as one int64 array per request.
+    (prefix caching) the file must have a ``hash_ids`` column, returned as one int64 array per request. The path
+    is opened once: a named pipe (``<(zcat requests.csv.gz)``) is read once into a spool, a device node is
+    refused (:func:`scenarios.files.read_once`).
     """
     path = Path(path)
     if not path.is_absolute() and not path.exists() and (DATA_DIR / path).exists():
@@ -98,15 +101,17 @@ def read_requests_csv(path: str | Path, hash_tokens: int | None = None) -> pd.Da
     with _open_csv(path) as fh:
         rows = csv.reader(_decoded_lines(path, fh))
         _header(path, rows)
-        out = _read_fast(path)
+        fh.seek(0)
+        out = _read_fast(fh)
         if out is None:  # something to report (or blank or multi-line rows): the exact, slower reader
             fh.seek(0)
             rows = csv.reader(_decoded_lines(path, fh))
             out = _read_rows(path, rows, _header(path, rows))
-    if out.empty:
-        raise ScenarioError(f"{path}: no requests (only a header line); add rows of {','.join(COLUMNS)}")
-    if hash_tokens is not None:
-        out[HASH_COLUMN] = pd.Series(read_hash_ids(path, out, hash_tokens), index=out.index, dtype=object)
+        if out.empty:
+            raise ScenarioError(f"{path}: no requests (only a header line); add rows of {','.join(COLUMNS)}")
+        if hash_tokens is not None:
+            fh.seek(0)
+            out[HASH_COLUMN] = pd.Series(read_hash_ids(path, fh, out, hash_tokens), index=out.index, dtype=object)
     ts = out["timestamp"].to_numpy()
     if np.all(ts[1:] >= ts[:-1]):
         return out
@@ -115,18 +120,21 @@ def read_requests_csv(path: str | Path, hash_tokens: int | None = None) -> pd.Da
 
 def _open_csv(path: Path) -> BinaryIO:
     try:
-        fh = open(path, "rb")  # noqa: SIM115  (returned to a with-block)
+        fh = read_once(path)
     except FileNotFoundError:
         raise ScenarioError(f"{path}: no such CSV file") from None
     except IsADirectoryError:
         raise ScenarioError(f"{path}: is a folder; give a request CSV file") from None
+    except NotRegularFileError as exc:
+        raise ScenarioError(f"{path}: {exc.strerror}") from None
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read the CSV file ({exc.strerror or exc})") from None
-    magic = fh.peek(8)[:8] if hasattr(fh, "peek") else b""
+    magic = fh.read(8)
+    fh.seek(0)
     for prefix, kind in _COMPRESSED.items():
         if magic.startswith(prefix):
             fh.close()
-            how = f" (`gunzip -c {path} > requests.csv`)" if kind == "gzip" else ""
+            how = f" (`gunzip -c {path} > requests.csv`, or --from-csv <(gunzip -c {path}))" if kind == "gzip" else ""
             raise ScenarioError(f"{path}: is a {kind}-compressed file, not CSV text; decompress it first{how}")
     return fh
 
@@ -164,17 +172,18 @@ def _header(path: Path, rows: Iterator[list[str]]) -> tuple[int, list[int]]:
     return len(header), [header.index(c) for c in COLUMNS]
 
 
-def _read_fast(path: Path) -> pd.DataFrame | None:
+def _read_fast(fh: BinaryIO) -> pd.DataFrame | None:
     """pandas' C parser, in chunks, into preallocated columns; None unless every value is valid and each row is
     one line of the file (then line numbers are exact without looking at the text again)."""
-    n = _count_lines(path) - 1
+    n = _count_lines(fh) - 1
+    fh.seek(0)
     cols = {"timestamp": np.empty(n, np.float64), "prompt_tokens": np.empty(n, np.int64),
             "output_tokens": np.empty(n, np.int64)}
     done = 0
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", pd.errors.ParserWarning)  # rows longer than the header
-            for chunk in pd.read_csv(path, dtype=dict.fromkeys(COLUMNS, np.float64), chunksize=CHUNK_ROWS * 4,
+            for chunk in pd.read_csv(fh, dtype=dict.fromkeys(COLUMNS, np.float64), chunksize=CHUNK_ROWS * 4,
                                      encoding="utf-8", index_col=False, skip_blank_lines=False,
                                      keep_default_na=False):
                 if not set(COLUMNS) <= set(chunk.columns) or done + len(chunk) > n or _any_bad(chunk):
@@ -199,12 +208,11 @@ def _any_bad(chunk: pd.DataFrame) -> bool:
         return bool(np.any(~np.isfinite(tokens) | (tokens < 1) | (tokens > MAX_TOKENS) | (tokens != np.floor(tokens))))
 
 
-def _count_lines(path: Path) -> int:
+def _count_lines(fh: BinaryIO) -> int:
     lines, last = 0, b"\n"
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 22):
-            lines += block.count(b"\n")
-            last = block[-1:]
+    while block := fh.read(1 << 22):
+        lines += block.count(b"\n")
+        last = block[-1:]
     return lines + (last != b"\n")
 
 
@@ -252,14 +260,15 @@ def _convert_chunk(path: Path, text: list[list[str]], lines: list[int]) -> pd.Da
     return pd.DataFrame(out)
 
 
-def read_hash_ids(path: Path, requests: pd.DataFrame, hash_tokens: int) -> list[np.ndarray]:
-    """The ``hash_ids`` column of a request CSV (rows in file order, as ``requests``): one id per ``hash_tokens``
-    prompt tokens, integers in ``[0, 2**63)``; errors name the line and the fix."""
+def read_hash_ids(path: Path, fh: BinaryIO, requests: pd.DataFrame, hash_tokens: int) -> list[np.ndarray]:
+    """The ``hash_ids`` column of the request CSV ``path``, read from ``fh`` at its start (rows in file order,
+    as ``requests``): one id per ``hash_tokens`` prompt tokens, integers in ``[0, 2**63)``; errors name the line
+    and the fix."""
     fix = (f"prefix caching needs a {HASH_COLUMN!r} column: per request, space-separated integer ids of its prompt's "
            f"{hash_tokens}-token chunks (as in Mooncake's traces); add it, or replay without prefix caching "
            "(--prefix-caching false)")
     try:
-        column = pd.read_csv(path, usecols=[HASH_COLUMN], dtype=str, keep_default_na=False, encoding="utf-8")
+        column = pd.read_csv(fh, usecols=[HASH_COLUMN], dtype=str, keep_default_na=False, encoding="utf-8")
     except ValueError:  # pandas: usecols names a column the header lacks
         raise ScenarioError(f"{path}: no {HASH_COLUMN!r} column; {fix}") from None
     texts = column[HASH_COLUMN].tolist()

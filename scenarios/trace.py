@@ -47,6 +47,7 @@ from impls.contract import (
 )
 
 from .atomic import atomic_write
+from .files import kind_of, write_target
 
 FORMAT = "kvblock-bench-trace"
 FORMAT_VERSION = 3
@@ -273,19 +274,25 @@ def check_writable(path: str | os.PathLike) -> Path:
     """Refuse an output path a trace cannot be written to; call it before the (long) simulation.
 
     The nearest existing folder above ``path`` must be a writable folder (``save`` creates the missing ones),
-    and ``path`` itself must not be a folder. Raises :class:`TraceError` naming the path and the fix.
+    and ``path`` itself must not be a folder, a device node, a FIFO or a socket (nothing but a regular file is
+    ever replaced; a symbolic link is followed to its target, which is what is checked and written). Raises
+    :class:`TraceError` naming the path and the fix.
     """
     path = Path(path)
     if path.is_dir():
         raise TraceError(f"{path}: is a folder; give a file name for the trace (-o {path / 'trace.npz'})")
-    folder = path.parent
+    try:
+        target = write_target(path)
+    except OSError as exc:
+        raise TraceError(f"{path}: {exc.strerror}; give another output path (a regular file)") from None
+    folder = target.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
         raise TraceError(f"{path}: cannot write the trace: {folder} is not a folder; choose another output path")
-    if folder == path.parent:  # the real test: create (and remove) a file where the trace will go
+    if folder == target.parent:  # the real test: create (and remove) a file where the trace will go
         try:
-            fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".probe")
+            fd, probe = tempfile.mkstemp(dir=folder, prefix=".kvblock-bench.", suffix=".probe")
         except OSError as exc:
             raise TraceError(f"{path}: cannot write to {folder} ({exc.strerror}); choose another output path") from None
         os.close(fd)
@@ -324,10 +331,13 @@ def load(path: str | os.PathLike) -> Trace:
     first and validated, and each array's declared size and ``.npy`` shape must match the header's counts.
     """
     path = Path(path)
-    if path.is_dir():
+    kind = kind_of(path)
+    if kind == "folder":
         raise TraceError(f"{path}: is a folder, not a trace file; give the .npz file written by `kvblock-bench trace`")
-    if not path.is_file():
+    if kind is None:
         raise TraceError(f"{path}: no such trace file")
+    if kind != "regular file":  # a zip is read by seeking; a FIFO or a device could only be waited on
+        raise TraceError(f"{path}: is a {kind}, not a trace file; save the trace to a regular file and give that")
     try:
         with zipfile.ZipFile(path) as zf:
             members = _members(zf)

@@ -3,6 +3,7 @@ traceback, nothing created and nothing lost (run as subprocesses, as a user woul
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -117,23 +118,32 @@ def test_head_closing_the_pipe_is_not_an_error() -> None:
     assert proc.stdout.startswith("paper")
 
 
-def test_ctrl_c_is_one_line_and_keeps_what_finished(tmp_path: Path) -> None:
-    """Interrupted while its second scenario runs (the run folder appears when the first has finished, and the
-    second takes seconds), a run says so in one line, exits with 130 and keeps the first scenario's rows."""
+def run_past_its_first_scenario(results: Path, *args: str) -> subprocess.Popen:
+    """``kvblock-bench run`` of ``long-context`` then ``paper`` (quick, ``dict``), started and waited on until the
+    first scenario is saved (the run folder appears then, and the second takes seconds)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--results", str(tmp_path), "--quick",
-                             "--scenario", "long-context,paper", "--impl", "dict", "--no-progress"], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--results", str(results), "--quick",
+                             "--scenario", "long-context,paper", "--impl", "dict", "--no-progress", *args], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
-    while not list(tmp_path.glob("*/results.csv")) and proc.poll() is None and time.monotonic() < deadline:
+    while not list(results.glob("*/results.csv")) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_is_one_line_and_keeps_what_finished(tmp_path: Path, sig: signal.Signals) -> None:
+    """Interrupted while its second scenario runs, a run says so in one line, exits with 130, keeps the first
+    scenario's rows and records the interruption, and which signal, in meta.json."""
+    proc = run_past_its_first_scenario(tmp_path)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, f"not interrupted mid-run (exit {proc.returncode}): {err[-2000:]}"
     assert "Traceback" not in err and err.strip().splitlines()[-1] == "kvblock-bench: interrupted"
     (csv,) = [p for p in tmp_path.glob("*/results.csv") if not p.parent.is_symlink()]
     assert {row.scenario for row in read_rows(csv)} == {"long-context"}
-    assert "interrupted" in (csv.parent / "meta.json").read_text()
+    meta = json.loads((csv.parent / "meta.json").read_text())
+    assert meta["interrupted"] and meta["interrupted_by"] == sig.name and not meta["complete"]
 
 
 # -- the results reader, in-process (each case names file:line) -----------------------------------------------

@@ -26,6 +26,7 @@ from harness.measure.workers import Events
 from harness.output.results import Row
 from impls import registry
 from scenarios import Trace, load
+from scenarios.trace import content_digest
 
 Cell = tuple[str, str]
 
@@ -96,6 +97,7 @@ class ScenarioJob:
     studies: list[str] = field(default_factory=list)
     study_cells: dict[str, list[Cell]] = field(default_factory=dict)
     quick: bool = False
+    digest: str = ""  # the trace's content digest: the file the worker loads must hold that trace
 
 
 @dataclass
@@ -105,21 +107,25 @@ class StudiesResult:
     failed: dict[Cell, str]
 
 
-_TRACE: dict[str, tuple[Trace, Prepared]] = {}  # the last trace this worker loaded, prepared
+_TRACE: dict[tuple[str, str], tuple[Trace, Prepared]] = {}  # the last trace this worker loaded, prepared
 _LOOPS: dict = {}  # compiled replay loops, made once per design in this worker
 
 
-def _prepared(path: str) -> tuple[Trace, Prepared]:
-    if path not in _TRACE:
+def _prepared(path: str, digest: str) -> tuple[Trace, Prepared]:
+    """The trace at ``path``, prepared (kept for the next job of the same trace); it must be the one whose content
+    digest the main process measured."""
+    if (path, digest) not in _TRACE:
         _TRACE.clear()
         trace = load(Path(path))
-        _TRACE[path] = (trace, Prepared.from_trace(trace))
-    return _TRACE[path]
+        if digest and content_digest(trace) != digest:
+            raise RuntimeError(f"{path} no longer holds the trace the run measures (another run rewrote it?)")
+        _TRACE[(path, digest)] = (trace, Prepared.from_trace(trace))
+    return _TRACE[(path, digest)]
 
 
 def _bench(job: ScenarioJob, events: Events) -> CellBench:
     """The job's cells in this worker; an implementation that cannot be loaded here fails its cells."""
-    trace, prep = _prepared(job.trace_path)
+    trace, prep = _prepared(job.trace_path, job.digest)
     classes, failed = {}, {}
     for name in dict.fromkeys(i for i, _ in job.cells):
         events.cell((name, job.cells[0][1]))

@@ -19,23 +19,36 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from harness.errors import InputError
+from harness.errors import InputError, WriteError
 from harness.measure import clock
 from harness.measure.assemble import ScenarioRows, merge
 from harness.measure.interleave import FAST_REPS, slice_bounds
+from harness.measure.interrupts import signal_name, sigterm_interrupts
 from harness.measure.jobs import ImplInfo, ProbeJob, ScenarioJob, describe, execute
 from harness.measure.matrix import ScenarioPlan, plan_scenario
 from harness.measure.metrics import Work
 from harness.measure.replay import REGIMES
 from harness.measure.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug
 from harness.output import metadata, progress
-from harness.output.results import RESULTS_DIR, Row, new_run_dir, point_latest, write_json, write_rows
+from harness.output.results import (
+    RESULTS_DIR,
+    ResultsError,
+    Row,
+    check_run_root,
+    clean_text,
+    new_run_dir,
+    point_latest,
+    read_json,
+    write_json,
+    write_rows,
+)
 from impls import REGISTRY, UNAVAILABLE, registry
-from scenarios import SCENARIOS, Trace, generate, load, save
+from scenarios import SCENARIOS, Trace, TraceError, generate, load, save
 from scenarios.scheduler import GENERATOR_VERSION
 from scenarios.trace import FORMAT_VERSION, content_digest, trace_uses_caching
 
@@ -64,25 +77,68 @@ class RunConfig:
 
 
 # -- traces ---------------------------------------------------------------------------------------------
+def _claim(name: str, overrides: dict, cache_dir: Path) -> tuple[dict, Path]:
+    """What a trace cache entry claims to hold, and where it lives (named by a hash of the claim)."""
+    claim = json.loads(json.dumps({"scenario": name, "params": SCENARIOS[name].params(overrides),
+                                   "format_version": FORMAT_VERSION, "generator_version": GENERATOR_VERSION},
+                                  sort_keys=True, default=str))
+    key = hashlib.sha256(json.dumps(claim, sort_keys=True).encode()).hexdigest()[:16]
+    return claim, cache_dir / f"{name}-{key}.npz"
+
+
 def trace_cache_path(name: str, overrides: dict, cache_dir: Path) -> Path:
-    """Where the trace cache keeps a scenario's trace (keyed by scenario, parameters and format)."""
-    params = SCENARIOS[name].params(overrides)
-    key = hashlib.sha256(json.dumps([name, params, FORMAT_VERSION, GENERATOR_VERSION], sort_keys=True).encode())
-    return cache_dir / f"{name}-{key.hexdigest()[:16]}.npz"
+    """Where the trace cache keeps a scenario's trace (see :func:`cached_trace`)."""
+    return _claim(name, overrides, cache_dir)[1]
 
 
 def cached_trace(name: str, overrides: dict, cache_dir: Path) -> tuple[Trace, float]:
-    """Generate a scenario's trace, or read it from the cache (:func:`trace_cache_path`)."""
-    path = trace_cache_path(name, overrides, cache_dir)
+    """Generate a scenario's trace, or read it from the cache; returns (trace, seconds).
+
+    An entry is two files named by a hash of what was asked: the trace (``.npz``) and its claim (``.json``: the
+    scenario, its parameters, the format and generator versions, and the trace's checksum). It is used only when
+    its content checks out: the trace loads (its own checksum over header and arrays), its claim is exactly
+    what is asked, and the claim's checksum and scenario are the trace's. Anything else (a damaged or edited
+    file, another trace under the name) is regenerated and rewritten. Only regular files are read or written
+    there (a link, FIFO or folder in their place is left alone); a cache that cannot be written costs the
+    caching only, with a one-line note.
+    """
+    claim, path = _claim(name, overrides, cache_dir)
     t0 = time.perf_counter()
-    if path.exists():
-        try:
-            return load(path), time.perf_counter() - t0
-        except ValueError:
-            path.unlink()  # a damaged cache entry is regenerated, never trusted
-    trace = generate(name, **overrides)
-    save(trace, path)
+    trace = _cache_entry(path, claim)
+    if trace is None:
+        trace = generate(name, **overrides)
+        _cache_store(path, claim, trace)
     return trace, time.perf_counter() - t0
+
+
+def _plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def _cache_entry(path: Path, claim: dict) -> Trace | None:
+    """The cached trace at ``path`` if its content is what ``claim`` asks for (see :func:`cached_trace`)."""
+    claim_path = path.with_suffix(".json")
+    if not (_plain_file(path) and _plain_file(claim_path)):
+        return None
+    try:
+        stored, trace = read_json(claim_path), load(path)
+    except (ResultsError, TraceError):
+        return None
+    ok = stored == {**claim, "checksum": trace.header["checksum"]} and trace.header["scenario"] == claim["scenario"]
+    return trace if ok else None
+
+
+def _cache_store(path: Path, claim: dict, trace: Trace) -> None:
+    claim_path = path.with_suffix(".json")
+    try:
+        for entry in (path, claim_path):
+            if entry.is_symlink() or (entry.exists() and not entry.is_file()):
+                raise WriteError(f"{entry}: not a regular file; left alone")
+        save(trace, path)
+        write_json(claim_path, {**claim, "checksum": trace.header["checksum"]})
+    except (TraceError, WriteError) as exc:
+        print(f"kvblock-bench: note: the trace cache is not written ({exc}); the trace is used uncached",
+              file=sys.stderr)
 
 
 def base_impl(trace: Trace) -> str:
@@ -99,6 +155,7 @@ class Shared:
     infos: dict[str, ImplInfo]
     pool: Pool
     bar: progress.Progress
+    spool: Path  # a private folder for trace files the workers load when the trace cache cannot hold them
 
 
 def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: RunConfig,
@@ -107,7 +164,7 @@ def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: Ru
     cells together, so ratios stay paired), then worker 0 runs the studies; the rows come from every worker's
     samples together. A cell whose worker died or hung is recorded as failed and its job run again without it.
     Returns (rows, raw files)."""
-    base, failed = base_impl(trace), {}
+    base, failed, digest = base_impl(trace), {}, content_digest(trace)
     caps = {c: plan.reps_of(c, cfg.reps) for c in plan.cells if plan.reps_of(c, cfg.reps) < cfg.reps}
     workers = len(shared.pool)
     results = []
@@ -116,7 +173,7 @@ def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: Ru
 
         def job(cells: list[Cell], only=only, w=w) -> ScenarioJob:
             return ScenarioJob("timing", plan.scenario, str(trace_path), cells, cfg.reps, shared.calib, base, caps,
-                               only, record=w == 0)
+                               only, record=w == 0, digest=digest)
 
         result = _supervised(shared, w, plan.cells, job, failed)
         if result is not None:
@@ -126,7 +183,7 @@ def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: Ru
                              shared.calib).build(plan.cells, merged)
     if plan.studies:
         studies = _supervised(shared, 0, [c for c in plan.cells if c not in merged.failed],
-                              lambda cells: _studies_job(plan, trace_path, cells, cfg, shared, base), failed)
+                              lambda cells: _studies_job(plan, trace_path, digest, cells, cfg, shared, base), failed)
         if studies is not None:
             rows += studies.rows + [Row(plan.scenario, *c, "correctness", float("nan"), "", "trace check", reason,
                                         "failed") for c, reason in studies.failed.items() if c not in merged.failed]
@@ -134,11 +191,11 @@ def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: Ru
     return rows, raw
 
 
-def _studies_job(plan: ScenarioPlan, trace_path: Path, cells: list[Cell], cfg: RunConfig, shared: Shared,
-                 base: str) -> ScenarioJob:
+def _studies_job(plan: ScenarioPlan, trace_path: Path, digest: str, cells: list[Cell], cfg: RunConfig,
+                 shared: Shared, base: str) -> ScenarioJob:
     study_cells = {s: plan.study_cells(s, cells) for s in plan.studies}
     return ScenarioJob("studies", plan.scenario, str(trace_path), cells, cfg.reps, shared.calib, base,
-                       studies=list(plan.studies), study_cells=study_cells, quick=cfg.quick)
+                       studies=list(plan.studies), study_cells=study_cells, quick=cfg.quick, digest=digest)
 
 
 def _supervised(shared: Shared, worker: int, cells: list[Cell], make_job, failed: dict[Cell, str]):
@@ -230,33 +287,66 @@ def build_plan(cfg: RunConfig, infos: dict[str, ImplInfo]) -> list[tuple[Scenari
 
 
 class RunWriter:
-    """The run folder, created when the first figure is ready; ``latest`` moves to it only once it has rows."""
+    """The run folder, created when the first figure is ready; ``latest`` moves to it only once it has rows.
+
+    Made before anything is measured, it checks then what can be checked (:func:`check_run_root`: the label,
+    that a run folder can be created, ``latest``). A write that still fails (disk full, the folder made
+    read-only) raises :class:`WriteError` saying what the run folder keeps: every earlier write stays.
+    """
 
     def __init__(self, cfg: RunConfig, meta: dict) -> None:
         self.cfg, self.meta = cfg, meta
+        self.label = cfg.label or ("quick" if cfg.quick else "")
+        check_run_root(cfg.root, self.label)
         self.run_dir: Path | None = None
         self.rows: list[Row] = []
+        self.saved = 0  # rows in the results.csv on disk
+        self.write_failed = False
 
     def folder(self) -> Path:
         if self.run_dir is None:
-            self.run_dir = new_run_dir(self.cfg.root, self.cfg.label or ("quick" if self.cfg.quick else ""))
+            self.run_dir = new_run_dir(self.cfg.root, self.label)
             write_json(self.run_dir / "meta.json", self.meta)
         return self.run_dir
 
     def add(self, rows: list[Row], raw: dict[str, object] | None = None) -> None:
-        """Keep ``rows`` (and raw files by relative path) and rewrite results.csv, atomically."""
-        run_dir = self.folder()
-        for rel, obj in (raw or {}).items():
-            write_json(run_dir / rel, obj, compress=True)
+        """Keep ``rows`` and rewrite results.csv (atomically), point ``latest`` to the run, then write the raw
+        files (by relative path, cleaned as the rows' scenario names are)."""
         self.rows += rows
-        write_rows(run_dir / "results.csv", self.rows)
-        if self.rows:
-            point_latest(run_dir)
+        try:
+            run_dir = self.folder()
+            write_rows(run_dir / "results.csv", self.rows)
+            self.saved = len(self.rows)
+            if self.rows:
+                point_latest(run_dir)
+            for rel, obj in (raw or {}).items():
+                write_json(run_dir / clean_text(rel), obj, compress=True)
+        except WriteError as exc:
+            self.write_failed = True
+            raise WriteError(f"{exc}; {self.kept()}") from None
+
+    def kept(self) -> str:
+        """What the run folder keeps, in words."""
+        if self.run_dir is None or not self.saved:
+            return f"nothing of this run was saved ({self.cfg.root / 'latest'} is unchanged)"
+        return f"{self.run_dir} keeps the {self.saved} rows saved before"
+
+    def interrupted(self, exc: KeyboardInterrupt) -> None:
+        """Record an interruption (Ctrl-C or SIGTERM, which signal) in meta.json."""
+        self.finish(interrupted=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted_by=signal_name(exc))
 
     def finish(self, **fields: object) -> None:
+        """Stamp meta.json (``finished`` and ``fields``). After a failed write, a second failure is not reported:
+        the first one is what the run ends with."""
         self.meta.update(fields, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        if self.run_dir is not None:
+        if self.run_dir is None:
+            return
+        try:
             write_json(self.run_dir / "meta.json", self.meta)
+        except WriteError as exc:
+            if not self.write_failed:
+                self.write_failed = True
+                raise WriteError(f"{exc}; {self.kept()}") from None
 
 
 def _calibrate() -> dict:
@@ -272,12 +362,13 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
     """Run the matrix; returns the run directory (also pointed to by ``results/latest``), None if nothing ran."""
     check_config(cfg)
     bar = progress.Progress(cfg.progress)
-    with Pool(processes_of(cfg), execute, cfg.deadline_s) as pool:
+    with Pool(processes_of(cfg), execute, cfg.deadline_s) as pool, tempfile.TemporaryDirectory(
+            prefix="kvblock-bench-") as spool:
         bar.status("loading the implementations (the C++ designs build on first use; plug-ins load in a worker)")
         infos, skipped = resolve_impls(cfg, pool)
         plan = build_plan(cfg, infos)
         bar.status("calibrating the timers (the compiled timing loop compiles on first use)")
-        shared = Shared(_calibrate(), infos, pool, bar)
+        shared = Shared(_calibrate(), infos, pool, bar, Path(spool))
         natives = [name for name, info in infos.items() if info.native]
         meta = {**metadata.collect(argv, described={n: i.described for n, i in infos.items()}, natives=natives),
                 "config": {k: str(v) for k, v in vars(cfg).items()}, "processes": len(pool),
@@ -286,10 +377,11 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
         writer = RunWriter(cfg, meta)
         bar.start(sum(p.units(cfg.reps) for p, _ in plan))
         try:
-            _run_plan(plan, cfg, shared, writer)
+            with sigterm_interrupts():
+                _run_plan(plan, cfg, shared, writer)
             writer.finish(complete=True)
-        except KeyboardInterrupt:
-            writer.finish(interrupted=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        except KeyboardInterrupt as exc:
+            writer.interrupted(exc)
             where = writer.run_dir or "no run folder (nothing had finished)"
             print(f"\ninterrupted: {where} keeps every finished scenario", file=sys.stderr)
             raise
@@ -319,6 +411,14 @@ def trace_count_rows(name: str, trace: Trace) -> list[Row]:
                 how=how, steps=trace.num_steps)]
 
 
+def _worker_copy(trace: Trace, cached: Path, spool: Path) -> Path:
+    """A trace file the workers load: the cache entry, or where the cache could not be written, a copy in the
+    run's spool folder (the workers check its content against the trace's digest)."""
+    if cached.is_file() and not cached.is_symlink():
+        return cached
+    return save(trace, spool / f"{clean_text(trace.header['scenario']).replace('/', '_')}.npz")
+
+
 def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, shared: Shared,
               writer: RunWriter) -> None:
     seen: dict[str, str] = {}  # trace content digest -> the scenario that measured it
@@ -330,7 +430,7 @@ def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, sha
         if trace is None:
             progress.status(tick, f"{name}: the trace (generated, or read from the trace cache)")
             trace, gen_s = cached_trace(name, scenario_plan.overrides, cache_dir)
-            path = trace_cache_path(name, scenario_plan.overrides, cache_dir)
+            path = _worker_copy(trace, trace_cache_path(name, scenario_plan.overrides, cache_dir), shared.spool)
             trace_rows = [Row(name, "-", "-", "trace_s", gen_s, "s", "wall clock",
                               how="generate (or load from the trace cache) the scenario's trace")]
         trace_rows += trace_count_rows(name, trace)

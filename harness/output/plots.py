@@ -33,6 +33,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import NullFormatter
 
+from harness.errors import WriteError
 from harness.measure.matrix import SWEEP, matches
 from harness.output.cache_report import caching_scenarios
 from harness.output.drawing import (
@@ -701,13 +702,15 @@ def _small_png(data: bytes) -> bytes:
     return out.getvalue()
 
 
-def render_figures(run_dir: Path | str | None = None) -> list[Path]:
+def render_figures(run_dir: Path | str | RunData | None = None) -> list[Path]:
     """Render every figure the run allows into ``<run_dir>/figures/``; returns the files written.
 
     A figure whose data the run lacks is skipped with a logged note; one that fails is logged with its
-    traceback and skipped, so that the tables of a report never depend on a figure.
+    traceback and skipped, so that the tables of a report never depend on a figure. A figure that cannot be
+    written (a read-only run folder, a full disk) raises :class:`harness.errors.WriteError` at once: the others
+    would fail alike; the figures already written stay.
     """
-    run = RunData.load(Path(run_dir) if run_dir is not None else None)
+    run = run_dir if isinstance(run_dir, RunData) else RunData.load(Path(run_dir) if run_dir is not None else None)
     out_dir = run.run_dir / "figures"
     written: list[Path] = []
     for stem, make in FIGURES.items():
@@ -715,6 +718,8 @@ def render_figures(run_dir: Path | str | None = None) -> list[Path]:
             fig = make(run)
             if fig is not None:
                 written += save_figure(fig, out_dir, stem)
+        except WriteError:
+            raise
         except Exception:  # one broken figure must not cost the others
             log.exception("figure %s failed", stem)
     return written

@@ -7,10 +7,10 @@ Every figure between ``<!-- results:begin -->`` and ``<!-- results:end -->`` com
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
+from harness.errors import WriteError
 from harness.output import times
 from harness.output.cache_report import caching_scenarios, hit_sentence
 from harness.output.coverage import left_out_note
@@ -36,9 +36,10 @@ from harness.output.report import (
     sharing_rows,
     sharing_scenario,
 )
-from harness.output.results import atomic_write_text
+from harness.output.results import atomic_write_text, os_reason, read_json
 from harness.output.rundata import RunData, ordered
 from impls import registry
+from scenarios.files import write_target
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 PAPER = "paper"
@@ -68,7 +69,8 @@ def _repeat_lines(run: RunData) -> list[str]:
     repeat = run.run_dir / REPEAT_CSV
     if not repeat.is_file():
         return []
-    meta = json.loads((run.run_dir / REPEAT_META).read_text()) if (run.run_dir / REPEAT_META).is_file() else {}
+    meta = read_json(run.run_dir / REPEAT_META) if (run.run_dir / REPEAT_META).is_file() else {}
+    meta = meta if isinstance(meta, dict) else {}
     result = compare(ratio_rows(repeat, PAPER), ratio_rows(run.run_dir / "results.csv", PAPER))
     head = (f"Reproducibility: a second run of `make bench` ({REPEAT_CSV}, started {meta.get('started', '?')} at "
             f"commit {commit_text(meta)}, took {_duration(meta)}) and this one agree on "
@@ -228,8 +230,13 @@ def current_section(text: str, begin: str = BEGIN, end: str = END) -> str:
 
 def write_readme(readme: Path, run: RunData) -> None:
     """Rewrite the README's results section from ``run`` and, where it has one, its time table from the times
-    file (:mod:`harness.output.times`), atomically."""
-    text = replace_section(readme.read_text(encoding="utf-8"), section(run))
+    file (:mod:`harness.output.times`), atomically (a symbolic link is followed; a FIFO or a device node is
+    refused, :class:`WriteError`, before it is read)."""
+    try:
+        text = write_target(readme).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WriteError(f"{readme}: cannot rewrite it ({os_reason(exc)})") from None
+    text = replace_section(text, section(run))
     if times.BEGIN in text or times.END in text:
         text = replace_section(text, times.section(times.read_times()), times.BEGIN, times.END)
     atomic_write_text(readme, text)

@@ -323,17 +323,21 @@ def table_copy_section(run: RunData) -> str:
     return "\n".join(out) + "\n"
 
 
-
-
-def write_reports(run: str | Path | None = None) -> Path:
-    """Write ``paper_table.md`` and ``summary.md`` into the run directory; returns it."""
-    data = RunData.load(run)
+def report_texts(data: RunData) -> dict[str, str]:
+    """The run's reports by file name (``paper_table.md``, ``summary.md``), as text."""
     paper = paper_table(data) if data.has("paper") else "# No `paper` scenario in this run\n"
     engines = engines_section(data)
-    copies = table_copy_section(data)
-    sharing = sharing_table(data)
-    atomic_write_text(data.run_dir / "paper_table.md",
-                      paper + "\n" + sharing + ("\n" + engines if engines else "") + "\n" + copies)
     caching = prefix_cache_section(data)
-    atomic_write_text(data.run_dir / "summary.md", scenario_summary(data) + ("\n" + caching if caching else ""))
+    return {"paper_table.md": paper + "\n" + sharing_table(data) + ("\n" + engines if engines else "") + "\n"
+                              + table_copy_section(data),
+            "summary.md": scenario_summary(data) + ("\n" + caching if caching else "")}
+
+
+def write_reports(run: str | Path | RunData | None = None, texts: dict[str, str] | None = None) -> Path:
+    """Write ``paper_table.md`` and ``summary.md`` (``texts``, else :func:`report_texts`) into the run directory;
+    returns it. :class:`harness.errors.WriteError` if the folder cannot be written (a read-only copy of a run,
+    a full disk): the files already there stay."""
+    data = run if isinstance(run, RunData) else RunData.load(run)
+    for name, text in (texts or report_texts(data)).items():
+        atomic_write_text(data.run_dir / name, text)
     return data.run_dir

@@ -9,12 +9,17 @@ A run lives in ``results/<run-id>/``:
 - reports (``paper_table.md``, ``summary.md``) and ``figures/``.
 
 ``results/latest`` is a symbolic link to the newest run. Run ids are unique: no run overwrites another.
+
+Every write is atomic (:mod:`scenarios.atomic`); one that fails (disk full, a read-only folder, a path that names a
+device node) raises :class:`harness.errors.WriteError` naming the file, and the file it would have replaced stays.
+Text fields are cleaned when a row is made (:func:`clean_text`), so ``results.csv`` always reads back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import gzip
 import io
 import json
@@ -22,13 +27,15 @@ import math
 import os
 import re
 import time
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from harness.errors import InputError
+from harness.errors import InputError, WriteError
 from impls.registry import RATIO_BASE
-from scenarios.atomic import atomic_write_bytes
+from scenarios import atomic
+from scenarios.files import read_once
 
 RESULTS_DIR = Path("results")
 STATUSES = ("ok", "unsupported", "unavailable", "skipped", "failed")
@@ -41,6 +48,13 @@ SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "aa_ratio_
                             "cache_evict_ns", "cpu_share_observed_pct", "cpu_share_observed_whole_step_pct",
                             "paced_floor_pct", "paced_above_floor_pct"})
 MAX_ABS_VALUE = 1e15  # no figure we publish comes near this (1e15 ns is eleven days)
+
+
+MAX_TEXT_CHARS = 2000  # of any text field: a design's exception message is cut, not written whole
+MAX_READ_FIELD_BYTES = 1 << 24  # what the reader accepts in one field (files older than the cut included)
+MAX_LABEL_CHARS = 64
+LABEL_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
+_TEXT_FIELDS = ("scenario", "impl", "regime", "metric", "unit", "source", "status", "how", "driver")
 
 
 class ResultsError(InputError):
@@ -78,6 +92,8 @@ class Row:
     driver: str = ""
 
     def __post_init__(self) -> None:
+        for name in _TEXT_FIELDS:
+            setattr(self, name, clean_text(getattr(self, name)))
         if self.status not in STATUSES:
             raise ValueError(f"status {self.status!r} not in {STATUSES}")
         if self.driver and self.driver not in DRIVERS:
@@ -95,6 +111,27 @@ class Row:
                 raise ValueError(f"{self.metric}: {name} must be a non-negative integer, got {value!r}")
             if value is not None:
                 setattr(self, name, int(value))
+
+
+def clean_text(text: object) -> object:
+    """``text`` as one printable line of at most :data:`MAX_TEXT_CHARS` characters: control characters (newlines
+    included) become spaces, unencodable ones (lone surrogates from a file name that is not UTF-8) U+FFFD, and
+    a longer text is cut, saying how much. Anything but a string is returned as it is (and refused later)."""
+    if not isinstance(text, str):
+        return text
+    if not text.isprintable():
+        text = "".join(_printable(c) for c in text)
+    if len(text) > MAX_TEXT_CHARS:
+        keep = MAX_TEXT_CHARS - 40  # room for the marker
+        text = f"{text[:keep]} [... {len(text) - keep} characters cut]"
+    return text
+
+
+def _printable(char: str) -> str:
+    if char.isprintable():
+        return char
+    category = unicodedata.category(char)
+    return "\ufffd" if category == "Cs" else " " if category in ("Cc", "Zl", "Zp") else char
 
 
 def _checked(metric: str, value: object, what: str = "value") -> float:
@@ -120,18 +157,33 @@ _INTS = ("reps", "steps", "seqs")
 _FLOATS = ("step_rate", "ci_low", "ci_high")
 
 
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (:mod:`scenarios.atomic`, the one implementation); a failure raises
+    :class:`WriteError` naming the file and the reason, and leaves the file as it was."""
+    try:
+        atomic.atomic_write_bytes(path, data)
+    except OSError as exc:
+        raise WriteError(f"{path}: cannot write it ({os_reason(exc)})") from None
+
+
+def os_reason(exc: OSError) -> str:
+    """An ``OSError``'s reason in a few words (its ``strerror``, else its text)."""
+    return exc.strerror or " ".join(str(exc).split()) or type(exc).__name__
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically (:mod:`scenarios.atomic`, the one implementation)."""
+    """Write ``text`` (UTF-8) to ``path`` atomically; a failure raises :class:`WriteError`."""
     atomic_write_bytes(path, text.encode())
 
 
 def write_rows(path: Path, rows: Iterable[Row]) -> None:
-    """Write ``rows`` as the tidy CSV (schema :data:`SCHEMA_VERSION`), atomically."""
+    """Write ``rows`` as the tidy CSV (schema :data:`SCHEMA_VERSION`), atomically; text fields cleaned again
+    (:func:`clean_text`), in case a field was set after the row was made."""
     buf = io.StringIO(newline="")
     writer = csv.DictWriter(buf, fieldnames=COLUMNS)
     writer.writeheader()
     for row in rows:
-        rec = {k: ("" if v is None else v) for k, v in asdict(row).items()}
+        rec = {k: ("" if v is None else clean_text(v)) for k, v in asdict(row).items()}
         rec["value"] = "" if math.isnan(row.value) else repr(row.value)
         writer.writerow(rec)
     atomic_write_text(path, buf.getvalue())
@@ -161,10 +213,13 @@ def read_rows(path: Path) -> list[Row]:
     """Read a tidy CSV back into rows, refusing anything that could not have been written by :func:`write_rows`.
 
     Errors name ``file:line`` and what is wrong: an unknown header, a short or long line, a non-numeric or
-    implausible value, an unknown status, a figure given twice.
+    implausible value, an unknown status, a figure given twice, a field over :data:`MAX_READ_FIELD_BYTES`. A
+    UTF-8 byte-order mark (a spreadsheet's save) is read past; text fields are cleaned as when written.
     """
+    previous = csv.field_size_limit(MAX_READ_FIELD_BYTES)  # the module's default (128 KiB) is not ours
+    reader = None
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with io.TextIOWrapper(read_once(path), encoding="utf-8-sig", newline="") as fh:
             reader = csv.reader(fh)
             header = next(reader, None)
             if header not in (COLUMNS, COLUMNS_V2, COLUMNS_V1):
@@ -173,6 +228,13 @@ def read_rows(path: Path) -> list[Row]:
             return _read_records(path, reader, header)
     except UnicodeDecodeError as exc:
         raise ResultsError(f"{path}: not UTF-8 text ({exc.reason}); results files are written as UTF-8") from None
+    except csv.Error as exc:
+        line = reader.line_num if reader is not None else 1
+        raise ResultsError(f"{path}:{line}: not a readable CSV line ({exc})") from None
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read it ({os_reason(exc)})") from None
+    finally:
+        csv.field_size_limit(previous)
 
 
 def _read_records(path: Path, reader, header: list[str]) -> list[Row]:
@@ -196,30 +258,110 @@ def _read_records(path: Path, reader, header: list[str]) -> list[Row]:
     return rows
 
 
+RUN_SUFFIXES = 1000  # run folders of one second and label: <stem>, <stem>-1, ... <stem>-999
+
+
+def check_label(label: str) -> str:
+    """``label`` if it can end a run folder's name: at most :data:`MAX_LABEL_CHARS` of ``A-Z a-z 0-9 _ . -``."""
+    if not label or (len(label) <= MAX_LABEL_CHARS and LABEL_CHARS.fullmatch(label)):
+        return label
+    shown = label if len(label) <= 40 else label[:37] + "..."
+    bad = sorted(set(LABEL_CHARS.sub("", label)))
+    what = f"{len(label)} characters" if len(label) > MAX_LABEL_CHARS else f"has {''.join(bad)!r}"
+    raise InputError(f"--label {shown!r}: {what}; a label is 1 to {MAX_LABEL_CHARS} characters of A-Z a-z 0-9 _ . - "
+                     "(it ends the run folder's name)")
+
+
+def _stem(label: str) -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + (f"-{check_label(label)}" if label else "")
+
+
 def new_run_dir(root: Path = RESULTS_DIR, label: str = "") -> Path:
-    """Create ``root/<timestamp>[-label][-N]``, never reusing an existing name."""
-    root.mkdir(parents=True, exist_ok=True)
-    stem = time.strftime("%Y%m%d-%H%M%S")
-    if label:
-        stem += "-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", label)
-    for n in range(1000):
-        path = root / (stem if n == 0 else f"{stem}-{n}")
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
-    raise RuntimeError(f"could not create a fresh run directory under {root}")
+    """Create ``root/<timestamp>[-label][-N]``, never reusing an existing name; :class:`WriteError` if it cannot."""
+    stem = _stem(label)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for n in range(RUN_SUFFIXES):
+            path = root / (stem if n == 0 else f"{stem}-{n}")
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        raise WriteError(f"{root}: cannot create a run folder in it ({os_reason(exc)})") from None
+    raise WriteError(f"{root}: {RUN_SUFFIXES} run folders named {stem}[-N] exist already; try again in a second")
+
+
+def check_run_root(root: Path, label: str = "") -> None:
+    """Everything about ``root`` a run can check before it measures, so that nothing measured is lost to it:
+    the label; a run folder of the longest name this label gives can be created there (a read-only or full
+    file system, a name too long); ``root/latest`` is the link runs keep, not a real file or folder; the
+    folder's name is UTF-8 (it is printed). Removes temporary ``.latest.PID`` links of processes that are gone.
+    Raises :class:`InputError` (:class:`WriteError` for the file system) naming the fix."""
+    probe_name = f".{_stem(label)}-{RUN_SUFFIXES - 1}.probe"
+    try:
+        os.fsdecode(root).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"--results {os.fsdecode(root)!r}: the folder's name is not UTF-8; rename it or give "
+                         "another folder") from None
+    latest = root / "latest"
+    if latest.exists() and not latest.is_symlink():
+        raise InputError(f"{latest}: is a real {'folder' if latest.is_dir() else 'file'}, not the link to the newest "
+                         "run that kvblock-bench keeps there; move it away (or give another --results folder)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        (root / probe_name).mkdir()
+        (root / probe_name).rmdir()
+    except OSError as exc:
+        raise WriteError(f"{root}: cannot create a run folder in it ({os_reason(exc)}); give a --results folder "
+                         "you can write" + (" or a shorter --label" if exc.errno == errno.ENAMETOOLONG else "")
+                         ) from None
+    _remove_stale_latest_links(root)
+
+
+def _remove_stale_latest_links(root: Path) -> None:
+    for tmp in root.glob(".latest.*"):
+        pid = tmp.name.split(".")[2]
+        if tmp.is_symlink() and pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, owned by someone else
+        return True
+    return True
 
 
 def point_latest(run_dir: Path) -> None:
-    """Make ``<root>/latest`` a symbolic link to ``run_dir``, replacing the old link atomically."""
+    """Make ``<root>/latest`` a symbolic link to ``run_dir``, replacing the old link atomically (a temporary
+    link renamed over it). A ``latest`` that is a real file or folder is never replaced: :class:`WriteError`."""
     link = run_dir.parent / "latest"
-    tmp = run_dir.parent / f".latest.{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    tmp.symlink_to(run_dir.name)
-    os.replace(tmp, link)
+    if link.exists() and not link.is_symlink():
+        raise WriteError(f"{link}: is a real {'folder' if link.is_dir() else 'file'}, not the link to the newest "
+                         f"run; not replaced (the run is in {run_dir})")
+    for n in range(100):
+        tmp = run_dir.parent / f".latest.{os.getpid()}.{n}"
+        try:
+            tmp.symlink_to(run_dir.name)
+            break
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise WriteError(f"{link}: cannot point it to {run_dir.name} ({os_reason(exc)})") from None
+    else:
+        raise WriteError(f"{link}: cannot make a temporary link beside it (100 .latest.{os.getpid()}.N exist)")
+    try:
+        os.replace(tmp, link)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise WriteError(f"{link}: cannot point it to {run_dir.name} ({os_reason(exc)})") from None
 
 
 def resolve_run(run: str | os.PathLike | None, root: Path = RESULTS_DIR) -> Path:
@@ -236,14 +378,24 @@ def resolve_run(run: str | os.PathLike | None, root: Path = RESULTS_DIR) -> Path
 
 
 def write_json(path: Path, obj: object, compress: bool = False) -> None:
-    """JSON (optionally gzip-compressed), atomically."""
+    """JSON (optionally gzip-compressed), atomically; :class:`WriteError` if it cannot be written."""
     data = json.dumps(obj, indent=None if compress else 2, sort_keys=True, default=str).encode()
     atomic_write_bytes(path, gzip.compress(data, mtime=0) if compress else data)
 
 
 def read_json(path: Path) -> object:
-    data = path.read_bytes()
-    return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+    """A JSON file (gzip-compressed if its name ends in ``.gz``); :class:`ResultsError` naming the file and what is
+    wrong if it cannot be read or parsed (a folder, not UTF-8, not JSON, nested too deep, a damaged gzip)."""
+    try:
+        with read_once(path) as fh:
+            data = fh.read()
+        return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+    except RecursionError:
+        raise ResultsError(f"{path}: JSON nested too deep to read; not a file kvblock-bench wrote") from None
+    except OSError as exc:  # gzip.BadGzipFile is one too
+        raise ResultsError(f"{path}: cannot read it ({os_reason(exc)})") from None
+    except (ValueError, EOFError) as exc:  # JSONDecodeError, UnicodeDecodeError, zlib's errors are ValueErrors
+        raise ResultsError(f"{path}: not valid JSON ({' '.join(str(exc).split())})") from None
 
 
 def ratio_metric(metric: str, base: str = RATIO_BASE, batched_base: bool = False) -> str:
