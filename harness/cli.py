@@ -251,7 +251,7 @@ def _add_compare(sub, results: argparse.ArgumentParser) -> None:
     from harness.output.compare_report import FORMATS
 
     p = sub.add_parser("compare", parents=[results], help="NEW over BASE for every figure two runs share, with "
-                       "a 95 % interval and a verdict; exit 1 when one is slower beyond the threshold",
+                       "a 95 %% interval and a verdict; exit 1 when one is slower beyond the threshold",
                        description="Exit status: 0 when nothing is slower beyond the threshold, 1 when something "
                                    "is, 2 for bad input (including runs from different machines, unless "
                                    "--allow-other-machine).")

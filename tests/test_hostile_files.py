@@ -474,26 +474,31 @@ def test_meta_json_that_is_gzip_garbage(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("content", "words"), [
-    (b"{not json", ["run.json", "not valid JSON"]),
-    (b"[" * 200_000, ["run.json", "nested too deep"]),
-    (b"\xff\xfe", ["run.json"]),
-    (b"[]", ["run.json", "no list of benchmarks"]),
-    (b'{"benchmarks": [{"stats": []}]}', ["run.json", "benchmark 0"]),
-    (b'{"benchmarks": [7]}', ["run.json", "benchmark 0"]),
+    (b"{not json", ["meta.json", "not valid JSON"]),
+    (b"[" * 200_000, ["meta.json", "nested too deep"]),
+    (b"\xff\xfe", ["meta.json"]),
 ])
-def test_baseline_on_bad_json_is_one_line(tmp_path: Path, capsys, content: bytes, words) -> None:
-    (tmp_path / "run.json").write_bytes(content)
-    out = tmp_path / "base.json"
-    code = main(["baseline", str(tmp_path / "run.json"), str(out)])
+def test_baseline_of_a_run_with_a_bad_meta_json_is_one_line(tmp_path: Path, capsys, content: bytes, words) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.csv").write_text(",".join(COLUMNS) + "\n")
+    (run / "meta.json").write_bytes(content)
+    out = tmp_path / "base"
+    code = main(["baseline", str(run), str(out)])
     one_line_error(capsys, code, *words)
     assert not out.exists()
 
 
-def test_baseline_missing_input_and_special_output(tmp_path: Path, capsys) -> None:
-    one_line_error(capsys, main(["baseline", str(tmp_path / "none.json"), str(tmp_path / "b.json")]), "none.json")
-    (tmp_path / "run.json").write_text('{"benchmarks": [{"stats": {"mean": 1, "data": [1]}}]}')
+def test_baseline_of_a_file_a_missing_run_or_into_a_special_file(tmp_path: Path, capsys) -> None:
+    (tmp_path / "run.json").write_text('{"benchmarks": []}')
+    one_line_error(capsys, main(["baseline", str(tmp_path / "run.json"), str(tmp_path / "b")]), "run folder")
+    one_line_error(capsys, main(["baseline", str(tmp_path / "none"), str(tmp_path / "b")]), "none")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.csv").write_text(",".join(COLUMNS) + "\n")
+    (run / "meta.json").write_text('{"complete": true}')
     fifo = special_files(tmp_path)["fifo"]
-    one_line_error(capsys, main(["baseline", str(tmp_path / "run.json"), str(fifo)]), "FIFO")
+    one_line_error(capsys, main(["baseline", str(run), str(fifo)]), str(fifo))
     assert kind(fifo) == stat.S_IFIFO
-    assert main(["baseline", str(tmp_path / "run.json"), str(tmp_path / "b.json")]) == 0
-    assert "data" not in (tmp_path / "b.json").read_text()
+    assert main(["baseline", str(run), str(tmp_path / "b")]) == 0
+    assert (tmp_path / "b" / "results.csv").is_file()

@@ -87,7 +87,7 @@ def replay_fakes(monkeypatch, names, reps, blocks, done=lambda key: None, caps=N
     """``interleaved`` over recording drivers (the whole-replay checks stubbed out); returns their log."""
     import harness.measure.interleave as il
 
-    monkeypatch.setattr(il, "_finish", lambda driver, mgr, parts, out, key: None)
+    monkeypatch.setattr(il, "_finish", lambda *args: None)
     log: dict[str, list] = {"created": [], "calls": []}
     il.interleaved({(n, "batched", ""): RecordingDriver(n, log) for n in names}, reps, False, blocks, done,
                    caps=caps)

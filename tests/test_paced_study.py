@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from harness.measure.drivers import Prepared
-from harness.measure.interleave import CELL_ERRORS
 from harness.measure.paced_study import PacedKind, paced_study_rows, run_interleaved
 from impls import REGISTRY
 from scenarios import generate
@@ -26,7 +25,7 @@ def makers(prep: Prepared, cells):
 def test_every_loop_is_repeated_with_an_interval_and_the_floor_is_its_own_row(prep: Prepared) -> None:
     cells = [("flat", "batched"), ("dict", "per-call")]
     rows = paced_study_rows("paper", prep, makers(prep, cells), {c: REGISTRY[c[0]] for c in cells}, RATE, False,
-                            CELL_ERRORS, reps=3)
+                            reps=3)
     by = {(r.impl, r.regime, r.metric): r for r in rows}
     assert set(by) == {("flat", "batched", "cpu_share_observed_pct"), ("flat", "batched", "deadline_misses"),
                        ("flat", "batched", "cpu_share_observed_whole_step_pct"),
@@ -49,7 +48,7 @@ def test_the_loops_rotate_from_repetition_to_repetition() -> None:
 
     kinds = [kind("a"), kind("b"), kind("c")]
     reps_done: list[int] = []
-    run_interleaved(kinds, 1e6, 1, 3, CELL_ERRORS, reps_done.append)
+    run_interleaved(kinds, 1e6, 1, 3, reps_done.append)
     assert log[:3] == ["a", "b", "c"]  # the first calls, outside every measurement
     assert log[3:] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
     assert reps_done == [0, 1, 2] and all(len(k.cpu_ns) == 3 for k in kinds)
@@ -58,8 +57,14 @@ def test_the_loops_rotate_from_repetition_to_repetition() -> None:
 def test_a_failing_loop_is_a_failed_row_and_the_others_go_on(prep: Prepared) -> None:
     cells = [("flat", "batched"), ("dict", "batched")]
     make = makers(prep, cells)
-    make[("dict", "batched")] = lambda: (_ for _ in ()).throw(KeyError("no such manager"))
-    rows = paced_study_rows("paper", prep, make, {c: REGISTRY[c[0]] for c in cells}, RATE, False, CELL_ERRORS, reps=2)
+
+    class Broken(REGISTRY["dict"]):  # the design's own code fails: its cell, not the run
+        def __init__(self, *args, **kwargs) -> None:
+            raise KeyError("no such manager")
+
+    make[("dict", "batched")] = lambda: Broken(**prep.trace.config)
+    classes = {**{c: REGISTRY[c[0]] for c in cells}, ("dict", "batched"): Broken}
+    rows = paced_study_rows("paper", prep, make, classes, RATE, False, reps=2)
     failed = [r for r in rows if r.status == "failed"]
     assert {(r.impl, r.metric) for r in failed} == {("dict", "cpu_share_observed_pct"),
                                                    ("dict", "cpu_share_observed_whole_step_pct")}
@@ -71,7 +76,7 @@ def test_a_failing_loop_is_a_failed_row_and_the_others_go_on(prep: Prepared) -> 
 def test_on_a_caching_trace_the_whole_step_is_unsupported_not_guessed(prep: Prepared) -> None:
     cells = [("flat", "batched")]
     rows = paced_study_rows("paper", prep, makers(prep, cells), {c: REGISTRY[c[0]] for c in cells}, RATE, True,
-                            CELL_ERRORS, reps=2)
+                            reps=2)
     whole = [r for r in rows if r.metric == "cpu_share_observed_whole_step_pct"]
     assert [(w.status, w.how) for w in whole] == [("unsupported", "step() does not take the prefix-caching ops yet")]
     assert not [r for r in rows if r.metric == "paced_above_floor_pct"]

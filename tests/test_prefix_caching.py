@@ -426,15 +426,16 @@ def test_random_programs_fail_broken_designs(broken: type) -> None:
             run_program(broken, seed, 150)
 
 
-def test_caching_designs_run_on_the_caching_scenarios_only() -> None:
-    """The role is registered; the default matrix runs it on caching scenarios, not on the plain ones."""
+def test_caching_designs_run_on_the_caching_scenarios_and_in_the_step_regime_on_paper() -> None:
+    """The role is registered; the default matrix runs it on caching scenarios, and on the plain ones only as
+    every implementation runs on paper: one step() call per decode step (like against like)."""
     names = registry.names("caching")
     assert {"dict-pc", "radix-pc"} <= set(names) and "caching" in registry.ROLES
-    for scenario in ("paper", "concurrency-64"):
-        assert not [c for c in default_cells(scenario, names, REGIMES)]
+    assert set(default_cells("paper", names, REGIMES)) == {(n, "step") for n in names}
+    assert not default_cells("concurrency-64", names, REGIMES)
     cached = [s for s in SCENARIOS if is_caching(s)]
     for s in cached:  # batched on every caching scenario, per call on the caching study's
-        regimes = REGIMES if s == CACHE_OPS_SCENARIO else ("batched",)
+        regimes = ("batched", "per-call") if s == CACHE_OPS_SCENARIO else ("batched",)
         assert set(default_cells(s, names, REGIMES)) == {(n, r) for n in names for r in regimes}
     assert len(cached) >= 5 and CACHE_OPS_SCENARIO in cached
     # the caching engine contender (18 us per sequence-step) runs on one caching scenario, the study's

@@ -112,7 +112,7 @@ def test_the_paper_table_has_rows_only_for_cells_that_ran_and_names_the_rest(tmp
     assert dict_row["L1D source"] == "callgrind-sim (perf: unsupported)"
     assert "— (—)" not in text and "missing" not in text
     note = next(line for line in text.splitlines() if line.startswith("Not in this run:"))
-    assert "per-call regime of `dict`" in note and "--impl dict --regime per-call" in note
+    assert "per-call, step regime of `dict`" in note and "--impl dict --regime per-call,step" in note
     assert "`list`, `dict-jit`, `list-jit`" in note and "`cpp-dict` (no C++ compiler)" in note
 
 
@@ -135,7 +135,7 @@ def test_the_summary_has_the_driver_and_a_ratio_to_the_scenario_base(tmp_path: P
     assert "50× [40–60]" in caching  # read from the run's paired row, not recomputed
     paper = text.split("## paper")[1].split("## chat-multiturn")[0]
     assert "| `flat` | batched | compiled |" in paper
-    assert "Not in this run: per-call regime of `dict`" in paper  # each scenario names what it left out
+    assert "Not in this run: per-call, step regime of `dict`" in paper  # each scenario names what it left out
     assert ("Not in this run: per-call regime of `flat-pc`, `dict-pc` (`kvblock-bench run --scenario "
             "chat-multiturn --impl flat-pc,dict-pc --regime per-call`); `radix-pc` (") in caching
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import impls
 from harness.cli import main
 from harness.measure import runner
 from harness.measure.matrix import overrides
@@ -25,7 +24,7 @@ def test_run_writes_a_complete_run_directory(tmp_path, capsys) -> None:
     run_dir = (tmp_path / "latest").resolve()
     rows = read_rows(run_dir / "results.csv")
     cells = {(r.impl, r.regime) for r in rows if r.metric == "seq_step_ns"}
-    assert cells == {("dict", "per-call"), ("dict", "batched"), ("flat", "per-call"), ("flat", "batched")}
+    assert cells == {(i, r) for i in ("dict", "flat") for r in ("per-call", "batched", "step")}
     metrics = {r.metric for r in rows}
     for m in ("lookup_ns", "alloc_ns", "free_ns", "alloc_free_ns", "seq_step_ns", "step_p99_ns", "cpu_share_pct",
               "allocs_per_step", "table_bytes_per_seq", "harness_overhead_pct", "compile_s"):
@@ -62,27 +61,28 @@ class WrongFlat(FlatBlockManager):
         pass
 
 
-def test_a_wrong_implementation_is_marked_failed_not_ranked(tmp_path, monkeypatch) -> None:
-    monkeypatch.setitem(impls.REGISTRY, "wrong", WrongFlat)
-    monkeypatch.setattr(runner, "REGISTRY", impls.REGISTRY)
-    assert run_cli(tmp_path, "--scenario", "paper", "--impl", "wrong,list", "--regime", "per-call") == 0
+def test_a_wrong_implementation_is_marked_failed_not_ranked(tmp_path, capsys) -> None:
+    wrong = "tests.test_runner_cli:WrongFlat"
+    assert run_cli(tmp_path, "--scenario", "paper", "--impl", f"{wrong},list", "--regime", "per-call") == 3
     rows = read_rows((tmp_path / "latest") / "results.csv")
-    wrong = [r for r in rows if r.impl == "wrong"]
-    assert [r.status for r in wrong] == ["failed"] and wrong[0].metric == "correctness"
+    failed = [r for r in rows if r.impl == wrong]
+    assert [r.status for r in failed] == ["failed"] and failed[0].metric == "correctness"
+    assert "is already active" in failed[0].how  # it never freed the row
     assert any(r.impl == "list" and r.metric == "seq_step_ns" for r in rows)
+    assert f"paper {wrong} per-call failed" in capsys.readouterr().err  # the run ends saying which cell failed
 
 
 def test_interrupted_run_keeps_finished_scenarios(tmp_path, monkeypatch) -> None:
     calls = []
-    original = runner.ScenarioBench.measure_timings
+    original = runner.measure_scenario
 
-    def interrupt_second(self):
-        calls.append(self.name)
+    def interrupt_second(plan, *args):
+        calls.append(plan.scenario)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return original(self)
+        return original(plan, *args)
 
-    monkeypatch.setattr(runner.ScenarioBench, "measure_timings", interrupt_second)
+    monkeypatch.setattr(runner, "measure_scenario", interrupt_second)
     # The command line says "interrupted" in one line and exits with 130, keeping what had finished.
     assert run_cli(tmp_path, "--scenario", "paper,shared-prefix", "--impl", "flat", "--no-allocations") == 130
     run_dir = (tmp_path / "latest").resolve()

@@ -67,12 +67,13 @@ class CellBench:
 
     def __init__(self, scenario: str, trace: Trace, prep: Prepared, cells: list[Cell], classes: dict[str, type],
                  calib: dict, loops: dict, enter: Callable[[Cell | None], None] = lambda cell: None,
-                 tick: Callable[[str], None] = lambda what: None) -> None:
+                 tick: Callable[[str], None] = lambda what: None,
+                 status: Callable[[str], None] = lambda what: None) -> None:
         self.scenario, self.trace, self.prep, self.calib = scenario, trace, prep, calib
         self.cells = list(cells)
         self.drivers = {(i, r, ""): Driver(prep, classes[i], r, loops, i) for i, r in self.cells}
         self.slices = slice_bounds(prep.num_steps)
-        self.enter, self.tick = enter, tick
+        self.enter, self.tick, self.status = enter, tick, status
         self.failed: dict[Cell, str] = {}
         self.rows: list[Row] = []
 
@@ -103,6 +104,7 @@ class CellBench:
         ``compile_s`` row per cell that compiles or loads code."""
         for key in list(self.drivers):
             driver = self.drivers[key]
+            self.status(f"{self.scenario}: warming up {key[0]} {key[1]} (first calls: compilation or cache load)")
             t0 = time.perf_counter()
             if self._guarded(key[:2], lambda d=driver: self._first_steps(d)) is None:
                 continue

@@ -135,14 +135,14 @@ def _bench(job: ScenarioJob, events: Events) -> CellBench:
             failed[name] = short_reason(exc)
     events.cell(None)
     cells = [c for c in job.cells if c[0] in classes]
-    bench = CellBench(job.scenario, trace, prep, cells, classes, job.calib, _LOOPS, events.cell, events.tick)
+    bench = CellBench(job.scenario, trace, prep, cells, classes, job.calib, _LOOPS, events.cell, events.tick,
+                      events.status)
     bench.failed.update({c: failed[c[0]] for c in job.cells if c[0] in failed})
     return bench
 
 
 def run_timing(job: ScenarioJob, events: Events) -> TimingResult:
     bench = _bench(job, events)
-    events.status(f"{job.scenario}: first calls of each cell (Numba compilation or cache load)")
     bench.warm_up(record=job.record)
     return bench.time(job.reps, job.caps, job.only, job.base, read_off=job.record)
 

@@ -8,8 +8,8 @@ missing design nor drawn as a dash.
 
 from __future__ import annotations
 
+from harness.measure.matrix import PLAIN_ONLY_REGIMES, ROLE_REGIMES, is_caching
 from harness.measure.matrix import REGIMES as MATRIX_REGIMES
-from harness.measure.matrix import ROLE_REGIMES
 from harness.output.rundata import RunData, ordered_regimes
 from impls import registry
 
@@ -23,11 +23,17 @@ def missing_cells(run: RunData, scenario: str, roles: tuple[str, ...]) -> dict[s
     for name in registry.names(*roles):
         if name in unavailable:
             continue
-        role = registry.record(name).role
-        gone = [r for r in ordered_regimes(ROLE_REGIMES.get(role, MATRIX_REGIMES)) if (name, r) not in ran]
+        gone = [r for r in possible_regimes(name, scenario) if (name, r) not in ran]
         if gone:
             missing[name] = gone
     return missing
+
+
+def possible_regimes(name: str, scenario: str) -> list[str]:
+    """The regimes ``name`` can run in on ``scenario`` (its role's, and on a prefix-caching scenario not the
+    regimes that cannot replay one), in report order."""
+    regimes = ordered_regimes(ROLE_REGIMES.get(registry.record(name).role, MATRIX_REGIMES))
+    return [r for r in regimes if not (is_caching(scenario) and r in PLAIN_ONLY_REGIMES)]
 
 
 def _command(scenario: str, impls: list[str], regimes: list[str] | None) -> str:
@@ -40,7 +46,7 @@ def left_out_note(run: RunData, scenario: str, roles: tuple[str, ...]) -> str:
     group, and the implementations unavailable on this machine with the reason; "" when nothing is missing."""
     groups: dict[tuple[str, ...] | None, list[str]] = {}
     for name, gone in missing_cells(run, scenario, roles).items():
-        every = ordered_regimes(ROLE_REGIMES.get(registry.record(name).role, MATRIX_REGIMES))
+        every = possible_regimes(name, scenario)
         groups.setdefault(None if gone == every else tuple(gone), []).append(name)
     parts = []
     for regimes, names in groups.items():
