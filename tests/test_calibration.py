@@ -104,6 +104,18 @@ def test_the_cache_and_a_source_folder_may_not_lie_inside_the_repository(tmp_pat
     assert code.digest == fetch.source_folder(tmp_path, ("nanovllm",), "x").digest  # the files decide, not the label
 
 
+def test_a_source_checkout_is_versioned_by_its_commit_and_a_wrong_label_is_refused(tmp_path) -> None:
+    source = write_standin(tmp_path / "checkout")
+    git = ["git", "-C", str(source), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "stand-in"]):
+        subprocess.run(git + cmd, check=True, capture_output=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    assert fetch.source_folder(source, ("nanovllm",), None).version == commit
+    assert fetch.source_folder(source, ("nanovllm",), commit[:7]).version == commit
+    with pytest.raises(InputError, match=f"at commit {commit}, not bb823b3"):
+        fetch.source_folder(source, ("nanovllm",), "bb823b3")
+
+
 def test_pip_fetches_a_wheel_into_the_cache_and_unpacks_its_package_once(tmp_path) -> None:
     wheel = build_wheel(write_standin(tmp_path / "src"), "nano-vllm-standin", "1.2", tmp_path / "house")
     cache = tmp_path / "cache"

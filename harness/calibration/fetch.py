@@ -145,7 +145,12 @@ def source_folder(folder: Path, packages: tuple[str, ...], version: str | None) 
     if missing:
         raise InputError(f"--source {root}: no {missing[0]}/ package folder in it; give the folder that holds "
                          f"{', '.join(p + '/' for p in packages)} (the repository's top level)")
-    return EngineCode(root, version or _folder_version(root), f"tree-sha256:{tree_digest(root, packages)}", str(root))
+    commit = _folder_version(root)
+    if version and commit != "unversioned" and not commit.startswith(version):
+        raise InputError(f"--source {root}: the checkout is at commit {commit}, not {version}; check out {version} "
+                         "or name the version it is at")
+    label = commit if commit != "unversioned" else version or commit  # a checkout: its full commit
+    return EngineCode(root, label, f"tree-sha256:{tree_digest(root, packages)}", str(root))
 
 
 def _folder_version(root: Path) -> str:

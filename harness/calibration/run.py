@@ -79,7 +79,8 @@ def engine_code(opts: Options) -> fetch.EngineCode:
 
 
 def calibrate(opts: Options) -> Outcome:
-    """Fetch, load, replay, compare; rows merged into ``opts.out`` (nothing is written when nothing was measured)."""
+    """Fetch, load, replay, compare; each scenario's rows merged into ``opts.out`` when it is done (nothing is
+    written for a scenario that measured nothing)."""
     code = engine_code(opts)
     opts.progress(f"{opts.engine.label} {code.version} ({code.digest[:19]}...) from {code.origin}")
     outcome = Outcome()
@@ -96,10 +97,11 @@ def calibrate(opts: Options) -> Outcome:
         for name in opts.scenarios:
             trace = generate(name, **opts.params.get(name, {}))
             context = Context(opts, code, plan.describe(), trace, name)
-            outcome.rows += context.measure(baselines, outcome.failures)
+            rows = context.measure(baselines, outcome.failures)
             context.write_raw(opts.out.parent / "runs", imports.loaded)
-    if outcome.rows:
-        outcome.written = write_rows(opts.out, outcome.rows, opts.engine.label, {r.scenario for r in outcome.rows})
+            if rows:  # written after each scenario: an interrupted run keeps what finished
+                outcome.rows += rows
+                outcome.written = write_rows(opts.out, rows, opts.engine.label, {name})
     return outcome
 
 
