@@ -18,7 +18,8 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from harness.measure.threads import one_intra_op_thread
 from harness.output.metadata import cpu_model, versions
 from impls import REGISTRY
 from impls.contract import supports_prefix_caching
-from scenarios import Trace, generate
+from scenarios import SCENARIOS, Trace, generate
 from scenarios.atomic import atomic_write_bytes
 from scenarios.trace import trace_uses_caching
 
@@ -81,17 +82,23 @@ def engine_code(opts: Options) -> fetch.EngineCode:
 def calibrate(opts: Options) -> Outcome:
     """Fetch, load, replay, compare; each scenario's rows merged into ``opts.out`` when it is done (nothing is
     written for a scenario that measured nothing)."""
+    for name in opts.scenarios:  # bad parameters fail here, before a download
+        SCENARIOS[name].params(opts.params.get(name, {}))
     code = engine_code(opts)
     opts.progress(f"{opts.engine.label} {code.version} ({code.digest[:19]}...) from {code.origin}")
     outcome = Outcome()
     module = opts.engine.code()
-    plan = module.plan()
+    with missing_packages(opts.engine):
+        plan = module.plan()
     with engine_imports(plan, code.root) as imports:
-        try:
-            ns = module.load()
-        except (PlanError, ImportError, SyntaxError) as exc:
-            raise InputError(f"{opts.engine.name} {code.version}: its modules do not load by the import plan "
-                             f"(harness/calibration/{opts.engine.module}.py): {exc}") from None
+        with missing_packages(opts.engine):
+            try:
+                ns = module.load()
+            except ModuleNotFoundError:
+                raise  # missing_packages says which
+            except (ImportError, SyntaxError) as exc:  # PlanError included: a newer release imports more
+                raise InputError(f"{opts.engine.name} {code.version}: its modules do not load by the import plan "
+                                 f"(harness/calibration/{opts.engine.module}.py): {exc}") from None
         baselines = module.baselines(ns, code.version)
         imports.arm()
         for name in opts.scenarios:
@@ -103,6 +110,21 @@ def calibrate(opts: Options) -> Outcome:
                 outcome.rows += rows
                 outcome.written = write_rows(opts.out, rows, opts.engine.label, {name})
     return outcome
+
+
+@contextmanager
+def missing_packages(engine: Engine) -> Iterator[None]:
+    """A package the engine's modules import that is not installed here (torch, for vLLM and SGLang) is the
+    user's to install: one line saying which."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.partition(".")[0] in engine.packages:
+            raise InputError(f"{engine.name}: its modules import {exc.name}, which the import plan does not name "
+                             f"(harness/calibration/{engine.module}.py)") from None
+        hint = " (pip install 'kvblock-bench[torch]')" if exc.name == "torch" else ""
+        raise InputError(f"{engine.name}: its block manager needs the package {exc.name!r}, which is not "
+                         f"installed here; install it{hint}") from None
 
 
 class Context:
@@ -133,8 +155,8 @@ class Context:
             key = (b.name, "batched", "real")
             try:
                 if b.real_trace not in real_preps:
-                    real_preps[b.real_trace] = self.prep if b.real_trace is None else \
-                        Prepared.from_trace(b.real_trace(self.trace))
+                    real = self.trace if b.real_trace is None else b.real_trace(self.trace)
+                    real_preps[b.real_trace] = self.prep if real is self.trace else Prepared.from_trace(real)
             except FanOutError as exc:
                 self.failed[key] = f"{type(exc).__name__}: {exc}"
                 continue
