@@ -97,9 +97,14 @@ def _downloaded(stdout: str, dest: Path, requirement: str, before: set[str]) -> 
             path = Path(m.group(1))
             return path if path.is_absolute() else dest / path.name
     new = sorted(p for p in dest.glob("*.whl") if p.name not in before)
-    if len(new) != 1:
+    if len(new) == 1:
+        return new[0]
+    name, _, version = requirement.partition("==")
+    prefix = f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}" if version else None
+    named = sorted(p for p in dest.glob("*.whl") if prefix and p.name.lower().startswith(prefix + "-"))
+    if len(named) != 1:
         raise InputError(f"pip download {requirement}: cannot tell which wheel it fetched into {dest}")
-    return new[0]
+    return named[0]
 
 
 def wheel_version(wheel: Path) -> str:
