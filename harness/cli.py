@@ -1,8 +1,9 @@
 """The ``kvblock-bench`` command line: one entry point, one subcommand per job.
 
-``scenarios``, ``trace``, ``run``, ``report``, ``compare``, ``gate``, ``table-copy``, ``baseline`` and ``check`` share
-this parser and its error handling: bad input ends as one line on stderr naming the flag, file or line and
-the fix, with exit status 2, never a traceback. An interrupted command says so and exits with 130.
+``scenarios``, ``trace``, ``run``, ``report``, ``compare``, ``gate``, ``table-copy``, ``baseline``, ``check`` and
+``calibrate`` share this parser and its error handling: bad input ends as one line on stderr naming the flag,
+file or line and the fix, with exit status 2, never a traceback. An interrupted command says so and exits with
+130.
 """
 
 from __future__ import annotations
@@ -308,6 +309,37 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Our contenders beside an engine's own code (results/calibration/); exit 1 when a replay failed."""
+    import shlex
+
+    from harness.calibration.engines import parse_engine
+    from harness.calibration.run import Options, calibrate
+
+    engine, version = parse_engine(args.engine)
+    scenarios = args.scenario or list(engine.scenarios)
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        raise UsageError(f"--scenario {unknown[0]}: unknown scenario; `{PROG} scenarios` lists them")
+    opts = Options(engine, version, scenarios, {s: scenario_params(s, args) for s in scenarios}, reps=args.reps,
+                   source=Path(args.source) if args.source else None,
+                   find_links=Path(args.find_links) if args.find_links else None, out=Path(args.out),
+                   command=shlex.join([PROG, *sys.argv[1:]]))
+    if args.cache:
+        opts.cache = Path(args.cache)
+    writable_dir(opts.out.parent, "--out")
+    outcome = calibrate(opts)
+    for row in outcome.rows:
+        print(f"{row.scenario:<18} {row.contender:<11} {row.call_shape:<9} vs {row.baseline:<28} "
+              f"ours/real = {row.ratio:.2f} [{row.ratio_low:.2f}-{row.ratio_high:.2f}]"
+              + ("  (modelled)" if row.modelled else ""))
+    for failure in outcome.failures:
+        print(f"failed: {failure}", file=sys.stderr)
+    if outcome.written:
+        print(f"wrote {len(outcome.rows)} rows to {outcome.written}", file=sys.stderr)
+    return 1 if outcome.failures else 0
+
+
 def cmd_baseline(args: argparse.Namespace) -> int:
     from harness.ci import baseline
 
@@ -382,6 +414,29 @@ def _add_deadline(p: argparse.ArgumentParser) -> None:
                         f"and the implementation's cell failed (default {DEFAULT_DEADLINE_S:g})")
 
 
+def _add_calibrate(sub) -> None:
+    p = sub.add_parser(
+        "calibrate", help="time our contenders beside an engine's own block manager (results/calibration/)",
+        description=f"{PROG} calibrate ENGINE[==VERSION] [--scenario S,...] [--source DIR] [--PARAM VALUE ...]. "
+                    "Fetches the engine's published wheel with this Python's pip (--no-deps) into a cache outside "
+                    "the repository (or reads --source DIR), imports its block-manager modules unmodified, replays "
+                    "each scenario on them and on our contenders with the same driver and interleaving as `run`, "
+                    "checks every replay against its trace, and merges ratio rows into results/calibration/"
+                    "calibration.csv. Engines: vllm, sglang, nano-vllm (not on the package index: --source).")
+    p.add_argument("engine", help="vllm, sglang or nano-vllm, optionally ==VERSION (e.g. vllm==0.33.0)")
+    p.add_argument("--scenario", type=csv_list, metavar="S,...",
+                   help="scenarios (default: the engine's committed ones)")
+    p.add_argument("--reps", type=positive_int, default=5, help="interleaved repetitions (default 5)")
+    p.add_argument("--source", metavar="DIR", help="the engine's source folder (holding its top-level package)")
+    p.add_argument("--cache", metavar="DIR", help="where wheels are kept (default: ~/.cache/kvblock-bench/engines, "
+                                                  "or $KVBLOCK_BENCH_CACHE); never inside the repository")
+    p.add_argument("--find-links", metavar="DIR", help="fetch the wheel from this folder only (pip --no-index)")
+    p.add_argument("--out", default="results/calibration/calibration.csv", help="the calibration table to merge into")
+    group = p.add_argument_group("scenario parameters (e.g. --steps 200 for a short smoke run)")
+    for key in dict.fromkeys(key for sc in SCENARIOS.values() for key in sc.defaults if key != "csv"):
+        group.add_argument(f"--{key.replace('_', '-')}", dest=PARAM_PREFIX + key, metavar="VALUE")
+
+
 def build_parser() -> Parser:
     from harness.ci import baseline, gate
     from harness.output import times
@@ -409,6 +464,7 @@ def build_parser() -> Parser:
     table_copy.add_arguments(sub.add_parser("table-copy", help="rule 3 alone: block tables to the device"))
     baseline.add_arguments(sub.add_parser("baseline", parents=[results],
                                           help="save a run as a committed baseline for `kvblock-bench compare`"))
+    _add_calibrate(sub)
     p = sub.add_parser("check", help="is an implementation correct? contract conformance against the reference model",
                        description="Random valid and invalid call sequences on IMPL and on the reference model "
                                    "(impls/core/reference.py), compared after every call up to a renaming of block "
@@ -426,8 +482,8 @@ def build_parser() -> Parser:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "scenarios": cmd_scenarios, "trace": cmd_trace, "run": cmd_run, "report": cmd_report, "compare": cmd_compare,
-    "gate": cmd_gate,
-    "table-copy": cmd_table_copy, "baseline": cmd_baseline, "check": cmd_check,
+    "gate": cmd_gate, "table-copy": cmd_table_copy, "baseline": cmd_baseline, "check": cmd_check,
+    "calibrate": cmd_calibrate,
 }
 # What a command may raise for bad input: shown as one line, exit status 2. Anything else is a bug of ours and
 # keeps its traceback (exit status 1); a design's failure is a failed cell, never an exception here.

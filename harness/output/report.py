@@ -264,17 +264,31 @@ CALIBRATION_CSV = Path(__file__).resolve().parents[2] / "results" / "calibration
 
 
 def calibration_notes(path: Path = CALIBRATION_CSV) -> dict[tuple[str, str], str]:
-    """(contender, regime) -> "calibrated: ours/real = X (scenario), Y (other scenario)" from the calibration
-    figures, if present: the first row of each scenario, in the file's order."""
+    """(contender, regime) -> "calibrated: ours/real = X [low-high] (scenario), Y (other scenario)" from the
+    calibration figures, if present: the first row of each scenario, in the file's order, among the rows of the
+    baseline the contender models (column ``modelled``, written by ``kvblock-bench calibrate``; rows without it
+    are older and count as modelled)."""
     if not path.is_file():
         return {}
+    frame = pd.read_csv(path)
+    if "modelled" in frame:
+        frame = frame[frame["modelled"].isna() | frame["modelled"].astype(str).str.lower().isin(["true", "1"])]
     ratios: dict[tuple[str, str], dict[str, str]] = {}
-    for row in pd.read_csv(path).itertuples():
-        per_scenario = ratios.setdefault((row.contender, row.call_shape), {})
-        if row.scenario not in per_scenario:
-            per_scenario[row.scenario] = "" if pd.isna(row.ratio) else f"{row.ratio:.2f} ({row.scenario})"
+    for row in frame.to_dict("records"):
+        per_scenario = ratios.setdefault((row["contender"], row["call_shape"]), {})
+        if row["scenario"] not in per_scenario:
+            per_scenario[row["scenario"]] = _ratio_note(row)
     return {key: ("calibrated: ours/real = " + ", ".join(v for v in per.values() if v)) if any(per.values())
             else "not calibrated (no real run)" for key, per in ratios.items()}
+
+
+def _ratio_note(row: dict) -> str:
+    """``0.90 [0.85-0.95] (paper)``; the interval where the row has one."""
+    if pd.isna(row["ratio"]):
+        return ""
+    low, high = row.get("ratio_low"), row.get("ratio_high")
+    interval = "" if low is None or high is None or pd.isna(low) or pd.isna(high) else f" [{low:.2f}-{high:.2f}]"
+    return f"{row['ratio']:.2f}{interval} ({row['scenario']})"
 
 
 def engines_section(run: RunData, scenario: str = "paper") -> str:

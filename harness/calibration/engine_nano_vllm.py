@@ -1,0 +1,201 @@
+"""nano-vllm's own ``BlockManager`` behind our contract, for the contender ``nano-vllm``.
+
+nano-vllm is not on the package index: its code comes from a source folder the user names (a checkout of
+GitHub ``GeeeekExplorer/nano-vllm``). Imported unmodified from it: ``nanovllm/engine/block_manager.py``,
+``nanovllm/engine/sequence.py`` and ``nanovllm/sampling_params.py``; the package's ``__init__.py`` (which imports
+the LLM engine, the model and CUDA) does not run. ``xxhash``, which ``block_manager.py`` imports for its block
+hashes, is the installed one (``pip install kvblock-bench[hashing]``); without it a stand-in takes its place
+and the baseline with hashing is not measured.
+
+The adapter (:class:`NanoEngine`) drives the engine's objects as ``nanovllm/engine/scheduler.py`` does:
+
+- admission: a ``Sequence`` of the prompt (synthetic token ids, distinct per sequence: its number ``<< 24``
+  plus a counter, so no two sequences share a block's contents), ``can_allocate(seq)`` (its answer must be
+  "no cached block") then ``allocate(seq, 0)``, and the prefill's ``num_scheduled_tokens``;
+- each decode append: ``postprocess`` for the previous step (``hash_blocks(seq)``, ``num_cached_tokens`` and
+  ``num_scheduled_tokens`` kept as it keeps them, the sampled token appended with ``append_token``), then
+  ``schedule``'s decode branch (``can_append(seq)``, ``num_scheduled_tokens = 1``, ``may_append(seq)``), then
+  the slot as ``ModelRunner.prepare_decode`` computes it (``block_table[-1] * block_size +
+  last_block_num_tokens - 1``);
+- ``free``: ``postprocess``'s ``hash_blocks(seq)``, then ``deallocate(seq)``.
+
+``Sequence.block_size`` is set to the trace's block size, as nano-vllm's ``LLMEngine`` sets it from its config
+(whose check that it is a multiple of 256 is not run: the block manager takes any size). nano-vllm has no fork:
+sharing is emulated as the contender emulates it (the same work on both sides): a fork is a child ``Sequence``
+with the parent's token ids and block table and each block's ``ref_count`` raised by one; before
+``may_append``, a sequence whose newest token does not open a block and whose last block is shared gets a
+block from ``_allocate_block()`` in its table's last place (the source's ``ref_count`` lowered).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from types import SimpleNamespace
+
+import numpy as np
+
+from harness.calibration.adapter import EngineAdapter
+from harness.calibration.engines import Baseline
+from harness.calibration.loader import ImportPlan
+from harness.measure.replay import ReplayError
+from impls.contract import NoFreeBlocksError
+
+REAL = ("nanovllm.engine.block_manager", "nanovllm.engine.sequence", "nanovllm.sampling_params")
+
+
+def have_xxhash() -> bool:
+    return importlib.util.find_spec("xxhash") is not None
+
+
+def plan() -> ImportPlan:
+    """How nano-vllm's modules are imported: the three above from the source folder (xxhash installed, or a
+    stand-in when it is not)."""
+    return ImportPlan(packages=("nanovllm",), real=REAL, external_stubs=() if have_xxhash() else ("xxhash",))
+
+
+def load() -> SimpleNamespace:
+    from nanovllm.engine.block_manager import BlockManager
+    from nanovllm.engine.sequence import Sequence
+
+    return SimpleNamespace(BlockManager=BlockManager, Sequence=Sequence)
+
+
+class NanoEngine(EngineAdapter):
+    """nano-vllm's ``BlockManager`` (the engine's, imported) driven per sequence per step, as its scheduler does."""
+
+    nano: SimpleNamespace
+    block_manager: type  # the engine's BlockManager, or a subclass of it whose compute_hash returns 0
+    hash_blocks = True  # False: the bare block manager (postprocess's hash_blocks not called)
+
+    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
+                 max_blocks_per_seq: int = 256) -> None:
+        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
+        self.nano.Sequence.block_size = self.block_size  # as LLMEngine sets it from its config
+        self.bm = self.block_manager(self.num_blocks, self.block_size)
+        self.seqs: list = [None] * self.max_seqs
+        self._numbers = itertools.count(1)
+        self._next_token: dict[int, int] = {}  # row -> its next synthetic token id
+        self.forked = False  # until a fork, no block is shared and the step skips the copy-on-write test
+
+    def num_free_blocks(self) -> int:
+        return len(self.bm.free_block_ids)
+
+    def _tokens(self, seq_id: int, n: int) -> list[int]:
+        base = next(self._numbers) << 24
+        self._next_token[seq_id] = base + n
+        return list(range(base, base + n))
+
+    # -- the scheduler's calls ---------------------------------------------------------------------------
+    def _allocate(self, seq_id: int, num_blocks: int) -> None:
+        n = self._admit_tokens
+        seq = self.nano.Sequence(self._tokens(seq_id, n))
+        cached = self.bm.can_allocate(seq)
+        if cached != 0:
+            raise ReplayError(f"row {seq_id}: nano-vllm's can_allocate answered {cached}, expected 0 cached blocks "
+                              "(-1: no room)")
+        self.bm.allocate(seq, 0)
+        seq.num_scheduled_tokens = n  # the prefill, whose postprocess comes with the first append
+        self.seqs[seq_id] = seq
+
+    def _engine_step(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        """Per running sequence: the previous step's ``postprocess``, then ``schedule``'s decode branch (with the
+        emulated copy of a shared last block), then ``prepare_decode``'s slot."""
+        bm, seqs, bs, tokens, hashing = self.bm, self.seqs, self.block_size, self._next_token, self.hash_blocks
+        lens, forked = self._lens, self.forked
+        slots, cows = [], []
+        for s in ids:
+            seq = seqs[s]
+            if hashing:
+                bm.hash_blocks(seq)
+            seq.num_cached_tokens += seq.num_scheduled_tokens
+            seq.num_scheduled_tokens = 0
+            token = tokens[s]
+            tokens[s] = token + 1
+            seq.append_token(token)
+            if not bm.can_append(seq):
+                raise NoFreeBlocksError(f"nano-vllm's can_append refused row {s} (it would preempt)")
+            seq.num_scheduled_tokens = 1
+            seq.is_prefill = False
+            if forked and seq.num_tokens % bs != 1 and bm.blocks[seq.block_table[-1]].ref_count > 1:
+                cows.append(self._copy_last(seq))
+            bm.may_append(seq)
+            lens[s] += 1
+            slots.append(seq.block_table[-1] * bs + seq.last_block_num_tokens - 1)
+        slot_out[: len(slots)] = slots
+        if cows:
+            cow_out[: len(cows)] = cows
+        return len(cows)
+
+    def _free(self, seq_id: int) -> None:
+        seq = self.seqs[seq_id]
+        self.seqs[seq_id] = None
+        self._next_token.pop(seq_id, None)
+        if self.hash_blocks:
+            self.bm.hash_blocks(seq)
+        self.bm.deallocate(seq)
+
+    # -- fork and copy-on-write, emulated as the contender emulates them ----------------------------------------
+    def _fork(self, parent_id: int, child_id: int) -> None:
+        parent = self.seqs[parent_id]
+        child = self.nano.Sequence(parent.token_ids)
+        child.block_table = parent.block_table.copy()
+        child.num_cached_tokens = parent.num_cached_tokens + parent.num_scheduled_tokens  # not hashed twice
+        child.status, child.is_prefill = parent.status, parent.is_prefill
+        for block_id in parent.block_table:
+            self.bm.blocks[block_id].ref_count += 1
+        self.seqs[child_id] = child
+        self._next_token[child_id] = next(self._numbers) << 24
+        self.forked = True
+
+    def _copy_last(self, seq) -> tuple[int, int]:
+        src = seq.block_table[-1]
+        self.bm.blocks[src].ref_count -= 1
+        dst = self.bm._allocate_block()
+        seq.block_table[-1] = dst
+        return src, dst
+
+    def _last_shared(self, seq_id: int) -> bool:
+        return self.bm.blocks[self.seqs[seq_id].block_table[-1]].ref_count > 1
+
+    # -- queries --------------------------------------------------------------------------------------------
+    def _table(self, seq_id: int) -> list[int]:
+        return list(self.seqs[seq_id].block_table)
+
+    def _ref(self, block_id: int) -> int:
+        return self.bm.blocks[block_id].ref_count
+
+    def _last_slot(self, seq_id: int) -> int:
+        seq = self.seqs[seq_id]
+        return seq.block_table[-1] * self.block_size + seq.last_block_num_tokens - 1
+
+
+def _neutralised(block_manager: type) -> type:
+    """The engine's BlockManager with ``compute_hash`` returning 0: its hash bookkeeping runs, no hash is computed."""
+    return type(block_manager.__name__, (block_manager,), {"compute_hash": classmethod(lambda cls, token_ids,
+                                                                                         prefix=-1: 0)})
+
+
+def _bound(nano: SimpleNamespace, block_manager: type, hash_blocks: bool) -> type:
+    return type("NanoEngine", (NanoEngine,), {"nano": nano, "block_manager": block_manager,
+                                              "hash_blocks": hash_blocks})
+
+
+def baselines(nano: SimpleNamespace, version: str) -> list[Baseline]:
+    """Hashing neutralised (what the contender models: nano-vllm's block manager as it runs, minus computing
+    hashes, which our contract has no token ids for and which is its own metric), with its hashing (nano-vllm as
+    it ships), and bare (its hash bookkeeping removed too: ``hash_blocks`` not called)."""
+    how = (f"nano-vllm {version}'s BlockManager(num_blocks, block_size) from the source folder, driven as "
+           "engine/scheduler.py does: can_allocate + allocate(seq, 0) at admission; per step and running sequence "
+           "postprocess (hash_blocks, append_token) then can_append + may_append, the slot as prepare_decode "
+           "computes it; hash_blocks + deallocate at a free; synthetic distinct token ids; fork and copy-on-write "
+           "emulated as the contender emulates them; ")
+    neutral = _neutralised(nano.BlockManager)
+    out = [Baseline("hashing neutralised", _bound(nano, neutral, True), ("nano-vllm",), ("nano-vllm",),
+                    how + "compute_hash returns 0 (hash bookkeeping runs, no hash computed)"),
+           Baseline("bare", _bound(nano, neutral, False), ("nano-vllm",), (),
+                    how + "bare: hash_blocks not called and compute_hash returns 0 (no hash bookkeeping at all)")]
+    if have_xxhash():
+        out.insert(1, Baseline("with hashing", _bound(nano, nano.BlockManager, True), ("nano-vllm",), (),
+                               how + "its xxhash hashing as it ships (compute_hash unmodified)"))
+    return out

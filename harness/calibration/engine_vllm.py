@@ -1,0 +1,294 @@
+"""vLLM v1's own ``KVCacheManager`` behind our contract, for the contenders ``vllm-v1`` and ``vllm-v1-pc``.
+
+Imported unmodified from the wheel (:data:`REAL`): ``vllm/v1/core/{kv_cache_manager, kv_cache_coordinator,
+single_type_kv_cache_manager, block_pool, kv_cache_utils, kv_cache_metrics}.py``, ``vllm/v1/request.py``,
+``vllm/v1/kv_cache_interface.py`` and the small modules they need; ``ConstantList`` is compiled from
+``vllm/v1/utils.py``, whose other contents (the engine's process management) are not loaded. Stand-ins
+(:func:`plan`) replace the engine's logging set-up, configuration, GPU platform, KV events, metrics, sampling
+parameters and multimodal inputs: nothing the block manager runs when a replay is timed (a replay that
+touches one stops, see :mod:`harness.calibration.loader`).
+
+The adapter (:class:`VllmEngine`) drives the engine's objects as ``vllm/v1/core/sched/scheduler.py`` does:
+
+- admission (``allocate``, ``allocate_cached``): a ``vllm.v1.request.Request`` with the prompt, then
+  ``get_computed_blocks(request)`` and ``allocate_slots(request, prompt - hits, hits, blocks)``; the request is
+  then running with its prompt computed;
+- each decode append: the token sampled last step recorded with ``request.append_output_token_ids`` (vLLM's
+  engine does that when the model's output arrives; it runs the block hasher), ``allocate_slots(request, 1)``,
+  ``num_computed_tokens + 1``;
+- ``free``: ``free(request)``; ``can_allocate``: ``block_pool.get_num_free_blocks() >= n``;
+- the slot mapping (``last_slot``, ``decode_step``'s slots): ``block.block_id * block_size + offset`` from the
+  request's blocks, as the model runner computes it from the block table.
+
+vLLM's block 0 is its null block: the pool holds ``num_blocks + 1`` blocks and contract block ids are vLLM's
+minus one, as in the contender. The engine's block hasher is a stand-in (our code) that hands each newly full
+block a distinct 32-byte digest or the trace's hash: computing hashes is its own metric
+(:mod:`harness.studies.hashing`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import typing
+from collections import abc
+from types import SimpleNamespace
+
+import numpy as np
+
+from harness.calibration.adapter import EngineAdapter
+from harness.calibration.engines import Baseline
+from harness.calibration.loader import ImportPlan, Piece
+from harness.calibration.traces import fan_out_forks
+from harness.measure.replay import ReplayError
+from impls.contract import E_ACTIVE, E_NO_BLOCKS, E_NOT_FULL, E_SEALED, NoFreeBlocksError, blocks_for
+from impls.core.validation import chain_arg, hash_arg, seq_arg, tokens_arg
+
+REAL = (
+    "vllm.v1.core.kv_cache_manager", "vllm.v1.core.kv_cache_coordinator", "vllm.v1.core.single_type_kv_cache_manager",
+    "vllm.v1.core.block_pool", "vllm.v1.core.kv_cache_utils", "vllm.v1.core.kv_cache_metrics", "vllm.v1.request",
+    "vllm.v1.kv_cache_interface", "vllm.v1.kv_cache_spec_registry", "vllm.v1.kv_cache_layout",
+    "vllm.v1.hisparse.block_pool", "vllm.utils", "vllm.utils.math_utils",
+)
+
+
+class _PrefillStats:
+    """Stands for ``vllm.v1.metrics.stats.PrefillStats``, which every ``Request`` creates (metrics)."""
+
+
+class _StructuredOutputRequest:
+    """Stands for ``vllm.v1.structured_output.request.StructuredOutputRequest``: no structured output."""
+
+    @staticmethod
+    def from_sampling_params(sampling_params) -> None:
+        return None
+
+
+def plan() -> ImportPlan:
+    """How vLLM's modules are imported: :data:`REAL` from the wheel, the rest stand-ins."""
+    off_path = ("vllm.envs", "vllm.distributed.kv_events", "vllm.multimodal.inputs", "vllm.multimodal.utils",
+                "vllm.pooling_params", "vllm.sampling_params", "vllm.utils.hashing", "vllm.utils.torch_utils",
+                "vllm.v1.attention.backends.registry", "vllm.v1.engine", "vllm.v1.kv_hints")
+    stubs: dict[str, dict] = {name: {} for name in off_path}
+    stubs.update({
+        "vllm.logger": {"init_logger": logging.getLogger},
+        "vllm.config": {"get_current_vllm_config_or_none": lambda: None},
+        "vllm.platforms": {"current_platform": SimpleNamespace(register_custom_kv_cache_specs=lambda config: None)},
+        "vllm.v1.metrics.stats": {"PrefillStats": _PrefillStats},
+        "vllm.v1.structured_output.request": {"StructuredOutputRequest": _StructuredOutputRequest},
+    })
+    typing_names = {"TypeVar": typing.TypeVar, "Generic": typing.Generic, "Sequence": abc.Sequence,
+                    "overload": typing.overload}
+    return ImportPlan(packages=("vllm",), real=REAL, stubs=stubs,
+                      pieces={"vllm.v1.utils": Piece("vllm.v1.utils", ("T", "ConstantList"), typing_names)})
+
+
+def load() -> SimpleNamespace:
+    """The engine's classes the adapter uses (inside :func:`harness.calibration.loader.engine_imports`)."""
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.request import Request, RequestStatus
+
+    return SimpleNamespace(KVCacheManager=KVCacheManager, FullAttentionSpec=FullAttentionSpec,
+                           KVCacheConfig=KVCacheConfig, KVCacheGroupSpec=KVCacheGroupSpec, Request=Request,
+                           RequestStatus=RequestStatus, make_block_hash_with_group_id=make_block_hash_with_group_id)
+
+
+class VllmEngine(EngineAdapter):
+    """vLLM's ``KVCacheManager`` (the engine's, imported) driven per request per step, as its scheduler does."""
+
+    vllm: SimpleNamespace  # the engine's classes (load())
+    enable_caching = False
+    hash_plain = False  # caching on: a plain allocation's full blocks get distinct digests, as vLLM hashes all
+    prefix_caching = False
+
+    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
+                 max_blocks_per_seq: int = 256) -> None:
+        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
+        import torch  # vLLM's KV-cache spec names a dtype; the manager never touches a tensor
+
+        v = self.vllm
+        spec = v.FullAttentionSpec(block_size=self.block_size, num_kv_heads=1, head_size=1, dtype=torch.float16)
+        config = v.KVCacheConfig(num_blocks=self.num_blocks + 1, kv_cache_tensors=[],
+                                 kv_cache_groups=[v.KVCacheGroupSpec(["layer.0"], spec)])
+        self.manager = v.KVCacheManager(config, max_model_len=self.max_tokens, scheduler_block_size=self.block_size,
+                                        hash_block_size=self.block_size, enable_caching=self.enable_caching)
+        self.pool = self.manager.block_pool
+        self.req_to_blocks = self.manager.coordinator.single_type_managers[0].req_to_blocks
+        self.requests: list = [None] * self.max_seqs
+        self.params = SimpleNamespace(max_tokens=self.max_tokens, extra_args=None, skip_reading_prefix_cache=None)
+        self._ids = itertools.count(1)
+        self._digests = itertools.count(1)
+        self._given: dict[str, list[bytes]] = {}  # request id -> hashes the block hasher hands out next
+        caching = self.enable_caching
+        self._plain_hasher = self._distinct_digests if caching and self.hash_plain else None
+        self._cached_hasher = self._given_hashes if caching else None
+
+    def num_free_blocks(self) -> int:
+        return self.pool.get_num_free_blocks()
+
+    # -- the block hasher's place (vLLM's Request calls it when created and for every appended token) -----------
+    def _given_hashes(self, request) -> list[bytes]:
+        """The hashes the trace gave for the request (``allocate_cached``'s chain, a ``seal``'s hash), once."""
+        return self._given.pop(request.request_id, [])
+
+    def _distinct_digests(self, request) -> list[bytes]:
+        """A distinct 32-byte digest for each block that is newly full (a plain allocation with caching on: vLLM
+        hashes every full block; what the digests are does not matter, that they never repeat does)."""
+        new = request.num_tokens // self.block_size - len(request.block_hashes)
+        return [next(self._digests).to_bytes(32, "little") for _ in range(new)] if new > 0 else []
+
+    # -- the scheduler's calls ---------------------------------------------------------------------------
+    def _admit(self, seq_id: int, num_tokens: int, chain: list[bytes] | None = None) -> int:
+        """A new request, its cache lookup and its prompt's slots, as ``Scheduler.schedule`` admits one; the
+        tokens the cache served."""
+        v = self.vllm
+        request_id = str(next(self._ids))
+        if chain is not None:
+            self._given[request_id] = chain
+        hasher = self._plain_hasher if chain is None else self._cached_hasher
+        request = v.Request(request_id, [0] * num_tokens, self.params, None, block_hasher=hasher)
+        self.requests[seq_id] = request
+        blocks, hits, _ = self.manager.get_computed_blocks(request)
+        if self.manager.allocate_slots(request, num_tokens - hits, hits, blocks) is None:
+            raise NoFreeBlocksError(f"vLLM's allocate_slots refused the admission of row {seq_id}")
+        request.status = v.RequestStatus.RUNNING
+        request.num_computed_tokens = num_tokens
+        return hits
+
+    def _allocate(self, seq_id: int, num_blocks: int) -> None:
+        self._admit(seq_id, self._admit_tokens)
+
+    def _engine_step(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        """Per running request, as the engine loop and ``Scheduler.schedule`` do it: the sampled token recorded,
+        ``allocate_slots(request, 1)``, one more computed token; then its slot from its blocks."""
+        requests, lens, req_to_blocks, bs = self.requests, self._lens, self.req_to_blocks, self.block_size
+        allocate_slots = self.manager.allocate_slots
+        slots = []
+        for s in ids:
+            request = requests[s]
+            request.append_output_token_ids(0)
+            if allocate_slots(request, 1) is None:
+                raise NoFreeBlocksError(f"vLLM's allocate_slots refused row {s}'s decode token")
+            request.num_computed_tokens += 1
+            n = lens[s]
+            lens[s] = n + 1
+            slots.append((req_to_blocks[request.request_id][n // bs].block_id - 1) * bs + n % bs)
+        slot_out[: len(slots)] = slots
+        return 0
+
+    def _last_shared(self, seq_id: int) -> bool:
+        return False  # nothing is shared without fork (vLLM v1 has none)
+
+    def _fork(self, parent_id: int, child_id: int) -> None:
+        raise ReplayError("vLLM v1 has no fork: replay the trace with its forks fanned out into requests")
+
+    def _free(self, seq_id: int) -> None:
+        request = self.requests[seq_id]
+        self.requests[seq_id] = None
+        self._given.pop(request.request_id, None)
+        self.manager.free(request)
+
+    def _blocks(self, seq_id: int) -> list:
+        return self.req_to_blocks[self.requests[seq_id].request_id]
+
+    def _table(self, seq_id: int) -> list[int]:
+        return [block.block_id - 1 for block in self._blocks(seq_id)]
+
+    def _ref(self, block_id: int) -> int:
+        return self.pool.blocks[block_id + 1].ref_cnt
+
+    def _last_slot(self, seq_id: int) -> int:
+        n = self._lens[seq_id] - 1
+        block = self.req_to_blocks[self.requests[seq_id].request_id][n // self.block_size]
+        return (block.block_id - 1) * self.block_size + n % self.block_size
+
+
+class VllmCachingEngine(VllmEngine):
+    """:class:`VllmEngine` with prefix caching on (vLLM's default): the contract's caching part too."""
+
+    enable_caching = True
+    prefix_caching = True
+
+    def _key(self, block_hash: bytes) -> bytes:
+        return self.vllm.make_block_hash_with_group_id(block_hash, 0)
+
+    def allocate_cached(self, seq_id: int, num_tokens: int, hashes: np.ndarray) -> int:
+        """Admit a prompt whose full blocks carry ``hashes`` (handed to vLLM as 32-byte block hashes)."""
+        seq_id = seq_arg(seq_id, self.max_seqs)
+        num_tokens = tokens_arg(num_tokens, seq_id, self.max_blocks_per_seq, self.block_shift)
+        chain = [int(h).to_bytes(32, "little") for h in chain_arg(hashes, num_tokens, self.block_shift, seq_id)]
+        if self._lens[seq_id]:
+            self._fail(E_ACTIVE, seq_id)
+        need = self._cached_need(num_tokens, chain)
+        if need > self.num_free_blocks():
+            self._fail(E_NO_BLOCKS, seq_id, need=need)
+        hits = self._admit(seq_id, num_tokens, chain)
+        self._lens[seq_id] = num_tokens
+        return hits
+
+    def _cached_need(self, num_tokens: int, chain: list[bytes]) -> int:
+        """Free blocks the admission takes: fresh ones plus evictable hits (the contract's check)."""
+        hits = evictable = 0
+        for block_hash in chain:
+            block = self.pool.cached_block_hash_to_block.get_one_block(self._key(block_hash))
+            if block is None:
+                break
+            hits += 1
+            evictable += block.ref_cnt == 0
+        return blocks_for(num_tokens, self.block_size) - hits + evictable
+
+    def seal(self, seq_id: int, block_hash: int) -> bool:
+        """Hand vLLM the hash of the block decode just filled (the block hasher's output for it) and cache it
+        as the next ``allocate_slots`` would; False when another block already carries that hash."""
+        seq_id = self._active(seq_id)
+        digest = hash_arg(block_hash, seq_id).to_bytes(32, "little")
+        n = self._lens[seq_id]
+        if n & (self.block_size - 1):
+            self._fail(E_NOT_FULL, seq_id)
+        request = self.requests[seq_id]
+        if self._blocks(seq_id)[-1].block_hash is not None:
+            self._fail(E_SEALED, seq_id)
+        if len(request.block_hashes) != (n >> self.block_shift) - 1:
+            raise ReplayError(f"row {seq_id}: vLLM needs the hashes of all its full blocks, in order; the trace "
+                              f"seals block {n >> self.block_shift} after {len(request.block_hashes)}")
+        taken = self.pool.cached_block_hash_to_block.get_one_block(self._key(digest)) is not None
+        self._given[request.request_id] = [digest]
+        request.update_block_hashes()
+        self.manager.cache_blocks(request, n)
+        return not taken
+
+    def num_cached_blocks(self) -> int:
+        return len(self.pool.cached_block_hash_to_block)
+
+
+def _bound(cls: type, vllm: SimpleNamespace, **attrs) -> type:
+    return type(cls.__name__, (cls,), {"vllm": vllm, **attrs})
+
+
+HOW = ("vLLM {version}'s KVCacheManager(enable_caching={caching}) from the wheel, driven as its scheduler does: "
+       "Request + get_computed_blocks + allocate_slots(request, prompt - hits, hits, blocks) at admission, "
+       "append_output_token_ids then allocate_slots(request, 1) per running request per step, free(request); "
+       "block hasher: {hasher}")
+
+
+def baselines(vllm: SimpleNamespace, version: str) -> list[Baseline]:
+    """Caching off (what ``vllm-v1`` models), caching on (vLLM's default, what ``vllm-v1-pc`` models), and caching on
+    with no block hashes on plain allocations (a diagnostic: exactly the work ``vllm-v1-pc`` does on them)."""
+    fan = "vLLM v1 has no fork: each fork of the trace became an independent request of the parent's length " \
+          "(vLLM fans n > 1 out into n requests), no sharing, no copy-on-write, checked against that trace"
+    both = ("vllm-v1", "vllm-v1-pc")
+    return [
+        Baseline("caching off", _bound(VllmEngine, vllm), both, ("vllm-v1",),
+                 HOW.format(version=version, caching=False, hasher="none"),
+                 real_trace=fan_out_forks, real_trace_how=fan),
+        Baseline("caching on", _bound(VllmCachingEngine, vllm, hash_plain=True), both, ("vllm-v1-pc",),
+                 HOW.format(version=version, caching=True,
+                            hasher="a distinct 32-byte digest per full block of a plain allocation, the trace's "
+                                   "hashes (as 32-byte digests) for allocate_cached and seal; hashing not timed"),
+                 caching_traces=True, real_trace=fan_out_forks, real_trace_how=fan),
+        Baseline("caching on, no block hashes", _bound(VllmCachingEngine, vllm, hash_plain=False), ("vllm-v1-pc",),
+                 (), HOW.format(version=version, caching=True, hasher="none (nothing looked up or cached)"),
+                 real_trace=fan_out_forks, real_trace_how=fan),
+    ]

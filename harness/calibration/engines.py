@@ -1,0 +1,77 @@
+"""The engines a contender can be calibrated against, and their baselines.
+
+An engine module (``engine_vllm``, ``engine_sglang``, ``engine_nano_vllm``) states how the engine's modules are
+imported (:class:`harness.calibration.loader.ImportPlan`), loads them, and offers **baselines**: ways of running
+the engine's own code behind our contract (an adapter class, our code, around the engine's imported objects),
+each with the contenders it calibrates and the one contender, if any, that models it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from harness.calibration.loader import ImportPlan
+from harness.errors import InputError
+from scenarios import Trace
+from scenarios.trace import trace_uses_caching
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One way of running the engine's code, timed beside our contenders."""
+
+    name: str  # e.g. "caching off": the ``baseline`` column
+    cls: type  # the adapter: the engine's objects behind our contract (BlockManager, and CachingBlockManager)
+    calibrates: tuple[str, ...]  # contenders compared to it
+    modelled_by: tuple[str, ...]  # contenders that model exactly this (the report shows their ratio)
+    how: str  # how the engine's code is driven, in words (the ``how`` column)
+    plain_traces: bool = True  # replays traces without prefix caching
+    caching_traces: bool = False  # replays prefix-caching traces
+    real_trace: Callable[[Trace], Trace] | None = None  # the trace as the engine serves it (vLLM: no forks)
+    real_trace_how: str = ""
+
+    def replays(self, trace: Trace) -> bool:
+        return self.caching_traces if trace_uses_caching(trace) else self.plain_traces
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine: its published distribution (None: not on the package index) and its module here."""
+
+    name: str  # the command line's ENGINE
+    label: str  # the ``engine`` column
+    distribution: str | None
+    packages: tuple[str, ...]
+    module: str  # harness.calibration.<module>: PLAN, load(), baselines(), REGIMES
+    regimes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # contender -> regimes calibrated
+    scenarios: tuple[str, ...] = ("paper", "parallel-sampling")  # the committed calibration's
+
+    def code(self) -> ModuleType:
+        return importlib.import_module(f"harness.calibration.{self.module}")
+
+    def plan(self) -> ImportPlan:
+        return self.code().plan()
+
+
+ENGINES = {
+    "vllm": Engine("vllm", "vLLM", "vllm", ("vllm",), "engine_vllm",
+                   {"vllm-v1": ("per-call", "batched"), "vllm-v1-pc": ("per-call", "batched")},
+                   ("paper", "parallel-sampling", "system-prompt-256")),
+    "sglang": Engine("sglang", "SGLang", "sglang", ("sglang",), "engine_sglang", {"sglang": ("batched",)}),
+    "nano-vllm": Engine("nano-vllm", "nano-vllm", None, ("nanovllm",), "engine_nano_vllm",
+                        {"nano-vllm": ("per-call", "batched")}),
+}
+
+
+def parse_engine(text: str) -> tuple[Engine, str | None]:
+    """``ENGINE`` or ``ENGINE==VERSION`` -> (engine, version or None)."""
+    name, sep, version = text.partition("==")
+    name, version = name.strip().lower(), version.strip()
+    if name not in ENGINES:
+        raise InputError(f"unknown engine {name!r}; known: {', '.join(ENGINES)} (e.g. vllm==0.33.0)")
+    if sep and not version:
+        raise InputError(f"{text!r}: give a version after '==' (e.g. {name}==0.33.0), or leave '==' out")
+    return ENGINES[name], version or None

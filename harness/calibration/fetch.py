@@ -1,0 +1,171 @@
+"""An engine's published code on this machine: fetched with the user's own pip into a cache outside the repository,
+or read from a source folder the user names.
+
+A published engine is fetched with ``python -m pip download --no-deps --only-binary=:all: NAME==VERSION``
+(no dependency is installed, no build step runs) into ``CACHE/downloads/``; the Python files of its top-level
+packages are unpacked into ``CACHE/<wheel name>/`` and reused while the wheel's SHA-256 matches. The cache is
+``$KVBLOCK_BENCH_CACHE`` or ``$XDG_CACHE_HOME/kvblock-bench/engines`` (``~/.cache/...``), never inside the
+repository: no engine code is ever written there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import InputError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PIP_TIMEOUT_S = 1800  # a 340 MB wheel on a slow link
+
+
+@dataclass(frozen=True)
+class EngineCode:
+    """Where an engine's code lies, and what identifies it in the results."""
+
+    root: Path  # the folder holding its top-level packages
+    version: str
+    digest: str  # "sha256:<wheel digest>" or "tree-sha256:<digest of the packages' .py files>"
+    origin: str  # the wheel's file name, or the source folder
+
+
+def default_cache() -> Path:
+    if os.environ.get("KVBLOCK_BENCH_CACHE"):
+        return Path(os.environ["KVBLOCK_BENCH_CACHE"]).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    return base / "kvblock-bench" / "engines"
+
+
+def outside_repository(path: Path, flag: str) -> Path:
+    """``path``, resolved, refused when it lies inside this checkout (engine code never enters it)."""
+    path = path.expanduser().resolve()
+    if path == PROJECT_ROOT or PROJECT_ROOT in path.parents:
+        raise InputError(f"{flag} {path}: inside the kvblock-bench repository; engine code is never written or "
+                         "kept there: give a folder outside it")
+    return path
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tree_digest(root: Path, packages: tuple[str, ...]) -> str:
+    """SHA-256 over the relative paths and contents of every ``.py`` file of ``packages`` under ``root``."""
+    h = hashlib.sha256()
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            h.update(path.relative_to(root).as_posix().encode() + b"\0")
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def pip_download(requirement: str, dest: Path, find_links: Path | None = None) -> Path:
+    """The wheel pip downloads for ``requirement`` (no dependencies, no source builds) into ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    before = {p.name for p in dest.glob("*.whl")}
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+           "-d", str(dest), requirement]
+    if find_links is not None:  # a local wheelhouse only (tests, offline mirrors)
+        cmd[4:4] = ["--no-index", "--find-links", str(find_links)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"pip download {requirement} failed ({exc}); check pip and the network") from None
+    if done.returncode != 0:
+        tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-2:])
+        raise InputError(f"pip download {requirement} failed: {tail} (is that version published? "
+                         f"`{sys.executable} -m pip index versions {requirement.partition('=')[0]}` lists them)")
+    return _downloaded(done.stdout, dest, requirement, before)
+
+
+def _downloaded(stdout: str, dest: Path, requirement: str, before: set[str]) -> Path:
+    """The wheel pip reported (``Saved`` or ``File was already downloaded``), else the one new in ``dest``."""
+    for line in stdout.splitlines():
+        m = re.search(r"(?:Saved|File was already downloaded)\s+(\S+\.whl)", line)
+        if m:
+            path = Path(m.group(1))
+            return path if path.is_absolute() else dest / path.name
+    new = sorted(p for p in dest.glob("*.whl") if p.name not in before)
+    if len(new) == 1:
+        return new[0]
+    name, _, version = requirement.partition("==")
+    prefix = f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}" if version else None
+    named = sorted(p for p in dest.glob("*.whl") if prefix and p.name.lower().startswith(prefix + "-"))
+    if len(named) != 1:
+        raise InputError(f"pip download {requirement}: cannot tell which wheel it fetched into {dest}")
+    return named[0]
+
+
+def wheel_version(wheel: Path) -> str:
+    """The version field of a wheel's file name (``name-version-tags.whl``)."""
+    parts = wheel.name.split("-")
+    if len(parts) < 5:
+        raise InputError(f"{wheel.name}: not a wheel file name (name-version-python-abi-platform.whl)")
+    return parts[1]
+
+
+def unpack(wheel: Path, packages: tuple[str, ...], cache: Path) -> EngineCode:
+    """The Python files of ``packages`` from ``wheel``, unpacked once into ``cache/<wheel stem>/`` (reused while
+    the digest recorded there is the wheel's)."""
+    digest = sha256_file(wheel)
+    root = cache / wheel.name.removesuffix(".whl")
+    stamp = root / ".sha256"
+    if not (stamp.is_file() and stamp.read_text().strip() == digest):
+        shutil.rmtree(root, ignore_errors=True)
+        tmp = root.with_name(root.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        with zipfile.ZipFile(wheel) as zf:
+            names = [n for n in zf.namelist() if n.endswith(".py") and n.split("/", 1)[0] in packages]
+            if not names:
+                raise InputError(f"{wheel.name} holds no Python files of {', '.join(packages)}")
+            zf.extractall(tmp, names)
+        (tmp / ".sha256").write_text(digest + "\n")
+        tmp.rename(root)
+    return EngineCode(root, wheel_version(wheel), f"sha256:{digest}", wheel.name)
+
+
+def published(distribution: str, version: str | None, packages: tuple[str, ...], cache: Path,
+              find_links: Path | None = None) -> EngineCode:
+    """The published wheel of ``distribution`` (``version``, else the newest), fetched and unpacked."""
+    requirement = f"{distribution}=={version}" if version else distribution
+    wheel = pip_download(requirement, cache / "downloads", find_links)
+    return unpack(wheel, packages, cache)
+
+
+def source_folder(folder: Path, packages: tuple[str, ...], version: str | None) -> EngineCode:
+    """An engine's code from a folder holding its top-level packages (a checkout, an unpacked archive)."""
+    root = outside_repository(folder, "--source")
+    missing = [p for p in packages if not (root / p).is_dir()]
+    if missing:
+        raise InputError(f"--source {root}: no {missing[0]}/ package folder in it; give the folder that holds "
+                         f"{', '.join(p + '/' for p in packages)} (the repository's top level)")
+    commit = _folder_version(root)
+    if version and commit != "unversioned" and not commit.startswith(version):
+        raise InputError(f"--source {root}: the checkout is at commit {commit}, not {version}; check out {version} "
+                         "or name the version it is at")
+    label = commit if commit != "unversioned" else version or commit  # a checkout: its full commit
+    return EngineCode(root, label, f"tree-sha256:{tree_digest(root, packages)}", str(root))
+
+
+def _folder_version(root: Path) -> str:
+    """The checkout's commit when ``root`` is a git checkout (read locally), else "unversioned"."""
+    if (root / ".git").exists() and shutil.which("git"):
+        try:
+            out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                 timeout=10, check=False).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        if re.fullmatch(r"[0-9a-f]{40}", out):
+            return out
+    return "unversioned"

@@ -1,0 +1,96 @@
+"""``results/calibration/calibration.csv``: one row per contender, regime, baseline and scenario.
+
+A run of ``kvblock-bench calibrate`` replaces the rows of its engine on the scenarios it measured (and every row
+of that engine that the command did not make: rows without a ``package_digest``), keeps the rest, and writes
+the file atomically. Columns (:data:`COLUMNS`): the contender and the engine's version and package digest; the
+scenario, our regime (``call_shape``) and the engine's ``baseline`` (``modelled``: whether the contender models
+exactly that baseline; the reports show those rows); ours and real in ns per sequence-step and their ratio,
+each with its 95 % interval; how many repetitions, steps and sequence-steps; torch's intra-op threads, the
+machine, its load average (start-end) and when; the command line; how it was measured, in words.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from scenarios.atomic import atomic_write_bytes
+
+DEFAULT_CSV = Path("results") / "calibration" / "calibration.csv"
+
+
+@dataclass
+class CalibrationRow:
+    contender: str
+    engine: str
+    engine_version: str
+    scenario: str
+    call_shape: str  # our regime
+    baseline: str
+    modelled: bool
+    ours_ns_per_seq_step: float
+    ours_low: float
+    ours_high: float
+    real_ns_per_seq_step: float
+    real_low: float
+    real_high: float
+    ratio: float
+    ratio_low: float
+    ratio_high: float
+    reps: int
+    steps: int
+    seq_steps: int
+    package_digest: str
+    torch_threads: str
+    machine: str
+    load: str
+    made: str
+    command: str
+    how: str
+
+    def cells(self) -> dict[str, str]:
+        out = {}
+        for key, value in asdict(self).items():
+            if isinstance(value, bool):
+                out[key] = "true" if value else "false"
+            elif isinstance(value, float):
+                out[key] = "" if math.isnan(value) else (f"{value:.3f}" if key.startswith("ratio") else f"{value:.0f}")
+            else:
+                out[key] = str(value)
+        return out
+
+
+COLUMNS = [f.name for f in fields(CalibrationRow)]
+
+
+def read_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """The file's columns and rows (none when it does not exist)."""
+    if not path.is_file():
+        return [], []
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def merge(old: list[dict[str, str]], new: list[CalibrationRow], engine: str, scenarios: set[str]) -> list[dict]:
+    """``old`` without the rows ``new`` replaces, then ``new``: an engine's rows of the measured scenarios, and
+    its rows the command did not make (no digest), go."""
+    def replaced(row: dict[str, str]) -> bool:
+        return row.get("engine") == engine and (row.get("scenario") in scenarios or not row.get("package_digest"))
+
+    return [row for row in old if not replaced(row)] + [row.cells() for row in new]
+
+
+def write_rows(path: Path, new: list[CalibrationRow], engine: str, scenarios: set[str]) -> Path:
+    """Merge ``new`` into the file at ``path`` (atomically; the old file stays whole if this fails)."""
+    old_columns, old = read_rows(path)
+    rows = merge(old, new, engine, scenarios)
+    columns = COLUMNS + [c for c in old_columns if c not in COLUMNS and any(r.get(c) for r in rows)]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return atomic_write_bytes(path, buf.getvalue().encode())

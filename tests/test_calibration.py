@@ -1,0 +1,282 @@
+"""``kvblock-bench calibrate``: the import plan, the fetch, the rewritten traces, the table, and whole runs against a
+stand-in engine built in a temporary folder (laid out as nano-vllm is, imported exactly as the real one is).
+
+The real engines (downloads of 40 and 340 MB) run in the slow test at the end."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.calibration import fetch
+from harness.calibration.engines import parse_engine
+from harness.calibration.loader import ImportPlan, Piece, PlanError, StubTouched, engine_imports
+from harness.calibration.table import CalibrationRow, merge, read_rows, write_rows
+from harness.calibration.traces import fan_out_forks
+from harness.cli import main
+from harness.errors import InputError
+from harness.measure.replay import replay
+from impls import REGISTRY
+from scenarios import generate
+from tests.calibration_standin import build_wheel, write_standin
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--steps", "24", "--running", "12", "--num-blocks", "2048", "--prompt-mean", "40", "--output-mean", "30"]
+
+
+# -- the import plan ---------------------------------------------------------------------------------------
+def _fake_engine(root: Path) -> Path:
+    files = {
+        "fakeeng/__init__.py": "raise ImportError('package __init__ ran')\n",
+        "fakeeng/core/manager.py": ("from fakeeng.heavy import Gpu\nfrom fakeeng.util import helper\n"
+                                    "def work(x):\n    return helper(x) + 1\n"
+                                    "def touch():\n    return Gpu.device\n"),
+        "fakeeng/util.py": ("import not_installed_anywhere\nSIDE = []\nSIDE.append('module body ran')\n"
+                            "def helper(x):\n    return x * FACTOR\n"
+                            "def other():\n    raise AssertionError('not compiled')\n"),
+        "fakeeng/heavy.py": "raise ImportError('a heavy module was executed')\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_the_plan_runs_named_modules_from_their_files_and_nothing_else(tmp_path) -> None:
+    root = _fake_engine(tmp_path)
+    plan = ImportPlan(packages=("fakeeng",), real=("fakeeng.core.manager",), stubs={"fakeeng.heavy": {}},
+                      pieces={"fakeeng.util": Piece("fakeeng.util", ("helper",), {"FACTOR": 10})})
+    with engine_imports(plan, root) as imports:
+        import fakeeng.core.manager as manager
+
+        assert manager.__file__ == str(root / "fakeeng/core/manager.py")
+        assert manager.work(2) == 21  # helper compiled from util.py, its module body (an import) not run
+        assert "SIDE" not in vars(sys.modules["fakeeng.util"])
+        assert "fakeeng" in imports.loaded and "fakeeng.heavy" in imports.loaded
+        manager.touch()  # a stand-in may be touched while the engine loads...
+        imports.arm()
+        with pytest.raises(StubTouched, match=r"Gpu\.device"):
+            manager.touch()  # ...not during a replay
+        with pytest.raises(PlanError, match=r"fakeeng\.elsewhere"):
+            __import__("fakeeng.elsewhere")
+    assert not [name for name in sys.modules if name.startswith("fakeeng")]  # all dropped again
+    assert not list(root.rglob("__pycache__"))  # no bytecode written into the engine's folder
+
+
+def test_a_piece_that_names_a_missing_definition_or_global_is_a_plan_error(tmp_path) -> None:
+    root = _fake_engine(tmp_path)
+    for piece, match in ((Piece("fakeeng.util", ("nope",)), "nope"), (Piece("fakeeng.util", ("helper",)), None)):
+        plan = ImportPlan(packages=("fakeeng",), real=(), pieces={"fakeeng.util": piece})
+        with engine_imports(plan, root):
+            if match:
+                with pytest.raises(PlanError, match=match):
+                    __import__("fakeeng.util")
+            else:
+                import fakeeng.util
+
+                with pytest.raises(NameError, match="FACTOR"):  # a missing global fails when called, loudly
+                    fakeeng.util.helper(1)
+
+
+# -- fetching ----------------------------------------------------------------------------------------------
+def test_engine_names_and_versions_parse_and_bad_ones_are_input_errors() -> None:
+    assert parse_engine("vllm==0.33.0")[1] == "0.33.0"
+    assert parse_engine("SGLang")[1] is None
+    with pytest.raises(InputError, match="unknown engine"):
+        parse_engine("tensorrt==1")
+    with pytest.raises(InputError, match="version after"):
+        parse_engine("vllm==")
+
+
+def test_the_cache_and_a_source_folder_may_not_lie_inside_the_repository(tmp_path) -> None:
+    with pytest.raises(InputError, match="inside the kvblock-bench repository"):
+        fetch.outside_repository(ROOT / "results", "--cache")
+    with pytest.raises(InputError, match="no nanovllm/ package folder"):
+        fetch.source_folder(tmp_path, ("nanovllm",), None)
+    code = fetch.source_folder(write_standin(tmp_path), ("nanovllm",), None)
+    assert code.version == "unversioned" and code.digest.startswith("tree-sha256:")
+    assert code.digest == fetch.source_folder(tmp_path, ("nanovllm",), "x").digest  # the files decide, not the label
+
+
+def test_a_source_checkout_is_versioned_by_its_commit_and_a_wrong_label_is_refused(tmp_path) -> None:
+    source = write_standin(tmp_path / "checkout")
+    git = ["git", "-C", str(source), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "stand-in"]):
+        subprocess.run(git + cmd, check=True, capture_output=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    assert fetch.source_folder(source, ("nanovllm",), None).version == commit
+    assert fetch.source_folder(source, ("nanovllm",), commit[:7]).version == commit
+    with pytest.raises(InputError, match=f"at commit {commit}, not bb823b3"):
+        fetch.source_folder(source, ("nanovllm",), "bb823b3")
+
+
+def test_pip_fetches_a_wheel_into_the_cache_and_unpacks_its_package_once(tmp_path) -> None:
+    wheel = build_wheel(write_standin(tmp_path / "src"), "nano-vllm-standin", "1.2", tmp_path / "house")
+    cache = tmp_path / "cache"
+    code = fetch.published("nano-vllm-standin", "1.2", ("nanovllm",), cache, find_links=tmp_path / "house")
+    assert code.version == "1.2" and code.origin == wheel.name
+    assert code.digest == "sha256:" + fetch.sha256_file(wheel)
+    assert (code.root / "nanovllm/engine/block_manager.py").is_file()
+    stamp = (code.root / ".sha256").stat().st_mtime_ns
+    again = fetch.published("nano-vllm-standin", "1.2", ("nanovllm",), cache, find_links=tmp_path / "house")
+    assert again == code and (code.root / ".sha256").stat().st_mtime_ns == stamp  # unpacked once
+    with pytest.raises(InputError, match=r"pip download nano-vllm-standin==9\.9 failed"):
+        fetch.published("nano-vllm-standin", "9.9", ("nanovllm",), cache, find_links=tmp_path / "house")
+
+
+# -- a trace as vLLM serves it -------------------------------------------------------------------------------
+def test_fanned_out_forks_are_independent_requests_with_the_same_decode_batches() -> None:
+    trace = generate("parallel-sampling", steps=60, running=24, num_blocks=4096)
+    fanned = fan_out_forks(trace)
+    assert trace.header["ops_by_kind"]["fork"] > 0 and fanned.header["ops_by_kind"]["fork"] == 0
+    assert fanned.header["ops_by_kind"]["allocate"] == (trace.header["ops_by_kind"]["allocate"]
+                                                        + trace.header["ops_by_kind"]["fork"])
+    assert fanned.header["cow_count"] == 0 and fanned.header["final_free"] < trace.header["final_free"]
+    assert (fanned.running_per_step() == trace.running_per_step()).all()
+    assert replay(fanned, REGISTRY["flat"](**fanned.config)) == 0  # a valid trace, checked as every trace is
+    paper = generate("paper", steps=5, running=8, num_blocks=512)
+    assert fan_out_forks(paper) is paper
+
+
+# -- the table -------------------------------------------------------------------------------------------
+def _row(engine: str, scenario: str, ratio: float = 1.0, modelled: bool = True) -> CalibrationRow:
+    return CalibrationRow("c", engine, "1", scenario, "batched", "b", modelled, 10.0, 9.0, 11.0, 10.0, 9.0, 11.0,
+                          ratio, 0.9, 1.1, 3, 10, 100, "sha256:x", "1", "m", "1.0-1.0", "t", "cmd", "how")
+
+
+def test_a_run_replaces_its_engine_s_rows_and_the_rows_the_command_did_not_make(tmp_path) -> None:
+    old = [{"contender": "c", "engine": "E", "scenario": "paper", "package_digest": "sha256:a"},
+           {"contender": "c", "engine": "E", "scenario": "other", "package_digest": "sha256:a"},
+           {"contender": "c", "engine": "E", "scenario": "scratch", "package_digest": ""},  # not made by the command
+           {"contender": "d", "engine": "F", "scenario": "paper", "package_digest": ""}]
+    rows = merge(old, [_row("E", "paper")], "E", {"paper"})
+    assert [(r["engine"], r["scenario"]) for r in rows] == [("E", "other"), ("F", "paper"), ("E", "paper")]
+    path = tmp_path / "calibration.csv"
+    write_rows(path, [_row("E", "paper", 0.5)], "E", {"paper"})
+    write_rows(path, [_row("F", "paper", 2.0, modelled=False)], "F", {"paper"})
+    columns, got = read_rows(path)
+    assert columns[:3] == ["contender", "engine", "engine_version"]
+    assert [(r["engine"], r["ratio"], r["modelled"]) for r in got] == [("E", "0.500", "true"), ("F", "2.000", "false")]
+
+
+def test_the_reports_show_the_modelled_baseline_with_its_interval(tmp_path) -> None:
+    from harness.output.report import calibration_notes
+
+    path = tmp_path / "calibration.csv"
+    write_rows(path, [_row("E", "paper", 0.8, modelled=False), _row("E", "paper", 1.2)], "E", {"paper"})
+    assert calibration_notes(path)[("c", "batched")] == "calibrated: ours/real = 1.20 [0.90-1.10] (paper)"
+
+
+# -- whole runs on the stand-in engine ---------------------------------------------------------------------
+def _calibrate(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["calibrate", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_calibrate_runs_the_stand_in_engine_beside_the_contender_and_writes_every_baseline(tmp_path, capsys) -> None:
+    source = write_standin(tmp_path / "nano-src")
+    out = tmp_path / "results" / "calibration.csv"
+    before = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+    code, stdout, err = _calibrate(capsys, "nano-vllm==standin", "--source", str(source), "--scenario",
+                                   "paper,parallel-sampling", "--reps", "2", "--out", str(out), *SMALL)
+    assert code == 0, err
+    _, rows = read_rows(out)
+    have = {(r["scenario"], r["call_shape"], r["baseline"]) for r in rows}
+    baselines = {"hashing neutralised", "with hashing", "bare"} if _has_xxhash() else {"hashing neutralised", "bare"}
+    assert have == {(s, regime, b) for s in ("paper", "parallel-sampling") for regime in ("per-call", "batched")
+                    for b in baselines}
+    for r in rows:
+        assert r["contender"] == "nano-vllm" and r["engine"] == "nano-vllm" and r["engine_version"] == "standin"
+        assert r["modelled"] == ("true" if r["baseline"] == "hashing neutralised" else "false")
+        assert r["package_digest"].startswith("tree-sha256:") and r["reps"] == "2" and r["steps"] == "24"
+        ratio, low, high = float(r["ratio"]), float(r["ratio_low"]), float(r["ratio_high"])
+        assert math.isfinite(ratio) and 0 < low <= high  # an interval (timings on a tiny trace: nothing more)
+        assert math.isclose(ratio, float(r["ours_ns_per_seq_step"]) / float(r["real_ns_per_seq_step"]),
+                            rel_tol=0.01, abs_tol=0.0006)  # the ratio of the two figures, rounded
+        assert "nanovllm.engine.block_manager" in r["how"] and r["machine"] and r["command"].startswith("kvblock-bench")
+    assert "(modelled)" in stdout and (out.parent / "runs" / "nano-vllm__paper.json.gz").is_file()
+    after = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert after == before  # nothing written into the repository
+
+
+def test_an_engine_that_disagrees_with_the_trace_is_named_and_writes_no_row(tmp_path, capsys) -> None:
+    source = write_standin(tmp_path / "nano-src", leak=True)
+    out = tmp_path / "calibration.csv"
+    code, _, err = _calibrate(capsys, "nano-vllm", "--source", str(source), "--scenario", "paper", "--reps", "1",
+                              "--out", str(out), *SMALL)
+    assert code == 1
+    assert "failed: paper: hashing neutralised (the engine, batched)" in err and "ReplayError" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tensorrt"], "unknown engine"),
+    (["nano-vllm"], "not published on the package index: give its source folder with --source"),
+    (["nano-vllm", "--source", "/nonexistent-kvb"], "no nanovllm/ package folder"),
+    (["vllm", "--cache", str(ROOT / "results" / "x")], "inside the kvblock-bench repository"),
+    (["nano-vllm", "--scenario", "nope"], "--scenario nope: unknown scenario"),
+    (["nano-vllm", "--source", "/tmp", "--bogus-param", "1"], "unrecognized arguments"),
+])
+def test_bad_calibrate_input_is_one_line_and_exit_status_2(capsys, args, message) -> None:
+    code, _, err = _calibrate(capsys, *args)
+    assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_package_the_engine_needs_that_is_not_installed_is_named(tmp_path, capsys) -> None:
+    source = write_standin(tmp_path / "nano-src")
+    path = source / "nanovllm/engine/sequence.py"
+    path.write_text("import kvb_not_installed_anywhere\n" + path.read_text())
+    code, _, err = _calibrate(capsys, "nano-vllm", "--source", str(source), "--out", str(tmp_path / "c.csv"), *SMALL)
+    assert code == 2 and "needs the package 'kvb_not_installed_anywhere', which is not installed here" in err
+    code, _, err = _calibrate(capsys, "nano-vllm", "--source", str(source), "--steps", "-3")
+    assert code == 2 and "steps" in err and "Traceback" not in err
+
+
+def _has_xxhash() -> bool:
+    from harness.calibration.engine_nano_vllm import have_xxhash
+
+    return have_xxhash()
+
+
+# -- the real engines --------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("engine, baselines, digest", [
+    ("sglang==0.5.23", {"one torch thread"},
+     "sha256:00b3cd5b265a"),
+    ("vllm==0.33.0", {"caching off", "caching on", "caching on, no block hashes"}, "sha256:4b6bdec4ab26"),
+])
+def test_calibrate_runs_the_published_engines(tmp_path, capsys, engine, baselines, digest) -> None:
+    """The published wheels (fetched once into the user's cache), on short traces: every baseline loads, replays
+    correctly and gives a figure. Skipped when the package index cannot be reached."""
+    out = tmp_path / "calibration.csv"
+    code, _, err = _calibrate(capsys, engine, "--scenario", "paper,parallel-sampling", "--reps", "2", "--out",
+                              str(out), "--steps", "40", "--running", "32")
+    if code == 2 and "pip download" in err:
+        pytest.skip(f"the package index is not reachable: {err.strip()}")
+    assert code == 0, err
+    _, rows = read_rows(out)
+    assert {r["baseline"] for r in rows} == baselines
+    assert all(r["package_digest"].startswith(digest) and math.isfinite(float(r["ratio"])) for r in rows)
+    for r in rows:  # vLLM replays parallel-sampling with its forks fanned out, and says so only there
+        assert ("independent request" in r["how"]) == (engine.startswith("vllm") and r["scenario"] != "paper")
+
+
+@pytest.mark.slow
+def test_calibrate_runs_nano_vllm_from_its_source_folder(tmp_path, capsys) -> None:
+    """Set NANO_VLLM_SOURCE to a checkout of GeeeekExplorer/nano-vllm (e.g. at bb823b3) to run this."""
+    source = os.environ.get("NANO_VLLM_SOURCE")
+    if not source:
+        pytest.skip("NANO_VLLM_SOURCE (a nano-vllm checkout) is not set")
+    out = tmp_path / "calibration.csv"
+    code, _, err = _calibrate(capsys, "nano-vllm", "--source", source, "--scenario", "paper,parallel-sampling",
+                              "--reps", "2", "--out", str(out), "--steps", "40", "--running", "32")
+    assert code == 0, err
+    with out.open() as fh:
+        assert {r["baseline"] for r in csv.DictReader(fh)} >= {"hashing neutralised", "bare"}
