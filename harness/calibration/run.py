@@ -28,9 +28,10 @@ from harness.calibration.engines import Baseline, Engine
 from harness.calibration.loader import PlanError, StubTouched, engine_imports
 from harness.calibration.table import CalibrationRow, write_rows
 from harness.calibration.traces import FanOutError
-from harness.errors import InputError
+from harness.errors import DesignFailure, InputError
 from harness.measure.drivers import Prepared
-from harness.measure.interleave import CELL_ERRORS, SLICES_PER_REP, Driver, Key, interleaved, slice_bounds
+from harness.measure.failures import blamed_on
+from harness.measure.interleave import SLICES_PER_REP, Driver, Key, interleaved, slice_bounds
 from harness.measure.metrics import Work, cell_blocks
 from harness.measure.stats import paired_ratio, ratio_of_sums
 from harness.measure.threads import one_intra_op_thread
@@ -42,7 +43,7 @@ from scenarios.atomic import atomic_write_bytes
 from scenarios.trace import trace_uses_caching
 
 WARM_STEPS = 5
-FAILURES = (*CELL_ERRORS, StubTouched, PlanError, FanOutError)  # a replay that cannot be measured, named
+FAILURES = (DesignFailure, StubTouched, PlanError, FanOutError)  # a replay that cannot be measured, named
 
 
 @dataclass
@@ -166,9 +167,10 @@ class Context:
         """A few steps on a fresh manager, untimed: first calls, and an early stop for a replay that cannot run."""
         for key, driver in list(self.drivers.items()):
             try:
-                driver.advance(driver.new())(0, min(WARM_STEPS, self.prep.num_steps))
+                with blamed_on(key[0], driver.cls):  # the engine's code runs through its adapter class
+                    driver.advance(driver.new())(0, min(WARM_STEPS, self.prep.num_steps))
             except FAILURES as exc:
-                self.failed[key] = f"{type(exc).__name__}: {exc}"
+                self.failed[key] = getattr(exc, "reason", f"{type(exc).__name__}: {exc}")
                 del self.drivers[key]
 
     def measure(self, baselines: list[Baseline], failures: list[str]) -> list[CalibrationRow]:
@@ -194,7 +196,7 @@ class Context:
                     from exc
         self.load.append(os.getloadavg()[0])
         if replays is not None:
-            self.failed.update({k: f"{type(e).__name__}: {e}" for k, e in replays.failed.items()})
+            self.failed.update({k: e.reason for k, e in replays.failed.items()})
             self.samples = replays.samples
         failures += [f"{self.name}: {k[0]} ({'the engine' if k[2] else 'ours'}, {k[1]}): {why}"
                      for k, why in self.failed.items()]
