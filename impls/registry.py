@@ -66,6 +66,9 @@ RECORDS: tuple[Impl, ...] = (
     Impl("list", "impls.designs.list_design:ListBlockManager", "design", "B list", "growable list per sequence",
          "#ff7f0e", "B"),
     Impl("flat", "impls.designs.flat:FlatBlockManager", "design", "C flat", "flat table + free stack", "#2ca02c", "C"),
+    # Not the article's design (no letter): C's table in two levels, rows from a pool (issue 29).
+    Impl("flat-rows", "impls.designs.flat_rows:FlatRowsBlockManager", "design", "flat-rows",
+         "two-level flat table: 64-byte rows from a row pool", "#d62728"),
     Impl("dict-jit", "impls.designs.dict_jit:DictJitBlockManager", "twin", "A' dict-jit", "A compiled (typed.Dict)",
          "#9ecae1", "A"),
     Impl("list-jit", "impls.designs.list_jit:ListJitBlockManager", "twin", "B' list-jit",
