@@ -157,6 +157,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         l1d=not args.no_l1d,
         allocations=not args.no_allocations,
         table_copy=not args.no_table_copy,
+        memory=args.memory or bool(args.sweep),
+        sweep=args.sweep or [],
         root=writable_dir(Path(args.results), "--results"),
         label=args.label or "",
         progress=not args.no_progress,
@@ -188,6 +190,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         from harness.output.plots import render_figures
 
         render_figures(run_dir)
+    if args.growth_readme:
+        from harness.output.growth import write_growth_readme
+
+        write_growth_readme(Path(args.growth_readme), run_dir)
+        print(f"rewrote the growth section of {args.growth_readme} from {run_dir}", file=sys.stderr)
     print((run_dir / "paper_table.md").read_text())
     print(console_summary(run_dir))
     return 0
@@ -268,8 +275,12 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
                        help="replay scenarios on implementations and measure (writes results/<run-id>/)",
                        description="Without --scenario/--impl/--trace: the default matrix.\n\n" + describe(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenario", type=csv_list, metavar="S,...", help="scenarios to run (default: all)")
+    p.add_argument("--scenario", type=csv_list, metavar="S,...",
+                   help="scenarios to run (default: all but the scale sweeps' own)")
     p.add_argument("--trace", metavar="FILE", help="replay a trace file instead of named scenarios")
+    p.add_argument("--sweep", type=csv_list, metavar="F,...",
+                   help="scale sweeps: every scenario of these families (context, pool, concurrency) with the "
+                        "default matrix's rules, memory included (make bench-scale)")
     p.add_argument("--impl", type=csv_list, metavar="I,...",
                    help="implementations: registered names, package.module:Class, or entry-point names "
                         "(default: all registered)")
@@ -281,6 +292,8 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
     p.add_argument("--no-l1d", action="store_true", help="skip L1D-miss measurement (perf or callgrind)")
     p.add_argument("--no-allocations", action="store_true", help="skip allocation counting")
     p.add_argument("--no-table-copy", action="store_true", help="skip the block-table copy study (rule 3)")
+    p.add_argument("--memory", action="store_true",
+                   help="measure each design's memory at the trace's peak (on in --sweep runs)")
     p.add_argument("--figures", action="store_true", help="also render figures (as `kvblock-bench report`)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -302,6 +315,8 @@ def build_parser() -> Parser:
                        help="write reports (and figures) for a run and print the paper table")
     p.add_argument("run", nargs="?", help="run id or directory (default: results/latest)")
     p.add_argument("--no-figures", action="store_true", help="tables only")
+    p.add_argument("--growth-readme", metavar="FILE",
+                   help="rewrite FILE's growth section (<!-- growth:begin/end -->) from this scale-sweep run")
     p.add_argument("--readme", metavar="FILE",
                    help="also rewrite FILE's section between <!-- results:begin --> and <!-- results:end --> "
                         "(e.g. README.md from results/reference)")

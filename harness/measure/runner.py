@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.counters.allocations import allocations_per_step
+from harness.errors import InputError
 from harness.measure import clock
 from harness.measure.dispatch import calls_per_trace, dispatch_rows, empty_call_ns, has_dispatch
 from harness.measure.drivers import KINDS, Prepared
@@ -35,13 +36,14 @@ from harness.measure.interleave import (
     slice_bounds,
     verify_slots,
 )
-from harness.measure.matrix import REGIMES, ScenarioPlan, plan_scenario
+from harness.measure.matrix import REGIMES, ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios
 from harness.measure.metrics import Work, cell_blocks, timing_rows
 from harness.measure.paced import paced_run, paced_whole_step_run
 from harness.measure.stats import paired_ratio
 from harness.measure.threads import one_intra_op_thread
 from harness.output import metadata
 from harness.output.results import RESULTS_DIR, Row, new_run_dir, point_latest, ratio_metric, write_json, write_rows
+from harness.studies.scale import CONFIG_METRICS, config_rows
 from impls import REGISTRY, UNAVAILABLE
 from scenarios import SCENARIOS, Trace, generate, load, save
 from scenarios.scheduler import GENERATOR_VERSION
@@ -65,6 +67,8 @@ class RunConfig:
     l1d: bool = True
     allocations: bool = True
     table_copy: bool = True
+    memory: bool = False  # the memory study (on in scale sweeps)
+    sweep: list[str] = field(default_factory=list)  # scale-sweep families (matrix.SWEEPS), the default's rules
     root: Path = RESULTS_DIR
     label: str = ""
     progress: bool = True
@@ -340,7 +344,8 @@ def _finite(x: float) -> float | None:
     return None if x != x else x
 
 
-STUDY_FLAGS = {"allocations": "allocations", "paced": "paced", "l1d": "l1d", "table_copy": "table_copy"}
+STUDY_FLAGS = {"allocations": "allocations", "paced": "paced", "l1d": "l1d", "table_copy": "table_copy",
+               "memory": "memory"}
 
 
 def enabled_studies(cfg: RunConfig) -> list[str]:
@@ -380,6 +385,8 @@ def check_config(cfg: RunConfig) -> None:
         raise ValueError(f"--reps must be at least 1, got {cfg.reps}")
     if cfg.trace_file and cfg.scenarios:
         raise ValueError("give --scenario or --trace, not both")
+    if cfg.sweep and (cfg.scenarios or cfg.trace_file):
+        raise InputError("give --sweep or --scenario/--trace, not both")
 
 
 def build_plan(cfg: RunConfig, impls: list[str]) -> list[tuple[ScenarioPlan, Trace | None]]:
@@ -390,8 +397,9 @@ def build_plan(cfg: RunConfig, impls: list[str]) -> list[tuple[ScenarioPlan, Tra
         trace = load(cfg.trace_file)  # refused here, before any run folder exists
         name = "trace:" + Path(cfg.trace_file).name
         return [(plan_scenario(name, impls, cfg.regimes, explicit=True, quick=cfg.quick, enabled=studies), trace)]
+    names = cfg.scenarios or (sweep_scenarios(cfg.sweep, SCENARIOS) if cfg.sweep else default_scenarios(SCENARIOS))
     return [(plan_scenario(name, impls, cfg.regimes, explicit=explicit, quick=cfg.quick, enabled=studies), None)
-            for name in cfg.scenarios or list(SCENARIOS)]
+            for name in names]
 
 
 class RunWriter:
@@ -461,6 +469,11 @@ def run_studies(plan: ScenarioPlan, trace: Trace, cells: list[tuple[str, str]], 
 
         rows += hashing_rows(trace, plan.scenario)
         tick(f"{plan.scenario} hashing")
+    if "memory" in plan.studies:
+        from harness.studies.memory import memory_rows
+
+        rows += memory_rows(plan.scenario, trace, cells, classes or REGISTRY)
+        tick(f"{plan.scenario} memory")
     if "table_copy" in plan.studies:
         from harness.studies.table_copy import measure as measure_table_copy
 
@@ -535,7 +548,7 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
     return writer.run_dir
 
 
-TRACE_METRICS = ("trace_s", "trace_forks", "trace_cows", "scenario_wall_s")  # a scenario's own rows, never copied
+TRACE_METRICS = ("trace_s", "trace_forks", "trace_cows", "scenario_wall_s", *CONFIG_METRICS)  # never copied
 
 
 def trace_count_rows(name: str, trace: Trace) -> list[Row]:
@@ -545,7 +558,7 @@ def trace_count_rows(name: str, trace: Trace) -> list[Row]:
     forks = int(trace.header["ops_by_kind"].get("fork", 0))
     return [Row(name, "-", "-", "trace_forks", forks, "forks", "trace header", how=how, steps=trace.num_steps),
             Row(name, "-", "-", "trace_cows", int(trace.header["cow_count"]), "copy-on-writes", "trace header",
-                how=how, steps=trace.num_steps)]
+                how=how, steps=trace.num_steps), *config_rows(name, trace)]
 
 
 def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, shared: dict, writer: RunWriter,

@@ -32,6 +32,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import NullFormatter
 
 from harness.measure.matrix import SWEEP, matches
+from harness.output import growth
 from harness.output.report import article_table, machine_line
 from harness.output.results import atomic_write_bytes
 from harness.output.rundata import REGIMES, RunData, ordered
@@ -747,4 +748,5 @@ def render_figures(run_dir: Path | str | None = None) -> list[Path]:
                 written += save_figure(fig, out_dir, stem)
         except Exception:  # one broken figure must not cost the others
             log.exception("figure %s failed", stem)
+    written += growth.render(run.run_dir)  # the scale sweeps' figure and slopes (harness/output/growth.py)
     return written

@@ -49,8 +49,8 @@ time includes recording the race guards' events: protecting the buffers is part 
 
 Rows (:class:`harness.output.results.Row`): ``impl`` is always ``"flat"`` (the design whose table is copied);
 ``regime`` is the variant (``a-per-seq`` ... ``d-live-cols``) or, for ``table_widen_ns``, where the widening
-runs. Every value is the median over the measured steps; :func:`measure` also returns the raw per-step
-samples, keyed ``"<regime>/<metric>"`` (plus ``"steps"`` and ``"live"``).
+runs. Every value is the median over the measured steps (``table_copy_bytes_per_step``: the mean); :func:`measure`
+also returns the raw per-step samples, keyed ``"<regime>/<metric>"`` (plus ``"steps"`` and ``"live"``).
 
 - ``table_copy_ns``: host time per step (``perf_counter_ns``). Without CUDA a CPU torch tensor stands in for
   the device, so this is the whole packing and copy; with CUDA it is the time the host spends issuing it.
@@ -58,6 +58,8 @@ samples, keyed ``"<regime>/<metric>"`` (plus ``"steps"`` and ``"live"``).
 - ``table_copy_device_ns``: with CUDA, CUDA events from the variant's first device operation to the end of
   its last (gaps while the host issues per-sequence copies included); without CUDA ``unavailable``.
 - ``table_copy_bytes``: bytes handed to host-to-device copies per step; ``table_copies``: their number.
+- ``table_copy_bytes_per_step``: the same bytes, their mean over the measured steps (times the step rate: the
+  copy bandwidth the variant needs; the growth figures put it against the scale sweeps' sizes).
   (``d-changed-rows`` may copy nothing in a step; its device time is the median of the steps that copied.)
 - ``table_widen_ns``: see above; ``device`` is ``unavailable`` without CUDA.
 
@@ -79,7 +81,9 @@ from harness.studies.table_copy.measurement import default_steps, measure
 from harness.studies.table_copy.variants import (
     COPY_METRICS,
     MAX_STEPS,
+    MIN_STEPS,
     NEEDS_TORCH,
+    TABLE_ENTRIES,
     UNITS,
     VARIANTS,
     WIDEN,
@@ -94,7 +98,9 @@ from harness.studies.table_copy.variants import (
 __all__ = [
     "COPY_METRICS",
     "MAX_STEPS",
+    "MIN_STEPS",
     "NEEDS_TORCH",
+    "TABLE_ENTRIES",
     "UNITS",
     "VARIANTS",
     "WIDEN",

@@ -16,9 +16,11 @@ from impls.designs.flat import FlatBlockManager, table_dtype
 
 VARIANTS = ("a-per-seq", "b-rebuild", "c-one-copy", "c-host-widen", "d-changed-rows", "d-live-cols")
 WIDEN = ("host-numpy", "host-torch", "device")
-COPY_METRICS = ("table_copy_ns", "table_copy_ns_per_seq", "table_copy_device_ns", "table_copy_bytes", "table_copies")
+COPY_METRICS = ("table_copy_ns", "table_copy_ns_per_seq", "table_copy_device_ns", "table_copy_bytes",
+                "table_copy_bytes_per_step", "table_copies")
 UNITS = {"table_copy_ns": "ns", "table_copy_ns_per_seq": "ns/seq", "table_copy_device_ns": "ns",
-         "table_copy_bytes": "B", "table_copies": "copies", "table_widen_ns": "ns"}
+         "table_copy_bytes": "B", "table_copy_bytes_per_step": "B/step", "table_copies": "copies",
+         "table_widen_ns": "ns"}
 IMPL = "flat"
 PAD = -1  # padding of (b)'s rows, as nano-vllm pads its block tables
 NEEDS_TORCH = "needs torch: pip install -e '.[torch]'"
@@ -30,6 +32,7 @@ COMPUTED = "computed from the copies issued"
 DEFAULT_WARMUP = 200
 MAX_STEPS, MIN_STEPS = 300, 50
 SEQ_STEPS = 300 * 256  # default budget of sequence-steps: 300 steps of the paper's 256 sequences
+TABLE_ENTRIES = 300 * 256 * 256  # and of table entries: 300 steps of the paper's 256 x 256 table
 DEFAULT_SCENARIOS = ("paper", "concurrency-64", "concurrency-128", "concurrency-256", "concurrency-512",
                      "concurrency-1024")
 
