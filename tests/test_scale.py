@@ -178,7 +178,8 @@ def _synthetic_run(tmp_path: Path) -> Path:
     run.mkdir()
     write_rows(run / "results.csv", rows)
     (run / "meta.json").write_text(json.dumps({"git_commit": "abc", "command_line": "kvblock-bench run --sweep "
-                                               "context", "started": "s", "finished": "f"}))
+                                               "context", "started": "2026-01-01T10:00:00+0000",
+                                               "finished": "2026-01-01T10:21:05+0000"}))
     return run
 
 
@@ -208,6 +209,7 @@ def test_render_writes_the_figure_the_slopes_and_the_readme_section(tmp_path: Pa
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith(f"{growth.END}\noutro\n") and "old" not in text
     assert "results/scale/figures/growth.png" in text and md.rstrip() in text and "`abc`" in text
+    assert "took 21 min 5 s" in text
     readme.write_text("no markers")
     with pytest.raises(InputError, match="growth:begin"):
         growth.write_growth_readme(readme, run)

@@ -32,6 +32,7 @@ import numpy as np
 
 from harness.errors import InputError
 from harness.measure.matrix import SWEEPS, matches
+from harness.output.readme import _duration
 from harness.output.results import atomic_write_text
 from harness.output.rundata import RunData, ordered
 from harness.studies.scale import FAMILY_AXES
@@ -318,9 +319,9 @@ def growth_section(run_dir: Path, shown_as: str) -> str:
     if not path.is_file():
         raise GrowthReadmeError(f"{path} does not exist: run `kvblock-bench report {run_dir}` first")
     run = RunData.load(run_dir)
-    head = (f"Run `{run.run_id}` (`{run.meta.get('command_line', '?')}`) at "
-            f"commit `{run.meta.get('git_commit', '?')}`, started {run.meta.get('started', '?')}, finished "
-            f"{run.meta.get('finished', '?')}.")
+    head = (f"Run `{run.run_id}` of `{run.meta.get('command_line', '?')}` at commit "
+            f"`{run.meta.get('git_commit', '?')}`, started {run.meta.get('started', '?')}, took "
+            f"{_duration(run.meta)}.")
     return "\n".join([head, "", f"![How cost and memory grow]({shown_as}/figures/growth.png)", "",
                       path.read_text().rstrip(), ""])
 

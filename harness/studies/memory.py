@@ -13,7 +13,8 @@ step), and what it holds there is measured:
   behind the per-call bindings): the bytes of the allocations made from construction to the peak and still
   live there, recorded by memray with Python's own allocators traced (so object sizes, not arenas), keeping
   those whose Python stack passes through the implementation's code (``impls/``, or a plug-in's own folder;
-  the harness's buffers are left out). Numba compiles and warms up first, on a manager of its own.
+  the harness's buffers are left out). The same steps replay first, untracked, on a manager of their own, so
+  that what they compile (Numba) or cache on first use is in place before the tracked replay.
 
 Rows (impl and regime of the implementation's cell, batched where it has one): ``memory_bytes`` (B, ``source``
 ``nbytes`` or ``memray``, ``steps`` the steps replayed, ``seqs`` its table rows) and ``memory_stated_bytes``
@@ -37,7 +38,6 @@ from harness.measure.replay import ReplayError, apply_pool_op, check_step_hits, 
 from harness.output.results import Row
 from scenarios.trace import Trace, trace_uses_caching
 
-WARM_STEPS = 3
 IMPLS_DIR = Path(inspect.getfile(Row)).resolve().parents[2] / "impls"
 ERRORS = (ReplayError, ValueError, KeyError, TypeError, MemoryError)
 
@@ -108,6 +108,7 @@ def live_bytes(build, roots: Iterable[str]) -> tuple[object, int]:
     try:
         with memray.Tracker(path, trace_python_allocators=True, native_traces=False, follow_fork=False):
             result = build()
+            gc.collect()  # garbage in reference cycles is not the design's state
         records = memray.FileReader(path).get_leaked_allocation_records(merge_threads=True)
         total = sum(r.size for r in records if any(f[1].startswith(roots) for f in r.stack_trace()))
         return result, total
@@ -125,8 +126,11 @@ def measure_one(cls: type, trace: Trace, steps: int) -> tuple[int, str, int]:
         replayer.advance(mgr, 0, steps)
         return mgr
 
-    warm = cls(**trace.config)  # Numba compiles (or loads), caches fill: none of it is the design's state
-    replayer.advance(warm, 0, min(WARM_STEPS, steps))
+    # The same steps untracked first, on a manager of their own: whatever the replay compiles (Numba) or caches
+    # on its way is then in place, and none of it counts as the design's state. (Still counted: Numba's dispatch
+    # caches that grow on the design's own call path, which make dict-jit's figure vary a little between runs.)
+    warm = cls(**trace.config)
+    replayer.advance(warm, 0, steps)
     arrays = array_state(warm) is not None
     del warm
     if arrays:
