@@ -245,9 +245,10 @@ def test_byte_and_copy_counts() -> None:
     assert got["c-host-widen"] == (3 * width * 4, 1)
     assert got["d-live-cols"] == (3 * 3 * 2, 1)
     assert got["d-changed-rows"] == (3 * (width * 2 + 8), 2)
+    assert got["e-rows-changed"] == (3 * (64 + 8) + 3 * (4 + 8), 4)  # one 64-byte row and directory entry each
     st = _decode(bench, [0, 1, 2], [])  # lengths 6, 11, 4: no row opens a block
     got = {v: (c.nbytes, c.copies) for v, c in _run_variants(bench, st).items()}
-    assert got["d-changed-rows"] == (0, 0)
+    assert got["d-changed-rows"] == got["e-rows-changed"] == (0, 0)
 
 
 @pytest.mark.parametrize(("scenario", "params"), [

@@ -23,6 +23,11 @@ decoded), every variant below produces the batch's block tables as an int32 tens
     allocated or forked this step; found from the step's slot mapping and copy-on-write list, inside the
     timed region) are gathered into a pinned staging buffer; two copies (rows and their indices) and a
     device ``index_copy_`` into a persistent device mirror. A step where no row changed copies nothing.
+``e-rows-changed``
+    ``flat-rows``' answer (:mod:`harness.studies.table_copy.rows`): the device mirrors its row pool and
+    directories, only the 64-byte rows the step wrote (and their directory entries) are copied and scattered
+    into the mirror, and a device gather builds the int32 table. A ``flat-rows`` manager replays the same calls
+    as the ``flat`` one (same block ids), so its table is checked against flat's like the others.
 ``d-live-cols``
     Only the live columns: the live rows' first ``max(nblocks)`` columns are packed into a contiguous pinned
     staging buffer (a strided source would make torch stage it through pageable memory), one copy, then
