@@ -191,6 +191,7 @@ def test_slopes_of_a_run(tmp_path: Path) -> None:
     assert found[("context", "dict", "batched", "seq_step_ns")].slope == pytest.approx(1.0)
     flat = found[("context", "flat", "batched", "seq_step_ns")]
     assert flat.ci_low < 0 < flat.ci_high and flat.points == 4 and (flat.x_min, flat.x_max) == (4096, 262144)
+    assert flat.at_max == pytest.approx(10.1)
     assert found[("context", "flat", "batched", "memory_bytes")].slope == pytest.approx(1.0)
 
 
@@ -202,9 +203,12 @@ def test_render_writes_the_figure_the_slopes_and_the_readme_section(tmp_path: Pa
     assert back == growth.read_slopes(run / growth.SLOPES_CSV) and len(back) == 4
     assert back[0].family == "context" and isinstance(back[0].points, int)
     md = (run / growth.SLOPES_MD).read_text()
-    assert "| `seq_step_ns` | `dict` | batched | 1.00 [1.00, 1.00] | 4 |" in md
+    assert "| `dict` | batched | 1.00 [1.00, 1.00]; 26,214 ns at 256 Ki |  |  | 4 |" in md  # cost only
+    assert "| `flat` | c-one-copy |  |  | 1.00 [1.00, 1.00]; 2 MiB at 256 Ki | 4 |" in md
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{growth.BEGIN}\nold\n{growth.END}\noutro\n")
+    growth.write_growth_readme(readme, run)  # linked relative to the README: run/...
+    assert "](run/figures/growth.png)" in readme.read_text()
     growth.write_growth_readme(readme, run, "results/scale")
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith(f"{growth.END}\noutro\n") and "old" not in text

@@ -25,6 +25,7 @@ import csv
 import io
 import logging
 import math
+import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -78,6 +79,7 @@ class Slope:
     points: int
     x_min: float
     x_max: float
+    at_max: float  # the figure at the largest size (the level the slope leads to)
 
 
 # -- the t quantile (no scipy: the regularised incomplete beta by Lentz's continued fraction) -------------
@@ -181,7 +183,8 @@ def slopes(run: RunData) -> list[Slope]:
                     if i != impl or len({p.x for p in pts}) < MIN_POINTS:
                         continue
                     s, lo, hi = fit_slope([p.x for p in pts], [p.y for p in pts])
-                    out.append(Slope(family, impl, regime, metric, s, lo, hi, len(pts), pts[0].x, pts[-1].x))
+                    out.append(Slope(family, impl, regime, metric, s, lo, hi, len(pts), pts[0].x, pts[-1].x,
+                                     pts[-1].y))
     return out
 
 
@@ -211,19 +214,38 @@ def _size(x: float) -> str:
     return f"{x:,.0f}"
 
 
+def _level(metric: str, v: float) -> str:
+    if metric == "seq_step_ns":
+        return f"{v:,.0f} ns" if v >= 100 else f"{v:.3g} ns"
+    for div, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if v >= div:
+            return f"{v / div:.3g} {unit}"
+    return f"{v:,.0f} B"
+
+
+def _cell(s: Slope) -> str:
+    return f"{s.slope:.2f} [{s.ci_low:.2f}, {s.ci_high:.2f}]; {_level(s.metric, s.at_max)} at {_size(s.x_max)}"
+
+
 def slopes_markdown(found: list[Slope]) -> str:
-    """The slopes as one markdown table per family and metric: implementations as rows."""
+    """The slopes as one markdown table per family: an implementation (or, for rule 3, a copy variant of
+    ``flat``'s table) per row, a metric per column."""
     out = ["Fitted log-log slopes (least squares on log10-log10; 95 % t-interval of the slope, n - 2 degrees of "
-           "freedom): 1 is linear growth, 0 none.", ""]
+           "freedom): 1 is linear growth, 0 none; then the figure at the largest size; points: the sizes fitted.", ""]
     for family in SWEEPS:
         mine = [s for s in found if s.family == family]
         if not mine:
             continue
         lo, hi = min(s.x_min for s in mine), max(s.x_max for s in mine)
+        cells: dict[tuple[str, str], dict[str, Slope]] = {}
+        for s in mine:
+            cells.setdefault((s.impl, s.regime), {})[s.metric] = s
         out += [f"**{family}** ({AXIS_LABELS[family]}, {_size(lo)} to {_size(hi)}):", "",
-                "| metric | impl | regime | slope [95 % interval] | points |", "|---|---|---|---|---|"]
-        out += [f"| `{s.metric}` | `{s.impl}` | {s.regime} | {s.slope:.2f} [{s.ci_low:.2f}, {s.ci_high:.2f}] | "
-                f"{s.points} |" for s in mine]
+                "| impl | regime | " + " | ".join(f"{METRICS[m][0]} (`{m}`)" for m in METRICS) + " | points |",
+                "|---|---|" + "---|" * len(METRICS) + "---|"]
+        for (impl, regime), by in cells.items():
+            values = [_cell(by[m]) if m in by else "" for m in METRICS]
+            out.append(f"| `{impl}` | {regime} | " + " | ".join(values) + f" | {max(b.points for b in by.values())} |")
         out.append("")
     return "\n".join(out)
 
@@ -331,6 +353,8 @@ def write_growth_readme(readme: Path, run_dir: Path, shown_as: str | None = None
     text = readme.read_text()
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
         raise GrowthReadmeError(f"{readme} needs one {BEGIN} ... {END} pair")
-    section = growth_section(run_dir, shown_as or Path(run_dir).as_posix())
+    if shown_as is None:  # the run as the README links it: relative to the README's folder
+        shown_as = Path(os.path.relpath(Path(run_dir).resolve(), readme.resolve().parent)).as_posix()
+    section = growth_section(run_dir, shown_as)
     head, rest = text.split(BEGIN)
     atomic_write_text(readme, head + BEGIN + "\n" + section + END + rest.split(END, 1)[1])
