@@ -7,7 +7,7 @@ size (the scenario's ``trace_*`` row of :data:`harness.studies.scale.FAMILY_AXES
 - ``seq_step_ns``: block-manager time per sequence-step, with its 95 % interval, per regime;
 - ``memory_bytes``: tables and metadata at the trace's peak (:mod:`harness.studies.memory`);
 - ``table_copy_bytes_per_step``: rule 3's bytes handed to the device per decode step, per copy variant (of
-  ``flat``'s table; :mod:`harness.studies.table_copy`).
+  ``flat``'s table, and ``e-rows-changed`` of ``flat-rows``'; :mod:`harness.studies.table_copy`).
 
 Slope: least squares of log10(figure) on log10(size) over the family's points (at least :data:`MIN_POINTS`),
 with the 95 % t-interval of the slope (n - 2 degrees of freedom): it covers the points' scatter about a power
@@ -45,7 +45,7 @@ MIN_POINTS = 3  # a slope needs at least this many points (and then has one degr
 METRICS = {  # metric -> (panel title, axis label)
     "seq_step_ns": ("cost", "ns per sequence-step"),
     "memory_bytes": ("memory", "bytes at the trace's peak"),
-    "table_copy_bytes_per_step": ("rule 3 copies", "bytes to the device per step (flat's table)"),
+    "table_copy_bytes_per_step": ("rule 3 copies", "bytes to the device per step, per copy variant"),
 }
 AXIS_LABELS = {"context": "largest context a sequence may reach (tokens)", "pool": "blocks in the pool",
                "concurrency": "running sequences"}
