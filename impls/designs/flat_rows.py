@@ -50,7 +50,7 @@ from impls.contract import (
 )
 from impls.core.compiled import CompiledBlockManager, Kernels
 from impls.core.validation import slot_of_jit
-from impls.designs.flat import SHARED, STAMP_LIMIT, table_dtype
+from impls.designs.flat import SHARED, STAMP_LIMIT, _load, table_dtype
 
 ROW_BYTES = 64  # one cache line per row of ids
 # Header slots at the start of ``ints``: counters, sizes, and where each region starts (int32 offsets: the
@@ -366,12 +366,6 @@ def _reserve(rows, ints, seq_ids):
     if need > ints[TOP]:
         return E_NO_BLOCKS, need
     return OK, 0
-
-
-@njit(cache=True, inline="always")
-def _load(ints, at):
-    """The int64 kept as an int32 pair at ``ints[at : at + 2]``."""
-    return (np.int64(ints[_u(at + 1)]) << 32) | (np.int64(ints[_u(at)]) & 0xFFFFFFFF)
 
 
 @njit(cache=True, inline="always")
