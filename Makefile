@@ -11,7 +11,7 @@ PY      := $(VENV)/bin/python
 CLI     := $(VENV)/bin/kvblock-bench
 STAMP   := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: setup test lint bench bench-quick report clean
+.PHONY: setup test lint bench bench-quick bench-scale report clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,11 @@ bench: setup
 # A reduced matrix (short traces, one repetition).
 bench-quick: setup
 	$(CLI) run --quick --figures
+
+# The scale sweeps (README, "How cost and memory grow"): context, pool and concurrency families, memory
+# measured, growth figures and slopes. Not part of `make bench` (see the README for its time).
+bench-scale: setup
+	$(CLI) run --sweep context,pool,concurrency --label scale --figures
 
 # Reports and figures of the latest run (RUN=<id or path> for another).
 report: setup

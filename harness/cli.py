@@ -163,6 +163,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         l1d=not args.no_l1d,
         allocations=not args.no_allocations,
         table_copy=not args.no_table_copy,
+        memory=args.memory or bool(args.sweep),
+        sweep=args.sweep or [],
         root=writable_dir(Path(args.results), "--results"),
         label=args.label or "",
         progress=not args.no_progress,
@@ -216,6 +218,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         write_readme(Path(args.readme), data)
         print(f"rewrote the results section of {args.readme} from {data.run_dir}", file=sys.stderr)
+    if args.growth_readme:
+        from harness.output.growth import write_growth_readme
+
+        write_growth_readme(Path(args.growth_readme), data.run_dir)
+        print(f"rewrote the growth section of {args.growth_readme} from {data.run_dir}", file=sys.stderr)
     print(texts["paper_table.md"])
     print(console_summary(data))
     if unwritten is not None:
@@ -374,8 +381,12 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
                        description="Without --scenario/--impl/--trace: the default matrix; "
                                    f"{times.phrase('bench', took)}.\n\n" + describe(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenario", type=csv_list, metavar="S,...", help="scenarios to run (default: all)")
+    p.add_argument("--scenario", type=csv_list, metavar="S,...",
+                   help="scenarios to run (default: all but the scale sweeps' own)")
     p.add_argument("--trace", metavar="FILE", help="replay a trace file instead of named scenarios")
+    p.add_argument("--sweep", type=csv_list, metavar="F,...",
+                   help="scale sweeps: every scenario of these families (context, pool, concurrency) with the "
+                        "default matrix's rules, memory included (make bench-scale)")
     p.add_argument("--impl", type=csv_list, metavar="I,...",
                    help="implementations: registered names, package.module:Class, or entry-point names "
                         "(default: all registered)")
@@ -388,6 +399,8 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
     p.add_argument("--no-l1d", action="store_true", help="skip L1D-miss measurement (perf or callgrind)")
     p.add_argument("--no-allocations", action="store_true", help="skip allocation counting")
     p.add_argument("--no-table-copy", action="store_true", help="skip the block-table copy study (rule 3)")
+    p.add_argument("--memory", action="store_true",
+                   help="measure each design's memory at the trace's peak (on in --sweep runs)")
     p.add_argument("--figures", action="store_true", help="also render figures (as `kvblock-bench report`)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--processes", type=positive_int,
@@ -455,6 +468,8 @@ def build_parser() -> Parser:
                        help="write reports (and figures) for a run and print the paper table")
     p.add_argument("run", nargs="?", help="run id or directory (default: results/latest)")
     p.add_argument("--no-figures", action="store_true", help="tables only")
+    p.add_argument("--growth-readme", metavar="FILE",
+                   help="rewrite FILE's growth section (<!-- growth:begin/end -->) from this scale-sweep run")
     p.add_argument("--readme", metavar="FILE",
                    help="also rewrite FILE's section between <!-- results:begin --> and <!-- results:end --> "
                         "(e.g. README.md from results/reference)")

@@ -34,6 +34,13 @@ COMMON = {
     "seed": 0,
 }
 CONCURRENCY_SWEEP = (64, 128, 256, 512, 1024)
+# The scale sweeps (issue 29; `make bench-scale`, left out of the default matrix: see harness.measure.matrix).
+CONCURRENCY_SCALE = (2048, 4096)  # past the default sweep: the pool grows with the sequences (64 blocks each)
+CONTEXT_SWEEP = (4096, 16384, 65536, 262144, 1048576)  # the most tokens a sequence may reach
+POOL_SWEEP = (16384, 32768, 65536, 131072, 262144, 1048576)  # blocks in the pool (ids widen past 65,536)
+CONTEXT_RUNNING = 64  # sequences running in a context-N scenario...
+CONTEXT_ROWS = 256  # ...in tables sized, as engines size them, for more (the paper's 256; vLLM: max_num_seqs)
+SCALE_STEPS = 500  # decode steps of a context-N or pool-N trace (the concurrency sweep's SWEEP_STEPS)
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,7 @@ LIMITS: dict[str, tuple[float, float, str]] = {
     "max_blocks_per_seq": (0, MAX_POOL_BLOCKS, "blocks a sequence may hold"),
     "running": (1, MAX_ROWS, "sequences running at once"),
     "concurrency": (1, MAX_ROWS, "sequences running at once"),
+    "rows": (1, MAX_ROWS, "table rows (max_seqs): the most sequences the engine is sized for"),
     "steps": (1, MAX_SEQUENCE_STEPS, "decode steps"),
     "max_steps": (1, _BIG, "decode steps a real trace may take"),
     "step_rate": (1, _BIG, "target decode steps per second"),
@@ -159,6 +167,9 @@ def _check_sizes(p: dict) -> None:
     if p[rows] > p["num_blocks"]:
         _fail(rows, p, f"exceeds the pool's {p['num_blocks']} blocks (each sequence needs at least one; "
               "nothing is capped silently)", f"lower {_flag(rows)} or raise --num-blocks")
+    if p.get("rows", p[rows]) < p[rows]:
+        _fail("rows", p, f"is below {rows}={p[rows]} (each running sequence takes a row)", f"raise --rows or lower "
+              f"{_flag(rows)}")
     for key in ("samples", "beam_width"):
         if key in p and p[key] > p[rows]:
             _fail(key, p, f"exceeds running={p[rows]} (a group takes {key} rows)", "raise --running or lower it")
@@ -234,7 +245,7 @@ def build_independent(name: str, p: dict) -> Trace:
     rng = np.random.default_rng(p["seed"])
     sample = LengthSampler(p, rng)
     source = closed_loop(sample, warm=p["running"] if p.get("warm_start", True) else 0)
-    sched = Scheduler(TraceBuilder(_config(p, p["running"])), source, p["running"], preempt=True)
+    sched = Scheduler(TraceBuilder(_config(p, p.get("rows", p["running"]))), source, p["running"], preempt=True)
     return _run(sched, name, p)
 
 
@@ -433,6 +444,27 @@ def _caching_scenarios() -> dict[str, Scenario]:
     return out
 
 
+def _scale_scenarios() -> dict[str, Scenario]:
+    """The context and pool sweeps: one parameter swept, the rest held (README, "How cost and memory grow")."""
+    out = {}
+    for tokens in CONTEXT_SWEEP:
+        blocks = tokens // COMMON["block_size"]
+        out[f"context-{tokens}"] = Scenario(
+            f"context-{tokens}", f"Sequences may reach {tokens:,} tokens ({blocks:,} blocks): {CONTEXT_RUNNING} "
+            f"running of {CONTEXT_ROWS} table rows, prompts of {tokens // 8:,} tokens on average (log-normal, sigma "
+            f"1.5: most far shorter, a few clipped at the limit), a pool of {16 * blocks:,} blocks (16 full "
+            "sequences) (context sweep)",
+            {**COMMON, "running": CONTEXT_RUNNING, "rows": CONTEXT_ROWS, "max_blocks_per_seq": blocks,
+             "num_blocks": 16 * blocks, "prompt_mean": tokens // 8, "sigma": 1.5, "steps": SCALE_STEPS,
+             "warm_start": True}, build_independent)
+    for blocks in POOL_SWEEP:
+        ids = "uint16" if blocks <= 65536 else "uint32"
+        out[f"pool-{blocks}"] = Scenario(
+            f"pool-{blocks}", f"The paper workload in a pool of {blocks:,} blocks ({ids} ids in flat) (pool sweep)",
+            {**COMMON, "num_blocks": blocks, "steps": SCALE_STEPS, "warm_start": True}, build_independent)
+    return out
+
+
 def _scenarios() -> dict[str, Scenario]:
     out = {
         "paper": Scenario(
@@ -460,6 +492,12 @@ def _scenarios() -> dict[str, Scenario]:
         out[f"concurrency-{n}"] = Scenario(
             f"concurrency-{n}", f"The paper workload at {n} concurrent sequences (concurrency sweep)",
             {**COMMON, "running": n, "warm_start": True}, build_independent)
+    for n in CONCURRENCY_SCALE:
+        out[f"concurrency-{n}"] = Scenario(
+            f"concurrency-{n}", f"The paper workload at {n:,} concurrent sequences in a pool of {64 * n:,} blocks "
+            "(64 per sequence: 65,536 cannot hold them; uint32 ids in flat) (concurrency sweep, scale part)",
+            {**COMMON, "running": n, "num_blocks": 64 * n, "warm_start": True}, build_independent)
+    out |= _scale_scenarios()
     for name, real in REAL_TRACES.items():
         out[name] = Scenario(name, real.description, dict(real.defaults), build_real_trace,
                              caching=real.defaults.get("prefix_caching", False))

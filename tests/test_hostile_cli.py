@@ -52,6 +52,8 @@ def results_with_a_run(tmp_path: Path) -> Path:
     (["--impl", "no.such.module:Manager"], ["no.such.module"]),
     (["--reps", "0"], ["--reps"]),
     (["--regime", "sometimes"], ["sometimes"]),
+    (["--sweep", "bogus"], ["--sweep", "bogus", "context"]),
+    (["--sweep", "pool", "--scenario", "paper"], ["--sweep", "--scenario"]),
 ])
 def test_bad_run_fails_before_creating_anything(results_with_a_run: Path, args, words) -> None:
     before = sorted(p.name for p in results_with_a_run.iterdir())

@@ -20,7 +20,9 @@ def test_every_record_is_complete_and_loads_or_says_why() -> None:
     for rec in registry.RECORDS:
         assert rec.role in registry.ROLES and rec.label and rec.description and rec.color.startswith("#")
         assert rec.name in REGISTRY or UNAVAILABLE[rec.name]
-    assert {r.letter for r in registry.RECORDS if r.role == "design"} == {"A", "B", "C"}
+    # The article's three designs have its letters, once each; flat-rows is a design of ours, without one.
+    letters = [r.letter for r in registry.RECORDS if r.role == "design" and r.letter]
+    assert sorted(letters) == ["A", "B", "C"] and registry.BY_NAME["flat-rows"].letter is None
 
 
 @pytest.mark.parametrize("rec", registry.RECORDS, ids=lambda r: r.name)

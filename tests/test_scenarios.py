@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from harness.measure.matrix import SCALE_ONLY, matches
 from harness.measure.replay import check_end_state, replay
 from impls import REGISTRY
 from scenarios import SCENARIOS, ScenarioError, generate, load, read_requests_csv, save
@@ -12,6 +13,9 @@ from scenarios import SCENARIOS, ScenarioError, generate, load, read_requests_cs
 SHARING = {"shared-prefix", "parallel-sampling", "beam-search"}
 REAL = {"azure-code", "mooncake", "mooncake-cached"}
 PLAIN = sorted(name for name, sc in SCENARIOS.items() if not sc.caching)  # prefix caching: test_caching_traces.py
+# The scale sweeps' big points (pools of up to a million blocks, thousands of sequences: minutes on every
+# implementation) replay in the slow suite; their smallest points, and the first with uint32 ids, in the default.
+SCALE_SLOW = {n for n in PLAIN if matches(n, SCALE_ONLY)} - {"context-4096", "pool-16384", "pool-131072"}
 
 
 def small(name: str, **extra):
@@ -23,10 +27,21 @@ def small(name: str, **extra):
     return generate(name, steps=40, **extra)
 
 
+class Traces(dict):
+    """Each scenario's short trace, saved and loaded back, made when a test first asks for it."""
+
+    def __init__(self, folder) -> None:
+        super().__init__()
+        self.folder = folder
+
+    def __missing__(self, name: str):
+        self[name] = load(save(small(name), self.folder / f"{name}.npz"))
+        return self[name]
+
+
 @pytest.fixture(scope="module")
-def traces(tmp_path_factory) -> dict:
-    folder = tmp_path_factory.mktemp("traces")
-    return {name: load(save(small(name), folder / f"{name}.npz")) for name in SCENARIOS}
+def traces(tmp_path_factory) -> Traces:
+    return Traces(tmp_path_factory.mktemp("traces"))
 
 
 # sglang (torch on CPU, ~100x slower per call than the others) replays these in the default suite; every other
@@ -34,13 +49,19 @@ def traces(tmp_path_factory) -> dict:
 TORCH_QUICK = {"paper", "parallel-sampling", "beam-search", "pressure"}
 
 
-@pytest.mark.parametrize("name", PLAIN)
+@pytest.mark.parametrize("name", sorted(set(PLAIN) - SCALE_SLOW))
 def test_every_scenario_replays_on_every_implementation(traces, name: str) -> None:
     _replay_all(traces[name], [i for i in REGISTRY if i != "sglang" or name in TORCH_QUICK])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(set(PLAIN) - TORCH_QUICK))
+@pytest.mark.parametrize("name", sorted(SCALE_SLOW))
+def test_every_scale_scenario_replays_on_every_implementation(traces, name: str) -> None:
+    _replay_all(traces[name], [i for i in REGISTRY if i != "sglang"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(PLAIN) - TORCH_QUICK - SCALE_SLOW))
 def test_every_scenario_replays_on_sglang(traces, name: str) -> None:
     if "sglang" not in REGISTRY:
         pytest.skip("sglang needs torch (pip install -e '.[torch]')")
@@ -57,7 +78,7 @@ def _replay_all(trace, impls: list[str]) -> None:
             check_end_state(trace, mgr)
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.parametrize("name", sorted(set(SCENARIOS) - SCALE_SLOW))
 def test_trace_properties(traces, name: str) -> None:
     trace = traces[name]
     h = trace.header

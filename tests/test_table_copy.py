@@ -245,9 +245,10 @@ def test_byte_and_copy_counts() -> None:
     assert got["c-host-widen"] == (3 * width * 4, 1)
     assert got["d-live-cols"] == (3 * 3 * 2, 1)
     assert got["d-changed-rows"] == (3 * (width * 2 + 8), 2)
+    assert got["e-rows-changed"] == (3 * (64 + 8) + 3 * (4 + 8), 4)  # one 64-byte row and directory entry each
     st = _decode(bench, [0, 1, 2], [])  # lengths 6, 11, 4: no row opens a block
     got = {v: (c.nbytes, c.copies) for v, c in _run_variants(bench, st).items()}
-    assert got["d-changed-rows"] == (0, 0)
+    assert got["d-changed-rows"] == got["e-rows-changed"] == (0, 0)
 
 
 @pytest.mark.parametrize(("scenario", "params"), [
@@ -273,6 +274,11 @@ def test_measure_on_cpu(scenario: str, params: dict) -> None:
     assert math.isnan(by[("device", "table_widen_ns")].value)
     assert by[("host-numpy", "table_widen_ns")].status == "ok"
     assert len(raw["steps"]) == 20 and len(raw["c-one-copy/table_copy_ns"]) == 20
+    for v in tc.VARIANTS:  # bytes per step: the mean of the steps' bytes, the median's sibling
+        per_step = by[(v, "table_copy_bytes_per_step")]
+        assert per_step.status == "ok" and per_step.unit == "B/step" and "mean over 20" in per_step.how
+        assert per_step.value == pytest.approx(np.mean(raw[f"{v}/table_copy_bytes_per_step"]))
+    assert by[("c-one-copy", "table_copy_bytes_per_step")].value == by[("c-one-copy", "table_copy_bytes")].value
     assert by[("c-one-copy", "table_copy_ns")].value == pytest.approx(np.median(raw["c-one-copy/table_copy_ns"]))
 
 
@@ -311,6 +317,9 @@ def test_measure_rejects_bad_arguments() -> None:
 def test_default_steps_keep_a_fixed_budget() -> None:
     assert tc.default_steps(generate("concurrency-64", steps=3)) == tc.MAX_STEPS
     assert tc.default_steps(generate("concurrency-1024", steps=3)) == 75
+    # the scale sweeps' largest tables (256 x 65,536 ids) are bounded by the table-entry budget
+    assert tc.default_steps(generate("context-1048576", steps=3)) == tc.MIN_STEPS
+    assert tc.default_steps(generate("context-16384", steps=3)) == tc.TABLE_ENTRIES // (256 * 1024) == 75
 
 
 def test_cuda_device_tables_match_the_host() -> None:

@@ -1,4 +1,5 @@
-"""Rule 1: the flat design allocates nothing in its step; what a Python call allocates is the call itself.
+"""Rule 1: the flat designs (``flat``, ``flat-rows``) allocate nothing in their step; what a Python call allocates
+is the call itself.
 
 Every Python-to-Numba call allocates a little: Numba wraps each array argument in a runtime MemInfo and the
 dispatcher builds a few Python objects. Those costs do not depend on the work, so the tests compare K real
@@ -37,21 +38,27 @@ def running_manager(name: str, seqs: int = 64):
     return mgr, step, empty_step
 
 
+FLAT_DESIGNS = ("flat", "flat-rows")  # preallocated arrays and kernels: nothing to allocate per step
+
+
+@pytest.mark.parametrize("name", FLAT_DESIGNS)
 @pytest.mark.parametrize("counter", [count_allocations, nrt_allocations])
-def test_flat_step_allocates_nothing_beyond_the_call(counter) -> None:
-    _, step, empty_step = running_manager("flat")
+def test_flat_step_allocates_nothing_beyond_the_call(counter, name: str) -> None:
+    _, step, empty_step = running_manager(name)
     counter(step, 2), counter(empty_step, 2)  # the counters' own first-use allocations
     assert counter(step, K) == counter(empty_step, K)
 
 
-def test_flat_call_wrappers_are_counted() -> None:
+@pytest.mark.parametrize("name", FLAT_DESIGNS)
+def test_flat_call_wrappers_are_counted(name: str) -> None:
     """The fixed cost is real and visible: one runtime MemInfo per array argument (5 arrays)."""
-    _, _, empty_step = running_manager("flat")
+    _, _, empty_step = running_manager(name)
     assert nrt_allocations(empty_step, K) == 5 * K
 
 
-def test_flat_per_call_operations_allocate_only_their_wrappers() -> None:
-    mgr, _, _ = running_manager("flat")
+@pytest.mark.parametrize("name", FLAT_DESIGNS)
+def test_flat_per_call_operations_allocate_only_their_wrappers(name: str) -> None:
+    mgr, _, _ = running_manager(name)
     mgr.free(3)
 
     def churn():
@@ -60,7 +67,7 @@ def test_flat_per_call_operations_allocate_only_their_wrappers() -> None:
         mgr.free(3)
 
     churn()
-    assert nrt_allocations(churn, K) == 3 * 2 * K  # table + ints per call, nothing else
+    assert nrt_allocations(churn, K) == 3 * 2 * K  # table (or rows) + ints per call, nothing else
 
 
 def growing_manager(seqs: int = 64):
@@ -113,8 +120,9 @@ def test_growable_design_does_allocate() -> None:
     assert count_allocations(step, K) - empty >= expected // 4
 
 
-def test_flat_steps_leave_no_memory_behind() -> None:
-    _, step, _ = running_manager("flat")
+@pytest.mark.parametrize("name", FLAT_DESIGNS)
+def test_flat_steps_leave_no_memory_behind(name: str) -> None:
+    _, step, _ = running_manager(name)
     tracemalloc.start()
     try:
         step()

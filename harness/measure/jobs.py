@@ -187,6 +187,14 @@ def scenario_studies(job: ScenarioJob, bench: CellBench, cells: list[Cell], even
 
         rows += hashing_rows(trace, scenario)
         events.tick(f"{scenario} hashing")
+    if "memory" in job.studies:
+        from harness.studies.memory import memory_rows
+
+        events.status(f"{scenario}: memory at the trace's peak")
+        classes = {impl: bench.drivers[(impl, regime, "")].cls for impl, regime in cells}
+        rows += memory_rows(scenario, trace, cells, classes, events.cell)
+        events.cell(None)
+        events.tick(f"{scenario} memory")
     if "table_copy" in job.studies:
         from harness.studies.table_copy import measure as measure_table_copy
 

@@ -21,12 +21,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from harness.errors import InputError
 from harness.measure.replay import REGIMES
 from impls import registry
 
 PAPER = "paper"
 ALL = "*"  # every scenario
 SWEEP = "concurrency-*"  # the concurrency sweep
+CONTEXT = "context-*"  # the context sweep (scale sweeps only)
+POOL = "pool-*"  # the pool sweep (scale sweeps only)
+# The scale sweeps (``--sweep FAMILY,...``, ``make bench-scale``): each family's scenarios, measured with the
+# default matrix's rules. They stay out of the default run, except the concurrency sweep's first five points.
+SWEEPS = {"context": CONTEXT, "pool": POOL, "concurrency": SWEEP}
+SCALE_ONLY = (CONTEXT, POOL, "concurrency-2048", "concurrency-4096")
 TRACE = "trace:*"  # a trace file given with --trace
 CACHING = "caching:*"  # every scenario whose trace uses prefix caching (``Scenario.caching`` in the catalogue)
 CACHE_OPS_SCENARIO = "system-prompt-256"  # the caching study's scenario: cache operations, the engine contender
@@ -108,7 +115,10 @@ STUDIES: tuple[Study, ...] = (
           "L1D misses and instructions (perf, else callgrind simulation; --quick: perf only)",
           ("design", "twin", "native", "caching", "plugin")),
     Study("idwidth", (PAPER,), (PAPER,), False, "block-id width: uint16 / int32 / int64 lookups"),
-    Study("table_copy", (PAPER, SWEEP), (PAPER,), False, "rule 3: block tables to the device, per variant"),
+    Study("table_copy", (PAPER, SWEEP, CONTEXT, POOL), (PAPER,), False,
+          "rule 3: block tables to the device, per variant"),
+    Study("memory", (ALL,), (ALL,), False,
+          "each design's tables and metadata at the trace's peak, bytes (nbytes, memray; --memory, on in --sweep)"),
     Study("cache_ops", (CACHE_OPS_SCENARIO,), (CACHE_OPS_SCENARIO,), False,
           "prefix cache: ns per cached lookup, insert and eviction; bytes per cached block"),
     Study("hashing", (PAPER, CACHING), (PAPER,), False,
@@ -121,6 +131,20 @@ SWEEP_STEPS = 500
 QUICK_STEPS = 200
 QUICK_OVERRIDES = {"azure-code": {"duration_s": 60.0}, "mooncake": {"duration_s": 30.0},
                    "mooncake-cached": {"duration_s": 30.0}}
+
+
+def default_scenarios(names: Iterable[str]) -> list[str]:
+    """The scenarios a run measures when none is named: all but the scale sweeps' own (:data:`SCALE_ONLY`)."""
+    return [n for n in names if not matches(n, SCALE_ONLY)]
+
+
+def sweep_scenarios(families: Sequence[str], names: Iterable[str]) -> list[str]:
+    """The scenarios of the scale sweeps ``families`` (keys of :data:`SWEEPS`), in catalogue order."""
+    unknown = [f for f in families if f not in SWEEPS]
+    if unknown:
+        raise InputError(f"--sweep: unknown famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}; "
+                         f"choose from {', '.join(SWEEPS)}")
+    return [n for n in names if matches(n, [SWEEPS[f] for f in families])]
 
 
 def is_caching(scenario: str) -> bool:
@@ -230,6 +254,8 @@ def describe() -> str:
         reps = f" ({rule.max_reps} repetition(s) at most)" if rule.max_reps else ""
         skip = f" (except {', '.join(rule.skip)})" if rule.skip else ""
         lines.append(f"  {'/'.join(rule.roles)}{skip}: {', '.join(rule.regimes)} on {where}{reps}")
+    lines.append(f"  left out of the default run: {', '.join(SCALE_ONLY)} (the scale sweeps: --sweep "
+                 f"{','.join(SWEEPS)}, each family's scenarios under the rules above)")
     lines.append("studies (scenarios; in --quick):")
     every_role = Study.__dataclass_fields__["roles"].default
     for s in STUDIES:

@@ -30,7 +30,7 @@ from harness.measure.assemble import ScenarioRows, merge
 from harness.measure.interleave import FAST_REPS, slice_bounds
 from harness.measure.interrupts import signal_name, sigterm_interrupts
 from harness.measure.jobs import ImplInfo, ProbeJob, ScenarioJob, describe, execute
-from harness.measure.matrix import ScenarioPlan, plan_scenario
+from harness.measure.matrix import ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios
 from harness.measure.metrics import Work
 from harness.measure.replay import REGIMES
 from harness.measure.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug
@@ -47,6 +47,7 @@ from harness.output.results import (
     write_json,
     write_rows,
 )
+from harness.studies.scale import CONFIG_METRICS, config_rows
 from impls import REGISTRY, UNAVAILABLE, registry
 from scenarios import SCENARIOS, Trace, TraceError, generate, load, save
 from scenarios.scheduler import GENERATOR_VERSION
@@ -69,6 +70,8 @@ class RunConfig:
     l1d: bool = True
     allocations: bool = True
     table_copy: bool = True
+    memory: bool = False  # the memory study (on in scale sweeps)
+    sweep: list[str] = field(default_factory=list)  # scale-sweep families (matrix.SWEEPS), the default's rules
     root: Path = RESULTS_DIR
     label: str = ""
     progress: bool = True
@@ -219,7 +222,8 @@ def _finite(x: float) -> float | None:
     return None if x != x else x
 
 
-STUDY_FLAGS = {"allocations": "allocations", "paced": "paced", "l1d": "l1d", "table_copy": "table_copy"}
+STUDY_FLAGS = {"allocations": "allocations", "paced": "paced", "l1d": "l1d", "table_copy": "table_copy",
+               "memory": "memory"}
 
 
 def enabled_studies(cfg: RunConfig) -> list[str]:
@@ -266,6 +270,8 @@ def check_config(cfg: RunConfig) -> None:
         raise InputError(f"--reps must be at least 1, got {cfg.reps}")
     if cfg.trace_file and cfg.scenarios:
         raise InputError("give --scenario or --trace, not both")
+    if cfg.sweep and (cfg.scenarios or cfg.trace_file):
+        raise InputError("give --sweep or --scenario/--trace, not both")
 
 
 def build_plan(cfg: RunConfig, infos: dict[str, ImplInfo]) -> list[tuple[ScenarioPlan, Trace | None]]:
@@ -282,8 +288,9 @@ def build_plan(cfg: RunConfig, infos: dict[str, ImplInfo]) -> list[tuple[Scenari
         name = "trace:" + Path(cfg.trace_file).name
         return [(plan_scenario(name, impls, cfg.regimes, explicit=True, quick=cfg.quick, enabled=studies,
                                caching=caching), trace)]
+    names = cfg.scenarios or (sweep_scenarios(cfg.sweep, SCENARIOS) if cfg.sweep else default_scenarios(SCENARIOS))
     return [(plan_scenario(name, impls, cfg.regimes, explicit=explicit, quick=cfg.quick, enabled=studies,
-                           caching=caching), None) for name in cfg.scenarios or list(SCENARIOS)]
+                           caching=caching), None) for name in names]
 
 
 class RunWriter:
@@ -398,7 +405,7 @@ def processes_of(cfg: RunConfig) -> int:
     return cfg.processes or cfg.reps
 
 
-TRACE_METRICS = ("trace_s", "trace_forks", "trace_cows", "scenario_wall_s")  # a scenario's own rows, never copied
+TRACE_METRICS = ("trace_s", "trace_forks", "trace_cows", "scenario_wall_s", *CONFIG_METRICS)  # never copied
 
 
 def trace_count_rows(name: str, trace: Trace) -> list[Row]:
@@ -408,7 +415,7 @@ def trace_count_rows(name: str, trace: Trace) -> list[Row]:
     forks = int(trace.header["ops_by_kind"].get("fork", 0))
     return [Row(name, "-", "-", "trace_forks", forks, "forks", "trace header", how=how, steps=trace.num_steps),
             Row(name, "-", "-", "trace_cows", int(trace.header["cow_count"]), "copy-on-writes", "trace header",
-                how=how, steps=trace.num_steps)]
+                how=how, steps=trace.num_steps), *config_rows(name, trace)]
 
 
 def _worker_copy(trace: Trace, cached: Path, spool: Path) -> Path:

@@ -35,6 +35,7 @@ from matplotlib.ticker import NullFormatter
 
 from harness.errors import WriteError
 from harness.measure.matrix import SWEEP, matches
+from harness.output import growth
 from harness.output.cache_report import caching_scenarios
 from harness.output.drawing import (
     ARTICLE,
@@ -722,4 +723,5 @@ def render_figures(run_dir: Path | str | RunData | None = None) -> list[Path]:
             raise
         except Exception:  # one broken figure must not cost the others
             log.exception("figure %s failed", stem)
+    written += growth.render(run.run_dir)  # the scale sweeps' figure and slopes (harness/output/growth.py)
     return written

@@ -23,6 +23,11 @@ decoded), every variant below produces the batch's block tables as an int32 tens
     allocated or forked this step; found from the step's slot mapping and copy-on-write list, inside the
     timed region) are gathered into a pinned staging buffer; two copies (rows and their indices) and a
     device ``index_copy_`` into a persistent device mirror. A step where no row changed copies nothing.
+``e-rows-changed``
+    ``flat-rows``' answer (:mod:`harness.studies.table_copy.rows`): the device mirrors its row pool and
+    directories, only the 64-byte rows the step wrote (and their directory entries) are copied and scattered
+    into the mirror, and a device gather builds the int32 table. A ``flat-rows`` manager replays the same calls
+    as the ``flat`` one (same block ids), so its table is checked against flat's like the others.
 ``d-live-cols``
     Only the live columns: the live rows' first ``max(nblocks)`` columns are packed into a contiguous pinned
     staging buffer (a strided source would make torch stage it through pageable memory), one copy, then
@@ -49,8 +54,8 @@ time includes recording the race guards' events: protecting the buffers is part 
 
 Rows (:class:`harness.output.results.Row`): ``impl`` is always ``"flat"`` (the design whose table is copied);
 ``regime`` is the variant (``a-per-seq`` ... ``d-live-cols``) or, for ``table_widen_ns``, where the widening
-runs. Every value is the median over the measured steps; :func:`measure` also returns the raw per-step
-samples, keyed ``"<regime>/<metric>"`` (plus ``"steps"`` and ``"live"``).
+runs. Every value is the median over the measured steps (``table_copy_bytes_per_step``: the mean); :func:`measure`
+also returns the raw per-step samples, keyed ``"<regime>/<metric>"`` (plus ``"steps"`` and ``"live"``).
 
 - ``table_copy_ns``: host time per step (``perf_counter_ns``). Without CUDA a CPU torch tensor stands in for
   the device, so this is the whole packing and copy; with CUDA it is the time the host spends issuing it.
@@ -58,6 +63,8 @@ samples, keyed ``"<regime>/<metric>"`` (plus ``"steps"`` and ``"live"``).
 - ``table_copy_device_ns``: with CUDA, CUDA events from the variant's first device operation to the end of
   its last (gaps while the host issues per-sequence copies included); without CUDA ``unavailable``.
 - ``table_copy_bytes``: bytes handed to host-to-device copies per step; ``table_copies``: their number.
+- ``table_copy_bytes_per_step``: the same bytes, their mean over the measured steps (times the step rate: the
+  copy bandwidth the variant needs; the growth figures put it against the scale sweeps' sizes).
   (``d-changed-rows`` may copy nothing in a step; its device time is the median of the steps that copied.)
 - ``table_widen_ns``: see above; ``device`` is ``unavailable`` without CUDA.
 
@@ -79,7 +86,9 @@ from harness.studies.table_copy.measurement import default_steps, measure
 from harness.studies.table_copy.variants import (
     COPY_METRICS,
     MAX_STEPS,
+    MIN_STEPS,
     NEEDS_TORCH,
+    TABLE_ENTRIES,
     UNITS,
     VARIANTS,
     WIDEN,
@@ -94,7 +103,9 @@ from harness.studies.table_copy.variants import (
 __all__ = [
     "COPY_METRICS",
     "MAX_STEPS",
+    "MIN_STEPS",
     "NEEDS_TORCH",
+    "TABLE_ENTRIES",
     "UNITS",
     "VARIANTS",
     "WIDEN",

@@ -32,6 +32,7 @@ from harness.studies.table_copy.variants import (
     NEEDS_TORCH,
     NO_CUDA,
     SEQ_STEPS,
+    TABLE_ENTRIES,
     UNITS,
     VARIANTS,
     WIDEN,
@@ -100,6 +101,7 @@ def _record(bench: TableCopyBench, st: StepState, results: dict, events: dict, s
         samples.add(f"{key}/table_copy_ns", ns)
         samples.add(f"{key}/table_copy_ns_per_seq", ns / st.ids.size)
         samples.add(f"{key}/table_copy_bytes", copied.nbytes)
+        samples.add(f"{key}/table_copy_bytes_per_step", copied.nbytes)
         samples.add(f"{key}/table_copies", copied.copies)
         if bench.cuda and copied.copies:
             samples.add(f"{key}/table_copy_device_ns", ev_ns(events[name]))
@@ -147,11 +149,13 @@ def ev_ns(pair: tuple[Any, Any]) -> float:
 
 
 def default_steps(trace: Trace) -> int:
-    """Steps to time by default: the per-sequence variants cost time in proportion to the batch, so a fixed
-    budget of sequence-steps (:data:`SEQ_STEPS`) keeps every scenario to a few seconds: 300 steps up to 256
-    sequences, 75 at 1,024."""
+    """Steps to time by default: the per-sequence variants cost time in proportion to the batch, and the
+    whole-table ones to the table, so a fixed budget of sequence-steps (:data:`SEQ_STEPS`) and of table
+    entries (:data:`TABLE_ENTRIES`) keeps every scenario to a few seconds: 300 steps up to 256 sequences of the
+    paper's table, 75 at 1,024, and :data:`MIN_STEPS` for the scale sweeps' largest tables."""
     batch = max(1, int(trace.running_per_step().max(initial=0)))
-    return max(MIN_STEPS, min(MAX_STEPS, SEQ_STEPS // batch))
+    entries = max(1, trace.config["max_seqs"] * trace.config["max_blocks_per_seq"])
+    return max(MIN_STEPS, min(MAX_STEPS, SEQ_STEPS // batch, TABLE_ENTRIES // entries))
 
 
 def _window(trace: Trace, steps: int, warmup: int) -> tuple[int, int]:
@@ -161,11 +165,18 @@ def _window(trace: Trace, steps: int, warmup: int) -> tuple[int, int]:
     return start, min(trace.num_steps, start + steps)
 
 
+# The one figure that is a mean: bytes per step times the step rate is the copy bandwidth an engine needs.
+MEAN_METRICS = ("table_copy_bytes_per_step",)
+
+
 def _row(scenario: str, regime: str, metric: str, values: list[float] | None, source: str, how: str,
          status: str = "ok") -> Row:
     if status == "ok" and not values:
         status, how = "skipped", "no step in the window gave a sample"
-    value = statistics.median(values) if status == "ok" else float("nan")
+    mean = metric in MEAN_METRICS
+    if status == "ok" and mean:
+        how = how.replace("median of", "mean over")
+    value = (statistics.fmean(values) if mean else statistics.median(values)) if status == "ok" else float("nan")
     return Row(scenario, IMPL, regime, metric, value, UNITS[metric], source, status, how)
 
 
@@ -188,7 +199,7 @@ def _rows(scenario: str, samples: Samples, cuda: bool, window: tuple[int, int], 
             failed = f"device table differed from the host tables at {samples.mismatches[v]} steps"
         for metric in COPY_METRICS:
             source = {"table_copy_device_ns": CUDA_EVENTS, "table_copy_bytes": COMPUTED,
-                      "table_copies": COMPUTED}.get(metric, host_src)
+                      "table_copy_bytes_per_step": COMPUTED, "table_copies": COMPUTED}.get(metric, host_src)
             if failed:
                 rows.append(_row(scenario, v, metric, None, source, failed, "failed"))
             elif metric == "table_copy_device_ns" and not cuda:

@@ -12,14 +12,18 @@ from typing import Any
 import numpy as np
 
 from harness.studies.table_copy.guards import BufferRing, CopyGuard, DoneEvent, Event
+from harness.studies.table_copy.rows import MirroredFlat, RowsMirror
 from impls.contract import blocks_for
 from impls.designs.flat import FlatBlockManager, table_dtype
 
-VARIANTS = ("a-per-seq", "b-rebuild", "c-one-copy", "c-host-widen", "d-changed-rows", "d-live-cols")
+VARIANTS = ("a-per-seq", "b-rebuild", "c-one-copy", "c-host-widen", "d-changed-rows", "d-live-cols",
+            "e-rows-changed")
 WIDEN = ("host-numpy", "host-torch", "device")
-COPY_METRICS = ("table_copy_ns", "table_copy_ns_per_seq", "table_copy_device_ns", "table_copy_bytes", "table_copies")
+COPY_METRICS = ("table_copy_ns", "table_copy_ns_per_seq", "table_copy_device_ns", "table_copy_bytes",
+                "table_copy_bytes_per_step", "table_copies")
 UNITS = {"table_copy_ns": "ns", "table_copy_ns_per_seq": "ns/seq", "table_copy_device_ns": "ns",
-         "table_copy_bytes": "B", "table_copies": "copies", "table_widen_ns": "ns"}
+         "table_copy_bytes": "B", "table_copy_bytes_per_step": "B/step", "table_copies": "copies",
+         "table_widen_ns": "ns"}
 IMPL = "flat"
 PAD = -1  # padding of (b)'s rows, as nano-vllm pads its block tables
 NEEDS_TORCH = "needs torch: pip install -e '.[torch]'"
@@ -31,6 +35,7 @@ COMPUTED = "computed from the copies issued"
 DEFAULT_WARMUP = 200
 MAX_STEPS, MIN_STEPS = 300, 50
 SEQ_STEPS = 300 * 256  # default budget of sequence-steps: 300 steps of the paper's 256 sequences
+TABLE_ENTRIES = 300 * 256 * 256  # and of table entries: 300 steps of the paper's 256 x 256 table
 DEFAULT_SCENARIOS = ("paper", "concurrency-64", "concurrency-128", "concurrency-256", "concurrency-512",
                      "concurrency-1024")
 
@@ -129,7 +134,7 @@ class TableCopyBench:
         self.widen_mode = _widen_mode(torch, np_table, self.device)
         # The manager's table is a (pinned on CUDA) torch tensor's NumPy view: rule 3's persistent buffer.
         self.host16 = self._host((s, w), self.t16)
-        self.mgr = FlatBlockManager(**config, table=self.host16.numpy().view(np_table))
+        self.mgr = MirroredFlat(**config, table=self.host16.numpy().view(np_table))  # flat-rows in step, for (e)
         self.table = self.mgr.table
 
         def dev(shape: tuple[int, ...], dtype: Any) -> Any:
@@ -157,6 +162,7 @@ class TableCopyBench:
         self.host_w32_t = torch.zeros((s, w), dtype=i32)
         self.dirty = np.zeros(s, dtype=bool)
         self.table_guard = CopyGuard(self.new_event)
+        self.rows_mirror = RowsMirror(self)
         self.i32_ring, self.rows_ring, self.cols_ring = (BufferRing(2, self.new_event) for _ in range(3))
 
     def _host(self, shape: tuple[int, ...], dtype: Any) -> Any:
@@ -176,8 +182,9 @@ class TableCopyBench:
                 dst.bitwise_and_(0xFFFF)
 
     def sync_mirror(self) -> None:
-        """Bring (d-changed-rows)'s device mirror up to date with the whole table (untimed, once)."""
+        """Bring the device mirrors of (d-changed-rows) and (e-rows-changed) up to date (untimed, once)."""
         self.widen(self.d32, self.host16.to(self.device))
+        self.rows_mirror.sync()
 
     # -- the variants: (state, mark) -> Copied; mark() is called right before the first device operation --
     def a_per_seq(self, st: StepState, mark: Callable[[], None]) -> Copied:
@@ -264,7 +271,7 @@ class TableCopyBench:
         out: dict[str, Callable] = {
             "a-per-seq": self.a_per_seq, "b-rebuild": self.b_rebuild, "c-one-copy": self.c_one_copy,
             "c-host-widen": self.c_host_widen, "d-changed-rows": self.d_changed_rows,
-            "d-live-cols": self.d_live_cols,
+            "d-live-cols": self.d_live_cols, "e-rows-changed": self.rows_mirror.copy,
         }
         if self.widens:
             out["widen:host-numpy"] = self.widen_host_numpy

@@ -1,0 +1,360 @@
+"""How cost and memory grow: the scale sweeps' figures against the size each family sweeps, with fitted slopes.
+
+For each scale-sweep family a run holds (:data:`harness.measure.matrix.SWEEPS`: the largest context a sequence
+may reach, the pool's blocks, the running sequences), every implementation's figures are put against that
+size (the scenario's ``trace_*`` row of :data:`harness.studies.scale.FAMILY_AXES`) on log-log axes:
+
+- ``seq_step_ns``: block-manager time per sequence-step, with its 95 % interval, per regime;
+- ``memory_bytes``: tables and metadata at the trace's peak (:mod:`harness.studies.memory`);
+- ``table_copy_bytes_per_step``: rule 3's bytes handed to the device per decode step, per copy variant (of
+  ``flat``'s table, and ``e-rows-changed`` of ``flat-rows``'; :mod:`harness.studies.table_copy`).
+
+Slope: least squares of log10(figure) on log10(size) over the family's points (at least :data:`MIN_POINTS`),
+with the 95 % t-interval of the slope (n - 2 degrees of freedom): it covers the points' scatter about a power
+law, their measurement noise included, and is wide where the points are few or the growth is not a power law.
+A slope of 1 is linear growth, 0 none. The points' own intervals are drawn, not propagated into the fit.
+
+:func:`render` writes ``figures/growth.png|svg`` and ``growth_slopes.csv`` (one row per family, implementation,
+regime and metric) and ``growth_slopes.md`` into the run directory; :func:`write_growth_readme` puts the table
+between the README's ``<!-- growth:begin -->`` and ``<!-- growth:end -->`` markers.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from harness.errors import InputError
+from harness.measure.matrix import SWEEPS, matches
+from harness.output.readme import _duration
+from harness.output.results import atomic_write_text
+from harness.output.rundata import RunData, ordered
+from harness.studies.scale import FAMILY_AXES
+from impls import registry
+
+log = logging.getLogger(__name__)
+
+MIN_POINTS = 3  # a slope needs at least this many points (and then has one degree of freedom)
+METRICS = {  # metric -> (panel title, axis label)
+    "seq_step_ns": ("cost", "ns per sequence-step"),
+    "memory_bytes": ("memory", "bytes at the trace's peak"),
+    "table_copy_bytes_per_step": ("rule 3 copies", "bytes to the device per step, per copy variant"),
+}
+AXIS_LABELS = {"context": "largest context a sequence may reach (tokens)", "pool": "blocks in the pool",
+               "concurrency": "running sequences"}
+UINT16_LIMIT = 65536  # pool sizes past this widen flat's ids to uint32 (marked on the pool family's axes)
+BEGIN, END = "<!-- growth:begin -->", "<!-- growth:end -->"
+SLOPES_CSV, SLOPES_MD = "growth_slopes.csv", "growth_slopes.md"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One scenario's figure against the family's size; ``lo``/``hi`` its interval (NaN where none)."""
+
+    scenario: str
+    x: float
+    y: float
+    lo: float = math.nan
+    hi: float = math.nan
+
+
+@dataclass(frozen=True)
+class Slope:
+    """A fitted log-log slope with its 95 % interval, over ``points`` sizes from ``x_min`` to ``x_max``."""
+
+    family: str
+    impl: str
+    regime: str
+    metric: str
+    slope: float
+    ci_low: float
+    ci_high: float
+    points: int
+    x_min: float
+    x_max: float
+    at_max: float  # the figure at the largest size (the level the slope leads to)
+
+
+# -- the t quantile (no scipy: the regularised incomplete beta by Lentz's continued fraction) -------------
+def _betacf(a: float, b: float, x: float) -> float:
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b)."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile (p > 0.5) of Student's t with ``df`` degrees of freedom, by bisection on its CDF."""
+    def upper_tail(t: float) -> float:
+        return 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+
+    lo, hi = 0.0, 1e6
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if upper_tail(mid) > 1.0 - p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def fit_slope(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """(slope, 95 % low, 95 % high) of log10(y) on log10(x) by least squares (t-interval, n - 2 d.o.f.)."""
+    lx, ly = np.log10(np.asarray(xs, float)), np.log10(np.asarray(ys, float))
+    n = len(lx)
+    sxx = float(((lx - lx.mean()) ** 2).sum())
+    slope = float(((lx - lx.mean()) * (ly - ly.mean())).sum() / sxx)
+    resid = ly - (ly.mean() + slope * (lx - lx.mean()))
+    se = math.sqrt(float((resid**2).sum()) / (n - 2) / sxx) if n > 2 else math.inf
+    half = t_quantile(0.975, n - 2) * se if n > 2 else math.inf
+    return slope, slope - half, slope + half
+
+
+# -- reading a run ----------------------------------------------------------------------------------------
+def family_sizes(run: RunData, family: str) -> dict[str, float]:
+    """Scenario -> the size ``family`` sweeps, for the run's scenarios of that family that state it."""
+    out = {}
+    for scenario in dict.fromkeys(run.df.scenario):
+        if matches(str(scenario), (SWEEPS[family],)):
+            x = run.value(str(scenario), "-", "-", FAMILY_AXES[family])
+            if x > 0:
+                out[str(scenario)] = x
+    return out
+
+
+def series(run: RunData, family: str, metric: str) -> dict[tuple[str, str], list[Point]]:
+    """(impl, regime) -> its measured points of ``metric`` across the family, by size."""
+    sizes = family_sizes(run, family)
+    out: dict[tuple[str, str], list[Point]] = {}
+    for r in run.df[(run.df.metric == metric) & run.df.scenario.isin(list(sizes))].to_dict("records"):
+        row = run.get(r["scenario"], r["impl"], r["regime"], metric)
+        v = run.value(r["scenario"], r["impl"], r["regime"], metric)
+        if row is None or not v > 0:
+            continue
+        lo, hi = row.get("ci_low"), row.get("ci_high")
+        lo = float(lo) if lo is not None and not _nan(lo) else math.nan
+        hi = float(hi) if hi is not None and not _nan(hi) else math.nan
+        point = Point(r["scenario"], sizes[r["scenario"]], v, lo, hi)
+        pts = out.setdefault((str(r["impl"]), str(r["regime"])), [])
+        if point not in pts:
+            pts.append(point)
+    return {k: sorted(v, key=lambda p: p.x) for k, v in out.items()}
+
+
+def _nan(v: object) -> bool:
+    try:
+        return math.isnan(float(v))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return True
+
+
+def slopes(run: RunData) -> list[Slope]:
+    """Every fitted slope the run allows (families, then metrics, then implementations in registry order)."""
+    out = []
+    for family in SWEEPS:
+        for metric in METRICS:
+            found = series(run, family, metric)
+            for impl in ordered(i for i, _ in found):
+                for (i, regime), pts in found.items():
+                    if i != impl or len({p.x for p in pts}) < MIN_POINTS:
+                        continue
+                    s, lo, hi = fit_slope([p.x for p in pts], [p.y for p in pts])
+                    out.append(Slope(family, impl, regime, metric, s, lo, hi, len(pts), pts[0].x, pts[-1].x,
+                                     pts[-1].y))
+    return out
+
+
+# -- files ------------------------------------------------------------------------------------------------
+def slopes_csv(found: list[Slope]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([f.name for f in fields(Slope)])
+    for s in found:
+        writer.writerow([f"{v:.6g}" if isinstance(v, float) else v for v in asdict(s).values()])
+    return buf.getvalue()
+
+
+def read_slopes(path: Path) -> list[Slope]:
+    """Slopes from a ``growth_slopes.csv`` written by :func:`render`."""
+    with path.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    kinds = {f.name: f.type for f in fields(Slope)}
+    convert = {"float": float, "int": int, "str": str}
+    return [Slope(**{k: convert[str(kinds[k])](v) for k, v in r.items()}) for r in rows]
+
+
+def _size(x: float) -> str:
+    for div, suffix in ((2**20, "Mi"), (2**10, "Ki")):
+        if x >= div and x % div == 0:
+            return f"{x / div:g} {suffix}"
+    return f"{x:,.0f}"
+
+
+def _level(metric: str, v: float) -> str:
+    if metric == "seq_step_ns":
+        return f"{v:,.0f} ns" if v >= 100 else f"{v:.3g} ns"
+    for div, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if v >= div:
+            return f"{v / div:.3g} {unit}"
+    return f"{v:,.0f} B"
+
+
+def _cell(s: Slope) -> str:
+    return f"{s.slope:.2f} [{s.ci_low:.2f}, {s.ci_high:.2f}]; {_level(s.metric, s.at_max)} at {_size(s.x_max)}"
+
+
+def slopes_markdown(found: list[Slope]) -> str:
+    """The slopes as one markdown table per family: an implementation (or, for rule 3, a copy variant of
+    ``flat``'s table) per row, a metric per column."""
+    out = ["Fitted log-log slopes (least squares on log10-log10; 95 % t-interval of the slope, n - 2 degrees of "
+           "freedom): 1 is linear growth, 0 none; then the figure at the largest size; points: the sizes fitted.", ""]
+    for family in SWEEPS:
+        mine = [s for s in found if s.family == family]
+        if not mine:
+            continue
+        lo, hi = min(s.x_min for s in mine), max(s.x_max for s in mine)
+        cells: dict[tuple[str, str], dict[str, Slope]] = {}
+        for s in mine:
+            cells.setdefault((s.impl, s.regime), {})[s.metric] = s
+        out += [f"**{family}** ({AXIS_LABELS[family]}, {_size(lo)} to {_size(hi)}):", "",
+                "| impl | regime | " + " | ".join(f"{METRICS[m][0]} (`{m}`)" for m in METRICS) + " | points |",
+                "|---|---|" + "---|" * len(METRICS) + "---|"]
+        for (impl, regime), by in cells.items():
+            values = [_cell(by[m]) if m in by else "" for m in METRICS]
+            out.append(f"| `{impl}` | {regime} | " + " | ".join(values) + f" | {max(b.points for b in by.values())} |")
+        out.append("")
+    return "\n".join(out)
+
+
+# -- the figure -------------------------------------------------------------------------------------------
+def _color(impl: str) -> str:
+    return registry.record(impl).color or "#7f7f7f"
+
+
+def _panel(ax, run: RunData, family: str, metric: str, found: dict[tuple[str, str], Slope]) -> bool:
+    """One family's figure of ``metric``; False when the run has no point of it."""
+    data = series(run, family, metric)
+    if not data:
+        ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="0.4")
+        return False
+    variants = metric == "table_copy_bytes_per_step"
+    styles = ["-", "--", ":", "-.", (0, (5, 1)), (0, (1, 3))]
+    rank = {impl: k for k, impl in enumerate(ordered(i for i, _ in data))}
+    for k, ((impl, regime), pts) in enumerate(sorted(data.items(), key=lambda kv: (rank[kv[0][0]], kv[0][1]))):
+        xs, ys = [p.x for p in pts], [p.y for p in pts]
+        err = [[max(0.0, p.y - p.lo) if not math.isnan(p.lo) else 0.0 for p in pts],
+               [max(0.0, p.hi - p.y) if not math.isnan(p.hi) else 0.0 for p in pts]]
+        s = found.get((impl, regime))
+        fit = f" {s.slope:.2f} [{s.ci_low:.2f}, {s.ci_high:.2f}]" if s else ""
+        name = regime if variants else f"{registry.record(impl).label}" + ("" if regime == "batched" else
+                                                                            f", {regime}")
+        ax.errorbar(xs, ys, yerr=err, marker="o", ms=3, capsize=2, elinewidth=0.7, lw=1.1,
+                    color=f"C{k % 10}" if variants else _color(impl),
+                    ls=styles[k % len(styles)] if variants else ("-" if regime == "batched" else "--"),
+                    label=f"{name}{fit}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    if family == "pool":
+        ax.axvline(UINT16_LIMIT, color="0.5", lw=0.8, ls=":")
+        ax.text(UINT16_LIMIT, 1.0, " ids widen\n to uint32", transform=ax.get_xaxis_transform(), va="top",
+                fontsize=6.5, color="0.35")
+    ax.grid(which="both", alpha=0.25)
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False,
+              title="slope [95 %]", title_fontsize=6.5)
+    return True
+
+
+def fig_growth(run: RunData, found: list[Slope]):
+    """Families as rows, metrics as columns, log-log; ``None`` when the run has no scale-sweep points."""
+    from harness.output.plots import _finish, _new_figure
+
+    families = [f for f in SWEEPS if len(family_sizes(run, f)) >= 2]
+    if not families:
+        log.warning("growth: no scale-sweep family with two sizes in this run")
+        return None
+    fig, axes = _new_figure(19, 4.2 * len(families), len(families), len(METRICS))
+    for r, family in enumerate(families):
+        for c, (metric, (title, ylabel)) in enumerate(METRICS.items()):
+            ax = axes[r * len(METRICS) + c]
+            fits = {(s.impl, s.regime): s for s in found if s.family == family and s.metric == metric}
+            _panel(ax, run, family, metric, fits)
+            ax.set_title(f"{family}: {title}", fontsize=9)
+            ax.set_xlabel(f"{AXIS_LABELS[family]} (log scale)", fontsize=8)
+            ax.set_ylabel(f"{ylabel} (log scale)", fontsize=8)
+    return _finish(fig, run, "How cost and memory grow (error bars: 95 % intervals; legend: fitted log-log slope)")
+
+
+def render(run_dir: Path) -> list[Path]:
+    """``figures/growth.*``, ``growth_slopes.csv`` and ``growth_slopes.md`` of a run with scale-sweep points
+    (nothing for a run without); a failure is logged, never raised (the reports must not depend on it)."""
+    from harness.output.plots import save_figure
+
+    try:
+        run = RunData.load(run_dir)
+        found = slopes(run)
+        fig = fig_growth(run, found)
+        if fig is None:
+            return []
+        written = save_figure(fig, run.run_dir / "figures", "growth")
+        for name, text in ((SLOPES_CSV, slopes_csv(found)), (SLOPES_MD, slopes_markdown(found))):
+            atomic_write_text(run.run_dir / name, text)
+            written.append(run.run_dir / name)
+        return written
+    except Exception:  # one broken figure must not cost the others
+        log.exception("figure growth failed")
+        return []
+
+
+# -- the README -------------------------------------------------------------------------------------------
+class GrowthReadmeError(InputError):
+    """The README has no (or broken) growth markers, or the run has no slopes."""
+
+
+def growth_section(run_dir: Path, shown_as: str) -> str:
+    """The README's generated growth section: the run, its figure and its slopes (``shown_as``: the run
+    directory as the README links it)."""
+    path = Path(run_dir) / SLOPES_MD
+    if not path.is_file():
+        raise GrowthReadmeError(f"{path} does not exist: run `kvblock-bench report {run_dir}` first")
+    run = RunData.load(run_dir)
+    head = (f"Run `{run.run_id}` of `{run.meta.get('command_line', '?')}` at commit "
+            f"`{run.meta.get('git_commit', '?')}`, started {run.meta.get('started', '?')}, took "
+            f"{_duration(run.meta)}.")
+    return "\n".join([head, "", f"![How cost and memory grow]({shown_as}/figures/growth.png)", "",
+                      path.read_text().rstrip(), ""])
+
+
+def write_growth_readme(readme: Path, run_dir: Path, shown_as: str | None = None) -> None:
+    """Replace the README's growth section with :func:`growth_section` of ``run_dir``."""
+    text = readme.read_text()
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise GrowthReadmeError(f"{readme} needs one {BEGIN} ... {END} pair")
+    if shown_as is None:  # the run as the README links it: relative to the README's folder
+        shown_as = Path(os.path.relpath(Path(run_dir).resolve(), readme.resolve().parent)).as_posix()
+    section = growth_section(run_dir, shown_as)
+    head, rest = text.split(BEGIN)
+    atomic_write_text(readme, head + BEGIN + "\n" + section + END + rest.split(END, 1)[1])

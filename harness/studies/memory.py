@@ -1,0 +1,179 @@
+"""Memory as a measured figure: each implementation's tables and metadata at the trace's peak.
+
+A design's ``memory_bytes()`` states what its constructor allocates (it refuses configurations the machine
+cannot hold); this study measures what the design holds once the trace has filled it. For each implementation
+among the scenario's cells, a fresh manager replays the trace from Python (pool operations per call, then one
+``decode_step`` per step) up to the step after which the most blocks are in use (found once per trace on C's
+``flat``, or ``flat-pc`` for prefix-caching traces: every conforming design has the same free count after every
+step), and what it holds there is measured:
+
+- ``nbytes``: designs whose whole state is NumPy arrays (``flat``, ``flat-rows``, ``flat-pc``): the sum of
+  their arrays' ``nbytes``, exact (they allocate nothing after construction);
+- ``memray``: every other design (Python objects, Numba typed containers and runtime arrays, C++ containers
+  behind the per-call bindings): the bytes of the allocations made from construction to the peak and still
+  live there, recorded by memray with Python's own allocators traced (so object sizes, not arenas), keeping
+  those whose Python stack passes through the implementation's code (``impls/``, or a plug-in's own folder;
+  the harness's buffers are left out). The same steps replay first, untracked, on a manager of their own, so
+  that what they compile (Numba) or cache on first use is in place before the tracked replay.
+
+Rows (impl and regime of the implementation's cell, batched where it has one): ``memory_bytes`` (B, ``source``
+``nbytes`` or ``memray``, ``steps`` the steps replayed, ``seqs`` its table rows) and ``memory_stated_bytes``
+(``memory_bytes()``, the constructor's own statement). A replay that disagrees with the trace or raises gives
+a ``failed`` row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import inspect
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+
+from harness.errors import DesignFailure
+from harness.measure.failures import blamed_on
+from harness.measure.replay import ReplayError, apply_pool_op, check_step_hits, hash_args
+from harness.output.results import Row
+from scenarios.trace import Trace, trace_uses_caching
+
+IMPLS_DIR = Path(inspect.getfile(Row)).resolve().parents[2] / "impls"
+
+
+class Replayer:
+    """Replays steps of one trace on a manager from Python, as an engine's scheduler would call it."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.op, self.a0, self.a1 = trace.op.tolist(), trace.a0.tolist(), trace.a1.tolist()
+        self.args = hash_args(trace)
+        n = max(1, int(trace.running_per_step().max(initial=0)))
+        self.cow_out, self.slot_out = np.zeros((n, 2), np.int64), np.zeros(n, np.int64)
+        self.ids = trace.a0.astype(np.int64)
+
+    def advance(self, mgr, lo: int, hi: int) -> None:
+        """Steps ``[lo, hi)``; ``ReplayError`` where ``mgr`` disagrees with the trace."""
+        t = self.trace
+        for step in range(lo, hi):
+            a, mid, b = int(t.step_offsets[step]), int(t.decode_offsets[step]), int(t.step_offsets[step + 1])
+            hits = sum(apply_pool_op(mgr, self.op[i], self.a0[i], self.a1[i], self.args.get(i)) for i in range(a, mid))
+            check_step_hits(t, step, hits)
+            cows = mgr.decode_step(self.ids[mid:b], self.cow_out, self.slot_out)
+            if cows != t.step_cows[step]:
+                raise ReplayError(f"step {step}: {cows} copy-on-writes, the trace expects {t.step_cows[step]}")
+
+
+def peak_step(trace: Trace) -> int:
+    """How many steps to replay to stand at the trace's peak: the first step after which the most blocks are
+    in use (replayed on ``flat``, or ``flat-pc`` for a prefix-caching trace)."""
+    from impls import REGISTRY
+
+    mgr = REGISTRY["flat-pc" if trace_uses_caching(trace) else "flat"](**trace.config)
+    replayer, lowest, at = Replayer(trace), mgr.num_blocks + 1, 0
+    for step in range(trace.num_steps):
+        replayer.advance(mgr, step, step + 1)
+        if mgr.num_free_blocks() < lowest:
+            lowest, at = mgr.num_free_blocks(), step + 1
+    return at
+
+
+def array_state(mgr) -> list[np.ndarray] | None:
+    """The manager's state if it is NumPy arrays only (its ``state`` tuple), else None."""
+    state = getattr(mgr, "state", None)
+    if isinstance(state, tuple) and state and all(isinstance(a, np.ndarray) for a in state):
+        return list(state)
+    return None
+
+
+def code_roots(cls: type) -> tuple[str, ...]:
+    """Folders whose code counts as the implementation's: ``impls/`` and, for a plug-in, its own folder."""
+    roots = {str(IMPLS_DIR) + os.sep}
+    with contextlib.suppress(TypeError, OSError):  # a class without a source file: impls/ alone
+        roots.add(str(Path(inspect.getfile(cls)).resolve().parent) + os.sep)
+    return tuple(sorted(roots))
+
+
+def live_bytes(build, roots: Iterable[str]) -> tuple[object, int]:
+    """``build()``'s result and the bytes it allocated (memray) that are still live when it returns, counting
+    allocations whose Python stack has a frame under one of ``roots``."""
+    import memray
+
+    roots = tuple(roots)
+    fd, path = tempfile.mkstemp(suffix=".memray")
+    os.close(fd)
+    os.unlink(path)  # memray refuses to overwrite
+    gc.collect()
+    try:
+        with memray.Tracker(path, trace_python_allocators=True, native_traces=False, follow_fork=False):
+            result = build()
+            gc.collect()  # garbage in reference cycles is not the design's state
+        records = memray.FileReader(path).get_leaked_allocation_records(merge_threads=True)
+        total = sum(r.size for r in records if any(f[1].startswith(roots) for f in r.stack_trace()))
+        return result, total
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def measure_one(cls: type, trace: Trace, steps: int) -> tuple[int, str, int]:
+    """``(bytes, source, stated bytes)`` of ``cls`` after ``steps`` steps of ``trace``."""
+    replayer = Replayer(trace)
+
+    def build():
+        mgr = cls(**trace.config)
+        replayer.advance(mgr, 0, steps)
+        return mgr
+
+    # The same steps untracked first, on a manager of their own: whatever the replay compiles (Numba) or caches
+    # on its way is then in place, and none of it counts as the design's state. (Still counted: Numba's dispatch
+    # caches that grow on the design's own call path, which make dict-jit's figure vary a little between runs.)
+    warm = cls(**trace.config)
+    replayer.advance(warm, 0, steps)
+    arrays = array_state(warm) is not None
+    del warm
+    if arrays:
+        mgr = build()
+        return sum(a.nbytes for a in array_state(mgr) or ()), "nbytes", mgr.memory_bytes()
+    mgr, total = live_bytes(build, code_roots(cls))
+    return total, "memray", mgr.memory_bytes()
+
+
+def _regimes(cells: list[tuple[str, str]]) -> dict[str, str]:
+    """Each implementation once: its batched cell's regime where it has one."""
+    out: dict[str, str] = {}
+    for impl, regime in cells:
+        if out.get(impl) != "batched":
+            out[impl] = regime
+    return out
+
+
+def memory_rows(scenario: str, trace: Trace, cells: list[tuple[str, str]], classes: dict[str, type],
+                enter: Callable[[tuple[str, str] | None], None] = lambda cell: None) -> list[Row]:
+    """``memory_bytes`` and ``memory_stated_bytes`` rows for each implementation among ``cells`` (``enter`` is told
+    whose code runs next, as a worker reports it); a design that fails gets a failed row."""
+    steps = peak_step(trace)
+    peak = trace.header["peak_blocks_in_use"]
+    where = f"after step {steps} of {trace.num_steps}, the trace's peak ({peak:,} blocks in use)"
+    seqs = trace.config["max_seqs"]
+    rows: list[Row] = []
+    for impl, regime in _regimes(cells).items():
+        enter((impl, regime))
+        try:
+            with blamed_on(impl, classes[impl]):
+                value, source, stated = measure_one(classes[impl], trace, steps)
+        except DesignFailure as exc:
+            rows.append(Row(scenario, impl, regime, "memory_bytes", float("nan"), "B", "replay", "failed",
+                            exc.reason))
+            continue
+        how = ("sum of the design's arrays' nbytes (its whole state)" if source == "nbytes" else
+               "live bytes allocated from construction on, from implementation code (memray, Python allocators "
+               "traced)")
+        rows.append(Row(scenario, impl, regime, "memory_bytes", float(value), "B", source, how=f"{how}; {where}",
+                        steps=steps, seqs=seqs, driver="python"))
+        rows.append(Row(scenario, impl, regime, "memory_stated_bytes", float(stated), "B", "memory_bytes()",
+                        how="what the constructor allocates, as the design states it (refuses configurations "
+                            "larger than the machine's available memory)", seqs=seqs))
+    return rows

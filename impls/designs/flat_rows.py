@@ -1,0 +1,608 @@
+"""``flat-rows``: design C's flat table in two levels, with memory that follows the pool, not the longest sequence.
+
+Design C preallocates ``max_seqs x max_blocks_per_seq`` ids: at 1,024 sequences and a 1M-token context that is
+128 MiB of uint16 table before a token is stored. Here the article's rule 2 is read literally: block ids live
+in **64-byte rows** (32 uint16 ids, or 16 uint32 ids past 65,536 blocks) drawn from a preallocated row pool, and
+each sequence keeps a short **directory** of the rows it uses. Everything is allocated once, in the
+constructor, as in C; a step allocates nothing.
+
+- ``rows``: ``[num_rows, ids_per_row]`` block ids. ``num_rows`` is what the worst case can hold (see
+  :func:`row_count`): ``num_blocks // ids_per_row + 2 * max_seqs`` rows, or the flat table's own size if that
+  is smaller. Its bytes follow the pool (about 2 B per block), never ``max_seqs x max_blocks_per_seq``.
+- ``ints``: one int32 array (as in C, two array arguments per kernel call): a header, a 32-byte record per
+  sequence (length, mark, the slot a failed step restores, the row holding its last block, the row a failed
+  step's row copy restores), the directories (``max_seqs x ceil(max_blocks_per_seq / ids_per_row)`` row
+  indices: 1/16 of C's uint16 table, the one part still sized by the longest sequence), block ref counts, the
+  free-block stack, row ref counts, the free-row stack and room for the CoW pairs a failed step restores.
+
+Lookup stays one load from the table: the record keeps the row of the sequence's last block, so a decode
+append or a slot lookup reads the record (as C reads its length) and then ``rows[last, j % ids_per_row]``;
+only whole-table walks (``fork``, ``free``, ``block_table``) go through the directory.
+
+Forks share rows: a child's directory points at its parent's rows (row ref counts, as blocks have), and a
+sequence about to write into a shared row (its last: rows before the last never change) copies it first. That
+keeps the pool bounded by the blocks in use: the live rows form a trie over directory positions in which only
+sibling rows (copies of one another) share block ids, so with ``B`` blocks in use, ``L`` live sequences and
+``R`` ids per row there are at most ``B // R`` groups holding a full row, at most ``L`` groups of partial rows
+and at most ``L - 1`` extra siblings: ``B // R + 2L - 1`` rows. Block-level behaviour (stack order, ref
+counts, copy-on-write, rollbacks, error codes) is exactly C's, so both hand out the same block ids for the same
+calls (``tests/test_flat_rows.py`` checks it operation by operation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from impls.contract import (
+    E_ACTIVE,
+    E_BUFFER,
+    E_COUNT,
+    E_DUPLICATE,
+    E_INACTIVE,
+    E_NO_BLOCKS,
+    E_SEQ_RANGE,
+    E_TOKENS,
+    E_TOO_LONG,
+    OK,
+)
+from impls.core.compiled import CompiledBlockManager, Kernels
+from impls.core.validation import slot_of_jit
+from impls.designs.flat import SHARED, STAMP_LIMIT, _load, table_dtype
+
+ROW_BYTES = 64  # one cache line per row of ids
+# Header slots at the start of ``ints``: counters, sizes, and where each region starts (int32 offsets: the
+# constructor refuses a layout whose ints would not fit them).
+TOP, NUM_BLOCKS, BLOCK_SHIFT, STAMP, RTOP, NUM_ROWS, ROW_SHIFT, MAX_SEQS, MAX_BLOCKS, DIR_LEN, RTOP0 = range(11)
+DIRS, REFS, STACK, RREFS, RSTACK, COWS = range(11, 17)
+HEADER = 32  # 128 bytes: the records start on a cache-line boundary of the array
+# Each sequence's record: length, mark (C's: stamp << 1 | shared), the int64 slot a failed step restores (an
+# int32 pair), the row holding the last block, and the row a failed step's row copy restores.
+REC, LEN, MARK, SAVED, LAST, SAVED_ROW = 8, 0, 1, 2, 4, 5
+# Returned when the row pool is empty: unreachable (the pool holds the worst case, see the module docstring);
+# checked so that a bug can never write outside the rows.
+E_ROWS = -64
+INT32_MAX = 2**31 - 1
+
+_u = np.uint64  # unsigned indices: Numba adds a wrap-around fix-up to every signed index
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Sizes and offsets of one configuration's arrays."""
+
+    ids_per_row: int
+    num_rows: int
+    dir_len: int
+    dirs: int
+    refs: int
+    stack: int
+    rrefs: int
+    rstack: int
+    cows: int
+    size: int  # int32s in ``ints``
+
+
+def row_count(num_blocks: int, max_seqs: int, max_blocks_per_seq: int, ids_per_row: int) -> int:
+    """Rows the pool needs for any sequence of calls: ``num_blocks // ids_per_row + 2 * max_seqs`` (the
+    worst case of the trie argument in the module docstring), or every directory full if that is fewer."""
+    return min(max_seqs * -(-max_blocks_per_seq // ids_per_row), num_blocks // ids_per_row + 2 * max_seqs)
+
+
+def layout(num_blocks: int, max_seqs: int, max_blocks_per_seq: int) -> Layout:
+    """The arrays of a configuration (their sizes are what :meth:`FlatRowsBlockManager.memory_bytes` states)."""
+    ids = ROW_BYTES // table_dtype(num_blocks).itemsize
+    num_rows = row_count(num_blocks, max_seqs, max_blocks_per_seq, ids)
+    dir_len = -(-max_blocks_per_seq // ids)
+    dirs = HEADER + REC * max_seqs
+    refs = dirs + max_seqs * dir_len
+    stack = refs + num_blocks
+    rrefs = stack + num_blocks
+    rstack = rrefs + num_rows
+    cows = rstack + num_rows
+    return Layout(ids, num_rows, dir_len, dirs, refs, stack, rrefs, rstack, cows, cows + 4 * max_seqs)
+
+
+# -- row helpers (inlined: a call taking arrays keeps its caller's reference counting of them) ----------------
+@njit(cache=True, inline="always")
+def _pop_row(ints):
+    """A free row, ref count 1 (the caller knows the stack is not empty)."""
+    rtop = ints[RTOP] - 1
+    ints[RTOP] = rtop
+    row = np.int64(ints[_u(ints[RSTACK] + rtop)])
+    ints[_u(ints[RREFS] + row)] = 1
+    return row
+
+
+@njit(cache=True, inline="always")
+def _copy_row(rows, ints, rec, seq, row, k, used):
+    """Give ``seq`` a private copy of its shared last row ``row`` (directory position ``k``, ``used`` ids
+    live): the copy replaces it in the directory and the record, which keeps the original for a rollback.
+    Block ref counts do not change: the copy holds the blocks for this sequence as the original did."""
+    new = _pop_row(ints)
+    for c in range(used):
+        rows[_u(new), _u(c)] = rows[_u(row), _u(c)]
+    ints[_u(ints[RREFS] + row)] -= 1
+    ints[_u(ints[DIRS] + seq * np.int64(ints[DIR_LEN]) + k)] = new
+    ints[_u(rec + LAST)] = new
+    ints[_u(rec + SAVED_ROW)] = row
+    return new
+
+
+@njit(cache=True)
+def can_allocate(rows, ints, n):
+    if n < 0:
+        return E_COUNT
+    return 1 if ints[TOP] >= n else 0
+
+
+@njit(cache=True)
+def allocate(rows, ints, seq, num_tokens):
+    sh, rs = ints[BLOCK_SHIFT], ints[ROW_SHIFT]
+    if _u(seq) >= _u(ints[MAX_SEQS]):
+        return E_SEQ_RANGE
+    if num_tokens < 1:
+        return E_TOKENS
+    need = (num_tokens + (1 << sh) - 1) >> sh
+    if need > ints[MAX_BLOCKS]:
+        return E_TOO_LONG
+    rec = HEADER + REC * seq
+    if ints[_u(rec + LEN)] != 0:
+        return E_ACTIVE
+    top = ints[TOP]
+    if need > top:
+        return E_NO_BLOCKS
+    if ((need + (1 << rs) - 1) >> rs) > ints[RTOP]:
+        return E_ROWS
+    refs, stack = np.int64(ints[REFS]), np.int64(ints[STACK])
+    at = np.int64(ints[DIRS]) + seq * np.int64(ints[DIR_LEN])
+    mask = (1 << rs) - 1
+    row = np.int64(0)
+    for j in range(need):
+        top -= 1
+        block = ints[_u(stack + top)]
+        ints[_u(refs + block)] = 1
+        if (j & mask) == 0:
+            row = _pop_row(ints)
+            ints[_u(at + (j >> rs))] = row
+        rows[_u(row), _u(j & mask)] = block
+    ints[TOP] = top
+    ints[_u(rec + LEN)] = num_tokens
+    ints[_u(rec + LAST)] = row
+    ints[_u(rec + MARK)] &= ~SHARED  # fresh blocks: not shared
+    return OK
+
+
+@njit(cache=True, inline="always")
+def _append_boundary(rows, ints, rec, seq, n, mark):
+    """``append`` at a block boundary: a new block, in a fresh row when it opens one, else in the last row
+    (copied first when shared)."""
+    rs = ints[ROW_SHIFT]
+    j = np.int64(n >> ints[BLOCK_SHIFT])
+    col = j & ((1 << rs) - 1)
+    row = np.int64(ints[_u(rec + LAST)])
+    top = ints[TOP]
+    if j >= ints[MAX_BLOCKS]:
+        return E_TOO_LONG
+    if top == 0:
+        return E_NO_BLOCKS
+    copy = col != 0 and (mark & SHARED) != 0 and ints[_u(ints[RREFS] + row)] != 1
+    if (col == 0 or copy) and ints[RTOP] == 0:
+        return E_ROWS
+    block = ints[_u(ints[STACK] + top - 1)]
+    ints[_u(ints[REFS] + block)] = 1
+    ints[TOP] = top - 1
+    if col == 0:
+        row = _pop_row(ints)
+        ints[_u(ints[DIRS] + seq * np.int64(ints[DIR_LEN]) + (j >> rs))] = row
+        ints[_u(rec + LAST)] = row
+    elif copy:
+        row = _copy_row(rows, ints, rec, seq, row, j >> rs, col)
+    rows[_u(row), _u(col)] = block
+    ints[_u(rec + LEN)] = n + 1
+    ints[_u(rec + MARK)] = mark & ~SHARED
+    return OK
+
+
+@njit(cache=True)
+def append(rows, ints, seq):
+    if _u(seq) >= _u(ints[MAX_SEQS]):
+        return E_SEQ_RANGE, -1, -1
+    rec = HEADER + REC * seq
+    n = ints[_u(rec + LEN)]
+    if n == 0:
+        return E_INACTIVE, -1, -1
+    mark = ints[_u(rec + MARK)]
+    if (n & ((1 << ints[BLOCK_SHIFT]) - 1)) == 0:
+        return _append_boundary(rows, ints, rec, seq, n, mark), -1, -1
+    refs, rs = np.int64(ints[REFS]), ints[ROW_SHIFT]
+    j = np.int64(n >> ints[BLOCK_SHIFT])
+    col = j & ((1 << rs) - 1)
+    row = np.int64(ints[_u(rec + LAST)])
+    src = np.int64(rows[_u(row), _u(col)])
+    if (mark & SHARED) == 0 or ints[_u(refs + src)] == 1:
+        ints[_u(rec + LEN)] = n + 1
+        ints[_u(rec + MARK)] = mark & ~SHARED
+        return 0, -1, -1
+    top = ints[TOP]
+    if top == 0:
+        return E_NO_BLOCKS, -1, -1
+    if ints[_u(ints[RREFS] + row)] != 1:
+        if ints[RTOP] == 0:
+            return E_ROWS, -1, -1
+        row = _copy_row(rows, ints, rec, seq, row, j >> rs, col + 1)
+    dst = np.int64(ints[_u(ints[STACK] + top - 1)])
+    ints[_u(refs + dst)] = 1
+    ints[_u(refs + src)] -= 1
+    rows[_u(row), _u(col)] = dst
+    ints[TOP] = top - 1
+    ints[_u(rec + LEN)] = n + 1
+    ints[_u(rec + MARK)] = mark & ~SHARED
+    return 1, src, dst
+
+
+@njit(cache=True)
+def fork(rows, ints, parent, child):
+    nseq = _u(ints[MAX_SEQS])
+    if _u(parent) >= nseq or _u(child) >= nseq:
+        return E_SEQ_RANGE
+    p, c = HEADER + REC * parent, HEADER + REC * child
+    n = ints[_u(p + LEN)]
+    if n == 0:
+        return E_INACTIVE
+    if ints[_u(c + LEN)] != 0:
+        return E_ACTIVE
+    sh, rs = ints[BLOCK_SHIFT], ints[ROW_SHIFT]
+    refs, rrefs, dlen = np.int64(ints[REFS]), np.int64(ints[RREFS]), np.int64(ints[DIR_LEN])
+    pdir, cdir = np.int64(ints[DIRS]) + parent * dlen, np.int64(ints[DIRS]) + child * dlen
+    blocks = (n + (1 << sh) - 1) >> sh
+    per_row = 1 << rs
+    for k in range((blocks + per_row - 1) >> rs):
+        row = np.int64(ints[_u(pdir + k)])
+        ints[_u(cdir + k)] = row
+        ints[_u(rrefs + row)] += 1
+        for col in range(min(per_row, blocks - (k << rs))):
+            ints[_u(refs + rows[_u(row), _u(col)])] += 1
+    ints[_u(c + LEN)] = n
+    ints[_u(c + LAST)] = ints[_u(p + LAST)]
+    ints[_u(p + MARK)] |= SHARED  # sharing begins: both rows' last block (and last row) now have ref count >= 2
+    ints[_u(c + MARK)] |= SHARED
+    return OK
+
+
+@njit(cache=True)
+def free(rows, ints, seq):
+    if _u(seq) >= _u(ints[MAX_SEQS]):
+        return E_SEQ_RANGE
+    rec = HEADER + REC * seq
+    n = ints[_u(rec + LEN)]
+    if n == 0:
+        return E_INACTIVE
+    sh, rs = ints[BLOCK_SHIFT], ints[ROW_SHIFT]
+    refs, stack = np.int64(ints[REFS]), np.int64(ints[STACK])
+    rrefs, rstack = np.int64(ints[RREFS]), np.int64(ints[RSTACK])
+    at = np.int64(ints[DIRS]) + seq * np.int64(ints[DIR_LEN])
+    mask = (1 << rs) - 1
+    blocks = (n + (1 << sh) - 1) >> sh
+    top, rtop = ints[TOP], ints[RTOP]
+    for k in range(((blocks + mask) >> rs) - 1, -1, -1):  # rows and their blocks tail first, as C frees
+        row = np.int64(ints[_u(at + k)])
+        for col in range(min(mask, blocks - 1 - (k << rs)), -1, -1):
+            block = rows[_u(row), _u(col)]
+            r = ints[_u(refs + block)] - 1
+            ints[_u(refs + block)] = r
+            if r == 0:
+                ints[_u(stack + top)] = block
+                top += 1
+        r = ints[_u(rrefs + row)] - 1
+        ints[_u(rrefs + row)] = r
+        if r == 0:
+            ints[_u(rstack + rtop)] = row
+            rtop += 1
+    ints[TOP], ints[RTOP] = top, rtop
+    ints[_u(rec + LEN)] = 0
+    return OK
+
+
+@njit(cache=True)
+def last_slot(rows, ints, seq):
+    if _u(seq) >= _u(ints[MAX_SEQS]):
+        return E_SEQ_RANGE
+    rec = HEADER + REC * seq
+    n = ints[_u(rec + LEN)] - 1
+    if n < 0:
+        return E_INACTIVE
+    sh = ints[BLOCK_SHIFT]
+    col = (n >> sh) & ((1 << ints[ROW_SHIFT]) - 1)
+    return slot_of_jit(np.int64(rows[_u(ints[_u(rec + LAST)]), _u(col)]), n, sh)
+
+
+@njit(cache=True, inline="always")
+def _next_stamp(ints):
+    """A fresh stamp (``stamp << 1``) for duplicate detection; marks are reset, keeping their shared bits,
+    only when it wraps."""
+    if ints[STAMP] >= STAMP_LIMIT:
+        for r in range(ints[MAX_SEQS]):
+            ints[_u(HEADER + REC * r + MARK)] &= SHARED
+        ints[STAMP] = 0
+    ints[STAMP] += 1
+    return np.int64(ints[STAMP]) << 1
+
+
+@njit(cache=True, inline="always")
+def _reserve(rows, ints, seq_ids):
+    """A tight pool's step keeps the validate-then-reserve order (as C's): every id valid for an append and
+    listed once, then the exact need of blocks against the pool (rows need no count: the row pool holds the
+    worst case). Returns ``(code, detail)``; changes only marks."""
+    nseq, cols, sh, rs = _u(ints[MAX_SEQS]), ints[MAX_BLOCKS], ints[BLOCK_SHIFT], ints[ROW_SHIFT]
+    refs = np.int64(ints[REFS])
+    rmask = (1 << rs) - 1
+    stamp2 = _next_stamp(ints)
+    for i in range(seq_ids.shape[0]):
+        seq = seq_ids[_u(i)]
+        if _u(seq) >= nseq:
+            return E_SEQ_RANGE, i
+        rec = HEADER + REC * seq
+        n = ints[_u(rec + LEN)]
+        if n == 0:
+            return E_INACTIVE, i
+        if (n & ((1 << sh) - 1)) == 0 and (n >> sh) >= cols:
+            return E_TOO_LONG, i
+        mark = ints[_u(rec + MARK)]
+        if (mark | SHARED) == (stamp2 | SHARED):
+            return E_DUPLICATE, i
+        ints[_u(rec + MARK)] = stamp2 | (mark & SHARED)
+    need = 0
+    for i in range(seq_ids.shape[0]):
+        seq = seq_ids[_u(i)]
+        rec = HEADER + REC * seq
+        n = ints[_u(rec + LEN)]
+        if (n & ((1 << sh) - 1)) == 0:
+            need += 1
+        elif ints[_u(rec + MARK)] & SHARED:
+            need += ints[_u(refs + rows[_u(ints[_u(rec + LAST)]), _u((n >> sh) & rmask)])] > 1
+    if need > ints[TOP]:
+        return E_NO_BLOCKS, need
+    return OK, 0
+
+
+@njit(cache=True, inline="always")
+def _undo_row_copy(ints, rec, seq, k, row, rtop):
+    """If ``row`` is a copy this step made (the newest row popped and not yet given back), put the original
+    back in the directory and the record and return the copy to the pool. Returns the new ``rtop``."""
+    if rtop < ints[RTOP0] and ints[_u(ints[RSTACK] + rtop)] == row:
+        orig = np.int64(ints[_u(rec + SAVED_ROW)])
+        ints[_u(ints[RREFS] + orig)] += 1
+        ints[_u(ints[RREFS] + row)] = 0
+        ints[_u(ints[DIRS] + seq * np.int64(ints[DIR_LEN]) + k)] = orig
+        ints[_u(rec + LAST)] = orig
+        return rtop + 1
+    return rtop
+
+
+@njit(cache=True, inline="always")
+def _fail(rows, ints, seq_ids, cow_out, slot_out, count, cows, rc):
+    """Roll back the first ``count`` appends of a failed one-pass step, newest first (C's rollback, plus the
+    rows the step took: a fresh row at a row boundary, a row copy before writing into a shared row), put back
+    the slots and CoW pairs it overwrote, and return ``(rc, count)``. Stack entries above ``top`` and
+    ``rtop`` are never overwritten within a step, so giving a block or a row back is ``+= 1``; rows the step
+    took are exactly the free-row stack's entries from ``rtop`` up to the step's start (``RTOP0``)."""
+    sh, rs = ints[BLOCK_SHIFT], ints[ROW_SHIFT]
+    rmask = (1 << rs) - 1
+    refs, saved_cows = np.int64(ints[REFS]), np.int64(ints[COWS])
+    top, rtop, c = ints[TOP], ints[RTOP], cows
+    for k in range(count - 1, -1, -1):
+        seq = seq_ids[_u(k)]
+        rec = HEADER + REC * seq
+        n = ints[_u(rec + LEN)] - 1
+        ints[_u(rec + LEN)] = n
+        ints[_u(rec + MARK)] |= SHARED
+        j = np.int64(n >> sh)
+        col = j & rmask
+        row = np.int64(ints[_u(rec + LAST)])
+        block = np.int64(rows[_u(row), _u(col)])
+        if (n & ((1 << sh) - 1)) == 0:
+            ints[_u(refs + block)] = 0
+            top += 1
+            if col == 0:  # a fresh row: give it back; the previous row holds the last block again
+                ints[_u(ints[RREFS] + row)] = 0
+                rtop += 1
+                ints[_u(rec + LAST)] = ints[_u(ints[DIRS] + seq * np.int64(ints[DIR_LEN]) + (j >> rs) - 1)]
+            else:
+                rtop = _undo_row_copy(ints, rec, seq, j >> rs, row, rtop)
+        elif c > 0 and block == cow_out[_u(c - 1), 1]:
+            c -= 1
+            src = cow_out[_u(c), 0]
+            ints[_u(refs + src)] += 1
+            ints[_u(refs + block)] = 0
+            top += 1
+            before = rtop
+            rtop = _undo_row_copy(ints, rec, seq, j >> rs, row, rtop)
+            if rtop == before:  # the row was the sequence's own: write the shared block back
+                rows[_u(row), _u(col)] = src
+        slot_out[_u(k)] = _load(ints, rec + SAVED)
+    ints[TOP], ints[RTOP] = top, rtop
+    for c in range(cows):
+        cow_out[_u(c), 0] = _load(ints, saved_cows + 4 * c)
+        cow_out[_u(c), 1] = _load(ints, saved_cows + 4 * c + 2)
+    return rc, count
+
+
+@njit(cache=True, inline="always")
+def _copy_on_write(rows, ints, row, col, src, cow_out, cows):
+    """Give the (private) row a private copy of its shared block ``src`` at column ``col``; record the pair
+    (keeping the buffer's old entry for a rollback). Returns the new block."""
+    refs = np.int64(ints[REFS])
+    top = ints[TOP] - 1
+    ints[TOP] = top
+    dst = np.int64(ints[_u(ints[STACK] + top)])
+    ints[_u(refs + dst)] = 1
+    ints[_u(refs + src)] -= 1
+    rows[_u(row), _u(col)] = dst
+    at = np.int64(ints[COWS]) + 4 * cows
+    for k in range(2):
+        old = cow_out[_u(cows), _u(k)]
+        ints[_u(at + 2 * k)] = old
+        ints[_u(at + 2 * k + 1)] = old >> 32
+    cow_out[_u(cows), 0] = src
+    cow_out[_u(cows), 1] = dst
+    return dst
+
+
+# One function on purpose, as C's: this loop is the batched step (validation, append and slot write fused).
+@njit(cache=True)
+def decode_step(rows, ints, seq_ids, cow_out, slot_out):  # noqa: C901
+    n = seq_ids.shape[0]
+    if slot_out.shape[0] < n or cow_out.shape[0] < n:
+        return E_BUFFER, n
+    if n > ints[TOP]:  # a tight pool: validate and count the exact need first
+        rc, detail = _reserve(rows, ints, seq_ids)
+        if rc != OK:
+            return rc, detail
+    # One pass: the pools cover the step now, so only a bad id can stop it, and _fail undoes what was done.
+    stamp2 = _next_stamp(ints)
+    nseq, cols = _u(ints[MAX_SEQS]), ints[MAX_BLOCKS]
+    sh, rs = ints[BLOCK_SHIFT], ints[ROW_SHIFT]
+    mask, rmask = (1 << sh) - 1, (1 << rs) - 1
+    refs, stack, rrefs = np.int64(ints[REFS]), np.int64(ints[STACK]), np.int64(ints[RREFS])
+    ints[RTOP0] = ints[RTOP]
+    cows = 0
+    for i in range(n):
+        seq = seq_ids[_u(i)]
+        if _u(seq) >= nseq:
+            return _fail(rows, ints, seq_ids, cow_out, slot_out, i, cows, E_SEQ_RANGE)
+        rec = HEADER + REC * seq
+        mark = ints[_u(rec + MARK)]
+        if mark == stamp2:  # appended earlier in this step (which leaves exactly stamp2): listed twice
+            return _fail(rows, ints, seq_ids, cow_out, slot_out, i, cows, E_DUPLICATE)
+        length = ints[_u(rec + LEN)]
+        off = length & mask
+        j = np.int64(length >> sh)
+        col = j & rmask
+        row = np.int64(ints[_u(rec + LAST)])
+        if off == 0:  # empty and full sequences sit on a boundary: the length checks live only here
+            if length == 0:
+                return _fail(rows, ints, seq_ids, cow_out, slot_out, i, cows, E_INACTIVE)
+            if j >= cols:
+                return _fail(rows, ints, seq_ids, cow_out, slot_out, i, cows, E_TOO_LONG)
+            copy = col != 0 and (mark & SHARED) != 0 and ints[_u(rrefs + row)] != 1
+            if (col == 0 or copy) and ints[RTOP] == 0:  # never (see E_ROWS); kept off the rows' bounds
+                return _fail(rows, ints, seq_ids, cow_out, slot_out, i, cows, E_ROWS)
+            top = ints[TOP] - 1
+            ints[TOP] = top
+            block = np.int64(ints[_u(stack + top)])
+            ints[_u(refs + block)] = 1
+            if col == 0:  # the block opens a row
+                row = _pop_row(ints)
+                ints[_u(ints[DIRS] + seq * np.int64(ints[DIR_LEN]) + (j >> rs))] = row
+                ints[_u(rec + LAST)] = row
+            elif copy:
+                row = _copy_row(rows, ints, rec, seq, row, j >> rs, col)
+            rows[_u(row), _u(col)] = block
+        else:
+            block = np.int64(rows[_u(row), _u(col)])
+            if mark & SHARED and ints[_u(refs + block)] != 1:
+                if ints[_u(rrefs + row)] != 1:
+                    if ints[RTOP] == 0:
+                        return _fail(rows, ints, seq_ids, cow_out, slot_out, i, cows, E_ROWS)
+                    row = _copy_row(rows, ints, rec, seq, row, j >> rs, col + 1)
+                block = _copy_on_write(rows, ints, row, col, block, cow_out, cows)
+                cows += 1
+        ints[_u(rec + MARK)] = stamp2  # the sequence's last block (and row) is its own now
+        ints[_u(rec + LEN)] = length + 1
+        old = slot_out[_u(i)]  # a failed step leaves the caller's buffers untouched: keep what it overwrites
+        ints[_u(rec + SAVED)] = old
+        ints[_u(rec + SAVED + 1)] = old >> 32
+        slot_out[_u(i)] = (block << sh) | off
+    return cows, 0
+
+
+@njit(cache=True)
+def lookup(rows, ints, seq_ids, slot_out):
+    nseq, sh = _u(ints[MAX_SEQS]), ints[BLOCK_SHIFT]
+    rmask = (1 << ints[ROW_SHIFT]) - 1
+    n = seq_ids.shape[0]
+    if slot_out.shape[0] < n:
+        return E_BUFFER, n
+    for i in range(n):
+        seq = seq_ids[_u(i)]
+        if _u(seq) >= nseq:
+            return E_SEQ_RANGE, i
+        rec = HEADER + REC * seq
+        m = ints[_u(rec + LEN)] - 1
+        if m < 0:
+            return E_INACTIVE, i
+        block = np.int64(rows[_u(ints[_u(rec + LAST)]), _u((m >> sh) & rmask)])
+        slot_out[_u(i)] = slot_of_jit(block, m, sh)
+    return OK, 0
+
+
+KERNELS = Kernels(can_allocate, allocate, append, fork, free, decode_step, lookup, last_slot)
+
+
+class FlatRowsBlockManager(CompiledBlockManager):
+    """``flat-rows``: a two-level flat table (directories of 64-byte rows from a row pool), Numba kernels."""
+
+    kernels = KERNELS
+
+    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
+                 max_blocks_per_seq: int = 256) -> None:
+        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
+        n, s = self.num_blocks, self.max_seqs
+        lay = self.layout = layout(n, s, self.max_blocks_per_seq)
+        if lay.size > INT32_MAX:
+            raise MemoryError(f"{self!r}: {lay.size} int32 entries of state exceed flat-rows' int32 offsets "
+                              "(2**31 - 1): lower num_blocks or max_seqs")
+        self.rows = np.zeros((lay.num_rows, lay.ids_per_row), dtype=table_dtype(n))
+        ints = self.ints = np.zeros(lay.size, dtype=np.int32)
+        ints[[TOP, NUM_BLOCKS, BLOCK_SHIFT, RTOP, NUM_ROWS, ROW_SHIFT, MAX_SEQS, MAX_BLOCKS, DIR_LEN]] = (
+            n, n, self.block_shift, lay.num_rows, lay.num_rows, lay.ids_per_row.bit_length() - 1, s,
+            self.max_blocks_per_seq, lay.dir_len)
+        ints[[DIRS, REFS, STACK, RREFS, RSTACK, COWS]] = (lay.dirs, lay.refs, lay.stack, lay.rrefs, lay.rstack,
+                                                          lay.cows)
+        # the tops of both stacks hand out 0, 1, 2, ... (C's block order)
+        ints[lay.stack : lay.stack + n] = np.arange(n - 1, -1, -1, dtype=np.int32)
+        ints[lay.rstack : lay.rstack + lay.num_rows] = np.arange(lay.num_rows - 1, -1, -1, dtype=np.int32)
+        self._lens = ints[HEADER + LEN : lay.dirs : REC]
+        self._last = ints[HEADER + LAST : lay.dirs : REC]
+        self._dirs = ints[lay.dirs : lay.refs].reshape(s, lay.dir_len)
+        self._refs = ints[lay.refs : lay.stack]
+        self._row_refs = ints[lay.rrefs : lay.rstack]
+        self.state = (self.rows, ints)
+
+    def memory_bytes(self) -> int:
+        """``rows`` (64 B per row: :func:`row_count` rows, about 2 B per block plus 128 B per sequence, or C's
+        table size if smaller) and ``ints``: per sequence a 32 B record, a directory of ``ceil(max_blocks_per_seq
+        / ids_per_row)`` int32 row indices and 16 B for a failed step's CoW pairs; per block 12 B (ref count and
+        stack slot, plus the int32 ids the stack is filled from), per row 12 B likewise."""
+        lay = layout(self.num_blocks, self.max_seqs, self.max_blocks_per_seq)
+        return lay.num_rows * ROW_BYTES + 4 * lay.size + 4 * (self.num_blocks + lay.num_rows)
+
+    def num_free_blocks(self) -> int:
+        return int(self.ints[TOP])
+
+    def rows_in_use(self) -> int:
+        """Rows of the pool held by some directory (the rest are free)."""
+        return self.layout.num_rows - int(self.ints[RTOP])
+
+    def _row_ids(self, seq_id: int) -> np.ndarray:
+        blocks = -(-int(self._lens[seq_id]) // self.block_size)
+        return self._dirs[seq_id, : -(-blocks // self.layout.ids_per_row)]
+
+    def _table(self, seq_id: int) -> list[int]:
+        blocks = -(-int(self._lens[seq_id]) // self.block_size)
+        return self.rows[self._row_ids(seq_id)].reshape(-1)[:blocks].tolist()
+
+    def _ref(self, block_id: int) -> int:
+        return int(self._refs[block_id])
+
+    def _table_nbytes(self, seq_id: int) -> int:
+        # The sequence's directory (preallocated) and the rows it points at (a shared row counts for each).
+        return 4 * self.layout.dir_len + ROW_BYTES * len(self._row_ids(seq_id))
+
+    def _fail(self, code: int, seq: int = -1, **context: object) -> None:
+        if code == E_ROWS:  # pragma: no cover - unreachable: the row pool holds the worst case
+            raise AssertionError(f"{self!r}: row pool exhausted ({self.layout.num_rows} rows); a bug in flat-rows")
+        super()._fail(code, seq, **context)
