@@ -71,7 +71,7 @@ RECORDS: tuple[Impl, ...] = (
     Impl("flat", "impls.designs.flat:FlatBlockManager", "design", "C flat", "flat table + free stack", "#009E73", "C"),
     # Not the article's design (no letter): C's table in two levels, rows from a pool.
     Impl("flat-rows", "impls.designs.flat_rows:FlatRowsBlockManager", "design", "flat-rows",
-         "two-level flat table: 64-byte rows from a row pool", "#117733"),
+         "two-level flat table: 64-byte rows from a row pool", "#EE3377"),
     Impl("dict-jit", "impls.designs.dict_jit:DictJitBlockManager", "twin", "A' dict-jit", "A compiled (typed.Dict)",
          "#9CD3F5", "A"),
     Impl("list-jit", "impls.designs.list_jit:ListJitBlockManager", "twin", "B' list-jit",

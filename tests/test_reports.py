@@ -113,7 +113,7 @@ def test_the_paper_table_has_rows_only_for_cells_that_ran_and_names_the_rest(tmp
     assert "— (—)" not in text and "missing" not in text
     note = next(line for line in text.splitlines() if line.startswith("Not in this run:"))
     assert "per-call, step regime of `dict`" in note and "--impl dict --regime per-call,step" in note
-    assert "`list`, `dict-jit`, `list-jit`" in note and "`cpp-dict` (no C++ compiler)" in note
+    assert "`list`, `flat-rows`, `dict-jit`, `list-jit`" in note and "`cpp-dict` (no C++ compiler)" in note
 
 
 def test_the_readme_section_leads_with_misses_and_lists_only_what_ran(tmp_path: Path) -> None:

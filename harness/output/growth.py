@@ -290,7 +290,8 @@ def _panel(ax, run: RunData, family: str, metric: str, found: dict[tuple[str, st
 
 def fig_growth(run: RunData, found: list[Slope]):
     """Families as rows, metrics as columns, log-log; ``None`` when the run has no scale-sweep points."""
-    from harness.output.plots import _finish, _new_figure
+    from harness.output.drawing import finish as _finish
+    from harness.output.drawing import new_figure as _new_figure
 
     families = [f for f in SWEEPS if len(family_sizes(run, f)) >= 2]
     if not families:
