@@ -185,11 +185,18 @@ def _rate_words(art: pd.DataFrame, meta: dict) -> str:
             "comparable figure.")
 
 
+def _has_operations(run: RunData, regime: str) -> bool:
+    """Whether the regime has per-operation figures for designs A/B/C (the step regime times whole steps only:
+    the article's per-operation table has nothing to set beside it; its rows are in the tables and op_latency)."""
+    return any(run.get(PAPER, i, regime, "seq_step_ns") is not None
+               and run.get(PAPER, i, regime, "lookup_ns") is not None
+               and run.get(PAPER, i, regime, "lookup_ns")["status"] != "skipped" for i in SCHEMES.values())
+
+
 def fig_paper_vs_article(run: RunData) -> Figure | None:
     """The article's table measured, one regime per row (batched first), each of our bars labelled with its
     ratio to ``flat`` in the same run [paired interval], the article's C++ figures beside."""
-    regimes = [r for r in run.regimes(PAPER, "seq_step_ns")
-               if any(run.get(PAPER, i, r, "seq_step_ns") is not None for i in SCHEMES.values())]
+    regimes = [r for r in run.regimes(PAPER, "seq_step_ns") if _has_operations(run, r)]
     if not regimes:
         log.warning("paper_vs_article: no figures for designs A/B/C in the %s scenario", PAPER)
         return None

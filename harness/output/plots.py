@@ -160,13 +160,17 @@ def _op_panel(ax: Axes, run: RunData, regime: str, impls: list[str], art: pd.Dat
     width = 0.84 / len(impls)
     spreads: set[str] = set()
     reps_seen: set[int] = set()
+    whole_only = _whole_steps_only(run, regime, impls)
+    if whole_only:
+        ax.text(0.01, 0.5, "this regime times each step() call as one region: no per-operation figures",
+                transform=ax.transAxes, ha="left", va="center", fontsize=8, color="0.35")
     for g, metric in enumerate(OP_METRICS):
         for k, impl in enumerate(impls):
             x = g - 0.42 + width * (k + 0.5)
             row = run.get(PAPER, impl, regime, metric)
             v = run.value(PAPER, impl, regime, metric)
             if math.isnan(v) or v <= 0:
-                if row is not None:
+                if row is not None and not (whole_only and row["status"] == "skipped"):
                     word_at(ax, x, status_word(row, run.meta) if math.isnan(v) else "0")
                 continue
             ax.bar(x, v, width, color=color(impl), edgecolor="white", linewidth=0.4)
@@ -174,6 +178,12 @@ def _op_panel(ax: Axes, run: RunData, regime: str, impls: list[str], art: pd.Dat
             spreads.add(_op_spread(ax, run, impl, regime, metric, x, v))
             _op_article(ax, art, impl, metric, x)
     return spreads - {""}, reps_seen
+
+
+def _whole_steps_only(run: RunData, regime: str, impls: list[str]) -> bool:
+    """Whether every per-operation figure of the panel was skipped (the step regime's whole-step timing)."""
+    rows = [run.get(PAPER, i, regime, m) for i in impls for m in OP_METRICS if m != "seq_step_ns"]
+    return bool(rows) and all(r is not None and r["status"] == "skipped" for r in rows)
 
 
 SPREAD_WORDS = {"ci": "whiskers: 95 % bootstrap interval", "reps": "per-op whiskers: min–max over repetitions",
