@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -97,7 +98,10 @@ class OsExitInCall(DictBlockManager):
 
 
 class HangsInDecode(DictBlockManager):
+    """Starts a helper process (as a plug-in, or our own callgrind study, may), then loops for ever."""
+
     def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         while True:
             pass
 
