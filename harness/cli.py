@@ -485,8 +485,10 @@ def build_parser() -> Parser:
                                    "(impls/core/reference.py), compared after every call up to a renaming of block "
                                    "ids; "
                                    "failed calls must leave the state as it was; the batched step must equal the "
-                                   "same appends made one at a time; then the full 65,536-block pool. Prints the "
-                                   "shortest failing call sequence as runnable Python. Exit 0 only when it conforms.")
+                                   "same appends made one at a time; inputs must be left as they were and "
+                                   "table_nbytes an int from 0 to 2**40 (or None); then the full 65,536-block pool. "
+                                   "Prints the shortest failing call sequence as runnable Python. Exit 0 only when it "
+                                   "conforms.")
     p.add_argument("impl", help="a registered name, package.module:Class, or a kvblock_bench.impls entry point")
     p.add_argument("--seeds", type=positive_int, default=2, help="independent random runs (default 2)")
     p.add_argument("--examples", type=positive_int, default=100, help="call sequences per seed (default 100)")

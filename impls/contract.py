@@ -167,6 +167,23 @@ MAX_SEQ_TOKENS = 2**31 - 1
 # - slots (int64): the largest slot is num_blocks * block_size - 1 < 2**31 * 2**30 = 2**61, so int64 slots
 #   never overflow under the two caps above.
 
+# ``table_nbytes`` answers None (the design cannot tell) or a byte count: an int (or NumPy integer, not bool) from 0
+# to MAX_TABLE_NBYTES, a terabyte, more than any one sequence's table could hold on any machine.
+MAX_TABLE_NBYTES = 2**40
+
+
+def table_nbytes_problem(value: object) -> str:
+    """What is wrong with ``value`` as an answer of ``table_nbytes`` ("" when nothing): see MAX_TABLE_NBYTES."""
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):  # never the object's own repr
+        shown = repr(float(value)) if isinstance(value, float) else f"a value of type {type(value).__name__}"
+        return f"table_nbytes returned {shown}, not an int byte count or None"
+    if not 0 <= value <= MAX_TABLE_NBYTES:
+        bits = abs(int(value)).bit_length()
+        return f"table_nbytes returned {value if bits <= 64 else f'an int of {bits} bits'}, outside 0 to 2**40 bytes"
+    return ""
+
 
 @runtime_checkable
 class BlockManager(Protocol):

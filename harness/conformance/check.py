@@ -19,6 +19,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from .machine import ContractMachine, contract_machine
 
 DEFAULT_SEEDS = (0,)
+MESSAGE_CHARS = 2000  # a failure's message as printed (an implementation's own exception may be far longer)
 
 
 @dataclass
@@ -37,7 +38,12 @@ class Failure:
         return [step for step in self.steps if step != "state.same_state()"]
 
     def __str__(self) -> str:
-        return f"seed {self.seed}: {self.error_type}: {self.message} (after {len(self.calls)} calls)"
+        return f"seed {self.seed}: {self.error_type}: {_cut(self.message)} (after {len(self.calls)} calls)"
+
+
+def _cut(text: str) -> str:
+    """``text`` cut to :data:`MESSAGE_CHARS` characters."""
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "…"
 
 
 @dataclass
@@ -79,7 +85,7 @@ def render_reproduction(cls: type, config: dict[str, int], steps: list[str], err
         "(impls/core/reference.py).",
         "# The machine below holds a fresh instance next to the model; each call runs on both and compares them,",
         "# same_state() compares free counts, tables and ref counts (harness.conformance). The last line raises",
-        f"# {error.splitlines()[0] if error else ''}",
+        f"# {_cut(error.splitlines()[0]) if error else ''}",
         "from harness.conformance import contract_machine",
         import_line,
         "",

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from impls import NoFreeBlocksError
-from impls.contract import supports_prefix_caching
+from impls.contract import supports_prefix_caching, table_nbytes_problem
 from impls.core.reference import ReferenceModel
 
 from .idmap import IdMap
@@ -80,6 +80,13 @@ def hash_value(h: int, kind: str = "int") -> object:
     if kind in ("uint64", "int64"):
         return np.dtype(kind).type(h % 2**63)
     return h
+
+
+def _unchanged(label: str, name: str, given: object, original: object) -> None:
+    """A call's input must be as it was handed over: the contract's inputs are read-only (a design that writes
+    into them changes the workload of whoever holds the array, as a scheduler does its batch)."""
+    assert np.array_equal(np.asarray(given), np.asarray(original)), (
+        f"{label} wrote into its inputs: {name} became {np.asarray(given).tolist()}")
 
 
 def snapshot(mgr: Any, config: dict[str, int]) -> tuple:
@@ -245,6 +252,7 @@ class ContractMachine(RuleBasedStateMachine):
         cow_out, slot_out = np.full((n, 2), SENTINEL, np.int64), np.full(n, SENTINEL, np.int64)
         expected, error = self._expect(lambda: self.model.decode_step(seqs))
         ok, ncow = self._run(self.mgr, label, lambda m: m.decode_step(ids, cow_out, slot_out), error)
+        _unchanged(label, "seq_ids", ids, seqs)
         if not ok:
             return
         cows, slots = expected
@@ -270,6 +278,8 @@ class ContractMachine(RuleBasedStateMachine):
     def allocate_cached(self, seq: int, tokens: int, hashes: list[int], form: str = "ok") -> None:
         chain = chain_array(hashes, form)
         _, expected, got = self._call("allocate_cached", seq, tokens, chain)
+        _unchanged(f"{self.name}.allocate_cached({seq}, {tokens}, {hashes})", "hash chain", chain,
+                   chain_array(hashes, form))
         assert got == expected, f"{self.name}.allocate_cached({seq}, {tokens}, {hashes}) served {got!r} tokens " \
                                 f"from the cache, the model {expected!r}"
 
@@ -284,6 +294,7 @@ class ContractMachine(RuleBasedStateMachine):
         slot_out = np.full(len(seqs), SENTINEL, np.int64)
         slots, error = self._expect(lambda: [self.model.last_slot(s) for s in seqs])
         ok, _ = self._run(self.mgr, label, lambda m: m.lookup(ids, slot_out), error)
+        _unchanged(label, "seq_ids", ids, seqs)
         if ok:
             self._slots(label, slots, slot_out)
             per_call = [self.twin.last_slot(s) for s in seqs]
@@ -324,6 +335,8 @@ class ContractMachine(RuleBasedStateMachine):
         length = mgr.seq_len(seq)
         assert length == model.lens[seq], f"{self.name}: {seq} has {length} tokens, the model {model.lens[seq]}"
         table = list(mgr.block_table(seq))
+        problem = table_nbytes_problem(mgr.table_nbytes(seq))
+        assert not problem, f"{self.name}: {problem} for sequence {seq}"
         expected = model.tables[seq]
         assert len(table) == len(expected), f"{self.name}: table of {seq} is {table}, the model's {expected}"
         for model_id, impl_id in zip(model.tables[seq], table, strict=True):

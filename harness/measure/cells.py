@@ -24,8 +24,10 @@ from harness.measure.drivers import Prepared, native_arrays
 from harness.measure.failures import blamed_on
 from harness.measure.interleave import FAST_REPS, Driver, Key, Replays, interleaved, slice_bounds, verify_slots
 from harness.measure.paced_study import paced_study_rows
+from harness.measure.replay import ReplayError
 from harness.measure.steptimes import StepTimes
 from harness.output.results import Row
+from impls.contract import table_nbytes_problem
 from scenarios import Trace
 from scenarios.trace import trace_uses_caching
 
@@ -114,7 +116,9 @@ class CellBench:
                          f"first steps through the {driver.kind} driver (compile or cache load)", driver=driver.kind)
 
     def _first_steps(self, driver: Driver) -> bool:
-        driver.advance(driver.new())(0, min(WARM_STEPS, self.prep.num_steps))
+        steps = min(WARM_STEPS, self.prep.num_steps)
+        driver.advance(driver.new())(0, steps)
+        driver.check_inputs(0, steps)  # a design that wrote into its inputs fails saying so, not later on them
         if driver.kind == "native":
             verify_slots(driver)
         return True
@@ -173,7 +177,10 @@ class CellBench:
                 row.driver = "python"
                 self.rows.append(row)
         sizes = [mgr.table_nbytes(row) for row in np.flatnonzero(self.trace.final_lens).tolist()]
-        if sizes and sizes[0] is not None:
+        problem = next(filter(None, map(table_nbytes_problem, sizes)), "")
+        if problem:  # an answer outside the contract fails the cell, as a wrong slot would
+            raise ReplayError(f"{problem}, for a sequence live at the end of the trace")
+        if sizes and None not in sizes:
             self.row(impl, regime, "table_bytes_per_seq", float(np.mean(sizes)), "B", "design introspection",
                      f"mean over the {len(sizes)} live sequences at the end (see the design's _table_nbytes)")
         else:
@@ -198,6 +205,7 @@ class CellBench:
         advance = driver.advance(driver.new())
         advance(0, lo)
         counts = allocations_per_step(advance, lo, hi)
+        driver.check_inputs(0, hi)
         if driver.kind == "native":  # first: reports show the first measured row of a figure
             self._native_allocations(driver, lo, hi)
         for metric, value, source in (("allocs_per_step", counts[0], "memray"),

@@ -4,13 +4,15 @@ An exception is the design's when the trace check rejected what the design did (
 it was raised while the design's own code was running: its traceback passes through a module of the
 implementation's class or of one of its base classes (our base classes included: a design that calls them
 wrongly fails in them). ``SystemExit`` raised there counts too: a plug-in that exits fails its cells, it does not
-end the run. Anything else is ours: it propagates, with its traceback, and is never recorded as a design's
-failure.
+end the run; so does any other ``BaseException`` it raises, ``KeyboardInterrupt`` included where it cannot be the
+user's: in a process that ignores SIGINT (a worker, :mod:`harness.measure.workers`), only code raises it.
+Anything else is ours: it propagates, with its traceback, and is never recorded as a design's failure.
 """
 
 from __future__ import annotations
 
 import inspect
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -24,7 +26,12 @@ REASON_CHARS = 400  # a failure's reason as recorded: one line, at most this lon
 
 def short_reason(exc: BaseException) -> str:
     """``Type: message`` on one line, cut to :data:`REASON_CHARS` characters."""
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    try:
+        message = str(exc)
+    except Exception:  # a design's exception may fail to print, too
+        message = "(its message cannot be printed)"
+    message = " ".join(message[: 4 * REASON_CHARS].split())  # a huge message is cut before it is worked on
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
 
 
@@ -55,6 +62,12 @@ def is_design_failure(exc: BaseException, cls: type) -> bool:
     return False
 
 
+def users_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is an interruption from the user (Ctrl-C, SIGTERM): a ``KeyboardInterrupt`` in a process
+    that does not ignore SIGINT (a worker ignores it, so there only code raises one)."""
+    return isinstance(exc, KeyboardInterrupt) and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+
+
 @contextmanager
 def blamed_on(impl: str, cls: type) -> Iterator[None]:
     """Turn a design's failure inside the block into :class:`DesignFailure`; let anything else through."""
@@ -62,7 +75,7 @@ def blamed_on(impl: str, cls: type) -> Iterator[None]:
         yield
     except DesignFailure:
         raise
-    except (Exception, SystemExit) as exc:
-        if not is_design_failure(exc, cls):
+    except BaseException as exc:  # a design may raise or exit with anything (see the module docstring)
+        if users_interrupt(exc) or not is_design_failure(exc, cls):
             raise
         raise DesignFailure(impl, short_reason(exc)) from exc

@@ -20,7 +20,7 @@ from pathlib import Path
 from harness.errors import DesignFailure
 from harness.measure.cells import CellBench, TimingResult
 from harness.measure.drivers import Prepared
-from harness.measure.failures import blamed_on, short_reason
+from harness.measure.failures import blamed_on, short_reason, users_interrupt
 from harness.measure.threads import pin_one_thread
 from harness.measure.workers import Events
 from harness.output.results import Row
@@ -74,7 +74,9 @@ def probe(name: str) -> ImplInfo:
         cls = load_impl(name)
     except registry.PluginError as exc:
         return ImplInfo(name, False, str(exc))
-    except (Exception, SystemExit) as exc:  # a plug-in's module may raise anything at import, or exit
+    except BaseException as exc:  # a plug-in's module may raise anything at import, or exit
+        if users_interrupt(exc):
+            raise
         return ImplInfo(name, False, f"implementation {name!r} could not be imported: {short_reason(exc)}")
     return describe(name, cls)
 
@@ -131,7 +133,9 @@ def _bench(job: ScenarioJob, events: Events) -> CellBench:
         events.cell((name, job.cells[0][1]))
         try:
             classes[name] = load_impl(name)
-        except (Exception, SystemExit) as exc:
+        except BaseException as exc:  # as in probe()
+            if users_interrupt(exc):
+                raise
             failed[name] = short_reason(exc)
     events.cell(None)
     pin_one_thread()  # torch arrives with the designs that need it: held to one thread before anything runs
@@ -248,6 +252,7 @@ class CheckResult:
 def run_check(job: CheckJob, events: Events) -> CheckResult:
     """The contract checker on one implementation, then the full pool: the verdict as printed text."""
     from harness.conformance import check
+    from harness.conformance.inputs import input_problems
     from harness.conformance.pool import full_pool_problems
     from impls.contract import supports_prefix_caching
 
@@ -259,12 +264,14 @@ def run_check(job: CheckJob, events: Events) -> CheckResult:
     try:
         with blamed_on(job.name, cls):  # an exit or an exception Hypothesis does not catch is the verdict too
             verdict = check(cls, seeds=range(job.seeds), max_examples=job.examples, step_count=job.ops)
+            inputs = input_problems(cls) if verdict.ok else []
             problems = full_pool_problems(cls) if verdict.ok else []
     except DesignFailure as exc:
         return CheckResult(False, f"{job.name}: FAILS: {exc.reason}", supports_prefix_caching(cls))
     events.cell(None)
-    lines = [str(verdict), *(f"full pool: {problem}" for problem in problems)]
-    return CheckResult(verdict.ok and not problems, "\n".join(lines), supports_prefix_caching(cls))
+    lines = [str(verdict), *(f"inputs: {problem}" for problem in inputs),
+             *(f"full pool: {problem}" for problem in problems)]
+    return CheckResult(verdict.ok and not inputs and not problems, "\n".join(lines), supports_prefix_caching(cls))
 
 
 def execute(job: object, events: Events) -> object:

@@ -71,12 +71,13 @@ def kinds_of(prep: Prepared, makers: dict[tuple[str, str], Callable], whole_step
     classes = classes or {}
     kinds = [PacedKind("-", "-", "idle", lambda: (None, _unchecked))]
     for (impl, regime), make in makers.items():
-        cls = classes.get((impl, regime))
+        cls, own = classes.get((impl, regime)), prep.private()  # a design writing into its inputs harms only its own
         kinds.append(PacedKind(impl, regime, "calls",
-                               lambda make=make, regime=regime: (step_runner(prep, make(), regime), _unchecked),
+                               lambda make=make, regime=regime, own=own: (step_runner(own, make(), regime), _unchecked),
                                cls=cls))
         if (impl, regime) in whole_step:
-            kinds.append(PacedKind(impl, regime, "step", lambda make=make: whole_step_paced(prep, make), cls=cls))
+            kinds.append(PacedKind(impl, regime, "step", lambda make=make, own=own: whole_step_paced(own, make),
+                                   cls=cls))
     kinds.append(PacedKind(*FLOOR, "floor", lambda: (floor_runner(prep), _unchecked)))
     return kinds
 

@@ -191,9 +191,11 @@ def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: Ru
         studies = _supervised(shared, 0, [c for c in plan.cells if c not in merged.failed],
                               lambda cells: _studies_job(plan, trace_path, digest, cells, cfg, shared, base), failed)
         if studies is not None:
-            rows += studies.rows + [Row(plan.scenario, *c, "correctness", float("nan"), "", "trace check", reason,
-                                        "failed") for c, reason in studies.failed.items() if c not in merged.failed]
+            rows += studies.rows
             raw.update(studies.raw)
+        late = {**failed, **(studies.failed if studies is not None else {})}  # cells that failed in the studies
+        rows += [Row(plan.scenario, *c, "correctness", float("nan"), "", "trace check", "failed",
+                     f"in the studies: {reason}") for c, reason in late.items() if c not in merged.failed]
     return rows, raw
 
 
@@ -217,7 +219,7 @@ def _supervised(shared: Shared, worker: int, cells: list[Cell], make_job, failed
         except CellDied as died:
             if died.cell is None or tuple(died.cell) not in live:
                 raise WorkerBug(str(died)) from None
-            failed[tuple(died.cell)] = died.reason
+            failed[tuple(died.cell)] = f"its worker process {died.reason}"
             shared.bar.status(f"{died.cell[0]} {died.cell[1]}: {died.reason}; measuring the others again")
 
 

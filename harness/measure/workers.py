@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import signal
 import time
 import traceback
@@ -68,8 +69,11 @@ class Events:
 
 def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the worker
     """The worker's loop: receive a job, run it, send its result (or our exception's traceback). Ctrl-C is the
-    main process's to handle: it stops the workers."""
+    main process's to handle: it stops the workers. The worker leads a process group of its own, so that
+    stopping it stops whatever it started too (a plug-in's helper processes, valgrind or perf)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.setpgrp()
     events = Events(conn.send)
     while True:
         try:
@@ -156,6 +160,8 @@ class Worker:
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join(5)
+        with contextlib.suppress(OSError):  # what the worker started, if any of it still runs
+            os.killpg(self._proc.pid, signal.SIGKILL)
         self._conn.close()
         self._proc = self._conn = None
 

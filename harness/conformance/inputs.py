@@ -1,0 +1,48 @@
+"""The batched entry points' inputs are read-only, and ``table_nbytes`` answers a byte count: one fixed probe.
+
+The state machine compares every batch it hands over before and after the call, but its random calls may pass a
+design that writes into its inputs only on some batches (a batch of one id, or of ids already in order, looks
+unchanged after ``ids[:] = ids[0]`` or a sort). This probe makes the calls that show it every time: a batch of
+distinct ids out of order through ``decode_step``, ``lookup`` and, where the design has it, ``step``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from impls.contract import ALLOCATE, CAN_ALLOCATE, FREE, STEP_EXTRA, table_nbytes_problem
+
+CONFIG = {"num_blocks": 64, "block_size": 4, "max_seqs": 8, "max_blocks_per_seq": 8}
+BATCH = (5, 2, 7, 0, 3)  # distinct and out of order: overwriting, reversing or sorting them in place all show
+STEP_OPS = ((CAN_ALLOCATE, 2, 0), (ALLOCATE, 1, 6), (FREE, 1, 0))  # (op, a0, a1), on row 1 (not in BATCH)
+
+
+def input_problems(cls: type) -> list[str]:
+    """What a fresh ``cls`` does wrong with the inputs of its batched calls, or with ``table_nbytes`` (an empty
+    list when nothing)."""
+    mgr = cls(**CONFIG)
+    for n, seq in enumerate(BATCH):
+        mgr.allocate(seq, 3 + n)  # lengths 3 to 7: some appends open a block, some do not
+    n = len(BATCH)
+    ids, cow_out, slot_out = np.array(BATCH, np.int64), np.zeros((n, 2), np.int64), np.zeros(n, np.int64)
+    problems = [_changed("decode_step", {"seq_ids": ids}, lambda: mgr.decode_step(ids, cow_out, slot_out)),
+                _changed("lookup", {"seq_ids": ids}, lambda: mgr.lookup(ids, slot_out))]
+    if callable(getattr(mgr, "step", None)):
+        ops, a0, a1 = (np.array(column, np.int64) for column in zip(*STEP_OPS, strict=True))
+        status_out = np.zeros(len(STEP_OPS) + STEP_EXTRA, np.int64)
+        inputs = {"ops": ops, "a0": a0, "a1": a1, "seq_ids": ids}
+        problems.append(_changed("step", inputs, lambda: mgr.step(ops, a0, a1, ids, status_out, cow_out, slot_out)))
+    problems += [f"{problem} for sequence {seq}" for seq in BATCH
+                 if (problem := table_nbytes_problem(mgr.table_nbytes(seq)))]
+    return [problem for problem in problems if problem]
+
+
+def _changed(call: str, inputs: dict[str, np.ndarray], run) -> str:
+    """Run ``run()``; what of ``inputs`` it changed, in words ("" when nothing)."""
+    before = {name: array.copy() for name, array in inputs.items()}
+    run()
+    changed = [name for name, array in inputs.items() if not np.array_equal(array, before[name])]
+    words = [f"{name} {before[name].tolist()} became {inputs[name].tolist()}" for name in changed]
+    for name in changed:  # put them back for the next call
+        inputs[name][:] = before[name]
+    return f"{call} wrote into its inputs ({'; '.join(words)}): they are read-only" if changed else ""

@@ -1,0 +1,193 @@
+"""Hostile plug-ins (issue 27): real classes a user could load with ``--impl tests.hostile_plugins:Name``.
+
+Each is the ``dict`` design (plain Python, so every call goes through its own methods in every regime) with one
+misbehaviour, done after the design's own work where it can be, so that only the harness's guard can catch it:
+writing into its inputs, raising exceptions outside the contract's, exiting, hanging, crashing, a 200 KB exception
+message, an absurd ``table_nbytes``. :class:`Spy` behaves and records what it was handed, so a test can prove
+that the others' inputs reached it untouched. Plug-ins that fail at import are written by the tests themselves
+(a module with a SyntaxError cannot live in the repository: the linter parses it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from impls.designs.dict_design import DictBlockManager
+
+SPY_LOG = "KVB_SPY_LOG"  # the environment variable naming the file Spy appends to
+HUGE = 200_000  # characters of HugeMessage's exception message (over 128 KiB)
+
+
+class FillsIdsInDecode(DictBlockManager):
+    """Overwrites every id of its ``seq_ids`` with the first (``seq_ids[:] = seq_ids[0]``) after its step."""
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        cows = super().decode_step(seq_ids, cow_out, slot_out)
+        if len(seq_ids):
+            seq_ids[:] = seq_ids[0]
+        return cows
+
+
+class ReversesIdsInDecode(DictBlockManager):
+    """Reverses its ``seq_ids`` in place after its step (a permutation: slot digests alone cannot see it)."""
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        cows = super().decode_step(seq_ids, cow_out, slot_out)
+        seq_ids[:] = seq_ids[::-1].copy()
+        return cows
+
+
+class FillsIdsInLookup(DictBlockManager):
+    def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
+        super().lookup(seq_ids, slot_out)
+        if len(seq_ids):
+            seq_ids[:] = seq_ids[0]
+
+
+class ReversesIdsInLookup(DictBlockManager):
+    def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
+        super().lookup(seq_ids, slot_out)
+        seq_ids[:] = seq_ids[::-1].copy()
+
+
+class RaisesInConstructor(DictBlockManager):
+    def __init__(self, *args, **kwargs) -> None:
+        raise RuntimeError("needs a GPU")
+
+
+class AttributeErrorInCall(DictBlockManager):
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        return self.no_such_attribute
+
+
+class IndexErrorInCall(DictBlockManager):
+    def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
+        slot_out[len(slot_out) + 5] = 0  # IndexError from NumPy, raised in this method
+
+
+class PluginAbort(BaseException):
+    """An exception outside Exception's hierarchy, as KeyboardInterrupt and SystemExit are."""
+
+
+class RaisesBaseException(DictBlockManager):
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        raise PluginAbort("giving up")
+
+
+class RaisesKeyboardInterrupt(DictBlockManager):
+    """Raises KeyboardInterrupt itself (no one pressed Ctrl-C)."""
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        raise KeyboardInterrupt
+
+
+class ExitsInDecode(DictBlockManager):
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        sys.exit(0)
+
+
+class OsExitInCall(DictBlockManager):
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        os._exit(0)
+
+
+class HangsInDecode(DictBlockManager):
+    """Starts a helper process (as a plug-in, or our own callgrind study, may), then loops for ever."""
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        while True:
+            pass
+
+
+class HangsWhenFlagged(DictBlockManager):
+    """Behaves until the file named by ``$KVB_HANG_FLAG`` exists; then says so (``<flag>.hanging``) and hangs."""
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        flag = os.environ.get("KVB_HANG_FLAG", "")
+        if flag and os.path.exists(flag):
+            open(os.path.splitext(flag)[0] + ".hanging", "w").close()
+            while True:
+                pass
+        return super().decode_step(seq_ids, cow_out, slot_out)
+
+
+class SegfaultsInCall(DictBlockManager):
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        return len(ctypes.string_at(0))  # reads address 0: SIGSEGV
+
+
+class HugeMessage(DictBlockManager):
+    """An exception whose message is 200,000 characters over many lines, with commas and quotes."""
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        raise RuntimeError(('a "long", story\n' * (HUGE // 16))[:HUGE])
+
+
+class AbsurdTableBytes(DictBlockManager):
+    def table_nbytes(self, seq_id: int) -> int | None:
+        super().table_nbytes(seq_id)
+        return 1e20
+
+
+def in_studies() -> bool:
+    """Whether the harness's studies job is on the stack (its timed replays are done then)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "run_studies":
+            return True
+        frame = frame.f_back
+    return False
+
+
+class FailsInStudies(DictBlockManager):
+    """Behaves in the timed replays, raises in the studies (allocation counts, paced runs)."""
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        if in_studies():
+            raise RuntimeError("only in the studies")
+        return super().decode_step(seq_ids, cow_out, slot_out)
+
+
+class CrashesInStudies(DictBlockManager):
+    """Behaves in the timed replays, crashes its worker in the studies."""
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        if in_studies():
+            os._exit(0)
+        return super().decode_step(seq_ids, cow_out, slot_out)
+
+
+class Spy(DictBlockManager):
+    """Behaves, and appends to the file named by ``$KVB_SPY_LOG`` a line per ``decode_step`` and ``lookup``: the
+    step (each manager replays from step 0) and a digest of the ids it was handed."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._steps = 0
+
+    def _record(self, call: str, step: int, seq_ids: np.ndarray) -> None:
+        path = os.environ.get(SPY_LOG)
+        if path:
+            with open(path, "a", encoding="ascii") as log:
+                log.write(f"{call} {step} {ids_digest(seq_ids)}\n")
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        self._record("decode_step", self._steps, seq_ids)
+        self._steps += 1
+        return super().decode_step(seq_ids, cow_out, slot_out)
+
+    def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
+        self._record("lookup", self._steps - 1, seq_ids)
+        super().lookup(seq_ids, slot_out)
+
+
+def ids_digest(seq_ids) -> str:
+    """A digest of a batch's ids (as int64, in order)."""
+    return hashlib.sha256(np.ascontiguousarray(seq_ids, dtype=np.int64).tobytes()).hexdigest()[:16]
