@@ -9,7 +9,7 @@ the same assertion.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, Verbosity, settings
@@ -95,11 +95,13 @@ def render_reproduction(cls: type, config: dict[str, int], steps: list[str], err
     ])
 
 
-def _run_one(cls: type, machine: type[ContractMachine], seed: int, run_settings: settings) -> Failure | None:
+def _run_one(cls: type, machine: type[ContractMachine], seed: int, run_settings: settings,
+             progress: Callable[[], None] = lambda: None) -> Failure | None:
     made: list[ContractMachine] = []
 
     class Recorded(machine):  # keeps the last machine made: Hypothesis runs the shrunk example last
         def __init__(self) -> None:
+            progress()
             super().__init__()
             made.append(self)
             del made[:-1]
@@ -117,7 +119,7 @@ def _run_one(cls: type, machine: type[ContractMachine], seed: int, run_settings:
 
 def check(cls: type, *, seeds: Iterable[int | None] = DEFAULT_SEEDS, max_examples: int = 100,
           ops: Iterable[str] | None = None, config: dict[str, int] | None = None,
-          step_count: int = 40) -> Verdict:
+          step_count: int = 40, progress: Callable[[], None] = lambda: None) -> Verdict:
     """Check one BlockManager class against the contract's reference model.
 
     For each seed (``None``: a random one, reported in the verdict), Hypothesis runs up to ``max_examples``
@@ -127,6 +129,9 @@ def check(cls: type, *, seeds: Iterable[int | None] = DEFAULT_SEEDS, max_example
     every call: results, exception types, atomicity of failed calls, free counts, ref counts, tables,
     copy-on-write pairs and slots (up to a renaming of block ids), and the batched ``decode_step`` and
     ``lookup`` against the same calls made one at a time.
+
+    ``progress()`` is called as each example starts (a worker process reports it, so that a long check is not
+    taken for a hung one).
 
     Returns a :class:`Verdict`; on failure ``verdict.reproduction`` is a runnable script (if ``cls`` can be
     imported by its module and name). No example database is read or written: a verdict depends only on
@@ -143,5 +148,5 @@ def check(cls: type, *, seeds: Iterable[int | None] = DEFAULT_SEEDS, max_example
         suppress_health_check=[HealthCheck.too_slow],
     )
     used = [random.randrange(2**32) if s is None else int(s) for s in seeds]
-    failures = [f for f in (_run_one(cls, machine, s, run_settings) for s in used) if f is not None]
+    failures = [f for f in (_run_one(cls, machine, s, run_settings, progress) for s in used) if f is not None]
     return Verdict(f"{cls.__module__}.{cls.__qualname__}", not failures, used, failures)

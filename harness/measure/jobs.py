@@ -263,7 +263,8 @@ def run_check(job: CheckJob, events: Events) -> CheckResult:
     events.cell((job.name, "check"))
     try:
         with blamed_on(job.name, cls):  # an exit or an exception Hypothesis does not catch is the verdict too
-            verdict = check(cls, seeds=range(job.seeds), max_examples=job.examples, step_count=job.ops)
+            verdict = check(cls, seeds=range(job.seeds), max_examples=job.examples, step_count=job.ops,
+                            progress=lambda: events.cell((job.name, "check")))
             inputs = input_problems(cls) if verdict.ok else []
             problems = full_pool_problems(cls) if verdict.ok else []
     except DesignFailure as exc:

@@ -1,0 +1,38 @@
+"""Worker processes: the deadline is the design's, inside a cell; our own silent stretches are not cut short."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness.measure.workers import CellDied, Events, Worker
+
+
+def quiet_job(job: tuple[str, float], events: Events) -> str:
+    """A job that stays silent for ``seconds``, inside a cell or outside any (a worker's entry point)."""
+    where, seconds = job
+    if where == "cell":
+        events.cell(("slow", "batched"))
+    time.sleep(seconds)
+    events.cell(None)
+    return "done"
+
+
+def test_silence_inside_a_cell_is_cut_at_the_deadline_and_blamed_on_the_cell() -> None:
+    worker = Worker(quiet_job, deadline_s=1.0)
+    try:
+        with pytest.raises(CellDied) as died:
+            worker.run(("cell", 30.0))
+        assert died.value.cell == ("slow", "batched") and "deadline" in died.value.reason
+        assert worker.run(("outside", 0.0)) == "done"  # a fresh worker takes the next job
+    finally:
+        worker.stop()
+
+
+def test_silence_outside_any_cell_is_our_own_code_and_not_a_hang() -> None:
+    worker = Worker(quiet_job, deadline_s=1.0)
+    try:
+        assert worker.run(("outside", 3.0)) == "done"  # e.g. a callgrind study: one call of minutes
+    finally:
+        worker.stop()
