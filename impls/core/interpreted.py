@@ -1,9 +1,11 @@
 """Contract plumbing shared by the interpreted (pure-Python) designs.
 
 A design subclasses :class:`InterpretedBlockManager` and writes only its data structure: the primitives
-``_allocate``, ``_append``, ``_last_shared``, ``_fork``, ``_free``, ``_table``, ``_ref``, ``_last_slot`` and
-``num_free_blocks``. Validation, error order and the batched step live here once, so the designs differ only
-where their data structures do.
+``_allocate``, ``_append``, ``_last_shared``, ``_fork``, ``_free``, ``_table``, ``_ref`` and ``_last_slot``, over its
+tables and its ref counts ``_refs``. The free pool is here, a list used as a stack (``_free_list``, ``_take``,
+``num_free_blocks``), as both of the article's designs keep it; a design with more to it (a cache's evictable
+blocks) overrides those. Validation, error order and the batched step live here once, so the designs differ
+only where their data structures do.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class InterpretedBlockManager(ManagerBase):
     """Base class: validates every call, then hands the work to the design's primitives."""
 
     kernels = None  # interpreted designs have no compiled kernels for the harness's compiled replay
+    _refs: dict[int, int] | list[int]  # block id -> ref count: the design's container
 
     def __init__(
         self, num_blocks: int, block_size: int = 16, max_seqs: int = 256, max_blocks_per_seq: int = 256
@@ -42,6 +45,16 @@ class InterpretedBlockManager(ManagerBase):
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
         # Length in tokens per sequence row; 0 marks an inactive row (an active sequence has >= 1 token).
         self._lens = [0] * self.max_seqs
+        self._free_list = list(range(self.num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
+
+    def num_free_blocks(self) -> int:
+        return len(self._free_list)
+
+    def _take(self) -> int:
+        """A block from the pool, with ref count 1."""
+        block = self._free_list.pop()
+        self._refs[block] = 1
+        return block
 
     def _active(self, seq_id: object) -> int:
         """The id of an active sequence as a Python int, else the contract's exception."""

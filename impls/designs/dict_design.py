@@ -18,7 +18,6 @@ class DictBlockManager(InterpretedBlockManager):
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self._free_list = list(range(self.num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
         self._refs: dict[int, int] = {}
         self._tables: dict[int, dict[int, int]] = {}
 
@@ -26,14 +25,6 @@ class DictBlockManager(InterpretedBlockManager):
         """Per block a free-list slot (8 B) and an int object (28-32 B); per row a length slot (8 B). Tables
         and ref counts grow with the blocks in use."""
         return self.num_blocks * (8 + int_object_bytes(self.num_blocks)) + 8 * self.max_seqs
-
-    def num_free_blocks(self) -> int:
-        return len(self._free_list)
-
-    def _take(self) -> int:
-        block = self._free_list.pop()
-        self._refs[block] = 1
-        return block
 
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
         self._tables[seq_id] = {i: self._take() for i in range(num_blocks)}
