@@ -12,7 +12,19 @@ from impls.core.interpreted import InterpretedBlockManager
 from impls.core.validation import int_object_bytes
 
 
-class DictBlockManager(InterpretedBlockManager):
+class HashMapTables:
+    """Reading design A's containers (its compiled twin keeps the same ones): per row a hash map from logical
+    block index to block id in ``_tables``, ref counts in a hash map ``_refs`` that holds only blocks in use."""
+
+    def _table(self, seq_id: int) -> list[int]:
+        table = self._tables[seq_id]
+        return [table[i] for i in range(len(table))]
+
+    def _ref(self, block_id: int) -> int:
+        return self._refs.get(block_id, 0)
+
+
+class DictBlockManager(HashMapTables, InterpretedBlockManager):
     """Design A (``"dict"``)."""
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
@@ -63,13 +75,6 @@ class DictBlockManager(InterpretedBlockManager):
                 self._free_list.append(block)
             else:
                 self._refs[block] -= 1
-
-    def _table(self, seq_id: int) -> list[int]:
-        table = self._tables[seq_id]
-        return [table[i] for i in range(len(table))]
-
-    def _ref(self, block_id: int) -> int:
-        return self._refs.get(block_id, 0)
 
     def _table_nbytes(self, seq_id: int) -> int:
         # The dict plus its key and value int objects (small ints are shared by CPython, counted anyway).

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, typed, types
 
+from impls.designs.dict_design import HashMapTables
 from impls.designs.twins import TwinBlockManager, twin_kernels
 
 _i64 = types.int64
@@ -94,7 +95,7 @@ KERNELS = twin_kernels(__name__, new_table=_new_table, take=_take, pool_size=_po
                        copy_table=_copy_table, release_table=_release_table)
 
 
-class DictJitBlockManager(TwinBlockManager):
+class DictJitBlockManager(HashMapTables, TwinBlockManager):
     """Compiled twin of design A (``"dict-jit"``): typed.Dict per sequence."""
 
     kernels = KERNELS
@@ -111,13 +112,6 @@ class DictJitBlockManager(TwinBlockManager):
 
     def num_free_blocks(self) -> int:
         return len(self._pool)
-
-    def _table(self, seq_id: int) -> list[int]:
-        table = self._tables[seq_id]
-        return [table[j] for j in range(len(table))]
-
-    def _ref(self, block_id: int) -> int:
-        return self._refs.get(block_id, 0)
 
     def _table_nbytes(self, seq_id: int) -> None:
         return None  # a Numba typed.Dict does not expose its memory footprint
