@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit, typed, types
 
 from impls.designs.dict_design import HashMapTables
-from impls.designs.twins import TwinBlockManager, twin_kernels
+from impls.designs.twins import TwinBlockManager, next_token, twin_kernels
 
 _i64 = types.int64
 
@@ -41,11 +41,9 @@ def _pool_size(pool, meta):
 # on every call.
 @njit(cache=True, inline="always")
 def _append_token(tables, lens, refs, pool, meta, seq, sh):
-    n = lens[seq]
-    lens[seq] = n + 1
+    j, opens = next_token(lens, seq, sh)
     table = tables[seq]
-    j = n >> sh
-    if (n & ((1 << sh) - 1)) == 0:
+    if opens:
         table[j] = _take(refs, pool)
         return 0, -1, -1
     src = table[j]

@@ -14,7 +14,7 @@ from numba import njit, typed
 
 from impls.contract import blocks_for
 from impls.core.validation import blocks_needed_jit
-from impls.designs.twins import BLOCK_SHIFT, TwinBlockManager, twin_kernels
+from impls.designs.twins import BLOCK_SHIFT, TwinBlockManager, next_token, twin_kernels
 
 TOP = 3  # meta slot after the twins' own: the pool's live entries
 
@@ -51,10 +51,8 @@ def _push_back(tables, seq, size, block):
 
 @njit(cache=True, inline="always")
 def _append_token(tables, lens, refs, pool, meta, seq, sh):
-    n = lens[seq]
-    lens[seq] = n + 1
-    j = n >> sh
-    if (n & ((1 << sh) - 1)) == 0:
+    j, opens = next_token(lens, seq, sh)
+    if opens:
         _push_back(tables, seq, j, _take(refs, pool, meta))
         return 0, -1, -1
     row = tables[seq]

@@ -46,6 +46,15 @@ BLOCK_SHIFT, MAX_BLOCKS, STAMP = 0, 1, 2
 _new_table = _take = _pool_size = _append_token = _copy_table = _release_table = None
 
 
+@njit(cache=True, inline="always")
+def next_token(lens, seq, sh):
+    """Count one more token in row ``seq``: ``(index of the block it goes in, whether it opens that block)``
+    (for the twins' ``_append_token``)."""
+    n = lens[seq]
+    lens[seq] = n + 1
+    return n >> sh, (n & ((1 << sh) - 1)) == 0
+
+
 def can_allocate(tables, lens, refs, pool, meta, marks, n):
     if n < 0:
         return E_COUNT
