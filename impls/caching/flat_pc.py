@@ -599,7 +599,7 @@ class FlatPcBlockManager(FlatBlockManager):
             seq_id = seq_arg(seq_id, self.max_seqs)
         h = block_hash
         if type(h) is not int or not 0 < h < _HASH_SIGN:  # (the hot path: a Python int the kernel can take)
-            self._check_active(seq_id)  # the contract checks the row's state before the hash
+            self._active(seq_id)  # the contract checks the row's state before the hash
             h = hash_arg(block_hash, seq_id)
             h = h - 2**64 if h >= _HASH_SIGN else h  # the kernel takes int64; its bits are the hash
         rc = self.kernels.seal(*self.state, seq_id, h)

@@ -21,7 +21,6 @@ from impls.contract import (
 from impls.core.base import ManagerBase
 from impls.core.validation import (
     batch_args,
-    block_arg,
     check_active,
     check_allocate,
     check_append,
@@ -122,26 +121,6 @@ class InterpretedBlockManager(ManagerBase):
             self._fail(rc, seq_id)
         self._free(seq_id)
         self._lens[seq_id] = 0
-
-    def block_table(self, seq_id: int) -> list[int]:
-        """Physical block ids of the sequence in logical order (a copy)."""
-        seq_id = self._active(seq_id)
-        return self._table(seq_id)
-
-    def seq_len(self, seq_id: int) -> int:
-        """Length of the sequence in tokens."""
-        seq_id = self._active(seq_id)
-        return self._lens[seq_id]
-
-    def table_nbytes(self, seq_id: int) -> int | None:
-        """Bytes of block-table state held for this sequence (what is counted is design-specific and said in
-        each design's ``_table_nbytes``); None where the design cannot tell."""
-        seq_id = self._active(seq_id)
-        return self._table_nbytes(seq_id)
-
-    def ref_count(self, block_id: int) -> int:
-        """References held on a physical block (0 when it is in the free pool)."""
-        return self._ref(block_arg(block_id, self.num_blocks))
 
     def last_slot(self, seq_id: int) -> int:
         """Physical KV slot (``block * block_size + offset``) of the sequence's newest token."""
