@@ -36,15 +36,9 @@ from impls.core.validation import (
     slot_of_jit,
 )
 
-# Header slots at the start of ``ints``.
-TOP, NUM_BLOCKS, BLOCK_SHIFT, STAMP = 0, 1, 2, 3
-HEADER = 4
-UINT16_LIMIT = 65536
-
-
-def table_dtype(num_blocks: int) -> np.dtype:
-    """uint16 ids while they fit (rule 2), else uint32."""
-    return np.dtype(np.uint16) if num_blocks <= UINT16_LIMIT else np.dtype(np.uint32)
+# The header slots at the start of ``ints`` (and the table's dtype, flat.table_dtype) are the live design's: the
+# rewrite kept them, and the differential fuzz reads both states through them.
+from impls.designs.flat import BLOCK_SHIFT, HEADER, NUM_BLOCKS, STAMP, TOP
 
 
 @njit(cache=True, inline="always")

@@ -25,6 +25,7 @@ from scenarios.trace import (
     cache_totals,
     trace_uses_caching,
 )
+from tests.one_line import one_line
 
 CACHING = sorted(name for name, sc in SCENARIOS.items() if sc.caching)
 SMALL = {  # a short version of each, with hits (chat: follow-up turns arrive from about step 130)
@@ -168,8 +169,7 @@ def test_corrupted_caching_traces_are_refused(tmp_path, traces) -> None:
         np.savez(path, header=np.frombuffer(json.dumps(header).encode(), np.uint8), **arrays)
         with pytest.raises(TraceError) as info:
             load(path)
-        message = str(info.value)
-        assert str(path) in message and needle in message and "\n" not in message, (what, message)
+        one_line(info.value, path, needle)
 
 
 def test_a_missing_format_3_array_is_refused(tmp_path, traces) -> None:

@@ -14,6 +14,7 @@ import pytest
 from harness.cli import main
 from scenarios import SCENARIOS, ScenarioError, read_requests_csv
 from scenarios.realtrace import build_real_trace
+from tests.one_line import one_line
 
 HEAD = "timestamp,prompt_tokens,output_tokens\n"
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,11 +26,7 @@ def _refused(path, *needles: str, params: dict | None = None) -> str:
             read_requests_csv(path)
         else:
             build_real_trace("csv:t", SCENARIOS["azure-code"].params({**params, "csv": str(path), "duration_s": None}))
-    message = str(info.value)
-    assert "\n" not in message and str(path) in message, message
-    for needle in needles:
-        assert needle in message, message
-    return message
+    return one_line(info.value, path, *needles)
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from harness.output.drawing import MAX_SERIES, label
 from harness.output.results import Row, read_rows, write_rows
 from harness.studies import idwidth
 from impls import registry
+from tests.test_compare import make_run
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "results" / "sample"
@@ -85,9 +86,7 @@ def test_unsupported_and_nan_rows_are_words_not_numbers(sample_run: Path) -> Non
 
 
 def test_a_run_with_nothing_to_plot_renders_nothing(tmp_path: Path) -> None:
-    run = tmp_path / "empty"
-    run.mkdir()
-    write_rows(run / "results.csv", [Row("paper", "-", "-", "trace_s", 0.1, "s", "wall clock")])
+    run = make_run(tmp_path / "empty", [Row("paper", "-", "-", "trace_s", 0.1, "s", "wall clock")])
     assert plots.render_figures(run) == []
 
 

@@ -24,6 +24,7 @@ from harness.output.rundata import RunData
 from harness.studies import memory, scale
 from impls import REGISTRY
 from scenarios import SCENARIOS, generate
+from tests.test_compare import make_run
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGNS = ("dict", "list", "flat", "flat-rows")
@@ -220,9 +221,7 @@ def test_render_writes_the_figure_the_slopes_and_the_readme_section(tmp_path: Pa
 
 
 def test_a_run_without_sweeps_renders_no_growth_figure(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    run.mkdir()
-    write_rows(run / "results.csv", [Row("paper", "flat", "batched", "seq_step_ns", 9.0, "ns", "rdtsc")])
+    run = make_run(tmp_path / "run", [Row("paper", "flat", "batched", "seq_step_ns", 9.0, "ns", "rdtsc")])
     assert growth.render(run) == []
 
 

@@ -21,7 +21,7 @@ import logging
 import math
 import re
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import matplotlib as mpl
@@ -407,6 +407,16 @@ def fig_cpu_rate(run: RunData) -> Figure | None:
     return finish(fig, run, "CPU share vs step rate, paper scenario: computed lines, observed points", caption)
 
 
+def _grouped_values(run: RunData, metric: str, impls: list[str], regimes: list[str], width: float) -> Iterator:
+    """``(x, impl, regime, row, value)`` of ``metric`` in the paper scenario per implementation and regime, ``x``
+    the centre of its bar in a chart grouping bars ``width`` wide by implementation (group ``k`` centred on
+    ``k``, regimes in order)."""
+    for k, impl in enumerate(impls):
+        for j, regime in enumerate(regimes):
+            x = k - 0.4 + width * (j + 0.5)
+            yield x, impl, regime, run.get(PAPER, impl, regime, metric), run.value(PAPER, impl, regime, metric)
+
+
 # -- L1D ------------------------------------------------------------------------------------------------
 def _l1d_bars(ax: Axes, run: RunData, metric: str, impls: list[str], regimes: list[str], article: bool) -> float:
     """Bars of ``metric`` per implementation and regime it ran in, each labelled with its value and source (a
@@ -416,18 +426,15 @@ def _l1d_bars(ax: Axes, run: RunData, metric: str, impls: list[str], regimes: li
     width = 0.8 / (len(regimes) + (1 if article else 0))
     top = 0.0
     art = article_table()
+    for x, impl, regime, row, v in _grouped_values(run, metric, impls, regimes, width):
+        if math.isnan(v):
+            if (impl, regime) in ran:
+                word_at(ax, x, status_word(row or run.get(PAPER, impl, regime, "l1d_miss_pct"), run.meta))
+            continue
+        ax.bar(x, v, width, color=color(impl), hatch=regime_hatch(regime), edgecolor="white")
+        ax.text(x, v, f" {v:.2g} {row['source']}", ha="center", va="bottom", fontsize=6.3, rotation=90)
+        top = max(top, v)
     for k, impl in enumerate(impls):
-        for j, regime in enumerate(regimes):
-            x = k - 0.4 + width * (j + 0.5)
-            row = run.get(PAPER, impl, regime, metric)
-            v = run.value(PAPER, impl, regime, metric)
-            if math.isnan(v):
-                if (impl, regime) in ran:
-                    word_at(ax, x, status_word(row or run.get(PAPER, impl, regime, "l1d_miss_pct"), run.meta))
-                continue
-            ax.bar(x, v, width, color=color(impl), hatch=regime_hatch(regime), edgecolor="white")
-            ax.text(x, v, f" {v:.2g} {row['source']}", ha="center", va="bottom", fontsize=6.3, rotation=90)
-            top = max(top, v)
         scheme = next((s for s, i in SCHEMES.items() if i == impl), None)
         if article and scheme in art.index:
             a = art.loc[scheme]
@@ -490,19 +497,14 @@ def fig_allocs(run: RunData) -> Figure | None:
         impls = list(dict.fromkeys(i for r in regimes for i in run.impls(PAPER, metric, r)))
         width = 0.8 / len(regimes)
         top = 1.0
-        for k, impl in enumerate(impls):
-            for j, regime in enumerate(regimes):
-                x = k - 0.4 + width * (j + 0.5)
-                row = run.get(PAPER, impl, regime, metric)
-                v = run.value(PAPER, impl, regime, metric)
-                if math.isnan(v):
-                    if row is not None:
-                        word_at(ax, x, status_word(row, run.meta))
-                    continue
-                ax.bar(x, max(v, 0.0), width, color=color(impl), hatch=regime_hatch(regime),
-                       edgecolor="white")
-                ax.text(x, max(v, 0.0), num(v), ha="center", va="bottom", fontsize=6.5)
-                top = max(top, v)
+        for x, impl, regime, row, v in _grouped_values(run, metric, impls, regimes, width):
+            if math.isnan(v):
+                if row is not None:
+                    word_at(ax, x, status_word(row, run.meta))
+                continue
+            ax.bar(x, max(v, 0.0), width, color=color(impl), hatch=regime_hatch(regime), edgecolor="white")
+            ax.text(x, max(v, 0.0), num(v), ha="center", va="bottom", fontsize=6.5)
+            top = max(top, v)
         ax.set_xlim(-0.5, len(impls) - 0.5)
         ax.set_yscale("symlog", linthresh=1)
         ax.set_ylim(0, top * 4)

@@ -4,7 +4,8 @@ arrays and still allocating nothing per step.
 The state is flat's two arrays, ``ints`` grown by a cache extension, plus one ``uint64`` array:
 
 - ``table`` and ``ints[:flat size]`` exactly as :mod:`impls.designs.flat` lays them out (so flat's read-only and fork
-  kernels run on them unchanged), the free-block stack holding only *never-cached* free blocks;
+  kernels run on them unchanged, and flat's allocate, append and free over this design's pool), the free-block
+  stack holding only *never-cached* free blocks;
 - ``ints[ext:]``: a header (:data:`FIELDS`: evictable count, LRU head and tail, cached count, log2 of the hash
   table's capacity, log2 of the scratch set's, the scratch stamp, the detail of the last failure), the hash
   table's values (block id per slot), the intrusive LRU of evictable blocks (int32 ``prev`` and ``next`` per
@@ -47,11 +48,10 @@ from impls.contract import (
     E_NOT_FULL,
     E_SEALED,
     E_SEQ_RANGE,
-    E_TOKENS,
-    E_TOO_LONG,
     OK,
 )
 from impls.core.compiled import CachingKernels
+from impls.core.jit import specialise
 from impls.core.validation import chain_problem, chain_shape_arg, hash_arg, lookup_args, seq_arg, tokens_arg
 from impls.designs import flat
 from impls.designs.flat import BLOCK_SHIFT, HEADER, LEN, MARK, NUM_BLOCKS, ROW, SHARED, TOP, FlatBlockManager, offsets
@@ -211,6 +211,45 @@ def _free_count(ints, ext):
     return np.int64(ints[TOP]) + ints[ext + EVICT]
 
 
+@njit(cache=True, inline="always")
+def _take_row(table, ints, keys, ext, refs, stack, seq, need):
+    """Row ``seq``'s first ``need`` blocks, each take in turn (any may evict)."""
+    for j in range(need):
+        table[_u(seq), _u(j)] = _take(ints, keys, ext, refs, stack)
+
+
+@njit(cache=True, inline="always")
+def _pool_context(ints, ext):
+    """The hash table's capacity and where the LRU's links start."""
+    cap = np.int64(1) << ints[ext + CAP_BITS]
+    prev = ext + FIELDS + cap
+    return cap, prev, prev + ints[NUM_BLOCKS]
+
+
+@njit(cache=True, inline="always")
+def _give_back(ints, keys, ext, context, stack, top, block):
+    """A freed block that carries a hash becomes evictable (the LRU's newest); any other goes on the stack."""
+    cap, prev, nxt = context
+    if keys[_u(cap + block)] != _ZERO:
+        _lru_push(ints, ext, prev, nxt, block)
+        return top
+    ints[_u(stack + top)] = block
+    return top + 1
+
+
+@njit(cache=True, inline="always")
+def _short_by(ints, ext, need):
+    ints[ext + DETAIL] = need  # the wrapper's message reads it
+
+
+# flat's allocate, append and free made over this pool (see flat's note on the pool).
+_POOL = {"_extension": _ext, "_free_count": _free_count, "_take": _take, "_take_row": _take_row,
+         "_pool_context": _pool_context, "_give_back": _give_back, "_short_by": _short_by}
+_flat_allocate = njit(inline="always")(specialise(flat._allocate_row.py_func, "flat_pc", **_POOL))
+_flat_append = njit(inline="always")(specialise(flat._append_token.py_func, "flat_pc", **_POOL))
+_flat_free = njit(inline="always")(specialise(flat._release_row.py_func, "flat_pc", **_POOL))
+
+
 # -- the contract's kernels ----------------------------------------------------------------------------------
 @njit(cache=True)
 def can_allocate(table, ints, keys, n):
@@ -221,66 +260,12 @@ def can_allocate(table, ints, keys, n):
 
 @njit(cache=True)
 def allocate(table, ints, keys, seq, num_tokens):
-    ext = _ext(table, ints)
-    refs = HEADER + ROW * table.shape[0]
-    stack = refs + ints[NUM_BLOCKS]
-    sh = ints[BLOCK_SHIFT]
-    if _u(seq) >= _u(table.shape[0]):
-        return E_SEQ_RANGE
-    if num_tokens < 1:
-        return E_TOKENS
-    need = (num_tokens + (1 << sh) - 1) >> sh
-    if need > table.shape[1]:
-        return E_TOO_LONG
-    rec = HEADER + ROW * seq
-    if ints[_u(rec + LEN)] != 0:
-        return E_ACTIVE
-    if need > _free_count(ints, ext):
-        ints[ext + DETAIL] = need
-        return E_NO_BLOCKS
-    for j in range(need):
-        table[_u(seq), _u(j)] = _take(ints, keys, ext, refs, stack)
-    ints[_u(rec + LEN)] = num_tokens
-    ints[_u(rec + MARK)] &= ~SHARED
-    return OK
+    return _flat_allocate(table, ints, keys, seq, num_tokens)
 
 
 @njit(cache=True)
 def append(table, ints, keys, seq):
-    ext = _ext(table, ints)
-    refs = HEADER + ROW * table.shape[0]
-    stack = refs + ints[NUM_BLOCKS]
-    sh = ints[BLOCK_SHIFT]
-    if _u(seq) >= _u(table.shape[0]):
-        return E_SEQ_RANGE, -1, -1
-    rec = HEADER + ROW * seq
-    n = ints[_u(rec + LEN)]
-    if n == 0:
-        return E_INACTIVE, -1, -1
-    us, j = _u(seq), _u(n >> sh)
-    mark = ints[_u(rec + MARK)]
-    if (n & ((1 << sh) - 1)) == 0:
-        if n >> sh >= table.shape[1]:
-            return E_TOO_LONG, -1, -1
-        if _free_count(ints, ext) == 0:
-            return E_NO_BLOCKS, -1, -1
-        table[us, j] = _take(ints, keys, ext, refs, stack)
-        ints[_u(rec + LEN)] = n + 1
-        ints[_u(rec + MARK)] = mark & ~SHARED
-        return 0, -1, -1
-    src = np.int64(table[us, j])
-    if (mark & SHARED) == 0 or ints[_u(refs + src)] == 1:
-        ints[_u(rec + LEN)] = n + 1
-        ints[_u(rec + MARK)] = mark & ~SHARED
-        return 0, -1, -1
-    if _free_count(ints, ext) == 0:
-        return E_NO_BLOCKS, -1, -1
-    dst = _take(ints, keys, ext, refs, stack)  # a partial block is never cached: src stays in use (ref >= 1)
-    ints[_u(refs + src)] -= 1
-    table[us, j] = dst
-    ints[_u(rec + LEN)] = n + 1
-    ints[_u(rec + MARK)] = mark & ~SHARED
-    return 1, src, dst
+    return _flat_append(table, ints, keys, seq)
 
 
 @njit(cache=True)
@@ -290,33 +275,7 @@ def fork(table, ints, keys, parent, child):
 
 @njit(cache=True)
 def free(table, ints, keys, seq):
-    ext = _ext(table, ints)
-    refs = HEADER + ROW * table.shape[0]
-    stack = refs + ints[NUM_BLOCKS]
-    cap = np.int64(1) << ints[ext + CAP_BITS]
-    prev = ext + FIELDS + cap
-    nxt = prev + ints[NUM_BLOCKS]
-    if _u(seq) >= _u(table.shape[0]):
-        return E_SEQ_RANGE
-    rec = HEADER + ROW * seq
-    n = ints[_u(rec + LEN)]
-    if n == 0:
-        return E_INACTIVE
-    sh = ints[BLOCK_SHIFT]
-    top = ints[TOP]
-    for j in range(((n + (1 << sh) - 1) >> sh) - 1, -1, -1):  # reverse table order: the tail evicted first
-        block = np.int64(table[_u(seq), _u(j)])
-        r = ints[_u(refs + block)] - 1
-        ints[_u(refs + block)] = r
-        if r == 0:
-            if keys[_u(cap + block)] != _ZERO:
-                _lru_push(ints, ext, prev, nxt, block)
-            else:
-                ints[_u(stack + top)] = block
-                top += 1
-    ints[TOP] = top
-    ints[_u(rec + LEN)] = 0
-    return OK
+    return _flat_free(table, ints, keys, seq)
 
 
 @njit(cache=True)
@@ -445,13 +404,9 @@ def allocate_cached(table, ints, keys, seq, num_tokens, chain):
     """Admission with the prefix cache; returns the tokens served from the cache, or a code (<0)."""
     ext = _ext(table, ints)
     sh = ints[BLOCK_SHIFT]
-    if _u(seq) >= _u(table.shape[0]):
-        return E_SEQ_RANGE
-    if num_tokens < 1:
-        return E_TOKENS
-    blocks = (num_tokens + (1 << sh) - 1) >> sh
-    if blocks > table.shape[1]:
-        return E_TOO_LONG
+    rc, blocks = flat._fits(table.shape[0], table.shape[1], sh, seq, num_tokens)
+    if rc != OK:
+        return rc
     full = num_tokens >> sh
     if chain.shape[0] != full:  # (the wrapper checked it; the replay calls here directly) so full <= columns
         ints[ext + DETAIL] = -1
@@ -644,7 +599,7 @@ class FlatPcBlockManager(FlatBlockManager):
             seq_id = seq_arg(seq_id, self.max_seqs)
         h = block_hash
         if type(h) is not int or not 0 < h < _HASH_SIGN:  # (the hot path: a Python int the kernel can take)
-            self._check_active(seq_id)  # the contract checks the row's state before the hash
+            self._active(seq_id)  # the contract checks the row's state before the hash
             h = hash_arg(block_hash, seq_id)
             h = h - 2**64 if h >= _HASH_SIGN else h  # the kernel takes int64; its bits are the hash
         rc = self.kernels.seal(*self.state, seq_id, h)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from impls.contract import check_config, raise_for
+from impls.contract import E_BUFFER, E_NO_BLOCKS, check_config, raise_for
 from impls.core import ops as pool_ops
-from impls.core.validation import check_memory, check_step_ops, step_args
+from impls.core.validation import block_arg, check_memory, check_step_ops, step_args
 
 
 class ManagerBase:
@@ -53,6 +53,47 @@ class ManagerBase:
             free=self.num_free_blocks(),
             **context,
         )
+
+    def _fail_batch(self, rc: int, detail: int, seq_ids: np.ndarray, capacity: int) -> None:
+        """The exception for a batched operation's code ``rc``: ``detail`` is the blocks it needed for
+        ``E_NO_BLOCKS``, else the index of the offending id; ``capacity`` the output buffers' rows."""
+        if rc == E_NO_BLOCKS:
+            self._fail(rc, need=detail)
+        if rc == E_BUFFER:
+            self._fail(rc, capacity=capacity, need=len(seq_ids))
+        self._fail(rc, int(seq_ids[detail]))
+
+    # -- inspection (plain Python, on no hot path), over what each base class and design provides: ``_active``
+    # (an active sequence's id, else the contract's exception), ``_lens``, and the design's ``_table``, ``_ref``
+    # and ``_table_nbytes``.
+    def seq_len(self, seq_id: int) -> int:
+        """Length of the sequence in tokens."""
+        return int(self._lens[self._active(seq_id)])
+
+    def block_table(self, seq_id: int) -> list[int]:
+        """Physical block ids of the sequence in logical order (a copy)."""
+        return self._table(self._active(seq_id))
+
+    def table_nbytes(self, seq_id: int) -> int | None:
+        """Bytes of block-table state held for this sequence (what is counted is design-specific and said in
+        each design's ``_table_nbytes``); None where the design cannot tell."""
+        return self._table_nbytes(self._active(seq_id))
+
+    def ref_count(self, block_id: int) -> int:
+        """References held on a physical block (0 when it is in the free pool)."""
+        return self._ref(block_arg(block_id, self.num_blocks))
+
+    def _active(self, seq_id: object) -> int:  # pragma: no cover - every base class overrides it
+        raise NotImplementedError
+
+    def _table(self, seq_id: int) -> list[int]:  # pragma: no cover - every design overrides it
+        raise NotImplementedError
+
+    def _ref(self, block_id: int) -> int:  # pragma: no cover - every design overrides it
+        raise NotImplementedError
+
+    def _table_nbytes(self, seq_id: int) -> int | None:  # pragma: no cover - every design overrides it
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         return (

@@ -24,7 +24,6 @@ from numba import njit, typeof
 from impls.contract import (
     ALLOCATE,
     CAN_ALLOCATE,
-    E_BUFFER,
     E_COUNT,
     E_NO_BLOCKS,
     E_SEQ_RANGE,
@@ -40,7 +39,6 @@ from impls.core.jit import specialise
 from impls.core.validation import (
     _INT64,  # native int64: byte order is the one buffer property Numba's types lack
     batch_args,
-    block_arg,
     check_active,
     count_arg,
     lookup_args,
@@ -412,43 +410,10 @@ class CompiledBlockManager(ManagerBase):
         if rc < 0:
             self._fail_batch(rc, detail, seq_ids, len(slot_out))
 
-    def _fail_batch(self, rc: int, detail: int, seq_ids: np.ndarray, capacity: int) -> None:
-        if rc == E_NO_BLOCKS:
-            self._fail(rc, need=detail)
-        if rc == E_BUFFER:
-            self._fail(rc, capacity=capacity, need=len(seq_ids))
-        self._fail(rc, int(seq_ids[detail]))
-
-    # -- inspection (plain Python over the arrays: not on any hot path) --------------------------------------
-    def _check_active(self, seq_id: object) -> int:
+    # -- inspection (plain Python over the arrays: not on any hot path; see ManagerBase) ------------------------
+    def _active(self, seq_id: object) -> int:
         seq_id = seq_arg(seq_id, self.max_seqs)
         rc = check_active(self._lens, seq_id)
         if rc:
             self._fail(rc, seq_id)
         return seq_id
-
-    def seq_len(self, seq_id: int) -> int:
-        """Length of the sequence in tokens."""
-        seq_id = self._check_active(seq_id)
-        return int(self._lens[seq_id])
-
-    def block_table(self, seq_id: int) -> list[int]:
-        """Physical block ids of the sequence in logical order (a copy)."""
-        seq_id = self._check_active(seq_id)
-        return self._table(seq_id)
-
-    def table_nbytes(self, seq_id: int) -> int | None:
-        """Bytes of block-table state held for this sequence (what is counted is design-specific and said in
-        each design's ``_table_nbytes``); None where the design cannot tell."""
-        seq_id = self._check_active(seq_id)
-        return self._table_nbytes(seq_id)
-
-    def ref_count(self, block_id: int) -> int:
-        """References held on a physical block (0 when it is in the free pool)."""
-        return self._ref(block_arg(block_id, self.num_blocks))
-
-    def _table(self, seq_id: int) -> list[int]:  # pragma: no cover - every design overrides it
-        raise NotImplementedError
-
-    def _ref(self, block_id: int) -> int:  # pragma: no cover - every design overrides it
-        raise NotImplementedError

@@ -1,9 +1,11 @@
 """Contract plumbing shared by the interpreted (pure-Python) designs.
 
 A design subclasses :class:`InterpretedBlockManager` and writes only its data structure: the primitives
-``_allocate``, ``_append``, ``_last_shared``, ``_fork``, ``_free``, ``_table``, ``_ref``, ``_last_slot`` and
-``num_free_blocks``. Validation, error order and the batched step live here once, so the designs differ only
-where their data structures do.
+``_allocate``, ``_append``, ``_last_shared``, ``_fork``, ``_free``, ``_table``, ``_ref`` and ``_last_slot``, over its
+tables and its ref counts ``_refs``. The free pool is here, a list used as a stack (``_free_list``, ``_take``,
+``num_free_blocks``), as both of the article's designs keep it; a design with more to it (a cache's evictable
+blocks) overrides those. Validation, error order and the batched step live here once, so the designs differ
+only where their data structures do.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from impls.contract import (
 from impls.core.base import ManagerBase
 from impls.core.validation import (
     batch_args,
-    block_arg,
     check_active,
     check_allocate,
     check_append,
@@ -35,6 +36,7 @@ class InterpretedBlockManager(ManagerBase):
     """Base class: validates every call, then hands the work to the design's primitives."""
 
     kernels = None  # interpreted designs have no compiled kernels for the harness's compiled replay
+    _refs: dict[int, int] | list[int]  # block id -> ref count: the design's container
 
     def __init__(
         self, num_blocks: int, block_size: int = 16, max_seqs: int = 256, max_blocks_per_seq: int = 256
@@ -42,6 +44,16 @@ class InterpretedBlockManager(ManagerBase):
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
         # Length in tokens per sequence row; 0 marks an inactive row (an active sequence has >= 1 token).
         self._lens = [0] * self.max_seqs
+        self._free_list = list(range(self.num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
+
+    def num_free_blocks(self) -> int:
+        return len(self._free_list)
+
+    def _take(self) -> int:
+        """A block from the pool, with ref count 1."""
+        block = self._free_list.pop()
+        self._refs[block] = 1
+        return block
 
     def _active(self, seq_id: object) -> int:
         """The id of an active sequence as a Python int, else the contract's exception."""
@@ -109,26 +121,6 @@ class InterpretedBlockManager(ManagerBase):
             self._fail(rc, seq_id)
         self._free(seq_id)
         self._lens[seq_id] = 0
-
-    def block_table(self, seq_id: int) -> list[int]:
-        """Physical block ids of the sequence in logical order (a copy)."""
-        seq_id = self._active(seq_id)
-        return self._table(seq_id)
-
-    def seq_len(self, seq_id: int) -> int:
-        """Length of the sequence in tokens."""
-        seq_id = self._active(seq_id)
-        return self._lens[seq_id]
-
-    def table_nbytes(self, seq_id: int) -> int | None:
-        """Bytes of block-table state held for this sequence (what is counted is design-specific and said in
-        each design's ``_table_nbytes``); None where the design cannot tell."""
-        seq_id = self._active(seq_id)
-        return self._table_nbytes(seq_id)
-
-    def ref_count(self, block_id: int) -> int:
-        """References held on a physical block (0 when it is in the free pool)."""
-        return self._ref(block_arg(block_id, self.num_blocks))
 
     def last_slot(self, seq_id: int) -> int:
         """Physical KV slot (``block * block_size + offset``) of the sequence's newest token."""

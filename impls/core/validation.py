@@ -178,21 +178,25 @@ def block_arg(value: object, num_blocks: int) -> int:
     return block
 
 
-def _ids_arg(seq_ids: object, max_seqs: int) -> np.ndarray:
-    """The batch's ids as a C-contiguous int64 vector (a copy only when given another integer dtype or a
-    strided view); ``TypeError`` unless a 1-D integer array."""
-    if not isinstance(seq_ids, _ndarray):
-        raise TypeError(f"seq_ids must be a numpy.ndarray, got {type(seq_ids).__name__}")
-    dtype = seq_ids.dtype
-    if dtype is _INT64 and seq_ids.ndim == 1 and seq_ids.flags.c_contiguous:
-        return seq_ids
-    if seq_ids.ndim != 1:
-        raise ValueError(f"seq_ids must be 1-D, got shape {seq_ids.shape}")
-    if dtype.kind not in "iu":  # bool ('b'), floats and objects are not ids
-        raise TypeError(f"seq_ids must have an integer dtype, got {dtype}")
-    if dtype.kind == "u" and dtype.itemsize == 8 and seq_ids.size and int(seq_ids.max()) > _INT64_MAX:
-        raise_for(E_SEQ_RANGE, seq=int(seq_ids.max()), max_seqs=max_seqs)
-    return np.ascontiguousarray(seq_ids, dtype=_INT64)
+def _int64_vector(values: object, name: str, max_seqs: int | None = None) -> np.ndarray:
+    """``values`` (the batch's ids when ``max_seqs`` is given, else one of the step's op arrays ``ops``, ``a0``,
+    ``a1``) as a C-contiguous int64 vector (a copy only when given another integer dtype or a strided view);
+    ``TypeError`` unless a 1-D integer array. A uint64 value beyond int64 is an id out of range, or a
+    ``ValueError``."""
+    if not isinstance(values, _ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(values).__name__}")
+    dtype = values.dtype
+    if dtype is _INT64 and values.ndim == 1 and values.flags.c_contiguous:
+        return values
+    if values.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {values.shape}")
+    if dtype.kind not in "iu":  # bool ('b'), floats and objects are not ids, op codes or arguments
+        raise TypeError(f"{name} must have an integer dtype, got {dtype}")
+    if dtype.kind == "u" and dtype.itemsize == 8 and values.size and int(values.max()) > _INT64_MAX:
+        if max_seqs is not None:
+            raise_for(E_SEQ_RANGE, seq=int(values.max()), max_seqs=max_seqs)
+        raise ValueError(f"{name} holds {int(values.max())}, beyond int64")
+    return np.ascontiguousarray(values, dtype=_INT64)
 
 
 def _out_arg(buf: object, name: str, ndim: int, n: int) -> np.ndarray | None:
@@ -239,7 +243,7 @@ def _refuse_overlap(*arrays: np.ndarray) -> None:
 def batch_args(seq_ids: object, cow_out: object, slot_out: object, max_seqs: int) -> np.ndarray:
     """Arguments of ``decode_step``; returns the ids as C-contiguous int64. Outputs must not overlap each
     other or the ids (a kernel reads ids after writing outputs)."""
-    ids = _ids_arg(seq_ids, max_seqs)
+    ids = _int64_vector(seq_ids, "seq_ids", max_seqs)
     n = ids.shape[0]
     c = _out_arg(cow_out, "cow_out", 2, n)
     s = _out_arg(slot_out, "slot_out", 1, n)
@@ -251,29 +255,12 @@ def batch_args(seq_ids: object, cow_out: object, slot_out: object, max_seqs: int
 
 def lookup_args(seq_ids: object, slot_out: object, max_seqs: int) -> np.ndarray:
     """Arguments of ``lookup``; returns the ids as C-contiguous int64. ``slot_out`` must not overlap them."""
-    ids = _ids_arg(seq_ids, max_seqs)
+    ids = _int64_vector(seq_ids, "seq_ids", max_seqs)
     s = _out_arg(slot_out, "slot_out", 1, ids.shape[0])
     i = _owner(ids)
     if s is None or i is None or s is i:
         _refuse_overlap(ids, slot_out)
     return ids
-
-
-def _ops_arg(values: object, name: str) -> np.ndarray:
-    """One of the step's op arrays (``ops``, ``a0``, ``a1``) as a C-contiguous int64 vector (a copy only when
-    given another integer dtype or a strided view)."""
-    if not isinstance(values, _ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray, got {type(values).__name__}")
-    dtype = values.dtype
-    if dtype is _INT64 and values.ndim == 1 and values.flags.c_contiguous:
-        return values
-    if values.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {values.shape}")
-    if dtype.kind not in "iu":  # bool, floats and objects are not op codes or arguments
-        raise TypeError(f"{name} must have an integer dtype, got {dtype}")
-    if dtype.kind == "u" and dtype.itemsize == 8 and values.size and int(values.max()) > _INT64_MAX:
-        raise ValueError(f"{name} holds {int(values.max())}, beyond int64")
-    return np.ascontiguousarray(values, dtype=_INT64)
 
 
 def step_args(ops: object, a0: object, a1: object, seq_ids: object, status_out: object, cow_out: object,
@@ -329,11 +316,11 @@ def _known_input(a: np.ndarray, outs: tuple) -> bool:
 def _step_args(ops: object, a0: object, a1: object, seq_ids: object, status_out: object, cow_out: object,
                slot_out: object, max_seqs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`step_args` in full: every check, each with its own message."""
-    ops, a0, a1 = _ops_arg(ops, "ops"), _ops_arg(a0, "a0"), _ops_arg(a1, "a1")
+    ops, a0, a1 = _int64_vector(ops, "ops"), _int64_vector(a0, "a0"), _int64_vector(a1, "a1")
     m = ops.shape[0]
     if a0.shape[0] != m or a1.shape[0] != m:
         raise ValueError(f"ops, a0 and a1 must have one length, got {m}, {a0.shape[0]} and {a1.shape[0]}")
-    ids = _ids_arg(seq_ids, max_seqs)
+    ids = _int64_vector(seq_ids, "seq_ids", max_seqs)
     n = ids.shape[0]
     outs = (_out_arg(status_out, "status_out", 1, 0), _out_arg(cow_out, "cow_out", 2, n),
             _out_arg(slot_out, "slot_out", 1, n))

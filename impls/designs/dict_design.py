@@ -12,13 +12,24 @@ from impls.core.interpreted import InterpretedBlockManager
 from impls.core.validation import int_object_bytes
 
 
-class DictBlockManager(InterpretedBlockManager):
+class HashMapTables:
+    """Reading design A's containers (its compiled twin keeps the same ones): per row a hash map from logical
+    block index to block id in ``_tables``, ref counts in a hash map ``_refs`` that holds only blocks in use."""
+
+    def _table(self, seq_id: int) -> list[int]:
+        table = self._tables[seq_id]
+        return [table[i] for i in range(len(table))]
+
+    def _ref(self, block_id: int) -> int:
+        return self._refs.get(block_id, 0)
+
+
+class DictBlockManager(HashMapTables, InterpretedBlockManager):
     """Design A (``"dict"``)."""
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self._free_list = list(range(self.num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
         self._refs: dict[int, int] = {}
         self._tables: dict[int, dict[int, int]] = {}
 
@@ -26,14 +37,6 @@ class DictBlockManager(InterpretedBlockManager):
         """Per block a free-list slot (8 B) and an int object (28-32 B); per row a length slot (8 B). Tables
         and ref counts grow with the blocks in use."""
         return self.num_blocks * (8 + int_object_bytes(self.num_blocks)) + 8 * self.max_seqs
-
-    def num_free_blocks(self) -> int:
-        return len(self._free_list)
-
-    def _take(self) -> int:
-        block = self._free_list.pop()
-        self._refs[block] = 1
-        return block
 
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
         self._tables[seq_id] = {i: self._take() for i in range(num_blocks)}
@@ -72,13 +75,6 @@ class DictBlockManager(InterpretedBlockManager):
                 self._free_list.append(block)
             else:
                 self._refs[block] -= 1
-
-    def _table(self, seq_id: int) -> list[int]:
-        table = self._tables[seq_id]
-        return [table[i] for i in range(len(table))]
-
-    def _ref(self, block_id: int) -> int:
-        return self._refs.get(block_id, 0)
 
     def _table_nbytes(self, seq_id: int) -> int:
         # The dict plus its key and value int objects (small ints are shared by CPython, counted anyway).

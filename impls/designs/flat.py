@@ -81,37 +81,100 @@ def can_allocate(table, ints, n):
     return 1 if ints[TOP] >= n else 0
 
 
-@njit(cache=True)
-def allocate(table, ints, seq, num_tokens):
-    refs = HEADER + ROW * table.shape[0]
-    stack = refs + ints[NUM_BLOCKS]
-    sh = ints[BLOCK_SHIFT]
-    if _u(seq) >= _u(table.shape[0]):
-        return E_SEQ_RANGE
-    if num_tokens < 1:
-        return E_TOKENS
-    need = blocks_needed_jit(num_tokens, sh)
-    if need > table.shape[1]:
-        return E_TOO_LONG
-    rec = HEADER + ROW * seq
-    if ints[_u(rec + LEN)] != 0:
-        return E_ACTIVE
+# -- the pool, as the kernels below use it: what flat-pc makes different -------------------------------------
+# allocate, append and free are written once (_allocate_row, _append_token, _release_row) over these operations
+# on the pool; flat-pc makes the same code again over its own (a stack of never-cached blocks, takes that may
+# evict a cached block, freed cached blocks kept for reuse), which read its cache (``keys``, and ``ext``: its
+# part of ``ints``); flat has none (``keys`` is None here).
+@njit(cache=True, inline="always")
+def _extension(table, ints):
+    """Where a design's own part of ``ints`` starts, after flat's (flat has none)."""
+    return 0
+
+
+@njit(cache=True, inline="always")
+def _free_count(ints, ext):
+    """Blocks a take can hand out."""
+    return ints[TOP]
+
+
+@njit(cache=True, inline="always")
+def _take(ints, keys, ext, refs, stack):
+    """A fresh block with ref count 1 (the caller has checked that the pool holds one)."""
+    top = ints[TOP] - 1
+    ints[TOP] = top
+    block = np.int64(ints[_u(stack + top)])
+    ints[_u(refs + block)] = 1
+    return block
+
+
+@njit(cache=True, inline="always")
+def _take_row(table, ints, keys, ext, refs, stack, seq, need):
+    """Row ``seq``'s first ``need`` blocks, fresh (the caller has checked that the pool holds them)."""
     top = ints[TOP]
-    if need > top:
-        return E_NO_BLOCKS
     for j in range(need):
         top -= 1
         block = ints[_u(stack + top)]
         ints[_u(refs + block)] = 1
         table[_u(seq), _u(j)] = block
     ints[TOP] = top
+
+
+@njit(cache=True, inline="always")
+def _pool_context(ints, ext):
+    """What :func:`_give_back` needs, found once per call."""
+    return 0
+
+
+@njit(cache=True, inline="always")
+def _give_back(ints, keys, ext, context, stack, top, block):
+    """``block``, its ref count now 0, back to the pool; returns the stack's new top."""
+    ints[_u(stack + top)] = block
+    return top + 1
+
+
+@njit(cache=True, inline="always")
+def _short_by(ints, ext, need):
+    """Where an allocation refused for want of ``need`` blocks says so (flat's wrapper knows the need)."""
+
+
+@njit(cache=True, inline="always")
+def _fits(rows, cols, sh, seq, num_tokens):
+    """``(code, blocks)`` of a new sequence of ``num_tokens`` tokens in row ``seq``, for ``rows`` rows of ``cols``
+    blocks: E_SEQ_RANGE, E_TOKENS or E_TOO_LONG in the contract's order, else OK and the blocks it needs."""
+    if _u(seq) >= _u(rows):
+        return E_SEQ_RANGE, 0
+    if num_tokens < 1:
+        return E_TOKENS, 0
+    need = blocks_needed_jit(num_tokens, sh)
+    if need > cols:
+        return E_TOO_LONG, 0
+    return OK, need
+
+
+@njit(cache=True, inline="always")
+def _allocate_row(table, ints, keys, seq, num_tokens):
+    ext = _extension(table, ints)
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
+    rc, need = _fits(table.shape[0], table.shape[1], ints[BLOCK_SHIFT], seq, num_tokens)
+    if rc != OK:
+        return rc
+    rec = HEADER + ROW * seq
+    if ints[_u(rec + LEN)] != 0:
+        return E_ACTIVE
+    if need > _free_count(ints, ext):
+        _short_by(ints, ext, need)
+        return E_NO_BLOCKS
+    _take_row(table, ints, keys, ext, refs, stack, seq, need)
     ints[_u(rec + LEN)] = num_tokens
     ints[_u(rec + MARK)] &= ~SHARED  # fresh blocks: not shared
     return OK
 
 
-@njit(cache=True)
-def append(table, ints, seq):
+@njit(cache=True, inline="always")
+def _append_token(table, ints, keys, seq):
+    ext = _extension(table, ints)
     refs = HEADER + ROW * table.shape[0]
     stack = refs + ints[NUM_BLOCKS]
     sh = ints[BLOCK_SHIFT]
@@ -123,16 +186,12 @@ def append(table, ints, seq):
         return E_INACTIVE, -1, -1
     us, j = _u(seq), _u(n >> sh)
     mark = ints[_u(rec + MARK)]
-    top = ints[TOP]
     if (n & ((1 << sh) - 1)) == 0:
         if n >> sh >= table.shape[1]:
             return E_TOO_LONG, -1, -1
-        if top == 0:
+        if _free_count(ints, ext) == 0:
             return E_NO_BLOCKS, -1, -1
-        block = ints[_u(stack + top - 1)]
-        ints[_u(refs + block)] = 1
-        table[us, j] = block
-        ints[TOP] = top - 1
+        table[us, j] = _take(ints, keys, ext, refs, stack)
         ints[_u(rec + LEN)] = n + 1
         ints[_u(rec + MARK)] = mark & ~SHARED
         return 0, -1, -1
@@ -141,16 +200,49 @@ def append(table, ints, seq):
         ints[_u(rec + LEN)] = n + 1
         ints[_u(rec + MARK)] = mark & ~SHARED
         return 0, -1, -1
-    if top == 0:
+    if _free_count(ints, ext) == 0:
         return E_NO_BLOCKS, -1, -1
-    dst = np.int64(ints[_u(stack + top - 1)])
-    ints[_u(refs + dst)] = 1
+    dst = _take(ints, keys, ext, refs, stack)  # (with a cache: a partial block is never cached, src stays in use)
     ints[_u(refs + src)] -= 1
     table[us, j] = dst
-    ints[TOP] = top - 1
     ints[_u(rec + LEN)] = n + 1
     ints[_u(rec + MARK)] = mark & ~SHARED
     return 1, src, dst
+
+
+@njit(cache=True, inline="always")
+def _release_row(table, ints, keys, seq):
+    ext = _extension(table, ints)
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
+    context = _pool_context(ints, ext)
+    if _u(seq) >= _u(table.shape[0]):
+        return E_SEQ_RANGE
+    rec = HEADER + ROW * seq
+    n = ints[_u(rec + LEN)]
+    if n == 0:
+        return E_INACTIVE
+    sh = ints[BLOCK_SHIFT]
+    top = ints[TOP]
+    for j in range(blocks_needed_jit(n, sh) - 1, -1, -1):  # the tail first (with a cache: evicted first)
+        block = np.int64(table[_u(seq), _u(j)])
+        r = ints[_u(refs + block)] - 1
+        ints[_u(refs + block)] = r
+        if r == 0:
+            top = _give_back(ints, keys, ext, context, stack, top, block)
+    ints[TOP] = top
+    ints[_u(rec + LEN)] = 0
+    return OK
+
+
+@njit(cache=True)
+def allocate(table, ints, seq, num_tokens):
+    return _allocate_row(table, ints, None, seq, num_tokens)
+
+
+@njit(cache=True)
+def append(table, ints, seq):
+    return _append_token(table, ints, None, seq)
 
 
 @njit(cache=True)
@@ -178,26 +270,7 @@ def fork(table, ints, parent, child):
 
 @njit(cache=True)
 def free(table, ints, seq):
-    refs = HEADER + ROW * table.shape[0]
-    stack = refs + ints[NUM_BLOCKS]
-    if _u(seq) >= _u(table.shape[0]):
-        return E_SEQ_RANGE
-    rec = HEADER + ROW * seq
-    n = ints[_u(rec + LEN)]
-    if n == 0:
-        return E_INACTIVE
-    sh = ints[BLOCK_SHIFT]
-    top = ints[TOP]
-    for j in range(blocks_needed_jit(n, sh) - 1, -1, -1):
-        block = table[_u(seq), _u(j)]
-        r = ints[_u(refs + block)] - 1
-        ints[_u(refs + block)] = r
-        if r == 0:
-            ints[_u(stack + top)] = block
-            top += 1
-    ints[TOP] = top
-    ints[_u(rec + LEN)] = 0
-    return OK
+    return _release_row(table, ints, None, seq)
 
 
 @njit(cache=True)

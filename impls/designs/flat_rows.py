@@ -39,7 +39,6 @@ from numba import njit
 from impls.contract import (
     E_ACTIVE,
     E_BUFFER,
-    E_COUNT,
     E_DUPLICATE,
     E_INACTIVE,
     E_NO_BLOCKS,
@@ -50,11 +49,12 @@ from impls.contract import (
 )
 from impls.core.compiled import CompiledBlockManager, Kernels
 from impls.core.validation import slot_of_jit
-from impls.designs.flat import SHARED, STAMP_LIMIT, _load, table_dtype
+from impls.designs.flat import SHARED, STAMP_LIMIT, _load, can_allocate, table_dtype
 
 ROW_BYTES = 64  # one cache line per row of ids
 # Header slots at the start of ``ints``: counters, sizes, and where each region starts (int32 offsets: the
-# constructor refuses a layout whose ints would not fit them).
+# constructor refuses a layout whose ints would not fit them). The first four are C's (flat's can_allocate
+# reads TOP).
 TOP, NUM_BLOCKS, BLOCK_SHIFT, STAMP, RTOP, NUM_ROWS, ROW_SHIFT, MAX_SEQS, MAX_BLOCKS, DIR_LEN, RTOP0 = range(11)
 DIRS, REFS, STACK, RREFS, RSTACK, COWS = range(11, 17)
 HEADER = 32  # 128 bytes: the records start on a cache-line boundary of the array
@@ -129,13 +129,6 @@ def _copy_row(rows, ints, rec, seq, row, k, used):
     ints[_u(rec + LAST)] = new
     ints[_u(rec + SAVED_ROW)] = row
     return new
-
-
-@njit(cache=True)
-def can_allocate(rows, ints, n):
-    if n < 0:
-        return E_COUNT
-    return 1 if ints[TOP] >= n else 0
 
 
 @njit(cache=True)

@@ -17,7 +17,6 @@ class ListBlockManager(InterpretedBlockManager):
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self._free_list = list(range(self.num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
         self._refs = [0] * self.num_blocks
         self._tables: list[list[int] | None] = [None] * self.max_seqs
 
@@ -25,14 +24,6 @@ class ListBlockManager(InterpretedBlockManager):
         """Per block a free-list slot, a ref-count slot (8 B each) and an int object (28-32 B); per row a
         length and a table slot (8 B each). Tables grow with the blocks in use."""
         return self.num_blocks * (16 + int_object_bytes(self.num_blocks)) + 16 * self.max_seqs
-
-    def num_free_blocks(self) -> int:
-        return len(self._free_list)
-
-    def _take(self) -> int:
-        block = self._free_list.pop()
-        self._refs[block] = 1
-        return block
 
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
         self._tables[seq_id] = [self._take() for _ in range(num_blocks)]

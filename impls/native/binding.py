@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from impls.contract import E_BUFFER, E_INACTIVE, E_NO_BLOCKS, E_OOM, blocks_for, fork_culprit
+from impls.contract import E_INACTIVE, E_OOM, blocks_for, fork_culprit
 from impls.core.base import ManagerBase
 from impls.core.validation import batch_args, block_arg, count_arg, lookup_args, seq_arg, tokens_arg
 from impls.native import toolchain
@@ -93,11 +93,14 @@ class NativeBlockManager(ManagerBase):
             self._lib.kvb_destroy(h)
 
     def _check(self, rc: int, seq: int = -1, **context: object) -> int:
-        if rc == E_OOM:
-            raise MemoryError("std::bad_alloc in the native manager")
         if rc < 0:
             self._fail(rc, seq, **context)
         return rc
+
+    def _fail(self, code: int, seq: int = -1, **context: object) -> None:
+        if code == E_OOM:
+            raise MemoryError("std::bad_alloc in the native manager")
+        super()._fail(code, seq, **context)
 
     # -- the contract -----------------------------------------------------------------------------------
     # Arguments are checked by the same helpers as every other design (impls.core.validation) before C++ sees them;
@@ -149,13 +152,6 @@ class NativeBlockManager(ManagerBase):
                                   self._detail.ctypes.data)
         if rc < 0:
             self._fail_batch(rc, int(self._detail[0]), ids, slot.shape[0])
-
-    def _fail_batch(self, rc: int, detail: int, seq_ids: np.ndarray, capacity: int) -> None:
-        if rc == E_NO_BLOCKS:
-            self._fail(rc, need=detail)
-        if rc == E_BUFFER:
-            self._fail(rc, capacity=capacity, need=len(seq_ids))
-        self._check(rc, int(seq_ids[detail]))
 
     # -- inspection -------------------------------------------------------------------------------------
     def num_free_blocks(self) -> int:
