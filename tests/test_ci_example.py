@@ -35,7 +35,7 @@ def test_the_workflow_and_ci_run_call_the_one_script() -> None:
 def test_the_ci_profile_is_a_valid_run() -> None:
     """The profile's arguments parse as `kvblock-bench run`'s, with a plug-in added to every registered name."""
     args = build_parser().parse_args(["run", *profile.run_args(["x.y:Z"])])
-    assert args.scenario == ["paper"] and args.regime == ["batched"] and args.impl[-1] == "x.y:Z"
+    assert args.scenario == ["paper"] and args.regime == ["batched", "step"] and args.impl[-1] == "x.y:Z"
     assert "flat" in args.impl and args.no_paced and args.no_l1d and args.no_allocations and args.no_table_copy
     assert build_parser().parse_args(["run", *profile.run_args()]).impl is None  # every registered one
 
