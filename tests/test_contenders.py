@@ -100,7 +100,7 @@ def test_vllm_calls_allocate_slots_for_every_running_request_every_step(monkeypa
     mgr = VllmV1BlockManager(num_blocks=16, block_size=BS, max_seqs=4)
     calls = []
     real = mgr.kv_cache_manager.allocate_slots
-    monkeypatch.setattr(mgr.kv_cache_manager, "allocate_slots", lambda r, n: calls.append(n) or real(r, n))
+    monkeypatch.setattr(mgr.kv_cache_manager, "allocate_slots", lambda r, n, *a: calls.append(n) or real(r, n, *a))
     mgr.allocate(0, 2)
     mgr.allocate(1, BS)
     for _ in range(3):  # no block boundary for row 0 in these steps: vLLM still calls per request
@@ -278,7 +278,7 @@ def test_vllm_pc_calls_cache_blocks_every_step_and_caches_only_on_seal(monkeypat
     pool = mgr.block_pool
     calls = []
     real = pool.cache_full_blocks
-    monkeypatch.setattr(pool, "cache_full_blocks", lambda *a: calls.append(a[3]) or real(*a))
+    monkeypatch.setattr(pool, "cache_full_blocks", lambda **k: calls.append(k["num_full_blocks"]) or real(**k))
     manager = mgr.single_type_manager
     steps = []
     real_cb = manager.cache_blocks
