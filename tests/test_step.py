@@ -355,3 +355,15 @@ def test_big_endian_buffers_are_read_in_their_byte_order_after_unaligned_ones() 
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["[0,", "0,", "0]", "7"]  # allocated, decoded: 6 + 1 tokens
+
+
+def test_entry_points_are_compiled_once_per_kernel_and_signature_not_per_manager() -> None:
+    """A fresh manager binds its state to the entry points found before (no per-instance lookup in Numba)."""
+    from impls.designs.flat import FlatBlockManager
+
+    a, b = FlatBlockManager(64, 16, 4, 8), FlatBlockManager(64, 16, 4, 8)
+    for op in ("_ep_allocate", "_ep_can_allocate", "_ep_append", "_ep_free", "_ep_last_slot", "_ep_fork"):
+        assert getattr(a, op).func is getattr(b, op).func, op
+    assert a._ep_allocate.args[0] is a.state[0]  # bound to its own state
+    wide = FlatBlockManager(70_000, 16, 4, 8)  # uint32 ids: another signature, another entry point
+    assert wide._ep_allocate.func is not a._ep_allocate.func

@@ -26,3 +26,19 @@ def test_without_torch_loaded_nothing_is_imported(monkeypatch) -> None:
     with one_intra_op_thread() as threads:
         assert threads is None
     assert "torch" not in sys.modules
+
+
+def test_a_run_holds_torch_to_one_thread_in_its_workers(tmp_path) -> None:
+    """torch arrives in a worker with the design that needs it, after the job starts: it is pinned then too."""
+    import json
+
+    from harness.cli import main
+    from impls import REGISTRY
+
+    if "sglang" not in REGISTRY:
+        pytest.skip("sglang needs torch")
+    assert main(["run", "--results", str(tmp_path), "--quick", "--no-progress", "--scenario", "paper", "--impl",
+                 "sglang", "--regime", "batched", "--no-paced", "--no-l1d", "--no-table-copy",
+                 "--no-allocations"]) == 0
+    meta = json.loads((tmp_path / "latest" / "meta.json").read_text())
+    assert meta["torch_intra_op_threads"] == 1

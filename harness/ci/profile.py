@@ -1,8 +1,9 @@
 """The CI profile: the run that ``make bench-ci``, ``scripts/ci_compare.sh`` and ``scripts/compare_pairs.py`` measure.
 
-Every registered implementation, batched, on the ``paper`` scenario at full length with the default repetitions:
-the article's workload and the regime every design's headline figure comes from, in a minute or two on two
-cores (README, "Benchmarks in CI"). Left out, because they cost minutes and ``compare`` reads none of them: the
+Every registered implementation, batched and in the step regime (one Python ``step()`` call per decode step:
+like against like, plug-ins included), on the ``paper`` scenario at full length with the default repetitions:
+the article's workload and the regimes every design's headline figures come from (its time: README, "Time
+budget"). Left out, because they cost minutes and ``compare`` reads none of them: the
 paced runs, L1D counts, allocation counts and the table-copy study (the gate counts allocations and
 instructions exactly). The studies that always run take seconds.
 
@@ -16,7 +17,7 @@ import shlex
 import sys
 
 SCENARIO = "paper"
-REGIMES = ("batched",)
+REGIMES = ("batched", "step")
 SKIPPED_STUDIES = ("--no-paced", "--no-l1d", "--no-allocations", "--no-table-copy")
 
 

@@ -37,6 +37,7 @@ class Merged:
     rows: list[Row] = field(default_factory=list)
     info: dict[Cell, CellInfo] = field(default_factory=dict)
     reps: dict[Key, int] = field(default_factory=dict)  # repetitions each key replayed, over all workers
+    torch_threads: int | None = None  # the most any worker used (None: no worker loaded torch)
 
 
 def merge(results: list[TimingResult], failed: dict[Cell, str]) -> Merged:
@@ -47,6 +48,8 @@ def merge(results: list[TimingResult], failed: dict[Cell, str]) -> Merged:
         out.failed.update({c: r for c, r in result.failed.items() if c not in out.failed})
         out.rows += result.rows
         out.info.update(result.info)
+        if result.torch_threads is not None:
+            out.torch_threads = max(out.torch_threads or 0, result.torch_threads)
     for name, target in (("steps", out.steps), ("details", out.details)):
         collected: dict[Key, list[tuple[int, StepTimes]]] = {}
         for result in results:

@@ -53,6 +53,7 @@ class TimingResult:
     failed: dict[Cell, str] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)  # compile time, table bytes, dispatch floor
     info: dict[Cell, CellInfo] = field(default_factory=dict)
+    torch_threads: int | None = None  # torch's intra-op threads in the worker (None: torch not loaded)
 
 
 def reps_of(cell_driver: Driver, reps: int, cap: int | None) -> int:

@@ -46,8 +46,10 @@ def _empty_regions(n, out):
         out[i] = t1 - t0
 
 
+@cache
 def tsc_usable() -> bool:
-    """A constant-rate TSC on x86-64 Linux."""
+    """A constant-rate TSC on x86-64 Linux (read once per process: the answer cannot change, and reading
+    /proc/cpuinfo at every replay call would put that read inside what the gate counts)."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return False
     try:

@@ -21,7 +21,7 @@ from harness.errors import DesignFailure
 from harness.measure.cells import CellBench, TimingResult
 from harness.measure.drivers import Prepared
 from harness.measure.failures import blamed_on, short_reason
-from harness.measure.threads import one_intra_op_thread
+from harness.measure.threads import pin_one_thread
 from harness.measure.workers import Events
 from harness.output.results import Row
 from impls import registry
@@ -134,6 +134,7 @@ def _bench(job: ScenarioJob, events: Events) -> CellBench:
         except (Exception, SystemExit) as exc:
             failed[name] = short_reason(exc)
     events.cell(None)
+    pin_one_thread()  # torch arrives with the designs that need it: held to one thread before anything runs
     cells = [c for c in job.cells if c[0] in classes]
     bench = CellBench(job.scenario, trace, prep, cells, classes, job.calib, _LOOPS, events.cell, events.tick,
                       events.status)
@@ -144,7 +145,9 @@ def _bench(job: ScenarioJob, events: Events) -> CellBench:
 def run_timing(job: ScenarioJob, events: Events) -> TimingResult:
     bench = _bench(job, events)
     bench.warm_up(record=job.record)
-    return bench.time(job.reps, job.caps, job.only, job.base, read_off=job.record)
+    result = bench.time(job.reps, job.caps, job.only, job.base, read_off=job.record)
+    result.torch_threads = pin_one_thread()
+    return result
 
 
 def run_studies(job: ScenarioJob, events: Events) -> StudiesResult:
@@ -266,11 +269,11 @@ def run_check(job: CheckJob, events: Events) -> CheckResult:
 
 def execute(job: object, events: Events) -> object:
     """Run a job in this process (a worker's entry point), with torch held to one intra-op thread."""
-    with one_intra_op_thread():
-        if isinstance(job, ScenarioJob):
-            return run_timing(job, events) if job.kind == "timing" else run_studies(job, events)
-        if isinstance(job, ProbeJob):
-            return probe(job.name)
-        if isinstance(job, CheckJob):
-            return run_check(job, events)
+    pin_one_thread()
+    if isinstance(job, ScenarioJob):
+        return run_timing(job, events) if job.kind == "timing" else run_studies(job, events)
+    if isinstance(job, ProbeJob):
+        return probe(job.name)
+    if isinstance(job, CheckJob):
+        return run_check(job, events)
     raise TypeError(f"not a job: {job!r}")

@@ -128,8 +128,10 @@ class NativeReplay(NamedTuple):
     allocs: np.ndarray  # [steps] int64: allocation calls of the native containers in each step (pool ops included)
 
 
+@cache
 def tsc_usable() -> bool:
-    """A constant-rate TSC that this build can read (:func:`harness.measure.clock.tsc_usable`)."""
+    """A constant-rate TSC that this build can read (:func:`harness.measure.clock.tsc_usable`), once per
+    process."""
     return clock.tsc_usable() and bool(lib().kvb_have_tsc())
 
 

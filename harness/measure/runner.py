@@ -159,6 +159,7 @@ class Shared:
     pool: Pool
     bar: progress.Progress
     spool: Path  # a private folder for trace files the workers load when the trace cache cannot hold them
+    torch_threads: int | None = None  # torch's intra-op threads in the workers, as they reported it
 
 
 def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: RunConfig,
@@ -182,6 +183,8 @@ def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: Ru
         if result is not None:
             results.append(result)
     merged = merge(results, failed)
+    if merged.torch_threads is not None:  # what the workers held torch to (README, "One host thread")
+        shared.torch_threads = max(shared.torch_threads or 0, merged.torch_threads)
     rows, raw = ScenarioRows(plan.scenario, trace, Work.of_trace(trace), slice_bounds(trace.num_steps), base,
                              shared.calib).build(plan.cells, merged)
     if plan.studies:
@@ -386,7 +389,7 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
         try:
             with sigterm_interrupts():
                 _run_plan(plan, cfg, shared, writer)
-            writer.finish(complete=True)
+            writer.finish(complete=True, torch_intra_op_threads=shared.torch_threads)
         except KeyboardInterrupt as exc:
             writer.interrupted(exc)
             where = writer.run_dir or "no run folder (nothing had finished)"

@@ -13,6 +13,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
+def pin_one_thread() -> int | None:
+    """In a worker process (ours alone): torch, if an implementation imported it, uses one intra-op thread from
+    now on; returns that count, or None when torch is not loaded. Called again after every import of an
+    implementation: a worker imports torch only when it loads a design that needs it."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    torch.set_num_threads(1)
+    return torch.get_num_threads()
+
+
 @contextmanager
 def one_intra_op_thread() -> Iterator[int | None]:
     """Within the block: torch (if an implementation imported it) uses one intra-op thread. Yields that count,

@@ -152,13 +152,40 @@ _STEP_KERNELS: dict[str, Callable] = {}
 _EXACT_STEP_KERNELS: dict[tuple, Callable] = {}
 
 
+_ENTRY_POINTS: dict[tuple, Callable] = {}  # (kernel, argument types) -> its compiled entry point
+_INT_TYPE = typeof(0)
+_ARRAY_TYPES: dict[tuple, object] = {}
+
+
+def _type_of(x: object) -> object:
+    """``numba.typeof(x)``; for an array, looked up by what its Numba type depends on (dtype, dimensions,
+    layout, writeability, alignment): typing an array afresh costs microseconds per array."""
+    if type(x) is not np.ndarray:
+        return typeof(x)
+    f = x.flags
+    key = (x.dtype, x.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned)
+    if key not in _ARRAY_TYPES:
+        _ARRAY_TYPES[key] = typeof(x)
+    return _ARRAY_TYPES[key]
+
+
+def _entry_point(kernel: Callable, sig: tuple) -> Callable:
+    """The compiled entry point of ``kernel`` for ``sig``, found once per kernel and signature: asking Numba's
+    dispatcher for it costs tens of microseconds, which a fresh manager's first call of each operation would
+    otherwise pay (a benchmark that builds managers would time it)."""
+    key = (kernel, sig)
+    if key not in _ENTRY_POINTS:
+        _ENTRY_POINTS[key] = kernel.compile(sig)
+    return _ENTRY_POINTS[key]
+
+
 def _entry(op: str, ints: int) -> functools.cached_property:
     """The entry point of kernel ``op`` (taking ``ints`` Python ints after the state), bound to the manager's
-    state, as a property computed once per state (see CompiledBlockManager's dispatch notes)."""
+    state, as a property computed once per state (see CompiledBlockManager's dispatch notes); the entry point
+    itself is compiled (or loaded) once per kernel and signature, not per manager."""
     def bind(self: CompiledBlockManager) -> Callable:
-        state = self._state
-        sig = tuple(typeof(x) for x in (*state, *([0] * ints)))
-        return partial(getattr(self.kernels, op).compile(sig), *state)
+        sig = (*self._ep_state_types, *([_INT_TYPE] * ints))
+        return partial(_entry_point(getattr(self.kernels, op), sig), *self._state)
 
     bind.__name__ = "_ep_" + op
     return functools.cached_property(bind)
@@ -256,6 +283,11 @@ class CompiledBlockManager(ManagerBase):
     _ep_fork = _entry("fork", 2)
     _ep_free = _entry("free", 1)
     _ep_last_slot = _entry("last_slot", 1)
+
+    @functools.cached_property
+    def _ep_state_types(self) -> tuple:
+        """The Numba types of the state, found once per state for every operation's entry point."""
+        return tuple(_type_of(x) for x in self._state)
 
     @functools.cached_property
     def _ep_step_exact(self) -> Callable:
