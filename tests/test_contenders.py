@@ -15,8 +15,9 @@ import pytest
 
 from impls import REGISTRY, UNAVAILABLE
 from impls.contenders.nano_vllm import NanoVllmBlockManager
-from impls.contenders.vllm_v1 import FreeKVCacheBlockQueue, KVCacheBlock, VllmV1BlockManager
+from impls.contenders.vllm_v1 import VllmV1BlockManager
 from impls.contenders.vllm_v1_pc import VllmV1CachingBlockManager
+from impls.contenders.vllm_v1_pool import FreeKVCacheBlockQueue, KVCacheBlock
 from impls.core.reference import ReferenceModel
 
 BS = 4

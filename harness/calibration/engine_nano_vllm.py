@@ -205,10 +205,11 @@ def baselines(nano: SimpleNamespace, version: str) -> list[Baseline]:
     hashes, which our contract has no token ids for and which is its own metric), with its hashing (nano-vllm as
     it ships), and bare (its hash bookkeeping removed too: ``hash_blocks`` not called)."""
     how = (f"nano-vllm {version}'s BlockManager(num_blocks, block_size) from the source folder, driven as "
-           "engine/scheduler.py does: can_allocate + allocate(seq, 0) at admission; per step and running sequence "
-           "postprocess (hash_blocks, append_token) then can_append + may_append, the slot as prepare_decode "
-           "computes it; hash_blocks + deallocate at a free; synthetic distinct token ids; fork and copy-on-write "
-           "emulated as the contender emulates them; ")
+           "engine/scheduler.py does: can_allocate + allocate(seq, 0) and the prefill's postprocess (hash_blocks, "
+           "append_token) at admission; per step and running sequence can_append + may_append, the slot as "
+           "prepare_decode computes it, postprocess's hash_blocks, and after the step, untimed, the rest of "
+           "postprocess (counters, append_token); deallocate at a free; synthetic distinct token ids; fork and "
+           "copy-on-write emulated as the contender emulates them; ")
     neutral = _neutralised(nano.BlockManager)
     out = [Baseline("hashing neutralised", _bound(nano, neutral, True), ("nano-vllm",), ("nano-vllm",),
                     how + "compute_hash returns 0 (hash bookkeeping runs, no hash computed)"),

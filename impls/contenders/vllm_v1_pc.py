@@ -62,15 +62,14 @@ import itertools
 import numpy as np
 
 from impls.contenders.vllm_v1 import (
-    BlockPool,
     FullAttentionManager,
-    KVCacheBlock,
     KVCacheCoordinator,
     KVCacheManager,
     Request,
     VllmV1BlockManager,
     cdiv,
 )
+from impls.contenders.vllm_v1_pool import BlockPool, KVCacheBlock
 from impls.contract import (
     E_ACTIVE,
     E_NO_BLOCKS,
