@@ -23,10 +23,12 @@ contender's model of it:
 - ``can_allocate``: ``available_size() // page_size >= n``.
 
 Page 0 is SGLang's padding page, so contract block ids are page ids minus one (as in the contender). SGLang has
-no fork: sharing is emulated by the same code as in the contender (the same work on both sides): a fork copies
-the parent's row and counts its pages in a host dict; a row whose last page is shared and not full gets a new
-page (one ``alloc(k * page_size)`` for the step's k copies) with its earlier tokens re-pointed before the
-step's ``alloc_decode``; a freed row's pages still shared are kept out of ``free``.
+no fork: sharing is emulated with the contender's code where it can be (a fork copies the parent's row and
+counts its pages in a host dict; a freed row's pages still shared are kept out of ``free``); one step differs:
+here a row whose last page is shared and not full gets a new page from one ``alloc(k * page_size)`` for the
+step's k copies, its earlier tokens re-pointed, before the step's ``alloc_decode`` (which takes no "needs a
+page" input), where the contender ranks those pages with the batch's new pages in one computation (our
+contract hands them out in batch order).
 """
 
 from __future__ import annotations
@@ -37,10 +39,13 @@ import os
 import types
 from types import SimpleNamespace
 
+import numpy as np
+
 from harness.calibration.adapter import EngineAdapter
 from harness.calibration.engines import Baseline
 from harness.calibration.loader import ImportPlan, Piece
 from impls.contenders.sglang import PagedRows  # needs torch, as SGLang's allocator does
+from impls.contract import NoFreeBlocksError
 
 REAL = ("sglang.srt.mem_cache.allocator.base", "sglang.srt.mem_cache.allocator.paged")
 UTILS = ("is_hip", "_warned_bool_env_var_keys", "get_bool_env_var", "next_power_of_2", "get_num_new_pages")
@@ -77,6 +82,7 @@ class SGLangEngine(PagedRows, EngineAdapter):
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
         import torch
 
+        self.torch = torch
         ps = self.page_size = self.block_size
         self.allocator = self.sglang.PagedTokenToKVPoolAllocator(
             size=self.num_blocks * ps, page_size=ps, dtype=torch.float16, device="cpu", kvcache=None,
@@ -84,6 +90,24 @@ class SGLangEngine(PagedRows, EngineAdapter):
         self._setup_rows(self.max_seqs, self.max_tokens)
 
     _engine_step = PagedRows._decode  # the engine's step: alloc_for_decode_default for the batch
+
+    def _decode_sharing(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        """The fork emulation on SGLang's allocator: the step's copied pages from one ``alloc`` (its
+        ``alloc_decode`` takes no "needs a page" input, so they cannot ride in it), the rows' earlier tokens
+        re-pointed, then ``alloc_for_decode_default`` as without a fork."""
+        movers = self._shared_tails(ids)
+        pairs = []
+        if movers:
+            ps = self.page_size
+            slots = self.allocator.alloc(len(movers) * ps)
+            if slots is None:
+                raise NoFreeBlocksError("SGLang's alloc refused the step's copied pages")
+            pairs = [self._copy_tail(ids[i], self._lens[ids[i]], page, int(slots[k * ps]) // ps)
+                     for k, (i, page) in enumerate(movers)]
+        self._decode_batch(self.torch.as_tensor(seq_ids, dtype=self.torch.int64), ids, slot_out)
+        if pairs:
+            cow_out[: len(pairs)] = pairs
+        return len(pairs)
 
 
 def baselines(sglang: SimpleNamespace, version: str) -> list[Baseline]:

@@ -240,6 +240,7 @@ class PagedRows:
         self.shared: dict[int, int] = {}  # page -> references, for pages shared by a fork (the emulation)
         self._no_prefix = torch.zeros(1, dtype=torch.int64)
         self._no_loc = torch.full((1,), -1, dtype=torch.int64)
+        self._offsets = torch.arange(self.page_size, dtype=torch.int64)
 
     def _end_frees(self) -> None:
         if self.grouping:
@@ -262,12 +263,19 @@ class PagedRows:
         self.seq_lens[seq_id] = n
 
     def _decode(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """``alloc_for_decode_default`` for the batch (after the emulated copies, when a fork shares a page)."""
+        """The decode batch: ``alloc_for_decode_default``, or with pages shared by a fork its emulation
+        (:meth:`_decode_sharing`, each side's own); the copy-on-write pairs to ``cow_out``, their number back."""
         self._end_frees()
         if not ids:
             return 0
-        cows = self._copy_shared_tails(ids) if self.shared else []
-        rows = torch.as_tensor(seq_ids, dtype=torch.int64)
+        if self.shared:
+            return self._decode_sharing(seq_ids, ids, cow_out, slot_out)
+        self._decode_batch(torch.as_tensor(seq_ids, dtype=torch.int64), ids, slot_out)
+        return 0
+
+    def _decode_batch(self, rows: torch.Tensor, ids: list[int], slot_out: np.ndarray) -> torch.Tensor:
+        """``alloc_for_decode_default``: ``last_loc`` gathered from the rows, one ``alloc_decode``, the slots
+        written back as int32 and to ``slot_out``, the lengths advanced; the batch's new slots back."""
         seq_lens = self.seq_lens[rows]
         last_loc = self.req_to_token[rows, seq_lens - 1]
         seq_lens_next = seq_lens + 1
@@ -280,9 +288,11 @@ class PagedRows:
         for s in ids:  # the host copy of the lengths (SGLang's seq_lens_cpu)
             lens[s] += 1
         slot_out[: len(ids)] = (out - self.page_size).numpy()
-        if cows:
-            cow_out[: len(cows)] = cows
-        return len(cows)
+        return out
+
+    def _decode_sharing(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        """The decode batch when a fork shares pages (SGLang has no fork: each side emulates it its own way)."""
+        raise NotImplementedError
 
     def _append(self, seq_id: int) -> tuple[int, int] | None:
         cow_out = np.zeros((1, 2), dtype=np.int64)
@@ -328,32 +338,28 @@ class PagedRows:
         for page in self._pages(parent_id).tolist():
             shared[page] = shared.get(page, 1) + 1
 
-    def _copy_shared_tails(self, ids: list[int]) -> list[tuple[int, int]]:
-        """Rows whose last page is shared and not full (in batch order; the last holder keeps the page) move their
-        earlier tokens in it to a new page, all new pages from one ``alloc``; the (src, dst) pairs."""
+    def _shared_tails(self, ids: list[int]) -> list[tuple[int, int]]:
+        """(position in the batch, page) of the rows whose last page is shared and not full when their turn comes,
+        in batch order (an earlier copy in the batch may have left the page to this row alone)."""
         ps, movers = self.page_size, []
         copied: dict[int, int] = {}
-        for s in ids:
+        for i, s in enumerate(ids):
             n = self._lens[s]
             if n % ps == 0:
                 continue
             page = int(self.req_to_token[s, n - 1]) // ps
             if self.shared.get(page, 1) - copied.get(page, 0) > 1:
                 copied[page] = copied.get(page, 0) + 1
-                movers.append((s, page))
-        if not movers:
-            return []
-        slots = self.allocator.alloc(len(movers) * ps)
-        if slots is None:
-            raise NoFreeBlocksError("alloc refused the step's copied pages")
-        pairs = []
-        for k, (s, page) in enumerate(movers):
-            n = self._lens[s]
-            start = n // ps * ps
-            self.req_to_token[s, start:n] = slots[k * ps : k * ps + n - start].to(torch.int32)
-            self._unshare(page)
-            pairs.append((page - 1, int(slots[k * ps]) // ps - 1))
-        return pairs
+                movers.append((i, page))
+        return movers
+
+    def _copy_tail(self, seq_id: int, n: int, src: int, dst: int) -> tuple[int, int]:
+        """The row's tokens before ``n`` in its last page now live in page ``dst`` (the KV copy is the engine's);
+        the source page loses a reference; the (src, dst) pair in contract ids."""
+        start = n // self.page_size * self.page_size
+        self.req_to_token[seq_id, start:n] = (dst * self.page_size + self._offsets[: n - start]).to(torch.int32)
+        self._unshare(src)
+        return src - 1, dst - 1
 
     def _last_shared(self, seq_id: int) -> bool:
         return bool(self.shared) and int(self.req_to_token[seq_id, self._lens[seq_id] - 1]) // self.page_size \
@@ -384,6 +390,39 @@ class SGLangBlockManager(PagedRows, InterpretedBlockManager):
         self.allocator = PagedAllocator(self.num_blocks * self.page_size, self.page_size)
         self._setup_rows(self.max_seqs, self.max_tokens)
         self._admit_tokens = 0
+
+    def _decode_sharing(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        """Our fork emulation: a row whose shared last page is copied takes its new page in the same batched
+        computation as the rows whose token opens a page, in batch order (as one append after another would:
+        the contract's decode step equals its appends in order), then its earlier tokens move to that page."""
+        ps, free_pages = self.page_size, self.allocator.free_pages
+        rows = torch.as_tensor(seq_ids, dtype=torch.int64)
+        seq_lens = self.seq_lens[rows] + 1
+        last_loc = self.req_to_token[rows, seq_lens - 2].to(torch.int64)
+        need = (seq_lens - 1) % ps == 0
+        movers = self._shared_tails(ids)
+        if movers:
+            need[[i for i, _ in movers]] = True
+        num_new_pages = int(need.sum())
+        new_page = last_loc  # unused without new pages
+        if num_new_pages:
+            if num_new_pages > len(free_pages):
+                raise NoFreeBlocksError("the decode batch needs more pages than are free")
+            taken = need.to(torch.int64)
+            new_page = free_pages[(torch.cumsum(taken, 0) - taken).clamp_(max=num_new_pages - 1)]
+            out = torch.where(need, new_page * ps + (seq_lens - 1) % ps, last_loc + 1)
+            self.allocator.free_pages = free_pages[num_new_pages:]
+        else:
+            out = last_loc + 1
+        self.req_to_token[rows, seq_lens - 1] = out.to(torch.int32)
+        self.seq_lens[rows] = seq_lens
+        lens = self._lens
+        for s in ids:
+            lens[s] += 1
+        slot_out[: len(ids)] = (out - ps).numpy()
+        for k, (i, page) in enumerate(movers):
+            cow_out[k] = self._copy_tail(ids[i], lens[ids[i]] - 1, page, int(new_page[i]))
+        return len(movers)
 
     @property
     def free_pages(self) -> torch.Tensor:
