@@ -33,7 +33,8 @@ ENTRY_POINT_GROUP = "kvblock_bench.impls"
 # of those subpackages that support the registered ones without being implementations themselves.
 ROLE_PACKAGES = {"design": "impls.designs", "twin": "impls.designs", "caching": "impls.caching",
                  "contender": "impls.contenders", "native": "impls.native"}
-SUPPORT_MODULES = ("impls.designs.twins", "impls.native.binding", "impls.native.toolchain")
+SUPPORT_MODULES = ("impls.designs.twins", "impls.native.binding", "impls.native.toolchain",
+                   "impls.contenders.vllm_v1_pool")
 # What every ratio is taken against: the article's design C, and on prefix-caching traces C with its cache.
 RATIO_BASE = "flat"
 CACHING_RATIO_BASE = "flat-pc"

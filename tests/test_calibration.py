@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.calibration import fetch
@@ -21,7 +22,7 @@ from harness.calibration.table import CalibrationRow, merge, read_rows, write_ro
 from harness.calibration.traces import fan_out_forks
 from harness.cli import main
 from harness.errors import InputError
-from harness.measure.replay import replay
+from harness.measure.replay import ReplayError, replay
 from impls import REGISTRY
 from scenarios import generate
 from tests.calibration_standin import build_wheel, write_standin
@@ -128,6 +129,28 @@ def test_pip_fetches_a_wheel_into_the_cache_and_unpacks_its_package_once(tmp_pat
     assert again == code and (code.root / ".sha256").stat().st_mtime_ns == stamp  # unpacked once
     with pytest.raises(InputError, match=r"pip download nano-vllm-standin==9\.9 failed"):
         fetch.published("nano-vllm-standin", "9.9", ("nanovllm",), cache, find_links=tmp_path / "house")
+
+
+# -- the adapters' untimed per-step hook ----------------------------------------------------------------------
+def test_an_adapter_records_sampled_tokens_in_the_untimed_hook_and_stops_without_it(tmp_path) -> None:
+    """The engine's request objects get their sampled tokens in ``untimed_after_step`` (outside the timed step);
+    a step that finds the previous step's tokens unrecorded stops the replay instead of running behind."""
+    from harness.calibration import engine_nano_vllm
+
+    root = write_standin(tmp_path / "nano-src")
+    with engine_imports(engine_nano_vllm.plan(), root):
+        adapter = engine_nano_vllm.baselines(engine_nano_vllm.load(), "standin")[0].cls(64, 4, 4, 16)
+        adapter.allocate(0, 5)
+        seq = adapter.seqs[0]
+        assert len(seq) == 6  # the prompt and the prefill's sampled token (its postprocess comes with admission)
+        ids, cows, slots = np.array([0]), np.zeros((1, 2), dtype=np.int64), np.zeros(1, dtype=np.int64)
+        adapter.decode_step(ids, cows, slots)
+        assert len(seq) == 6 and slots[0] == adapter.last_slot(0)  # the step's token is not recorded in the step
+        adapter.untimed_after_step(0)
+        assert len(seq) == 7 and adapter.seq_len(0) == 6
+        adapter.decode_step(ids, cows, slots)
+        with pytest.raises(ReplayError, match="untimed_after_step"):
+            adapter.decode_step(ids, cows, slots)
 
 
 # -- a trace as vLLM serves it -------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ import pytest
 
 from impls import REGISTRY, UNAVAILABLE
 from impls.contenders.nano_vllm import NanoVllmBlockManager
-from impls.contenders.vllm_v1 import FreeKVCacheBlockQueue, KVCacheBlock, VllmV1BlockManager
+from impls.contenders.vllm_v1 import VllmV1BlockManager
 from impls.contenders.vllm_v1_pc import VllmV1CachingBlockManager
+from impls.contenders.vllm_v1_pool import FreeKVCacheBlockQueue, KVCacheBlock
 from impls.core.reference import ReferenceModel
 
 BS = 4
@@ -100,7 +101,7 @@ def test_vllm_calls_allocate_slots_for_every_running_request_every_step(monkeypa
     mgr = VllmV1BlockManager(num_blocks=16, block_size=BS, max_seqs=4)
     calls = []
     real = mgr.kv_cache_manager.allocate_slots
-    monkeypatch.setattr(mgr.kv_cache_manager, "allocate_slots", lambda r, n: calls.append(n) or real(r, n))
+    monkeypatch.setattr(mgr.kv_cache_manager, "allocate_slots", lambda r, n, *a: calls.append(n) or real(r, n, *a))
     mgr.allocate(0, 2)
     mgr.allocate(1, BS)
     for _ in range(3):  # no block boundary for row 0 in these steps: vLLM still calls per request
@@ -182,7 +183,7 @@ def cat_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def test_sglang_frees_wait_for_the_step_end_and_join_at_the_front_with_one_cat(sglang_cls, cat_calls) -> None:
+def test_sglang_frees_wait_for_the_next_operation_and_join_at_the_front_with_one_cat(sglang_cls, cat_calls) -> None:
     mgr = sglang_cls(num_blocks=8, block_size=BS, max_seqs=4, max_blocks_per_seq=8)
     assert mgr.free_pages.tolist() == [1, 2, 3, 4, 5, 6, 7, 8]  # SGLang's page ids: page 0 is reserved
     mgr.allocate(0, 2 * BS)  # pages 1, 2: blocks 0, 1
@@ -190,14 +191,14 @@ def test_sglang_frees_wait_for_the_step_end_and_join_at_the_front_with_one_cat(s
     mgr.free(0)
     mgr.free(1)
     # Pending: copies of the rows' token slots (page * page_size + offset), as SGLang's grouped free keeps.
-    assert [t.tolist() for t in mgr.free_group] == [list(range(BS, 3 * BS)), list(range(3 * BS, 7 * BS))]
-    assert mgr.num_pending == 6 and mgr.num_free_blocks() == 8 and mgr.can_allocate(8) and cat_calls == []
-    mgr.allocate(2, 1)
-    mgr.decode_step(np.array([2]), np.zeros((1, 2), dtype=np.int64), np.zeros(1, dtype=np.int64))
-    assert cat_calls == [2, 2]  # the step's end: one cat joins the group, one puts its pages at the front
-    assert mgr.free_pages.tolist() == [1, 2, 3, 4, 5, 6, 8] and mgr.free_group == []
-    mgr.allocate(3, 3 * BS)
-    assert mgr.block_table(3) == [0, 1, 2]  # freed pages are reused first (the front)
+    group = mgr.allocator.free_group
+    assert [t.tolist() for t in group] == [list(range(BS, 3 * BS)), list(range(3 * BS, 7 * BS))] and cat_calls == []
+    assert mgr.free_pages.tolist() == [7, 8]  # not free until the group ends
+    assert mgr.num_free_blocks() == 8  # the step's next operation ends the group, as SGLang's scheduler does
+    assert cat_calls == [2, 2]  # one cat joins the group, one puts its pages at the front
+    assert mgr.free_pages.tolist() == [1, 2, 3, 4, 5, 6, 7, 8] and mgr.allocator.free_group is None
+    mgr.allocate(2, 3 * BS)
+    assert mgr.block_table(2) == [0, 1, 2]  # freed pages are reused first (the front)
 
 
 def test_sglang_decode_step_allocates_for_the_whole_batch_at_once(sglang_cls) -> None:
@@ -210,6 +211,15 @@ def test_sglang_decode_step_allocates_for_the_whole_batch_at_once(sglang_cls) ->
     assert mgr.block_table(0) == [0, 3] and mgr.block_table(2) == [2, 4]
     assert slots.tolist() == [3 * BS, 1 * BS + 2, 4 * BS]
     assert mgr.req_to_token[1, :3].tolist() == [2 * BS, 2 * BS + 1, 2 * BS + 2]  # a token slot per token
+    assert mgr.req_to_token.dtype == torch_int32()  # SGLang's ReqToTokenPool holds int32 slots
+
+
+def test_sglang_extend_places_tokens_in_whole_pages_then_a_partial_one(sglang_cls) -> None:
+    mgr = sglang_cls(num_blocks=8, block_size=BS, max_seqs=4, max_blocks_per_seq=8)
+    mgr.allocate(0, 2 * BS + 1)
+    assert mgr.block_table(0) == [0, 1, 2]
+    assert mgr.req_to_token[0, : 2 * BS + 1].tolist() == list(range(BS, 3 * BS + 1))
+    assert mgr.free_pages.tolist() == [4, 5, 6, 7, 8]
 
 
 def test_sglang_fork_shares_pages_and_copies_the_tail_on_write(sglang_cls) -> None:
@@ -221,7 +231,11 @@ def test_sglang_fork_shares_pages_and_copies_the_tail_on_write(sglang_cls) -> No
     assert mgr.decode_step(np.array([1, 0]), cows, np.zeros(2, dtype=np.int64)) == 1
     assert cows[0].tolist() == [1, 2] and mgr.block_table(1) == [0, 2] and mgr.block_table(0) == [0, 1]
     mgr.free(0)
-    assert [t.tolist() for t in mgr.free_group] == [[2 * BS]] and mgr.ref_count(0) == 1
+    assert [t.tolist() for t in mgr.allocator.free_group] == [[2 * BS]] and mgr.ref_count(0) == 1
+
+
+def torch_int32():
+    return pytest.importorskip("torch").int32
 
 
 # -- registration -------------------------------------------------------------------------------------------
@@ -278,7 +292,7 @@ def test_vllm_pc_calls_cache_blocks_every_step_and_caches_only_on_seal(monkeypat
     pool = mgr.block_pool
     calls = []
     real = pool.cache_full_blocks
-    monkeypatch.setattr(pool, "cache_full_blocks", lambda *a: calls.append(a[3]) or real(*a))
+    monkeypatch.setattr(pool, "cache_full_blocks", lambda **k: calls.append(k["num_full_blocks"]) or real(**k))
     manager = mgr.single_type_manager
     steps = []
     real_cb = manager.cache_blocks

@@ -8,18 +8,30 @@ per-sequence calls as its scheduler makes them, and the slot mapping read from t
 contract's per-sequence checks (active, not twice, within its blocks) are left out of that step: the engine's
 scheduler does not make them (its own code checks what it checks), and every replay is checked against its
 trace afterwards, step by step.
+
+What the engine does between two steps that is not block management (recording each request's sampled token on
+the engine's request objects) runs in ``untimed_after_step``, the Python drivers' untimed per-step hook
+(:mod:`harness.measure.drivers`): an adapter that needs it lists each step's rows in ``_sampled`` and records
+their tokens there. A step that finds rows still listed stops the replay: a driver without the hook would leave
+the engine's requests behind the trace.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from harness.measure.replay import ReplayError
 from impls.core.interpreted import InterpretedBlockManager
 from impls.core.validation import batch_args
 
 
 class EngineAdapter(InterpretedBlockManager):
     """Base class of the adapters."""
+
+    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
+                 max_blocks_per_seq: int = 256) -> None:
+        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
+        self._sampled: list[list[int]] = []  # rows whose sampled token untimed_after_step records, per call
 
     def memory_bytes(self) -> int:
         """Not stated: the engine's own objects (0 passes the constructor's memory check)."""
@@ -31,6 +43,9 @@ class EngineAdapter(InterpretedBlockManager):
     def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
         """One decode step of the engine for the batch: its per-sequence calls, then the slots (see the module)."""
         ids = batch_args(seq_ids, cow_out, slot_out, self.max_seqs)
+        if self._sampled:
+            raise ReplayError("the previous step's sampled tokens were never recorded: replay an adapter with a "
+                              "driver that calls untimed_after_step (harness.measure.drivers)")
         return self._engine_step(ids, ids.tolist(), cow_out, slot_out)
 
     def _engine_step(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:

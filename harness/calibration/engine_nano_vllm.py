@@ -11,13 +11,18 @@ The adapter (:class:`NanoEngine`) drives the engine's objects as ``nanovllm/engi
 
 - admission: a ``Sequence`` of the prompt (synthetic token ids, distinct per sequence: its number ``<< 24``
   plus a counter, so no two sequences share a block's contents), ``can_allocate(seq)`` (its answer must be
-  "no cached block") then ``allocate(seq, 0)``, and the prefill's ``num_scheduled_tokens``;
-- each decode append: ``postprocess`` for the previous step (``hash_blocks(seq)``, ``num_cached_tokens`` and
-  ``num_scheduled_tokens`` kept as it keeps them, the sampled token appended with ``append_token``), then
-  ``schedule``'s decode branch (``can_append(seq)``, ``num_scheduled_tokens = 1``, ``may_append(seq)``), then
-  the slot as ``ModelRunner.prepare_decode`` computes it (``block_table[-1] * block_size +
-  last_block_num_tokens - 1``);
-- ``free``: ``postprocess``'s ``hash_blocks(seq)``, then ``deallocate(seq)``.
+  "no cached block") then ``allocate(seq, 0)`` with the prefill's ``num_scheduled_tokens``; then the prefill
+  step's ``postprocess`` (``hash_blocks(seq)``, ``num_cached_tokens`` and ``num_scheduled_tokens`` kept as it
+  keeps them, the sampled token appended with ``append_token``). nano-vllm runs a prefill step of its own
+  before the request's first decode step; the trace admits and decodes in one step, so the prefill's
+  ``postprocess`` comes with the admission, timed with it (one ``append_token`` per request);
+- each decode append: ``schedule``'s decode branch (``can_append(seq)``, ``num_scheduled_tokens = 1``,
+  ``may_append(seq)``), the slot as ``ModelRunner.prepare_decode`` computes it (``block_table[-1] *
+  block_size + last_block_num_tokens - 1``), and ``postprocess``'s block-manager call, ``hash_blocks(seq)``
+  (it hashes the block this step's token filled); after the step, untimed (``untimed_after_step``, the
+  drivers' hook), the rest of ``postprocess``: ``num_cached_tokens`` and ``num_scheduled_tokens`` kept, the
+  sampled token appended with ``append_token`` (recording the model's output: not block management);
+- ``free``: ``deallocate(seq)`` (its last ``hash_blocks`` ran in its last step, as in ``postprocess``).
 
 ``Sequence.block_size`` is set to the trace's block size, as nano-vllm's ``LLMEngine`` sets it from its config
 (whose check that it is a multiple of 256 is not run: the block manager takes any size). nano-vllm has no fork:
@@ -95,24 +100,29 @@ class NanoEngine(EngineAdapter):
             raise ReplayError(f"row {seq_id}: nano-vllm's can_allocate answered {cached}, expected 0 cached blocks "
                               "(-1: no room)")
         self.bm.allocate(seq, 0)
-        seq.num_scheduled_tokens = n  # the prefill, whose postprocess comes with the first append
+        seq.num_scheduled_tokens = n  # the prefill
         self.seqs[seq_id] = seq
+        if self.hash_blocks:  # the prefill step's postprocess (the module docstring)
+            self.bm.hash_blocks(seq)
+        self._record_sampled(seq, seq_id)
+
+    def _record_sampled(self, seq, seq_id: int) -> None:
+        """``postprocess`` after its ``hash_blocks``: the step's tokens counted, the sampled token appended."""
+        seq.num_cached_tokens += seq.num_scheduled_tokens
+        seq.num_scheduled_tokens = 0
+        token = self._next_token[seq_id]
+        self._next_token[seq_id] = token + 1
+        seq.append_token(token)
 
     def _engine_step(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """Per running sequence: the previous step's ``postprocess``, then ``schedule``'s decode branch (with the
-        emulated copy of a shared last block), then ``prepare_decode``'s slot."""
-        bm, seqs, bs, tokens, hashing = self.bm, self.seqs, self.block_size, self._next_token, self.hash_blocks
+        """Per running sequence: ``schedule``'s decode branch (with the emulated copy of a shared last block),
+        ``prepare_decode``'s slot, ``postprocess``'s ``hash_blocks``. The sampled tokens are recorded after the
+        step (the module docstring)."""
+        bm, seqs, bs, hashing = self.bm, self.seqs, self.block_size, self.hash_blocks
         lens, forked = self._lens, self.forked
         slots, cows = [], []
         for s in ids:
             seq = seqs[s]
-            if hashing:
-                bm.hash_blocks(seq)
-            seq.num_cached_tokens += seq.num_scheduled_tokens
-            seq.num_scheduled_tokens = 0
-            token = tokens[s]
-            tokens[s] = token + 1
-            seq.append_token(token)
             if not bm.can_append(seq):
                 raise NoFreeBlocksError(f"nano-vllm's can_append refused row {s} (it would preempt)")
             seq.num_scheduled_tokens = 1
@@ -122,17 +132,26 @@ class NanoEngine(EngineAdapter):
             bm.may_append(seq)
             lens[s] += 1
             slots.append(seq.block_table[-1] * bs + seq.last_block_num_tokens - 1)
+            if hashing:
+                bm.hash_blocks(seq)
         slot_out[: len(slots)] = slots
+        self._sampled.append(ids)
         if cows:
             cow_out[: len(cows)] = cows
         return len(cows)
+
+    def untimed_after_step(self, step: int) -> None:
+        """The drivers' untimed hook: the rest of ``postprocess`` for every sequence of the step."""
+        seqs, record = self.seqs, self._record_sampled
+        for ids in self._sampled:
+            for s in ids:
+                record(seqs[s], s)
+        self._sampled.clear()
 
     def _free(self, seq_id: int) -> None:
         seq = self.seqs[seq_id]
         self.seqs[seq_id] = None
         self._next_token.pop(seq_id, None)
-        if self.hash_blocks:
-            self.bm.hash_blocks(seq)
         self.bm.deallocate(seq)
 
     # -- fork and copy-on-write, emulated as the contender emulates them ----------------------------------------
@@ -186,10 +205,11 @@ def baselines(nano: SimpleNamespace, version: str) -> list[Baseline]:
     hashes, which our contract has no token ids for and which is its own metric), with its hashing (nano-vllm as
     it ships), and bare (its hash bookkeeping removed too: ``hash_blocks`` not called)."""
     how = (f"nano-vllm {version}'s BlockManager(num_blocks, block_size) from the source folder, driven as "
-           "engine/scheduler.py does: can_allocate + allocate(seq, 0) at admission; per step and running sequence "
-           "postprocess (hash_blocks, append_token) then can_append + may_append, the slot as prepare_decode "
-           "computes it; hash_blocks + deallocate at a free; synthetic distinct token ids; fork and copy-on-write "
-           "emulated as the contender emulates them; ")
+           "engine/scheduler.py does: can_allocate + allocate(seq, 0) and the prefill's postprocess (hash_blocks, "
+           "append_token) at admission; per step and running sequence can_append + may_append, the slot as "
+           "prepare_decode computes it, postprocess's hash_blocks, and after the step, untimed, the rest of "
+           "postprocess (counters, append_token); deallocate at a free; synthetic distinct token ids; fork and "
+           "copy-on-write emulated as the contender emulates them; ")
     neutral = _neutralised(nano.BlockManager)
     out = [Baseline("hashing neutralised", _bound(nano, neutral, True), ("nano-vllm",), ("nano-vllm",),
                     how + "compute_hash returns 0 (hash bookkeeping runs, no hash computed)"),

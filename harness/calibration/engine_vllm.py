@@ -13,9 +13,16 @@ The adapter (:class:`VllmEngine`) drives the engine's objects as ``vllm/v1/core/
 - admission (``allocate``, ``allocate_cached``): a ``vllm.v1.request.Request`` with the prompt, then
   ``get_computed_blocks(request)`` and ``allocate_slots(request, prompt - hits, hits, blocks)``; the request is
   then running with its prompt computed;
-- each decode append: the token sampled last step recorded with ``request.append_output_token_ids`` (vLLM's
-  engine does that when the model's output arrives; it runs the block hasher), ``allocate_slots(request, 1)``,
-  ``num_computed_tokens + 1``;
+- each decode append: ``allocate_slots(request, 1)``, ``num_computed_tokens + 1``; after the step, untimed
+  (``untimed_after_step``, the drivers' hook), the token the request sampled recorded with
+  ``request.append_output_token_ids`` (the engine's output processing, which runs the block hasher: not block
+  management). That is vLLM's order under asynchronous scheduling, its default in 0.33.0
+  (``SchedulerConfig.async_scheduling``, ``AsyncScheduler``): a step is scheduled while the previous step's
+  sampled token is still a placeholder, recorded when the output arrives, so ``allocate_slots`` sees
+  ``request.num_tokens`` one token behind ``num_computed_tokens + 1`` and caches a block that filled one step
+  later than a synchronous scheduler would. It needs no special case for a request admitted in the step (its
+  prefill's token is a placeholder too); the placeholder counters themselves (``num_output_placeholders``,
+  ``num_in_flight_tokens``) are the scheduler's and are not kept;
 - ``free``: ``free(request)``; ``can_allocate``: ``block_pool.get_num_free_blocks() >= n``;
 - the slot mapping (``last_slot``, ``decode_step``'s slots): ``block.block_id * block_size + offset`` from the
   request's blocks, as the model runner computes it from the block table.
@@ -41,8 +48,9 @@ from harness.calibration.engines import Baseline
 from harness.calibration.loader import ImportPlan, Piece
 from harness.calibration.traces import fan_out_forks
 from harness.measure.replay import ReplayError
-from impls.contract import E_ACTIVE, E_NO_BLOCKS, E_NOT_FULL, E_SEALED, NoFreeBlocksError, blocks_for
-from impls.core.validation import chain_arg, hash_arg, seq_arg, tokens_arg
+from impls.contenders.vllm_v1_pc import cached_need, sealable
+from impls.contract import E_ACTIVE, E_NO_BLOCKS, NoFreeBlocksError
+from impls.core.validation import chain_arg, seq_arg, tokens_arg
 
 REAL = (
     "vllm.v1.core.kv_cache_manager", "vllm.v1.core.kv_cache_coordinator", "vllm.v1.core.single_type_kv_cache_manager",
@@ -161,14 +169,13 @@ class VllmEngine(EngineAdapter):
         self._admit(seq_id, self._admit_tokens)
 
     def _engine_step(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """Per running request, as the engine loop and ``Scheduler.schedule`` do it: the sampled token recorded,
-        ``allocate_slots(request, 1)``, one more computed token; then its slot from its blocks."""
+        """Per running request, as ``Scheduler.schedule`` does it: ``allocate_slots(request, 1)``, one more computed
+        token; then its slot from its blocks. The sampled tokens are recorded after the step (the module)."""
         requests, lens, req_to_blocks, bs = self.requests, self._lens, self.req_to_blocks, self.block_size
         allocate_slots = self.manager.allocate_slots
         slots = []
         for s in ids:
             request = requests[s]
-            request.append_output_token_ids(0)
             if allocate_slots(request, 1) is None:
                 raise NoFreeBlocksError(f"vLLM's allocate_slots refused row {s}'s decode token")
             request.num_computed_tokens += 1
@@ -176,7 +183,17 @@ class VllmEngine(EngineAdapter):
             lens[s] = n + 1
             slots.append((req_to_blocks[request.request_id][n // bs].block_id - 1) * bs + n % bs)
         slot_out[: len(slots)] = slots
+        self._sampled.append(ids)
         return 0
+
+    def untimed_after_step(self, step: int) -> None:
+        """The drivers' untimed hook: the token each request of the step sampled, recorded on the request as vLLM's
+        output processing records it (``append_output_token_ids``, which runs the block hasher)."""
+        requests = self.requests
+        for ids in self._sampled:
+            for s in ids:
+                requests[s].append_output_token_ids(0)
+        self._sampled.clear()
 
     def _last_shared(self, seq_id: int) -> bool:
         return False  # nothing is shared without fork (vLLM v1 has none)
@@ -221,35 +238,20 @@ class VllmCachingEngine(VllmEngine):
         chain = [int(h).to_bytes(32, "little") for h in chain_arg(hashes, num_tokens, self.block_shift, seq_id)]
         if self._lens[seq_id]:
             self._fail(E_ACTIVE, seq_id)
-        need = self._cached_need(num_tokens, chain)
+        keys = (self._key(block_hash) for block_hash in chain)
+        need = cached_need(self.pool.cached_block_hash_to_block.get_one_block, keys, num_tokens, self.block_size)
         if need > self.num_free_blocks():
             self._fail(E_NO_BLOCKS, seq_id, need=need)
         hits = self._admit(seq_id, num_tokens, chain)
         self._lens[seq_id] = num_tokens
         return hits
 
-    def _cached_need(self, num_tokens: int, chain: list[bytes]) -> int:
-        """Free blocks the admission takes: fresh ones plus evictable hits (the contract's check)."""
-        hits = evictable = 0
-        for block_hash in chain:
-            block = self.pool.cached_block_hash_to_block.get_one_block(self._key(block_hash))
-            if block is None:
-                break
-            hits += 1
-            evictable += block.ref_cnt == 0
-        return blocks_for(num_tokens, self.block_size) - hits + evictable
-
     def seal(self, seq_id: int, block_hash: int) -> bool:
         """Hand vLLM the hash of the block decode just filled (the block hasher's output for it) and cache it
         as the next ``allocate_slots`` would; False when another block already carries that hash."""
-        seq_id = self._active(seq_id)
-        digest = hash_arg(block_hash, seq_id).to_bytes(32, "little")
-        n = self._lens[seq_id]
-        if n & (self.block_size - 1):
-            self._fail(E_NOT_FULL, seq_id)
+        seq_id, value, n, _ = sealable(self, seq_id, block_hash, self._blocks)
+        digest = value.to_bytes(32, "little")
         request = self.requests[seq_id]
-        if self._blocks(seq_id)[-1].block_hash is not None:
-            self._fail(E_SEALED, seq_id)
         if len(request.block_hashes) != (n >> self.block_shift) - 1:
             raise ReplayError(f"row {seq_id}: vLLM needs the hashes of all its full blocks, in order; the trace "
                               f"seals block {n >> self.block_shift} after {len(request.block_hashes)}")
@@ -269,7 +271,9 @@ def _bound(cls: type, vllm: SimpleNamespace, **attrs) -> type:
 
 HOW = ("vLLM {version}'s KVCacheManager(enable_caching={caching}) from the wheel, driven as its scheduler does: "
        "Request + get_computed_blocks + allocate_slots(request, prompt - hits, hits, blocks) at admission, "
-       "append_output_token_ids then allocate_slots(request, 1) per running request per step, free(request); "
+       "allocate_slots(request, 1) per running request per step and the slot from its blocks, the sampled token "
+       "recorded after the step (append_output_token_ids, untimed: vLLM's asynchronous-scheduling order), "
+       "free(request); "
        "block hasher: {hasher}")
 
 

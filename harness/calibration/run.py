@@ -88,8 +88,8 @@ def calibrate(opts: Options) -> Outcome:
     code = engine_code(opts)
     opts.progress(f"{opts.engine.label} {code.version} ({code.digest[:19]}...) from {code.origin}")
     outcome = Outcome()
-    module = opts.engine.code()
     with missing_packages(opts.engine):
+        module = opts.engine.code()  # an engine module may import what the engine needs (torch)
         plan = module.plan()
     with engine_imports(plan, code.root) as imports:
         with missing_packages(opts.engine):

@@ -13,6 +13,15 @@ Three drivers, one result shape (:class:`~harness.measure.steptimes.StepTimes`, 
   times each operation (the per-block and per-lookup figures). Ticks are converted with the calibrated TSC.
 - ``native`` (:func:`run_native`): the C++ designs replayed inside C++ (:mod:`harness.measure.native`).
 
+**Untimed per-step hook.** The Python drivers (:func:`run_interpreted`, :func:`run_whole_steps`, and their untimed
+twins :func:`step_runner` and :func:`whole_step_runner`) call a manager's optional ``untimed_after_step(step)``
+method after each step's timed regions and checks, outside every timed region (looked up once per replay with
+``getattr``; a manager without it is replayed exactly as before). It is for work a real engine does between
+two steps that is not block management, which a manager must still do to stay in step with the trace: the
+calibration's adapters record each request's sampled token on the engine's request objects there
+(:mod:`harness.calibration`). The registered designs do not define it. The compiled and native drivers have no
+such hook (their designs need none).
+
 Every replay reports its copy-on-write count and slot digest per step, checked against the trace
 (:meth:`StepTimes.check`). Each cell replays its own copy of the trace's arrays (:meth:`Prepared.private`):
 a design that writes into its inputs changes nothing for the others, and :meth:`Prepared.changed_inputs`
@@ -160,8 +169,8 @@ def _check_result(prep: Prepared, s: int, i: int, result: str, got) -> int:
 
 
 # One flat loop on purpose: this is the timed driver, and a helper call per operation would put interpreter
-# work between the timer reads of every region.
-def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | None = None) -> StepTimes:
+# work between the timer reads of every region (and a no-op hook called for every design would be work too).
+def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | None = None) -> StepTimes:  # noqa: C901
     """Time steps ``[lo, hi)`` (default: all) issued from Python (both regimes, every implementation), on a
     manager already at step ``lo``. The slot mapping of every step is digested outside the timed regions. With
     prefix caching, ``allocate_cached`` is timed as ``alloc`` and ``seal`` as ``other``; each step's cache hits
@@ -178,6 +187,7 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
     batched = regime == "batched"
     regions = 0
+    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
     for s in range(lo, hi):
         first, mid, end = prep.bounds[s]
         row = ns[s - lo]
@@ -225,6 +235,8 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
             row[_LOOKUP] = t2 - t1
         row[_DECODE] = t1 - t0
         regions += mid - first + (1 if batched else 2)
+        if after is not None:
+            after(s)
     step_ns = ns[:, _ALLOC] + ns[:, _FREE] + ns[:, _OTHER] + ns[:, _DECODE]
     if not batched:  # the per-call scheduler needs its slot mapping from last_slot calls
         step_ns = step_ns + ns[:, _LOOKUP]
@@ -256,6 +268,7 @@ def step_runner(prep: Prepared, mgr, regime: str, cows: np.ndarray | None = None
     cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
     decode_step, append, last_slot = mgr.decode_step, mgr.append_slot, mgr.last_slot
     batched = regime == "batched"
+    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
 
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
@@ -263,14 +276,16 @@ def step_runner(prep: Prepared, mgr, regime: str, cows: np.ndarray | None = None
             _, mid, end = bounds[s]
             if batched:
                 cows[s] = decode_step(decode_ids[s], cow_out, slot_out)
-                continue
-            n = 0
-            for i in range(mid, end):
-                if append(a0[i]) is not None:
-                    n += 1
-            for i in range(mid, end):
-                last_slot(a0[i])
-            cows[s] = n
+            else:
+                n = 0
+                for i in range(mid, end):
+                    if append(a0[i]) is not None:
+                        n += 1
+                for i in range(mid, end):
+                    last_slot(a0[i])
+                cows[s] = n
+            if after is not None:
+                after(s)
 
     return run
 
@@ -288,6 +303,7 @@ def whole_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None, check
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
     cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
     step = step_entry(mgr)
+    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
 
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
@@ -295,6 +311,8 @@ def whole_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None, check
             cows[s] = step(ops, x, y, ids, status_out, cow_out, slot_out)
             if check:
                 _check_statuses(prep, s, status_out, int(cows[s]))
+            if after is not None:
+                after(s)
 
     return run
 
@@ -322,6 +340,7 @@ def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> 
     status_out = np.zeros(max((m - f for f, m, _ in prep.bounds), default=0) + 2, dtype=np.int64)
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
+    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
     for s in range(lo, hi):
         first, mid, end = prep.bounds[s]
         ops, x, y, ids = op[first:mid], a0[first:mid], a1[first:mid], prep.decode_ids[s]
@@ -333,6 +352,8 @@ def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> 
         _check_statuses(prep, s, status_out, int(rc))
         cows[s - lo] = rc
         digests[s - lo] = ((slot_out[: end - mid] & mask) + 1).sum()
+        if after is not None:
+            after(s)
     return StepTimes(ns, cows, ns[:, _DECODE].copy(), 1.0, "perf_counter_ns", digests)
 
 

@@ -1,36 +1,40 @@
 """Contender ``"nano-vllm"``: the BlockManager of nano-vllm as its scheduler drives it, re-written from its design.
 
-Follows ``nanovllm/engine/block_manager.py`` (``Block``, ``BlockManager``: ``_allocate_block``,
-``_deallocate_block``, ``allocate``, ``deallocate``, ``can_append``, ``may_append``) and the decode branch of
-``nanovllm/engine/scheduler.py`` (``schedule``: ``can_append`` then ``may_append`` for every running sequence
-every step) of nano-vllm as of commit 8d63a98 (GitHub ``GeeeekExplorer/nano-vllm``, 2026-04-14; nano-vllm is
-not published on PyPI):
+Follows, in nano-vllm at commit bb823b3 (GitHub ``GeeeekExplorer/nano-vllm``, 2026-04-26; nano-vllm is not
+published on PyPI):
 
-* ``blocks: list[Block]``, one preallocated object per physical block, carrying its ref count, hash and
-  token ids (``reset`` on allocation: ref count 1, hash -1, an empty token list);
-* ``free_block_ids: deque[int]``, initially ``0, 1, 2, ...``; allocation reads ``free_block_ids[0]`` and then
-  removes that id (``deque.remove``, which finds it at the front); a freed id is appended on the right, so
-  ids are reused first in, first out;
-* ``used_block_ids: set[int]``, the blocks in use;
-* a block table (a Python list of ids) per sequence; a sequence's blocks are released tail first;
-* every decode step, for every running sequence: ``can_append`` (a free block when the newest token opens a
-  block) and ``may_append`` (a new block when it does; the full-block branch where nano-vllm hashes the
-  block that has just filled; nothing otherwise).
+* ``nanovllm/engine/block_manager.py``: ``Block`` (one preallocated object per physical block with its ref
+  count, hash and token ids; ``reset`` on allocation) and ``BlockManager``: ``free_block_ids: deque[int]``
+  (initially ``0, 1, 2, ...``; ``_allocate_block`` pops the left end, checks the block's ref count and whether
+  its hash still names it in ``hash_to_block_id``, resets it and adds it to ``used_block_ids``; a freed id is
+  appended on the right, so ids are reused first in, first out), ``allocate``, ``deallocate`` (the table walked
+  backwards, ref counts lowered, the table cleared), ``can_append`` and ``may_append`` (a free block, then a new
+  block, when the sequence's newest token opens a block: ``len(seq) % block_size == 1``) and ``hash_blocks``
+  (called by the scheduler's ``postprocess`` for every scheduled sequence every step: it returns at once
+  unless the step's tokens filled a block);
+* ``nanovllm/engine/sequence.py``: ``Sequence``, which the block manager reads: ``len(seq)`` (``__len__``),
+  ``block_table``, ``num_cached_tokens``, ``num_scheduled_tokens``, and the ``num_blocks`` /
+  ``last_block_num_tokens`` properties;
+* ``nanovllm/engine/scheduler.py``: ``schedule``'s decode branch (``can_append``, ``num_scheduled_tokens = 1``,
+  ``is_prefill = False``, ``may_append`` for every running sequence every step) and ``postprocess``
+  (``hash_blocks``, then the step's tokens counted as cached and the sampled token appended);
+* ``nanovllm/engine/model_runner.py``: ``prepare_decode``'s slot, ``block_table[-1] * block_size +
+  last_block_num_tokens - 1``.
 
-Calibrated against the real BlockManager of commit bb823b3 (2026-04-26; ``results/calibration/``), which
-differs from 8d63a98 in ways that leave the per-step work alike: ``_allocate_block`` pops the left end of
-the deque (``popleft``, same first-in-first-out order), and the hashing moved out of ``may_append`` into
-``hash_blocks``, which the scheduler's ``postprocess`` calls for every scheduled sequence every step (it
-hashes the blocks that have filled). On ``paper`` this contender costs 1.40x (per call) and 1.31x (batched)
-that real code with hashing stubbed out, 1.19x and 1.11x with its hashing.
+So every ``append_slot`` (and every sequence of a ``decode_step``) does, on a :class:`Sequence` of the row:
+the previous step's ``postprocess`` counters and the sampled token counted (the contender has no untimed moment
+for them: two counters), ``can_append``, the decode fields, ``may_append``, and ``hash_blocks``; the slot comes
+from ``prepare_decode``'s formula. How close that is to nano-vllm's own code, measured on the same traces:
+``results/calibration/``.
 
-Departures, to follow our contract: no prefix caching (nano-vllm hashes each full block with xxhash,
-prefix caching always on, and keeps ``hash_to_block_id``; our contract carries no token ids, so the
-full-block branch of ``may_append`` and ``allocate`` compute no hash and blocks keep hash -1): this contender
-is nano-vllm *without* its hashing, which costs it more per step; nano-vllm has no fork or copy-on-write
-(blocks are shared only through its prefix cache), so ``fork`` raises ref counts and an append to a shared
-last block copies it, as in our contract; block tables live here, per sequence row, instead of on
-nano-vllm's ``Sequence`` objects, and the sequence's length is the contract's row length.
+Departures, to follow our contract: no prefix caching. nano-vllm keeps it always on: it hashes each full block
+with xxhash over its token ids (``compute_hash``) in ``hash_blocks`` and looks prompts up in ``can_allocate``
+and ``allocate``. Our contract carries no token ids, so nothing is hashed: ``hash_blocks`` makes its every-step
+test but records nothing when a block fills (no token ids, no hash, ``hash_to_block_id`` stays empty), and
+``can_allocate`` and ``allocate`` look nothing up (every block a miss); blocks keep hash -1. Sequences hold
+their number of tokens, not the tokens. nano-vllm has no fork or copy-on-write (blocks are shared only through
+its prefix cache), so ``fork`` raises ref counts and an append to a shared last block copies it, as in our
+contract; the per-step test for a shared last block starts with the first fork.
 """
 
 from __future__ import annotations
@@ -59,110 +63,182 @@ class Block:
         self.token_ids = []
 
 
-class NanoVllmBlockManager(InterpretedBlockManager):
-    """Contender ``"nano-vllm"``: nano-vllm's deque of free ids, used-id set and per-sequence lists."""
+class Sequence:
+    """What of nano-vllm's ``Sequence`` its block manager and scheduler read: the number of tokens (not the
+    tokens), the block table and the postprocess counters."""
 
-    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
-                 max_blocks_per_seq: int = 256) -> None:
-        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self.blocks = [Block(i) for i in range(self.num_blocks)]
-        self.free_block_ids: deque[int] = deque(range(self.num_blocks))
+    def __init__(self, num_tokens: int, block_size: int) -> None:
+        self.block_size = block_size
+        self.num_tokens = num_tokens
+        self.num_prompt_tokens = num_tokens
+        self.num_cached_tokens = 0
+        self.num_scheduled_tokens = 0
+        self.is_prefill = True
+        self.block_table: list[int] = []
+
+    def __len__(self) -> int:
+        return self.num_tokens
+
+    @property
+    def num_blocks(self) -> int:
+        return (self.num_tokens + self.block_size - 1) // self.block_size
+
+    @property
+    def last_block_num_tokens(self) -> int:
+        return self.num_tokens - (self.num_blocks - 1) * self.block_size
+
+
+class BlockManager:
+    """nano-vllm's block manager, its prefix cache's lookups left out (the module docstring)."""
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.block_size = block_size
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.hash_to_block_id: dict[int, int] = {}
+        self.free_block_ids: deque[int] = deque(range(num_blocks))
         self.used_block_ids: set[int] = set()
-        self.block_tables: list[list[int] | None] = [None] * self.max_seqs
 
-    def memory_bytes(self) -> int:
-        """Per block a ``Block`` object and its id, a list slot, and a deque slot with its own int object; per
-        row a length and a table slot."""
-        per_block = 16 + sys.getsizeof(Block(0)) + 2 * int_object_bytes(self.num_blocks)
-        return self.num_blocks * per_block + 16 * self.max_seqs
-
-    def num_free_blocks(self) -> int:
-        return len(self.free_block_ids)
-
-    def _allocate_block(self, block_id: int) -> Block:
+    def _allocate_block(self) -> int:
+        block_id = self.free_block_ids.popleft()
         block = self.blocks[block_id]
         assert block.ref_count == 0
+        if block.hash != -1 and self.hash_to_block_id.get(block.hash) == block_id:  # pragma: no cover - no hashes
+            del self.hash_to_block_id[block.hash]
         block.reset()
-        self.free_block_ids.remove(block_id)
         self.used_block_ids.add(block_id)
-        return block
+        return block_id
 
     def _deallocate_block(self, block_id: int) -> None:
         assert self.blocks[block_id].ref_count == 0
         self.used_block_ids.remove(block_id)
         self.free_block_ids.append(block_id)
 
-    def _allocate(self, seq_id: int, num_blocks: int) -> None:
-        table = self.block_tables[seq_id] = []
-        for _ in range(num_blocks):  # every block a cache miss: no hashes (see the module docstring)
-            block_id = self.free_block_ids[0]
-            self._allocate_block(block_id)
-            table.append(block_id)
+    def can_allocate(self, seq: Sequence) -> int:
+        """Cached blocks of the prompt (none: no lookup), or -1 when the pool cannot hold it."""
+        if len(self.free_block_ids) < seq.num_blocks:
+            return -1
+        return 0
 
-    def _last_shared(self, seq_id: int) -> bool:
-        return self.blocks[self.block_tables[seq_id][-1]].ref_count > 1
+    def allocate(self, seq: Sequence, num_cached_blocks: int) -> None:
+        assert not seq.block_table
+        for _ in range(num_cached_blocks, seq.num_blocks):  # every block a miss (the module docstring)
+            seq.block_table.append(self._allocate_block())
+        seq.num_cached_tokens = num_cached_blocks * self.block_size
 
-    def can_append(self, num_tokens: int) -> bool:
-        """A free block when the newest token opens a block (``len(seq) % block_size == 1``)."""
-        return len(self.free_block_ids) >= (num_tokens % self.block_size == 1)
-
-    def may_append(self, table: list[int], num_tokens: int) -> None:
-        """nano-vllm's ``may_append`` for a sequence of ``num_tokens`` tokens, the newest one included."""
-        last_block = self.blocks[table[-1]]
-        rem = num_tokens % self.block_size
-        if rem == 1 or self.block_size == 1:
-            block_id = self.free_block_ids[0]
-            self._allocate_block(block_id)
-            table.append(block_id)
-        elif rem == 0:  # the last block has just filled: nano-vllm hashes it here (no tokens, no hash)
-            assert last_block.hash == -1
-        else:
-            assert last_block.hash == -1
-
-    def _append(self, seq_id: int) -> tuple[int, int] | None:
-        n = self._lens[seq_id] + 1  # len(seq): the newest token, whose KV this step writes, included
-        self._lens[seq_id] = n
-        table = self.block_tables[seq_id]
-        if not self.can_append(n):  # pragma: no cover - the contract checked the pool first
-            raise AssertionError("can_append failed after the contract's check")
-        opens = (n - 1) % self.block_size == 0
-        src = self.blocks[table[-1]]
-        if opens or src.ref_count == 1:
-            self.may_append(table, n)
-            return None
-        src.ref_count -= 1  # ours: copy-on-write of a shared last block (see the module docstring)
-        dst = self.free_block_ids[0]
-        self._allocate_block(dst)
-        table[-1] = dst
-        return src.block_id, dst
-
-    def _fork(self, parent_id: int, child_id: int) -> None:
-        table = self.block_tables[parent_id]
-        blocks = self.blocks
-        for block_id in table:
-            blocks[block_id].ref_count += 1
-        self.block_tables[child_id] = table.copy()
-
-    def _free(self, seq_id: int) -> None:
-        table = self.block_tables[seq_id]
-        self.block_tables[seq_id] = None
-        for block_id in reversed(table):  # nano-vllm's deallocate walks the table backwards
+    def deallocate(self, seq: Sequence) -> None:
+        for block_id in reversed(seq.block_table):
             block = self.blocks[block_id]
             block.ref_count -= 1
             if block.ref_count == 0:
                 self._deallocate_block(block_id)
+        seq.num_cached_tokens = 0
+        seq.block_table.clear()
+
+    def can_append(self, seq: Sequence) -> bool:
+        return len(self.free_block_ids) >= (len(seq) % self.block_size == 1)
+
+    def may_append(self, seq: Sequence) -> None:
+        if len(seq) % self.block_size == 1:
+            seq.block_table.append(self._allocate_block())
+
+    def hash_blocks(self, seq: Sequence) -> None:
+        """The blocks the step's tokens filled: nano-vllm hashes and records them here; without token ids there
+        is nothing to hash (the module docstring)."""
+        start = seq.num_cached_tokens // self.block_size
+        end = (seq.num_cached_tokens + seq.num_scheduled_tokens) // self.block_size
+        if start == end:
+            return
+
+
+class NanoVllmBlockManager(InterpretedBlockManager):
+    """Contender ``"nano-vllm"``: nano-vllm's deque of free ids, used-id set and per-sequence lists."""
+
+    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
+                 max_blocks_per_seq: int = 256) -> None:
+        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
+        self.block_manager = BlockManager(self.num_blocks, self.block_size)
+        self.blocks = self.block_manager.blocks
+        self.free_block_ids = self.block_manager.free_block_ids
+        self.used_block_ids = self.block_manager.used_block_ids
+        self.seqs: list[Sequence | None] = [None] * self.max_seqs
+        self.forked = False  # until a fork, no block is shared and an append skips the copy-on-write test
+
+    def memory_bytes(self) -> int:
+        """Per block a ``Block`` object and its id, a list slot, and a deque slot with its own int object; per
+        row a length and a sequence slot."""
+        per_block = 16 + sys.getsizeof(Block(0)) + 2 * int_object_bytes(self.num_blocks)
+        return self.num_blocks * per_block + 16 * self.max_seqs
+
+    def num_free_blocks(self) -> int:
+        return len(self.free_block_ids)
+
+    def _allocate(self, seq_id: int, num_blocks: int) -> None:
+        """The scheduler's prefill: ``can_allocate``, ``allocate``, the prompt scheduled; then that step's
+        ``postprocess`` (``hash_blocks``, the prompt counted as cached)."""
+        bm = self.block_manager
+        seq = Sequence(self._admit_tokens, self.block_size)
+        if bm.can_allocate(seq) == -1:  # pragma: no cover - the contract checked the pool
+            raise AssertionError("can_allocate failed after the contract's check")
+        bm.allocate(seq, 0)
+        seq.num_scheduled_tokens = seq.num_tokens
+        self.seqs[seq_id] = seq
+        bm.hash_blocks(seq)
+        seq.num_cached_tokens += seq.num_scheduled_tokens
+        seq.num_scheduled_tokens = 0
+
+    def _last_shared(self, seq_id: int) -> bool:
+        return self.blocks[self.seqs[seq_id].block_table[-1]].ref_count > 1
+
+    def _append(self, seq_id: int) -> tuple[int, int] | None:
+        seq = self.seqs[seq_id]
+        bm = self.block_manager
+        seq.num_cached_tokens += seq.num_scheduled_tokens  # the previous step's postprocess (two counters)
+        seq.num_tokens += 1  # the token it sampled, whose KV this step writes
+        if not bm.can_append(seq):  # pragma: no cover - the contract checked the pool first
+            raise AssertionError("can_append failed after the contract's check")
+        seq.num_scheduled_tokens = 1
+        seq.is_prefill = False
+        cow = None
+        if self.forked and seq.num_tokens % self.block_size != 1:
+            src = self.blocks[seq.block_table[-1]]
+            if src.ref_count > 1:  # ours: copy-on-write of a shared last block (see the module docstring)
+                src.ref_count -= 1
+                dst = bm._allocate_block()
+                seq.block_table[-1] = dst
+                cow = (src.block_id, dst)
+        bm.may_append(seq)
+        self._lens[seq_id] = seq.num_tokens
+        bm.hash_blocks(seq)
+        return cow
+
+    def _fork(self, parent_id: int, child_id: int) -> None:
+        parent = self.seqs[parent_id]
+        child = Sequence(parent.num_tokens, self.block_size)
+        child.block_table = parent.block_table.copy()
+        child.num_cached_tokens = parent.num_cached_tokens + parent.num_scheduled_tokens  # not hashed twice
+        child.is_prefill = parent.is_prefill
+        blocks = self.blocks
+        for block_id in parent.block_table:
+            blocks[block_id].ref_count += 1
+        self.seqs[child_id] = child
+        self.forked = True
+
+    def _free(self, seq_id: int) -> None:
+        seq = self.seqs[seq_id]
+        self.seqs[seq_id] = None
+        self.block_manager.deallocate(seq)
 
     def _table_nbytes(self, seq_id: int) -> int:
         # The per-sequence list plus its int objects (Block objects belong to the pool, not the table).
-        table = self.block_tables[seq_id]
+        table = self.seqs[seq_id].block_table
         return sys.getsizeof(table) + sum(sys.getsizeof(b) for b in table)
 
     def _table(self, seq_id: int) -> list[int]:
-        return self.block_tables[seq_id].copy()
+        return self.seqs[seq_id].block_table.copy()
 
     def _ref(self, block_id: int) -> int:
         return self.blocks[block_id].ref_count
 
     def _last_slot(self, seq_id: int) -> int:
-        n = self._lens[seq_id] - 1
-        return self.block_tables[seq_id][n // self.block_size] * self.block_size + n % self.block_size
+        seq = self.seqs[seq_id]
+        return seq.block_table[-1] * self.block_size + seq.last_block_num_tokens - 1

@@ -1,47 +1,58 @@
-"""Contender ``"sglang"``: SGLang's batched paged allocator, re-written from SGLang 0.5.23.
+"""Contender ``"sglang"``: SGLang's batched paged allocator as its scheduler drives it, re-written from SGLang 0.5.23.
 
-Follows, in SGLang 0.5.23 (the ``sglang`` wheel on PyPI), with torch on the CPU:
+Follows, in SGLang 0.5.23 (the ``sglang`` wheel on PyPI), with torch on the CPU (the native torch path: SGLang
+runs it where Triton is unsupported):
 
-* ``python/sglang/srt/mem_cache/allocator/paged.py``: ``PagedTokenToKVPoolAllocator`` (``clear``: free page
-  ids ``1 .. num_pages`` in an int64 tensor, page 0 kept for padded tokens; ``alloc_decode`` and its
-  ``alloc_decode_naive``: one call for the whole decode batch, a page taken from the head of the free tensor
-  for each request whose new token opens a page, ranked by a ``cumsum``, else ``last_loc + 1``; ``alloc`` for
-  page-aligned extends; ``free`` inside ``free_group_begin`` / ``free_group_end``: a step's frees are joined
-  with one ``torch.cat`` and put at the *front* of the free tensor, as ``_release_page_ids`` does without
-  ``need_sort``, SGLang's default);
-* ``python/sglang/srt/mem_cache/allocator/base.py``: ``available_size`` (free plus pending pages);
-* ``python/sglang/srt/mem_cache/memory_pool.py``: ``ReqToTokenPool.req_to_token``, one row of token slots
-  (``page * page_size + offset``) per request, written for every token; the decode batch reads ``last_loc``
-  from it and writes the new slots back with one indexed store (``ScheduleBatch.prepare_for_decode``).
+* ``python/sglang/srt/mem_cache/allocator/paged.py``: ``PagedTokenToKVPoolAllocator`` (:class:`PagedAllocator`
+  here): ``clear`` (free page ids ``1 .. num_pages`` in an int64 tensor, page 0 kept for padded tokens);
+  ``alloc_extend`` and its native ``alloc_extend_naive`` (the bound on new pages checked against the free
+  tensor, the batch's tokens placed per token in three phases: the rest of the prefix's last page, whole new
+  pages, a last partial page, each computed for every token and merged with ``torch.where``; then the exact
+  number of new pages from the host lengths, ``get_num_new_pages``, sliced off the free tensor);
+  ``alloc_decode`` and ``alloc_decode_naive`` (the number of new pages from the host lengths, then one batched
+  computation: a page from the head of the free tensor for each request whose new token opens a page, ranked
+  by a ``cumsum``, else ``last_loc + 1``); ``alloc`` (whole pages from the head); ``free`` (inside a free
+  group: a copy of the token slots kept; outside: their pages, ``torch.unique``, put at the *front* of the free
+  tensor, as ``_release_page_ids`` does without ``need_sort``, SGLang's default); ``free_group_end`` (the
+  group joined with one ``torch.cat`` and freed);
+* ``python/sglang/srt/mem_cache/allocator/base.py``: ``free_group_begin`` / ``free_group_end``,
+  ``available_size`` (the free pages only: a group's pages count once the group has ended);
+* ``python/sglang/srt/utils/common.py``: ``get_num_new_pages`` (on host tensors, one ``.item()``);
+* ``python/sglang/srt/mem_cache/memory_pool.py``: ``ReqToTokenPool.req_to_token``, an int32 row of token slots
+  (``page * page_size + offset``) per request, written for every token;
+* ``python/sglang/srt/mem_cache/allocation.py`` and the scheduler: an extend batch's ``alloc_extend`` with its
+  lengths as tensors and ``last_loc`` -1 (no prefix); a decode batch's ``alloc_for_decode_default`` (``last_loc``
+  gathered from ``req_to_token``, lengths plus one, one ``alloc_decode``, the slots written back as int32); the
+  frees of a finished batch inside ``free_group_begin`` ... ``free_group_end``, which ends before the next
+  scheduling decision.
 
-How our contract maps onto it:
+How our contract maps onto it (:class:`PagedRows`, the scheduler's side, is the same code the calibration
+drives SGLang's own allocator with, ``harness/calibration/engine_sglang.py``):
 
-* ``decode_step`` is one ``alloc_decode`` for the whole batch: a gather of the rows' lengths and last slots,
-  the page-opening mask, its ``cumsum``, a gather from the free tensor, a ``where``, a slice of the free tensor
-  and one scatter into ``req_to_token``; the slots come out as one tensor (minus one page: contract block ids
-  are SGLang's page ids minus one, since page 0 is reserved, so ``num_free_blocks()`` is ``num_blocks``);
+* ``decode_step`` is one ``alloc_decode`` for the whole batch, the slots (minus one page: contract block ids are
+  SGLang's page ids minus one, since page 0 is reserved, so ``num_free_blocks()`` is ``num_blocks``) written to
+  ``slot_out``;
 * ``allocate`` is an extend of one request with no prefix (SGLang batches a prefill's requests into one
-  ``alloc_extend``; our contract admits one sequence per call): pages sliced from the head and each token's
-  slot computed per token as ``alloc_extend_naive`` does (owner by ``searchsorted``, page, offset), written
-  into the row;
-* ``free`` adds a copy of the row's token slots to the pending group (SGLang's ``free`` inside a group); the
-  group is released by the next ``decode_step`` (the end of the scheduler's step) or earlier by an allocation
-  that needs it: one ``torch.cat`` of the group, ``torch.unique`` of its pages, one ``torch.cat`` to the front;
+  ``alloc_extend``; our contract admits one sequence per call);
+* ``free`` frees the row's token slots inside a free group, begun by a step's first free and ended by the step's
+  next other operation (a pool query, an admission, a fork, the decode step), as the scheduler ends it after the
+  batch's frees;
 * ``append_slot`` (the per-call regime) is a decode batch of one: SGLang has no per-token call, so the
   per-call figures are the batched code paid per sequence.
 
 Fork and copy-on-write (SGLang has neither: prefixes are shared through the radix cache, whose nodes hold a
 ``lock_ref``, and the allocator keeps no per-page ref counts): pages shared by a fork are counted in a host
 dict (page -> references) that is empty unless the trace forks, so an unforked step pays one emptiness check.
-``fork`` copies the parent's row and counts its pages; in a step, a sequence whose last page is shared and
-not full is marked as needing a new page in the same batched ``alloc_decode`` (so pages are handed out in
-batch order, as one append after another would), then its earlier tokens in that page are re-pointed to the
-new page and the pair is reported; ``free`` keeps pages that are still referenced. ``ref_count`` answers from
+``fork`` copies the parent's row and counts its pages; before a step's ``alloc_decode``, the rows whose last page
+is shared and not full (in batch order; the last holder keeps the page) get new pages from one ``alloc`` (the
+copies cannot ride in ``alloc_decode``, which takes no "needs a page" input), their earlier tokens in that page
+re-pointed, and the pairs reported; ``free`` keeps pages that are still referenced. ``ref_count`` answers from
 that dict and from the free tensor (a scan: a query, not a hot path).
 
-Left out: the radix cache, eviction, ``need_sort`` and ``merge_and_sort_free``, the Triton kernels (the
-native torch path runs instead, as SGLang does where Triton is unsupported), ``alloc_extend`` with prefixes,
-the KV tensors themselves, hierarchical/SWA/Mamba pools, and the request objects.
+Left out: the radix cache, eviction, ``need_sort`` (its staged pages and ``merge_and_sort_free``, a no-op
+without them), the Triton kernels, the debug checks (off by default), the KV tensors themselves,
+hierarchical/SWA/Mamba pools, and the request objects. How close this is to SGLang's own allocator, measured
+on the same traces: ``results/calibration/``.
 """
 
 from __future__ import annotations
@@ -49,145 +60,239 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from impls.contract import blocks_for
+from impls.contract import NoFreeBlocksError
 from impls.core.interpreted import InterpretedBlockManager
 from impls.core.validation import lookup_args
 
-
-def _write_slots(token_slots: torch.Tensor, page_size: int, slot_out: np.ndarray, n: int) -> None:
-    """Contract slots (one page less: page 0 is reserved) into ``slot_out[:n]``, in place when it is int64."""
-    if slot_out.dtype == np.int64 and slot_out.flags.writeable:
-        torch.sub(token_slots, page_size, out=torch.from_numpy(slot_out)[:n])
-    else:
-        slot_out[:n] = (token_slots - page_size).numpy()
+_CPU = torch.device("cpu")
 
 
-class SGLangBlockManager(InterpretedBlockManager):
-    """Contender ``"sglang"``: SGLang's paged allocator driven one batch per step."""
+def get_num_new_pages(seq_lens: torch.Tensor, page_size: int, prefix_lens: torch.Tensor | None = None,
+                      decode: bool = False) -> int:
+    """Pages a batch takes, from its host (CPU) lengths: for decode, the requests whose new token opens a page;
+    for an extend, the pages after minus the pages before."""
+    assert seq_lens.device == _CPU
+    if prefix_lens is None or decode:
+        return (seq_lens % page_size == 1).int().sum().item()
+    assert prefix_lens.device == _CPU
+    pages_after = (seq_lens + page_size - 1) // page_size
+    pages_before = (prefix_lens + page_size - 1) // page_size
+    return torch.sum(pages_after - pages_before).to(torch.int64).item()
 
-    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
-                 max_blocks_per_seq: int = 256) -> None:
-        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self.page_size = self.block_size
-        self.num_pages = self.num_blocks
+
+def _extend_slots(prefix_lens: torch.Tensor, seq_lens: torch.Tensor, last_loc: torch.Tensor,
+                  free_pages: torch.Tensor, out: torch.Tensor, page_size: int) -> None:
+    """Every extended token's slot, computed per token on the native path: the token's request and its offset in
+    the extension, then its slot in each of the three phases (filling the prefix's last page after ``last_loc``,
+    whole new pages, the last partial page), the phase it is in chosen with ``torch.where``."""
+    extend_lens = seq_lens - prefix_lens
+    ends = torch.cumsum(extend_lens, 0)
+    starts = ends - extend_lens
+    if out.shape[0] == 0:
+        return
+    token = torch.arange(out.shape[0], dtype=torch.int64)
+    req = torch.searchsorted(ends, token, right=True)
+    offset = token - starts[req]
+    after_last = last_loc[req]
+    prefix_page_end = (prefix_lens + page_size - 1) // page_size * page_size
+    last_page_start = seq_lens // page_size * page_size
+    if free_pages.numel() == 0:  # pragma: no cover - the caller checked the pool
+        raise AssertionError("no free page for an extend")
+    fill = torch.clamp(seq_lens, max=prefix_page_end) - prefix_lens
+    filled = (prefix_lens + fill) == seq_lens
+    whole = torch.where(filled, torch.zeros_like(fill), last_page_start - prefix_page_end)
+    tail = torch.where(filled, torch.zeros_like(fill), seq_lens - last_page_start)
+    pages = whole // page_size + (tail > 0).to(torch.int64)
+    pages_end = torch.cumsum(pages, 0)
+    pages_start = pages_end - pages
+    fill_t, whole_t, start_t, end_t = fill[req], whole[req], pages_start[req], pages_end[req]
+    in_fill = offset < fill_t
+    in_whole = (~in_fill) & (offset < fill_t + whole_t)
+    slot_fill = after_last + 1 + offset
+    into_whole = torch.clamp(offset - fill_t, min=0)
+    last = free_pages.numel() - 1
+    slot_whole = free_pages[torch.clamp(start_t + into_whole // page_size, min=0, max=last)] * page_size \
+        + into_whole % page_size
+    into_tail = torch.clamp(offset - fill_t - whole_t, min=0)
+    slot_tail = free_pages[torch.clamp(end_t - 1, min=0, max=last)] * page_size + into_tail
+    out.copy_(torch.where(in_fill, slot_fill, torch.where(in_whole, slot_whole, slot_tail)))
+
+
+def _decode_slots(seq_lens: torch.Tensor, last_loc: torch.Tensor, free_pages: torch.Tensor, out: torch.Tensor,
+                  page_size: int, num_new_pages: int) -> None:
+    """Every request's new slot on the native path: ``last_loc + 1``, or the start of a page from the head of the
+    free tensor (ranked by a ``cumsum``) for the requests whose new token opens a page."""
+    if num_new_pages == 0:
+        out.copy_(last_loc + 1)
+        return
+    opens = ((seq_lens - 1) % page_size == 0).to(torch.int64)
+    rank = (torch.cumsum(opens, 0) - opens).clamp_(max=num_new_pages - 1)
+    out.copy_(torch.where(opens.bool(), free_pages[rank] * page_size, last_loc + 1))
+
+
+class PagedAllocator:
+    """SGLang's ``PagedTokenToKVPoolAllocator`` on the CPU (``need_sort`` off): free pages in an int64 tensor."""
+
+    def __init__(self, size: int, page_size: int) -> None:
+        self.size = size
+        self.page_size = page_size
+        self.num_pages = size // page_size
+        self.device = _CPU
+        self.debug_mode = False
+        self.staged_pages: list[torch.Tensor] = []  # need_sort's: always empty here
+        self.num_staged_pages = 0
+        self.free_page_ids_group: list[torch.Tensor] = []
         self.free_pages = torch.arange(1, self.num_pages + 1, dtype=torch.int64)  # page 0: padded tokens
-        self.free_group: list[torch.Tensor] = []  # this step's freed pages, joined at the step's end
-        self.num_pending = 0
-        width = self.max_blocks_per_seq * self.page_size
-        self.req_to_token = torch.zeros((self.max_seqs, width), dtype=torch.int64)
-        self.seq_lens = torch.zeros(self.max_seqs, dtype=torch.int64)
-        self.shared: dict[int, int] = {}  # page -> references, only for pages shared by a fork
-        self._arange = torch.arange(self.page_size, dtype=torch.int64)
-        self._admit_tokens = 0
+        self.free_group: list[torch.Tensor] | None = None
 
-    def memory_bytes(self) -> int:
-        """Per block 8 B (an int64 free page id); per row an int64 slot per token of the longest sequence
-        (``req_to_token``: ``max_blocks_per_seq * block_size`` of them, as SGLang's rows hold token slots) and
-        16 B (lengths); one int64 offset per slot of a page (``arange(page_size)``)."""
-        tokens = self.max_blocks_per_seq * self.block_size
-        return 8 * (self.num_blocks + 1) + self.max_seqs * (8 * tokens + 16) + 8 * self.block_size
+    def available_size(self) -> int:
+        return (len(self.free_pages) + self.num_staged_pages) * self.page_size
 
-    def num_free_blocks(self) -> int:
-        return len(self.free_pages) + self.num_pending
+    def merge_and_sort_free(self) -> None:
+        if not self.staged_pages:
+            return
+        raise AssertionError("need_sort is left out")  # pragma: no cover
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        """Whole pages from the head of the free tensor, as their token slots."""
+        num_pages = need_size // self.page_size
+        if num_pages > len(self.free_pages):
+            self.merge_and_sort_free()
+        if num_pages > len(self.free_pages):
+            return None
+        out_pages = self.free_pages[:num_pages]
+        self.free_pages = self.free_pages[num_pages:]
+        return (out_pages[:, None] * self.page_size + torch.arange(self.page_size)).reshape(-1)
+
+    def alloc_extend(self, prefix_lens: torch.Tensor, prefix_lens_cpu: torch.Tensor, seq_lens: torch.Tensor,
+                     seq_lens_cpu: torch.Tensor, last_loc: torch.Tensor, extend_num_tokens: int,
+                     num_new_pages: int | None = None) -> torch.Tensor | None:
+        """Slots for the batch's extensions (see :func:`_extend_slots`); None when the pool is short."""
+        bs = len(prefix_lens)
+        bound = extend_num_tokens // self.page_size + bs + 1  # more than any batch of this size takes
+        if bound > len(self.free_pages):
+            self.merge_and_sort_free()
+        if bound > len(self.free_pages):  # the bound does not prove the pool deep enough: count exactly first
+            if num_new_pages is None:
+                num_new_pages = get_num_new_pages(seq_lens_cpu, self.page_size, prefix_lens_cpu)
+            if num_new_pages > len(self.free_pages):
+                return None
+        out = torch.empty((extend_num_tokens,), dtype=torch.int64)
+        _extend_slots(prefix_lens, seq_lens, last_loc, self.free_pages, out, self.page_size)
+        if num_new_pages is None:
+            num_new_pages = get_num_new_pages(seq_lens_cpu, self.page_size, prefix_lens_cpu)
+        self.free_pages = self.free_pages[num_new_pages:]
+        return out
+
+    def alloc_decode(self, seq_lens: torch.Tensor, seq_lens_cpu: torch.Tensor,
+                     last_loc: torch.Tensor) -> torch.Tensor | None:
+        """One new slot per request of the batch (see :func:`_decode_slots`); None when the pool is short."""
+        bs = len(seq_lens)
+        if bs > len(self.free_pages):
+            self.merge_and_sort_free()
+        num_new_pages = get_num_new_pages(seq_lens_cpu, self.page_size, decode=True)
+        if num_new_pages > len(self.free_pages):
+            return None
+        out = torch.empty((bs,), dtype=torch.int64)
+        _decode_slots(seq_lens, last_loc, self.free_pages, out, self.page_size, num_new_pages)
+        self.free_pages = self.free_pages[num_new_pages:]
+        return out
+
+    def free(self, free_index: torch.Tensor) -> None:
+        if free_index.numel() == 0:
+            return
+        if self.free_group is None:
+            self._release_page_ids(torch.unique(free_index // self.page_size))
+        else:
+            self.free_group.append(free_index.clone())  # the caller may reuse the row at once
+
+    def _release_page_ids(self, page_ids: torch.Tensor) -> None:
+        self.free_pages = torch.cat((page_ids, self.free_pages))  # freed pages are reused first
+
+    def free_group_begin(self) -> None:
+        assert self.free_group is None, "free groups cannot be nested"
+        self.free_group = []
+        self.free_page_ids_group = []
 
     def free_group_end(self) -> None:
-        """Release the step's frees as ``free_group_end`` does: the freed token slots joined with one
-        ``torch.cat``, their pages found with ``torch.unique``, and put at the front of the free tensor."""
-        if self.free_group:
-            pages = torch.unique(torch.cat(self.free_group) // self.page_size)
-            self.free_pages = torch.cat((pages, self.free_pages))
-            self.free_group = []
-            self.num_pending = 0
+        pending, self.free_group = self.free_group, None
+        if pending:
+            self.free(torch.cat(pending))
+        if self.free_page_ids_group:  # pragma: no cover - page-id frees are not used here
+            self._release_page_ids(torch.cat(self.free_page_ids_group))
+            self.free_page_ids_group = []
 
-    def _take_pages(self, num_pages: int) -> torch.Tensor:
-        if num_pages > len(self.free_pages):  # the base class has checked num_free_blocks() >= num_pages
-            self.free_group_end()
-        out = self.free_pages[:num_pages]
-        self.free_pages = self.free_pages[num_pages:]
-        return out
 
-    # -- allocation -----------------------------------------------------------------------------------------
+class PagedRows:
+    """The scheduler's side around a paged allocator (ours, or SGLang's own in the calibration): an int32
+    ``req_to_token`` row of token slots per request and the lengths, extend and decode batches, grouped frees,
+    and the emulated fork and copy-on-write (the module docstring). Before use: :meth:`_setup_rows`."""
+
+    allocator: PagedAllocator  # or SGLang's PagedTokenToKVPoolAllocator, which has the same methods
+    page_size: int
+    _lens: list[int]
+    _admit_tokens: int
+
+    def _setup_rows(self, max_seqs: int, max_tokens: int) -> None:
+        self.req_to_token = torch.zeros((max_seqs, max_tokens), dtype=torch.int32)
+        self.seq_lens = torch.zeros(max_seqs, dtype=torch.int64)
+        self.grouping = False  # inside free_group_begin ... free_group_end
+        self.shared: dict[int, int] = {}  # page -> references, for pages shared by a fork (the emulation)
+        self._no_prefix = torch.zeros(1, dtype=torch.int64)
+        self._no_loc = torch.full((1,), -1, dtype=torch.int64)
+        self._offsets = torch.arange(self.page_size, dtype=torch.int64)
+
+    def _end_frees(self) -> None:
+        if self.grouping:
+            self.allocator.free_group_end()
+            self.grouping = False
+
+    def num_free_blocks(self) -> int:
+        self._end_frees()
+        return self.allocator.available_size() // self.page_size
+
+    # -- the scheduler's calls ---------------------------------------------------------------------------
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
-        """An extend of one request with no prefix, computed per token as ``alloc_extend``'s native path
-        does for a batch: each token finds its request (``searchsorted`` over the batch's end positions),
-        its page among the request's new pages and its offset."""
+        """An extend batch of one request with no prefix: one ``alloc_extend``, the slots written into its row."""
         n = self._admit_tokens
-        pages = self._take_pages(num_blocks)
-        extend_lens = torch.tensor([n], dtype=torch.int64)
-        end_pos = torch.cumsum(extend_lens, 0)
-        start_pos = end_pos - extend_lens
-        j = torch.arange(n, dtype=torch.int64)
-        owner = torch.searchsorted(end_pos, j, right=True)
-        local = j - start_pos[owner]
-        slots = pages[torch.div(local, self.page_size, rounding_mode="floor")] * self.page_size + local % self.page_size
-        self.req_to_token[seq_id, :n] = slots
+        seq_lens = torch.tensor([n], dtype=torch.int64)
+        out = self.allocator.alloc_extend(self._no_prefix, self._no_prefix, seq_lens, seq_lens, self._no_loc, n)
+        if out is None:
+            raise NoFreeBlocksError(f"alloc_extend refused the admission of row {seq_id}")
+        self.req_to_token[seq_id, :n] = out.to(torch.int32)
         self.seq_lens[seq_id] = n
 
-    def append_slot(self, seq_id: int) -> tuple[int, int] | None:
-        """One append, as one step of one sequence: the frees pending from earlier steps are released first,
-        as a decode step releases them, so that per-call appends hand out the pages the batched step would."""
-        self.free_group_end()
-        return super().append_slot(seq_id)
-
     def _decode(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        if ids:  # the previous step's frees, before this step allocates (an empty step allocates nothing)
-            self.free_group_end()
-        rows = torch.as_tensor(seq_ids, dtype=torch.int64)
-        seq_lens = self.seq_lens[rows] + 1
-        last_loc = self.req_to_token[rows, seq_lens - 2]
-        need_new_page = (seq_lens - 1) % self.page_size == 0
-        cows = self._shared_tails(ids) if self.shared else []
-        if cows:  # fork emulation: a shared, partly filled last page moves to a new page too
-            need_new_page[cows] = True
-        num_new_pages = int(need_new_page.sum())
-        if num_new_pages:
-            need = need_new_page.to(torch.int64)
-            rank = (torch.cumsum(need, 0) - need).clamp_(max=num_new_pages - 1)
-            new_page = self.free_pages[rank]
-            out = torch.where(need_new_page, new_page * self.page_size + (seq_lens - 1) % self.page_size,
-                              last_loc + 1)
-            self.free_pages = self.free_pages[num_new_pages:]
-        else:
-            out = last_loc + 1
-        self.req_to_token[rows, seq_lens - 1] = out
-        self.seq_lens[rows] = seq_lens
-        _write_slots(out, self.page_size, slot_out, len(ids))
-        lens = self._lens
-        for s in ids:  # the host copy of the lengths (SGLang's seq_lens_cpu), read by the contract's checks
-            lens[s] += 1
-        for k, i in enumerate(cows):
-            cow_out[k] = self._copy_tail(ids[i], int(last_loc[i]) // self.page_size, int(new_page[i]))
-        return len(cows)
+        """The decode batch: ``alloc_for_decode_default``, or with pages shared by a fork its emulation
+        (:meth:`_decode_sharing`, each side's own); the copy-on-write pairs to ``cow_out``, their number back."""
+        self._end_frees()
+        if not ids:
+            return 0
+        if self.shared:
+            return self._decode_sharing(seq_ids, ids, cow_out, slot_out)
+        self._decode_batch(torch.as_tensor(seq_ids, dtype=torch.int64), ids, slot_out)
+        return 0
 
-    def _shared_tails(self, ids: list[int]) -> list[int]:
-        """Positions in the batch whose last page is shared and not full when their turn comes (an earlier
-        copy in the batch may have left the page to this sequence alone)."""
-        out, copied = [], {}
-        for i, s in enumerate(ids):
-            n = self._lens[s]
-            if n % self.page_size == 0:
-                continue
-            page = int(self.req_to_token[s, n - 1]) // self.page_size
-            if self.shared.get(page, 1) - copied.get(page, 0) > 1:
-                copied[page] = copied.get(page, 0) + 1
-                out.append(i)
+    def _decode_batch(self, rows: torch.Tensor, ids: list[int], slot_out: np.ndarray) -> torch.Tensor:
+        """``alloc_for_decode_default``: ``last_loc`` gathered from the rows, one ``alloc_decode``, the slots
+        written back as int32 and to ``slot_out``, the lengths advanced; the batch's new slots back."""
+        seq_lens = self.seq_lens[rows]
+        last_loc = self.req_to_token[rows, seq_lens - 1]
+        seq_lens_next = seq_lens + 1
+        out = self.allocator.alloc_decode(seq_lens_next, seq_lens_next, last_loc)
+        if out is None:
+            raise NoFreeBlocksError("alloc_decode refused the decode batch")
+        self.req_to_token[rows, seq_lens] = out.to(torch.int32)
+        self.seq_lens[rows] = seq_lens_next
+        lens = self._lens
+        for s in ids:  # the host copy of the lengths (SGLang's seq_lens_cpu)
+            lens[s] += 1
+        slot_out[: len(ids)] = (out - self.page_size).numpy()
         return out
 
-    def _copy_tail(self, seq_id: int, src: int, dst: int) -> tuple[int, int]:
-        """The tokens before the new one in the copied page now live in ``dst`` (the KV copy is the
-        engine's); the source page loses a reference."""
-        n = self._lens[seq_id] - 1  # tokens before this step's
-        start = n // self.page_size * self.page_size
-        self.req_to_token[seq_id, start:n] = dst * self.page_size + self._arange[: n - start]
-        self._unshare(src)
-        return src - 1, dst - 1
-
-    def _unshare(self, page: int) -> None:
-        refs = self.shared[page] - 1
-        if refs == 1:
-            del self.shared[page]
-        else:
-            self.shared[page] = refs
+    def _decode_sharing(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        """The decode batch when a fork shares pages (SGLang has no fork: each side emulates it its own way)."""
+        raise NotImplementedError
 
     def _append(self, seq_id: int) -> tuple[int, int] | None:
         cow_out = np.zeros((1, 2), dtype=np.int64)
@@ -196,17 +301,36 @@ class SGLangBlockManager(InterpretedBlockManager):
             return int(cow_out[0, 0]), int(cow_out[0, 1])
         return None
 
-    # -- sharing and release ----------------------------------------------------------------------------------
-    def _pages(self, seq_id: int) -> torch.Tensor:
-        return self.req_to_token[seq_id, : self._lens[seq_id] : self.page_size] // self.page_size
+    def _free(self, seq_id: int) -> None:
+        if not self.grouping:
+            self.allocator.free_group_begin()
+            self.grouping = True
+        n = self._lens[seq_id]
+        self.seq_lens[seq_id] = 0
+        if self.shared:
+            kept = [page for page in self._pages(seq_id).tolist() if not self._unshare(page)]
+            if kept:
+                self.allocator.free(torch.tensor(kept, dtype=torch.int64) * self.page_size)  # a slot per page
+            return
+        self.allocator.free(self.req_to_token[seq_id, :n])
 
-    def _last_shared(self, seq_id: int) -> bool:
-        if not self.shared:
+    # -- fork and copy-on-write, emulated (the module docstring) ---------------------------------------------
+    def _pages(self, seq_id: int) -> torch.Tensor:
+        return self.req_to_token[seq_id, : self._lens[seq_id] : self.page_size].to(torch.int64) // self.page_size
+
+    def _unshare(self, page: int) -> bool:
+        """One reference less on a shared page; whether it was shared (then it is not freed)."""
+        refs = self.shared.get(page)
+        if refs is None:
             return False
-        page = int(self.req_to_token[seq_id, self._lens[seq_id] - 1]) // self.page_size
-        return page in self.shared
+        if refs == 2:
+            del self.shared[page]
+        else:
+            self.shared[page] = refs - 1
+        return True
 
     def _fork(self, parent_id: int, child_id: int) -> None:
+        self._end_frees()
         n = self._lens[parent_id]
         self.req_to_token[child_id, :n] = self.req_to_token[parent_id, :n]
         self.seq_lens[child_id] = n
@@ -214,32 +338,34 @@ class SGLangBlockManager(InterpretedBlockManager):
         for page in self._pages(parent_id).tolist():
             shared[page] = shared.get(page, 1) + 1
 
-    def _free(self, seq_id: int) -> None:
-        n = self._lens[seq_id]
-        self.seq_lens[seq_id] = 0
-        if self.shared:
-            self._free_shared(seq_id)
-            return
-        # SGLang's free inside a group: a copy of the request's token slots (the row may be reused at once).
-        self.free_group.append(self.req_to_token[seq_id, :n].clone())
-        self.num_pending += blocks_for(n, self.page_size)
+    def _shared_tails(self, ids: list[int]) -> list[tuple[int, int]]:
+        """(position in the batch, page) of the rows whose last page is shared and not full when their turn comes,
+        in batch order (an earlier copy in the batch may have left the page to this row alone)."""
+        ps, movers = self.page_size, []
+        copied: dict[int, int] = {}
+        for i, s in enumerate(ids):
+            n = self._lens[s]
+            if n % ps == 0:
+                continue
+            page = int(self.req_to_token[s, n - 1]) // ps
+            if self.shared.get(page, 1) - copied.get(page, 0) > 1:
+                copied[page] = copied.get(page, 0) + 1
+                movers.append((i, page))
+        return movers
 
-    def _free_shared(self, seq_id: int) -> None:
-        kept = []
-        for page in self._pages(seq_id).tolist():
-            if page in self.shared:
-                self._unshare(page)
-            else:
-                kept.append(page)
-        if kept:
-            self.free_group.append(torch.tensor(kept, dtype=torch.int64) * self.page_size)  # a slot per page
-            self.num_pending += len(kept)
+    def _copy_tail(self, seq_id: int, n: int, src: int, dst: int) -> tuple[int, int]:
+        """The row's tokens before ``n`` in its last page now live in page ``dst`` (the KV copy is the engine's);
+        the source page loses a reference; the (src, dst) pair in contract ids."""
+        start = n // self.page_size * self.page_size
+        self.req_to_token[seq_id, start:n] = (dst * self.page_size + self._offsets[: n - start]).to(torch.int32)
+        self._unshare(src)
+        return src - 1, dst - 1
 
-    # -- queries ----------------------------------------------------------------------------------------------
-    def _table_nbytes(self, seq_id: int) -> int:
-        # One preallocated row of the req_to_token tensor (a slot per token).
-        return self.req_to_token.element_size() * self.req_to_token.shape[1]
+    def _last_shared(self, seq_id: int) -> bool:
+        return bool(self.shared) and int(self.req_to_token[seq_id, self._lens[seq_id] - 1]) // self.page_size \
+            in self.shared
 
+    # -- queries --------------------------------------------------------------------------------------------
     def _table(self, seq_id: int) -> list[int]:
         return (self._pages(seq_id) - 1).tolist()
 
@@ -247,12 +373,71 @@ class SGLangBlockManager(InterpretedBlockManager):
         page = block_id + 1
         if page in self.shared:
             return self.shared[page]
-        free = bool((self.free_pages == page).any()) or any(
-            bool((g // self.page_size == page).any()) for g in self.free_group)
-        return 0 if free else 1
+        self._end_frees()
+        return 0 if bool((self.allocator.free_pages == page).any()) else 1
 
     def _last_slot(self, seq_id: int) -> int:
         return int(self.req_to_token[seq_id, self._lens[seq_id] - 1]) - self.page_size
+
+
+class SGLangBlockManager(PagedRows, InterpretedBlockManager):
+    """Contender ``"sglang"``: SGLang's paged allocator driven one batch per step."""
+
+    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
+                 max_blocks_per_seq: int = 256) -> None:
+        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
+        self.page_size = self.block_size
+        self.allocator = PagedAllocator(self.num_blocks * self.page_size, self.page_size)
+        self._setup_rows(self.max_seqs, self.max_tokens)
+        self._admit_tokens = 0
+
+    def _decode_sharing(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        """Our fork emulation: a row whose shared last page is copied takes its new page in the same batched
+        computation as the rows whose token opens a page, in batch order (as one append after another would:
+        the contract's decode step equals its appends in order), then its earlier tokens move to that page."""
+        ps, free_pages = self.page_size, self.allocator.free_pages
+        rows = torch.as_tensor(seq_ids, dtype=torch.int64)
+        seq_lens = self.seq_lens[rows] + 1
+        last_loc = self.req_to_token[rows, seq_lens - 2].to(torch.int64)
+        need = (seq_lens - 1) % ps == 0
+        movers = self._shared_tails(ids)
+        if movers:
+            need[[i for i, _ in movers]] = True
+        num_new_pages = int(need.sum())
+        new_page = last_loc  # unused without new pages
+        if num_new_pages:
+            if num_new_pages > len(free_pages):
+                raise NoFreeBlocksError("the decode batch needs more pages than are free")
+            taken = need.to(torch.int64)
+            new_page = free_pages[(torch.cumsum(taken, 0) - taken).clamp_(max=num_new_pages - 1)]
+            out = torch.where(need, new_page * ps + (seq_lens - 1) % ps, last_loc + 1)
+            self.allocator.free_pages = free_pages[num_new_pages:]
+        else:
+            out = last_loc + 1
+        self.req_to_token[rows, seq_lens - 1] = out.to(torch.int32)
+        self.seq_lens[rows] = seq_lens
+        lens = self._lens
+        for s in ids:
+            lens[s] += 1
+        slot_out[: len(ids)] = (out - ps).numpy()
+        for k, (i, page) in enumerate(movers):
+            cow_out[k] = self._copy_tail(ids[i], lens[ids[i]] - 1, page, int(new_page[i]))
+        return len(movers)
+
+    @property
+    def free_pages(self) -> torch.Tensor:
+        return self.allocator.free_pages
+
+    def memory_bytes(self) -> int:
+        """Per block 8 B (an int64 free page id); per row an int32 slot per token of the longest sequence
+        (``req_to_token``: ``max_blocks_per_seq * block_size`` of them, as SGLang's rows hold token slots) and
+        16 B (lengths)."""
+        tokens = self.max_blocks_per_seq * self.block_size
+        return 8 * (self.num_blocks + 1) + self.max_seqs * (4 * tokens + 16)
+
+    def _table_nbytes(self, seq_id: int) -> int:
+        # One preallocated row of the req_to_token tensor (a slot per token).
+        return self.req_to_token.element_size() * self.req_to_token.shape[1]
 
     def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
         """The newest token's slot of each sequence, gathered from ``req_to_token`` in one operation."""
@@ -263,4 +448,4 @@ class SGLangBlockManager(InterpretedBlockManager):
             super().lookup(seq_ids, slot_out)  # the contract's error, named by the base class
             return
         rows = torch.as_tensor(checked, dtype=torch.int64)
-        _write_slots(self.req_to_token[rows, self.seq_lens[rows] - 1], self.page_size, slot_out, n)
+        slot_out[:n] = (self.req_to_token[rows, self.seq_lens[rows] - 1] - self.page_size).numpy()

@@ -2,31 +2,36 @@
 
 Follows, in vLLM 0.33.0 (the ``vllm`` wheel on PyPI):
 
-* ``vllm/v1/core/kv_cache_utils.py``: ``KVCacheBlock`` (preallocated, slotted, with ``ref_cnt``, free-list
-  links and ``is_null``) and ``FreeKVCacheBlockQueue`` (an intrusive doubly linked list between two sentinel
-  blocks: ``popleft_n`` with its one-block fast path, ``prepend_n``, ``append_n``, ``remove``);
-* ``vllm/v1/core/block_pool.py``: ``BlockPool`` (``get_new_blocks`` asserting each popped block's ref count is
-  0, ``free_blocks`` skipping the null block and returning blocks without a hash to the *front* of the queue,
-  ``touch``, ``get_num_free_blocks``; block 0 is popped at construction as the ``null_block``);
-* ``vllm/v1/core/single_type_kv_cache_manager.py``: ``FullAttentionManager`` (``req_to_blocks``,
-  ``num_cached_block``, ``get_num_blocks_to_allocate``, ``allocate_new_blocks``, ``remove_skipped_blocks``,
-  ``free``);
-* ``vllm/v1/core/kv_cache_coordinator.py``: ``KVCacheCoordinatorNoPrefixCache`` (each call forwarded to every
-  single-type manager, ``cache_blocks`` computing ``replay_boundaries`` and skipping managers without caching);
-* ``vllm/v1/core/kv_cache_manager.py``: ``KVCacheManager.allocate_slots`` / ``free`` / ``KVCacheBlocks``;
-* ``vllm/v1/core/sched/scheduler.py``: the scheduler calls ``allocate_slots(request, num_new_tokens)`` for
-  every running request every step (one new token in decode), not only when a block fills, and for a waiting
-  request once with its prompt.
+* the block pool, :mod:`impls.contenders.vllm_v1_pool` (``vllm/v1/core/kv_cache_utils.py``'s ``KVCacheBlock``,
+  ``FreeKVCacheBlockQueue`` and ``trim_null_head``, ``vllm/v1/core/block_pool.py``'s ``BlockPool``);
+* ``vllm/v1/core/single_type_kv_cache_manager.py``: the abstract ``SingleTypeKVCacheManager`` and its
+  ``FullAttentionManager`` (``req_to_blocks``, ``num_cached_block``, ``get_num_blocks_to_allocate`` with its
+  admission-cap test, fast path and slow path, ``_get_num_evictable_blocks``, ``_has_partial_local_hit``,
+  ``remove_skipped_blocks``, ``allocate_new_blocks`` with its partial-hit test, ``pop_blocks_for_free``,
+  ``free``); ``CrossAttentionManager`` exists here, as there, for the coordinator's ``isinstance`` tests;
+* ``vllm/v1/core/kv_cache_coordinator.py``: the abstract ``KVCacheCoordinator`` and
+  ``KVCacheCoordinatorNoPrefixCache``: every call forwarded to every single-type manager, with the
+  retention-interval test, ``enumerate`` and an ``isinstance(manager, CrossAttentionManager)`` test per
+  manager (an ``ABC``: the test goes through ``ABCMeta.__instancecheck__``, as vLLM's does) in
+  ``get_num_blocks_to_allocate`` and ``allocate_new_blocks``; ``cache_blocks`` computing ``replay_boundaries``
+  and skipping managers without caching; keyword calls where vLLM makes keyword calls;
+* ``vllm/v1/core/kv_cache_manager.py``: ``KVCacheManager.get_computed_blocks`` (no lookup with caching off),
+  ``allocate_slots`` (its argument checks, watermark, ``prefill_end`` from ``request.num_tokens``, the
+  coordinator's four calls, the cap of the tokens to cache, ``create_kv_cache_blocks``), ``free``;
+* ``vllm/v1/request.py``: ``Request.num_tokens`` is a property (the length of its token list);
+* ``vllm/v1/core/sched/scheduler.py``: the scheduler calls ``get_computed_blocks`` then ``allocate_slots`` for a
+  waiting request, and ``allocate_slots(request, num_new_tokens)`` for every running request every step (one
+  new token in decode), not only when a block fills.
 
 So every ``append_slot`` (and every sequence of a ``decode_step``) does what one decode ``allocate_slots``
-does: the request-status check for the watermark, ``remove_skipped_blocks`` through the coordinator, the slow
-path of ``get_num_blocks_to_allocate`` (prefix caching is off, so ``num_cached_block`` never holds the request),
-the free-block check, ``allocate_new_blocks`` through the coordinator (a tuple over the one manager),
-``cache_blocks`` (a no-op after its boundaries with caching off) and the ``KVCacheBlocks`` result.
+does: the argument checks, the request-status check for the watermark, ``remove_skipped_blocks`` through the
+coordinator, the slow path of ``get_num_blocks_to_allocate`` (prefix caching is off, so ``num_cached_block``
+never holds the request), the free-block check, ``allocate_new_blocks`` through the coordinator (a tuple over
+the one manager), ``cache_blocks`` (a no-op after its boundaries with caching off) and the ``KVCacheBlocks``
+result. How close that is to vLLM's own code, measured on the same traces: ``results/calibration/``.
 
-Prefix caching is OFF: our contract carries no token contents, so there are no block hashes, no
-``get_computed_blocks`` and no eviction; vLLM with caching on costs more per step (its ``cache_blocks`` hashes
-and inserts each newly full block).
+Prefix caching is OFF: our contract carries no token contents, so there are no block hashes, no cache lookup
+and no eviction (:mod:`impls.contenders.vllm_v1_pc` is the same manager with caching on).
 
 Departures, to follow our contract:
 
@@ -40,17 +45,20 @@ Departures, to follow our contract:
   pool, counted by ``get_num_blocks_to_allocate`` so the free check stays exact);
 * left out: the prefix cache (hashing, ``cached_block_hash_to_block``, eviction, KV events), the watermark
   (0, vLLM's default), lookahead and speculative tokens, encoder/cross-attention, sliding-window and Mamba
-  managers, KV connectors, metrics collection and the ``Request`` object's token lists (a request here holds
-  only the counters ``allocate_slots`` reads).
+  managers, KV connectors, metrics collection, the scheduler's own bookkeeping and the ``Request`` object's
+  token lists (a request here holds the counters ``allocate_slots`` reads, and its number of tokens behind a
+  property as vLLM's).
 """
 
 from __future__ import annotations
 
 import enum
 import sys
+from abc import ABC, abstractmethod
 from collections import defaultdict
 from dataclasses import dataclass
 
+from impls.contenders.vllm_v1_pool import BlockPool, KVCacheBlock, trim_null_head
 from impls.core.interpreted import InterpretedBlockManager
 from impls.core.validation import int_object_bytes
 
@@ -69,175 +77,53 @@ class RequestStatus(enum.IntEnum):
 
 
 class Request:
-    """The counters of ``vllm.v1.request.Request`` that the KV-cache manager reads."""
+    """What of ``vllm.v1.request.Request`` the KV-cache manager reads: counters, the status, the block hashes.
+
+    ``num_tokens`` is a property, as vLLM's (``len`` of its token list); ``_num_tokens`` stands for that list's
+    length. ``block_hashes`` holds the hashes of the full blocks (``None`` where the trace gave none; empty with
+    caching off)."""
 
     __slots__ = (
+        "_num_tokens",
+        "block_hashes",
         "num_computed_tokens",
         "num_in_flight_tokens",
         "num_prompt_tokens",
-        "num_tokens",
         "request_id",
+        "shared_prefix_boundary",
+        "skip_reading_prefix_cache",
         "status",
     )
 
-    def __init__(self, request_id: str, num_tokens: int) -> None:
+    def __init__(self, request_id: str, num_tokens: int, block_hashes: list | None = None) -> None:
         self.request_id = request_id
         self.status = RequestStatus.WAITING
         self.num_prompt_tokens = num_tokens
-        self.num_tokens = num_tokens
+        self._num_tokens = num_tokens
         self.num_computed_tokens = 0
         self.num_in_flight_tokens = 0
+        self.block_hashes = [] if block_hashes is None else block_hashes
+        self.skip_reading_prefix_cache = False
+        self.shared_prefix_boundary = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return self._num_tokens
 
 
-@dataclass(slots=True, eq=False)  # eq=False: a field-wise __eq__ would compare (and walk) the links
-class KVCacheBlock:
-    """Metadata of one physical block; the links belong to :class:`FreeKVCacheBlockQueue` alone."""
+class SingleTypeKVCacheManager(ABC):
+    """One KV-cache group's blocks per request (vLLM's abstract ``SingleTypeKVCacheManager``)."""
 
-    block_id: int
-    ref_cnt: int = 0
-    block_hash: object = None  # always None here: prefix caching is off
-    prev_free_block: KVCacheBlock | None = None
-    next_free_block: KVCacheBlock | None = None
-    is_null: bool = False
-
-
-class FreeKVCacheBlockQueue:
-    """Doubly linked free list over existing blocks, bounded by sentinels so no operation branches on ends.
-
-    Initially ordered by block id; ``popleft_n`` takes from the front, ``prepend_n`` returns blocks to the
-    front (blocks without a hash: reused first) and ``append_n`` to the back (cached blocks: evicted last).
-    """
-
-    def __init__(self, blocks: list[KVCacheBlock]) -> None:
-        self.num_free_blocks = len(blocks)
-        self.fake_free_list_head = KVCacheBlock(-1)
-        self.fake_free_list_tail = KVCacheBlock(-1)
-        prev = self.fake_free_list_head
-        for block in blocks:
-            prev.next_free_block, block.prev_free_block = block, prev
-            prev = block
-        prev.next_free_block, self.fake_free_list_tail.prev_free_block = self.fake_free_list_tail, prev
-
-    def popleft(self) -> KVCacheBlock:
-        block = self.fake_free_list_head.next_free_block
-        assert block is not self.fake_free_list_tail, "popleft on an empty free queue"
-        self.fake_free_list_head.next_free_block = block.next_free_block
-        block.next_free_block.prev_free_block = self.fake_free_list_head
-        block.prev_free_block = block.next_free_block = None
-        self.num_free_blocks -= 1
-        return block
-
-    def popleft_n(self, n: int) -> list[KVCacheBlock]:
-        if n == 0:
-            return []
-        assert self.num_free_blocks >= n
-        self.num_free_blocks -= n
-        head = self.fake_free_list_head
-        block = head.next_free_block
-        if n == 1:  # the decode path: one block, no loop
-            nxt = block.next_free_block
-            block.prev_free_block = block.next_free_block = None
-            head.next_free_block, nxt.prev_free_block = nxt, head
-            return [block]
-        out = []
-        for _ in range(n):
-            assert block is not None
-            out.append(block)
-            nxt = block.next_free_block
-            block.prev_free_block = block.next_free_block = None
-            block = nxt
-        head.next_free_block, block.prev_free_block = block, head
-        return out
-
-    def remove(self, block: KVCacheBlock) -> None:
-        # O(1) removal from the middle is why vLLM does not use collections.deque (a prefix-cache hit
-        # revives a free block); with caching off nothing calls it, but the queue keeps the full interface.
-        block.prev_free_block.next_free_block = block.next_free_block
-        block.next_free_block.prev_free_block = block.prev_free_block
-        block.prev_free_block = block.next_free_block = None
-        self.num_free_blocks -= 1
-
-    def prepend_n(self, blocks: list[KVCacheBlock]) -> None:
-        if not blocks:
-            return
-        head = self.fake_free_list_head
-        first = head.next_free_block
-        prev = head
-        for block in blocks:
-            block.prev_free_block, prev.next_free_block = prev, block
-            prev = block
-        prev.next_free_block, first.prev_free_block = first, prev
-        self.num_free_blocks += len(blocks)
-
-    def append_n(self, blocks: list[KVCacheBlock]) -> None:
-        if not blocks:
-            return
-        last = self.fake_free_list_tail.prev_free_block
-        for block in blocks:
-            last.next_free_block, block.prev_free_block = block, last
-            last = block
-        last.next_free_block, self.fake_free_list_tail.prev_free_block = self.fake_free_list_tail, last
-        self.num_free_blocks += len(blocks)
-
-
-class BlockPool:
-    """``num_gpu_blocks`` preallocated blocks, block 0 kept aside as the null block."""
-
-    def __init__(self, num_gpu_blocks: int) -> None:
-        self.num_gpu_blocks = num_gpu_blocks
-        self.enable_caching = False
-        self.metrics_collector = None
-        self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
-        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
-        self.null_block = self.free_block_queue.popleft()  # never handed out, never freed
-        self.null_block.is_null = True
-
-    def get_num_free_blocks(self) -> int:
-        return self.free_block_queue.num_free_blocks
-
-    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
-        if num_blocks > self.get_num_free_blocks():
-            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
-        ret = self.free_block_queue.popleft_n(num_blocks)
-        for block in ret:
-            assert block.ref_cnt == 0
-            block.ref_cnt += 1
-            if self.metrics_collector:
-                self.metrics_collector.on_block_allocated(block)
-        return ret
-
-    def touch(self, blocks: list[KVCacheBlock]) -> None:
-        for block in blocks:
-            if block.ref_cnt == 0 and not block.is_null:
-                self.free_block_queue.remove(block)
-            block.ref_cnt += 1
-
-    def free_blocks(self, ordered_blocks) -> None:
-        """Blocks in eviction order (first evicted first); those without a hash go to the front."""
-        evict_last = []
-        evict_first = []
-        for block in ordered_blocks:
-            if block.is_null:
-                continue
-            block.ref_cnt -= 1
-            if block.ref_cnt == 0:
-                if block.block_hash is None or not self.enable_caching:
-                    evict_first.append(block)
-                else:
-                    evict_last.append(block)
-        self.free_block_queue.prepend_n(evict_first)
-        self.free_block_queue.append_n(evict_last)
-
-
-class FullAttentionManager:
-    """One KV-cache group's blocks per request (vLLM's ``SingleTypeKVCacheManager`` for full attention)."""
-
-    def __init__(self, block_pool: BlockPool, block_size: int) -> None:
+    def __init__(self, block_pool: BlockPool, block_size: int, enable_caching: bool = False,
+                 kv_cache_group_id: int = 0) -> None:
         self.block_pool = block_pool
         self.block_size = block_size
-        self.enable_caching = False
+        self.enable_caching = enable_caching
+        self.kv_cache_group_id = kv_cache_group_id
+        self.max_admission_blocks_per_request: int | None = None  # a cap only for recycling (windowed) specs
         self.req_to_blocks: defaultdict[str, list[KVCacheBlock]] = defaultdict(list)
         self.num_cached_block: dict[str, int] = {}  # stays empty with caching off: the slow path below
+        self._partial_hit_reqs: dict[str, tuple[int, KVCacheBlock]] = {}  # partial hits: none here
         self.new_block_ids: list[int] = []
         self._record_new_block_ids = False
         self._null_block = block_pool.null_block
@@ -246,46 +132,81 @@ class FullAttentionManager:
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         return 0  # full attention skips nothing
 
+    @classmethod
+    def _get_num_evictable_blocks(cls, blocks) -> int:
+        return sum(b.ref_cnt == 0 and not b.is_null for b in blocks)
+
     def _has_partial_local_hit(self, new_computed_blocks, num_local_computed_tokens: int) -> bool:
         return len(new_computed_blocks) > 0 and num_local_computed_tokens % self.block_size != 0
 
     def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int, new_computed_blocks,
-                                   total_computed_tokens: int, num_local_computed_tokens: int) -> int:
+                                   total_computed_tokens: int, num_local_computed_tokens: int,
+                                   num_tokens_main_model: int, apply_admission_cap: bool = False,
+                                   prefill_end: int = 0) -> int:
         num_required_blocks = cdiv(num_tokens, self.block_size)
+        if apply_admission_cap and self.max_admission_blocks_per_request is not None:  # pragma: no cover
+            num_required_blocks = min(num_required_blocks, self.max_admission_blocks_per_request)
         req_blocks = self.req_to_blocks.get(request_id, ())
         num_req_blocks = len(req_blocks)
-        if request_id in self.num_cached_block:
-            return max(num_required_blocks - num_req_blocks, 0)
-        num_skipped_blocks = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
+        if request_id in self.num_cached_block:  # the fast path: a running request has no new hits
+            assert len(new_computed_blocks) == 0
+            num_new_blocks = max(num_required_blocks - num_req_blocks, 0)
+            if num_new_blocks == 0 and num_req_blocks and req_blocks[-1].ref_cnt > 1:
+                num_new_blocks = 1  # ours: the shared last block will be copied (see the module docstring)
+            return num_new_blocks
+        num_skipped_tokens = self.get_num_skipped_tokens(total_computed_tokens)
         num_local_computed_blocks = len(new_computed_blocks) + num_req_blocks
+        num_skipped_blocks = num_skipped_tokens // self.block_size
         num_new_blocks = max(num_required_blocks - max(num_skipped_blocks, num_local_computed_blocks), 0)
         skipped_new = max(0, num_skipped_blocks - num_req_blocks)
-        num_evictable = sum(b.ref_cnt == 0 and not b.is_null for b in new_computed_blocks[skipped_new:])
+        num_evictable = self._get_num_evictable_blocks(new_computed_blocks[skipped_new:])
         if self._has_partial_local_hit(new_computed_blocks, num_local_computed_tokens):
             num_new_blocks += 1
         if num_new_blocks == 0 and num_req_blocks and req_blocks[-1].ref_cnt > 1:
-            num_new_blocks = 1  # ours: the shared last block will be copied (see the module docstring)
+            num_new_blocks = 1  # ours: the shared last block will be copied
         return num_new_blocks + num_evictable
 
-    def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int) -> None:
+    def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
+                              num_prompt_tokens: int | None = None) -> None:
+        del num_prompt_tokens  # only a windowed manager with a gap reads it
         num_skipped_tokens = self.get_num_skipped_tokens(processed_computed_tokens)
         if num_skipped_tokens <= 0:
             return
         raise AssertionError("full attention never skips blocks")  # pragma: no cover
 
-    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+    def allocate_new_blocks(self, request_id: str, num_tokens: int, num_tokens_main_model: int) -> list[KVCacheBlock]:
+        cow_blocks: list[KVCacheBlock] = []
+        if request_id in self._partial_hit_reqs:  # pragma: no cover - partial hits are left out
+            raise AssertionError("partial prefix-cache hits are left out")
         req_blocks = self.req_to_blocks[request_id]
         num_new_blocks = cdiv(num_tokens, self.block_size) - len(req_blocks)
         if num_new_blocks <= 0:
             src = req_blocks[-1]
             if src.ref_cnt == 1 or src.block_hash is not None:  # a cached block is full: nothing written to it
-                return []
+                return cow_blocks
             return [self._copy_on_write(req_blocks, src)]
         new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
         req_blocks.extend(new_blocks)
-        if self._record_new_block_ids:
+        if self._record_new_block_ids:  # pragma: no cover - KV zeroing is left out
             self.new_block_ids.extend(b.block_id for b in new_blocks)
-        return new_blocks
+        return cow_blocks + new_blocks
+
+    def add_local_computed_blocks(self, request_id: str, new_computed_blocks: list[KVCacheBlock],
+                                  num_local_computed_tokens: int, num_external_computed_tokens: int) -> None:
+        """A first allocation's prefix-cache hits: touched, then the request's first blocks."""
+        req_blocks = self.req_to_blocks[request_id]
+        assert len(req_blocks) == 0
+        num_skipped_blocks = self.get_num_skipped_tokens(num_local_computed_tokens + num_external_computed_tokens) \
+            // self.block_size
+        if self.enable_caching:
+            self.block_pool.touch(new_computed_blocks)
+        else:  # pragma: no cover - no hit without caching
+            assert not any(new_computed_blocks), "hits with prefix caching off"
+        req_blocks.extend([self._null_block] * num_skipped_blocks)
+        req_blocks.extend(new_computed_blocks)
+        self.num_cached_block[request_id] = len(req_blocks)
+        if self._has_partial_local_hit(new_computed_blocks, num_local_computed_tokens):  # pragma: no cover
+            raise AssertionError("partial prefix-cache hits are left out")
 
     def _copy_on_write(self, req_blocks: list[KVCacheBlock], src: KVCacheBlock) -> KVCacheBlock:
         dst = self.block_pool.get_new_blocks(1)[0]
@@ -299,90 +220,219 @@ class FullAttentionManager:
         self.block_pool.touch(blocks)
         self.req_to_blocks[child_id] = blocks.copy()
 
-    def free(self, request_id: str) -> None:
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
         blocks = self.req_to_blocks.pop(request_id, [])
         self.num_cached_block.pop(request_id, None)
-        self.block_pool.free_blocks(reversed(blocks))  # tail first: reused (or evicted) first
+        self._partial_hit_reqs.pop(request_id, None)
+        return trim_null_head(blocks)
+
+    def free(self, request_id: str) -> None:
+        self.block_pool.free_blocks(reversed(self.pop_blocks_for_free(request_id)))  # tail first: reused first
+
+    @abstractmethod
+    def find_longest_cache_hit(self, *args, **kwargs):
+        """The cached blocks heading a hash chain (each attention type its own; :mod:`.vllm_v1_pc`)."""
 
 
-class KVCacheCoordinatorNoPrefixCache:
+class FullAttentionManager(SingleTypeKVCacheManager):
+    """vLLM's manager of a full-attention group (its prefix-cache lookup: :mod:`impls.contenders.vllm_v1_pc`)."""
+
+    def find_longest_cache_hit(self, *args, **kwargs):  # pragma: no cover - caching off never looks up
+        raise NotImplementedError("prefix caching is off")
+
+
+class CrossAttentionManager(SingleTypeKVCacheManager):
+    """Stands for vLLM's encoder-decoder manager: never made here, tested against by the coordinator."""
+
+    def find_longest_cache_hit(self, *args, **kwargs):  # pragma: no cover
+        raise NotImplementedError
+
+
+def replay_boundaries(num_prompt_tokens: int, scheduler_block_size: int, use_eagle: bool) -> tuple[int, ...]:
+    """Positions a later request replaying the prompt resumes at (without EAGLE: the last prompt token)."""
+    if not use_eagle:
+        return (num_prompt_tokens - 1,)
+    raise NotImplementedError("EAGLE is left out")  # pragma: no cover
+
+
+class KVCacheCoordinator(ABC):
     """Forwards each call to every single-type manager (one here: a model with full attention only)."""
 
-    def __init__(self, block_pool: BlockPool, block_size: int) -> None:
+    manager_class: type[SingleTypeKVCacheManager] = FullAttentionManager
+
+    def __init__(self, block_pool: BlockPool, block_size: int, enable_caching: bool) -> None:
         self.block_pool = block_pool
         self.scheduler_block_size = block_size
-        self.single_type_managers = (FullAttentionManager(block_pool, block_size),)
+        self.num_reprefillable_tokens = 0
+        self.retention_interval: int | None = None  # dense (no sparse retention)
+        self.drop_eagle_group_ids: set[int] = set()
+        self.single_type_managers = (self.manager_class(block_pool, block_size, enable_caching, 0),)
 
-    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int, new_computed_blocks,
-                                   total_computed_tokens: int, num_local_computed_tokens: int) -> int:
+    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int, new_computed_blocks: tuple,
+                                   num_encoder_tokens: int, total_computed_tokens: int,
+                                   num_local_computed_tokens: int, num_tokens_main_model: int,
+                                   apply_admission_cap: bool = False, prefill_end: int = 0) -> int:
         num_blocks_to_allocate = 0
+        if self.retention_interval != 0:
+            prefill_end = 0
         for i, manager in enumerate(self.single_type_managers):
-            num_blocks_to_allocate += manager.get_num_blocks_to_allocate(
-                request_id, num_tokens, new_computed_blocks[i], total_computed_tokens, num_local_computed_tokens)
+            if isinstance(manager, CrossAttentionManager):  # pragma: no cover - decoder-only
+                num_blocks_to_allocate += manager.get_num_blocks_to_allocate(
+                    request_id, num_encoder_tokens, [], 0, 0, num_encoder_tokens,
+                    apply_admission_cap=apply_admission_cap)
+            else:
+                num_blocks_to_allocate += manager.get_num_blocks_to_allocate(
+                    request_id, num_tokens, new_computed_blocks[i], total_computed_tokens, num_local_computed_tokens,
+                    num_tokens_main_model, apply_admission_cap=apply_admission_cap, prefill_end=prefill_end)
         return num_blocks_to_allocate
 
-    def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int) -> None:
-        for manager in self.single_type_managers:
-            manager.remove_skipped_blocks(request_id, processed_computed_tokens)
+    def allocate_new_computed_blocks(self, request_id: str, new_computed_blocks: tuple,
+                                     num_local_computed_tokens: int, num_external_computed_tokens: int) -> None:
+        if any(request_id in manager.num_cached_block for manager in self.single_type_managers):
+            return  # pragma: no cover - a running request has no new hits
+        for i, manager in enumerate(self.single_type_managers):
+            manager.add_local_computed_blocks(request_id, new_computed_blocks[i], num_local_computed_tokens,
+                                              num_external_computed_tokens)
 
-    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> tuple[list[KVCacheBlock], ...]:
-        return tuple(manager.allocate_new_blocks(request_id, num_tokens) for manager in self.single_type_managers)
+    def allocate_new_blocks(self, request_id: str, num_tokens: int, num_tokens_main_model: int,
+                            num_encoder_tokens: int = 0) -> tuple[list[KVCacheBlock], ...]:
+        return tuple(
+            manager.allocate_new_blocks(
+                request_id, num_encoder_tokens if isinstance(manager, CrossAttentionManager) else num_tokens,
+                num_tokens_main_model)
+            for manager in self.single_type_managers)
+
+    def get_num_cacheable_tokens(self, num_computed_tokens: int, kv_cache_group_id: int) -> int:
+        return max(0, num_computed_tokens - self.num_reprefillable_tokens)
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
-        boundaries = (request.num_prompt_tokens - 1,)  # replay_boundaries without EAGLE
-        for manager in self.single_type_managers:
+        boundaries = replay_boundaries(request.num_prompt_tokens, self.scheduler_block_size,
+                                       use_eagle=bool(self.drop_eagle_group_ids))
+        for group_id, manager in enumerate(self.single_type_managers):
             if not manager.enable_caching:
                 continue
-            manager.cache_blocks(request, num_computed_tokens, boundaries)  # pragma: no cover
+            manager.cache_blocks(request, self.get_num_cacheable_tokens(num_computed_tokens, group_id),
+                                 retention_interval=self.retention_interval, replay_boundaries=boundaries)
+
+    def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
+                              num_prompt_tokens: int | None = None) -> None:
+        for manager in self.single_type_managers:
+            manager.remove_skipped_blocks(request_id, processed_computed_tokens, num_prompt_tokens)
 
     def free(self, request_id: str) -> None:
         for manager in self.single_type_managers:
             manager.free(request_id)
 
+    @abstractmethod
+    def find_longest_cache_hit(self, block_hashes: list, max_cache_hit_length: int) -> tuple[tuple, int, int]:
+        """The cached blocks heading ``block_hashes``, their tokens, and 0 (no uncached common prefix here)."""
 
+
+class KVCacheCoordinatorNoPrefixCache(KVCacheCoordinator):
+    """The coordinator of a manager with prefix caching off."""
+
+    def __init__(self, block_pool: BlockPool, block_size: int) -> None:
+        super().__init__(block_pool, block_size, False)
+        self.num_single_type_manager = len(self.single_type_managers)
+
+    def find_longest_cache_hit(self, block_hashes: list, max_cache_hit_length: int) -> tuple[tuple, int, int]:
+        return tuple([] for _ in range(self.num_single_type_manager)), 0, 0  # pragma: no cover
+
+
+@dataclass
 class KVCacheBlocks:
-    """``allocate_slots``'s result: the new blocks per KV-cache group."""
+    """``allocate_slots``'s and ``get_computed_blocks``'s result: the blocks per KV-cache group."""
 
-    __slots__ = ("blocks",)
-
-    def __init__(self, blocks: tuple[list[KVCacheBlock], ...]) -> None:
-        self.blocks = blocks
+    blocks: tuple
 
 
 class KVCacheManager:
     """The scheduler's entry point: ``allocate_slots`` per request per step, ``free`` when it ends."""
 
+    enable_caching = False
+
     def __init__(self, num_gpu_blocks: int, block_size: int, max_model_len: int) -> None:
         self.max_model_len = max_model_len
         self.watermark_blocks = 0
-        self.block_pool = BlockPool(num_gpu_blocks)
-        self.coordinator = KVCacheCoordinatorNoPrefixCache(self.block_pool, block_size)
-        self.empty_kv_cache_blocks = KVCacheBlocks(([],))
+        self.coordinator = self._coordinator(num_gpu_blocks, block_size)
+        self.block_pool = self.coordinator.block_pool
+        self.retained_hit_group_ids: tuple[int, ...] = ()  # groups that keep a longer hit (none: full attention)
+        self.empty_kv_cache_blocks = KVCacheBlocks(((),))  # immutable, shared by every empty result
 
-    def allocate_slots(self, request: Request, num_new_tokens: int,
-                       num_lookahead_tokens: int = 0) -> KVCacheBlocks | None:
-        """Slots for ``num_new_tokens`` more tokens of ``request``; None when the pool is short."""
-        if num_new_tokens == 0:
-            raise ValueError("num_new_tokens must be greater than 0")
-        new_computed_block_list = self.empty_kv_cache_blocks.blocks  # no prefix-cache hit with caching off
-        num_local_computed_tokens = request.num_computed_tokens
-        total_computed_tokens = min(num_local_computed_tokens, self.max_model_len)
+    def _coordinator(self, num_gpu_blocks: int, block_size: int) -> KVCacheCoordinator:
+        return KVCacheCoordinatorNoPrefixCache(BlockPool(num_gpu_blocks, False, block_size), block_size)
+
+    def create_kv_cache_blocks(self, blocks: tuple[list[KVCacheBlock], ...]) -> KVCacheBlocks:
+        return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
+
+    def prefix_cache_lookup_enabled(self, request: Request) -> bool:
+        return self.enable_caching and not request.skip_reading_prefix_cache
+
+    def get_computed_blocks(self, request: Request, max_cache_hit_length: int | None = None,
+                            ) -> tuple[KVCacheBlocks, int, int]:
+        """The cached blocks heading the request's hash chain, the tokens they hold, and 0 (no shared-prefix
+        boundary: no sparse-retention group here)."""
+        if not self.prefix_cache_lookup_enabled(request):
+            return self.empty_kv_cache_blocks, 0, 0
+        if max_cache_hit_length is None:
+            max_cache_hit_length = request.num_tokens - 1
+        computed_blocks, num_new_computed_tokens, num_uncached = self.coordinator.find_longest_cache_hit(
+            request.block_hashes, max_cache_hit_length)
+        boundary = num_new_computed_tokens + num_uncached if num_uncached else 0
+        return self.create_kv_cache_blocks(computed_blocks), num_new_computed_tokens, boundary
+
+    def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
+                       new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,
+                       num_external_computed_tokens: int = 0, delay_cache_blocks: bool = False,
+                       num_encoder_tokens: int = 0, full_sequence_must_fit: bool = False, reserved_blocks: int = 0,
+                       has_scheduled_reqs: bool = True) -> KVCacheBlocks | None:
+        """Slots for ``num_new_tokens`` more tokens of ``request``, adopting ``new_computed_blocks`` (hits) first;
+        None when the pool is short.
+
+        vLLM's own keyword arguments and checks are kept (they are work it does on every call); the ones that
+        do nothing here (external tokens, delayed caching, the full-sequence gate) keep their defaults."""
+        if num_new_tokens == 0 and num_external_computed_tokens == 0 and num_new_computed_tokens == 0:
+            raise ValueError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
+        if new_computed_blocks is not None:
+            new_computed_block_list = new_computed_blocks.blocks
+            if self.retained_hit_group_ids:  # pragma: no cover - no group keeps a longer hit
+                raise AssertionError("retained hits are left out")
+        else:
+            new_computed_block_list = self.empty_kv_cache_blocks.blocks
+        num_local_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
+        total_computed_tokens = min(num_local_computed_tokens + num_external_computed_tokens, self.max_model_len)
         watermark_blocks = 0
-        if request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+        if has_scheduled_reqs and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
             watermark_blocks = self.watermark_blocks
+        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
+        if full_sequence_must_fit:
+            raise NotImplementedError("the full-sequence admission gate is left out")  # pragma: no cover
         num_tokens_main_model = total_computed_tokens + num_new_tokens
         num_tokens_need_slot = min(num_tokens_main_model + num_lookahead_tokens, self.max_model_len)
         coordinator = self.coordinator
         coordinator.remove_skipped_blocks(request.request_id,
-                                          max(0, total_computed_tokens - request.num_in_flight_tokens))
+                                          max(0, total_computed_tokens - request.num_in_flight_tokens),
+                                          num_prompt_tokens=request.num_prompt_tokens)
         num_blocks_to_allocate = coordinator.get_num_blocks_to_allocate(
-            request.request_id, num_tokens_need_slot, new_computed_block_list, total_computed_tokens,
-            num_local_computed_tokens)
-        if num_blocks_to_allocate + watermark_blocks > self.block_pool.get_num_free_blocks():
+            request_id=request.request_id, num_tokens=num_tokens_need_slot,
+            new_computed_blocks=new_computed_block_list, num_encoder_tokens=num_encoder_tokens,
+            total_computed_tokens=num_local_computed_tokens + num_external_computed_tokens,
+            num_local_computed_tokens=num_local_computed_tokens, num_tokens_main_model=num_tokens_main_model,
+            prefill_end=prefill_end)
+        available_blocks = self.block_pool.get_num_free_blocks() - reserved_blocks
+        if num_blocks_to_allocate + watermark_blocks > available_blocks:
             return None
-        new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot)
+        if new_computed_block_list is not self.empty_kv_cache_blocks.blocks or num_external_computed_tokens > 0:
+            coordinator.allocate_new_computed_blocks(request_id=request.request_id,
+                                                     new_computed_blocks=new_computed_block_list,
+                                                     num_local_computed_tokens=num_local_computed_tokens,
+                                                     num_external_computed_tokens=num_external_computed_tokens)
+        new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot, num_tokens_main_model,
+                                                     num_encoder_tokens)
+        if delay_cache_blocks:
+            return self.create_kv_cache_blocks(new_blocks)  # pragma: no cover
         coordinator.cache_blocks(request, min(total_computed_tokens + num_new_tokens, request.num_tokens))
-        return KVCacheBlocks(new_blocks) if any(new_blocks) else self.empty_kv_cache_blocks
+        return self.create_kv_cache_blocks(new_blocks)
 
     def free(self, request: Request) -> None:
         self.coordinator.free(request.request_id)
@@ -399,7 +449,7 @@ class VllmV1BlockManager(InterpretedBlockManager):
         # num_blocks + 1: vLLM's block 0 is the null block (see the module docstring)
         self.kv_cache_manager = self.kv_cache_manager_class(self.num_blocks + 1, self.block_size,
                                                             self.block_size * self.max_blocks_per_seq)
-        pool = self.kv_cache_manager.block_pool
+        pool = self.block_pool = self.kv_cache_manager.block_pool
         self.blocks = pool.blocks  # vLLM ids: blocks[k] is our block k - 1; blocks[0] is the null block
         self.free_block_queue = pool.free_block_queue
         self.single_type_manager = self.kv_cache_manager.coordinator.single_type_managers[0]
@@ -416,28 +466,35 @@ class VllmV1BlockManager(InterpretedBlockManager):
     def num_free_blocks(self) -> int:
         return self.free_block_queue.num_free_blocks
 
-    def _new_request(self, seq_id: int, num_tokens: int) -> Request:
+    def _new_request(self, seq_id: int, num_tokens: int, block_hashes: list | None = None) -> Request:
         self._num_requests += 1
-        request = self.requests[seq_id] = Request(str(self._num_requests), num_tokens)
+        request = self.requests[seq_id] = Request(str(self._num_requests), num_tokens, block_hashes)
         return request
 
-    def _allocate(self, seq_id: int, num_blocks: int) -> None:
-        request = self._new_request(seq_id, self._admit_tokens)
-        if self.kv_cache_manager.allocate_slots(request, request.num_tokens) is None:  # pragma: no cover
-            raise AssertionError("the contract checked the pool before admission")
+    def _admit(self, request: Request, max_cache_hit_length: int | None = None) -> int:
+        """The scheduler's admission: the cache lookup (none with caching off), then ``allocate_slots`` adopting
+        the hits; the tokens the cache served."""
+        kv = self.kv_cache_manager
+        computed, num_computed, _ = kv.get_computed_blocks(request, max_cache_hit_length)
+        if kv.allocate_slots(request, request.num_tokens - num_computed, num_computed, computed) is None:
+            raise AssertionError("the contract checked the pool before admission")  # pragma: no cover
         request.status = RequestStatus.RUNNING
         request.num_computed_tokens = request.num_tokens
+        return num_computed
+
+    def _allocate(self, seq_id: int, num_blocks: int) -> None:
+        self._admit(self._new_request(seq_id, self._admit_tokens))
 
     def _last_shared(self, seq_id: int) -> bool:
         return self.req_to_blocks[self.requests[seq_id].request_id][-1].ref_cnt > 1
 
     def _append(self, seq_id: int) -> tuple[int, int] | None:
         request = self.requests[seq_id]
-        request.num_tokens += 1  # the token sampled last step, whose KV this step writes
+        request._num_tokens += 1  # the token sampled last step, whose KV this step writes (vLLM's token list)
         if self.kv_cache_manager.allocate_slots(request, 1) is None:  # pragma: no cover
             raise AssertionError("the contract checked the pool before the append")
         request.num_computed_tokens += 1
-        self._lens[seq_id] = request.num_tokens
+        self._lens[seq_id] = request._num_tokens
         manager = self.single_type_manager
         if manager.cow is None:
             return None
@@ -447,7 +504,7 @@ class VllmV1BlockManager(InterpretedBlockManager):
 
     def _fork(self, parent_id: int, child_id: int) -> None:
         parent = self.requests[parent_id]
-        child = self._new_request(child_id, parent.num_tokens)
+        child = self._new_request(child_id, parent.num_tokens, parent.block_hashes.copy())  # the same tokens
         child.num_prompt_tokens = parent.num_prompt_tokens
         child.num_computed_tokens = parent.num_computed_tokens
         child.status = RequestStatus.RUNNING

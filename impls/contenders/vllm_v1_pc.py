@@ -62,17 +62,14 @@ import itertools
 import numpy as np
 
 from impls.contenders.vllm_v1 import (
-    BlockPool,
     FullAttentionManager,
-    KVCacheBlock,
-    KVCacheBlocks,
-    KVCacheCoordinatorNoPrefixCache,
+    KVCacheCoordinator,
     KVCacheManager,
     Request,
-    RequestStatus,
     VllmV1BlockManager,
     cdiv,
 )
+from impls.contenders.vllm_v1_pool import BlockPool, KVCacheBlock
 from impls.contract import (
     E_ACTIVE,
     E_NO_BLOCKS,
@@ -82,34 +79,25 @@ from impls.contract import (
 )
 from impls.core.validation import chain_arg, hash_arg, seq_arg, tokens_arg
 
-_GROUP0 = (0).to_bytes(4, "big", signed=False)
-
 
 def make_block_hash_with_group_id(block_hash: bytes, group_id: int) -> bytes:
     """The map's key: the block hash followed by the group id in 4 big-endian bytes (a new ``bytes``)."""
     return block_hash + group_id.to_bytes(4, "big", signed=False)
 
 
-class CachingRequest(Request):
-    """A request with the block hashes of its full blocks (``None`` where the trace gave none).
-
-    ``num_tokens`` is a property, as vLLM's (``len`` of its token list): ``allocate_slots`` reads it twice."""
-
-    __slots__ = ("_num_tokens", "block_hashes", "shared_prefix_boundary", "skip_reading_prefix_cache")
-
-    def __init__(self, request_id: str, num_tokens: int, block_hashes: list) -> None:
-        super().__init__(request_id, num_tokens)
-        self.block_hashes = block_hashes
-        self.skip_reading_prefix_cache = False
-        self.shared_prefix_boundary = 0
-
-    @property
-    def num_tokens(self) -> int:
-        return self._num_tokens
-
-    @num_tokens.setter
-    def num_tokens(self, value: int) -> None:
-        self._num_tokens = value
+def cached_need(get_one_block, keys, num_tokens: int, block_size: int) -> int:
+    """Free blocks an admission with the hash chain ``keys`` consumes (the contract's check): fresh blocks for
+    what the cache does not serve plus the evictable hits (``ref_cnt == 0``: they leave the free queue), as
+    ``get_num_blocks_to_allocate`` counts them. ``get_one_block(key)`` is a vLLM block map's lookup; shared
+    with the calibration's adapter of vLLM's own manager."""
+    hits = evictable = 0
+    for key in keys:
+        block = get_one_block(key)
+        if block is None:
+            break
+        hits += 1
+        evictable += block.ref_cnt == 0
+    return blocks_for(num_tokens, block_size) - hits + evictable
 
 
 class _PrefixCacheableSpec:
@@ -118,13 +106,6 @@ class _PrefixCacheableSpec:
     @property
     def prefix_cacheable(self) -> bool:
         return True
-
-
-def replay_boundaries(num_prompt_tokens: int, scheduler_block_size: int, use_eagle: bool) -> tuple[int, ...]:
-    """Positions a later request replaying the prompt resumes at (without EAGLE: the last prompt token)."""
-    if not use_eagle:
-        return (num_prompt_tokens - 1,)
-    raise NotImplementedError("EAGLE is left out")  # pragma: no cover
 
 
 class BlockHashToBlockMap:
@@ -146,10 +127,14 @@ class BlockHashToBlockMap:
 
     def pop(self, key: bytes, block_id: int) -> KVCacheBlock | None:
         blocks = self._cache.pop(key, None)
-        if blocks is None or blocks.block_id == block_id:
-            return blocks
-        self._cache[key] = blocks  # pragma: no cover - another block's entry: put it back, as vLLM does
-        return None  # pragma: no cover
+        if blocks is None:
+            return None
+        if isinstance(blocks, KVCacheBlock):
+            if blocks.block_id == block_id:
+                return blocks
+            self._cache[key] = blocks  # pragma: no cover - another block's entry: put it back, as vLLM does
+            return None  # pragma: no cover
+        raise AssertionError("several blocks per key never happen here")  # pragma: no cover
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -158,11 +143,11 @@ class BlockHashToBlockMap:
 class CachingBlockPool(BlockPool):
     """:class:`impls.contenders.vllm_v1.BlockPool` with the prefix cache: lookups, inserts, and eviction on reuse."""
 
-    def __init__(self, num_gpu_blocks: int) -> None:
-        super().__init__(num_gpu_blocks)
-        self.enable_caching = True
+    def __init__(self, num_gpu_blocks: int, hash_block_size: int) -> None:
+        super().__init__(num_gpu_blocks, True, hash_block_size)
         self.enable_kv_cache_events = False
         self.cached_block_hash_to_block = BlockHashToBlockMap()
+        self.cached_block_hashes_by_block: dict[int, set[bytes]] = {}  # a block's extra keys: partial hits only
         self.evictions = 0  # a statistic (the reference model counts them too)
 
     def get_cached_block(self, block_hash: bytes, kv_cache_group_ids: list[int]) -> list[KVCacheBlock] | None:
@@ -174,8 +159,9 @@ class CachingBlockPool(BlockPool):
             cached_blocks.append(block)
         return cached_blocks
 
-    def cache_full_blocks(self, request: CachingRequest, blocks: list[KVCacheBlock], num_cached_blocks: int,
-                          num_full_blocks: int, block_size: int, kv_cache_group_id: int) -> None:
+    def cache_full_blocks(self, request: Request, blocks: list[KVCacheBlock], num_cached_blocks: int,
+                          num_full_blocks: int, block_size: int, kv_cache_group_id: int,
+                          block_mask: list[bool] | None = None) -> None:
         """Give ``blocks[num_cached_blocks:num_full_blocks]`` their hashes from ``request.block_hashes``."""
         if num_cached_blocks >= num_full_blocks:
             return
@@ -188,58 +174,43 @@ class CachingBlockPool(BlockPool):
             self._insert_block_hash(make_block_hash_with_group_id(block_hash, kv_cache_group_id), blk)
 
     def _insert_block_hash(self, key: bytes, block: KVCacheBlock) -> None:
+        if block.block_hash == key:
+            return  # pragma: no cover - skipped above
         if self.cached_block_hash_to_block.get_one_block(key) is not None:
             return  # the contract: the block that carries the hash keeps it, this one stays uncached
-        block.block_hash = key
+        block.set_block_hash(key)
         self.cached_block_hash_to_block.insert(key, block)
 
     def _remove_cached_block_hashes(self, block: KVCacheBlock) -> list[bytes]:
-        key = block.block_hash
-        if key is None:
+        keys: list[bytes] = []
+        if block.block_hash is not None:
+            keys.append(block.block_hash)
+        keys.extend(self.cached_block_hashes_by_block.pop(block.block_id, ()))
+        if not keys:
             return []
-        removed = [key] if self.cached_block_hash_to_block.pop(key, block.block_id) is not None else []
-        block.block_hash = None
+        removed = [key for key in keys if self.cached_block_hash_to_block.pop(key, block.block_id) is not None]
+        block.reset_hash()
         return removed
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
+        if self.metrics_collector:  # pragma: no cover - metrics are left out
+            self.metrics_collector.on_block_evicted(block)
         if not self._remove_cached_block_hashes(block):
             return False
-        self.evictions += 1
+        self.evictions += 1  # (vLLM emits its KV events here: left out)
         return True
-
-    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
-        if num_blocks > self.get_num_free_blocks():
-            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
-        ret = self.free_block_queue.popleft_n(num_blocks)
-        for block in ret:
-            self._maybe_evict_cached_block(block)
-            assert block.ref_cnt == 0
-            block.ref_cnt += 1
-        return ret
-
-    def touch(self, blocks: list[KVCacheBlock]) -> None:
-        for block in blocks:
-            if block.is_null:
-                continue
-            if block.ref_cnt == 0:
-                self.free_block_queue.remove(block)  # an evictable hit leaves the queue (O(1): the links)
-            block.ref_cnt += 1
-
-
-class _CrossAttentionManager:
-    """Stands for vLLM's ``CrossAttentionManager``, which the coordinator tests every manager against."""
 
 
 class CachingFullAttentionManager(FullAttentionManager):
     """:class:`impls.contenders.vllm_v1.FullAttentionManager` with prefix caching: hits, ``num_cached_block``,
     caching."""
 
-    def __init__(self, block_pool: CachingBlockPool, block_size: int) -> None:
-        super().__init__(block_pool, block_size)
-        self.enable_caching = True
-        self.kv_cache_group_id = 0
+    def __init__(self, block_pool: CachingBlockPool, block_size: int, enable_caching: bool = True,
+                 kv_cache_group_id: int = 0) -> None:
+        super().__init__(block_pool, block_size, enable_caching, kv_cache_group_id)
         self.kv_cache_spec = _PrefixCacheableSpec()
-        self.hash_block_size = block_size
+        self.use_eagle = False
+        self.cache_hit_alignment_tokens = block_size
 
     @classmethod
     def find_longest_cache_hit(cls, block_hashes: list, max_length: int, kv_cache_group_ids: list[int],
@@ -255,184 +226,72 @@ class CachingFullAttentionManager(FullAttentionManager):
                 computed.append(cached)
         hit_length = len(computed_blocks[0]) * block_size
         hit_length -= hit_length % block_size  # alignment to the block (a no-op at one block size)
+        num_blocks = cdiv(hit_length, block_size)
+        for computed in computed_blocks:
+            del computed[num_blocks:]
         return computed_blocks, hit_length
 
-    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int, new_computed_blocks,
-                                   total_computed_tokens: int, num_local_computed_tokens: int,
-                                   num_tokens_main_model: int = 0, apply_admission_cap: bool = False,
-                                   prefill_end: int = 0) -> int:
-        if request_id not in self.num_cached_block:  # the admission: the slow path, counting evictable hits
-            return super().get_num_blocks_to_allocate(request_id, num_tokens, new_computed_blocks,
-                                                      total_computed_tokens, num_local_computed_tokens)
-        req_blocks = self.req_to_blocks.get(request_id, ())
-        num_new_blocks = max(cdiv(num_tokens, self.block_size) - len(req_blocks), 0)
-        if num_new_blocks == 0 and req_blocks and req_blocks[-1].ref_cnt > 1:
-            num_new_blocks = 1  # ours: the shared last block will be copied (see impls.contenders.vllm_v1)
-        return num_new_blocks
-
-    def add_local_computed_blocks(self, request_id: str, new_computed_blocks: list[KVCacheBlock],
-                                  num_local_computed_tokens: int) -> None:
-        req_blocks = self.req_to_blocks[request_id]
-        assert len(req_blocks) == 0
-        self.block_pool.touch(new_computed_blocks)
-        req_blocks.extend(new_computed_blocks)
-        self.num_cached_block[request_id] = len(req_blocks)
-
     @classmethod
-    def reachable_block_mask(cls, start_block: int, end_block: int) -> None:
+    def reachable_block_mask(cls, start_block: int, end_block: int, alignment_tokens: int | None, kv_cache_spec,
+                             use_eagle: bool, retention_interval: int | None = None,
+                             reachable_boundaries=(), dcp_world_size: int = 1) -> None:
         return None  # full attention caches every block
 
-    def cache_blocks(self, request: CachingRequest, num_tokens: int, retention_interval: int | None = None, *,
+    def cache_blocks(self, request: Request, num_tokens: int, retention_interval: int | None = None, *,
                      replay_boundaries: tuple[int, ...]) -> None:
         """``FullAttentionManager.cache_blocks``: the base class's, then the partial tail (none at one size)."""
         self._cache_full(request, num_tokens, retention_interval=retention_interval,
                          replay_boundaries=replay_boundaries)
-        if self.block_size == self.hash_block_size:
+        if self.block_size == self.block_pool.hash_block_size:
             return
 
-    def _cache_full(self, request: CachingRequest, num_tokens: int, retention_interval: int | None = None, *,
+    def _cache_full(self, request: Request, num_tokens: int, retention_interval: int | None = None, *,
                     replay_boundaries: tuple[int, ...]) -> None:
         """``SingleTypeKVCacheManager.cache_blocks``: caches the full blocks the request's hashes cover."""
         if not self.kv_cache_spec.prefix_cacheable:
             return  # pragma: no cover
         num_cached_blocks = self.num_cached_block.get(request.request_id, 0)
-        num_hashed_tokens = len(request.block_hashes) * self.block_size
+        num_hashed_tokens = len(request.block_hashes) * self.block_pool.hash_block_size
         num_full_blocks = min(num_tokens, num_hashed_tokens) // self.block_size
         if num_cached_blocks >= num_full_blocks:
             return  # every step but the one after a block fills
         reachable_boundaries = [*replay_boundaries]
         if request.shared_prefix_boundary:
             reachable_boundaries.append(request.shared_prefix_boundary)  # pragma: no cover
-        self.reachable_block_mask(num_cached_blocks, num_full_blocks)
-        self.block_pool.cache_full_blocks(request, self.req_to_blocks[request.request_id], num_cached_blocks,
-                                          num_full_blocks, self.block_size, self.kv_cache_group_id)
+        block_mask = self.reachable_block_mask(
+            start_block=num_cached_blocks, end_block=num_full_blocks, alignment_tokens=self.cache_hit_alignment_tokens,
+            kv_cache_spec=self.kv_cache_spec, use_eagle=self.use_eagle, retention_interval=retention_interval,
+            reachable_boundaries=reachable_boundaries)
+        self.block_pool.cache_full_blocks(
+            request=request, blocks=self.req_to_blocks[request.request_id], num_cached_blocks=num_cached_blocks,
+            num_full_blocks=num_full_blocks, block_size=self.block_size, kv_cache_group_id=self.kv_cache_group_id,
+            block_mask=block_mask)
         self.num_cached_block[request.request_id] = num_full_blocks
 
 
-class UnitaryKVCacheCoordinator(KVCacheCoordinatorNoPrefixCache):
+class UnitaryKVCacheCoordinator(KVCacheCoordinator):
     """The coordinator of a model with one KV-cache group and caching on."""
 
+    manager_class = CachingFullAttentionManager
+
     def __init__(self, block_pool: CachingBlockPool, block_size: int) -> None:
-        self.block_pool = block_pool
-        self.scheduler_block_size = self.block_size = block_size
-        self.single_type_managers = (CachingFullAttentionManager(block_pool, block_size),)
-        self.num_reprefillable_tokens = 0
-        self.retention_interval = None
-        self.drop_eagle_group_ids: tuple[int, ...] = ()
-
-    def get_num_blocks_to_allocate(self, request_id: str, num_tokens: int, new_computed_blocks: tuple,
-                                   num_encoder_tokens: int, total_computed_tokens: int,
-                                   num_local_computed_tokens: int, num_tokens_main_model: int,
-                                   prefill_end: int = 0) -> int:
-        num_blocks_to_allocate = 0
-        if self.retention_interval != 0:
-            prefill_end = 0
-        for i, manager in enumerate(self.single_type_managers):
-            if isinstance(manager, _CrossAttentionManager):
-                continue  # pragma: no cover - decoder-only
-            num_blocks_to_allocate += manager.get_num_blocks_to_allocate(
-                request_id, num_tokens, new_computed_blocks[i], total_computed_tokens, num_local_computed_tokens,
-                num_tokens_main_model, apply_admission_cap=False, prefill_end=prefill_end)
-        return num_blocks_to_allocate
-
-    def allocate_new_blocks(self, request_id: str, num_tokens: int, num_tokens_main_model: int = 0,
-                            num_encoder_tokens: int = 0) -> tuple[list[KVCacheBlock], ...]:
-        return tuple(
-            manager.allocate_new_blocks(
-                request_id, num_encoder_tokens if isinstance(manager, _CrossAttentionManager) else num_tokens)
-            for manager in self.single_type_managers)
+        super().__init__(block_pool, block_size, True)
+        self.block_size = block_size
 
     def find_longest_cache_hit(self, block_hashes: list, max_cache_hit_length: int) -> tuple[tuple, int, int]:
         hit_blocks, hit_length = self.single_type_managers[0].find_longest_cache_hit(
-            block_hashes, max_cache_hit_length, [0], self.block_pool, self.block_size)
+            block_hashes=block_hashes, max_length=max_cache_hit_length, kv_cache_group_ids=[0],
+            block_pool=self.block_pool, block_size=self.block_size)
         return hit_blocks, hit_length, 0
-
-    def allocate_new_computed_blocks(self, request_id: str, new_computed_blocks: tuple,
-                                     num_local_computed_tokens: int) -> None:
-        if any(request_id in manager.num_cached_block for manager in self.single_type_managers):
-            return  # pragma: no cover - a running request has no new hits
-        for i, manager in enumerate(self.single_type_managers):
-            manager.add_local_computed_blocks(request_id, new_computed_blocks[i], num_local_computed_tokens)
-
-    def get_num_cacheable_tokens(self, num_computed_tokens: int, kv_cache_group_id: int) -> int:
-        return max(0, num_computed_tokens - self.num_reprefillable_tokens)
-
-    def cache_blocks(self, request: CachingRequest, num_computed_tokens: int) -> None:
-        boundaries = replay_boundaries(request.num_prompt_tokens, self.scheduler_block_size,
-                                       use_eagle=bool(self.drop_eagle_group_ids))
-        for group_id, manager in enumerate(self.single_type_managers):
-            if not manager.enable_caching:
-                continue  # pragma: no cover
-            manager.cache_blocks(request, self.get_num_cacheable_tokens(num_computed_tokens, group_id),
-                                 retention_interval=self.retention_interval, replay_boundaries=boundaries)
 
 
 class CachingKVCacheManager(KVCacheManager):
-    """``KVCacheManager(enable_caching=True)``: ``get_computed_blocks`` and the hit-aware ``allocate_slots``."""
+    """``KVCacheManager(enable_caching=True)``: its coordinator and pool with the prefix cache."""
 
-    def __init__(self, num_gpu_blocks: int, block_size: int, max_model_len: int) -> None:
-        self.max_model_len = max_model_len
-        self.watermark_blocks = 0
-        self.enable_caching = True
-        self.block_pool = CachingBlockPool(num_gpu_blocks)
-        self.coordinator = UnitaryKVCacheCoordinator(self.block_pool, block_size)
-        self.empty_kv_cache_blocks = KVCacheBlocks(([],))
+    enable_caching = True
 
-    def create_kv_cache_blocks(self, blocks: tuple[list[KVCacheBlock], ...]) -> KVCacheBlocks:
-        return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
-
-    def get_computed_blocks(self, request: CachingRequest, max_cache_hit_length: int) -> tuple[KVCacheBlocks, int]:
-        """The cached blocks heading the request's hash chain, and the tokens they hold."""
-        if not self.enable_caching or request.skip_reading_prefix_cache:
-            return self.empty_kv_cache_blocks, 0  # pragma: no cover
-        computed_blocks, num_new_computed_tokens, _ = self.coordinator.find_longest_cache_hit(
-            request.block_hashes, max_cache_hit_length)
-        return self.create_kv_cache_blocks(computed_blocks), num_new_computed_tokens
-
-    def allocate_slots(self, request: CachingRequest, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                       new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,
-                       num_external_computed_tokens: int = 0, delay_cache_blocks: bool = False,
-                       num_encoder_tokens: int = 0, full_sequence_must_fit: bool = False, reserved_blocks: int = 0,
-                       has_scheduled_reqs: bool = True) -> KVCacheBlocks | None:
-        """Slots for ``num_new_tokens`` more tokens, adopting ``new_computed_blocks`` (hits) first.
-
-        vLLM's own keyword arguments and checks are kept (they are work it does on every call); the ones that
-        do nothing here (external tokens, delayed caching, the full-sequence gate) keep their defaults."""
-        if num_new_tokens == 0 and num_external_computed_tokens == 0 and num_new_computed_tokens == 0:
-            raise ValueError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
-        empty = self.empty_kv_cache_blocks.blocks
-        new_computed_block_list = empty if new_computed_blocks is None else new_computed_blocks.blocks
-        num_local_computed_tokens = request.num_computed_tokens + num_new_computed_tokens
-        total_computed_tokens = min(num_local_computed_tokens + num_external_computed_tokens, self.max_model_len)
-        watermark_blocks = 0
-        if has_scheduled_reqs and request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
-            watermark_blocks = self.watermark_blocks
-        prefill_end = max(request.num_prompt_tokens, request.num_tokens - 1)
-        if full_sequence_must_fit:
-            raise NotImplementedError("the full-sequence admission gate is left out")  # pragma: no cover
-        num_tokens_main_model = total_computed_tokens + num_new_tokens
-        num_tokens_need_slot = min(num_tokens_main_model + num_lookahead_tokens, self.max_model_len)
-        coordinator = self.coordinator
-        coordinator.remove_skipped_blocks(request.request_id,
-                                          max(0, total_computed_tokens - request.num_in_flight_tokens))
-        num_blocks_to_allocate = coordinator.get_num_blocks_to_allocate(
-            request_id=request.request_id, num_tokens=num_tokens_need_slot,
-            new_computed_blocks=new_computed_block_list, num_encoder_tokens=num_encoder_tokens,
-            total_computed_tokens=num_local_computed_tokens + num_external_computed_tokens,
-            num_local_computed_tokens=num_local_computed_tokens, num_tokens_main_model=num_tokens_main_model,
-            prefill_end=prefill_end)
-        available_blocks = self.block_pool.get_num_free_blocks() - reserved_blocks
-        if num_blocks_to_allocate + watermark_blocks > available_blocks:
-            return None
-        if new_computed_block_list is not empty or num_external_computed_tokens > 0:
-            coordinator.allocate_new_computed_blocks(request.request_id, new_computed_block_list,
-                                                     num_local_computed_tokens)
-        new_blocks = coordinator.allocate_new_blocks(request.request_id, num_tokens_need_slot, num_tokens_main_model,
-                                                     num_encoder_tokens)
-        if delay_cache_blocks:
-            return self.create_kv_cache_blocks(new_blocks)  # pragma: no cover
-        coordinator.cache_blocks(request, min(total_computed_tokens + num_new_tokens, request.num_tokens))
-        return self.create_kv_cache_blocks(new_blocks)
+    def _coordinator(self, num_gpu_blocks: int, block_size: int) -> KVCacheCoordinator:
+        return UnitaryKVCacheCoordinator(CachingBlockPool(num_gpu_blocks, block_size), block_size)
 
 
 class VllmV1CachingBlockManager(VllmV1BlockManager):
@@ -442,42 +301,9 @@ class VllmV1CachingBlockManager(VllmV1BlockManager):
 
     kv_cache_manager_class = CachingKVCacheManager
 
-    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
-                 max_blocks_per_seq: int = 256) -> None:
-        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self.block_pool = self.kv_cache_manager.block_pool
-
-    def _new_request(self, seq_id: int, num_tokens: int, block_hashes: list | None = None) -> CachingRequest:
-        self._num_requests += 1
-        request = CachingRequest(str(self._num_requests), num_tokens, [] if block_hashes is None else block_hashes)
-        self.requests[seq_id] = request
-        return request
-
-    def _admit(self, request: CachingRequest) -> int:
-        """The scheduler's admission: look the chain up, then ``allocate_slots`` adopting the hits."""
-        kv = self.kv_cache_manager
-        computed, num_computed = kv.get_computed_blocks(request, request.num_tokens)  # contract: no -1 cap
-        if kv.allocate_slots(request, request.num_tokens - num_computed, num_computed, computed) is None:
-            raise AssertionError("the contract checked the pool before admission")  # pragma: no cover
-        request.status = RequestStatus.RUNNING
-        request.num_computed_tokens = request.num_tokens
-        return num_computed
-
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
-        self._admit(self._new_request(seq_id, self._admit_tokens))
-
-    def _cached_need(self, num_tokens: int, chain: list[bytes]) -> int:
-        """Free blocks the admission consumes: fresh ones plus evictable hits (as get_num_blocks_to_allocate)."""
-        pool = self.block_pool
-        hits = 0
-        evictable = 0
-        for block_hash in chain:
-            block = pool.cached_block_hash_to_block.get_one_block(make_block_hash_with_group_id(block_hash, 0))
-            if block is None:
-                break
-            hits += 1
-            evictable += block.ref_cnt == 0
-        return blocks_for(num_tokens, self.block_size) - hits + evictable
+        request = self._new_request(seq_id, self._admit_tokens)
+        self._admit(request, request.num_tokens)  # the contract: no cap at num_tokens - 1
 
     def allocate_cached(self, seq_id: int, num_tokens: int, hashes: np.ndarray) -> int:
         """Admit a prompt whose full blocks have the hash chain ``hashes``; returns the tokens served cached."""
@@ -487,25 +313,21 @@ class VllmV1CachingBlockManager(VllmV1BlockManager):
         chain = [raw[i:i + 8] for i in range(0, len(raw), 8)]  # vLLM's Request holds its hashes as bytes
         if self._lens[seq_id]:
             self._fail(E_ACTIVE, seq_id)
-        need = self._cached_need(num_tokens, chain)
+        need = cached_need(self.block_pool.cached_block_hash_to_block.get_one_block,
+                           (make_block_hash_with_group_id(h, 0) for h in chain), num_tokens, self.block_size)
         if need > self.num_free_blocks():
             self._fail(E_NO_BLOCKS, seq_id, need=need)
-        hit_tokens = self._admit(self._new_request(seq_id, num_tokens, chain))
+        request = self._new_request(seq_id, num_tokens, chain)
+        hit_tokens = self._admit(request, num_tokens)
         self._lens[seq_id] = num_tokens
         return hit_tokens
 
     def seal(self, seq_id: int, block_hash: int) -> bool:
         """Cache the sequence's full last block under ``block_hash``; False when another block carries it."""
-        seq_id = self._active(seq_id)
-        key_hash = hash_arg(block_hash, seq_id).to_bytes(8, "little")
-        n = self._lens[seq_id]
-        if n & (self.block_size - 1):
-            self._fail(E_NOT_FULL, seq_id)
+        seq_id, value, n, last = sealable(self, seq_id, block_hash, self._blocks)
+        key_hash = value.to_bytes(8, "little")
         request = self.requests[seq_id]
         manager = self.single_type_manager
-        last = self.req_to_blocks[request.request_id][-1]
-        if last.block_hash is not None:
-            self._fail(E_SEALED, seq_id)
         num_full = n >> self.block_shift
         hashes = request.block_hashes
         del hashes[num_full - 1:]  # the hash of the block that filled, in its place in the chain
@@ -516,6 +338,9 @@ class VllmV1CachingBlockManager(VllmV1BlockManager):
         self.kv_cache_manager.coordinator.cache_blocks(request, n)
         return last.block_hash is not None
 
+    def _blocks(self, seq_id: int) -> list[KVCacheBlock]:
+        return self.req_to_blocks[self.requests[seq_id].request_id]
+
     def num_cached_blocks(self) -> int:
         """Blocks that carry a hash (each hash maps to one block under the contract)."""
         return len(self.block_pool.cached_block_hash_to_block)
@@ -523,8 +348,21 @@ class VllmV1CachingBlockManager(VllmV1BlockManager):
     def _fork(self, parent_id: int, child_id: int) -> None:
         super()._fork(parent_id, child_id)
         parent, child = self.requests[parent_id], self.requests[child_id]
-        child.block_hashes = parent.block_hashes.copy()  # the same tokens, so the same hashes
         cached = self.single_type_manager.num_cached_block
         if parent.request_id in cached:
             cached[child.request_id] = cached[parent.request_id]
 
+
+def sealable(mgr, seq_id: int, block_hash: int, blocks) -> tuple[int, int, int, KVCacheBlock]:
+    """The contract's checks of ``seal`` on a vLLM-shaped manager (``blocks(seq_id)``: the row's vLLM blocks):
+    an active row whose length ends a block whose block carries no hash yet; (row, hash, length, last block).
+    Shared with the calibration's adapter of vLLM's own manager."""
+    seq_id = mgr._active(seq_id)
+    value = hash_arg(block_hash, seq_id)
+    n = mgr._lens[seq_id]
+    if n & (mgr.block_size - 1):
+        mgr._fail(E_NOT_FULL, seq_id)
+    last = blocks(seq_id)[-1]
+    if last.block_hash is not None:
+        mgr._fail(E_SEALED, seq_id)
+    return seq_id, value, n, last
