@@ -59,8 +59,9 @@ clean:
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # -- Benchmarks in CI (README, "Benchmarks in CI") ------------------------------------------------------------
-# The CI profile (harness/ci/profile.py: every design batched on paper, ~1-2 min on 2 cores) is measured by
-# bench-ci and compared by bench-compare against BASELINE, a run of the same profile on the reference machine.
+# The CI profile (harness/ci/profile.py: every design batched and in the step regime on paper; its time:
+# results/times/times.json) is measured by bench-ci and compared by bench-compare against BASELINE, a run of the
+# same profile on the reference machine.
 BASELINE     ?= results/baselines/bench-ci
 BENCH_LAST   ?= results/bench-ci-latest
 COMPARE_ARGS ?=
