@@ -194,11 +194,30 @@ def test_sglang_frees_wait_for_the_next_operation_and_join_at_the_front_with_one
     group = mgr.allocator.free_group
     assert [t.tolist() for t in group] == [list(range(BS, 3 * BS)), list(range(3 * BS, 7 * BS))] and cat_calls == []
     assert mgr.free_pages.tolist() == [7, 8]  # not free until the group ends
-    assert mgr.num_free_blocks() == 8  # the step's next operation ends the group, as SGLang's scheduler does
-    assert cat_calls == [2, 2]  # one cat joins the group, one puts its pages at the front
-    assert mgr.free_pages.tolist() == [1, 2, 3, 4, 5, 6, 7, 8] and mgr.allocator.free_group is None
-    mgr.allocate(2, 3 * BS)
+    assert mgr.num_free_blocks() == 8 and mgr.ref_count(0) == 0  # queries count the group's pages...
+    assert cat_calls == [] and len(mgr.allocator.free_group) == 2  # ...and leave it open
+    mgr.allocate(2, 3 * BS)  # the step's next change ends the group first, as SGLang's scheduler does
+    assert cat_calls[:2] == [2, 2]  # one cat joins the group, one puts its pages at the front
+    assert mgr.allocator.free_group is None
     assert mgr.block_table(2) == [0, 1, 2]  # freed pages are reused first (the front)
+    assert mgr.free_pages.tolist() == [4, 5, 6, 7, 8]
+
+
+def test_sglang_queries_between_frees_do_not_change_later_block_ids(sglang_cls) -> None:
+    """Regression: a pool query used to end the free group, so asking between two frees released their pages
+    in two groups (freed order) instead of one (sorted) and later admissions got other block ids."""
+    def run(query_between: bool) -> list[int]:
+        mgr = sglang_cls(num_blocks=10, block_size=BS, max_seqs=6, max_blocks_per_seq=5)
+        mgr.allocate(1, 5 * BS)
+        mgr.allocate(0, 5 * BS)
+        mgr.free(1)
+        if query_between:
+            assert mgr.num_free_blocks() == 5 and mgr.ref_count(mgr.block_table(0)[0]) == 1
+        mgr.free(0)
+        mgr.allocate(0, 5 * BS)
+        return mgr.block_table(0)
+
+    assert run(query_between=True) == run(query_between=False) == [0, 1, 2, 3, 4]
 
 
 def test_sglang_decode_step_allocates_for_the_whole_batch_at_once(sglang_cls) -> None:

@@ -34,9 +34,10 @@ drives SGLang's own allocator with, ``harness/calibration/engine_sglang.py``):
   ``slot_out``;
 * ``allocate`` is an extend of one request with no prefix (SGLang batches a prefill's requests into one
   ``alloc_extend``; our contract admits one sequence per call);
-* ``free`` frees the row's token slots inside a free group, begun by a step's first free and ended by the step's
-  next other operation (a pool query, an admission, a fork, the decode step), as the scheduler ends it after the
-  batch's frees;
+* ``free`` frees the row's token slots inside a free group, begun by a step's first free and ended by the next
+  operation that changes state (an admission, a fork, the decode step), as the scheduler ends it after the
+  batch's frees; queries (``num_free_blocks``, ``ref_count``) count the open group's pages without ending it, so
+  asking never changes which pages later calls get;
 * ``append_slot`` (the per-call regime) is a decode batch of one: SGLang has no per-token call, so the
   per-call figures are the batched code paid per sequence.
 
@@ -237,23 +238,29 @@ class PagedRows:
         self.req_to_token = torch.zeros((max_seqs, max_tokens), dtype=torch.int32)
         self.seq_lens = torch.zeros(max_seqs, dtype=torch.int64)
         self.grouping = False  # inside free_group_begin ... free_group_end
+        self.pending_pages = 0  # pages freed inside the open group, not yet back in the allocator
         self.shared: dict[int, int] = {}  # page -> references, for pages shared by a fork (the emulation)
         self._no_prefix = torch.zeros(1, dtype=torch.int64)
         self._no_loc = torch.full((1,), -1, dtype=torch.int64)
         self._offsets = torch.arange(self.page_size, dtype=torch.int64)
 
     def _end_frees(self) -> None:
+        """Close the open free group: the next batch's first call does it, as SGLang's scheduler closes the group
+        before it schedules. Only calls that change state close it, so a query between frees cannot change which
+        pages later calls get (the group releases its pages sorted, one by one they go back in free order)."""
         if self.grouping:
             self.allocator.free_group_end()
             self.grouping = False
+            self.pending_pages = 0
 
     def num_free_blocks(self) -> int:
-        self._end_frees()
-        return self.allocator.available_size() // self.page_size
+        """Free pages, counting those of the open free group (a query: it leaves the group open)."""
+        return self.allocator.available_size() // self.page_size + self.pending_pages
 
     # -- the scheduler's calls ---------------------------------------------------------------------------
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
         """An extend batch of one request with no prefix: one ``alloc_extend``, the slots written into its row."""
+        self._end_frees()
         n = self._admit_tokens
         seq_lens = torch.tensor([n], dtype=torch.int64)
         out = self.allocator.alloc_extend(self._no_prefix, self._no_prefix, seq_lens, seq_lens, self._no_loc, n)
@@ -311,8 +318,10 @@ class PagedRows:
             kept = [page for page in self._pages(seq_id).tolist() if not self._unshare(page)]
             if kept:
                 self.allocator.free(torch.tensor(kept, dtype=torch.int64) * self.page_size)  # a slot per page
+                self.pending_pages += len(kept)
             return
         self.allocator.free(self.req_to_token[seq_id, :n])
+        self.pending_pages += -(-n // self.page_size)
 
     # -- fork and copy-on-write, emulated (the module docstring) ---------------------------------------------
     def _pages(self, seq_id: int) -> torch.Tensor:
@@ -373,8 +382,9 @@ class PagedRows:
         page = block_id + 1
         if page in self.shared:
             return self.shared[page]
-        self._end_frees()
-        return 0 if bool((self.allocator.free_pages == page).any()) else 1
+        pending = self.allocator.free_group or []  # the open group's token slots (SGLang's attribute)
+        freed = (self.allocator.free_pages == page).any() or any((t // self.page_size == page).any() for t in pending)
+        return 0 if bool(freed) else 1
 
     def _last_slot(self, seq_id: int) -> int:
         return int(self.req_to_token[seq_id, self._lens[seq_id] - 1]) - self.page_size
