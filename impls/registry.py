@@ -11,8 +11,8 @@ Roles:
 - ``twin``: a compiled twin of design A or B, so that the batched regime compares data structures under
   compilation, as the article's C++ did;
 - ``contender``: a model of a real engine's block manager;
-- ``native``: C++ builds of the article's designs, replayed inside C++ (see :mod:`impls.native`; unavailable
-  without a C++ compiler);
+- ``native``: C++ builds of the article's designs and of ``flat-rows``, replayed inside C++ (see
+  :mod:`impls.native`; unavailable without a C++ compiler);
 - ``caching``: a design with prefix caching (:class:`impls.contract.CachingBlockManager`, class attribute
   ``prefix_caching = True``), held to the reference model's hits and evictions (``tests/test_prefix_caching.py``
   runs every such class); it runs on the caching scenarios (see :data:`harness.measure.matrix.CELL_RULES`);
@@ -98,6 +98,8 @@ RECORDS: tuple[Impl, ...] = (
          "B in C++ (std::vector per sequence)", "#7F3C00", "B"),
     Impl("cpp-flat", "impls.native.available:CppFlatBlockManager", "native", "C cpp-flat",
          "C in C++ (flat uint16 table + free stack)", "#66A61E", "C"),
+    Impl("cpp-flat-rows", "impls.native.available:CppFlatRowsBlockManager", "native", "cpp-flat-rows",
+         "flat-rows in C++ (64-byte rows from a row pool)", "#A50026"),
 )
 
 BY_NAME: dict[str, Impl] = {r.name: r for r in RECORDS}

@@ -202,6 +202,18 @@ def test_flat_ids_widen_above_65536_blocks() -> None:
     assert large.block_table(0) == [0, 1, 2] and large.table_nbytes(0) == 4 * 256
 
 
+def test_flat_rows_ids_widen_above_65536_blocks() -> None:
+    """32 uint16 ids per 64-byte row up to 65,536 blocks, 16 uint32 above: a 40-block table takes 2 rows, then
+    3; table_nbytes is the directory (256 blocks / ids per row, int32 entries) plus the rows."""
+    small, large = native.CppFlatRowsBlockManager(65536), native.CppFlatRowsBlockManager(70000)
+    assert (small.id_bytes(), large.id_bytes()) == (2, 4)
+    for mgr in (small, large):
+        mgr.allocate(0, 16 * 40)
+        assert mgr.block_table(0) == list(range(40))
+    assert (small.rows_in_use(), large.rows_in_use()) == (2, 3)
+    assert small.table_nbytes(0) == 4 * 8 + 64 * 2 and large.table_nbytes(0) == 4 * 16 + 64 * 3
+
+
 # -- (b) native replays of generated traces -------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def traces():
@@ -238,10 +250,29 @@ def test_replay_in_slices_and_failures(traces) -> None:
 
 
 # -- (c) allocations per step -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("scenario", ["paper", "parallel-sampling"])
+@pytest.mark.parametrize("name", ["cpp-flat", "cpp-flat-rows"])
+def test_preallocated_designs_allocate_nothing_per_step(traces, scenario: str, name: str) -> None:
+    """Rule 1 in C++: the flat table and flat-rows' row pool are allocated by the constructor; a step (forks, row
+    copies and copy-on-writes included, on parallel-sampling) makes no allocation call."""
+    trace = traces[scenario]
+    mgr = native.NATIVE[name](**trace.config)
+    before = native.alloc_count()
+    r = native_driver.replay(mgr, trace)
+    assert r.allocs.tolist() == [0] * trace.num_steps and native.alloc_count() == before
+
+
+@pytest.mark.parametrize("name", native.NAMES)
+@pytest.mark.parametrize("config", [CFG, {**CFG, "num_blocks": 70000, "max_blocks_per_seq": 300}])
+def test_memory_bytes_is_what_the_constructor_allocates(name: str, config: dict) -> None:
+    """memory_bytes() states the bytes the constructor's containers ask for (counted by the allocator)."""
+    before = native.alloc_bytes()
+    mgr = native.NATIVE[name](**config)
+    assert native.alloc_bytes() - before == mgr.memory_bytes()
+
+
 def test_allocations_per_step(traces) -> None:
     trace = traces["paper"]
-    flat = native_driver.replay(native.CppFlatBlockManager(**trace.config), trace)
-    assert flat.allocs.tolist() == [0] * trace.num_steps
     mgr = native.CppListBlockManager(**trace.config)
     before = native.alloc_count()  # after construction: its allocations are not the steps'
     lst = native_driver.replay(mgr, trace)

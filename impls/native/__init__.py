@@ -1,4 +1,5 @@
-"""The three designs in C++ (``cpp-dict``, ``cpp-list``, ``cpp-flat``) and their per-call bindings.
+"""The three designs in C++ (``cpp-dict``, ``cpp-list``, ``cpp-flat``), ``flat-rows`` in C++ (``cpp-flat-rows``)
+and their per-call bindings.
 
 Importing this package builds ``designs.cpp`` with the system C++ compiler on first use (cached by digest,
 see :mod:`impls.native.toolchain`) and loads it with ctypes. Without a compiler, or if the build fails, nothing
@@ -17,16 +18,19 @@ from impls.native.binding import (
     _LIB,
     CppDictBlockManager,
     CppFlatBlockManager,
+    CppFlatRowsBlockManager,
     CppListBlockManager,
     NativeBlockManager,
+    alloc_bytes,
     alloc_count,
     function_address,
     load_library,
 )
 from impls.native.toolchain import FLAGS, Build, BuildError, build
 
-NAMES = ("cpp-dict", "cpp-list", "cpp-flat")
-_CLASSES = {"cpp-dict": CppDictBlockManager, "cpp-list": CppListBlockManager, "cpp-flat": CppFlatBlockManager}
+NAMES = ("cpp-dict", "cpp-list", "cpp-flat", "cpp-flat-rows")
+_CLASSES = {"cpp-dict": CppDictBlockManager, "cpp-list": CppListBlockManager, "cpp-flat": CppFlatBlockManager,
+            "cpp-flat-rows": CppFlatRowsBlockManager}
 
 
 def _load() -> tuple[Build | None, str | None]:
@@ -66,8 +70,10 @@ __all__ = [
     "BuildError",
     "CppDictBlockManager",
     "CppFlatBlockManager",
+    "CppFlatRowsBlockManager",
     "CppListBlockManager",
     "NativeBlockManager",
+    "alloc_bytes",
     "alloc_count",
     "build",
     "build_info",

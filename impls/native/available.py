@@ -7,9 +7,14 @@ which is how :func:`impls.registry.load_all` learns that the ``cpp-*`` implement
 from __future__ import annotations
 
 from impls.native import UNAVAILABLE_REASON
-from impls.native.binding import CppDictBlockManager, CppFlatBlockManager, CppListBlockManager
+from impls.native.binding import (
+    CppDictBlockManager,
+    CppFlatBlockManager,
+    CppFlatRowsBlockManager,
+    CppListBlockManager,
+)
 
 if UNAVAILABLE_REASON is not None:
     raise ImportError(UNAVAILABLE_REASON)
 
-__all__ = ["CppDictBlockManager", "CppFlatBlockManager", "CppListBlockManager"]
+__all__ = ["CppDictBlockManager", "CppFlatBlockManager", "CppFlatRowsBlockManager", "CppListBlockManager"]

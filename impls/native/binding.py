@@ -22,7 +22,8 @@ from impls.core.base import ManagerBase
 from impls.core.validation import batch_args, block_arg, count_arg, lookup_args, seq_arg, tokens_arg
 from impls.native import toolchain
 
-KIND_DICT, KIND_LIST, KIND_FLAT = 0, 1, 2
+KIND_DICT, KIND_LIST, KIND_FLAT, KIND_FLAT_ROWS = 0, 1, 2, 3
+ROW_BYTES = 64  # cpp-flat-rows' rows: one cache line of ids
 _I64, _I32P, _P = ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p
 
 _SIGNATURES = {  # name -> (restype, argtypes)
@@ -45,9 +46,12 @@ _SIGNATURES = {  # name -> (restype, argtypes)
     "kvb_ref_count": (_I64, [_P, _I64]),
     "kvb_table_nbytes": (_I64, [_P, _I64]),
     "kvb_id_bytes": (_I64, [_P]),
+    "kvb_rows_in_use": (_I64, [_P]),
+    "kvb_row_count": (_I64, [_I64, _I64, _I64]),
     "kvb_alloc_count": (_I64, []),
+    "kvb_alloc_bytes": (_I64, []),
 }
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 
 def load_library(path: Path) -> ctypes.CDLL:
@@ -174,14 +178,16 @@ class NativeBlockManager(ManagerBase):
         return self._check(self._lib.kvb_ref_count(self._h, block), block=block)
 
     def table_nbytes(self, seq_id: int) -> int | None:
-        """Bytes of table state for the sequence: flat one preallocated row; list the vector object and its
-        capacity; dict the map object, its bucket array and nodes (pointer + key/value), before malloc's
-        rounding."""
+        """Bytes of table state for the sequence: flat one preallocated row; flat-rows its directory and the
+        64-byte rows it points at (a shared row counts for each sequence, as ``flat-rows`` counts it); list the
+        vector object and its capacity; dict the map object, its bucket array and nodes (pointer + key/value),
+        before malloc's rounding."""
         seq = seq_arg(seq_id, self.max_seqs)
         return self._check(self._lib.kvb_table_nbytes(self._h, seq), seq)
 
     def id_bytes(self) -> int:
-        """Bytes per block id in the table (2 for ``cpp-flat`` up to 65,536 blocks, else 4)."""
+        """Bytes per block id in the table (2 for ``cpp-flat`` and ``cpp-flat-rows`` up to 65,536 blocks, else
+        4)."""
         return self._lib.kvb_id_bytes(self._h)
 
 
@@ -219,9 +225,44 @@ class CppFlatBlockManager(NativeBlockManager):
         return 8 * self.num_blocks + self.max_seqs * (ids * self.max_blocks_per_seq + 8)
 
 
+class CppFlatRowsBlockManager(NativeBlockManager):
+    """``flat-rows`` in C++ (``"cpp-flat-rows"``): C's table in two levels, per sequence a directory of 64-byte
+    rows of 32 uint16 ids (16 uint32 above 65,536 blocks) from a preallocated row pool; the same block ids,
+    tables and ref counts as ``flat-rows`` for the same calls."""
+
+    kind = KIND_FLAT_ROWS
+
+    def _layout(self) -> tuple[int, int, int]:
+        """(ids per row, directory entries per sequence, rows in the pool), as the constructor sizes them."""
+        ids = ROW_BYTES // (2 if self.num_blocks <= 65536 else 4)
+        num_rows = lib().kvb_row_count(self.num_blocks, self.max_seqs, self.max_blocks_per_seq)
+        return ids, -(-self.max_blocks_per_seq // ids), num_rows
+
+    def memory_bytes(self) -> int:
+        """The rows (64 B each: ``num_blocks / ids_per_row + 2 * max_seqs`` rows, or every directory full if that
+        is fewer); per block a ref count and a stack slot (8 B), per row likewise (8 B); per sequence a
+        directory of ``ceil(max_blocks_per_seq / ids_per_row)`` int32 row indices, a length and a mark (8 B)."""
+        _, dir_len, num_rows = self._layout()
+        return (ROW_BYTES + 8) * num_rows + 8 * self.num_blocks + self.max_seqs * (4 * dir_len + 8)
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in the pool."""
+        return self._layout()[2]
+
+    def rows_in_use(self) -> int:
+        """Rows of the pool held by some directory (the rest are free), as ``flat-rows``' ``rows_in_use``."""
+        return self._lib.kvb_rows_in_use(self._h)
+
+
 def alloc_count() -> int:
     """Allocation calls made by every native container so far (a process-wide counter)."""
     return int(lib().kvb_alloc_count())
+
+
+def alloc_bytes() -> int:
+    """Bytes asked for by those allocation calls so far (a process-wide counter)."""
+    return int(lib().kvb_alloc_bytes())
 
 
 def function_address(name: str) -> int:

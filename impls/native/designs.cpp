@@ -1,17 +1,22 @@
-// The three BlockManager designs in C++, behind the contract of impls/contract.py, one foreign call per operation.
+// The article's three BlockManager designs and flat-rows in C++, behind the contract of impls/contract.py, one foreign
+// call per operation.
 //
 //   kind 0  cpp-dict  design A: std::unordered_map per sequence (logical -> physical), ref counts in an
 //                     unordered_map holding only blocks in use, the free pool a std::vector used as a stack;
 //   kind 1  cpp-list  design B: std::vector per sequence grown by push_back (the standard growth policy), ref
 //                     counts a vector indexed by block id, the free pool a vector used as a stack;
 //   kind 2  cpp-flat  design C: one preallocated [max_seqs * max_blocks_per_seq] table of uint16 ids (uint32
-//                     above 65,536 blocks), ref counts and a free-block stack in preallocated int32 arrays.
+//                     above 65,536 blocks), ref counts and a free-block stack in preallocated int32 arrays;
+//   kind 3  cpp-flat-rows  flat-rows (impls/designs/flat_rows.py): C's table in two levels, per sequence a
+//                     directory of 64-byte rows of 32 uint16 ids (16 uint32 above 65,536 blocks) drawn from a
+//                     preallocated row pool; forks share rows, a write into a shared row copies it first.
 //
 // Validation (argument ranges, sequence state, capacity, pool; in the contract's order and before any change)
 // and the batched decode step's whole-step validation and worst-case reservation are written once, in
 // Manager<D>, so the designs differ only in their data structures, as the Python designs do.
 //
-// Every container allocates through CountingAllocator, which counts allocation calls in g_allocs. The extern
+// Every container allocates through CountingAllocator, which counts allocation calls in g_allocs (and their
+// bytes in g_alloc_bytes). The extern
 // "C" functions never let an exception escape (E_OOM instead) and never write past a buffer whose capacity
 // they were given. The status codes (kvb::OK, kvb::E_*) come from impls/contract.py, in a prelude the build
 // puts before this file (impls/native/toolchain.py). Timed replays are the harness's (harness/measure/
@@ -20,6 +25,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <new>
 #include <unordered_map>
@@ -32,7 +39,8 @@ namespace {
 
 using namespace kvb;  // the contract's codes (the generated prelude)
 
-int64_t g_allocs = 0;  // allocation calls made by the containers (single-threaded use)
+int64_t g_allocs = 0;       // allocation calls made by the containers (single-threaded use)
+int64_t g_alloc_bytes = 0;  // bytes those calls asked for (what a constructor allocates, checked by the tests)
 
 template <class T>
 struct CountingAllocator {
@@ -42,9 +50,17 @@ struct CountingAllocator {
     CountingAllocator(const CountingAllocator<U>&) noexcept {}
     T* allocate(std::size_t n) {
         ++g_allocs;
+        g_alloc_bytes += static_cast<int64_t>(n * sizeof(T));
+        if constexpr (alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__)  // flat-rows' cache-line rows
+            return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{alignof(T)}));
         return static_cast<T*>(::operator new(n * sizeof(T)));
     }
-    void deallocate(T* p, std::size_t) noexcept { ::operator delete(p); }
+    void deallocate(T* p, std::size_t) noexcept {
+        if constexpr (alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__)
+            ::operator delete(p, std::align_val_t{alignof(T)});
+        else
+            ::operator delete(p);
+    }
     template <class U>
     bool operator==(const CountingAllocator<U>&) const noexcept { return true; }
     template <class U>
@@ -95,6 +111,7 @@ struct Common {
         if (lens[parent] == 0) return E_INACTIVE;
         return lens[child] != 0 ? E_ACTIVE : OK;
     }
+    int64_t rows_in_use() const { return 0; }  // designs without a row pool (flat-rows has one)
     int32_t next_stamp() {
         if (stamp == INT32_MAX) {
             std::fill(marks.begin(), marks.end(), 0);
@@ -252,44 +269,53 @@ struct ListDesign : Common {
     int64_t id_bytes() const { return 4; }
 };
 
+// ---- preallocated pools of ids with ref counts (C's blocks; flat-rows' blocks and rows) ------------------
+struct Pool {
+    Vec<int32_t> refs;
+    Vec<int32_t> stack;  // the free ids; stack[top - 1] is handed out next
+    int64_t top;
+
+    explicit Pool(int64_t n) : refs(n, 0), stack(n), top(n) {
+        for (int64_t i = 0; i < n; ++i) stack[i] = static_cast<int32_t>(n - 1 - i);  // hands out 0, 1, 2, ...
+    }
+    int32_t take() {
+        int32_t x = stack[--top];
+        refs[x] = 1;
+        return x;
+    }
+    void release(int32_t x) {
+        if (--refs[x] == 0) stack[top++] = x;
+    }
+};
+
 // ---- design C: a flat preallocated table and a free-block stack ------------------------------------------
 template <class Id>
 struct FlatDesign : Common {
     Vec<Id> table;  // [max_seqs * max_blocks], row-major
-    Vec<int32_t> refs;
-    Vec<int32_t> stack;
-    int64_t top;
+    Pool blocks;
 
     explicit FlatDesign(const Config& cfg)
-        : Common(cfg), table(cfg.max_seqs * cfg.max_blocks, 0), refs(cfg.num_blocks, 0), stack(cfg.num_blocks),
-          top(cfg.num_blocks) {
-        for (int64_t i = 0; i < cfg.num_blocks; ++i) stack[i] = static_cast<int32_t>(cfg.num_blocks - 1 - i);
-    }
+        : Common(cfg), table(cfg.max_seqs * cfg.max_blocks, 0), blocks(cfg.num_blocks) {}
     Id* row(int64_t seq) { return table.data() + seq * c.max_blocks; }
-    int64_t num_free() const { return top; }
-    int32_t take() {
-        int32_t b = stack[--top];
-        refs[b] = 1;
-        return b;
-    }
+    int64_t num_free() const { return blocks.top; }
     void take_table(int64_t seq, int64_t need) {
         Id* r = row(seq);
-        for (int64_t j = 0; j < need; ++j) r[j] = static_cast<Id>(take());
+        for (int64_t j = 0; j < need; ++j) r[j] = static_cast<Id>(blocks.take());
     }
-    bool last_shared(int64_t seq) { return refs[row(seq)[(lens[seq] - 1) >> c.shift]] > 1; }
+    bool last_shared(int64_t seq) { return blocks.refs[row(seq)[(lens[seq] - 1) >> c.shift]] > 1; }
     int64_t append_unchecked(int64_t seq, int64_t* src_out, int64_t* dst_out) {
         int64_t n = lens[seq];
         lens[seq] = static_cast<int32_t>(n + 1);
         Id* r = row(seq);
         int64_t j = n >> c.shift;
         if ((n & (c.block_size - 1)) == 0) {
-            r[j] = static_cast<Id>(take());
+            r[j] = static_cast<Id>(blocks.take());
             return 0;
         }
         int32_t src = r[j];
-        if (refs[src] == 1) return 0;
-        refs[src] -= 1;
-        int32_t dst = take();
+        if (blocks.refs[src] == 1) return 0;
+        blocks.refs[src] -= 1;
+        int32_t dst = blocks.take();
         r[j] = static_cast<Id>(dst);
         *src_out = src;
         *dst_out = dst;
@@ -300,18 +326,138 @@ struct FlatDesign : Common {
         Id* ch = row(child);
         for (int64_t j = 0, n = blocks_for(lens[parent]); j < n; ++j) {
             ch[j] = p[j];
-            refs[p[j]] += 1;
+            blocks.refs[p[j]] += 1;
         }
     }
     void free_table(int64_t seq) {
         const Id* r = row(seq);
-        for (int64_t j = blocks_for(lens[seq]) - 1; j >= 0; --j) {
-            if (--refs[r[j]] == 0) stack[top++] = r[j];
-        }
+        for (int64_t j = blocks_for(lens[seq]) - 1; j >= 0; --j) blocks.release(r[j]);
     }
     int64_t block_at(int64_t seq, int64_t j) { return row(seq)[j]; }
-    int64_t ref(int64_t b) const { return refs[b]; }
+    int64_t ref(int64_t b) const { return blocks.refs[b]; }
     int64_t table_nbytes(int64_t) { return static_cast<int64_t>(sizeof(Id)) * c.max_blocks; }  // one row
+    int64_t id_bytes() const { return sizeof(Id); }
+};
+
+// ---- flat-rows: C's table in two levels, 64-byte rows from a preallocated row pool -----------------------
+constexpr int64_t ROW_BYTES = 64;
+
+// The pool's rows (impls/designs/flat_rows.py, row_count: its docstring proves they cover any sequence of calls):
+// num_blocks / ids_per_row + 2 * max_seqs, or every directory full if that is fewer.
+int64_t row_count(int64_t num_blocks, int64_t max_seqs, int64_t max_blocks) {
+    int64_t ids = ROW_BYTES / (num_blocks <= 65536 ? 2 : 4);
+    return std::min(max_seqs * ((max_blocks + ids - 1) / ids), num_blocks / ids + 2 * max_seqs);
+}
+
+[[noreturn]] void row_pool_exhausted() {
+    // Unreachable: the pool holds the worst case (row_count). A bug must never write outside the rows.
+    std::fputs("kvb: flat-rows' row pool is exhausted, a bug in cpp-flat-rows\n", stderr);
+    std::abort();
+}
+
+// flat-rows' block-level behaviour is C's (the same ids for the same calls); rows are taken, shared and copied
+// as flat-rows takes them, so both hold the same rows. flat-rows keeps a shared bit per sequence and the row of
+// its last block in the sequence's record; here the row ref count says whether the last row is shared and the
+// directory entry (one load, as the record's) says where it is.
+template <class Id>
+struct FlatRowsDesign : Common {
+    static constexpr int64_t IDS = ROW_BYTES / sizeof(Id);  // ids per row
+    static constexpr int64_t ROW_SHIFT = IDS == 32 ? 5 : 4;
+    static constexpr int64_t MASK = IDS - 1;
+    struct alignas(ROW_BYTES) Row {
+        Id ids[IDS];
+    };
+    static_assert(sizeof(Row) == ROW_BYTES && (int64_t{1} << ROW_SHIFT) == IDS, "a row is one cache line of ids");
+
+    int64_t dir_len;  // directory entries per sequence: ceil(max_blocks / IDS)
+    Vec<Row> rows;
+    Vec<int32_t> dirs;  // [max_seqs * dir_len] row indices
+    Pool blocks;
+    Pool row_pool;
+
+    explicit FlatRowsDesign(const Config& cfg)
+        : Common(cfg), dir_len((cfg.max_blocks + MASK) >> ROW_SHIFT),
+          rows(row_count(cfg.num_blocks, cfg.max_seqs, cfg.max_blocks)), dirs(cfg.max_seqs * dir_len, 0),
+          blocks(cfg.num_blocks), row_pool(static_cast<int64_t>(rows.size())) {}
+    int32_t* dir(int64_t seq) { return dirs.data() + seq * dir_len; }
+    Id* ids(int32_t row) { return rows[row].ids; }
+    int64_t rows_for(int64_t nblocks) const { return (nblocks + MASK) >> ROW_SHIFT; }
+    int32_t take_row() {
+        if (row_pool.top == 0) row_pool_exhausted();
+        return row_pool.take();
+    }
+    // A private copy of the shared row ``row`` (its first ``used`` ids) for the sequence about to write into it.
+    // Block ref counts do not change: the copy holds the blocks for this sequence as the original did.
+    int32_t copy_row(int32_t row, int64_t used) {
+        int32_t copy = take_row();
+        std::copy(ids(row), ids(row) + used, ids(copy));
+        row_pool.refs[row] -= 1;  // shared: at least 2, never freed here
+        return copy;
+    }
+    int64_t num_free() const { return blocks.top; }
+    int64_t rows_in_use() const { return static_cast<int64_t>(rows.size()) - row_pool.top; }
+    void take_table(int64_t seq, int64_t need) {
+        int32_t* d = dir(seq);
+        Id* r = nullptr;
+        for (int64_t j = 0; j < need; ++j) {
+            int32_t b = blocks.take();
+            if ((j & MASK) == 0) r = ids(d[j >> ROW_SHIFT] = take_row());
+            r[j & MASK] = static_cast<Id>(b);
+        }
+    }
+    bool last_shared(int64_t seq) { return blocks.refs[block_at(seq, (lens[seq] - 1) >> c.shift)] > 1; }
+    // Inlined into the step's loop as C's is (GCC leaves this larger body out of line otherwise).
+    __attribute__((always_inline)) int64_t append_unchecked(int64_t seq, int64_t* src_out, int64_t* dst_out) {
+        int64_t n = lens[seq];
+        lens[seq] = static_cast<int32_t>(n + 1);
+        int64_t j = n >> c.shift, col = j & MASK;
+        int32_t& row = dir(seq)[j >> ROW_SHIFT];
+        if ((n & (c.block_size - 1)) == 0) {  // a new block: in a fresh row when it opens one
+            int32_t b = blocks.take();
+            if (col == 0) {
+                row = take_row();
+            } else if (row_pool.refs[row] != 1) {
+                row = copy_row(row, col);
+            }
+            ids(row)[col] = static_cast<Id>(b);
+            return 0;
+        }
+        int32_t src = ids(row)[col];
+        if (blocks.refs[src] == 1) return 0;
+        if (row_pool.refs[row] != 1) row = copy_row(row, col + 1);
+        blocks.refs[src] -= 1;
+        int32_t dst = blocks.take();
+        ids(row)[col] = static_cast<Id>(dst);
+        *src_out = src;
+        *dst_out = dst;
+        return 1;
+    }
+    void fork_table(int64_t parent, int64_t child) {
+        const int32_t* p = dir(parent);
+        int32_t* ch = dir(child);
+        int64_t n = blocks_for(lens[parent]);
+        for (int64_t k = 0, nrows = rows_for(n); k < nrows; ++k) {  // the child shares the parent's rows
+            ch[k] = p[k];
+            row_pool.refs[p[k]] += 1;
+            const Id* r = ids(p[k]);
+            for (int64_t col = 0, used = std::min(IDS, n - (k << ROW_SHIFT)); col < used; ++col) blocks.refs[r[col]] += 1;
+        }
+    }
+    void free_table(int64_t seq) {
+        const int32_t* d = dir(seq);
+        int64_t n = blocks_for(lens[seq]);
+        for (int64_t k = rows_for(n) - 1; k >= 0; --k) {  // rows and their blocks tail first, as C frees
+            const Id* r = ids(d[k]);
+            for (int64_t col = std::min(IDS, n - (k << ROW_SHIFT)) - 1; col >= 0; --col) blocks.release(r[col]);
+            row_pool.release(d[k]);
+        }
+    }
+    int64_t block_at(int64_t seq, int64_t j) { return ids(dir(seq)[j >> ROW_SHIFT])[j & MASK]; }
+    int64_t ref(int64_t b) const { return blocks.refs[b]; }
+    int64_t table_nbytes(int64_t seq) {
+        // The sequence's directory (preallocated) and the rows it points at (a shared row counts for each).
+        return static_cast<int64_t>(sizeof(int32_t)) * dir_len + ROW_BYTES * rows_for(blocks_for(lens[seq]));
+    }
     int64_t id_bytes() const { return sizeof(Id); }
 };
 
@@ -434,10 +580,10 @@ struct Manager : D {
 };
 
 // ---- handles and dispatch -------------------------------------------------------------------------------
-enum : int { KIND_DICT = 0, KIND_LIST = 1, KIND_FLAT = 2 };
+enum : int { KIND_DICT = 0, KIND_LIST = 1, KIND_FLAT = 2, KIND_FLAT_ROWS = 3 };
 
 struct Handle {
-    int kind;  // 0 dict, 1 list, 2 flat uint16, 3 flat uint32
+    int kind;  // 0 dict, 1 list, 2 flat uint16, 3 flat uint32, 4 flat-rows uint16, 5 flat-rows uint32
     void* p;
 };
 
@@ -445,6 +591,8 @@ using MDict = Manager<DictDesign>;
 using MList = Manager<ListDesign>;
 using MFlat16 = Manager<FlatDesign<uint16_t>>;
 using MFlat32 = Manager<FlatDesign<uint32_t>>;
+using MRows16 = Manager<FlatRowsDesign<uint16_t>>;
+using MRows32 = Manager<FlatRowsDesign<uint32_t>>;
 
 template <class F>
 int64_t visit(Handle* h, F&& f) {
@@ -453,7 +601,9 @@ int64_t visit(Handle* h, F&& f) {
             case 0: return f(*static_cast<MDict*>(h->p));
             case 1: return f(*static_cast<MList*>(h->p));
             case 2: return f(*static_cast<MFlat16*>(h->p));
-            default: return f(*static_cast<MFlat32*>(h->p));
+            case 3: return f(*static_cast<MFlat32*>(h->p));
+            case 4: return f(*static_cast<MRows16*>(h->p));
+            default: return f(*static_cast<MRows32*>(h->p));
         }
     } catch (const std::bad_alloc&) {
         return E_OOM;
@@ -462,7 +612,7 @@ int64_t visit(Handle* h, F&& f) {
 
 }  // namespace
 
-KVB_API int64_t kvb_abi_version() { return 2; }
+KVB_API int64_t kvb_abi_version() { return 3; }
 
 KVB_API void* kvb_create(int64_t kind, int64_t num_blocks, int64_t block_size, int64_t max_seqs, int64_t max_blocks) {
     if (num_blocks < 1 || num_blocks > INT32_MAX || block_size < 1 || (block_size & (block_size - 1)) != 0 ||
@@ -484,6 +634,12 @@ KVB_API void* kvb_create(int64_t kind, int64_t num_blocks, int64_t block_size, i
             h->kind = 2, h->p = new MFlat16(cfg);
         } else if (kind == KIND_FLAT) {
             h->kind = 3, h->p = new MFlat32(cfg);
+        } else if (kind == KIND_FLAT_ROWS && row_count(num_blocks, max_seqs, max_blocks) <= INT32_MAX) {
+            if (num_blocks <= 65536) {
+                h->kind = 4, h->p = new MRows16(cfg);
+            } else {
+                h->kind = 5, h->p = new MRows32(cfg);
+            }
         } else {
             delete h;
             return nullptr;
@@ -502,7 +658,9 @@ KVB_API void kvb_destroy(void* hp) {
         case 0: delete static_cast<MDict*>(h->p); break;
         case 1: delete static_cast<MList*>(h->p); break;
         case 2: delete static_cast<MFlat16*>(h->p); break;
-        default: delete static_cast<MFlat32*>(h->p); break;
+        case 3: delete static_cast<MFlat32*>(h->p); break;
+        case 4: delete static_cast<MRows16*>(h->p); break;
+        default: delete static_cast<MRows32*>(h->p); break;
     }
     delete h;
 }
@@ -562,6 +720,16 @@ KVB_API int64_t kvb_table_nbytes(void* hp, int64_t seq) {
 KVB_API int64_t kvb_id_bytes(void* hp) {
     return visit(H, [&](auto& m) { return m.id_bytes(); });
 }
+// Rows of flat-rows' pool held by some directory (0 for designs without a row pool).
+KVB_API int64_t kvb_rows_in_use(void* hp) {
+    return visit(H, [&](auto& m) { return m.rows_in_use(); });
+}
+// The rows kvb_create gives cpp-flat-rows' pool for this configuration (its memory, stated before it is built).
+KVB_API int64_t kvb_row_count(int64_t num_blocks, int64_t max_seqs, int64_t max_blocks) {
+    return row_count(num_blocks, max_seqs, max_blocks);
+}
 
 // Allocation calls made by the native containers so far (all managers of this library together).
 KVB_API int64_t kvb_alloc_count() { return g_allocs; }
+// Bytes those allocation calls asked for so far.
+KVB_API int64_t kvb_alloc_bytes() { return g_alloc_bytes; }
