@@ -149,6 +149,18 @@ def test_rows_follow_the_pool_not_the_longest_sequence() -> None:
     assert fr.row_count(65536, 256, 256, 32) == 256 * 8
 
 
+@pytest.mark.parametrize("num_blocks,max_seqs,cols", [(64, 4, 16), (1000, 7, 33), (70000, 3, 40000)])
+def test_rows_and_records_start_on_cache_lines(num_blocks: int, max_seqs: int, cols: int) -> None:
+    """Each 64-byte row is one cache line, and the records start on one (the header is 128 B); NumPy alone
+    aligns to 16 B, which left rows straddling two lines. ``memory_bytes`` counts the alignment's slack."""
+    mgr = fr.FlatRowsBlockManager(num_blocks, 16, max_seqs, cols)
+    assert mgr.rows.ctypes.data % 64 == 0 and mgr.ints.ctypes.data % 64 == 0
+    assert mgr.rows.flags.c_contiguous and mgr.rows.flags.writeable and mgr.ints.flags.c_contiguous
+    assert mgr.rows.strides[0] == fr.ROW_BYTES
+    held = mgr.rows.base.nbytes + mgr.ints.base.nbytes + 4 * (num_blocks + mgr.layout.num_rows)
+    assert mgr.memory_bytes() == held
+
+
 def test_forks_share_rows_and_a_write_copies_only_the_last() -> None:
     """A 100-block parent forked 5 times: children share its 4 rows; each child's first append copies only
     the last row (a copy-on-write of the shared partial block), so 4 + 5 rows are in use, not 6 x 4."""

@@ -57,7 +57,7 @@ ROW_BYTES = 64  # one cache line per row of ids
 # reads TOP).
 TOP, NUM_BLOCKS, BLOCK_SHIFT, STAMP, RTOP, NUM_ROWS, ROW_SHIFT, MAX_SEQS, MAX_BLOCKS, DIR_LEN, RTOP0 = range(11)
 DIRS, REFS, STACK, RREFS, RSTACK, COWS = range(11, 17)
-HEADER = 32  # 128 bytes: the records start on a cache-line boundary of the array
+HEADER = 32  # 128 bytes: the records start on a cache-line boundary (``ints`` starts on one)
 # Each sequence's record: length, mark (C's: stamp << 1 | shared), the int64 slot a failed step restores (an
 # int32 pair), the row holding the last block, and the row a failed step's row copy restores.
 REC, LEN, MARK, SAVED, LAST, SAVED_ROW = 8, 0, 1, 2, 4, 5
@@ -65,6 +65,16 @@ REC, LEN, MARK, SAVED, LAST, SAVED_ROW = 8, 0, 1, 2, 4, 5
 # checked so that a bug can never write outside the rows.
 E_ROWS = -64
 INT32_MAX = 2**31 - 1
+
+
+def cache_aligned_zeros(shape: tuple[int, ...] | int, dtype: np.dtype | type) -> np.ndarray:
+    """Zeros starting on a 64-byte boundary (NumPy aligns to 16 at most; its allocator takes no alignment):
+    the view of an over-allocated byte buffer, ``ROW_BYTES`` more than the array's bytes."""
+    count = int(np.prod(shape))
+    nbytes = count * np.dtype(dtype).itemsize
+    buffer = np.zeros(nbytes + ROW_BYTES, dtype=np.uint8)
+    start = -buffer.ctypes.data % ROW_BYTES
+    return buffer[start : start + nbytes].view(dtype).reshape(shape)
 
 _u = np.uint64  # unsigned indices: Numba adds a wrap-around fix-up to every signed index
 
@@ -548,8 +558,9 @@ class FlatRowsBlockManager(CompiledBlockManager):
         if lay.size > INT32_MAX:
             raise MemoryError(f"{self!r}: {lay.size} int32 entries of state exceed flat-rows' int32 offsets "
                               "(2**31 - 1): lower num_blocks or max_seqs")
-        self.rows = np.zeros((lay.num_rows, lay.ids_per_row), dtype=table_dtype(n))
-        ints = self.ints = np.zeros(lay.size, dtype=np.int32)
+        # Both on cache-line boundaries, so that a row and the header are one line each.
+        self.rows = cache_aligned_zeros((lay.num_rows, lay.ids_per_row), table_dtype(n))
+        ints = self.ints = cache_aligned_zeros(lay.size, np.int32)
         ints[[TOP, NUM_BLOCKS, BLOCK_SHIFT, RTOP, NUM_ROWS, ROW_SHIFT, MAX_SEQS, MAX_BLOCKS, DIR_LEN]] = (
             n, n, self.block_shift, lay.num_rows, lay.num_rows, lay.ids_per_row.bit_length() - 1, s,
             self.max_blocks_per_seq, lay.dir_len)
@@ -569,9 +580,10 @@ class FlatRowsBlockManager(CompiledBlockManager):
         """``rows`` (64 B per row: :func:`row_count` rows, about 2 B per block plus 128 B per sequence, or C's
         table size if smaller) and ``ints``: per sequence a 32 B record, a directory of ``ceil(max_blocks_per_seq
         / ids_per_row)`` int32 row indices and 16 B for a failed step's CoW pairs; per block 12 B (ref count and
-        stack slot, plus the int32 ids the stack is filled from), per row 12 B likewise."""
+        stack slot, plus the int32 ids the stack is filled from), per row 12 B likewise; and 64 B per array that
+        aligning it to a cache line may leave unused."""
         lay = layout(self.num_blocks, self.max_seqs, self.max_blocks_per_seq)
-        return lay.num_rows * ROW_BYTES + 4 * lay.size + 4 * (self.num_blocks + lay.num_rows)
+        return lay.num_rows * ROW_BYTES + 4 * lay.size + 4 * (self.num_blocks + lay.num_rows) + 2 * ROW_BYTES
 
     def num_free_blocks(self) -> int:
         return int(self.ints[TOP])
