@@ -2,7 +2,7 @@
 
 Usage: python scripts/compare_pairs.py [--pairs 5] [--out results/compare_pairs] [--work build/compare-pairs]
                                        [--thresholds 0,2,5,7.5,10,15,20,25,30] [--passes 0.75]
-                                       [--run-args "ARGS OF kvblock-bench run"] [--readme README.md]
+                                       [--run-args "ARGS OF kvblock-bench run"] [--resume] [--readme README.md]
 
 Runs ``--pairs`` pairs of runs of this checkout (default: the CI profile, :mod:`harness.ci.profile`, plus the
 slowed plug-in ``examples/slowed_flat``). In each pair BASE runs the plug-in as a pass-through wrapper of
@@ -32,6 +32,7 @@ import shlex
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -72,6 +73,20 @@ def run_once(args: list[str], results: Path, passes: float, label: str) -> tuple
     return (results / "latest").resolve(), time.perf_counter() - started
 
 
+def finished_run(results: Path) -> tuple[Path, float] | None:
+    """(run folder, wall seconds) of the complete run under ``results``, for ``--resume``; None if there is none."""
+    meta_path = results / "latest" / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not meta.get("complete"):
+        return None
+    took = datetime.fromisoformat(meta["finished"]) - datetime.fromisoformat(meta["started"])
+    print(f"reusing {meta_path.parent.resolve()} (--resume)", flush=True)
+    return meta_path.parent.resolve(), took.total_seconds()
+
+
 def compare_json(base: Path, new: Path) -> tuple[int, dict]:
     """``kvblock-bench compare BASE NEW --format json``: (exit status, document)."""
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(base), str(new), "--format", "json"],
@@ -88,12 +103,18 @@ def row_verdict(row: dict, threshold_pct: float) -> str:
     return verdict(Estimate(row["ratio"], row["ci_low"], row["ci_high"]), threshold_pct / 100)[0]
 
 
+def run_commit(run: Path) -> str:
+    """The commit a run measured (its meta.json)."""
+    return json.loads((run / "meta.json").read_text())["git_commit"]
+
+
 def pair_summary(index: int, order: str, runs: dict, status: int, doc: dict) -> dict:
     """What the results file keeps of one pair."""
     slowed = [r for r in doc["rows"] if is_slowed(r)]
     return {
         "pair": index, "order": order, "exit_status": status, "counts": doc["counts"],
-        "runs": {side: {"run_id": path.name, "seconds": round(seconds, 1)} for side, (path, seconds) in runs.items()},
+        "runs": {side: {"run_id": path.name, "seconds": round(seconds, 1), "commit": run_commit(path)}
+                 for side, (path, seconds) in runs.items()},
         "slowed": [{k: r[k] for k in ("regime", "metric", "ratio", "ci_low", "ci_high", "verdict")} for r in slowed],
         "failing": [{k: r[k] for k in ("impl", "regime", "metric", "ratio", "ci_low", "ci_high", "verdict")}
                     for r in doc["rows"] if r["verdict"] in ("slower", "faster")],
@@ -170,14 +191,16 @@ def measure(args: argparse.Namespace) -> dict:
     pairs = []
     for i in range(1, args.pairs + 1):
         order = ("BASE", "NEW") if i % 2 else ("NEW", "BASE")
-        runs = {side: run_once(run_args, args.work / f"pair{i}" / side.lower(), 0 if side == "BASE" else args.passes,
-                               f"pair{i}-{side.lower()}") for side in order}
+        runs = {side: (args.resume and finished_run(args.work / f"pair{i}" / side.lower()))
+                or run_once(run_args, args.work / f"pair{i}" / side.lower(), 0 if side == "BASE" else args.passes,
+                            f"pair{i}-{side.lower()}") for side in order}
         status, doc = compare_json(runs["BASE"][0], runs["NEW"][0])
         pairs.append(pair_summary(i, " then ".join(order), runs, status, doc))
         print(f"pair {i}: exit {status}, {doc['counts']}", flush=True)
     meta = metadata.collect()
     table = by_threshold(pairs, tuple(args.thresholds))
-    return {"commit": meta["git_commit"], "machine": f"{meta['cpu_model']} ({meta['cpu_count']} CPUs)",
+    commits = sorted({run["commit"] for pair in pairs for run in pair["runs"].values()})
+    return {"commit": ", ".join(commits), "machine": f"{meta['cpu_model']} ({meta['cpu_count']} CPUs)",
             "date": time.strftime("%Y-%m-%d"), "run_args": shlex.join(run_args), "passes": args.passes,
             "default_threshold_pct": DEFAULT_THRESHOLD_PCT, "by_threshold": table,
             "suggested_threshold_pct": suggested(table), "pairs": pairs}
@@ -195,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--thresholds", type=thresholds, default=list(THRESHOLDS), help="percentages, comma-separated")
     parser.add_argument("--passes", type=float, default=0.75, help="the slowed plug-in's extra passes per step in NEW")
     parser.add_argument("--run-args", help="arguments of `kvblock-bench run` (default: the CI profile + the plug-in)")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse a side's complete run already in --work (an interrupted campaign goes on)")
     parser.add_argument("--readme", type=Path, help="only rewrite this README's section from <out>/pairs.json")
     args = parser.parse_args(argv)
     if args.readme:

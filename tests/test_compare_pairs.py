@@ -103,3 +103,10 @@ def test_the_script_runs_a_tiny_pair_end_to_end(tmp_path: Path) -> None:
     assert [t["threshold_pct"] for t in doc["by_threshold"]] == [0, 10]
     assert all(t["pairs_caught"] == 1 for t in doc["by_threshold"])
     assert (tmp_path / "out" / "pairs.md").read_text() == compare_pairs.render_markdown(doc)
+    # --resume compares the runs already there instead of running them again: the same runs, the same figures
+    assert compare_pairs.main([*args, "--resume"]) == status
+    again = json.loads((tmp_path / "out" / "pairs.json").read_text())
+    ids = {side: (run["run_id"], run["commit"]) for side, run in only["runs"].items()}
+    assert {side: (run["run_id"], run["commit"]) for side, run in again["pairs"][0]["runs"].items()} == ids
+    assert again["by_threshold"] == doc["by_threshold"]
+    assert len(list((tmp_path / "work" / "pair1" / "base").glob("2*"))) == 1

@@ -256,11 +256,11 @@ def run_check(job: CheckJob, events: Events) -> CheckResult:
     from harness.conformance.pool import full_pool_problems
     from impls.contract import supports_prefix_caching
 
+    events.cell((job.name, "check"))  # from the import on, the design's code runs: its deadline applies
     info = probe(job.name)
     if not info.ok:
         return CheckResult(False, info.reason, False)
     cls = load_impl(job.name)
-    events.cell((job.name, "check"))
     try:
         with blamed_on(job.name, cls):  # an exit or an exception Hypothesis does not catch is the verdict too
             verdict = check(cls, seeds=range(job.seeds), max_examples=job.examples, step_count=job.ops,
@@ -281,7 +281,10 @@ def execute(job: object, events: Events) -> object:
     if isinstance(job, ScenarioJob):
         return run_timing(job, events) if job.kind == "timing" else run_studies(job, events)
     if isinstance(job, ProbeJob):
-        return probe(job.name)
+        events.cell((job.name, "load"))  # a plug-in's import is its own code: the design's deadline bounds it
+        info = probe(job.name)
+        events.cell(None)
+        return info
     if isinstance(job, CheckJob):
         return run_check(job, events)
     raise TypeError(f"not a job: {job!r}")
