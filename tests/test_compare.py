@@ -188,6 +188,28 @@ def test_not_comparable_rows_say_why(tmp_path: Path) -> None:
     assert c.exit_status == 0
 
 
+def test_figures_neither_run_measured_are_left_out_with_a_note(tmp_path: Path) -> None:
+    """The step regime's per-operation figures are skipped in every run (it times whole steps): no row, a
+    note; a figure skipped in one run only, or for another reason in each, stays a row that says why."""
+    why = "one step() call per step is timed as one region: no per-operation figure"
+
+    def step_rows(lookup_how: str) -> list[Row]:
+        return [timed("seq_step_ns", 8.0, regime="step"),
+                Row("paper", "flat", "step", "lookup_ns", float("nan"), "ns", "tsc", "skipped", lookup_how),
+                Row("paper", "flat", "step", "alloc_free_ns", float("nan"), "ns", "tsc", "skipped", why)]
+
+    a = make_run(tmp_path / "a", [*three(), *step_rows(why)])
+    b = make_run(tmp_path / "b", [*three(), *step_rows("another reason")])
+    c = compare_runs(load_run("BASE", a, tmp_path), load_run("NEW", a, tmp_path))
+    assert [(r.regime, r.metric) for r in c.rows if r.regime == "step"] == [("step", "seq_step_ns")]
+    assert c.count("not comparable") == 0
+    assert c.run_notes == ["2 figures measured in neither run are left out (lookup_ns (step), alloc_free_ns (step); "
+                           f"e.g. skipped: {why})"]
+    c = compare_runs(load_run("BASE", a, tmp_path), load_run("NEW", b, tmp_path))
+    by = {(r.regime, r.metric): r for r in c.rows}
+    assert by[("step", "lookup_ns")].why == "skipped in BASE" and ("step", "alloc_free_ns") not in by
+
+
 def test_a_different_trace_is_not_comparable(tmp_path: Path, capsys) -> None:
     a = make_run(tmp_path / "a", three())
     b = make_run(tmp_path / "b", three(), traces={"paper": "c" * 64}, quick="True", reps="1")

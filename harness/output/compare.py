@@ -10,6 +10,9 @@ For every (scenario, impl, regime, metric) of the chosen metrics that either run
   measured there, a different trace (the scenario's trace content digest, ``meta.json`` ``traces``), or no
   interval.
 
+A figure that neither run measured for the same reason (the step regime's per-operation figures: it times
+whole steps only) has nothing to compare and nothing changed: it is left out of the rows and counted in a note.
+
 The interval of NEW/BASE combines the two rows' own intervals on the log scale
 (:func:`harness.measure.stats.independent_ratio`): each run's interval is a bootstrap over its slices and
 repetitions (and the processes they ran in), and the two runs are independent. Two runs from different
@@ -264,8 +267,28 @@ def compare_runs(base: Run, new: Run, metrics: tuple[str, ...] = DEFAULT_METRICS
                          f"({'; '.join(differences)}): timings compare only on one machine; pass "
                          "--allow-other-machine to compare anyway")
     check_metrics(base, new, metrics)
-    rows = [compare_figure(base, new, key, threshold) for key in figure_keys(base, new, metrics)]
+    keys = figure_keys(base, new, metrics)
+    unmeasured = [key for key in keys if _unmeasured_in_both(base, new, key)]
+    rows = [compare_figure(base, new, key, threshold) for key in keys if key not in unmeasured]
     if differences:
         for row in rows:
             row.notes.append("other machine")
-    return Comparison(base, new, threshold, metrics, differences, run_notes(base, new), rows)
+    notes = run_notes(base, new) + unmeasured_note(base, unmeasured)
+    return Comparison(base, new, threshold, metrics, differences, notes, rows)
+
+
+def _unmeasured_in_both(base: Run, new: Run, key: tuple[str, str, str, str]) -> bool:
+    """Whether neither run measured the figure, for the same stated reason (not a failure)."""
+    b, n = base.data.get(*key), new.data.get(*key)
+    return (b is not None and n is not None and b["status"] == n["status"] not in ("ok", "failed")
+            and b.get("how", "") == n.get("how", ""))
+
+
+def unmeasured_note(base: Run, keys: list[tuple[str, str, str, str]]) -> list[str]:
+    """One note for the figures neither run measured: how many, which kinds, and the first reason."""
+    if not keys:
+        return []
+    kinds = ", ".join(dict.fromkeys(f"{metric} ({regime})" for _, _, regime, metric in keys))
+    row = base.data.get(*keys[0])
+    reason = f"{row['status']}: {row.get('how', '')}".rstrip(": ")
+    return [f"{len(keys)} figures measured in neither run are left out ({kinds}; e.g. {reason})"]
