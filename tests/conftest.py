@@ -8,6 +8,12 @@ import pytest
 
 from tests.registered import impl_params
 
+# A shell that starts the suite in the background (`make test &`, nohup, a CI wrapper without job control)
+# hands it SIGINT ignored, and every process it starts inherits that: the tests of Ctrl-C would then send a
+# signal nobody hears. The suite restores Python's own handler, which its child processes reset to the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 @pytest.fixture(params=impl_params())
 def impl_name(request: pytest.FixtureRequest) -> str:

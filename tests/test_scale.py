@@ -234,3 +234,13 @@ def test_readme_growth_section_comes_from_the_committed_run() -> None:
         assert section.lstrip().startswith("Not measured yet") and "make bench-scale" in section
     else:
         assert section == "\n" + growth.growth_section(committed, "results/scale")
+
+
+def test_a_metric_no_family_measured_gets_no_column(tmp_path: Path) -> None:
+    """The default run sweeps concurrency without the memory study: its growth figure has no empty memory
+    panel, only the metrics it measured."""
+    run = RunData.load(_synthetic_run(tmp_path))
+    run.df = run.df[run.df.metric != "memory_bytes"]
+    fig = growth.fig_growth(run, growth.slopes(run))
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == ["context: cost", "context: rule 3 copies"]

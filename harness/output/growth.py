@@ -297,10 +297,12 @@ def fig_growth(run: RunData, found: list[Slope]):
     if not families:
         log.warning("growth: no scale-sweep family with two sizes in this run")
         return None
-    fig, axes = _new_figure(19, 4.2 * len(families), len(families), len(METRICS))
+    # a metric no family measured (memory in a run without the sweeps' memory study) gets no column
+    metrics = {m: t for m, t in METRICS.items() if any(series(run, f, m) for f in families)}
+    fig, axes = _new_figure(6.4 * len(metrics), 4.2 * len(families), len(families), len(metrics))
     for r, family in enumerate(families):
-        for c, (metric, (title, ylabel)) in enumerate(METRICS.items()):
-            ax = axes[r * len(METRICS) + c]
+        for c, (metric, (title, ylabel)) in enumerate(metrics.items()):
+            ax = axes[r * len(metrics) + c]
             fits = {(s.impl, s.regime): s for s in found if s.family == family and s.metric == metric}
             _panel(ax, run, family, metric, fits)
             ax.set_title(f"{family}: {title}", fontsize=9)

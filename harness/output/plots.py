@@ -262,15 +262,9 @@ def fig_step_cdf(run: RunData) -> Figure | None:
 
 
 # -- CPU share ------------------------------------------------------------------------------------------
-def fig_cpu_concurrency(run: RunData) -> Figure | None:
-    """Computed CPU share at 2,000 steps/s against the number of running sequences (concurrency sweep)."""
-    sweep = {}  # running sequences -> scenario, from the rows' seqs column
-    rows = run.df[(run.df.metric == "cpu_share_pct") & run.df.seqs.notna()]
-    for scenario, seqs in zip(rows.scenario, rows.seqs, strict=True):
-        if matches(str(scenario), (SWEEP,)):
-            sweep[int(seqs)] = scenario
+def _concurrency_lines(run: RunData, sweep: dict[int, str]) -> list[tuple[str, str, list[tuple[int, float]]]]:
+    """(impl, regime, [(running sequences, CPU share)]) of every cell the concurrency sweep measured."""
     lines = []
-    rate = DEFAULT_RATE
     for regime in run.regimes(next(iter(sweep.values()), ""), "cpu_share_pct"):
         impls = list(dict.fromkeys(i for s in sweep.values() for i in run.impls(s, "cpu_share_pct", regime)))
         for impl in ordered(impls):
@@ -278,11 +272,11 @@ def fig_cpu_concurrency(run: RunData) -> Figure | None:
             pts = [(n, v) for n, v in pts if not math.isnan(v) and v > 0]
             if pts:
                 lines.append((impl, regime, pts))
-                rate = _rate_of(run.get(sweep[pts[0][0]], impl, regime, "cpu_share_pct"))
-    if not lines:
-        log.warning("cpu_share_concurrency: no cpu_share_pct rows for concurrency-N scenarios")
-        return None
-    fig, (ax,) = new_figure(10, 5.2)
+    return lines
+
+
+def _concurrency_panel(ax: Axes, run: RunData, sweep: dict[int, str], lines: list) -> None:
+    """One panel of the concurrency figure: its lines with their intervals, the article's points of its designs."""
     for impl, regime, pts in lines:
         xs, ys = zip(*pts, strict=True)
         bounds = [ci(run.get(sweep[n], impl, regime, "cpu_share_pct")) or (y, y) for n, y in pts]
@@ -302,14 +296,36 @@ def fig_cpu_concurrency(run: RunData) -> Figure | None:
     ax.set_xticks(sorted(sweep), [f"{n:,}" for n in sorted(sweep)])
     ax.set_yscale("log")
     ax.set_xlabel("running sequences per step (log scale)")
-    ax.set_ylabel(f"block-manager CPU share at {rate:,.0f} steps/s (%, log scale)")
     ax.grid(which="both", alpha=0.25)
     handles, _ = ax.get_legend_handles_labels()
     handles += [Line2D([], [], marker="D", ls="", mfc="none", mec="black",
                        label=f"{ARTICLE} at 256 sequences (marker colour = design)")]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False)
-    note(ax, "computed: closed-loop mean\nstep time x step rate\n(solid: batched, dashed: per-call)\n"
-             "error bars: 95 % bootstrap interval")
+
+
+def fig_cpu_concurrency(run: RunData) -> Figure | None:
+    """Computed CPU share at 2,000 steps/s against the number of running sequences (concurrency sweep), in
+    panels of at most eight series on one shared axis."""
+    sweep = {}  # running sequences -> scenario, from the rows' seqs column
+    rows = run.df[(run.df.metric == "cpu_share_pct") & run.df.seqs.notna()]
+    for scenario, seqs in zip(rows.scenario, rows.seqs, strict=True):
+        if matches(str(scenario), (SWEEP,)):
+            sweep[int(seqs)] = scenario
+    lines = _concurrency_lines(run, sweep)
+    if not lines:
+        log.warning("cpu_share_concurrency: no cpu_share_pct rows for concurrency-N scenarios")
+        return None
+    first = lines[0]
+    rate = _rate_of(run.get(sweep[first[2][0][0]], first[0], first[1], "cpu_share_pct"))
+    panels = series_panels(list(dict.fromkeys(impl for impl, _, _ in lines)))
+    fig, axes = new_figure(10, 4.6 * len(panels), len(panels), 1, sharey=True)
+    titles = [title for title, _ in panels]
+    for k, (ax, (title, members)) in enumerate(zip(axes, panels, strict=True)):
+        _concurrency_panel(ax, run, sweep, [line for line in lines if line[0] in members])
+        ax.set_title(title + (" (continued)" if title in titles[:k] else ""), fontsize=9.5)
+        ax.set_ylabel(f"block-manager CPU share at {rate:,.0f} steps/s (%, log scale)", fontsize=8.5)
+    note(axes[-1], "computed: closed-loop mean\nstep time x step rate\n(solid: batched, dashed: per-call)\n"
+                   "error bars: 95 % bootstrap interval")
     return finish(fig, run, f"CPU share vs concurrency (computed at {rate:,.0f} steps/s)")
 
 
@@ -443,7 +459,7 @@ def _l1d_bars(ax: Axes, run: RunData, metric: str, impls: list[str], regimes: li
             ax.text(x, float(a.l1d_miss_pct), f" ~{a.l1d_miss_pct:g}", ha="center", va="bottom", fontsize=6.3,
                     rotation=90)
             top = max(top, float(a.l1d_miss_pct))
-    ax.set_xticks(range(len(impls)), [label(i) for i in impls], fontsize=7.5)
+    ax.set_xticks(range(len(impls)), [label(i) for i in impls], fontsize=7.5, rotation=30, ha="right")
     ax.set_xlim(-0.5, len(impls) - 0.5)
     ax.grid(axis="y", alpha=0.25)
     return top
@@ -463,7 +479,7 @@ def fig_l1d(run: RunData) -> Figure | None:
             log.warning("l1d_miss: no %s rows and no design A/B/C in the %s scenario", rate, PAPER)
             return None
         log.warning("l1d_miss: no %s rows in this run; the figure shows the article's figures only", rate)
-    fig, axes = new_figure(14, 4.8, 1, 2)
+    fig, axes = new_figure(14, 9, 2, 1)  # one panel per row: a bar per regime and its label fit side by side
     top = _l1d_bars(axes[0], run, "l1d_misses_per_seq_step", impls, regimes, False)
     axes[0].set_ylim(0, max(top, 1.0) * 1.5)
     axes[0].set_ylabel("L1D misses per sequence-step")
@@ -491,7 +507,7 @@ def fig_allocs(run: RunData) -> Figure | None:
     if not metrics:
         log.warning("allocs_per_step: no allocation rows for the %s scenario", PAPER)
         return None
-    fig, axes = new_figure(11, 3.8 * len(metrics), len(metrics), 1)
+    fig, axes = new_figure(13, 4.4 * len(metrics), len(metrics), 1)
     for ax, (metric, title) in zip(axes, metrics, strict=True):
         regimes = run.regimes(PAPER, metric)
         impls = list(dict.fromkeys(i for r in regimes for i in run.impls(PAPER, metric, r)))
@@ -503,12 +519,12 @@ def fig_allocs(run: RunData) -> Figure | None:
                     word_at(ax, x, status_word(row, run.meta))
                 continue
             ax.bar(x, max(v, 0.0), width, color=color(impl), hatch=regime_hatch(regime), edgecolor="white")
-            ax.text(x, max(v, 0.0), num(v), ha="center", va="bottom", fontsize=6.5)
+            ax.text(x, max(v, 0.0), f" {num(v)}", ha="center", va="bottom", fontsize=6.5, rotation=90)
             top = max(top, v)
         ax.set_xlim(-0.5, len(impls) - 0.5)
         ax.set_yscale("symlog", linthresh=1)
-        ax.set_ylim(0, top * 4)
-        ax.set_xticks(range(len(impls)), [label(i) for i in impls], fontsize=8)
+        ax.set_ylim(0, top * 40)  # room above the tallest bar for its vertical label
+        ax.set_xticks(range(len(impls)), [label(i) for i in impls], fontsize=8, rotation=30, ha="right")
         ax.set_ylabel("allocations per step (symlog)")
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", which="both", alpha=0.25)
