@@ -10,8 +10,8 @@ virtual environment in a temporary folder (``make setup VENV=...``, pip's downlo
 the other targets use the repository's ``.venv``. With ``--caches cold`` (the default) the Numba cache, the C++
 build and the trace cache are removed before each target, so that each time is what a first run costs. A target
 that fails is recorded as failed, with no time. The file is rewritten atomically after every target (targets not
-run this time keep their earlier entry); then ``kvblock-bench report results/reference --readme README.md
---no-figures`` regenerates the README's table from it.
+run this time keep their earlier entry) and the README's time table is rewritten from it, so that the two
+agree while the next target runs (``make test`` checks that they do).
 """
 
 from __future__ import annotations
@@ -29,7 +29,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.output import metadata
-from harness.output.times import TARGETS, TIMES_JSON, TargetTime, Times, read_times, write_times
+from harness.output.readme import replace_section
+from harness.output.results import atomic_write_text
+from harness.output.times import (
+    BEGIN,
+    END,
+    TARGETS,
+    TIMES_JSON,
+    TargetTime,
+    Times,
+    read_times,
+    section,
+    write_times,
+)
 
 DEFAULT_TARGETS = ("setup", "test", "bench-quick", "bench", "bench-ci", "gate")
 COLD_PATHS = ("build/numba-cache", "build/native", "results/.trace-cache")  # what a fresh clone does not have
@@ -70,6 +82,14 @@ def time_target(target: str, root: Path, caches: str, scratch: Path) -> TargetTi
                       started, metadata.git_commit(), caches, round(load, 2))
 
 
+def refresh_readme(readme: Path, times: Times) -> None:
+    """Rewrite ``readme``'s time table from ``times`` (when it has one), so that the README and the file agree
+    at every moment: a ``make test`` timed after other targets tests the README against the file."""
+    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    if BEGIN in text and END in text:
+        atomic_write_text(readme, replace_section(text, section(times), BEGIN, END))
+
+
 def machine() -> dict:
     return {"cpu_model": metadata.cpu_model(), "cpu_count": os.cpu_count(), "caches": metadata.cache_sizes()}
 
@@ -88,11 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     if times.machine != machine():  # another machine: its earlier times do not belong beside these
         times = Times(machine())
     failed = 0
+    ours = args.out.resolve() == (args.dir / "results" / "times" / "times.json").resolve()  # the README quotes it
+    if ours:
+        refresh_readme(args.dir / "README.md", times)
     with tempfile.TemporaryDirectory(prefix="kvb-times-") as scratch:
         for target in targets:
             entry = time_target(target, args.dir.resolve(), args.caches, Path(scratch))
             times.put(entry)
             write_times(times, args.out)
+            if ours:
+                refresh_readme(args.dir / "README.md", times)
             failed += not entry.ok
             print(f"make_times: make {target}: exit {entry.returncode}, wall {entry.wall_s} s, CPU {entry.cpu_s} s",
                   file=sys.stderr, flush=True)

@@ -65,6 +65,19 @@ def test_a_second_measurement_replaces_only_its_targets(tmp_path: Path) -> None:
     assert [t.target for t in loaded.targets] == ["setup", "test"] and loaded.get("test").caches == "warm"
 
 
+def test_the_readme_table_follows_the_file_after_every_target(tmp_path: Path) -> None:
+    """A timed ``make test`` checks the README against the file: the script rewrites the README's table after
+    each target, so the target that runs next sees the two agree."""
+    stub = STUB.replace("\tsleep 0.3", "\tgrep -q 'make setup (fresh .venv)' README.md")  # test: the table is there
+    (tmp_path / "Makefile").write_text(stub)
+    (tmp_path / "README.md").write_text(f"intro\n{times.BEGIN}\nstale table\n{times.END}\noutro\n")
+    out = tmp_path / "results" / "times" / "times.json"
+    assert make_times.main(["--targets", "setup,test", "--dir", str(tmp_path), "--out", str(out),
+                            "--caches", "warm"]) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert times.section(times.read_times(out)) in text and "stale table" not in text and text.endswith("outro\n")
+
+
 def test_words_come_from_the_file_and_never_guess() -> None:
     measured = times.Times({"cpu_model": "Test CPU", "cpu_count": 2},
                            [entry("bench-quick", 221.0), entry("gate", None, returncode=2)])
@@ -108,7 +121,7 @@ def test_the_readme_and_help_quote_the_committed_file() -> None:
 
 
 def test_the_time_markers_are_replaced_in_place() -> None:
-    text = f"a\n{times.BEGIN}\nold\n{times.END}\nb"
+    text = f"a\n{times.BEGIN}\nstale table\n{times.END}\nb"
     assert replace_section(text, "new", times.BEGIN, times.END) == f"a\n{times.BEGIN}\nnew\n{times.END}\nb"
     with pytest.raises(ReadmeError):
         replace_section(f"{times.END}{times.BEGIN}", "x", times.BEGIN, times.END)

@@ -28,7 +28,7 @@ TARGETS = {
     "test": "the test-suite and ruff",
     "bench-quick": "the reduced matrix (short traces, one repetition), with figures",
     "bench": "the default matrix, with figures",
-    "bench-ci": "the pytest-benchmark suite, timed",
+    "bench-ci": "the CI profile: every implementation on paper, batched and step regimes",
     "gate": "the deterministic CI gate (allocations, callgrind, wall-clock floor)",
     "test-slow": "the long tests",
 }
