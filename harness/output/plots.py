@@ -415,7 +415,13 @@ def fig_cpu_rate(run: RunData) -> Figure | None:
                Line2D([], [], marker="o", ls="", color="0.6", mec="black", label="observed, paced: one step() call"),
                Line2D([], [], marker="_", ls="", color="black", ms=12, mew=2, label="paced floor (do-nothing call)"),
                Line2D([], [], marker="D", ls="", mfc="none", mec="black", label=f"{ARTICLE} (colour = design)")]
-    fig.legend(handles=handles, fontsize=7.5, loc="outside right upper", frameon=False)
+    if len(axes) > len(panels):  # the grid's empty cell holds the markers' key, clear of titles and caption
+        key = axes[len(panels)]
+        key.set_visible(True)
+        key.axis("off")
+        key.legend(handles=handles, fontsize=8, loc="center", frameon=False, title="markers")
+    else:
+        fig.legend(handles=handles, fontsize=7.5, loc="outside right upper", frameon=False)
     caption = (f"Lines: computed, closed-loop mean step time x rate. Markers at {rate:,.0f} steps/s: observed, an open "
                "loop paced from Python (median over interleaved repetitions, 95 % interval; an arrow: the interval "
                "reaches further down, below zero included)"
