@@ -62,19 +62,22 @@ def is_slowed(row: dict) -> bool:
 
 
 def run_once(args: list[str], results: Path, passes: float, label: str) -> tuple[Path, float]:
-    """One ``kvblock-bench run`` into its own results folder; returns (run folder, wall seconds)."""
+    """One ``kvblock-bench run`` into its own results folder; returns (run folder, seconds the run took)."""
     env = {**os.environ, PASSES_ENV: str(passes),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGIN_DIR), str(ROOT), os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, "-m", "harness.cli", "run", *args, "--results", str(results), "--no-progress",
            "--label", label]
     print(f"$ {PASSES_ENV}={passes} {shlex.join(cmd[2:])}", flush=True)
-    started = time.perf_counter()
     subprocess.run(cmd, env=env, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    return (results / "latest").resolve(), time.perf_counter() - started
+    finished = finished_run(results)
+    if finished is None:
+        raise SystemExit(f"{results}: the run ended without a complete run folder")
+    return finished
 
 
 def finished_run(results: Path) -> tuple[Path, float] | None:
-    """(run folder, wall seconds) of the complete run under ``results``, for ``--resume``; None if there is none."""
+    """(run folder, seconds the run took, from its meta.json's start and finish) of the complete run under
+    ``results``; None if there is none. The same measure for a run made now and one reused by ``--resume``."""
     meta_path = results / "latest" / "meta.json"
     try:
         meta = json.loads(meta_path.read_text())
@@ -83,8 +86,15 @@ def finished_run(results: Path) -> tuple[Path, float] | None:
     if not meta.get("complete"):
         return None
     took = datetime.fromisoformat(meta["finished"]) - datetime.fromisoformat(meta["started"])
-    print(f"reusing {meta_path.parent.resolve()} (--resume)", flush=True)
     return meta_path.parent.resolve(), took.total_seconds()
+
+
+def reused_run(results: Path) -> tuple[Path, float] | None:
+    """``--resume``: the complete run already under ``results``, said so; None if there is none."""
+    found = finished_run(results)
+    if found is not None:
+        print(f"reusing {found[0]} (--resume)", flush=True)
+    return found
 
 
 def compare_json(base: Path, new: Path) -> tuple[int, dict]:
@@ -156,7 +166,8 @@ def render_markdown(doc: dict) -> str:
     seconds = [run["seconds"] for pair in doc["pairs"] for run in pair["runs"].values()]
     lines = [
         f"{len(doc['pairs'])} pairs of runs of commit `{doc['commit']}` on {doc['machine']} ({doc['date']}), "
-        f"each run `kvblock-bench run {doc['run_args']}` ({min(seconds):.0f}-{max(seconds):.0f} s a run); in each "
+        f"each run `kvblock-bench run {doc['run_args']}` ({min(seconds):.0f}-{max(seconds):.0f} s a run, start "
+        "to finish in its meta.json); in each "
         f"pair the slowed plug-in `{PLUGIN}` ran with 0 extra passes in BASE and {doc['passes']:g} in NEW. "
         "False alarms: rows reported slower (these fail CI) or faster among the rows whose code is the same in "
         "both runs.", "",
@@ -191,7 +202,7 @@ def measure(args: argparse.Namespace) -> dict:
     pairs = []
     for i in range(1, args.pairs + 1):
         order = ("BASE", "NEW") if i % 2 else ("NEW", "BASE")
-        runs = {side: (args.resume and finished_run(args.work / f"pair{i}" / side.lower()))
+        runs = {side: (args.resume and reused_run(args.work / f"pair{i}" / side.lower()))
                 or run_once(run_args, args.work / f"pair{i}" / side.lower(), 0 if side == "BASE" else args.passes,
                             f"pair{i}-{side.lower()}") for side in order}
         status, doc = compare_json(runs["BASE"][0], runs["NEW"][0])

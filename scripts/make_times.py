@@ -29,19 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.output import metadata
-from harness.output.readme import replace_section
-from harness.output.results import atomic_write_text
-from harness.output.times import (
-    BEGIN,
-    END,
-    TARGETS,
-    TIMES_JSON,
-    TargetTime,
-    Times,
-    read_times,
-    section,
-    write_times,
-)
+from harness.output.readme import write_time_table
+from harness.output.times import TARGETS, TIMES_JSON, TargetTime, Times, read_times, write_times
 
 DEFAULT_TARGETS = ("setup", "test", "bench-quick", "bench", "bench-ci", "gate")
 COLD_PATHS = ("build/numba-cache", "build/native", "results/.trace-cache")  # what a fresh clone does not have
@@ -82,14 +71,6 @@ def time_target(target: str, root: Path, caches: str, scratch: Path) -> TargetTi
                       started, metadata.git_commit(), caches, round(load, 2))
 
 
-def refresh_readme(readme: Path, times: Times) -> None:
-    """Rewrite ``readme``'s time table from ``times`` (when it has one), so that the README and the file agree
-    at every moment: a ``make test`` timed after other targets tests the README against the file."""
-    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
-    if BEGIN in text and END in text:
-        atomic_write_text(readme, replace_section(text, section(times), BEGIN, END))
-
-
 def machine() -> dict:
     return {"cpu_model": metadata.cpu_model(), "cpu_count": os.cpu_count(), "caches": metadata.cache_sizes()}
 
@@ -108,16 +89,19 @@ def main(argv: list[str] | None = None) -> int:
     if times.machine != machine():  # another machine: its earlier times do not belong beside these
         times = Times(machine())
     failed = 0
-    ours = args.out.resolve() == (args.dir / "results" / "times" / "times.json").resolve()  # the README quotes it
+    # The README quotes the repository's file: its table follows the file after every target, so that a timed
+    # `make test` (which checks the two agree) sees them agree.
+    readme = args.dir / "README.md"
+    ours = readme.is_file() and args.out.resolve() == (args.dir / "results" / "times" / "times.json").resolve()
     if ours:
-        refresh_readme(args.dir / "README.md", times)
+        write_time_table(readme, times)
     with tempfile.TemporaryDirectory(prefix="kvb-times-") as scratch:
         for target in targets:
             entry = time_target(target, args.dir.resolve(), args.caches, Path(scratch))
             times.put(entry)
             write_times(times, args.out)
             if ours:
-                refresh_readme(args.dir / "README.md", times)
+                write_time_table(readme, times)
             failed += not entry.ok
             print(f"make_times: make {target}: exit {entry.returncode}, wall {entry.wall_s} s, CPU {entry.cpu_s} s",
                   file=sys.stderr, flush=True)

@@ -69,7 +69,8 @@ def test_the_readme_section_is_rewritten_from_the_results_file(tmp_path: Path) -
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n")
     assert "| 10 % (default) | 2 of 8 | 0 of 8 | 2 of 2 | 1 of 2 |" in text
-    assert "pair 1: 1.33× [1.20–1.45] slower, exit 1" in text and "(60-62 s a run)" in text
+    assert "pair 1: 1.33× [1.20–1.45] slower, exit 1" in text
+    assert "(60-62 s a run, start to finish in its meta.json)" in text
 
 
 def test_the_readme_says_what_the_committed_file_says() -> None:

@@ -232,11 +232,25 @@ def write_readme(readme: Path, run: RunData) -> None:
     """Rewrite the README's results section from ``run`` and, where it has one, its time table from the times
     file (:mod:`harness.output.times`), atomically (a symbolic link is followed; a FIFO or a device node is
     refused, :class:`WriteError`, before it is read)."""
+    text = _text_to_rewrite(readme)
+    atomic_write_text(readme, with_time_table(replace_section(text, section(run)), times.read_times()))
+
+
+def _text_to_rewrite(readme: Path) -> str:
+    """The README's text, once :func:`write_target` has refused what must not be rewritten."""
     try:
-        text = write_target(readme).read_text(encoding="utf-8")
+        return write_target(readme).read_text(encoding="utf-8")
     except OSError as exc:
         raise WriteError(f"{readme}: cannot rewrite it ({os_reason(exc)})") from None
-    text = replace_section(text, section(run))
+
+
+def with_time_table(text: str, measured: times.Times | None) -> str:
+    """``text`` with its time table (where it has the markers) rewritten from ``measured``."""
     if times.BEGIN in text or times.END in text:
-        text = replace_section(text, times.section(times.read_times()), times.BEGIN, times.END)
-    atomic_write_text(readme, text)
+        return replace_section(text, times.section(measured), times.BEGIN, times.END)
+    return text
+
+
+def write_time_table(readme: Path, measured: times.Times) -> None:
+    """Rewrite only the README's time table, atomically (as :func:`write_readme` writes)."""
+    atomic_write_text(readme, with_time_table(_text_to_rewrite(readme), measured))
