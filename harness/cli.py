@@ -469,10 +469,11 @@ def build_parser() -> Parser:
     p.add_argument("run", nargs="?", help="run id or directory (default: results/latest)")
     p.add_argument("--no-figures", action="store_true", help="tables only")
     p.add_argument("--growth-readme", metavar="FILE",
-                   help="rewrite FILE's growth section (<!-- growth:begin/end -->) from this scale-sweep run")
+                   help="rewrite FILE's growth section (<!-- growth:begin/end -->) from this scale-sweep run "
+                        "(e.g. docs/scale.md from results/scale)")
     p.add_argument("--readme", metavar="FILE",
                    help="also rewrite FILE's section between <!-- results:begin --> and <!-- results:end --> "
-                        "(e.g. README.md from results/reference)")
+                        "(e.g. README.md from results/reference), and the time table of docs/time-budget.md beside it")
     _add_compare(sub, results)
     gate.add_arguments(sub.add_parser("gate", help="the CI gate: allocations, instruction counts, wall-clock floor",
                                       description=gate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))

@@ -2,7 +2,7 @@
 
 Usage: python scripts/compare_pairs.py [--pairs 5] [--out results/compare_pairs] [--work build/compare-pairs]
                                        [--thresholds 0,2,5,7.5,10,15,20,25,30] [--passes 0.75]
-                                       [--run-args "ARGS OF kvblock-bench run"] [--resume] [--readme README.md]
+                                       [--run-args "ARGS OF kvblock-bench run"] [--resume] [--readme docs/ci.md]
 
 Runs ``--pairs`` pairs of runs of this checkout (default: the CI profile, :mod:`harness.ci.profile`, plus the
 slowed plug-in ``examples/slowed_flat``). In each pair BASE runs the plug-in as a pass-through wrapper of
@@ -17,7 +17,7 @@ and at every candidate threshold:
   the extra passes do not touch) are reported slower.
 
 Writes ``<out>/pairs.json`` (every pair's runs, durations, exit status, the slowed rows' NEW/BASE, the failing
-rows, and the counts per threshold) and ``<out>/pairs.md`` (the table the README shows), atomically. With
+rows, and the counts per threshold) and ``<out>/pairs.md`` (the table docs/ci.md shows), atomically. With
 ``--readme FILE`` it only rewrites FILE's section between the compare-pairs markers from ``<out>/pairs.json``.
 Exit status 0 when the default threshold had no false alarm and caught the slowed plug-in with exit status 1
 in every pair, else 1.
@@ -52,7 +52,7 @@ UNTOUCHED_REGIMES = ("per-call",)  # the plug-in's per-call methods do no extra 
 THRESHOLDS = (0, 2, 5, 7.5, 10, 15, 20, 25, 30)  # percent
 BEGIN, END = "<!-- compare-pairs:begin -->", "<!-- compare-pairs:end -->"
 PLACEHOLDER = ("*Not measured yet: `python scripts/compare_pairs.py --pairs 5` on the reference machine writes "
-               "`results/compare_pairs/pairs.json`, and `python scripts/compare_pairs.py --readme README.md` fills "
+               "`results/compare_pairs/pairs.json`, and `python scripts/compare_pairs.py --readme docs/ci.md` fills "
                "this section from it.*")
 
 
@@ -231,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-args", help="arguments of `kvblock-bench run` (default: the CI profile + the plug-in)")
     parser.add_argument("--resume", action="store_true",
                         help="reuse a side's complete run already in --work (an interrupted campaign goes on)")
-    parser.add_argument("--readme", type=Path, help="only rewrite this README's section from <out>/pairs.json")
+    parser.add_argument("--readme", type=Path, help="only rewrite this file's section from <out>/pairs.json "
+                                                    "(docs/ci.md)")
     args = parser.parse_args(argv)
     if args.readme:
         write_readme(args.readme, args.out / "pairs.json")

@@ -1,4 +1,4 @@
-"""Time each ``make`` target as a user runs it, and write the times the README and ``--help`` quote.
+"""Time each ``make`` target as a user runs it, and write the times the docs and ``--help`` quote.
 
 Usage: python scripts/make_times.py [--targets setup,test,bench-quick,bench,bench-ci,gate] [--caches cold|warm]
                                     [--out results/times/times.json] [--dir .]
@@ -10,8 +10,8 @@ virtual environment in a temporary folder (``make setup VENV=...``, pip's downlo
 the other targets use the repository's ``.venv``. With ``--caches cold`` (the default) the Numba cache, the C++
 build and the trace cache are removed before each target, so that each time is what a first run costs. A target
 that fails is recorded as failed, with no time. The file is rewritten atomically after every target (targets not
-run this time keep their earlier entry) and the README's time table is rewritten from it, so that the two
-agree while the next target runs (``make test`` checks that they do).
+run this time keep their earlier entry) and the time table of ``docs/time-budget.md`` is rewritten from it, so that
+the two agree while the next target runs (``make test`` checks that they do).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.output import metadata
+from harness.output import metadata, sections
 from harness.output.readme import write_time_table
 from harness.output.times import TARGETS, TIMES_JSON, TargetTime, Times, read_times, write_times
 
@@ -89,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     if times.machine != machine():  # another machine: its earlier times do not belong beside these
         times = Times(machine())
     failed = 0
-    # The README quotes the repository's file: its table follows the file after every target, so that a timed
+    # The docs quote the repository's file: its table follows the file after every target, so that a timed
     # `make test` (which checks the two agree) sees them agree.
-    readme = args.dir / "README.md"
+    readme = sections.doc_path("times", args.dir)
     ours = readme.is_file() and args.out.resolve() == (args.dir / "results" / "times" / "times.json").resolve()
     if ours:
         write_time_table(readme, times)

@@ -13,7 +13,7 @@ from impls import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = (ROOT / "ARCHITECTURE.md").read_text()
-README = (ROOT / "README.md").read_text()
+LAYOUT = (ROOT / "docs" / "layout.md").read_text()
 
 
 def table_rows() -> dict[str, list[str]]:
@@ -101,10 +101,10 @@ def test_no_module_imports_what_its_folder_does_not(folder: str) -> None:
             assert not bad, f"{path.relative_to(ROOT)} imports {name}: ARCHITECTURE.md says {folder}/ does not"
 
 
-def test_the_readme_layout_names_every_folder_of_the_table() -> None:
-    layout = README.split("## Repository layout", 1)[1]
+def test_the_layout_page_names_every_folder_of_the_table() -> None:
+    layout = LAYOUT.split("# Repository layout", 1)[1]
     for folder in ROWS:
-        assert f"{folder}/" in layout, f"README's layout does not name {folder}/"
+        assert f"{folder}/" in layout, f"docs/layout.md does not name {folder}/"
 
 
 def test_every_harness_module_with_compiled_code_keys_the_numba_cache() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.output import sections
 from harness.output.compare import DEFAULT_THRESHOLD_PCT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +78,7 @@ def test_the_readme_says_what_the_committed_file_says() -> None:
     """The README's compare-pairs section is generated from results/compare_pairs/pairs.json (the placeholder
     while the measurement has not been committed); and the default threshold is one the measurement found
     clean: no false alarm, the slowed plug-in caught in every pair."""
-    readme = (ROOT / "README.md").read_text()
+    readme = sections.doc_path("compare-pairs").read_text()
     section = readme.split(compare_pairs.BEGIN, 1)[1].split(compare_pairs.END, 1)[0].strip()
     if not RESULTS.is_file():
         assert section == compare_pairs.PLACEHOLDER

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.output import sections
 from harness.output.readme import BEGIN, END, ReadmeError, current_section, replace_section, section
 from harness.output.rundata import RunData
 
@@ -14,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_readme_results_match_the_reference_run() -> None:
     expected = section(RunData.load(ROOT / "results" / "reference")).strip("\n")
-    assert current_section((ROOT / "README.md").read_text(encoding="utf-8")) == expected, (
+    assert current_section(sections.doc_path("results").read_text(encoding="utf-8")) == expected, (
         "README.md's results section differs from results/reference: run "
         "`kvblock-bench report results/reference --readme README.md --no-figures`")
 

@@ -80,7 +80,8 @@ def test_the_contract_methods_are_listed_alike_in_registry_protocol_readme_and_e
     methods = {**registry.CONTRACT_METHODS, **registry.OPTIONAL_METHODS}
     protocol = {name for name, value in vars(BlockManager).items() if callable(value) and not name.startswith("_")}
     assert protocol == set(methods)
-    block = (ROOT / "README.md").read_text().split("## The contract", 1)[1].split("```python", 1)[1].split("```")[0]
+    page = (ROOT / "docs" / "contract.md").read_text()
+    block = page.split("# The contract", 1)[1].split("```python", 1)[1].split("```")[0]
     readme = {}
     for line in block.splitlines():
         for name in (n.strip("(") for n in line.split(".")[1:] if n):

@@ -11,10 +11,11 @@ from harness.output.console import console_summary
 from harness.output.formatting import cpu_text, duration_text
 from harness.output.paced_report import paced_sentence
 from harness.output.readme import section
-from harness.output.report import paper_table, scenario_summary
+from harness.output.report import PAPER_COLUMNS, PAPER_TABLES, paper_table, scenario_summary
 from harness.output.results import Row, write_json, write_rows
 from harness.output.rundata import RunData
 
+MAX_COLUMNS = 8  # a rendered table that fits a screen
 META = {"complete": True, "started": "2026-12-01T10:00:00+0000", "finished": "2026-12-01T10:03:41+0000",
         "cpu_model": "Test CPU", "cpu_count": 2, "pmu": "unsupported", "git_commit": "abc123",
         "skipped_impls": {"cpp-dict": "no C++ compiler", "cpp-list": "no C++ compiler", "cpp-flat": "no C++ compiler"}}
@@ -98,16 +99,46 @@ def test_a_run_without_figures_or_an_interval_says_so(tmp_path: Path) -> None:
     assert "no A/A control" in text and flat.split()[2] == "—"  # no driver column in the row: said, not guessed
 
 
+def tables(text: str) -> dict[str, list[list[str]]]:
+    """Each ``### title`` table of a markdown text: its header and rows, as lists of cells (the rule left out)."""
+    out: dict[str, list[list[str]]] = {}
+    for part in text.split("\n### ")[1:]:
+        title, _, body = part.partition("\n")
+        out[title] = [line.split(" | ") for line in body.split("\n## ")[0].splitlines()
+                      if line.startswith("| ") and "---" not in line]
+    return out
+
+
+def test_the_paper_table_is_split_into_tables_that_fit_a_screen(tmp_path: Path) -> None:
+    """Per regime: timings, CPU share, counters; none over eight columns, every column in one of them."""
+    text = paper_table(make_run(tmp_path))
+    for part in text.split("\n## ")[1:]:
+        found = tables(part)
+        assert list(found) == [title for title, _ in PAPER_TABLES]
+        assert all(len(row) <= MAX_COLUMNS for t in found.values() for row in t)
+        columns = [c.strip("| ") for t in found.values() for c in t[0]]
+        assert sorted(set(columns)) == sorted({"design", "impl", *PAPER_COLUMNS.values()})
+        assert len(columns) == len(PAPER_COLUMNS) + 2 * len(PAPER_TABLES)  # design and impl lead each table
+
+
+def test_the_committed_reference_tables_fit_a_screen() -> None:
+    """The reports and the README as committed: no table over eight columns (the reports are re-rendered)."""
+    root = Path(__file__).resolve().parents[1]
+    for path in (root / "results" / "reference" / "paper_table.md", root / "README.md"):
+        widths = [line.count(" | ") + 1 for line in path.read_text(encoding="utf-8").splitlines()
+                  if line.startswith("| ")]
+        assert widths and max(widths) <= MAX_COLUMNS, path
+
+
 def test_the_paper_table_has_rows_only_for_cells_that_ran_and_names_the_rest(tmp_path: Path) -> None:
     text = paper_table(make_run(tmp_path))
     batched, per_call = text.split("## Batched regime")[1].split("## Per-call regime")
-    rows = lambda part: [line for line in part.splitlines() if line.startswith("| ") and "---" not in line]  # noqa: E731
-    header, *body = rows(batched)
-    assert [line.split(" | ")[1] for line in body] == ["`dict`", "`flat`"]  # list never ran: no row, no dashes
-    assert [line.split(" | ")[1] for line in rows(per_call)[1:]] == ["`flat`"]  # dict ran batched only
-    columns = header.split(" | ")
+    assert all([row[1] for row in t[1:]] == ["`dict`", "`flat`"] for t in tables(batched).values())  # no list
+    assert all([row[1] for row in t[1:]] == ["`flat`"] for t in tables(per_call).values())  # dict: batched only
+    header, *body = tables(batched)["Counters"]
+    columns = [c.strip("| ") for c in header]
     assert columns.index("L1D misses/seq-step") < columns.index("L1D miss %")  # the comparable figure first
-    dict_row = dict(zip(columns, body[0].split(" | "), strict=True))
+    dict_row = dict(zip(columns, (c.strip("| ") for c in body[0]), strict=True))
     assert dict_row["L1D misses/seq-step"] == "15.6" and dict_row["L1D miss %"] == "0.475"
     assert dict_row["L1D source"] == "callgrind-sim (perf: unsupported)"
     assert "— (—)" not in text and "missing" not in text

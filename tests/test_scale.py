@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ import pytest
 from harness.errors import InputError
 from harness.measure import matrix
 from harness.measure.runner import RunConfig, build_plan, check_config
-from harness.output import growth
+from harness.output import growth, sections
 from harness.output.results import Row, write_rows
 from harness.output.rundata import RunData
 from harness.studies import memory, scale
@@ -226,14 +227,17 @@ def test_a_run_without_sweeps_renders_no_growth_figure(tmp_path: Path) -> None:
 
 
 def test_readme_growth_section_comes_from_the_committed_run() -> None:
-    """Until the scale run is committed the README says so; after, it says exactly what the run gives."""
-    readme = (ROOT / "README.md").read_text()
+    """Until the scale run is committed the page says so; after, it says exactly what the run gives, linked
+    relative to the page."""
+    page = sections.doc_path("growth")
+    readme = page.read_text()
     section = readme.split(growth.BEGIN)[1].split(growth.END)[0]
     committed = ROOT / "results" / "scale"
     if not (committed / growth.SLOPES_MD).is_file():
         assert section.lstrip().startswith("Not measured yet") and "make bench-scale" in section
     else:
-        assert section == "\n" + growth.growth_section(committed, "results/scale")
+        shown_as = Path(os.path.relpath(committed, page.parent)).as_posix()
+        assert section == "\n" + growth.growth_section(committed, shown_as)
 
 
 def test_a_metric_no_family_measured_gets_no_column(tmp_path: Path) -> None:

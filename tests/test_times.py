@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import build_parser
-from harness.output import times
+from harness.output import sections, times
 from harness.output.readme import ReadmeError, current_section, replace_section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,13 +68,15 @@ def test_a_second_measurement_replaces_only_its_targets(tmp_path: Path) -> None:
 def test_the_readme_table_follows_the_file_after_every_target(tmp_path: Path) -> None:
     """A timed ``make test`` checks the README against the file: the script rewrites the README's table after
     each target, so the target that runs next sees the two agree."""
-    stub = STUB.replace("\tsleep 0.3", "\tgrep -q 'make setup (fresh .venv)' README.md")  # test: the table is there
+    page = sections.doc_path("times", tmp_path)
+    stub = STUB.replace("\tsleep 0.3", f"\tgrep -q 'make setup (fresh .venv)' {sections.FILES['times']}")
     (tmp_path / "Makefile").write_text(stub)
-    (tmp_path / "README.md").write_text(f"intro\n{times.BEGIN}\nstale table\n{times.END}\noutro\n")
+    page.parent.mkdir(parents=True)
+    page.write_text(f"intro\n{times.BEGIN}\nstale table\n{times.END}\noutro\n")
     out = tmp_path / "results" / "times" / "times.json"
     assert make_times.main(["--targets", "setup,test", "--dir", str(tmp_path), "--out", str(out),
                             "--caches", "warm"]) == 0
-    text = (tmp_path / "README.md").read_text()
+    text = page.read_text()
     assert times.section(times.read_times(out)) in text and "stale table" not in text and text.endswith("outro\n")
 
 
@@ -107,9 +109,9 @@ def _words(text: str) -> str:
 
 def test_the_readme_and_help_quote_the_committed_file() -> None:
     committed = times.read_times()
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert current_section(readme, times.BEGIN, times.END) == times.section(committed), (
-        "README.md's time table differs from results/times/times.json: run "
+    page = sections.doc_path("times")
+    assert current_section(page.read_text(encoding="utf-8"), times.BEGIN, times.END) == times.section(committed), (
+        f"{page.relative_to(ROOT)}'s time table differs from results/times/times.json: run "
         "`kvblock-bench report results/reference --readme README.md --no-figures`")
     parser = build_parser()
     assert _words(times.help_epilog(committed)) in _words(parser.format_help())
@@ -117,7 +119,7 @@ def test_the_readme_and_help_quote_the_committed_file() -> None:
     assert _words(times.phrase("bench-quick", committed)) in run_help
     assert _words(times.phrase("bench", committed)) in run_help
     for guess in ("about a minute", "about ten minutes", "in under ten minutes"):
-        assert guess not in run_help and guess not in readme.split("### Time budget")[0]
+        assert guess not in run_help and guess not in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_the_time_markers_are_replaced_in_place() -> None:

@@ -16,7 +16,7 @@ A slope of 1 is linear growth, 0 none. The points' own intervals are drawn, not 
 
 :func:`render` writes ``figures/growth.png|svg`` and ``growth_slopes.csv`` (one row per family, implementation,
 regime and metric) and ``growth_slopes.md`` into the run directory; :func:`write_growth_readme` puts the table
-between the README's ``<!-- growth:begin -->`` and ``<!-- growth:end -->`` markers.
+between ``docs/scale.md``'s ``<!-- growth:begin -->`` and ``<!-- growth:end -->`` markers.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from harness.errors import WriteError
-from harness.output import times
+from harness.output import sections, times
 from harness.output.cache_report import caching_scenarios, hit_sentence
 from harness.output.coverage import left_out_note
 from harness.output.formatting import (
@@ -32,6 +32,7 @@ from harness.output.report import (
     article_table,
     calibration_notes,
     l1d_texts,
+    markdown_table,
     sharing_counts,
     sharing_rows,
     sharing_scenario,
@@ -100,23 +101,34 @@ def _article(rec: registry.Impl, column: str) -> str:
     return f"{ {'upper': '<', 'approx': '~'}.get(a.bound, '')}{fmt(a[column])}".strip()
 
 
-def _design_rows(run: RunData) -> list[str]:
+def _design_rows(run: RunData) -> list[tuple[list[str], list[str]]]:
+    """Each design's (timings, counters) cells, batched on `paper`, beside the article's."""
     out = []
     ran = {i for i, r in run.cells(PAPER) if r == "batched"}
     for rec in registry.RECORDS:
         if rec.role not in TABLE_ROLES or rec.name not in ran:
             continue
-        cells = [f"{rec.label}"]
+        timings = [f"{rec.label}"]
         for metric, column in (("lookup_ns", "lookup_ns_per_step"), ("alloc_free_ns", "alloc_free_ns_per_block")):
-            cells += [f"{value_text(run, PAPER, rec.name, 'batched', metric)} "
-                      f"({ratio_text(run, PAPER, rec.name, 'batched', metric)})", _article(rec, column)]
+            timings += [f"{value_text(run, PAPER, rec.name, 'batched', metric)} "
+                        f"({ratio_text(run, PAPER, rec.name, 'batched', metric)})", _article(rec, column)]
+        timings += [f"{value_text(run, PAPER, rec.name, 'batched', 'cpu_share_pct')} "
+                    f"({ratio_text(run, PAPER, rec.name, 'batched', 'seq_step_ns')})",
+                    _article(rec, "cpu_share_pct_at_2000_steps_s")]
         misses, rate, source = l1d_texts(run, PAPER, rec.name, "batched")
-        cells += [f"{value_text(run, PAPER, rec.name, 'batched', 'cpu_share_pct')} "
-                  f"({ratio_text(run, PAPER, rec.name, 'batched', 'seq_step_ns')})",
-                  _article(rec, "cpu_share_pct_at_2000_steps_s"), misses, rate, _article(rec, "l1d_miss_pct"),
-                  source, fmt(run.value(PAPER, rec.name, "batched", "allocs_per_step"))]
-        out.append("| " + " | ".join(cells) + " |")
+        counters = [f"{rec.label}", misses, rate, _article(rec, "l1d_miss_pct"), source,
+                    fmt(run.value(PAPER, rec.name, "batched", "allocs_per_step"))]
+        out.append((timings, counters))
     return out
+
+
+def _design_tables(run: RunData) -> list[str]:
+    """The article's table on `paper`, batched, as two tables that each fit a screen: timings, then counters."""
+    rows = _design_rows(run)
+    return [*markdown_table(["design", "lookup ns", "article", "alloc/free ns per block", "article",
+                             "CPU % at 2,000 steps/s", "article"], [t for t, _ in rows]), "",
+            *markdown_table(["design", "L1D misses/seq-step", "L1D miss %", "article", "L1D source", "allocs/step"],
+                            [c for _, c in rows])]
 
 
 def _engine_rows(run: RunData) -> list[str]:
@@ -155,10 +167,7 @@ def section(run: RunData) -> str:
         "few accesses has few misses, whatever its rate), then misses per access beside the article's rate, with "
         "the instrument that measured them.",
         "",
-        "| design | lookup ns | article | alloc/free ns per block | article | CPU % at 2,000 steps/s | article "
-        "| L1D misses/seq-step | L1D miss % | article | L1D source | allocs/step |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-        *_design_rows(run),
+        *_design_tables(run),
         "",
         *_optional(left_out_note(run, PAPER, TABLE_ROLES)),
         *_optional(paced_sentence(run, PAPER)),
@@ -229,11 +238,15 @@ def current_section(text: str, begin: str = BEGIN, end: str = END) -> str:
 
 
 def write_readme(readme: Path, run: RunData) -> None:
-    """Rewrite the README's results section from ``run`` and, where it has one, its time table from the times
-    file (:mod:`harness.output.times`), atomically (a symbolic link is followed; a FIFO or a device node is
-    refused, :class:`WriteError`, before it is read)."""
+    """Rewrite the README's results section from ``run`` and the time table (in the README, or in its file
+    beside it, :mod:`harness.output.sections`) from the times file, atomically (a symbolic link is followed; a
+    FIFO or a device node is refused, :class:`WriteError`, before it is read)."""
     text = _text_to_rewrite(readme)
-    atomic_write_text(readme, with_time_table(replace_section(text, section(run)), times.read_times()))
+    measured = times.read_times()
+    atomic_write_text(readme, with_time_table(replace_section(text, section(run)), measured))
+    table = sections.beside(readme, "times")
+    if table.is_file():
+        write_time_table(table, measured)
 
 
 def _text_to_rewrite(readme: Path) -> str:
@@ -251,6 +264,6 @@ def with_time_table(text: str, measured: times.Times | None) -> str:
     return text
 
 
-def write_time_table(readme: Path, measured: times.Times) -> None:
-    """Rewrite only the README's time table, atomically (as :func:`write_readme` writes)."""
+def write_time_table(readme: Path, measured: times.Times | None) -> None:
+    """Rewrite only the time table of ``readme`` (any markdown file), atomically (as :func:`write_readme`)."""
     atomic_write_text(readme, with_time_table(_text_to_rewrite(readme), measured))

@@ -101,9 +101,20 @@ PAPER_INTRO = (
     "same calls cost over empty kernels, per sequence-step: the part of the per-call figure that is crossing into "
     "compiled code, not the data structure's work. Brackets: 95 % intervals (block bootstrap over interleaved "
     "slices; for ratios, the same blocks for both designs).")
-PAPER_HEADER = ("| design | impl | lookup ns | article | alloc/free ns | article | CPU share % (computed) "
-                "| CPU % (observed, paced) | article | L1D misses/seq-step | L1D miss % | article | L1D source "
-                "| instr/seq-step | allocs/step | dispatch floor ns/seq-step |")
+# The paper table's columns by key, and the tables they are split into (each fits a screen); every table
+# starts with the design and the implementation.
+PAPER_COLUMNS = {
+    "lookup": "lookup ns", "lookup_article": "article", "alloc_free": "alloc/free ns", "alloc_free_article": "article",
+    "cpu_share": "CPU share % (computed)", "cpu_observed": "CPU % (observed, paced)", "cpu_article": "article",
+    "l1d_misses": "L1D misses/seq-step", "l1d_rate": "L1D miss %", "l1d_article": "article",
+    "l1d_source": "L1D source", "instructions": "instr/seq-step", "allocs": "allocs/step",
+    "dispatch_floor": "dispatch floor ns/seq-step",
+}
+PAPER_TABLES = (
+    ("Timings", ("lookup", "lookup_article", "alloc_free", "alloc_free_article", "dispatch_floor")),
+    ("CPU share at 2,000 steps/s", ("cpu_share", "cpu_observed", "cpu_article")),
+    ("Counters", ("l1d_misses", "l1d_rate", "l1d_article", "l1d_source", "instructions", "allocs")),
+)
 
 
 def paper_table(run: RunData, scenario: str = "paper") -> str:
@@ -119,9 +130,8 @@ def paper_table(run: RunData, scenario: str = "paper") -> str:
         recs = design_cells(run, scenario, regime)
         if not recs:
             continue
-        out += [f"## {regime_title(regime)}", "", PAPER_HEADER, "|" + "---|" * PAPER_HEADER.count(" | ") + "---|"]
-        out += [_paper_row(run, scenario, regime, rec, art) for rec in recs]
-        out.append("")
+        out += [f"## {regime_title(regime)}", ""]
+        out += _paper_tables([_paper_cells(run, scenario, regime, rec, art) for rec in recs])
     if note := left_out_note(run, scenario, DESIGN_ROLES):
         out += [note, ""]
     if paced := paced_sentence(run, scenario):
@@ -143,23 +153,38 @@ def _article_cell(art: pd.DataFrame, rec: registry.Impl, column: str) -> str:
     return f"{bound}{fmt(a[column])} ({fmt(a[column] / c[column], 2)}×)"
 
 
-def _paper_row(run: RunData, scenario: str, regime: str, rec: registry.Impl, art: pd.DataFrame) -> str:
-    """One design's row of the paper table: each figure with its ratio to flat, beside the article's."""
-    cells = [f"{rec.label} {rec.description}", f"`{rec.name}`"]
-    for metric, column in ARTICLE_COLUMNS:
+def _paper_tables(rows: list[dict[str, str]]) -> list[str]:
+    """The rows' cells as :data:`PAPER_TABLES`, each under its title."""
+    out = []
+    for title, keys in PAPER_TABLES:
+        header = ["design", "impl", *(PAPER_COLUMNS[k] for k in keys)]
+        out += [f"### {title}", "", *markdown_table(header, [[r["design"], r["impl"], *(r[k] for k in keys)]
+                                                             for r in rows]), ""]
+    return out
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table's lines: the header, its rule, a line per row."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _paper_cells(run: RunData, scenario: str, regime: str, rec: registry.Impl, art: pd.DataFrame) -> dict[str, str]:
+    """One design's cells of the paper table by column key: each figure with its ratio to flat, beside the
+    article's."""
+    cells = {"design": f"{rec.label} {rec.description}", "impl": f"`{rec.name}`"}
+    for (metric, column), key, article in zip(ARTICLE_COLUMNS, ("lookup", "alloc_free", "cpu_share"),
+                                              ("lookup_article", "alloc_free_article", "cpu_article"), strict=True):
         ratio_of = "seq_step_ns" if metric == "cpu_share_pct" else metric  # same work: the same ratio
-        cells.append(f"{value_text(run, scenario, rec.name, regime, metric)} "
-                     f"({ratio_text(run, scenario, rec.name, regime, ratio_of)})")
-        if metric == "cpu_share_pct":
-            cells.append(measured_text(run, scenario, rec.name, regime, "cpu_share_observed_pct"))
-        cells.append(_article_cell(art, rec, column))
-    misses, rate, source = l1d_texts(run, scenario, rec.name, regime)
-    article_l1d = _article_cell(art, rec, "l1d_miss_pct").split(" (")[0]  # the figure and its bound, no ratio
-    cells += [misses, rate, article_l1d, source,
-              fmt(_get(run, scenario, rec.name, regime, "instructions_per_seq_step")[0]),
-              fmt(_get(run, scenario, rec.name, regime, "allocs_per_step")[0]),
-              fmt(_get(run, scenario, rec.name, regime, "dispatch_floor_seq_step_ns")[0])]
-    return "| " + " | ".join(cells) + " |"
+        cells[key] = (f"{value_text(run, scenario, rec.name, regime, metric)} "
+                      f"({ratio_text(run, scenario, rec.name, regime, ratio_of)})")
+        cells[article] = _article_cell(art, rec, column)
+    cells["cpu_observed"] = measured_text(run, scenario, rec.name, regime, "cpu_share_observed_pct")
+    cells["l1d_misses"], cells["l1d_rate"], cells["l1d_source"] = l1d_texts(run, scenario, rec.name, regime)
+    cells["l1d_article"] = _article_cell(art, rec, "l1d_miss_pct").split(" (")[0]  # the figure and its bound
+    for key, metric in (("instructions", "instructions_per_seq_step"), ("allocs", "allocs_per_step"),
+                        ("dispatch_floor", "dispatch_floor_seq_step_ns")):
+        cells[key] = fmt(_get(run, scenario, rec.name, regime, metric)[0])
+    return cells
 
 
 def _perf_note(run: RunData, scenario: str) -> list[str]:
