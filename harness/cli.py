@@ -317,7 +317,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    """Our contenders beside an engine's own code (results/calibration/); exit 1 when a replay failed."""
+    """Our contenders beside an engine's own code (a new folder, or the table asked for); exit 1 when a replay
+    failed."""
     import shlex
 
     from harness.calibration.engines import parse_engine
@@ -330,11 +331,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise UsageError(f"--scenario {unknown[0]}: unknown scenario; `{PROG} scenarios` lists them")
     opts = Options(engine, version, scenarios, {s: scenario_params(s, args) for s in scenarios}, reps=args.reps,
                    source=Path(args.source) if args.source else None,
-                   find_links=Path(args.find_links) if args.find_links else None, out=Path(args.out),
-                   command=shlex.join([PROG, *sys.argv[1:]]))
+                   find_links=Path(args.find_links) if args.find_links else None,
+                   destination=calibration_destination(args, engine.name), processes=args.processes or 0,
+                   deadline_s=args.deadline, command=shlex.join([PROG, *sys.argv[1:]]))
     if args.cache:
         opts.cache = Path(args.cache)
-    writable_dir(opts.out.parent, "--out")
     outcome = calibrate(opts)
     for row in outcome.rows:
         print(f"{row.scenario:<18} {row.contender:<11} {row.call_shape:<9} vs {row.baseline:<28} "
@@ -342,9 +343,27 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
               + ("  (modelled)" if row.modelled else ""))
     for failure in outcome.failures:
         print(f"failed: {failure}", file=sys.stderr)
+    print(f"repetitions spread over {outcome.processes} worker process{'es' * (outcome.processes != 1)}")
     if outcome.written:
-        print(f"wrote {len(outcome.rows)} rows to {outcome.written}", file=sys.stderr)
+        print(f"calibration rows written to {outcome.written} ({len(outcome.rows)} rows; per-repetition step times "
+              f"in {outcome.folder / 'runs'})")
+    elif outcome.folder:
+        print(f"no calibration row written; per-repetition step times in {outcome.folder / 'runs'}")
     return 1 if outcome.failures else 0
+
+
+def calibration_destination(args: argparse.Namespace, engine: str):
+    """Where ``calibrate`` writes: a new folder in --results, or the table --out or --update-committed names."""
+    from harness.calibration.destination import Destination
+    from harness.calibration.table import DEFAULT_CSV
+
+    if args.out and args.update_committed:
+        raise UsageError("--out and --update-committed both name a table; give one")
+    if args.update_committed:
+        return Destination(DEFAULT_CSV, flag="--update-committed")
+    if args.out:
+        return Destination(Path(args.out), flag="--out")
+    return Destination(None, Path(args.results), f"calibration-{engine}")
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
@@ -429,22 +448,32 @@ def _add_deadline(p: argparse.ArgumentParser) -> None:
 
 def _add_calibrate(sub) -> None:
     p = sub.add_parser(
-        "calibrate", help="time our contenders beside an engine's own block manager (results/calibration/)",
+        "calibrate", help="time our contenders beside an engine's own block manager (a new results/ folder)",
         description=f"{PROG} calibrate ENGINE[==VERSION] [--scenario S,...] [--source DIR] [--PARAM VALUE ...]. "
                     "Fetches the engine's published wheel with this Python's pip (--no-deps) into a cache outside "
                     "the repository (or reads --source DIR), imports its block-manager modules unmodified, replays "
                     "each scenario on them and on our contenders with the same driver and interleaving as `run`, "
-                    "checks every replay against its trace, and merges ratio rows into results/calibration/"
-                    "calibration.csv. Engines: vllm, sglang, nano-vllm (not on the package index: --source).")
+                    "checks every replay against its trace, and writes ratio rows into a new folder "
+                    "results/<timestamp>-calibration-ENGINE/ (--update-committed: into results/calibration/"
+                    "calibration.csv). Engines: vllm, sglang, nano-vllm (not on the package index: --source).")
     p.add_argument("engine", help="vllm, sglang or nano-vllm, optionally ==VERSION (e.g. vllm==0.33.0)")
     p.add_argument("--scenario", type=csv_list, metavar="S,...",
                    help="scenarios (default: the engine's committed ones)")
-    p.add_argument("--reps", type=positive_int, default=5, help="interleaved repetitions (default 5)")
+    p.add_argument("--reps", type=positive_int, default=5,
+                   help="interleaved repetitions, one worker process each unless --processes (default 5)")
     p.add_argument("--source", metavar="DIR", help="the engine's source folder (holding its top-level package)")
     p.add_argument("--cache", metavar="DIR", help="where wheels are kept (default: ~/.cache/kvblock-bench/engines, "
                                                   "or $KVBLOCK_BENCH_CACHE); never inside the repository")
     p.add_argument("--find-links", metavar="DIR", help="fetch the wheel from this folder only (pip --no-index)")
-    p.add_argument("--out", default="results/calibration/calibration.csv", help="the calibration table to merge into")
+    p.add_argument("--processes", type=positive_int,
+                   help="worker processes the repetitions spread over (default: one per repetition)")
+    _add_deadline(p)
+    p.add_argument("--results", default="results",
+                   help="where the new calibration folder (<timestamp>-calibration-ENGINE/) is made (default: results)")
+    p.add_argument("--out", metavar="FILE", help="merge the rows into this table instead (runs/ beside it)")
+    p.add_argument("--update-committed", action="store_true",
+                   help="replace this engine's rows of the measured scenarios in the committed "
+                        "results/calibration/calibration.csv (and its runs/)")
     group = p.add_argument_group("scenario parameters (e.g. --steps 200 for a short smoke run)")
     for key in dict.fromkeys(key for sc in SCENARIOS.values() for key in sc.defaults if key != "csv"):
         group.add_argument(f"--{key.replace('_', '-')}", dest=PARAM_PREFIX + key, metavar="VALUE")

@@ -6,8 +6,13 @@ The real engines (downloads of 40 and 340 MB) run in the slow test at the end.""
 from __future__ import annotations
 
 import csv
+import gzip
+import hashlib
+import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -229,6 +234,62 @@ def test_calibrate_runs_the_stand_in_engine_beside_the_contender_and_writes_ever
     assert after == before  # nothing written into the repository
 
 
+def _checksums(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _committed_copy(tmp_path: Path, monkeypatch) -> Path:
+    """A working folder holding a copy of the committed results/calibration/, made the current folder."""
+    work = tmp_path / "work"
+    shutil.copytree(ROOT / "results" / "calibration", work / "results" / "calibration")
+    monkeypatch.chdir(work)
+    return work / "results" / "calibration"
+
+
+def _worker_pids(runs: Path, scenario: str) -> dict[str, int]:
+    with gzip.open(runs / f"nano-vllm__{scenario}.json.gz") as fh:
+        return json.load(fh)["worker_pid_of_repetition"]
+
+
+def test_calibrate_writes_a_new_folder_by_default_and_leaves_the_committed_rows_alone(tmp_path, capsys,
+                                                                                       monkeypatch) -> None:
+    source = write_standin(tmp_path / "nano-src")
+    committed = _committed_copy(tmp_path, monkeypatch)
+    before = _checksums(committed)
+    code, stdout, err = _calibrate(capsys, "nano-vllm==standin", "--source", str(source), "--scenario", "paper",
+                                   "--reps", "3", *SMALL)
+    assert code == 0, err
+    assert _checksums(committed) == before
+    written = re.search(r"calibration rows written to (\S+/calibration\.csv)", stdout)
+    assert written, stdout
+    folder = Path(written.group(1)).parent
+    assert folder.parent == Path("results") and re.fullmatch(r"\d{8}-\d{6}-calibration-nano-vllm", folder.name)
+    _, rows = read_rows(folder / "calibration.csv")
+    assert {r["scenario"] for r in rows} == {"paper"} and all(r["reps"] == "3" for r in rows)
+    pids = _worker_pids(folder / "runs", "paper")
+    assert sorted(pids) == ["0", "1", "2"] and len(set(pids.values())) == 3 and os.getpid() not in pids.values()
+    assert "repetitions spread over 3 worker processes" in stdout
+    assert all("spread over 3 worker processes" in r["how"] for r in rows)
+
+
+def test_update_committed_replaces_the_engine_s_measured_rows_only(tmp_path, capsys, monkeypatch) -> None:
+    source = write_standin(tmp_path / "nano-src")
+    committed = _committed_copy(tmp_path, monkeypatch)
+    _, old = read_rows(committed / "calibration.csv")
+    kept = [r for r in old if not (r["engine"] == "nano-vllm" and r["scenario"] == "paper")]
+    code, stdout, err = _calibrate(capsys, "nano-vllm==standin", "--source", str(source), "--scenario", "paper",
+                                   "--reps", "3", "--processes", "2", "--update-committed", *SMALL)
+    assert code == 0, err
+    assert "calibration rows written to results/calibration/calibration.csv" in stdout
+    _, new = read_rows(committed / "calibration.csv")
+    assert new[:len(kept)] == kept  # every other row as it was
+    assert {(r["engine"], r["engine_version"], r["reps"]) for r in new[len(kept):]} == {("nano-vllm", "standin", "3")}
+    pids = _worker_pids(committed / "runs", "paper")
+    assert sorted(pids) == ["0", "1", "2"] and len(set(pids.values())) == 2
+    assert pids["0"] == pids["2"] != pids["1"]  # repetitions dealt out over the two workers, as `run` deals them
+
+
 def test_an_engine_that_disagrees_with_the_trace_is_named_and_writes_no_row(tmp_path, capsys) -> None:
     source = write_standin(tmp_path / "nano-src", leak=True)
     out = tmp_path / "calibration.csv"
@@ -239,6 +300,21 @@ def test_an_engine_that_disagrees_with_the_trace_is_named_and_writes_no_row(tmp_
     assert not out.exists()
 
 
+def test_a_worker_that_dies_in_the_engine_s_code_fails_those_replays_and_measures_the_rest(tmp_path, capsys) -> None:
+    source = write_standin(tmp_path / "nano-src")  # hash_blocks exits the process; the "bare" baseline skips it
+    path = source / "nanovllm/engine/block_manager.py"
+    path.write_text(path.read_text().replace("    def hash_blocks(self, seq):\n",
+                                             "    def hash_blocks(self, seq):\n        __import__('os')._exit(3)\n"))
+    out = tmp_path / "calibration.csv"
+    code, _, err = _calibrate(capsys, "nano-vllm", "--source", str(source), "--scenario", "paper", "--reps", "2",
+                              "--processes", "1", "--out", str(out), *SMALL)
+    assert code == 1
+    assert "failed: paper: hashing neutralised (the engine, batched): its worker process exited with status 3" in err
+    _, rows = read_rows(out)
+    assert {(r["baseline"], r["call_shape"], r["reps"]) for r in rows} == {("bare", "per-call", "2"),
+                                                                          ("bare", "batched", "2")}
+
+
 @pytest.mark.parametrize("args, message", [
     (["tensorrt"], "unknown engine"),
     (["nano-vllm"], "not published on the package index: give its source folder with --source"),
@@ -246,6 +322,10 @@ def test_an_engine_that_disagrees_with_the_trace_is_named_and_writes_no_row(tmp_
     (["vllm", "--cache", str(ROOT / "results" / "x")], "inside the kvblock-bench repository"),
     (["nano-vllm", "--scenario", "nope"], "--scenario nope: unknown scenario"),
     (["nano-vllm", "--source", "/tmp", "--bogus-param", "1"], "unrecognized arguments"),
+    (["nano-vllm", "--out", str(ROOT / "results")], "not a file; give the calibration table"),
+    (["nano-vllm", "--results", str(ROOT / "README.md")], "is a file, not a folder"),
+    (["nano-vllm", "--out", "x.csv", "--update-committed"], "--out and --update-committed both name a table"),
+    (["nano-vllm", "--processes", "0"], "--processes"),
 ])
 def test_bad_calibrate_input_is_one_line_and_exit_status_2(capsys, args, message) -> None:
     code, _, err = _calibrate(capsys, *args)

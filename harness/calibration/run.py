@@ -1,13 +1,14 @@
-"""``kvblock-bench calibrate``: our contenders beside the engine's own code, on the same traces, in one process.
+"""``kvblock-bench calibrate``: our contenders beside the engine's own code, on the same traces.
 
-For each scenario: the trace is generated; every contender the engine's baselines calibrate is replayed in its
-regimes, and every baseline (the engine's code behind our contract, :mod:`harness.calibration.engines`) in the
-batched regime (one ``decode_step`` per step, which the adapter turns into the engine's own per-step calls),
-all by the harness's Python driver (:func:`harness.measure.drivers.run_interpreted`), with the sliced
-interleaving of ``kvblock-bench run`` (:func:`harness.measure.interleave.interleaved`) and torch pinned to one
-intra-op thread as ``run`` pins it. Every replay is checked against its trace as in ``run`` (answers,
-copy-on-writes, slot mapping per step, end state). Each ratio ours / real is taken over the same slices and
-repetitions (a paired bootstrap, :mod:`harness.measure.stats`).
+For each scenario: every contender the engine's baselines calibrate is replayed in its regimes, and every
+baseline (the engine's code behind our contract, :mod:`harness.calibration.engines`) in the batched regime
+(one ``decode_step`` per step, which the adapter turns into the engine's own per-step calls), all by the
+harness's Python driver (:func:`harness.measure.drivers.run_interpreted`), with the sliced interleaving of
+``kvblock-bench run`` and torch pinned to one intra-op thread. The repetitions spread over worker processes
+as ``run``'s do (one each by default; :mod:`harness.calibration.replays`), so the intervals include the
+variation between processes. Every replay is checked against its trace as in ``run``. Each ratio ours / real
+is taken over the same slices and repetitions (a paired bootstrap, :mod:`harness.measure.stats`). The rows go
+to a new folder unless a table is named (:mod:`harness.calibration.destination`).
 """
 
 from __future__ import annotations
@@ -18,32 +19,23 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.calibration import fetch
-from harness.calibration.engines import Baseline, Engine
-from harness.calibration.loader import PlanError, StubTouched, engine_imports
+from harness.calibration.destination import Destination
+from harness.calibration.engines import Engine
+from harness.calibration.replays import BaselineInfo, CalibrationJob, Measured, Refused, execute
 from harness.calibration.table import CalibrationRow, write_rows
-from harness.calibration.traces import FanOutError
-from harness.errors import DesignFailure, InputError
-from harness.measure.drivers import Prepared
-from harness.measure.failures import blamed_on
-from harness.measure.interleave import SLICES_PER_REP, Driver, Key, interleaved, slice_bounds
-from harness.measure.metrics import Work, cell_blocks
+from harness.errors import InputError
+from harness.measure.interleave import SLICES_PER_REP, Key, slice_bounds
+from harness.measure.metrics import cell_blocks
 from harness.measure.stats import paired_ratio, ratio_of_sums
-from harness.measure.threads import one_intra_op_thread
+from harness.measure.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug
 from harness.output.metadata import cpu_model, versions
-from impls import REGISTRY
-from impls.contract import supports_prefix_caching
-from scenarios import SCENARIOS, Trace, generate
+from scenarios import SCENARIOS
 from scenarios.atomic import atomic_write_bytes
-from scenarios.trace import trace_uses_caching
-
-WARM_STEPS = 5
-FAILURES = (DesignFailure, StubTouched, PlanError, FanOutError)  # a replay that cannot be measured, named
 
 
 @dataclass
@@ -56,7 +48,9 @@ class Options:
     cache: Path = field(default_factory=fetch.default_cache)
     source: Path | None = None
     find_links: Path | None = None
-    out: Path = Path("results") / "calibration" / "calibration.csv"
+    destination: Destination = field(default_factory=lambda: Destination(None))
+    processes: int = 0  # worker processes the repetitions spread over (0: one per repetition)
+    deadline_s: float = DEFAULT_DEADLINE_S
     command: str = ""
     progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
 
@@ -65,7 +59,9 @@ class Options:
 class Outcome:
     rows: list[CalibrationRow] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    written: Path | None = None
+    written: Path | None = None  # the table the rows went to
+    folder: Path | None = None  # the folder written to (rows, runs/)
+    processes: int = 0
 
 
 def engine_code(opts: Options) -> fetch.EngineCode:
@@ -81,129 +77,78 @@ def engine_code(opts: Options) -> fetch.EngineCode:
 
 
 def calibrate(opts: Options) -> Outcome:
-    """Fetch, load, replay, compare; each scenario's rows merged into ``opts.out`` when it is done (nothing is
-    written for a scenario that measured nothing)."""
+    """Fetch, replay in worker processes, compare; each scenario's rows merged into the destination's table when
+    it is done (nothing is written for a scenario that measured nothing)."""
     for name in opts.scenarios:  # bad parameters fail here, before a download
         SCENARIOS[name].params(opts.params.get(name, {}))
+    opts.destination.check()  # and a place to write them, before anything is measured
     code = engine_code(opts)
     opts.progress(f"{opts.engine.label} {code.version} ({code.digest[:19]}...) from {code.origin}")
     outcome = Outcome()
-    with missing_packages(opts.engine):
-        module = opts.engine.code()  # an engine module may import what the engine needs (torch)
-        plan = module.plan()
-    with engine_imports(plan, code.root) as imports:
-        with missing_packages(opts.engine):
-            try:
-                ns = module.load()
-            except ModuleNotFoundError:
-                raise  # missing_packages says which
-            except (ImportError, SyntaxError) as exc:  # PlanError included: a newer release imports more
-                raise InputError(f"{opts.engine.name} {code.version}: its modules do not load by the import plan "
-                                 f"(harness/calibration/{opts.engine.module}.py): {exc}") from None
-        baselines = module.baselines(ns, code.version)
-        imports.arm()
+    with Pool(min(opts.processes or opts.reps, opts.reps), execute, opts.deadline_s) as pool:
+        outcome.processes = len(pool)
         for name in opts.scenarios:
-            trace = generate(name, **opts.params.get(name, {}))
-            context = Context(opts, code, plan.describe(), trace, name)
-            rows = context.measure(baselines, outcome.failures)
-            context.write_raw(opts.out.parent / "runs", imports.loaded)
+            context = Context(opts, code, name)
+            rows = context.measure(pool, outcome.failures)
+            context.write_raw(opts.destination.runs())
+            outcome.folder = opts.destination.where()
             if rows:  # written after each scenario: an interrupted run keeps what finished
                 outcome.rows += rows
-                outcome.written = write_rows(opts.out, rows, opts.engine.label, {name})
+                outcome.written = write_rows(opts.destination.csv(), rows, opts.engine.label, {name})
     return outcome
 
 
-@contextmanager
-def missing_packages(engine: Engine) -> Iterator[None]:
-    """A package the engine's modules import that is not installed here (torch, for vLLM and SGLang) is the
-    user's to install: one line saying which."""
-    try:
-        yield
-    except ModuleNotFoundError as exc:
-        if exc.name is None or exc.name.partition(".")[0] in engine.packages:
-            raise InputError(f"{engine.name}: its modules import {exc.name}, which the import plan does not name "
-                             f"(harness/calibration/{engine.module}.py)") from None
-        hint = " (pip install 'kvblock-bench[torch]')" if exc.name == "torch" else ""
-        raise InputError(f"{engine.name}: its block manager needs the package {exc.name!r}, which is not "
-                         f"installed here; install it{hint}") from None
-
-
 class Context:
-    """One scenario of one calibration: its drivers, replays and rows."""
+    """One scenario of one calibration, in the main process: the workers' jobs, their samples merged, the rows."""
 
-    def __init__(self, opts: Options, code: fetch.EngineCode, plan: str, trace: Trace, name: str) -> None:
-        self.opts, self.code, self.plan, self.trace, self.name = opts, code, plan, trace, name
-        self.prep = Prepared.from_trace(trace)
-        self.slices = slice_bounds(self.prep.num_steps)
-        self.drivers: dict[Key, Driver] = {}
+    def __init__(self, opts: Options, code: fetch.EngineCode, name: str) -> None:
+        self.opts, self.code, self.name = opts, code, name
         self.failed: dict[Key, str] = {}
+        self.parts: list[Measured] = []
         self.samples: dict[Key, list] = {}
         self.load: list[float] = []
-        self.threads: int | None = None
 
-    # -- what is replayed --------------------------------------------------------------------------------------
-    def contenders(self, baselines: list[Baseline]) -> list[str]:
-        caching = trace_uses_caching(self.trace)
-        names = dict.fromkeys(c for b in baselines for c in b.calibrates)
-        return [c for c in names if c in REGISTRY and (not caching or supports_prefix_caching(REGISTRY[c]))]
+    def job(self, only: list[int]) -> CalibrationJob:
+        return CalibrationJob(self.opts.engine.name, str(self.code.root), self.code.version, self.name,
+                              self.opts.params.get(self.name, {}), self.opts.reps, only)
 
-    def build(self, baselines: list[Baseline]) -> None:
-        real_preps: dict[object, Prepared] = {}
-        for contender in self.contenders(baselines):
-            for regime in self.opts.engine.regimes.get(contender, ("per-call", "batched")):
-                self.drivers[(contender, regime, "")] = Driver(self.prep, REGISTRY[contender], regime, {}, contender)
-        for b in baselines:
-            key = (b.name, "batched", "real")
-            try:
-                if b.real_trace not in real_preps:
-                    real = self.trace if b.real_trace is None else b.real_trace(self.trace)
-                    real_preps[b.real_trace] = self.prep if real is self.trace else Prepared.from_trace(real)
-            except FanOutError as exc:
-                self.failed[key] = f"{type(exc).__name__}: {exc}"
-                continue
-            self.drivers[key] = Driver(real_preps[b.real_trace], b.cls, "batched", {}, b.name)
-
-    def warm_up(self) -> None:
-        """A few steps on a fresh manager, untimed: first calls, and an early stop for a replay that cannot run."""
-        for key, driver in list(self.drivers.items()):
-            try:
-                with blamed_on(key[0], driver.cls):  # the engine's code runs through its adapter class
-                    driver.advance(driver.new())(0, min(WARM_STEPS, self.prep.num_steps))
-            except FAILURES as exc:
-                self.failed[key] = getattr(exc, "reason", f"{type(exc).__name__}: {exc}")
-                del self.drivers[key]
-
-    def measure(self, baselines: list[Baseline], failures: list[str]) -> list[CalibrationRow]:
-        baselines = [b for b in baselines if b.replays(self.trace)]
-        self.build(baselines)
+    def measure(self, pool: Pool, failures: list[str]) -> list[CalibrationRow]:
+        """Each worker replays its share of the repetitions (one each by default); the rows come from all."""
         self.load.append(os.getloadavg()[0])
-        done = [0]
-
-        def tick(key: Key) -> None:
-            done[0] += 1
-            if done[0] % len(self.drivers) == 0:
-                self.opts.progress(f"{self.name}: repetition {done[0] // len(self.drivers)} of {self.opts.reps}")
-
-        with one_intra_op_thread() as threads:
-            self.threads = threads
-            self.warm_up()
-            self.opts.progress(f"{self.name}: {len(self.drivers)} replays x {self.opts.reps} repetitions, "
-                               f"{self.prep.num_steps} steps in {len(self.slices)} slices")
-            try:
-                replays = interleaved(self.drivers, self.opts.reps, False, self.slices, tick) if self.drivers else None
-            except (StubTouched, PlanError) as exc:
-                raise RuntimeError(f"{self.name}: the engine's code left the import plan during a replay: {exc}") \
-                    from exc
+        for w in range(len(pool)):
+            only = list(range(w, self.opts.reps, len(pool)))
+            part = self.supervised(pool, w, self.job(only))
+            self.parts.append(part)
+            self.opts.progress(f"{self.name}: repetition{'s' * (len(only) > 1)} {', '.join(str(r + 1) for r in only)}"
+                               f" of {self.opts.reps} done in worker process {w + 1} of {len(pool)} "
+                               f"({len(part.work)} replays, {part.steps} steps)")
         self.load.append(os.getloadavg()[0])
-        if replays is not None:
-            self.failed.update({k: e.reason for k, e in replays.failed.items()})
-            self.samples = replays.samples
+        for part in self.parts:
+            self.failed.update(part.failed)
+        for key in dict.fromkeys(k for part in self.parts for k in part.samples):
+            if key not in self.failed:  # a replay that failed in any process writes no row
+                self.samples[key] = [s for _, s in sorted(r for part in self.parts for r in part.samples.get(key, []))]
         failures += [f"{self.name}: {k[0]} ({'the engine' if k[2] else 'ours'}, {k[1]}): {why}"
                      for k, why in self.failed.items()]
-        return [row for b in baselines for row in self.rows_of(b)]
+        return [row for b in self.parts[0].baselines for row in self.rows_of(b)]
+
+    def supervised(self, pool: Pool, w: int, job: CalibrationJob) -> Measured:
+        """``job``'s result from worker ``w``, run again without a replay each time its worker dies or hangs in it
+        (recorded as failed)."""
+        while True:
+            try:
+                result = pool.run(w, replace(job, skip=list(self.failed)))
+            except CellDied as died:
+                if died.cell is None or len(died.cell) != 3:
+                    raise WorkerBug(str(died)) from None
+                self.failed[tuple(died.cell)] = f"its worker process {died.reason}"
+                continue
+            if isinstance(result, Refused):
+                raise InputError(result.message)
+            return result
 
     # -- figures -------------------------------------------------------------------------------------------
-    def rows_of(self, b: Baseline) -> list[CalibrationRow]:
+    def rows_of(self, b: BaselineInfo) -> list[CalibrationRow]:
         real_key = (b.name, "batched", "real")
         if real_key not in self.samples:
             return []
@@ -222,18 +167,25 @@ class Context:
         return rows
 
     def blocks(self, key: Key):
-        prep = self.drivers[key].prep
-        return cell_blocks(Work.of(prep), self.samples[key], self.samples[key], self.slices)["seq_step_ns"]
+        work = next(part.work[key] for part in self.parts if key in part.work)
+        slices = slice_bounds(work.steps)
+        return cell_blocks(work, self.samples[key], self.samples[key], slices)["seq_step_ns"]
 
-    def row(self, b: Baseline, contender: str, regime: str, ours, real, ratio, seq_steps: int) -> CalibrationRow:
+    def threads(self) -> str:
+        found = [part.threads for part in self.parts if part.threads is not None]
+        return str(max(found)) if found else "torch not loaded"
+
+    def row(self, b: BaselineInfo, contender: str, regime: str, ours, real, ratio, seq_steps: int) -> CalibrationRow:
         reps = len(self.samples[(contender, regime, "")])
+        processes = len({part.pid for part in self.parts})
         how = (f"ours: {contender}, {regime} regime of the harness's Python driver (run_interpreted); real: {b.how}; "
-               + (f"{b.real_trace_how}; " if b.real_trace is not None and self.trace_changed(b) else "")
+               + (f"{b.real_trace_how}; " if b.real_trace_how else "")
                + "the engine's code through the batched regime of the same driver (one decode_step per step, "
                "turned by the adapter into the engine's own calls); both replays checked against their trace "
                f"(answers, copy-on-writes, slot mapping, end state); {reps} repetitions interleaved in "
-               f"{SLICES_PER_REP} slices each; ns per seq-step = whole step time (per-step medians over repetitions) "
-               f"/ seq-steps; 95 % paired bootstrap intervals; {self.plan}")
+               f"{SLICES_PER_REP} slices each, spread over {processes} worker processes (the intervals include the "
+               "variation between processes); ns per seq-step = whole step time (per-step medians over "
+               f"repetitions) / seq-steps; 95 % paired bootstrap intervals; {self.parts[0].plan}")
         e = self.opts.engine
         return CalibrationRow(
             contender=contender, engine=e.label, engine_version=self.code.version, scenario=self.name,
@@ -241,28 +193,25 @@ class Context:
             ours_ns_per_seq_step=ours.value, ours_low=ours.low, ours_high=ours.high,
             real_ns_per_seq_step=real.value, real_low=real.low, real_high=real.high,
             ratio=ratio.value, ratio_low=ratio.low, ratio_high=ratio.high,
-            reps=reps, steps=self.prep.num_steps, seq_steps=seq_steps, package_digest=self.code.digest,
-            torch_threads="torch not loaded" if self.threads is None else str(self.threads),
-            machine=machine(), load="-".join(f"{x:.2f}" for x in self.load),
+            reps=reps, steps=self.parts[0].steps, seq_steps=seq_steps, package_digest=self.code.digest,
+            torch_threads=self.threads(), machine=machine(), load="-".join(f"{x:.2f}" for x in self.load),
             made=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=self.opts.command, how=how)
 
-    def trace_changed(self, b: Baseline) -> bool:
-        return self.drivers.get((b.name, "batched", "real")) is not None and \
-            self.drivers[(b.name, "batched", "real")].prep is not self.prep
-
-    def write_raw(self, folder: Path, loaded: list[str]) -> None:
-        """Per-repetition step times of every replay and what was imported how (``runs/ENGINE__SCENARIO.json.gz``):
-        what the rows summarise, for a reader who wants the spread."""
-        e = self.opts.engine
+    def write_raw(self, folder: Path) -> None:
+        """Per-repetition step times of every replay, the worker process of each repetition and what was imported
+        how (``runs/ENGINE__SCENARIO.json.gz``): what the rows summarise, for a reader who wants the spread."""
+        e, first = self.opts.engine, self.parts[0]
+        pids = {r: part.pid for part in self.parts for k in part.samples.values() for r, _ in k}
         data = {
             "engine": e.label, "version": self.code.version, "digest": self.code.digest, "origin": self.code.origin,
             "scenario": self.name, "params": self.opts.params.get(self.name, {}), "command": self.opts.command,
-            "plan": self.plan, "modules_imported": loaded, "machine": machine(), "versions": versions(),
-            "torch_threads": self.threads, "load": self.load,
+            "plan": first.plan, "modules_imported": list(dict.fromkeys(m for p in self.parts for m in p.loaded)),
+            "machine": machine(), "versions": versions(), "torch_threads": self.threads(), "load": self.load,
+            "worker_pid_of_repetition": {str(r): pid for r, pid in sorted(pids.items())},
             "failed": {" | ".join(k): v for k, v in self.failed.items()},
             "step_ns": {" | ".join(k): [s.step_ns.round().astype(int).tolist() for s in v]
                         for k, v in self.samples.items()},
-            "seq_steps_per_step": self.prep.trace.running_per_step().tolist(),
+            "seq_steps_per_step": next(iter(first.work.values())).seq_steps_per_step.tolist() if first.work else [],
         }
         name = f"{e.name}__{self.name}.json.gz"
         atomic_write_bytes(folder / name, gzip.compress(json.dumps(data).encode(), mtime=0))

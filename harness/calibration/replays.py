@@ -1,0 +1,195 @@
+"""A calibration's replays in a worker process (:mod:`harness.measure.workers`): one job is one scenario's
+repetitions ``only``, with the engine's modules imported by its plan in that process.
+
+Each worker loads the engine afresh, warms every replay up and replays its repetitions interleaved as ``run``
+does; the main process merges the workers' samples (:mod:`harness.calibration.run`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.calibration.engines import ENGINES, Baseline, Engine
+from harness.calibration.loader import PlanError, StubTouched, engine_imports
+from harness.calibration.traces import FanOutError
+from harness.errors import DesignFailure, InputError
+from harness.measure.drivers import Prepared, StepTimes
+from harness.measure.failures import blamed_on
+from harness.measure.interleave import Driver, Key, interleaved, slice_bounds
+from harness.measure.metrics import Work
+from harness.measure.threads import one_intra_op_thread
+from harness.measure.workers import Events
+from impls import REGISTRY
+from impls.contract import supports_prefix_caching
+from scenarios import Trace, generate
+from scenarios.trace import trace_uses_caching
+
+WARM_STEPS = 5
+FAILURES = (DesignFailure, StubTouched, PlanError, FanOutError)  # a replay that cannot be measured, named
+
+
+@dataclass
+class CalibrationJob:
+    """One worker's repetitions ``only`` of one scenario; ``skip``: replays whose worker died or hung."""
+
+    engine: str  # a key of ENGINES
+    root: str  # the folder holding the engine's top-level packages
+    version: str
+    scenario: str
+    params: dict[str, str]
+    reps: int
+    only: list[int]
+    skip: list[Key] = field(default_factory=list)
+
+
+@dataclass
+class BaselineInfo:
+    """What the rows need of a baseline, without its classes (which live in the worker)."""
+
+    name: str
+    calibrates: tuple[str, ...]
+    modelled_by: tuple[str, ...]
+    how: str
+    real_trace_how: str  # "" unless the engine replays a rewritten trace
+
+
+@dataclass
+class Measured:
+    """What one worker measured of one scenario: samples by repetition index, failures, each replay's work."""
+
+    samples: dict[Key, list[tuple[int, StepTimes]]]
+    failed: dict[Key, str]
+    work: dict[Key, Work]
+    baselines: list[BaselineInfo]
+    plan: str
+    threads: int | None
+    loaded: list[str]
+    pid: int
+    steps: int
+
+
+@dataclass
+class Refused:
+    """The engine cannot be loaded here (bad input: a missing package, a plan that no longer fits)."""
+
+    message: str
+
+
+@contextmanager
+def missing_packages(engine: Engine) -> Iterator[None]:
+    """A package the engine's modules import that is not installed here (torch, for vLLM and SGLang) is the
+    user's to install: one line saying which."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.partition(".")[0] in engine.packages:
+            raise InputError(f"{engine.name}: its modules import {exc.name}, which the import plan does not name "
+                             f"(harness/calibration/{engine.module}.py)") from None
+        hint = " (pip install 'kvblock-bench[torch]')" if exc.name == "torch" else ""
+        raise InputError(f"{engine.name}: its block manager needs the package {exc.name!r}, which is not "
+                         f"installed here; install it{hint}") from None
+
+
+def execute(job: CalibrationJob, events: Events) -> Measured | Refused:
+    """A worker's entry point: the job's replays, or why the engine does not load."""
+    try:
+        return _measure(job, events)
+    except InputError as exc:
+        return Refused(str(exc))
+
+
+def _measure(job: CalibrationJob, events: Events) -> Measured:
+    engine = ENGINES[job.engine]
+    with missing_packages(engine):
+        module = engine.code()  # an engine module may import what the engine needs (torch)
+        plan = module.plan()
+    with engine_imports(plan, Path(job.root)) as imports:
+        with missing_packages(engine):
+            try:
+                ns = module.load()
+            except ModuleNotFoundError:
+                raise  # missing_packages says which
+            except (ImportError, SyntaxError) as exc:  # PlanError included: a newer release imports more
+                raise InputError(f"{engine.name} {job.version}: its modules do not load by the import plan "
+                                 f"(harness/calibration/{engine.module}.py): {exc}") from None
+        baselines = module.baselines(ns, job.version)
+        imports.arm()
+        context = Context(engine, generate(job.scenario, **job.params), job, events)
+        measured = context.measure(baselines, plan.describe())
+        measured.loaded = list(imports.loaded)
+    return measured
+
+
+class Context:
+    """One scenario's replays in this worker: its drivers, warm-up and timed repetitions."""
+
+    def __init__(self, engine: Engine, trace: Trace, job: CalibrationJob, events: Events) -> None:
+        self.engine, self.trace, self.job, self.events = engine, trace, job, events
+        self.prep = Prepared.from_trace(trace)
+        self.slices = slice_bounds(self.prep.num_steps)
+        self.drivers: dict[Key, Driver] = {}
+        self.failed: dict[Key, str] = {}
+
+    def contenders(self, baselines: list[Baseline]) -> list[str]:
+        caching = trace_uses_caching(self.trace)
+        names = dict.fromkeys(c for b in baselines for c in b.calibrates)
+        return [c for c in names if c in REGISTRY and (not caching or supports_prefix_caching(REGISTRY[c]))]
+
+    def build(self, baselines: list[Baseline]) -> None:
+        real_preps: dict[object, Prepared] = {}
+        for contender in self.contenders(baselines):
+            for regime in self.engine.regimes.get(contender, ("per-call", "batched")):
+                self.drivers[(contender, regime, "")] = Driver(self.prep, REGISTRY[contender], regime, {}, contender)
+        for b in baselines:
+            key = (b.name, "batched", "real")
+            try:
+                if b.real_trace not in real_preps:
+                    real = self.trace if b.real_trace is None else b.real_trace(self.trace)
+                    real_preps[b.real_trace] = self.prep if real is self.trace else Prepared.from_trace(real)
+            except FanOutError as exc:
+                self.failed[key] = f"{type(exc).__name__}: {exc}"
+                continue
+            self.drivers[key] = Driver(real_preps[b.real_trace], b.cls, "batched", {}, b.name)
+        for key in map(tuple, self.job.skip):  # the main process records why
+            self.drivers.pop(key, None)
+
+    def warm_up(self) -> None:
+        """A few steps on a fresh manager, untimed: first calls, and an early stop for a replay that cannot run."""
+        for key, driver in list(self.drivers.items()):
+            self.events.cell(key)
+            try:
+                with blamed_on(key[0], driver.cls):  # the engine's code runs through its adapter class
+                    driver.advance(driver.new())(0, min(WARM_STEPS, self.prep.num_steps))
+            except FAILURES as exc:
+                self.failed[key] = getattr(exc, "reason", f"{type(exc).__name__}: {exc}")
+                del self.drivers[key]
+        self.events.cell(None)
+
+    def measure(self, baselines: list[Baseline], plan: str) -> Measured:
+        baselines = [b for b in baselines if b.replays(self.trace)]
+        self.build(baselines)
+        with one_intra_op_thread() as threads:
+            self.warm_up()
+            try:
+                replays = interleaved(self.drivers, self.job.reps, False, self.slices, only=self.job.only,
+                                      enter=self.events.cell) if self.drivers else None
+            except (StubTouched, PlanError) as exc:
+                raise RuntimeError(f"{self.job.scenario}: the engine's code left the import plan during a replay: "
+                                   f"{exc}") from exc
+        self.events.cell(None)
+        samples = {}
+        if replays is not None:
+            self.failed.update({k: e.reason for k, e in replays.failed.items()})
+            samples = {k: list(zip(replays.reps[k], v, strict=True)) for k, v in replays.samples.items()}
+        infos = [BaselineInfo(b.name, b.calibrates, b.modelled_by, b.how, b.real_trace_how
+                              if self.trace_changed(b) else "") for b in baselines]
+        return Measured(samples, self.failed, {k: Work.of(d.prep) for k, d in self.drivers.items()}, infos, plan,
+                        threads, [], os.getpid(), self.prep.num_steps)
+
+    def trace_changed(self, b: Baseline) -> bool:
+        driver = self.drivers.get((b.name, "batched", "real"))
+        return b.real_trace is not None and driver is not None and driver.prep is not self.prep
