@@ -421,7 +421,7 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", action="store_true",
                    help="measure each design's memory at the trace's peak (on in --sweep runs)")
     p.add_argument("--figures", action="store_true", help="also render figures (as `kvblock-bench report`)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress output (status lines, bar, scenario times)")
     p.add_argument("--processes", type=positive_int,
                    help="worker processes the repetitions spread over (default: one per repetition)")
     _add_deadline(p)

@@ -8,7 +8,8 @@ hi)``, which replays steps ``[lo, hi)`` through that cell's call path:
 - ``batched``, interpreted design: pool operations per call, then one ``decode_step`` per step;
 - ``batched``, compiled design: one call into the compiled replay loop of
   :func:`harness.measure.drivers.compiled_driver` (``detail=False``: two clock reads per step), which Numba loads
-  from its cache.
+  from its cache;
+- ``step``: one ``step()`` call per step (:func:`harness.measure.drivers.whole_step_runner`).
 
 Run as ``python -m harness.counters.regions`` (by :mod:`harness.counters.callgrind`, natively first and then under
 callgrind), it measures each cell's region and an empty region, bracketed by client requests.
@@ -42,7 +43,6 @@ from harness.measure.drivers import (
     is_native,
     native_step_runner,
     step_runner,
-    whole_step_runner,
 )
 from harness.measure.replay import REGIMES, ReplayError
 from impls import REGISTRY
@@ -62,11 +62,9 @@ def prepare_cell(prep: Prepared, impl: str, regime: str, cls: type | None = None
     cows = np.full(prep.num_steps, -1, dtype=np.int64)
     if regime == "batched" and is_native(cls):
         return mgr, native_step_runner(prep, mgr, cows), cows
-    if regime == "step":
-        return mgr, whole_step_runner(prep, mgr, cows), cows
     if regime == "batched" and getattr(cls, "kernels", None) is not None:
         return mgr, compiled_step_runner(prep, mgr, driver_for(cls.kernels, prep.trace), cows), cows
-    return mgr, step_runner(prep, mgr, regime, cows), cows
+    return mgr, step_runner(prep, mgr, regime, cows), cows  # per-call, batched (interpreted) or step()
 
 
 def check_cows(prep: Prepared, cows: np.ndarray, lo: int, hi: int, label: str) -> None:

@@ -257,33 +257,53 @@ def apply_calls(prep: Prepared, mgr, s: int, methods: dict | None = None) -> Non
         check_step_hits(prep.trace, s, hits)
 
 
-def step_runner(prep: Prepared, mgr, regime: str, cows: np.ndarray | None = None):
-    """An untimed ``run(lo, hi)`` that replays steps ``[lo, hi)`` from Python through the same calls as the
-    timed interpreted driver (for allocation counts, paced runs and instruction counts); copy-on-write
-    counts per step go to ``cows`` when given."""
+def step_runner(prep: Prepared, mgr, regime: str, cows: np.ndarray | None = None, check: bool = True):
+    """An untimed ``run(lo, hi)`` replaying steps ``[lo, hi)`` from Python through the path ``regime`` names (for
+    allocation counts, paced runs and instruction counts): ``per-call`` the contract's calls, ``batched`` one
+    ``decode_step`` per step, ``step`` one ``step()`` per step (:func:`whole_step_runner`, ``check`` passed on).
+    Copy-on-write counts per step go to ``cows`` when given; ``ValueError`` for any other regime."""
+    if regime == "step":
+        return whole_step_runner(prep, mgr, cows, check)
+    if regime not in ("batched", "per-call"):
+        raise ValueError(f"unknown regime {regime!r}; choose from per-call, batched, step")
     check_replayable(prep.trace, mgr)
-    a0, bounds, decode_ids, methods = prep.a0, prep.bounds, prep.decode_ids, _bound(mgr, prep)
+    cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
+    return (_batched_runner if regime == "batched" else _per_call_runner)(prep, mgr, cows)
+
+
+def _batched_runner(prep: Prepared, mgr, cows: np.ndarray):
+    """:func:`step_runner`'s batched loop: pool operations per call, then one ``decode_step`` per step."""
+    decode_ids, methods, decode_step = prep.decode_ids, _bound(mgr, prep), mgr.decode_step
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
-    cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
-    decode_step, append, last_slot = mgr.decode_step, mgr.append_slot, mgr.last_slot
-    batched = regime == "batched"
+    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
+
+    def run(lo: int, hi: int) -> None:
+        for s in range(lo, hi):
+            apply_calls(prep, mgr, s, methods)
+            cows[s] = decode_step(decode_ids[s], cow_out, slot_out)
+            if after is not None:
+                after(s)
+
+    return run
+
+
+def _per_call_runner(prep: Prepared, mgr, cows: np.ndarray):
+    """:func:`step_runner`'s per-call loop: pool operations, ``append_slot`` then ``last_slot`` per sequence."""
+    a0, bounds, methods, append, last_slot = prep.a0, prep.bounds, _bound(mgr, prep), mgr.append_slot, mgr.last_slot
     after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
 
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
             apply_calls(prep, mgr, s, methods)
             _, mid, end = bounds[s]
-            if batched:
-                cows[s] = decode_step(decode_ids[s], cow_out, slot_out)
-            else:
-                n = 0
-                for i in range(mid, end):
-                    if append(a0[i]) is not None:
-                        n += 1
-                for i in range(mid, end):
-                    last_slot(a0[i])
-                cows[s] = n
+            n = 0
+            for i in range(mid, end):
+                if append(a0[i]) is not None:
+                    n += 1
+            for i in range(mid, end):
+                last_slot(a0[i])
+            cows[s] = n
             if after is not None:
                 after(s)
 

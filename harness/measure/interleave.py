@@ -50,7 +50,6 @@ from harness.measure.drivers import (
     run_whole_steps,
     slot_digest,
     step_runner,
-    whole_step_runner,
 )
 from harness.measure.failures import blamed_on
 from harness.measure.replay import ReplayError, apply_pool_op, check_end_state
@@ -157,9 +156,7 @@ class Driver:
             return native_step_runner(self.inputs, mgr, cows)
         if self.kind == "compiled":
             return compiled_step_runner(self.inputs, mgr, self.loop(), cows)
-        if self.regime == "step":
-            return whole_step_runner(self.inputs, mgr, cows)
-        return step_runner(self.inputs, mgr, self.regime, cows)
+        return step_runner(self.inputs, mgr, self.regime, cows)  # the path the regime names (step: step())
 
     def how(self) -> str:
         if self.regime == "step":

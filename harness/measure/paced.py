@@ -50,12 +50,28 @@ def _paced_loop(run_step, rate: float, steps: int) -> tuple[int, int, int]:
 
 
 def paced_run(prep: Prepared, make_mgr, regime: str, rate: float, steps: int | None = None) -> PacedResult:
-    """Observed CPU share of one implementation at ``rate`` steps/s over the first ``steps`` steps."""
+    """Observed CPU share of one implementation at ``rate`` steps/s over the first ``steps`` steps, through the path
+    ``regime`` names (:func:`paced_runner`)."""
     steps = min(steps or prep.num_steps, prep.num_steps)
+    run, check = paced_runner(prep, make_mgr, regime)
     idle_cpu, _, _ = _paced_loop(None, rate, steps)
-    cpu, wall, misses = _paced_loop(step_runner(prep, make_mgr(), regime), rate, steps)
+    cpu, wall, misses = _paced_loop(run, rate, steps)
+    check(steps)
     share = (cpu - idle_cpu) / wall * 100  # not clamped: a negative figure would show the noise floor
     return PacedResult(share, misses, steps, wall / 1e9, idle_cpu)
+
+
+def _checked_inside(steps: int) -> None:
+    """The per-call and batched loops check each pool op's answer as they go: nothing is left to check."""
+
+
+def paced_runner(prep: Prepared, make_mgr, regime: str):
+    """``(run, check)`` over a fresh manager through the path ``regime`` names (:func:`step_runner`): the step
+    regime's ``step()`` calls go unchecked and ``check(steps)`` compares them afterwards (:func:`whole_step_paced`);
+    ``ValueError`` for an unknown regime."""
+    if regime == "step":
+        return whole_step_paced(prep, make_mgr)
+    return step_runner(prep, make_mgr(), regime), _checked_inside
 
 
 def whole_step_paced(prep: Prepared, make_mgr):

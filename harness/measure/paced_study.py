@@ -3,10 +3,11 @@ floor measured in the same run.
 
 One paced loop (:mod:`harness.measure.paced`) moved by several points of a core between runs, so one loop per
 cell could not tell ``flat`` from the cost of waking a sleeping thread. Here each repetition runs every kind of
-loop once, in an order rotated from repetition to repetition: the pacing alone (``idle``), each cell's decode
-calls from Python, each batched cell's whole step (one ``step()`` call per step) and a compiled call that does
-nothing with the step's arguments (the floor). A kind's share in a repetition is its thread CPU time minus that
-repetition's idle loop, over its wall time; the row is the median over repetitions with a bootstrap interval
+loop once, in an order rotated from repetition to repetition: the pacing alone (``idle``), each cell through
+its regime's path (:func:`harness.measure.paced.paced_runner`: per-call, ``decode_step`` or ``step()``), each
+batched cell's whole step (one ``step()`` call per step) and a compiled call that does nothing with the step's
+arguments (the floor). A kind's share in a repetition is its thread CPU time minus that repetition's idle loop,
+over its wall time; the row is the median over repetitions with a bootstrap interval
 (:func:`harness.measure.stats.median_estimate`). ``paced_above_floor_pct`` pairs each whole step with the floor
 repetition by repetition, so the two share the machine's state when they are compared.
 
@@ -19,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from harness.errors import DesignFailure
-from harness.measure.drivers import Prepared, step_runner
+from harness.measure.drivers import Prepared
 from harness.measure.failures import blamed_on
-from harness.measure.paced import _paced_loop, floor_runner, whole_step_paced
+from harness.measure.paced import _paced_loop, floor_runner, paced_runner, whole_step_paced
 from harness.measure.stats import median_estimate
 from harness.output.results import Row
 
@@ -72,9 +74,7 @@ def kinds_of(prep: Prepared, makers: dict[tuple[str, str], Callable], whole_step
     kinds = [PacedKind("-", "-", "idle", lambda: (None, _unchecked))]
     for (impl, regime), make in makers.items():
         cls, own = classes.get((impl, regime)), prep.private()  # a design writing into its inputs harms only its own
-        kinds.append(PacedKind(impl, regime, "calls",
-                               lambda make=make, regime=regime, own=own: (step_runner(own, make(), regime), _unchecked),
-                               cls=cls))
+        kinds.append(PacedKind(impl, regime, "calls", partial(paced_runner, own, make, regime), cls=cls))
         if (impl, regime) in whole_step:
             kinds.append(PacedKind(impl, regime, "step", lambda make=make, own=own: whole_step_paced(own, make),
                                    cls=cls))
@@ -131,9 +131,12 @@ def shares(kind: PacedKind, idle: PacedKind) -> np.ndarray:
 METRICS = {"calls": ("cpu_share_observed_pct", "deadline_misses"),
            "step": ("cpu_share_observed_whole_step_pct", "deadline_misses_whole_step"),
            "floor": ("paced_floor_pct", None)}
-HOW = {"calls": "one decode_step call (batched) or the contract's calls (per-call) per step from Python; compiled "
-                "designs pay one dispatch per call",
-       "step": "one step() call per step (pool operations and decode batch), as an engine would call it",
+CALLS_HOW = {"per-call": "the contract's calls per step from Python (one per operation and sequence); compiled "
+                         "designs pay one dispatch per call",
+             "batched": "one decode_step call per step from Python, pool operations per call; compiled designs pay "
+                        "one dispatch per call",
+             "step": "one step() call per step (the step regime's path), as an engine would call it"}
+HOW = {"step": "one step() call per step (pool operations and decode batch), as an engine would call it",
        "floor": "a compiled function that does nothing, called once per step with the step kernel's arguments: "
                 "the floor of any block manager entered once per step"}
 
@@ -149,7 +152,8 @@ def study_rows(scenario: str, kinds: list[PacedKind], rate: float, steps: int) -
             continue
         share_metric, miss_metric = METRICS[kind.what]
         common = {"step_rate": rate, "steps": steps, "driver": "python"}
-        how = (f"open loop paced at {rate:g} steps/s from Python ({steps} steps), {HOW[kind.what]}; thread CPU time "
+        path = CALLS_HOW[kind.regime] if kind.what == "calls" else HOW[kind.what]
+        how = (f"open loop paced at {rate:g} steps/s from Python ({steps} steps), {path}; thread CPU time "
                f"minus the same repetition's idle paced loop, median of interleaved repetitions, 95 % bootstrap "
                f"interval")
         if kind.error is not None or not kind.cpu_ns or idle.error is not None:

@@ -49,7 +49,7 @@ from harness.output.results import (
 )
 from harness.studies.scale import CONFIG_METRICS, config_rows
 from impls import REGISTRY, UNAVAILABLE, registry
-from scenarios import SCENARIOS, Trace, TraceError, generate, load, save
+from scenarios import SCENARIOS, ScenarioError, Trace, TraceError, generate, load, save
 from scenarios.scheduler import GENERATOR_VERSION
 from scenarios.trace import FORMAT_VERSION, content_digest, trace_uses_caching
 
@@ -387,10 +387,12 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
                 "calibration": shared.calib, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "complete": False,
                 "skipped_impls": skipped, "plan": [vars(p) for p, _ in plan]}
         writer = RunWriter(cfg, meta)
-        bar.start(sum(p.units(cfg.reps) for p, _ in plan))
+        weights = planned_work(plan)
+        bar.start(sum(p.units(cfg.reps) for p, _ in plan),
+                  sum(w * p.units(cfg.reps) for w, (p, _) in zip(weights, plan, strict=True)))
         try:
             with sigterm_interrupts():
-                _run_plan(plan, cfg, shared, writer)
+                _run_plan(plan, cfg, shared, writer, weights)
             writer.finish(complete=True, torch_intra_op_threads=shared.torch_threads)
         except KeyboardInterrupt as exc:
             writer.interrupted(exc)
@@ -431,12 +433,35 @@ def _worker_copy(trace: Trace, cached: Path, spool: Path) -> Path:
     return save(trace, spool / f"{clean_text(trace.header['scenario']).replace('/', '_')}.npz")
 
 
+def seq_steps(plan: ScenarioPlan, trace: Trace | None) -> float | None:
+    """The scenario's sequence-steps: its trace's when given, else its parameters' steps x running; None when its
+    parameters do not say (a replayed production trace) or are refused (its generation will say why)."""
+    if trace is not None:
+        return float(trace.running_per_step().sum())
+    scenario = SCENARIOS.get(plan.scenario)
+    try:
+        params = scenario.params(plan.overrides) if scenario is not None else {}
+    except ScenarioError:
+        return None
+    return float(params["steps"] * params["running"]) if {"steps", "running"} <= params.keys() else None
+
+
+def planned_work(plan: list[tuple[ScenarioPlan, Trace | None]]) -> list[float]:
+    """What each progress unit of each scenario weighs in the time-left estimate before its trace exists: its
+    sequence-steps (:func:`seq_steps`), where unknown the mean of the others' (1 when none is known)."""
+    known = [seq_steps(p, t) for p, t in plan]
+    values = [k for k in known if k is not None]
+    fill = sum(values) / len(values) if values else 1.0
+    return [fill if k is None else k for k in known]
+
+
 def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, shared: Shared,
-              writer: RunWriter) -> None:
+              writer: RunWriter, weights: list[float] | None = None) -> None:
     seen: dict[str, str] = {}  # trace content digest -> the scenario that measured it
     cache_dir = cfg.root / ".trace-cache"
     tick = shared.bar
-    for scenario_plan, given in plan:
+    weights = weights or [1.0] * len(plan)
+    for (scenario_plan, given), planned in zip(plan, weights, strict=True):
         name, started = scenario_plan.scenario, time.perf_counter()
         trace, trace_rows, path = given, [], cfg.trace_file
         if trace is None:
@@ -448,15 +473,21 @@ def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, sha
         trace_rows += trace_count_rows(name, trace)
         checksum = content_digest(trace)
         writer.meta.setdefault("traces", {})[name] = checksum  # what `kvblock-bench compare` checks per scenario
+        units = scenario_plan.units(cfg.reps)
         if checksum in seen:  # the same trace twice (concurrency-256 is paper): measure once, say so
             first = seen[checksum]
             writer.add(trace_rows + [replace(r, scenario=name, how=f"{r.how}; same trace as {first}")
                                      for r in writer.rows if r.scenario == first and r.metric not in TRACE_METRICS])
-            for _ in range(scenario_plan.units(cfg.reps)):  # its share of the bar is done
+            tick.scenario(units, planned, 0.0)  # nothing left to measure: its share of the work is none
+            for _ in range(units):  # its share of the bar is done
                 tick(f"{name}: same trace as {seen[checksum]}")
+            tick.scenario_done(name, time.perf_counter() - started, f" (same trace as {first}: its rows copied)")
             continue
         seen[checksum] = name
+        tick.scenario(units, planned, float(trace.running_per_step().sum()))
         rows, raw = measure_scenario(scenario_plan, trace, Path(path), cfg, shared)
-        rows.append(Row(name, "-", "-", "scenario_wall_s", time.perf_counter() - started, "s", "wall clock",
+        wall_s = time.perf_counter() - started
+        rows.append(Row(name, "-", "-", "scenario_wall_s", wall_s, "s", "wall clock",
                         how="the scenario's whole share of the run: trace, timed replays and studies"))
         writer.add(trace_rows + rows, raw)
+        tick.scenario_done(name, wall_s)
