@@ -3,27 +3,31 @@ or read from a source folder the user names.
 
 A published engine is fetched with ``python -m pip download --no-deps --only-binary=:all: NAME==VERSION``
 (no dependency is installed, no build step runs) into ``CACHE/downloads/``; the Python files of its top-level
-packages are unpacked into ``CACHE/<wheel name>/`` and reused while the wheel's SHA-256 matches. The cache is
+packages are unpacked into ``CACHE/<wheel name>/`` (checked against the wheel's RECORD) and reused while the
+wheel's SHA-256 matches and every unpacked file matches the SHA-256 recorded when it was unpacked. The cache is
 ``$KVBLOCK_BENCH_CACHE`` or ``$XDG_CACHE_HOME/kvblock-bench/engines`` (``~/.cache/...``), never inside the
 repository: no engine code is ever written there.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import InputError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PIP_TIMEOUT_S = 1800  # a 340 MB wheel on a slow link
+MANIFEST = ".sha256-files.json"  # SHA-256 of every unpacked file, by relative path
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class EngineCode:
     version: str
     digest: str  # "sha256:<wheel digest>" or "tree-sha256:<digest of the packages' .py files>"
     origin: str  # the wheel's file name, or the source folder
+    repaired: tuple[str, ...] = field(default=(), compare=False)  # cached files found changed, unpacked again
 
 
 def default_cache() -> Path:
@@ -116,23 +121,84 @@ def wheel_version(wheel: Path) -> str:
 
 
 def unpack(wheel: Path, packages: tuple[str, ...], cache: Path) -> EngineCode:
-    """The Python files of ``packages`` from ``wheel``, unpacked once into ``cache/<wheel stem>/`` (reused while
-    the digest recorded there is the wheel's)."""
+    """The Python files of ``packages`` from ``wheel``, unpacked into ``cache/<wheel stem>/`` and reused while the
+    recorded digest is the wheel's and every file there matches its recorded SHA-256 (else unpacked again)."""
     digest = sha256_file(wheel)
     root = cache / wheel.name.removesuffix(".whl")
     stamp = root / ".sha256"
-    if not (stamp.is_file() and stamp.read_text().strip() == digest):
+    record = wheel_record(wheel)
+    fresh = stamp.is_file() and stamp.read_text().strip() == digest
+    changed = unpacked_changes(root, packages, record) if fresh else []
+    if not fresh or changed:
         shutil.rmtree(root, ignore_errors=True)
         tmp = root.with_name(root.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
-        with zipfile.ZipFile(wheel) as zf:
-            names = [n for n in zf.namelist() if n.endswith(".py") and n.split("/", 1)[0] in packages]
-            if not names:
-                raise InputError(f"{wheel.name} holds no Python files of {', '.join(packages)}")
-            zf.extractall(tmp, names)
+        manifest = _extract(wheel, packages, tmp, record)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=0, sort_keys=True) + "\n")
         (tmp / ".sha256").write_text(digest + "\n")
         tmp.rename(root)
-    return EngineCode(root, wheel_version(wheel), f"sha256:{digest}", wheel.name)
+    return EngineCode(root, wheel_version(wheel), f"sha256:{digest}", wheel.name, tuple(changed))
+
+
+def _extract(wheel: Path, packages: tuple[str, ...], dest: Path, record: dict[str, str]) -> dict[str, str]:
+    """The ``.py`` files of ``packages`` written under ``dest``, each checked against the wheel's ``record`` where
+    it lists a SHA-256; returns their SHA-256 by relative path."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = [n for n in zf.namelist() if n.endswith(".py") and n.split("/", 1)[0] in packages]
+            if not names or any(".." in n.split("/") for n in names):
+                raise InputError(f"{wheel.name} holds no Python files of {', '.join(packages)} (or names outside "
+                                 "them)")
+            manifest = {}
+            for name in names:
+                data = zf.read(name)
+                manifest[name] = hashlib.sha256(data).hexdigest()
+                if record.get(name, manifest[name]) != manifest[name]:
+                    raise InputError(f"{wheel}: {name} does not match the wheel's RECORD; delete the wheel and "
+                                     "fetch it again")
+                path = dest / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+    except (zipfile.BadZipFile, KeyError) as exc:
+        raise InputError(f"{wheel}: not a readable wheel ({exc}); delete it and fetch it again") from None
+    return manifest
+
+
+def wheel_record(wheel: Path) -> dict[str, str]:
+    """The hex SHA-256 the wheel's ``*.dist-info/RECORD`` lists per file (files it lists without one: none)."""
+    out = {}
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            text = "".join(zf.read(n).decode("utf-8", "replace") + "\n" for n in zf.namelist()
+                           if n.endswith(".dist-info/RECORD"))
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{wheel}: not a readable wheel ({exc}); delete it and fetch it again") from None
+    for line in text.splitlines():
+        path, _, rest = line.partition(",")
+        algo, _, b64 = rest.partition(",")[0].partition("=")
+        if algo == "sha256" and b64:
+            out[path] = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
+    return out
+
+
+def unpacked_changes(root: Path, packages: tuple[str, ...], record: dict[str, str]) -> list[str]:
+    """The files under ``root`` that differ from what the wheel's ``record`` lists, else from the manifest written
+    when they were unpacked (changed, missing, or ``.py`` files added to ``packages``); every file when there is
+    no readable manifest."""
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return [f"{MANIFEST} (missing or unreadable)"]
+    if not isinstance(manifest, dict):
+        return [f"{MANIFEST} (not a mapping)"]
+    expected = {name: record.get(name, digest) for name, digest in manifest.items()}
+    present = {p.relative_to(root).as_posix() for package in packages for p in (root / package).rglob("*.py")}
+    changed = sorted(present - set(expected))
+    for name, digest in expected.items():
+        path = root / name
+        if not path.is_file() or sha256_file(path) != digest:
+            changed.append(name)
+    return changed
 
 
 def published(distribution: str, version: str | None, packages: tuple[str, ...], cache: Path,

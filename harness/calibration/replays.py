@@ -12,13 +12,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from harness.calibration.engines import ENGINES, Baseline, Engine
 from harness.calibration.loader import PlanError, StubTouched, engine_imports
 from harness.calibration.traces import FanOutError
 from harness.errors import DesignFailure, InputError
 from harness.measure.drivers import Prepared, StepTimes
-from harness.measure.failures import blamed_on
+from harness.measure.failures import blamed_on, short_reason
 from harness.measure.interleave import Driver, Key, interleaved, slice_bounds
 from harness.measure.metrics import Work
 from harness.measure.threads import one_intra_op_thread
@@ -30,6 +31,7 @@ from scenarios.trace import trace_uses_caching
 
 WARM_STEPS = 5
 FAILURES = (DesignFailure, StubTouched, PlanError, FanOutError)  # a replay that cannot be measured, named
+IMPORTING: Key = ("the engine's modules", "import", "real")  # the cell a worker is in while they import
 
 
 @dataclass
@@ -108,20 +110,43 @@ def _measure(job: CalibrationJob, events: Events) -> Measured:
         module = engine.code()  # an engine module may import what the engine needs (torch)
         plan = module.plan()
     with engine_imports(plan, Path(job.root)) as imports:
-        with missing_packages(engine):
-            try:
-                ns = module.load()
-            except ModuleNotFoundError:
-                raise  # missing_packages says which
-            except (ImportError, SyntaxError) as exc:  # PlanError included: a newer release imports more
-                raise InputError(f"{engine.name} {job.version}: its modules do not load by the import plan "
-                                 f"(harness/calibration/{engine.module}.py): {exc}") from None
-        baselines = module.baselines(ns, job.version)
+        events.cell(IMPORTING)  # the deadline bounds the engine's imports
+        baselines = _load(engine, module, job)
+        events.cell(None)
         imports.arm()
         context = Context(engine, generate(job.scenario, **job.params), job, events)
         measured = context.measure(baselines, plan.describe())
         measured.loaded = list(imports.loaded)
     return measured
+
+
+def _load(engine: Engine, module: ModuleType, job: CalibrationJob) -> list[Baseline]:
+    """The engine's modules imported by the plan and its baselines made; a failure of its code there (an
+    exception or ``sys.exit`` of any kind) is an :class:`InputError` of one line."""
+    with missing_packages(engine):
+        try:
+            return module.baselines(module.load(), job.version)
+        except ModuleNotFoundError:
+            raise  # missing_packages says which
+        except (ImportError, SyntaxError) as exc:  # PlanError included: a newer release imports more
+            raise InputError(f"{engine.name} {job.version}: its modules do not load by the import plan "
+                             f"(harness/calibration/{engine.module}.py): {exc}") from None
+        except BaseException as exc:
+            if not raised_in(exc, Path(job.root)):
+                raise  # ours: a traceback
+            raise InputError(f"{engine.name} {job.version}: its code failed while its modules were imported: "
+                             f"{short_reason(exc)}") from None
+
+
+def raised_in(exc: BaseException, root: Path) -> bool:
+    """Whether ``exc``'s traceback passes through a file under ``root`` (the engine's code)."""
+    root = root.resolve()
+    tb = exc.__traceback__
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(root):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 class Context:

@@ -26,7 +26,7 @@ from pathlib import Path
 from harness.calibration import fetch
 from harness.calibration.destination import Destination
 from harness.calibration.engines import Engine
-from harness.calibration.replays import BaselineInfo, CalibrationJob, Measured, Refused, execute
+from harness.calibration.replays import IMPORTING, BaselineInfo, CalibrationJob, Measured, Refused, execute
 from harness.calibration.table import CalibrationRow, write_rows
 from harness.errors import InputError
 from harness.measure.interleave import SLICES_PER_REP, Key, slice_bounds
@@ -83,6 +83,9 @@ def calibrate(opts: Options) -> Outcome:
         SCENARIOS[name].params(opts.params.get(name, {}))
     opts.destination.check()  # and a place to write them, before anything is measured
     code = engine_code(opts)
+    if code.repaired:
+        opts.progress(f"the cached files of {code.origin} differed from the wheel ({', '.join(code.repaired[:3])}"
+                      f"{', ...' * (len(code.repaired) > 3)}): unpacked again")
     opts.progress(f"{opts.engine.label} {code.version} ({code.digest[:19]}...) from {code.origin}")
     outcome = Outcome()
     with Pool(min(opts.processes or opts.reps, opts.reps), execute, opts.deadline_s) as pool:
@@ -139,6 +142,9 @@ class Context:
             try:
                 result = pool.run(w, replace(job, skip=list(self.failed)))
             except CellDied as died:
+                if died.cell == IMPORTING:
+                    raise InputError(f"{self.opts.engine.name} {self.code.version}: the worker process importing "
+                                     f"its modules {died.reason}") from None
                 if died.cell is None or len(died.cell) != 3:
                     raise WorkerBug(str(died)) from None
                 self.failed[tuple(died.cell)] = f"its worker process {died.reason}"
