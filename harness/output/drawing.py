@@ -89,6 +89,25 @@ def status_word(row: dict | None, meta: dict) -> str:
     return status
 
 
+def reason_word(row: dict, meta: dict) -> str:
+    """Why one instrument's row has no figure, from its status and the run's metadata (``no PMU``, ``not run
+    (--quick)``), else its status."""
+    status = str(row["status"])
+    if status == "unsupported" and meta.get("pmu") == "unsupported":
+        return "no PMU"
+    if status == "skipped" and str(meta.get("config", {}).get("quick")) == "True":
+        return "not run (--quick)"
+    return status
+
+
+def instrument_words(rows: list[dict], meta: dict) -> str:
+    """What stands in place of a figure every instrument of ``rows`` left unmeasured: each ``source: reason``
+    (``perf: no PMU; callgrind-sim: not run (--quick)``); a lone row's :func:`status_word`."""
+    if len(rows) < 2:
+        return status_word(rows[0] if rows else None, meta)
+    return "; ".join(dict.fromkeys(f"{r['source']}: {reason_word(r, meta)}" for r in rows if r["status"] != "ok"))
+
+
 def ci(row: dict | None) -> tuple[float, float] | None:
     """A row's 95 % interval (its ``ci_low``/``ci_high`` columns), None where it has none."""
     lo, hi = (row.get("ci_low"), row.get("ci_high")) if row else (None, None)

@@ -255,27 +255,26 @@ def _color(impl: str) -> str:
     return registry.record(impl).color or "#7f7f7f"
 
 
-def _panel(ax, run: RunData, family: str, metric: str, found: dict[tuple[str, str], Slope]) -> bool:
-    """One family's figure of ``metric``; False when the run has no point of it."""
-    data = series(run, family, metric)
-    if not data:
-        ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="0.4")
-        return False
-    variants = metric == "table_copy_bytes_per_step"
+def _series_name(impl: str, regime: str, variants: bool) -> str:
+    if variants:
+        return regime
+    return registry.record(impl).label + ("" if regime == "batched" else f", {regime}")
+
+
+def _panel(ax, family: str, data: dict[tuple[str, str], list[Point]], found: dict[tuple[str, str], Slope],
+           variants: bool) -> None:
+    """One axes: ``data``'s series (at most :data:`MAX_SERIES`) against the family's size, with their fits."""
     styles = ["-", "--", ":", "-.", (0, (5, 1)), (0, (1, 3))]
-    rank = {impl: k for k, impl in enumerate(ordered(i for i, _ in data))}
-    for k, ((impl, regime), pts) in enumerate(sorted(data.items(), key=lambda kv: (rank[kv[0][0]], kv[0][1]))):
+    for k, ((impl, regime), pts) in enumerate(data.items()):
         xs, ys = [p.x for p in pts], [p.y for p in pts]
         err = [[max(0.0, p.y - p.lo) if not math.isnan(p.lo) else 0.0 for p in pts],
                [max(0.0, p.hi - p.y) if not math.isnan(p.hi) else 0.0 for p in pts]]
         s = found.get((impl, regime))
         fit = f" {s.slope:.2f} [{s.ci_low:.2f}, {s.ci_high:.2f}]" if s else ""
-        name = regime if variants else f"{registry.record(impl).label}" + ("" if regime == "batched" else
-                                                                            f", {regime}")
         ax.errorbar(xs, ys, yerr=err, marker="o", ms=3, capsize=2, elinewidth=0.7, lw=1.1,
                     color=f"C{k % 10}" if variants else _color(impl),
                     ls=styles[k % len(styles)] if variants else ("-" if regime == "batched" else "--"),
-                    label=f"{name}{fit}")
+                    label=f"{_series_name(impl, regime, variants)}{fit}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     if family == "pool":
@@ -285,30 +284,89 @@ def _panel(ax, run: RunData, family: str, metric: str, found: dict[tuple[str, st
     ax.grid(which="both", alpha=0.25)
     ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False,
               title="slope [95 %]", title_fontsize=6.5)
-    return True
+
+
+def _chunks(data: dict[tuple[str, str], list[Point]], variants: bool) -> list[tuple[str, list[tuple[str, str]]]]:
+    """``data``'s series as (title, keys) panels of at most :data:`MAX_SERIES`: a regime's implementations by
+    role family (:func:`harness.output.drawing.series_panels`), copy variants in order."""
+    from harness.output.drawing import MAX_SERIES, series_panels
+
+    keys = list(data)
+    if variants:
+        return [("", keys[k:k + MAX_SERIES]) for k in range(0, len(keys), MAX_SERIES)]
+    regimes = list(dict.fromkeys(r for _, r in keys))
+    if regimes == ["batched"] and len(keys) <= MAX_SERIES:  # one panel says all it needs in the family's title
+        return [("", keys)]
+    return [(title if regime == "batched" else f"{regime}: {title}", [(i, regime) for i in members])
+            for regime in regimes
+            for title, members in series_panels([i for i, r in keys if r == regime])]
+
+
+def growth_panels(run: RunData) -> tuple[list[tuple[str, str, str, dict]], list[tuple[str, str, str]]]:
+    """The figure's panels, (family, metric, title, {series: points}) of at most :data:`MAX_SERIES` series
+    each, and the series left out as (family, series name, scenario): those measured at one size only (a
+    quick run's ``concurrency-256`` holds every cell of ``paper``, whose trace it is)."""
+    panels, alone = [], []
+    for family in SWEEPS:
+        if len(family_sizes(run, family)) < 2:
+            continue
+        for metric in METRICS:
+            variants = metric == "table_copy_bytes_per_step"
+            data = series(run, family, metric)
+            alone += [(family, _series_name(i, r, variants), pts[0].scenario) for (i, r), pts in data.items()
+                      if len(pts) < 2]
+            rank = {impl: k for k, impl in enumerate(ordered(i for i, _ in data))}
+            grown = {k: v for k, v in sorted(data.items(), key=lambda kv: (rank[kv[0][0]], kv[0][1]))
+                     if len(v) >= 2}
+            panels += [(family, metric, title, {k: grown[k] for k in keys})
+                       for title, keys in _chunks(grown, variants)]
+    return panels, alone
+
+
+def _left_out(alone: list[tuple[str, str, str]]) -> str:
+    """The caption's sentence on the series measured at one size only."""
+    if not alone:
+        return ""
+    where = {}
+    for family, name, scenario in alone:
+        where.setdefault((family, scenario), []).append(name)
+    parts = [f"{len(names)} at {scenario} only ({family})" for (family, scenario), names in where.items()]
+    return "Left out, measured at one size only (no growth to show): " + "; ".join(parts) + "."
+
+
+def _share_y(axes, keys: list[tuple[str, str]]) -> None:
+    """One y range for the panels of the same family and metric, so that they read against each other."""
+    for key in dict.fromkeys(keys):
+        mine = [ax for ax, k in zip(axes, keys, strict=False) if k == key]
+        lows, highs = zip(*(ax.get_ylim() for ax in mine), strict=True)
+        for ax in mine:
+            ax.set_ylim(min(lows), max(highs))
 
 
 def fig_growth(run: RunData, found: list[Slope]):
-    """Families as rows, metrics as columns, log-log; ``None`` when the run has no scale-sweep points."""
+    """A panel per family, metric and group of at most eight series, log-log; ``None`` when the run has no
+    family with two sizes."""
     from harness.output.drawing import finish as _finish
+    from harness.output.drawing import grid, hide_unused
     from harness.output.drawing import new_figure as _new_figure
 
-    families = [f for f in SWEEPS if len(family_sizes(run, f)) >= 2]
-    if not families:
+    panels, alone = growth_panels(run)
+    if not panels:
         log.warning("growth: no scale-sweep family with two sizes in this run")
         return None
-    # a metric no family measured (memory in a run without the sweeps' memory study) gets no column
-    metrics = {m: t for m, t in METRICS.items() if any(series(run, f, m) for f in families)}
-    fig, axes = _new_figure(6.4 * len(metrics), 4.2 * len(families), len(families), len(metrics))
-    for r, family in enumerate(families):
-        for c, (metric, (title, ylabel)) in enumerate(metrics.items()):
-            ax = axes[r * len(metrics) + c]
-            fits = {(s.impl, s.regime): s for s in found if s.family == family and s.metric == metric}
-            _panel(ax, run, family, metric, fits)
-            ax.set_title(f"{family}: {title}", fontsize=9)
-            ax.set_xlabel(f"{AXIS_LABELS[family]} (log scale)", fontsize=8)
-            ax.set_ylabel(f"{ylabel} (log scale)", fontsize=8)
-    return _finish(fig, run, "How cost and memory grow (error bars: 95 % intervals; legend: fitted log-log slope)")
+    nrows, ncols = grid(len(panels), 3)
+    fig, axes = _new_figure(6.4 * ncols, 4.2 * nrows, nrows, ncols)
+    for ax, (family, metric, title, data) in zip(axes, panels, strict=False):
+        fits = {(s.impl, s.regime): s for s in found if s.family == family and s.metric == metric}
+        _panel(ax, family, data, fits, metric == "table_copy_bytes_per_step")
+        name, ylabel = METRICS[metric]
+        ax.set_title(f"{family}: {name}" + (f", {title}" if title else ""), fontsize=9)
+        ax.set_xlabel(f"{AXIS_LABELS[family]} (log scale)", fontsize=8)
+        ax.set_ylabel(f"{ylabel} (log scale)", fontsize=8)
+    hide_unused(axes, len(panels))
+    _share_y(axes, [(family, metric) for family, metric, _, _ in panels])
+    return _finish(fig, run, "How cost and memory grow (error bars: 95 % intervals; legend: fitted log-log slope)",
+                   _left_out(alone))
 
 
 def render(run_dir: Path) -> list[Path]:

@@ -29,6 +29,7 @@ from harness.output.drawing import (
     label,
     log_headroom,
     num,
+    reason_word,
     status_word,
     whisker,
     word_at,
@@ -135,11 +136,11 @@ def _panel(ax: Axes, run: RunData, art: pd.DataFrame, regime: str, metric: str) 
 
 
 def _l1d_missing_words(run: RunData, regime: str) -> str:
-    """Why a row has no L1D misses: the statuses of its rate's rows (``perf: unsupported``, ``callgrind-sim:
-    skipped``)."""
+    """Why a row has no L1D misses: the reasons of its rate's rows (``perf: no PMU``, ``callgrind-sim: not run
+    (--quick)``)."""
     df = run.df
     sel = df[(df.scenario == PAPER) & (df.metric == RATE) & (df.regime == regime) & df.impl.isin(SCHEMES.values())]
-    states = sorted({f"{r.source}: {r.status}" for r in sel.itertuples()})
+    states = sorted({f"{r['source']}: {reason_word(r, run.meta)}" for r in sel.to_dict("records")})
     return "not measured in this run\n" + ("\n".join(states) if states else "(no L1D rows: the L1D study did not run)")
 
 

@@ -22,6 +22,7 @@ import math
 import re
 import statistics
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib as mpl
@@ -46,8 +47,7 @@ from harness.output.drawing import (
     ci,
     color,
     finish,
-    grid,
-    hide_unused,
+    instrument_words,
     label,
     log_headroom,
     new_figure,
@@ -66,7 +66,7 @@ from harness.output.headline import fig_paper_vs_article
 from harness.output.paced_report import FLOOR, WHOLE
 from harness.output.report import article_table
 from harness.output.results import atomic_write_bytes, ratio_metric
-from harness.output.rundata import RunData, ordered
+from harness.output.rundata import RunData, ordered, ordered_regimes
 
 __all__ = ["FIGURES", "RunData", "render_figures", "save_figure"]
 
@@ -74,8 +74,6 @@ log = logging.getLogger(__name__)
 
 DTYPE_COLORS = {"uint16": "#1b9e77", "int32": "#e6ab02", "int64": "#d95f02"}  # id widths, not implementations
 DEFAULT_RATE = 2000.0
-ARTICLE_RATE = 2000.0  # steps/s of the article's CPU-share column
-RATES = np.geomspace(100, 20_000, 121)
 PNG_DPI = 110
 
 # metric -> (axis label, raw kinds whose per-repetition totals it divides)
@@ -262,17 +260,22 @@ def fig_step_cdf(run: RunData) -> Figure | None:
 
 
 # -- CPU share ------------------------------------------------------------------------------------------
-def _concurrency_lines(run: RunData, sweep: dict[int, str]) -> list[tuple[str, str, list[tuple[int, float]]]]:
-    """(impl, regime, [(running sequences, CPU share)]) of every cell the concurrency sweep measured."""
-    lines = []
-    for regime in run.regimes(next(iter(sweep.values()), ""), "cpu_share_pct"):
+def _concurrency_lines(run: RunData, sweep: dict[int, str]) -> tuple[list, list[str]]:
+    """(impl, regime, [(running sequences, CPU share)]) of every cell the concurrency sweep measured at two sizes
+    or more, and the scenarios of those measured at one only (a quick run's concurrency-256 is paper's trace and
+    holds all of paper's cells)."""
+    lines, alone = [], []
+    regimes = ordered_regimes(r for s in sweep.values() for r in run.regimes(s, "cpu_share_pct"))
+    for regime in regimes:
         impls = list(dict.fromkeys(i for s in sweep.values() for i in run.impls(s, "cpu_share_pct", regime)))
         for impl in ordered(impls):
             pts = [(n, run.value(sweep[n], impl, regime, "cpu_share_pct")) for n in sorted(sweep)]
             pts = [(n, v) for n, v in pts if not math.isnan(v) and v > 0]
-            if pts:
+            if len(pts) >= 2:
                 lines.append((impl, regime, pts))
-    return lines
+            elif pts:
+                alone.append(sweep[pts[0][0]])
+    return lines, alone
 
 
 def _concurrency_panel(ax: Axes, run: RunData, sweep: dict[int, str], lines: list) -> None:
@@ -311,7 +314,7 @@ def fig_cpu_concurrency(run: RunData) -> Figure | None:
     for scenario, seqs in zip(rows.scenario, rows.seqs, strict=True):
         if matches(str(scenario), (SWEEP,)):
             sweep[int(seqs)] = scenario
-    lines = _concurrency_lines(run, sweep)
+    lines, alone = _concurrency_lines(run, sweep)
     if not lines:
         log.warning("cpu_share_concurrency: no cpu_share_pct rows for concurrency-N scenarios")
         return None
@@ -326,107 +329,125 @@ def fig_cpu_concurrency(run: RunData) -> Figure | None:
         ax.set_ylabel(f"block-manager CPU share at {rate:,.0f} steps/s (%, log scale)", fontsize=8.5)
     note(axes[-1], "computed: closed-loop mean\nstep time x step rate\n(solid: batched, dashed: per-call)\n"
                    "error bars: 95 % bootstrap interval")
-    return finish(fig, run, f"CPU share vs concurrency (computed at {rate:,.0f} steps/s)")
+    counts = {scenario: alone.count(scenario) for scenario in alone}
+    caption = ("Left out, measured at one size only (no line to draw): "
+               + "; ".join(f"{n} cell(s) at {scenario} only" for scenario, n in counts.items()) + ".") if alone else ""
+    return finish(fig, run, f"CPU share vs concurrency (computed at {rate:,.0f} steps/s)", caption)
 
 
-def _log_errorbar(ax: Axes, x: float, v: float, bounds: tuple[float, float] | None, **style) -> None:
-    """A point with its interval on a log axis; an interval reaching below a quarter of the point (or below zero:
-    a paced share minus its idle loop can) is drawn to there with a downward arrow, not stretched down the axis."""
-    low, high = bounds or (v, v)
-    cut = low < v / 4
-    ax.errorbar([x], [v], yerr=[[v - (v / 4 if cut else low)], [max(high - v, 0.0)]], ls="", capsize=3,
-                elinewidth=0.9, **style)
-    if cut:
-        ax.plot([x], [v / 4], marker="v", color=style.get("color", "black"), ms=4, ls="")
+# observed (paced) against computed, one marker per kind of paced loop
+PACED_KINDS = {"cpu_share_observed_pct": "paced decode calls", WHOLE: "paced one step() call"}
+PACED_MARKERS = {("cpu_share_observed_pct", "batched"): "X", ("cpu_share_observed_pct", "per-call"): "P",
+                 ("cpu_share_observed_pct", "step"): "s", (WHOLE, "batched"): "o"}
 
 
-def _observed(ax: Axes, run: RunData, impl: str, regime: str, metric: str, rate: float, marker: str) -> bool:
-    """A paced (observed) CPU share at ``rate`` with its interval; whether one was drawn."""
-    v = run.value(PAPER, impl, regime, metric)
-    if math.isnan(v) or v <= 0:
-        return False
-    _log_errorbar(ax, rate, v, ci(run.get(PAPER, impl, regime, metric)), marker=marker, color=color(impl),
-                  mec="black", mew=0.6, ms=8)
-    return True
+@dataclass(frozen=True)
+class PacedPoint:
+    """A cell's observed paced share (``y``) against its computed share at the same rate (``x``), intervals."""
+
+    impl: str
+    regime: str
+    metric: str
+    x: float
+    y: float
+    x_ci: tuple[float, float] | None
+    y_ci: tuple[float, float] | None
+    rate: float
 
 
-def _floor_marker(ax: Axes, run: RunData, rate: float) -> bool:
-    """The paced do-nothing crossing (``paced_floor_pct``) at ``rate``, with its interval."""
+def paced_points(run: RunData) -> tuple[list[PacedPoint], int]:
+    """Every paced share of the paper scenario with the computed share of its own cell, the latter scaled to the
+    paced rate (it is mean step time x rate); and how many paced figures had nothing to pair or were <= 0."""
+    points, unpaired = [], 0
+    for metric in PACED_KINDS:
+        for regime in run.regimes(PAPER, metric):
+            for impl in run.impls(PAPER, metric, regime):
+                obs, comp = run.get(PAPER, impl, regime, metric), run.get(PAPER, impl, regime, "cpu_share_pct")
+                y, x = run.value(PAPER, impl, regime, metric), run.value(PAPER, impl, regime, "cpu_share_pct")
+                if not (x > 0 and y > 0):
+                    unpaired += obs is not None and obs["status"] == "ok"
+                    continue
+                scale = _rate_of(obs) / _rate_of(comp)
+                x_ci = ci(comp)
+                points.append(PacedPoint(impl, regime, metric, x * scale, y,
+                                         (x_ci[0] * scale, x_ci[1] * scale) if x_ci else None, ci(obs),
+                                         _rate_of(obs)))
+    return points, unpaired
+
+
+def _paced_errorbars(ax: Axes, impl: str, pts: list[PacedPoint]) -> None:
+    """One implementation's points: both intervals (an interval reaching below a quarter of its point, or below
+    zero, is cut there and marked with an arrow), a marker per kind of paced loop."""
+    def err(v: float, bounds: tuple[float, float] | None) -> tuple[float, float]:
+        lo, hi = bounds or (v, v)
+        return v - max(lo, v / 4), max(hi - v, 0.0)
+
+    xerr = np.array([err(p.x, p.x_ci) for p in pts]).T
+    yerr = np.array([err(p.y, p.y_ci) for p in pts]).T
+    ax.errorbar([p.x for p in pts], [p.y for p in pts], xerr=xerr, yerr=yerr, ls="", color=color(impl),
+                elinewidth=0.9, capsize=2.5, label=label(impl))
+    for p in pts:
+        ax.plot([p.x], [p.y], marker=PACED_MARKERS.get((p.metric, p.regime), "d"), color=color(impl),
+                mec="black", mew=0.6, ms=8, ls="")
+        if p.y_ci and p.y_ci[0] < p.y / 4:
+            ax.plot([p.x], [p.y / 4], marker="v", color=color(impl), ms=4, ls="")
+
+
+def _paced_floor(ax: Axes, run: RunData) -> Line2D | None:
+    """The do-nothing crossing (``paced_floor_pct``) as a line with its interval as a band; its legend handle."""
     v = run.value(PAPER, "-", "-", FLOOR)
-    if math.isnan(v) or v <= 0:
-        return False
-    _log_errorbar(ax, rate * 1.12, v, ci(run.get(PAPER, "-", "-", FLOOR)), marker="_", color="black", ms=14, mew=2)
-    ax.text(rate * 1.2, v, "paced floor: a compiled call\nthat does nothing", fontsize=6.5, va="center")
-    return True
-
-
-def _rate_panel(ax: Axes, run: RunData, regime: str, impls: list[str], rate: float) -> bool:
-    """Computed lines of one panel, observed paced points; whether any observed point was drawn."""
-    observed = False
-    for impl in impls:
-        mean_step = run.value(PAPER, impl, regime, "step_mean_ns")
-        if not mean_step > 0:
-            continue
-        ax.plot(RATES, mean_step * RATES / 1e9 * 100, ls=regime_style(regime), color=color(impl), lw=1.3,
-                label=label(impl))
-        marker = "X" if regime == "batched" else "P"
-        observed |= _observed(ax, run, impl, regime, "cpu_share_observed_pct", rate, marker)
-        observed |= _observed(ax, run, impl, regime, WHOLE, rate * 0.89, "o")
-    art = article_table()
-    for scheme, impl in SCHEMES.items():
-        if scheme in art.index and impl in impls:
-            a = art.loc[scheme]
-            ax.plot(ARTICLE_RATE, float(a.cpu_share_pct_at_2000_steps_s), marker=article_marker(a.bound)[0],
-                    mfc="none", mec=color(impl), mew=1.5, ms=9, ls="")
-    if "flat" in impls and regime == "batched":
-        observed |= _floor_marker(ax, run, rate)
-    ax.axvline(rate, color="0.3", lw=0.8, ls=":")
-    ax.axhline(100, color="black", lw=0.8, ls=":")
-    ax.text(RATES[0], 100, " 100 % = one core", va="bottom", fontsize=7.5)
-    return observed
-
-
-def fig_cpu_rate(run: RunData) -> Figure | None:
-    """CPU share against the step rate: computed lines (linear in the rate), observed paced points at 2,000 with
-    their intervals, the paced floor; a panel per regime and family (at most eight lines), one shared axis."""
-    panels = regime_panels(run, PAPER, ("step_mean_ns",), lambda r, i: run.value(PAPER, i, r, "step_mean_ns") > 0)
-    panels = [p for p in panels if p[2]]
-    if not panels:
-        log.warning("cpu_share_rate: no step_mean_ns rows for the %s scenario", PAPER)
+    if not v > 0:
         return None
-    first = panels[0]
-    rate = _rate_of(run.get(PAPER, first[2][0], first[0], "cpu_share_pct"))
-    nrows, ncols = grid(len(panels))
-    fig, axes = new_figure(6.6 * ncols + 1.5, 4.6 * nrows, nrows, ncols, sharex=True, sharey=True)
-    observed = False
-    for ax, (regime, title, impls) in zip(axes, panels, strict=False):
-        observed |= _rate_panel(ax, run, regime, impls, rate)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("decode step rate (steps/s, log)")
-        ax.set_ylabel("CPU share (% of one core, log)")
-        ax.set_title(f"{regime} regime: {title}", fontsize=9.5)
-        ax.grid(which="both", alpha=0.25)
-        ax.xaxis.set_tick_params(labelbottom=True)
-        ax.yaxis.set_tick_params(labelleft=True)
-        ax.legend(fontsize=7, loc="lower right", frameon=True, framealpha=0.9)
-    hide_unused(axes, len(panels))
-    handles = [Line2D([], [], marker="X", ls="", color="0.6", mec="black", label="observed, paced: decode calls"),
-               Line2D([], [], marker="o", ls="", color="0.6", mec="black", label="observed, paced: one step() call"),
-               Line2D([], [], marker="_", ls="", color="black", ms=12, mew=2, label="paced floor (do-nothing call)"),
-               Line2D([], [], marker="D", ls="", mfc="none", mec="black", label=f"{ARTICLE} (colour = design)")]
-    if len(axes) > len(panels):  # the grid's empty cell holds the markers' key, clear of titles and caption
-        key = axes[len(panels)]
-        key.set_visible(True)
-        key.axis("off")
-        key.legend(handles=handles, fontsize=8, loc="center", frameon=False, title="markers")
-    else:
-        fig.legend(handles=handles, fontsize=7.5, loc="outside right upper", frameon=False)
-    caption = (f"Lines: computed, closed-loop mean step time x rate. Markers at {rate:,.0f} steps/s: observed, an open "
-               "loop paced from Python (median over interleaved repetitions, 95 % interval; an arrow: the interval "
-               "reaches further down, below zero included)"
-               + ("." if observed else "; none in this run."))
-    return finish(fig, run, "CPU share vs step rate, paper scenario: computed lines, observed points", caption)
+    if bounds := ci(run.get(PAPER, "-", "-", FLOOR)):
+        ax.axhspan(max(bounds[0], v / 4), bounds[1], color="0.85", zorder=0)
+    return ax.axhline(v, color="black", lw=1.2, ls="-.", label="paced floor: a compiled call that does nothing")
+
+
+def _paced_panel(ax: Axes, run: RunData, pts: list[PacedPoint], limits: tuple[float, float]) -> None:
+    for impl in ordered(p.impl for p in pts):
+        _paced_errorbars(ax, impl, [p for p in pts if p.impl == impl])
+    ax.plot(limits, limits, color="0.4", lw=0.9, ls=":", label="observed = computed")
+    floor = _paced_floor(ax, run)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(*limits)
+    ax.set_ylim(*limits)
+    ax.set_aspect("equal")
+    ax.grid(which="both", alpha=0.25)
+    kinds = dict.fromkeys((p.metric, p.regime) for p in pts)
+    handles, _ = ax.get_legend_handles_labels()
+    handles = [h for h in handles if h is not floor] + ([floor] if floor is not None else [])
+    handles += [Line2D([], [], marker=PACED_MARKERS.get(k, "d"), ls="", color="0.6", mec="black",
+                       label=f"{PACED_KINDS[k[0]]}, {k[1]} cell") for k in kinds]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False)
+
+
+def fig_cpu_paced(run: RunData) -> Figure | None:
+    """CPU share observed in a paced loop against the share computed from the closed loop, cell by cell (paper
+    scenario), with both intervals; a panel per family of at most eight implementations, one shared scale."""
+    points, unpaired = paced_points(run)
+    if not points:
+        log.warning("cpu_share_paced: no paced CPU-share rows with a computed share in the %s scenario", PAPER)
+        return None
+    values = [v for p in points for v in (p.x, p.y, *(p.x_ci or ()), *(p.y_ci or ())) if v > 0]
+    floor = run.value(PAPER, "-", "-", FLOOR)
+    values += [floor] if floor > 0 else []
+    limits = (min(values) / 3, max(values) * 3)
+    panels = series_panels(ordered(p.impl for p in points))
+    fig, axes = new_figure(9.5, 6.2 * len(panels), len(panels), 1)
+    for ax, (title, members) in zip(axes, panels, strict=True):
+        _paced_panel(ax, run, [p for p in points if p.impl in members], limits)
+        ax.set_title(title, fontsize=9.5)
+        ax.set_xlabel(f"computed: closed-loop mean step time x {fmt(points[0].rate)} steps/s (% of one core, log)")
+        ax.set_ylabel(f"observed: paced at {fmt(points[0].rate)} steps/s (% of one core, log)")
+    caption = ("Each point: one cell's CPU share in an open loop paced from Python (median over interleaved "
+               "repetitions) against the share computed from its closed-loop mean step time at the same rate; "
+               "bars: 95 % intervals (an arrow: the interval reaches further down, below zero included). Above "
+               "the diagonal the paced loop costs more than its timed calls; no block manager entered once per step "
+               "goes below the floor.")
+    if unpaired:
+        caption += f" {unpaired} paced figure(s) without a computed share, or at zero, are not drawn."
+    return finish(fig, run, "CPU share, paper scenario: observed in a paced loop against computed", caption)
 
 
 def _grouped_values(run: RunData, metric: str, impls: list[str], regimes: list[str], width: float) -> Iterator:
@@ -450,8 +471,8 @@ def _l1d_bars(ax: Axes, run: RunData, metric: str, impls: list[str], regimes: li
     art = article_table()
     for x, impl, regime, row, v in _grouped_values(run, metric, impls, regimes, width):
         if math.isnan(v):
-            if (impl, regime) in ran:
-                word_at(ax, x, status_word(row or run.get(PAPER, impl, regime, "l1d_miss_pct"), run.meta))
+            if (impl, regime) in ran:  # each instrument's reason, from the rate's rows (a count has none of its own)
+                word_at(ax, x, instrument_words(run.rows(PAPER, impl, regime, "l1d_miss_pct"), run.meta))
             continue
         ax.bar(x, v, width, color=color(impl), hatch=regime_hatch(regime), edgecolor="white")
         ax.text(x, v, f" {v:.2g} {row['source']}", ha="center", va="bottom", fontsize=6.3, rotation=90)
@@ -699,7 +720,7 @@ FIGURES: dict[str, Callable[[RunData], Figure | None]] = {
     "op_latency": fig_op_latency,
     "step_cdf": fig_step_cdf,
     "cpu_share_concurrency": fig_cpu_concurrency,
-    "cpu_share_rate": fig_cpu_rate,
+    "cpu_share_paced": fig_cpu_paced,
     "l1d_miss": fig_l1d,
     "allocs_per_step": fig_allocs,
     "idwidth": fig_idwidth,

@@ -72,6 +72,12 @@ class RunData:
         """The row as a dict, or None when the run has no such figure."""
         return self.index.get((scenario, impl, regime, metric))
 
+    def rows(self, scenario: str, impl: str, regime: str, metric: str) -> list[dict]:
+        """Every row of the figure, one per instrument that tried (perf's and callgrind's L1D rows)."""
+        df = self.df
+        sel = df[(df.scenario == scenario) & (df.impl == impl) & (df.regime == regime) & (df.metric == metric)]
+        return sel.to_dict("records")
+
     def value(self, scenario: str, impl: str, regime: str, metric: str) -> float:
         """The figure if it was measured (status ok, finite), else NaN."""
         row = self.get(scenario, impl, regime, metric)
