@@ -5,8 +5,8 @@ implementations it gates (``--impl``, registry names and plug-ins; else the conf
 article's designs and their compiled twins in both regimes and the C++ designs batched), always with batched
 ``flat``, the base of every ratio:
 
-1. allocations per step of every cell (memray events and Numba runtime allocations, steps minus an empty
-   region, as in :mod:`harness.counters.allocations`);
+1. allocations per step of every cell: exact integer counts of the design's own allocations, by the
+   instrument its loop allows (:mod:`harness.measure.alloc_cells`), and Numba runtime allocations;
 2. instructions: callgrind counts per sequence-step of every cell, from two independent valgrind runs that
    must agree exactly;
 3. optionally, wall clock: one batched step of two implementations in this one process.
@@ -35,9 +35,9 @@ from pathlib import Path
 from harness.ci import gate_baseline
 from harness.ci.gate_config import GateConfig, Rule, load_config
 from harness.counters import callgrind
-from harness.counters.allocations import allocations_per_step
 from harness.counters.regions import prepare_cell
 from harness.errors import InputError
+from harness.measure.alloc_cells import alloc_kind, cell_allocations
 from harness.measure.clock import tsc_usable
 from harness.measure.drivers import Prepared, compiled_driver, run_compiled, run_interpreted
 from harness.output import metadata
@@ -70,8 +70,9 @@ class CellFigures:
     regime: str
     instructions: list[int] | None = None  # one count per callgrind run
     seq_steps: int | None = None
-    memray_per_step: float | None = None
+    memray_per_step: float | None = None  # the design's allocations per step, by ``alloc_source``
     nrt_per_step: float | None = None
+    alloc_source: str | None = None  # memray, nrt-stats or counting allocator
 
     @property
     def instructions_per_seq_step(self) -> float | None:
@@ -126,11 +127,17 @@ def gate_trace() -> Trace:
 
 
 def allocations(prep: Prepared, impl: str, regime: str, warm: int, steps: int,
-                cls: type | None = None) -> tuple[float, float]:
-    """Allocations per step (memray, Numba runtime) of steps ``[warm, warm + steps)``, less an empty region."""
-    _, advance, _ = prepare_cell(prep, impl, regime, cls)
+                cls: type | None = None) -> tuple[float, float, str]:
+    """(the design's allocations per step, Numba runtime allocations per step, the first one's instrument) over
+    steps ``[warm, warm + steps)``: exact counts (:func:`harness.measure.alloc_cells.cell_allocations`)."""
+    mgr, advance, _ = prepare_cell(prep, impl, regime, cls)
     advance(0, warm)
-    return allocations_per_step(advance, warm, warm + steps)
+    figures = {f.metric: f for f in cell_allocations(alloc_kind(type(mgr), regime), regime, prep, mgr, advance,
+                                                     warm, warm + steps)}
+    design, nrt = figures["allocs_per_step"], figures["nrt_allocs_per_step"]
+    if design.status != "ok":
+        raise InputError(f"{impl} {regime}: allocations not counted ({design.how})")
+    return design.per_step, nrt.per_step, design.source
 
 
 def _median_step_ns(cls: type, prep: Prepared) -> float:
@@ -156,8 +163,8 @@ def rule_failures(rule: Rule, cell: CellFigures, base_ir: float | None) -> list[
     name, failures = f"{rule.impl} {rule.regime}", []
     if rule.zero_allocations and cell.memray_per_step is not None and (
             cell.memray_per_step != 0 or cell.nrt_per_step != 0):
-        failures.append(f"{name} allocates: {cell.memray_per_step:g} memray events and {cell.nrt_per_step:g} "
-                        "Numba runtime allocations per step (must be 0)")
+        failures.append(f"{name} allocates: {cell.memray_per_step:g} ({cell.alloc_source or 'memray'}) and "
+                        f"{cell.nrt_per_step:g} Numba runtime allocations per step (must be 0)")
     ir = cell.instructions_per_seq_step
     floor, ceiling = rule.min_instructions_vs_base, rule.max_instructions_per_seq_step
     if floor is not None and ir is not None and base_ir and ir / base_ir < floor:
@@ -197,7 +204,7 @@ def table(cells: dict[tuple[str, str], CellFigures], config: GateConfig | None =
     width = max([10, *(len(impl) for impl, _ in cells)])
     lines = [
         f"{'impl':<{width}} {'regime':<9} {'instr/seq-step':>14} {'x batched flat':>14} {'floor':>6} "
-        f"{'ceiling':>7} {'allocs/step memray':>18} {'allocs/step nrt':>15}",
+        f"{'ceiling':>7} {'allocs/step':>18} {'allocs/step nrt':>15}  allocs source",
     ]
     for key, cell in cells.items():
         ir = cell.instructions_per_seq_step
@@ -208,7 +215,7 @@ def table(cells: dict[tuple[str, str], CellFigures], config: GateConfig | None =
         lines.append(
             f"{cell.impl:<{width}} {cell.regime:<9} {_fmt(ir, ',.1f'):>14} {_fmt(ratio, '.1f'):>14} "
             f"{_fmt(floor, 'g'):>6} {_fmt(ceiling, 'g'):>7} {_fmt(cell.memray_per_step, '.2f'):>18} "
-            f"{_fmt(cell.nrt_per_step, '.2f'):>15}"
+            f"{_fmt(cell.nrt_per_step, '.2f'):>15}  {cell.alloc_source or '-'}"
         )
     return "\n".join(lines)
 
@@ -306,7 +313,8 @@ def _measure(args, cells: dict, classes: dict, prep: Prepared, config: GateConfi
         print(f"wall clock, batched step, 256 sequences: {w.slower} {wall[0] / 1e3:.1f} us, {w.faster} "
               f"{wall[1] / 1e3:.2f} us, ratio {wall[0] / wall[1]:.1f}x (floor {w.min_ratio:g}x)", flush=True)
     for (impl, regime), cell in cells.items():
-        cell.memray_per_step, cell.nrt_per_step = allocations(prep, impl, regime, WARM_STEPS, STEPS, classes[impl])
+        cell.memray_per_step, cell.nrt_per_step, cell.alloc_source = allocations(prep, impl, regime, WARM_STEPS,
+                                                                                 STEPS, classes[impl])
     phases.done("allocations")
     failures: list[str] = []
     unmeasured = "instruction counts skipped (--no-callgrind)" if args.no_callgrind else ""

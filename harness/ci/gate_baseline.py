@@ -66,7 +66,8 @@ def compare_cell(key: Cell, old: dict, new: dict, tolerance_pct: float) -> tuple
     allocations where the baseline had none, fails; a fall beyond it is a note (update the baseline)."""
     name = f"{key[0]} {key[1]}"
     if _zero(old) and new.get("memray_per_step") is not None and not _zero(new):
-        return (f"{name} allocates now ({new.get('memray_per_step'):g} memray events, {new.get('nrt_per_step'):g} "
+        return (f"{name} allocates now ({new.get('memray_per_step'):g} ({new.get('alloc_source') or 'memray'}), "
+                f"{new.get('nrt_per_step'):g} "
                 "Numba runtime allocations per step); the baseline allocated nothing"), ""
     before, now = per_seq_step(old), per_seq_step(new)
     if before is None or now is None:

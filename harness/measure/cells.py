@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.counters.allocations import allocations_per_step
 from harness.errors import DesignFailure
+from harness.measure.alloc_cells import cell_allocations
 from harness.measure.dispatch import calls_per_trace, dispatch_rows, empty_call_ns, has_dispatch
-from harness.measure.drivers import Prepared, native_arrays
+from harness.measure.drivers import Prepared
 from harness.measure.failures import blamed_on
 from harness.measure.interleave import FAST_REPS, Driver, Key, Replays, interleaved, slice_bounds, verify_slots
 from harness.measure.paced_study import paced_study_rows
@@ -190,8 +190,8 @@ class CellBench:
 
     # -- cell studies ----------------------------------------------------------------------------------------
     def measure_allocations(self, cells: list[Cell]) -> None:
-        """Allocation events per step over ALLOC_STEPS steps (see :func:`allocations_per_step`), on a fresh
-        manager advanced (uncounted) to the region's first step."""
+        """Allocation events per step over ALLOC_STEPS steps (:func:`harness.measure.alloc_cells.cell_allocations`),
+        on a fresh manager advanced (uncounted) to the region's first step."""
         lo = min(WARM_STEPS, max(0, self.prep.num_steps - ALLOC_STEPS))
         hi = min(self.prep.num_steps, lo + ALLOC_STEPS)
         for cell in cells:
@@ -202,30 +202,14 @@ class CellBench:
     def _allocations(self, cell: Cell, lo: int, hi: int) -> None:
         impl, regime = cell
         driver = self.drivers[(*cell, "")]
-        advance = driver.advance(driver.new())
-        advance(0, lo)
-        counts = allocations_per_step(advance, lo, hi)
-        driver.check_inputs(0, hi)
-        if driver.kind == "native":  # first: reports show the first measured row of a figure
-            self._native_allocations(driver, lo, hi)
-        for metric, value, source in (("allocs_per_step", counts[0], "memray"),
-                                      ("nrt_allocs_per_step", counts[1], "nrt-stats")):
-            self.row(impl, regime, metric, value, "allocs/step", source,
-                     f"steps {lo}-{hi} via the {driver.kind} driver, minus the same call over zero steps",
-                     steps=hi - lo, driver=driver.kind)
-
-    def _native_allocations(self, driver: Driver, lo: int, hi: int) -> None:
-        """The C++ containers' own allocation calls per step (their counting allocator), without the Python
-        wrapper around the replay call that memray also sees."""
-        from harness.measure import native
-
         mgr = driver.new()
-        native.replay(mgr, native_arrays(self.prep), False, 0, lo)
-        allocs = native.replay(mgr, native_arrays(self.prep), False, lo, hi).allocs
-        self.row(driver.impl, driver.regime, "allocs_per_step", float(allocs.mean()) if len(allocs) else 0.0,
-                 "allocs/step", "counting allocator",
-                 f"steps {lo}-{hi}: operator new calls of the C++ containers, counted in the library", steps=hi - lo,
-                 driver="native")
+        advance = driver.advance(mgr)
+        advance(0, lo)
+        figures = cell_allocations(driver.kind, regime, driver.inputs, mgr, advance, lo, hi)
+        driver.check_inputs(0, hi)
+        for fig in figures:
+            self.row(impl, regime, fig.metric, fig.per_step, "allocs/step", fig.source, fig.how, steps=fig.steps,
+                     driver=driver.kind, status=fig.status)
 
     def measure_paced(self, cells: list[Cell]) -> None:
         """The paced study (:mod:`harness.measure.paced_study`): every cell's paced loops and the floor, repeated

@@ -41,10 +41,11 @@ RESULTS_DIR = Path("results")
 STATUSES = ("ok", "unsupported", "unavailable", "skipped", "failed")
 SCHEMA_VERSION = 3
 DRIVERS = ("python", "compiled", "native")  # the loops that issue a replay's calls (the ``driver`` column)
-# Figures that may be negative: a counted region minus an empty region can come out below zero by noise, and
-# so can a difference of two timed medians (the cache-operation study's derived rows) or a paced run's thread
-# time minus its idle run's.
-SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "aa_ratio_log", "cache_insert_ns",
+# Figures that may be negative: a design's allocations above its floor (it may allocate less than the floor),
+# a difference of two timed medians (the cache-operation study's derived rows), a paced run's thread time minus
+# its idle run's; and allocation counts of runs made before they were exact (steps minus an empty region).
+SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "allocs_above_floor_per_step",
+                            "aa_ratio_log", "cache_insert_ns",
                             "cache_evict_ns", "cpu_share_observed_pct", "cpu_share_observed_whole_step_pct",
                             "paced_floor_pct", "paced_above_floor_pct"})
 MAX_ABS_VALUE = 1e15  # no figure we publish comes near this (1e15 ns is eleven days)
