@@ -528,7 +528,8 @@ def fig_l1d(run: RunData) -> Figure | None:
 
 def fig_allocs(run: RunData) -> Figure | None:
     """Allocation events per decode step per design and regime (symlog: flat allocates nothing)."""
-    metrics = [(m, t) for m, t in (("allocs_per_step", "the design's own allocations (exact: memray by its frames, NRT stats, C++ counter)"),
+    own = "the design's own allocations (exact: memray by its frames, NRT stats, C++ counter)"
+    metrics = [(m, t) for m, t in (("allocs_per_step", own),
                                    ("nrt_allocs_per_step", "Numba runtime allocations (NRT stats)"))
                if run.regimes(PAPER, m)]
     if not metrics:
