@@ -304,7 +304,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise UsageError(info.reason)
         caching = " (prefix caching included)" if info.prefix_caching else ""
         print(f"checking {info.described}: {args.seeds} seed(s) x {args.examples} random call sequences of up to "
-              f"{args.ops} calls against the reference model{caching}, then the 65,536-block pool", flush=True)
+              f"{args.ops} calls against the reference model{caching} at block sizes 1 to 64, then the 65,536-block "
+              "pool at each", flush=True)
         result = worker.run(CheckJob(args.impl, args.seeds, args.examples, args.ops))
         ok, text = result.ok, result.text
     except CellDied as died:
@@ -516,7 +517,8 @@ def build_parser() -> Parser:
                                    "ids; "
                                    "failed calls must leave the state as it was; the batched step must equal the "
                                    "same appends made one at a time; inputs must be left as they were and "
-                                   "table_nbytes an int from 0 to 2**40 (or None); then the full 65,536-block pool. "
+                                   "table_nbytes an int from 0 to 2**40 (or None); at block sizes 1 to 64, pools of a "
+                                   "handful of blocks and of 65,536; then the full 65,536-block pool at each. "
                                    "Prints the shortest failing call sequence as runnable Python. Exit 0 only when it "
                                    "conforms.")
     p.add_argument("impl", help="a registered name, package.module:Class, or a kvblock_bench.impls entry point")

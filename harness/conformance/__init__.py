@@ -12,7 +12,7 @@ machine on every registered implementation (``tests/test_contract_stateful.py``)
 
 from .check import Failure, Verdict, check, render_reproduction
 from .idmap import IdMap
-from .machine import CONFIG, OPS, SENTINEL, ContractMachine, contract_machine, snapshot
+from .machine import CONFIG, CONFIGS, OPS, SENTINEL, ContractMachine, contract_machine, snapshot
 
-__all__ = ["CONFIG", "OPS", "SENTINEL", "ContractMachine", "Failure", "IdMap", "Verdict", "check",
+__all__ = ["CONFIG", "CONFIGS", "OPS", "SENTINEL", "ContractMachine", "Failure", "IdMap", "Verdict", "check",
            "contract_machine", "render_reproduction", "snapshot"]

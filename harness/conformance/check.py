@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, Verbosity, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.stateful import run_state_machine_as_test
 
-from .machine import ContractMachine, contract_machine
+from .machine import CONFIGS, FULL_SWEEP, ContractMachine, contract_machine
 
 DEFAULT_SEEDS = (0,)
 MESSAGE_CHARS = 2000  # a failure's message as printed (an implementation's own exception may be far longer)
@@ -31,6 +31,7 @@ class Failure:
     message: str
     steps: list[str]
     reproduction: str
+    config: dict[str, int] = field(default_factory=dict)
 
     @property
     def calls(self) -> list[str]:
@@ -38,7 +39,8 @@ class Failure:
         return [step for step in self.steps if step != "state.same_state()"]
 
     def __str__(self) -> str:
-        return f"seed {self.seed}: {self.error_type}: {_cut(self.message)} (after {len(self.calls)} calls)"
+        where = f", block size {self.config['block_size']}, {self.config['num_blocks']} blocks" if self.config else ""
+        return f"seed {self.seed}{where}: {self.error_type}: {_cut(self.message)} (after {len(self.calls)} calls)"
 
 
 def _cut(text: str) -> str:
@@ -113,7 +115,7 @@ def _run_one(cls: type, machine: type[ContractMachine], seed: int, run_settings:
         steps = list(made[-1].steps) if made else []
         error = f"{type(exc).__name__}: {exc}"
         return Failure(seed, type(exc).__name__, str(exc), steps,
-                       render_reproduction(cls, machine.config, steps, error))
+                       render_reproduction(cls, machine.config, steps, error), machine.config)
     return None
 
 
@@ -122,13 +124,14 @@ def check(cls: type, *, seeds: Iterable[int | None] = DEFAULT_SEEDS, max_example
           step_count: int = 40, progress: Callable[[], None] = lambda: None) -> Verdict:
     """Check one BlockManager class against the contract's reference model.
 
-    For each seed (``None``: a random one, reported in the verdict), Hypothesis runs up to ``max_examples``
-    random sequences of up to ``step_count`` valid and invalid calls restricted to ``ops`` (names from
-    :data:`~harness.conformance.machine.OPS`; default all), on ``cls(**config)`` (default
-    :data:`~harness.conformance.machine.CONFIG`), and shrinks the first disagreement it finds. Compared after
-    every call: results, exception types, atomicity of failed calls, free counts, ref counts, tables,
-    copy-on-write pairs and slots (up to a renaming of block ids), and the batched ``decode_step`` and
-    ``lookup`` against the same calls made one at a time.
+    For each seed (``None``: a random one, reported in the verdict) and each configuration (``config``, or by
+    default every one of :data:`~harness.conformance.machine.CONFIGS`: block sizes 1 to 64, pools of a handful
+    of blocks and of 65,536), Hypothesis runs random sequences of up to ``step_count`` valid and invalid calls
+    restricted to ``ops`` (names from :data:`~harness.conformance.machine.OPS`; default all), ``max_examples``
+    per seed shared among the configurations (rounded up; a pool above ``FULL_SWEEP`` blocks gets a quarter
+    share), and shrinks the first disagreement it finds. Compared after every call: results, exception types,
+    atomicity of failed calls, free counts, ref counts, tables, copy-on-write pairs and slots (up to a renaming
+    of block ids), and the batched ``decode_step`` and ``lookup`` against the same calls made one at a time.
 
     ``progress()`` is called as each example starts (a worker process reports it, so that a long check is not
     taken for a hung one).
@@ -137,9 +140,18 @@ def check(cls: type, *, seeds: Iterable[int | None] = DEFAULT_SEEDS, max_example
     imported by its module and name). No example database is read or written: a verdict depends only on
     the class, the seeds and the settings.
     """
-    machine = contract_machine(cls, config, ops)
-    run_settings = settings(
-        max_examples=max_examples,
+    configs = CONFIGS if config is None else (config,)
+    share = -(-max_examples // len(configs))
+    used = [random.randrange(2**32) if s is None else int(s) for s in seeds]
+    runs = [(contract_machine(cls, c, ops), _settings(share if c["num_blocks"] <= FULL_SWEEP else share // 4,
+                                                      step_count)) for c in configs]
+    failures = [f for f in (_first_failure(cls, runs, s, progress) for s in used) if f is not None]
+    return Verdict(f"{cls.__module__}.{cls.__qualname__}", not failures, used, failures)
+
+
+def _settings(max_examples: int, step_count: int) -> settings:
+    return settings(
+        max_examples=max(1, max_examples),
         stateful_step_count=step_count,
         deadline=None,  # the first calls of compiled designs load or compile kernels
         database=None,
@@ -147,6 +159,13 @@ def check(cls: type, *, seeds: Iterable[int | None] = DEFAULT_SEEDS, max_example
         report_multiple_bugs=False,  # one shrunk failure per seed, not an exception group
         suppress_health_check=[HealthCheck.too_slow],
     )
-    used = [random.randrange(2**32) if s is None else int(s) for s in seeds]
-    failures = [f for f in (_run_one(cls, machine, s, run_settings, progress) for s in used) if f is not None]
-    return Verdict(f"{cls.__module__}.{cls.__qualname__}", not failures, used, failures)
+
+
+def _first_failure(cls: type, runs: list[tuple[type[ContractMachine], settings]], seed: int,
+                   progress: Callable[[], None]) -> Failure | None:
+    """One seed's run over the configurations in order, up to the first that fails."""
+    for machine, run_settings in runs:
+        failure = _run_one(cls, machine, seed, run_settings, progress)
+        if failure is not None:
+            return failure
+    return None
