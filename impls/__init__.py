@@ -1,15 +1,10 @@
-"""KV-cache BlockManager implementations behind one contract (see :mod:`impls.contract`).
-
-Which implementations exist, and every fact about each, is in :mod:`impls.registry`. ``REGISTRY`` maps the
-names that import here to their classes; ``UNAVAILABLE`` maps the others to what to install. Both are made on
-first use (importing a submodule such as :mod:`impls.core.reference` loads no design, builds no C++).
-"""
+"""KV-cache BlockManager implementations behind one contract (see :mod:`impls.contract`)."""
 
 from __future__ import annotations
 
 from impls.core.numba_cache import pin_numba_cache
 
-pin_numba_cache()  # before any @njit(cache=True) in the modules the registry imports
+pin_numba_cache()
 
 from impls.contract import BlockManager, NoFreeBlocksError  # noqa: E402
 from impls.registry import RECORDS, load_all  # noqa: E402
