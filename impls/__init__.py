@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from impls.core.numba_cache import pin_numba_cache
 
-pin_numba_cache()
+pin_numba_cache()  # before any @njit(cache=True) in the modules the registry imports
 
 from impls.contract import BlockManager, NoFreeBlocksError  # noqa: E402
 from impls.registry import RECORDS, load_all  # noqa: E402

@@ -152,7 +152,7 @@ def table_nbytes_problem(value: object) -> str:
 
 @runtime_checkable
 class BlockManager(Protocol):
-    """What the harness and the tests rely on. See README.md, "The contract"."""
+    """What the harness and the tests rely on (docs/contract.md)."""
 
     num_blocks: int
     block_size: int

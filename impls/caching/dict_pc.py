@@ -17,6 +17,7 @@ class DictPcBlockManager(CachingPlumbing, DictBlockManager):
         n = self.num_blocks
         self._cache: dict[int, int] = {}
         self._hash_of = [0] * n
+        # The evictable ring: index n is the sentinel (prev = newest, next = oldest); links outside it are stale.
         self._prev = [n] * (n + 1)
         self._next = [n] * (n + 1)
         self._num_evictable = 0

@@ -132,7 +132,6 @@ def _lru_push(ints, ext, prev, nxt, block):
 
 @njit(cache=True, inline="always")
 def _lru_unlink(ints, ext, prev, nxt, block):
-    """Take ``block`` (evictable) out of the LRU."""
     p, n = ints[_u(prev + block)], ints[_u(nxt + block)]
     if p < 0:
         ints[ext + HEAD] = n
@@ -174,14 +173,12 @@ def _free_count(ints, ext):
 
 @njit(cache=True, inline="always")
 def _take_row(table, ints, keys, ext, refs, stack, seq, need):
-    """Row ``seq``'s first ``need`` blocks, each take in turn (any may evict)."""
     for j in range(need):
         table[_u(seq), _u(j)] = _take(ints, keys, ext, refs, stack)
 
 
 @njit(cache=True, inline="always")
 def _pool_context(ints, ext):
-    """The hash table's capacity and where the LRU's links start."""
     cap = np.int64(1) << ints[ext + CAP_BITS]
     prev = ext + FIELDS + cap
     return cap, prev, prev + ints[NUM_BLOCKS]
@@ -458,7 +455,6 @@ class FlatPcBlockManager(FlatBlockManager):
         return int(self.ints[TOP]) + int(self.ints[self._ext + EVICT])
 
     def num_cached_blocks(self) -> int:
-        """Blocks that carry a hash (in use or evictable)."""
         return int(self.ints[self._ext + CACHED])
 
     @property

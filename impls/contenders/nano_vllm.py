@@ -51,11 +51,11 @@ class Sequence:
 
 
 class BlockManager:
-    """nano-vllm's block manager, its prefix cache's lookups left out (the module docstring)."""
+    """nano-vllm's block manager, its prefix cache's lookups left out (docs/implementations.md)."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.block_size = block_size
-        self.opens = 1 % block_size
+        self.opens = 1 % block_size  # ours: `1 % block_size`, not nano-vllm's `1`, for block size 1
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.hash_to_block_id: dict[int, int] = {}
         self.free_block_ids: deque[int] = deque(range(num_blocks))

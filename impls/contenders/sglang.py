@@ -17,7 +17,7 @@ def get_num_new_pages(seq_lens: torch.Tensor, page_size: int, prefix_lens: torch
     """Pages a batch takes, from its host lengths (SGLang's ``get_num_new_pages``)."""
     assert seq_lens.device == _CPU
     if prefix_lens is None or decode:
-        return (seq_lens % page_size == 1 % page_size).int().sum().item()
+        return (seq_lens % page_size == 1 % page_size).int().sum().item()  # ours: not `== 1` (block size 1)
     assert prefix_lens.device == _CPU
     pages_after = (seq_lens + page_size - 1) // page_size
     pages_before = (prefix_lens + page_size - 1) // page_size

@@ -98,7 +98,7 @@ class SingleTypeKVCacheManager(ABC):
             assert len(new_computed_blocks) == 0
             num_new_blocks = max(num_required_blocks - num_req_blocks, 0)
             if num_new_blocks == 0 and num_req_blocks and req_blocks[-1].ref_cnt > 1:
-                num_new_blocks = 1
+                num_new_blocks = 1  # ours: the shared last block will be copied
             return num_new_blocks
         num_skipped_tokens = self.get_num_skipped_tokens(total_computed_tokens)
         num_local_computed_blocks = len(new_computed_blocks) + num_req_blocks
@@ -109,7 +109,7 @@ class SingleTypeKVCacheManager(ABC):
         if self._has_partial_local_hit(new_computed_blocks, num_local_computed_tokens):
             num_new_blocks += 1
         if num_new_blocks == 0 and num_req_blocks and req_blocks[-1].ref_cnt > 1:
-            num_new_blocks = 1
+            num_new_blocks = 1  # ours: the shared last block will be copied
         return num_new_blocks + num_evictable
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
@@ -390,7 +390,7 @@ class VllmV1BlockManager(InterpretedBlockManager):
         self.kv_cache_manager = self.kv_cache_manager_class(self.num_blocks + 1, self.block_size,
                                                             self.block_size * self.max_blocks_per_seq)
         pool = self.block_pool = self.kv_cache_manager.block_pool
-        self.blocks = pool.blocks
+        self.blocks = pool.blocks  # vLLM ids: blocks[k] is our block k - 1; blocks[0] is the null block
         self.free_block_queue = pool.free_block_queue
         self.single_type_manager = self.kv_cache_manager.coordinator.single_type_managers[0]
         self.req_to_blocks = self.single_type_manager.req_to_blocks

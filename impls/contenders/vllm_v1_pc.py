@@ -283,7 +283,6 @@ class VllmV1CachingBlockManager(VllmV1BlockManager):
         return self.req_to_blocks[self.requests[seq_id].request_id]
 
     def num_cached_blocks(self) -> int:
-        """Blocks that carry a hash (each hash maps to one block under the contract)."""
         return len(self.block_pool.cached_block_hash_to_block)
 
     def _fork(self, parent_id: int, child_id: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False)  # a field-wise __eq__ would compare (and walk) the links
 class KVCacheBlock:
     """Metadata of one physical block; the links belong to :class:`FreeKVCacheBlockQueue` alone."""
 

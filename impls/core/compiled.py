@@ -84,10 +84,10 @@ def _unfit(ops, a0, a1, seq_ids, status_out, cow_out, slot_out):
 
 @njit(inline="always")
 def _meets_input(out, ops, a0, a1, seq_ids):
-    """Whether output ``out`` shares memory with one of the step's inputs."""
     return _meet(out, ops) or _meet(out, a0) or _meet(out, a1) or _meet(out, seq_ids)
 
 
+# One function on purpose: each helper taking arrays would add reference counting per call.
 def _step_loop(state, ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows, max_tokens, num_blocks):  # noqa: C901
     """The whole-step kernel: ``(cows or code, -1)``, ``(code, i)`` for a bad op code, or ``(0, RECHECK)``."""
     if _unfit(ops, a0, a1, seq_ids, status_out, cow_out, slot_out):
@@ -253,7 +253,6 @@ class CompiledBlockManager(ManagerBase):
 
     @functools.cached_property
     def _ep_state_types(self) -> tuple:
-        """The Numba types of the state, found once per state for every operation's entry point."""
         return tuple(_type_of(x) for x in self._state)
 
     @functools.cached_property

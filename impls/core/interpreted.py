@@ -34,7 +34,7 @@ class InterpretedBlockManager(ManagerBase):
         self, num_blocks: int, block_size: int = 16, max_seqs: int = 256, max_blocks_per_seq: int = 256
     ) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self._lens = [0] * self.max_seqs
+        self._lens = [0] * self.max_seqs  # tokens per row; 0 marks an inactive row
         self._free_list = list(range(self.num_blocks - 1, -1, -1))
 
     def num_free_blocks(self) -> int:

@@ -30,7 +30,6 @@ class CachingPlumbing:
         return len(hits) << self.block_shift
 
     def seal(self, seq_id: int, block_hash: int) -> bool:
-        """Give the sequence's full last block the hash ``block_hash``."""
         seq_id = self._active(seq_id)
         h = hash_arg(block_hash, seq_id)
         if self._lens[seq_id] & (self.block_size - 1):

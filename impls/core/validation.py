@@ -123,7 +123,6 @@ def as_int(value: object, name: str) -> int:
 
 
 def seq_arg(value: object, max_seqs: int) -> int:
-    """A sequence id in ``[0, max_seqs)``."""
     seq = value if type(value) is int else as_int(value, "sequence id")
     if seq < 0 or seq >= max_seqs:
         raise_for(E_SEQ_RANGE, seq=seq, max_seqs=max_seqs)
@@ -141,7 +140,6 @@ def tokens_arg(value: object, seq: int, max_blocks: int, shift: int) -> int:
 
 
 def count_arg(value: object) -> int:
-    """A block count for ``can_allocate``: >= 0."""
     n = value if type(value) is int else as_int(value, "num_blocks")
     if n < 0:
         raise_for(E_COUNT, need=n)
@@ -149,7 +147,6 @@ def count_arg(value: object) -> int:
 
 
 def block_arg(value: object, num_blocks: int) -> int:
-    """A physical block id in ``[0, num_blocks)``."""
     block = value if type(value) is int else as_int(value, "block id")
     if block < 0 or block >= num_blocks:
         raise_for(E_BLOCK_RANGE, block=block, num_blocks=num_blocks)
@@ -251,6 +248,7 @@ def step_fast(ops: object, a0: object, a1: object, seq_ids: object, status_out: 
             and status_out.dtype is _INT64 and cow_out.dtype is _INT64 and slot_out.dtype is _INT64):
         shape, n = ops.shape, seq_ids.shape
         out_flags = status_out.flags.num & cow_out.flags.num & slot_out.flags.num
+        # Outputs owning their memory cannot overlap one another; an input overlaps one only by being (a view of) it.
         if (len(shape) == 1 and a0.shape == shape and a1.shape == shape and len(n) == 1
                 and ops.flags.num & a0.flags.num & a1.flags.num & seq_ids.flags.num & _INPUT == _INPUT
                 and out_flags & (_USABLE | _OWNDATA) == _USABLE | _OWNDATA

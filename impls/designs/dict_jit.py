@@ -28,6 +28,7 @@ def _pool_size(pool, meta):
     return len(pool)
 
 
+# Passes no ``meta`` on: an array kept live across an inlined helper's branches costs reference counting.
 @njit(cache=True, inline="always")
 def _append_token(tables, lens, refs, pool, meta, seq, sh):
     j, opens = next_token(lens, seq, sh)

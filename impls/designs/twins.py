@@ -59,7 +59,7 @@ def _needs_block(tables, lens, refs, seq, sh):
     n = lens[seq]
     if (n & ((1 << sh) - 1)) == 0:
         return True
-    return refs[tables[seq][n >> sh]] > 1
+    return refs[tables[seq][n >> sh]] > 1  # not `return a or b`: Numba lowers that form far slower
 
 
 def append(tables, lens, refs, pool, meta, marks, seq):

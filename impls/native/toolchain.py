@@ -73,7 +73,6 @@ def find_compiler() -> str:
 
 @cache
 def compiler_version(cxx: str) -> str:
-    """The first line of ``cxx --version``."""
     try:
         out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30, check=True)
     except (OSError, subprocess.SubprocessError) as exc:
