@@ -160,8 +160,8 @@ def numba_cache_dir() -> Path:
     """
     import numba
 
-    sources = [*(_REPO / "impls").rglob("*.py"), _HERE / "regions.py", _HARNESS / "measure" / "clock.py",
-               _HARNESS / "measure" / "drivers.py"]
+    sources = [*(_REPO / "impls").rglob("*.py"), _HERE / "regions.py", _HARNESS / "base" / "clock.py",
+               _HARNESS / "base" / "drivers.py"]
     key = _digest(sources, numba.__version__, sys.version, platform.machine())
     return build_dir() / f"numba-{key}"
 
@@ -212,7 +212,7 @@ def environment(numba_cache: Path, plugins: bool = False) -> dict[str, str]:
     )
     native = sys.modules.get("impls.native")
     if native is not None and native.BUILD is not None:  # load it as built: no compiler run in the region process
-        from harness.measure import native as native_driver
+        from harness.base import native as native_driver
 
         env[native.toolchain.LIBRARY_ENV] = str(native.BUILD.path)
         env[native_driver.LIBRARY_ENV] = str(native_driver.build().path)
@@ -273,8 +273,8 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> None
 def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int) -> list[int]:
     """Sequences decoding in each measured step; raises InputError for an unknown cell or a range the trace
     does not hold, before any process starts."""
+    from harness.base.replay import REGIMES
     from harness.errors import InputError
-    from harness.measure.replay import REGIMES
     from impls import REGISTRY, UNAVAILABLE
     from impls.registry import load_plugin
     from scenarios import load

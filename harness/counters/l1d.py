@@ -17,9 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.base.rows import Row
 from harness.counters import callgrind
 from harness.counters.perf import L1D_EVENTS, perf_status
-from harness.output.results import Row
 from scenarios import Trace, save
 
 # The callgrind cells are dealt to this many valgrind processes, side by side (about 70 s instead of 140 s of

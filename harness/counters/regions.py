@@ -4,12 +4,12 @@
 hi)``, which replays steps ``[lo, hi)`` through that cell's call path:
 
 - ``per-call``: one contract call per pool operation, ``append_slot`` per decoding sequence, then
-  ``last_slot`` per sequence for the slot mapping (as :func:`harness.measure.drivers.run_interpreted` does);
+  ``last_slot`` per sequence for the slot mapping (as :func:`harness.base.drivers.run_interpreted` does);
 - ``batched``, interpreted design: pool operations per call, then one ``decode_step`` per step;
 - ``batched``, compiled design: one call into the compiled replay loop of
-  :func:`harness.measure.drivers.compiled_driver` (``detail=False``: two clock reads per step), which Numba loads
+  :func:`harness.base.drivers.compiled_driver` (``detail=False``: two clock reads per step), which Numba loads
   from its cache;
-- ``step``: one ``step()`` call per step (:func:`harness.measure.drivers.whole_step_runner`).
+- ``step``: one ``step()`` call per step (:func:`harness.base.drivers.whole_step_runner`).
 
 Run as ``python -m harness.counters.regions`` (by :mod:`harness.counters.callgrind`, natively first and then under
 callgrind), it measures each cell's region and an empty region, bracketed by client requests.
@@ -35,8 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.counters.allocations import QUICKEN_CALLS
-from harness.measure.drivers import (
+from harness.base.drivers import (
     Prepared,
     compiled_step_runner,
     driver_for,
@@ -44,7 +43,8 @@ from harness.measure.drivers import (
     native_step_runner,
     step_runner,
 )
-from harness.measure.replay import REGIMES, ReplayError
+from harness.base.replay import REGIMES, ReplayError
+from harness.counters.allocations import QUICKEN_CALLS
 from impls import REGISTRY
 from impls.registry import load_plugin
 from scenarios import load
@@ -146,7 +146,7 @@ def compiled_here() -> list[str]:
     """Cached Numba functions of the project that this process compiled instead of loading from the cache."""
     from numba.core.registry import CPUDispatcher
 
-    from harness.measure.drivers import _DRIVERS
+    from harness.base.drivers import _DRIVERS
 
     found = [(f"replay loop of {module}{' (caching)' if caching else ''}", drive)
              for (module, caching), drive in _DRIVERS.items()]

@@ -13,7 +13,7 @@ every sample's chain), so that the cache's tables have the same footprint in eve
 
 Each figure is ns per block: the median over :data:`SAMPLES` admissions (each timed alone with
 ``perf_counter_ns`` and followed, untimed, by the ``free`` that restores the state), with its bootstrap 95 %
-interval (:func:`harness.measure.stats.median_estimate`) in ``ci_low``/``ci_high``. Derived rows name their
+interval (:func:`harness.base.stats.median_estimate`) in ``ci_low``/``ci_high``. Derived rows name their
 subtraction: ``cache_insert_ns`` = miss-insert - plain, and ``cache_evict_ns`` = miss-evict - miss-insert
 (differences of medians, so they can be noisy near zero).
 
@@ -33,8 +33,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.measure.stats import median_estimate
-from harness.output.results import Row
+from harness.base.rows import Row
+from harness.base.stats import median_estimate
 from impls.contract import supports_prefix_caching
 
 CHAIN = 32  # blocks per admission

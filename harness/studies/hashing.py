@@ -23,7 +23,7 @@ chained as a request's blocks are; the algorithms interleaved over :data:`RUNS` 
 loop over ``CHAIN`` (ns per block hashed), its spread the lowest and highest loop. Per sequence-step: that
 figure times the hashes a trace makes the engine compute per sequence-step (:func:`hashes_per_seq_step`).
 
-Rows (:func:`hashing_rows`, :class:`harness.output.results.Row`): impl = the algorithm's name above, regime
+Rows (:func:`hashing_rows`, :class:`harness.base.rows.Row`): impl = the algorithm's name above, regime
 ``hash``; metrics ``hash_ns_per_block`` and ``hash_ns_per_seq_step`` (interval: lowest and highest run).
 ``python -m harness.studies.hashing [scenario]`` prints them.
 """
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.output.results import Row
+from harness.base.rows import Row
 from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, APPEND, FORK, Trace
 
 BLOCK = 16

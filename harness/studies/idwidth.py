@@ -17,7 +17,7 @@ figure is the median call / (reps x sequences). The first call of each dtype (Nu
 is timed apart (``idwidth_compile_s``). Every dtype's slots are checked against the design's own ``lookup``
 before anything is timed.
 
-Rows (:class:`harness.output.results.Row`): scenario ``paper``, impl ``flat``, regime ``<dtype>/<state>`` (e.g.
+Rows (:class:`harness.base.rows.Row`): scenario ``paper``, impl ``flat``, regime ``<dtype>/<state>`` (e.g.
 ``uint16/paper``, ``int64/large``); metrics ``idwidth_lookup_ns`` (per lookup), ``table_bytes_per_seq``
 (itemsize x max_blocks_per_seq), ``idwidth_table_bytes`` (the whole table) and, on the ``paper`` state rows,
 ``idwidth_compile_s`` (the first call of each dtype).
@@ -31,9 +31,9 @@ import time
 import numpy as np
 from numba import njit
 
-from harness.measure.drivers import Prepared, step_runner
-from harness.measure.replay import apply_pool_op
-from harness.output.results import Row
+from harness.base.drivers import Prepared, step_runner
+from harness.base.replay import apply_pool_op
+from harness.base.rows import Row
 from impls.designs.flat import FlatBlockManager
 from scenarios import Trace, generate
 

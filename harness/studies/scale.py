@@ -7,7 +7,7 @@ impl and regime ``-``, written for every scenario beside its trace counts.
 
 from __future__ import annotations
 
-from harness.output.results import Row
+from harness.base.rows import Row
 from scenarios.trace import Trace
 
 # metric -> (unit, what it is)
@@ -18,7 +18,7 @@ CONFIG = {
     "trace_peak_blocks": ("blocks", "the most blocks in use after any step"),
 }
 CONFIG_METRICS = tuple(CONFIG)
-# Each scale-sweep family (keys of harness.measure.matrix.SWEEPS) -> the row holding the size it sweeps.
+# Each scale-sweep family (keys of harness.run.matrix.SWEEPS) -> the row holding the size it sweeps.
 FAMILY_AXES = {"context": "trace_max_tokens", "pool": "trace_num_blocks", "concurrency": "trace_running"}
 
 

@@ -52,7 +52,7 @@ window is ``steps`` decode steps after ``warmup`` untimed ones; by default a bud
 sequence-steps (300 steps up to 256 sequences, 75 at 1,024), a few seconds a scenario. With CUDA the host
 time includes recording the race guards' events: protecting the buffers is part of the cost.
 
-Rows (:class:`harness.output.results.Row`): ``impl`` is always ``"flat"`` (the design whose table is copied);
+Rows (:class:`harness.base.rows.Row`): ``impl`` is always ``"flat"`` (the design whose table is copied);
 ``regime`` is the variant (``a-per-seq`` ... ``d-live-cols``) or, for ``table_widen_ns``, where the widening
 runs. Every value is the median over the measured steps (``table_copy_bytes_per_step``: the mean); :func:`measure`
 also returns the raw per-step samples, keyed ``"<regime>/<metric>"`` (plus ``"steps"`` and ``"live"``).
@@ -83,6 +83,7 @@ Run ``kvblock-bench table-copy --help``; ``scripts/gpu_check.sh`` produces the C
 
 from harness.studies.table_copy.guards import BufferRing, CopyGuard, DoneEvent, Event
 from harness.studies.table_copy.measurement import default_steps, measure
+from harness.studies.table_copy.rows import Copied
 from harness.studies.table_copy.variants import (
     COPY_METRICS,
     MAX_STEPS,
@@ -92,7 +93,6 @@ from harness.studies.table_copy.variants import (
     UNITS,
     VARIANTS,
     WIDEN,
-    Copied,
     StepState,
     TableCopyBench,
     gather_tables,

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from harness.studies.table_copy.guards import BufferRing, CopyGuard, DoneEvent, Event
-from harness.studies.table_copy.rows import MirroredFlat, RowsMirror
+from harness.studies.table_copy.rows import Copied, MirroredFlat, RowsMirror
 from impls.contract import blocks_for
 from impls.designs.flat import FlatBlockManager, table_dtype
 
@@ -60,14 +60,6 @@ def padded_lists(tables: Sequence[Sequence[int]], pad: int = PAD) -> np.ndarray:
 
 
 # -- the measurement ----------------------------------------------------------------------------------------
-@dataclass
-class Copied:
-    """What one variant did in one step: its device table, how to read it, and what crossed to the device."""
-
-    out: Any  # torch tensor on the device
-    layout: str  # "rows" or "batch" (see gather_tables)
-    nbytes: int
-    copies: int
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Timed replays of a trace on one BlockManager, and their untimed twins.
 
-Three drivers, one result shape (:class:`~harness.measure.steptimes.StepTimes`, nanoseconds per step and kind):
+Three drivers, one result shape (:class:`~harness.base.steptimes.StepTimes`, nanoseconds per step and kind):
 
 - ``python`` (:func:`run_interpreted`): walks the trace in Python, as a Python scheduler would, and times every
   pool operation, the decode phase and the lookup phase with ``perf_counter_ns``. Per-call regime: one
@@ -11,7 +11,7 @@ Three drivers, one result shape (:class:`~harness.measure.steptimes.StepTimes`, 
   the kernels directly: the batched regime with the whole step compiled, no Python and no dispatch per step.
   With ``detail=False`` it times each step as one region (the step-time figures); with ``detail=True`` it
   times each operation (the per-block and per-lookup figures). Ticks are converted with the calibrated TSC.
-- ``native`` (:func:`run_native`): the C++ designs replayed inside C++ (:mod:`harness.measure.native`).
+- ``native`` (:func:`run_native`): the C++ designs replayed inside C++ (:mod:`harness.base.native`).
 
 **Untimed per-step hook.** The Python drivers (:func:`run_interpreted`, :func:`run_whole_steps`, and their untimed
 twins :func:`step_runner` and :func:`whole_step_runner`) call a manager's optional ``untimed_after_step(step)``
@@ -38,9 +38,9 @@ from functools import partial
 import numpy as np
 from numba import njit
 
-from harness.measure.clock import ns_per_tick, ticks
-from harness.measure.replay import ReplayError, check_replayable, check_step_hits, hash_args
-from harness.measure.steptimes import KINDS, StepTimes, concat
+from harness.base.clock import ns_per_tick, ticks
+from harness.base.replay import ReplayError, check_replayable, check_step_hits, hash_args
+from harness.base.steptimes import KINDS, StepTimes, concat
 from impls.contract import blocks_for
 from impls.core.base import step_by_calls
 from impls.core.jit import specialise
@@ -586,14 +586,14 @@ def run_compiled(prep: Prepared, mgr, drive, detail: bool, lo: int = 0, hi: int 
     return StepTimes(ns, cows, step_ns, regions, "rdtsc", digests)
 
 
-# -- the native driver (the C++ designs, harness.measure.native) ---------------------------------------------
+# -- the native driver (the C++ designs, harness.base.native) ---------------------------------------------
 def is_native(cls: type) -> bool:
     """Whether ``cls`` is replayed inside C++ (the ``cpp-*`` designs)."""
     return getattr(cls, "native", False) is True
 
 
 def _native_replay(prep: Prepared, mgr, detail: bool, lo: int, hi: int):
-    from harness.measure import native
+    from harness.base import native
 
     check_replayable(prep.trace, mgr, "native")
     try:
@@ -607,7 +607,7 @@ _NATIVE_ARRAYS: dict[int, tuple] = {}
 
 def native_arrays(prep: Prepared):
     """The trace's arrays for the native driver, made once per trace (read-only: C++ only reads them)."""
-    from harness.measure import native
+    from harness.base import native
 
     key = id(prep.trace)
     if key not in _NATIVE_ARRAYS or _NATIVE_ARRAYS[key][0] is not prep.trace:
@@ -630,6 +630,6 @@ def native_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None):
 def run_native(prep: Prepared, mgr, detail: bool, lo: int = 0, hi: int | None = None) -> StepTimes:
     """Time steps ``[lo, hi)`` inside C++: one foreign call, timed as :func:`run_compiled` times the compiled
     loop. The C++ driver keeps its slot mapping to itself: slots are checked by
-    :func:`harness.measure.interleave.verify_slots`."""
+    :func:`harness.base.interleave.verify_slots`."""
     r = _native_replay(prep, mgr, detail, lo, prep.num_steps if hi is None else hi)
     return StepTimes(r.ns, r.cows, r.step_ns, r.timed_regions_per_step, r.clock)

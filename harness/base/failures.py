@@ -5,7 +5,7 @@ it was raised while the design's own code was running: its traceback passes thro
 implementation's class or of one of its base classes (our base classes included: a design that calls them
 wrongly fails in them). ``SystemExit`` raised there counts too: a plug-in that exits fails its cells, it does not
 end the run; so does any other ``BaseException`` it raises, ``KeyboardInterrupt`` included where it cannot be the
-user's: in a process that ignores SIGINT (a worker, :mod:`harness.measure.workers`), only code raises it.
+user's: in a process that ignores SIGINT (a worker, :mod:`harness.run.workers`), only code raises it.
 Anything else is ours: it propagates, with its traceback, and is never recorded as a design's failure.
 """
 
@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
+from harness.base.replay import ReplayError
 from harness.errors import DesignFailure
-from harness.measure.replay import ReplayError
 
 REASON_CHARS = 400  # a failure's reason as recorded: one line, at most this long
 

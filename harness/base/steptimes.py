@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.measure.replay import ReplayError
+from harness.base.replay import ReplayError
 
 KINDS = ("alloc", "free", "other", "decode", "lookup")  # "alloc": allocate, allocate_cached; "other": the rest
 
@@ -24,7 +24,7 @@ class StepTimes:
 
     def check(self, step_cows: np.ndarray, slot_digests: np.ndarray, lo: int = 0) -> None:
         """Copy-on-write counts and slot digests of steps ``[lo, lo + len)`` must be the expected ones (the
-        trace's per-step copy-on-writes and :func:`harness.measure.drivers.slot_digest` of each step)."""
+        trace's per-step copy-on-writes and :func:`harness.base.drivers.slot_digest` of each step)."""
         hi = lo + len(self.cows)
         bad = np.flatnonzero(self.cows != step_cows[lo:hi])
         if bad.size:

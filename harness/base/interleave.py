@@ -3,7 +3,7 @@
 A repetition gives each cell a fresh manager, then walks the trace in :data:`SLICES_PER_REP` slices of steps;
 within each slice every cell replays those steps on its own manager. A slow phase of the machine lasts longer
 than a slice, so it falls on every cell of the slice alike, and the ratios between cells, computed over the
-same blocks (:mod:`harness.measure.stats`), stay put while absolute times drift. After the last slice each
+same blocks (:mod:`harness.base.stats`), stay put while absolute times drift. After the last slice each
 cell's replay is checked as a whole: copy-on-writes and slot-mapping digests of every step, and the end state.
 
 Switching cells has a cost that is the harness's, not the design's: the first step of a slice runs with the
@@ -14,7 +14,7 @@ rules", quotes it from a reference run). Two rules keep it out of the figures an
 
 - **staggered slices**: repetition ``r`` of ``R`` cuts its slices ``r/R`` of a slice later than repetition 0
   (:func:`replay_slices`), so a step starts a slice in at most one repetition; each step's median over the
-  repetitions (:mod:`harness.measure.metrics`) is then a step that followed the same cell, with three or more
+  repetitions (:mod:`harness.base.metrics`) is then a step that followed the same cell, with three or more
   repetitions (with two, the median is the mean: half the cost stays);
 - **rotated order, new neighbours each repetition**: each repetition walks the cells with its own stride and
   rotates that order from slice to slice, so no cell always runs first or always right after the same cell;
@@ -34,9 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.errors import DesignFailure
-from harness.measure import clock
-from harness.measure.drivers import (
+from harness.base import clock
+from harness.base.drivers import (
     Prepared,
     StepTimes,
     compiled_step_runner,
@@ -51,8 +50,9 @@ from harness.measure.drivers import (
     slot_digest,
     step_runner,
 )
-from harness.measure.failures import blamed_on
-from harness.measure.replay import ReplayError, apply_pool_op, check_end_state
+from harness.base.failures import blamed_on
+from harness.base.replay import ReplayError, apply_pool_op, check_end_state
+from harness.errors import DesignFailure
 from scenarios.trace import trace_uses_caching
 
 SLICES_PER_REP = 20
@@ -169,7 +169,7 @@ class Driver:
         if self.kind == "python":
             return calib["python_timer_ns"]
         if self.kind == "native":
-            from harness.measure import native
+            from harness.base import native
 
             return native.timer_overhead_ns(20_000)
         return calib["compiled_timer_ns"]
@@ -211,7 +211,7 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
     repetitions, those to replay here (each with its own staggering and order, as in the whole run), so that
     the repetitions of one run can be spread over processes; samples are kept per repetition index
     (``Replays.reps``). ``enter(key)`` is called before any of a key's code runs (a worker reports the cell it
-    is in: :class:`harness.measure.workers.Events`)."""
+    is in: :class:`harness.run.workers.Events`)."""
     out = out or Replays()
     caps = caps or {}
     total = max([reps, *caps.values()])

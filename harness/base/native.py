@@ -2,7 +2,7 @@
 
 One foreign call replays a trace, or steps ``[lo, hi)`` of it, in ``native_replay.cpp``: a C++ loop that calls
 the design's per-call C functions by address (no Python, no ctypes per operation) and times itself as the
-compiled driver does (:func:`harness.measure.drivers.run_compiled`): the TSC where it ticks at a constant
+compiled driver does (:func:`harness.base.drivers.run_compiled`): the TSC where it ticks at a constant
 rate, else ``steady_clock`` nanoseconds. The loop is built on first use with the designs' toolchain
 (:func:`impls.native.toolchain.build`, cached by digest) into its own library; ``$KVB_NATIVE_REPLAY_LIBRARY``
 names one already built (the valgrind processes load it as built).
@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from harness.measure import clock
-from harness.measure.steptimes import KINDS
+from harness.base import clock
+from harness.base.steptimes import KINDS
 from impls.native import binding, toolchain
 
 SOURCE = Path(__file__).with_name("native_replay.cpp")
@@ -49,7 +49,7 @@ _DESIGN_FUNCTIONS = ("kvb_can_allocate", "kvb_allocate", "kvb_fork", "kvb_free",
 
 
 def kinds_prelude() -> str:
-    """The timing columns (:data:`harness.measure.steptimes.KINDS`) as C++ constants ``kvb::K_ALLOC`` …"""
+    """The timing columns (:data:`harness.base.steptimes.KINDS`) as C++ constants ``kvb::K_ALLOC`` …"""
     names = ", ".join(f"K_{kind.upper()} = {i}" for i, kind in enumerate(KINDS))
     return f"namespace kvb {{ enum : int {{ {names}, NKINDS = {len(KINDS)} }}; }}\n"
 
@@ -118,7 +118,7 @@ class NativeReplayError(RuntimeError):
 
 
 class NativeReplay(NamedTuple):
-    """One native replay; the first five fields are those of :class:`harness.measure.steptimes.StepTimes`."""
+    """One native replay; the first five fields are those of :class:`harness.base.steptimes.StepTimes`."""
 
     ns: np.ndarray  # [steps, 5] float64, columns KINDS
     cows: np.ndarray  # [steps] int64
@@ -130,7 +130,7 @@ class NativeReplay(NamedTuple):
 
 @cache
 def tsc_usable() -> bool:
-    """A constant-rate TSC that this build can read (:func:`harness.measure.clock.tsc_usable`), once per
+    """A constant-rate TSC that this build can read (:func:`harness.base.clock.tsc_usable`), once per
     process."""
     return clock.tsc_usable() and bool(lib().kvb_have_tsc())
 
@@ -143,7 +143,7 @@ def ns_per_tick() -> float:
 
 def timer_overhead_ns(n: int = 200_000) -> float:
     """Median cost of an empty region timed with two reads of the replay's clock, in C++ (what one timed region
-    adds; :func:`harness.measure.clock.compiled_timer_overhead_ns` for the compiled driver)."""
+    adds; :func:`harness.base.clock.compiled_timer_overhead_ns` for the compiled driver)."""
     use_tsc = tsc_usable()
     out = np.zeros(n, dtype=np.int64)
     lib().kvb_empty_regions(n, int(use_tsc), out.ctypes.data)

@@ -1,14 +1,14 @@
 """The paced CPU-share study of a scenario: every paced loop repeated and interleaved, with intervals, and the
 floor measured in the same run.
 
-One paced loop (:mod:`harness.measure.paced`) moved by several points of a core between runs, so one loop per
+One paced loop (:mod:`harness.studies.paced`) moved by several points of a core between runs, so one loop per
 cell could not tell ``flat`` from the cost of waking a sleeping thread. Here each repetition runs every kind of
 loop once, in an order rotated from repetition to repetition: the pacing alone (``idle``), each cell through
-its regime's path (:func:`harness.measure.paced.paced_runner`: per-call, ``decode_step`` or ``step()``), each
+its regime's path (:func:`harness.studies.paced.paced_runner`: per-call, ``decode_step`` or ``step()``), each
 batched cell's whole step (one ``step()`` call per step) and a compiled call that does nothing with the step's
 arguments (the floor). A kind's share in a repetition is its thread CPU time minus that repetition's idle loop,
 over its wall time; the row is the median over repetitions with a bootstrap interval
-(:func:`harness.measure.stats.median_estimate`). ``paced_above_floor_pct`` pairs each whole step with the floor
+(:func:`harness.base.stats.median_estimate`). ``paced_above_floor_pct`` pairs each whole step with the floor
 repetition by repetition, so the two share the machine's state when they are compared.
 
 Rows: ``cpu_share_observed_pct`` and ``deadline_misses`` per cell; ``cpu_share_observed_whole_step_pct``,
@@ -24,12 +24,12 @@ from functools import partial
 
 import numpy as np
 
+from harness.base.drivers import Prepared
+from harness.base.failures import blamed_on
+from harness.base.rows import Row
+from harness.base.stats import median_estimate
 from harness.errors import DesignFailure
-from harness.measure.drivers import Prepared
-from harness.measure.failures import blamed_on
-from harness.measure.paced import _paced_loop, floor_runner, paced_runner, whole_step_paced
-from harness.measure.stats import median_estimate
-from harness.output.results import Row
+from harness.studies.paced import _paced_loop, floor_runner, paced_runner, whole_step_paced
 
 PACED_REPS = 5  # repetitions of every paced loop, interleaved: the fewest that give the median an interval
 FLOOR = ("-", "-")
@@ -55,7 +55,7 @@ class PacedKind:
     cls: type | None = None  # the implementation's class (None: the harness's own loops, idle and floor)
 
     def guarded(self, fn: Callable[[], object]) -> object:
-        """``fn()``; a failure of the implementation's (:func:`harness.measure.failures.blamed_on`) becomes the
+        """``fn()``; a failure of the implementation's (:func:`harness.base.failures.blamed_on`) becomes the
         kind's error (None returned), anything else propagates."""
         if self.cls is None:
             return fn()

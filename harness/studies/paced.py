@@ -8,7 +8,7 @@ called from Python here (one ``decode_step`` call per step, dispatch included): 
 call them. :func:`paced_whole_step_run` paces the whole-step entry point instead: one ``step`` call per step,
 pool operations included, as an engine using it would call it. :func:`floor_runner` calls a compiled function
 that does nothing with the same arguments once per step: the floor of any block manager entered once per step
-(the interleaved, repeated study of all three is :mod:`harness.measure.paced_study`).
+(the interleaved, repeated study of all three is :mod:`harness.studies.paced_study`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from harness.measure.drivers import Prepared, step_runner, whole_step_runner
-from harness.measure.replay import ReplayError, check_end_state
+from harness.base.drivers import Prepared, step_runner, whole_step_runner
+from harness.base.replay import ReplayError, check_end_state
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """Intervals for timed figures: a paired bootstrap over the repetitions and the blocks of interleaved replays.
 
 A run replays each trace in short slices of steps, rotating the implementations from slice to slice, so that a
-slow phase of the machine falls on every implementation alike (see :mod:`harness.measure.interleave`). A block
-is one slice (each step's time in it being the step's median over repetitions, :mod:`harness.measure.metrics`).
+slow phase of the machine falls on every implementation alike (see :mod:`harness.base.interleave`). A block
+is one slice (each step's time in it being the step's median over repetitions, :mod:`harness.base.metrics`).
 A figure is a ratio of sums over blocks (time over work: nanoseconds over sequence-steps, lookups or blocks),
 and its 95 % interval is the percentile interval of the same ratio recomputed on resamples.
 

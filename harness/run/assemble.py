@@ -1,9 +1,9 @@
 """A scenario's rows from every worker's samples: the main process's half of a run.
 
-Each worker sends its repetitions' samples by key, with their repetition index (:class:`harness.measure.cells.
+Each worker sends its repetitions' samples by key, with their repetition index (:class:`harness.run.cells.
 TimingResult`); :func:`merge` puts them together in repetition order, so each repetition's replays (one
 process's) stay one resampling unit. :class:`ScenarioRows` then computes every timing figure with its interval
-(:func:`harness.measure.metrics.timing_rows`), each cell's ratio to the base in the same regime and to the
+(:func:`harness.base.metrics.timing_rows`), each cell's ratio to the base in the same regime and to the
 batched base with paired intervals (the same slices and repetitions drawn for both), the A/A control, the
 caching trace's hit rates, and a ``failed`` row for every cell whose design failed, with its reason.
 """
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.measure.cells import CellInfo, TimingResult
-from harness.measure.interleave import Key
-from harness.measure.metrics import Work, cell_blocks, timing_rows
-from harness.measure.stats import paired_ratio
-from harness.measure.steptimes import KINDS, StepTimes
-from harness.output.results import Row, ratio_metric
+from harness.base.interleave import Key
+from harness.base.metrics import Work, cell_blocks, timing_rows
+from harness.base.rows import Row, ratio_metric
+from harness.base.stats import paired_ratio
+from harness.base.steptimes import KINDS, StepTimes
+from harness.run.cells import CellInfo, TimingResult
 from scenarios import Trace
 from scenarios.trace import trace_uses_caching
 

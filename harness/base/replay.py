@@ -1,6 +1,6 @@
 """Applying a trace to a BlockManager, and checking that it ended where the trace says it must.
 
-The timed replays (:mod:`harness.measure.drivers`) use their own tight loops; this module is the plain, obviously
+The timed replays (:mod:`harness.base.drivers`) use their own tight loops; this module is the plain, obviously
 correct walk the tests and the post-replay checks rely on.
 """
 

@@ -1,9 +1,9 @@
 """From raw replay samples to the figures we publish. Pure functions: tested with fake timings.
 
-Replays run in slices of steps, interleaved across implementations (:mod:`harness.measure.interleave`). Every
+Replays run in slices of steps, interleaved across implementations (:mod:`harness.base.interleave`). Every
 timed figure is time over work: each step's time is its median over the repetitions (robust to a step that
 was preempted once), summed over the steps, divided by the work they did; its 95 % interval (``ci_low``,
-``ci_high``) is a bootstrap over the slices and the repetitions (:mod:`harness.measure.stats`):
+``ci_high``) is a bootstrap over the slices and the repetitions (:mod:`harness.base.stats`):
 
 - ``seq_step_ns``: block-manager time per running sequence per step (all pool operations, the decode appends,
   and in the per-call regime the slot lookups), total time / sequence-steps;
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.measure.drivers import KINDS, StepTimes
-from harness.measure.stats import block_medians, block_sums, ratio_of_sums
-from harness.output.results import Row
+from harness.base.drivers import KINDS, StepTimes
+from harness.base.rows import Row
+from harness.base.stats import block_medians, block_sums, ratio_of_sums
 from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, FREE
 
 _K = {name: i for i, name in enumerate(KINDS)}
@@ -50,10 +50,10 @@ class Work:
 
     @classmethod
     def of_trace(cls, trace, op_blocks: np.ndarray | None = None) -> Work:
-        """The work of ``trace`` (``op_blocks``: :func:`harness.measure.drivers.op_block_counts`, made when not
+        """The work of ``trace`` (``op_blocks``: :func:`harness.base.drivers.op_block_counts`, made when not
         given)."""
         if op_blocks is None:
-            from harness.measure.drivers import op_block_counts
+            from harness.base.drivers import op_block_counts
 
             op_blocks = op_block_counts(trace)[0]
         step_of_op = np.searchsorted(trace.step_offsets, np.arange(len(trace.op)), side="right") - 1
@@ -96,11 +96,11 @@ def all_steps(work: Work) -> list[tuple[int, int]]:
 
 def _time(samples: Sequence[StepTimes], slices, fn: Callable[[StepTimes], np.ndarray]) -> np.ndarray:
     """Per slice, the sum over its steps of each step's median over repetitions; then the same for every
-    resample of the repetitions (:func:`harness.measure.stats.block_medians`: ``[1 + resamples, slices]``).
+    resample of the repetitions (:func:`harness.base.stats.block_medians`: ``[1 + resamples, slices]``).
 
     The median over repetitions of the *same* step keeps a step that is slow in every repetition (real work:
     a burst of allocations) and drops one that was slow once (the thread was preempted, a page faulted, the
-    step opened a slice after another cell's replay: :func:`harness.measure.interleave.replay_slices`).
+    step opened a slice after another cell's replay: :func:`harness.base.interleave.replay_slices`).
     """
     return block_medians(np.stack([np.asarray(fn(s), dtype=float) for s in samples]), slices)
 
