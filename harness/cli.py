@@ -45,15 +45,25 @@ def csv_list(text: str) -> list[str]:
     return items
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+# Upper bounds of the counts the command line takes (run's own are in harness.measure.runner).
+MAX_CHECK_SEEDS, MAX_CHECK_EXAMPLES, MAX_CHECK_OPS = 1_000, 100_000, 10_000
+MAX_CALIBRATE_REPS = 1_000
+MAX_DEADLINE_S = 86_400.0
+
+
+def count(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` to ``high`` (argparse names the flag in the error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer from {low:,} to {high:,}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low:,} to {high:,}, got {text[:40]}")
+        return value
+
+    return parse
 
 
 def writable_dir(path: Path, flag: str) -> Path:
@@ -373,6 +383,7 @@ def _add_trace(sub) -> None:
 
 def _add_run(sub, results: argparse.ArgumentParser) -> None:
     from harness.measure.matrix import describe
+    from harness.measure.runner import MAX_PROCESSES, MAX_REPS
     from harness.output import times
 
     took = times.quoted_times()
@@ -393,7 +404,8 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
     p.add_argument("--regime", type=csv_list, metavar="R,...", help="per-call, batched (default: both)")
     p.add_argument("--quick", action="store_true",
                    help=f"short traces, one repetition; {times.phrase('bench-quick', took)}")
-    p.add_argument("--reps", type=positive_int, help="repetitions per cell (default 3, --quick 1)")
+    p.add_argument("--reps", type=count(1, MAX_REPS), help=f"repetitions per cell (default 3, --quick 1; at most "
+                   f"{MAX_REPS:,})")
     p.add_argument("--label", help="appended to the run id")
     p.add_argument("--no-paced", action="store_true", help="skip the paced open-loop CPU-share runs")
     p.add_argument("--no-l1d", action="store_true", help="skip L1D-miss measurement (perf or callgrind)")
@@ -403,9 +415,10 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
                    help="measure each design's memory at the trace's peak (on in --sweep runs)")
     p.add_argument("--figures", action="store_true", help="also render figures (as `kvblock-bench report`)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--processes", type=positive_int,
-                   help="worker processes the repetitions spread over (default: one per repetition)")
-    _add_deadline(p)
+    p.add_argument("--processes", type=count(1, MAX_PROCESSES),
+                   help=f"worker processes the repetitions spread over (default: one per repetition; at most --reps "
+                        f"and {MAX_PROCESSES})")
+    add_deadline(p)
 
 
 def positive_seconds(text: str) -> float:
@@ -414,12 +427,13 @@ def positive_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    if not 0 < value <= MAX_DEADLINE_S:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0 and at most {MAX_DEADLINE_S:,g}, "
+                                         f"got {text[:40]}")
     return value
 
 
-def _add_deadline(p: argparse.ArgumentParser) -> None:
+def add_deadline(p: argparse.ArgumentParser) -> None:
     from harness.measure.workers import DEFAULT_DEADLINE_S
 
     p.add_argument("--deadline", type=positive_seconds, default=DEFAULT_DEADLINE_S, metavar="S",
@@ -439,7 +453,8 @@ def _add_calibrate(sub) -> None:
     p.add_argument("engine", help="vllm, sglang or nano-vllm, optionally ==VERSION (e.g. vllm==0.33.0)")
     p.add_argument("--scenario", type=csv_list, metavar="S,...",
                    help="scenarios (default: the engine's committed ones)")
-    p.add_argument("--reps", type=positive_int, default=5, help="interleaved repetitions (default 5)")
+    p.add_argument("--reps", type=count(1, MAX_CALIBRATE_REPS), default=5,
+                   help=f"interleaved repetitions (default 5, at most {MAX_CALIBRATE_REPS:,})")
     p.add_argument("--source", metavar="DIR", help="the engine's source folder (holding its top-level package)")
     p.add_argument("--cache", metavar="DIR", help="where wheels are kept (default: ~/.cache/kvblock-bench/engines, "
                                                   "or $KVBLOCK_BENCH_CACHE); never inside the repository")
@@ -491,10 +506,13 @@ def build_parser() -> Parser:
                                    "Prints the shortest failing call sequence as runnable Python. Exit 0 only when it "
                                    "conforms.")
     p.add_argument("impl", help="a registered name, package.module:Class, or a kvblock_bench.impls entry point")
-    p.add_argument("--seeds", type=positive_int, default=2, help="independent random runs (default 2)")
-    p.add_argument("--examples", type=positive_int, default=100, help="call sequences per seed (default 100)")
-    p.add_argument("--ops", type=positive_int, default=40, help="calls per sequence, at most (default 40)")
-    _add_deadline(p)
+    p.add_argument("--seeds", type=count(1, MAX_CHECK_SEEDS), default=2,
+                   help=f"independent random runs (default 2, at most {MAX_CHECK_SEEDS:,})")
+    p.add_argument("--examples", type=count(1, MAX_CHECK_EXAMPLES), default=100,
+                   help=f"call sequences per seed (default 100, at most {MAX_CHECK_EXAMPLES:,})")
+    p.add_argument("--ops", type=count(1, MAX_CHECK_OPS), default=40,
+                   help=f"most calls per sequence (default 40, at most {MAX_CHECK_OPS:,})")
+    add_deadline(p)
     return parser
 
 
