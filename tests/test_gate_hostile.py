@@ -268,7 +268,8 @@ def test_plugins_that_exit_raise_crash_or_hang_fail_only_their_cells(tmp_path: P
 
 
 @pytest.mark.parametrize(("source", "words"), [("import sys\nsys.exit(0)\n", "SystemExit: 0"),
-                                               ("import os\nos._exit(0)\n", "exited with status 0")])
+                                               ("import os\nos._exit(0)\n", "exited with status 0")],
+                         ids=["sys.exit", "os._exit"])
 def test_a_plugin_failing_at_import_is_refused_in_one_line_by_the_gate(source: str, words: str, tmp_path: Path) -> None:
     """Its import runs in its worker, never in the gate's process: exit 2, one line, nothing measured."""
     name = f"gate_at_import_{uuid.uuid4().hex[:8]}"
