@@ -270,9 +270,10 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> None
         raise CallgrindError(f"{what} failed with exit status {proc.returncode}:\n{tail}")
 
 
-def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int) -> list[int]:
+def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int,
+                   import_plugins: bool = True) -> list[int]:
     """Sequences decoding in each measured step; raises InputError for an unknown cell or a range the trace
-    does not hold, before any process starts."""
+    does not hold, before any process starts (and PluginError for a plug-in that cannot load, if imported)."""
     from harness.base.replay import REGIMES
     from harness.errors import InputError
     from impls import REGISTRY, UNAVAILABLE
@@ -282,7 +283,7 @@ def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: i
     for impl, regime in cells:
         if impl in UNAVAILABLE:
             raise InputError(f"implementation {impl!r} cannot run here: {UNAVAILABLE[impl]}")
-        if impl not in REGISTRY:
+        if impl not in REGISTRY and import_plugins:
             load_plugin(impl)  # a plug-in (package.module:Class or an entry point), or a PluginError naming why
         if regime not in REGIMES:
             raise InputError(f"unknown regime {regime!r}; choose from {REGIMES}")
@@ -295,8 +296,8 @@ def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: i
 
 
 def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], warm_steps: int, steps: int,
-                 cache_sim: bool = True, runs: int = 1, timeout: float = 1800.0,
-                 split: int = 1) -> list[dict[tuple[str, str], Counts]]:
+                 cache_sim: bool = True, runs: int = 1, timeout: float = 1800.0, split: int = 1,
+                 import_plugins: bool = True) -> list[dict[tuple[str, str], Counts]]:
     """Measure ``cells`` (``(impl, regime)``) in ``runs`` independent valgrind processes (in parallel, up to
     the number of CPUs); returns one result per run. With ``split`` > 1 each run's cells are dealt to that many
     processes, which run side by side: valgrind's counts do not depend on the wall clock or on other processes,
@@ -304,14 +305,15 @@ def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], wa
     process, the interpreter's own state: keep ``split`` fixed for figures that are compared.
 
     Each cell replays steps ``[0, warm_steps)`` uninstrumented on a fresh manager, then counts steps
-    ``[warm_steps, warm_steps + steps)``. ``timeout`` bounds each process, in seconds. Raises
+    ``[warm_steps, warm_steps + steps)``. ``timeout`` bounds each process, in seconds. ``import_plugins=False``
+    leaves plug-ins to the region processes (a caller that loaded them in a worker of its own). Raises
     :class:`CallgrindUnavailable` where valgrind cannot run, :class:`CallgrindError` when a run fails.
     """
     ok, why = available()
     if not ok:
         raise CallgrindUnavailable(why)
     trace_path = Path(trace_path).resolve()
-    running = _check_request(trace_path, cells, warm_steps, steps)
+    running = _check_request(trace_path, cells, warm_steps, steps, import_plugins)
     cache_warm = min(CACHE_WARM_STEPS, warm_steps - 1) if cache_sim else 0
     numba_cache = numba_cache_dir()
     numba_cache.mkdir(parents=True, exist_ok=True)
