@@ -21,6 +21,8 @@ from .realtrace import REAL_TRACES, build_real_trace
 from .scheduler import Request, ScenarioError, Scheduler, Seq, TraceBuilder
 from .trace import MAX_POOL_BLOCKS, Trace
 
+PAPER = "paper"  # the article's workload: every headline figure and ratio is judged on it
+
 COMMON = {
     "num_blocks": 65536,
     "block_size": 16,
@@ -467,8 +469,8 @@ def _scale_scenarios() -> dict[str, Scenario]:
 
 def _scenarios() -> dict[str, Scenario]:
     out = {
-        "paper": Scenario(
-            "paper", "The article's workload: 65,536 blocks, 256 sequences always running, 2,000 steps",
+        PAPER: Scenario(
+            PAPER, "The article's workload: 65,536 blocks, 256 sequences always running, 2,000 steps",
             {**COMMON, "warm_start": True}, build_independent),
         "shared-prefix": Scenario(
             "shared-prefix", "One resident 1,000-token system prompt forked by every sequence (refs in the hundreds)",

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.base.drivers import Prepared, whole_step_runner
 from harness.base.files import atomic_write_text
-from harness.studies.paced import _paced_loop, noop_step, step_arguments
+from harness.studies.paced import noop_step, paced_loop, step_arguments
 from impls import REGISTRY
 from scenarios import generate
 
@@ -53,8 +53,8 @@ def measure(prep: Prepared, kind: str, rate: float, steps: int) -> tuple[float, 
     t0 = time.perf_counter_ns()
     run(0, steps)
     hot = (time.perf_counter_ns() - t0) / steps / 1e3
-    idle, _, _ = _paced_loop(None, rate, steps)
-    cpu, _, _ = _paced_loop(runner(prep, kind)[1], rate, steps)
+    idle, _, _ = paced_loop(None, rate, steps)
+    cpu, _, _ = paced_loop(runner(prep, kind)[1], rate, steps)
     return hot, (cpu - idle) / steps / 1e3
 
 

@@ -479,7 +479,7 @@ def _digest_and_reset(slot_out, n, mask):
     return d
 
 
-_DRIVERS: dict[tuple[str, bool], object] = {}
+COMPILED_DRIVERS: dict[tuple[str, bool], object] = {}
 _NO_DIGESTS = np.zeros(0, dtype=np.int64)
 _NO_HASHES = np.zeros(0, dtype=np.uint64)
 
@@ -506,13 +506,13 @@ def compiled_driver(kernels, caching: bool = False):
     if caching and not hasattr(kernels, "allocate_cached"):
         raise ValueError("these kernels have no prefix-caching operations (allocate_cached, seal)")
     module = kernels.decode_step.py_func.__module__
-    if (module, caching) not in _DRIVERS:
+    if (module, caching) not in COMPILED_DRIVERS:
         extra = {"_k_alloc_cached": kernels.allocate_cached, "_k_seal": kernels.seal} if caching else {}
         fn = specialise(_replay_loop, ("caching_" if caching else "") + module, _CACHING=caching,
                         _k_can=kernels.can_allocate, _k_alloc=kernels.allocate, _k_fork=kernels.fork,
                         _k_free=kernels.free, _k_step=kernels.decode_step, _k_lookup=kernels.lookup, **extra)
-        _DRIVERS[(module, caching)] = njit(cache=True)(fn)
-    return _DRIVERS[(module, caching)]
+        COMPILED_DRIVERS[(module, caching)] = njit(cache=True)(fn)
+    return COMPILED_DRIVERS[(module, caching)]
 
 
 def _caching_args(prep: Prepared, hits_out: np.ndarray) -> tuple:

@@ -55,6 +55,7 @@ from harness.base.replay import ReplayError, apply_pool_op, check_end_state
 from harness.errors import DesignFailure
 from scenarios.trace import trace_uses_caching
 
+WARM_STEPS = 5  # untimed steps each cell replays first (compilation, caches)
 SLICES_PER_REP = 20
 # Cells whose replay runs inside compiled code or C++ (milliseconds for a whole trace) replay this many times
 # the run's repetitions: their managers' spread (memory placement: the A/A control's interval shows it) is the

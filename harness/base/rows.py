@@ -211,6 +211,9 @@ def _read_records(path: Path, reader, header: list[str]) -> list[Row]:
     return rows
 
 
+RATIO_METRICS = ("seq_step_ns", "lookup_ns", "alloc_free_ns")  # each against the base in the same regime
+
+
 def ratio_metric(metric: str, base: str = RATIO_BASE, batched_base: bool = False) -> str:
     """The name of the ratio row of ``metric`` against ``base`` (same regime, or ``base`` batched)."""
     return f"{metric}_vs_{base.replace('-', '_')}" + ("_batched" if batched_base else "")

@@ -15,7 +15,7 @@ from types import ModuleType
 
 from harness.calibration.loader import ImportPlan
 from harness.errors import InputError
-from scenarios import Trace
+from scenarios import PAPER, Trace
 from scenarios.trace import trace_uses_caching
 
 
@@ -47,7 +47,7 @@ class Engine:
     packages: tuple[str, ...]
     module: str  # harness.calibration.<module>: PLAN, load(), baselines(), REGIMES
     regimes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # contender -> regimes calibrated
-    scenarios: tuple[str, ...] = ("paper", "parallel-sampling")  # the committed calibration's
+    scenarios: tuple[str, ...] = (PAPER, "parallel-sampling")  # the committed calibration's
 
     def code(self) -> ModuleType:
         return importlib.import_module(f"harness.calibration.{self.module}")
@@ -59,7 +59,7 @@ class Engine:
 ENGINES = {
     "vllm": Engine("vllm", "vLLM", "vllm", ("vllm",), "engine_vllm",
                    {"vllm-v1": ("per-call", "batched"), "vllm-v1-pc": ("per-call", "batched")},
-                   ("paper", "parallel-sampling", "system-prompt-256")),
+                   (PAPER, "parallel-sampling", "system-prompt-256")),
     "sglang": Engine("sglang", "SGLang", "sglang", ("sglang",), "engine_sglang", {"sglang": ("batched",)}),
     "nano-vllm": Engine("nano-vllm", "nano-vllm", None, ("nanovllm",), "engine_nano_vllm",
                         {"nano-vllm": ("per-call", "batched")}),

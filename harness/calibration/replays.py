@@ -16,7 +16,7 @@ from types import ModuleType
 
 from harness.base.drivers import Prepared, StepTimes
 from harness.base.failures import blamed_on, short_reason
-from harness.base.interleave import Driver, Key, interleaved, slice_bounds
+from harness.base.interleave import WARM_STEPS, Driver, Key, interleaved, slice_bounds
 from harness.base.metrics import Work
 from harness.base.threads import one_intra_op_thread
 from harness.calibration.engines import ENGINES, Baseline, Engine
@@ -29,7 +29,6 @@ from impls.contract import supports_prefix_caching
 from scenarios import Trace, generate
 from scenarios.trace import trace_uses_caching
 
-WARM_STEPS = 5
 FAILURES = (DesignFailure, StubTouched, PlanError, FanOutError)  # a replay that cannot be measured, named
 IMPORTING: Key = ("the engine's modules", "import", "real")  # the cell a worker is in while they import
 

@@ -43,11 +43,11 @@ from harness.counters import callgrind
 from harness.errors import InputError
 from harness.run import metadata
 from impls import REGISTRY, UNAVAILABLE, registry
-from scenarios import Trace, generate, load, save
+from scenarios import PAPER, Trace, generate, load, save
 
 TRACE = Path(__file__).resolve().parents[2] / "scenarios" / "data" / "gate-paper.npz"
 # How TRACE was made; tests/test_gate.py regenerates it and compares checksums.
-TRACE_SCENARIO = "paper"
+TRACE_SCENARIO = PAPER
 TRACE_PARAMS = {"steps": 48, "running": 64, "num_blocks": 8192}
 WARM_STEPS, STEPS = 16, 32
 CORE = tuple(registry.names("design", "twin"))  # the article's designs and their compiled twins

@@ -21,7 +21,7 @@ from harness.run.jobs import ProbeJob, load_impl
 from harness.run.jobs import execute as execute_measure_job
 from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Events, Worker
 from impls import REGISTRY
-from scenarios import generate, load
+from scenarios import PAPER, generate, load
 
 Cell = tuple[str, str]
 
@@ -114,7 +114,7 @@ def _load(name: str) -> type | Failed:
 
 
 def run_wall(job: WallJob, events: Events) -> tuple[float, float] | Failed:
-    prep = Prepared.from_trace(generate("paper", **WALL_PARAMS))
+    prep = Prepared.from_trace(generate(PAPER, **WALL_PARAMS))
     figures = []
     for name in (job.slower, job.faster):
         events.cell((name, "batched"))

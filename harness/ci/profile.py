@@ -16,7 +16,9 @@ from __future__ import annotations
 import shlex
 import sys
 
-SCENARIO = "paper"
+from scenarios import PAPER
+
+SCENARIO = PAPER
 REGIMES = ("batched", "step")
 SKIPPED_STUDIES = ("--no-paced", "--no-l1d", "--no-allocations", "--no-table-copy")
 

@@ -146,10 +146,10 @@ def compiled_here() -> list[str]:
     """Cached Numba functions of the project that this process compiled instead of loading from the cache."""
     from numba.core.registry import CPUDispatcher
 
-    from harness.base.drivers import _DRIVERS
+    from harness.base.drivers import COMPILED_DRIVERS
 
     found = [(f"replay loop of {module}{' (caching)' if caching else ''}", drive)
-             for (module, caching), drive in _DRIVERS.items()]
+             for (module, caching), drive in COMPILED_DRIVERS.items()]
     for name, module in list(sys.modules.items()):
         if name.split(".")[0] in ("impls", "harness"):
             found += [(f"{name}.{attr}", obj) for attr, obj in vars(module).items() if isinstance(obj, CPUDispatcher)]

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base.rows import RATIO_METRICS
 from harness.base.stats import Estimate, independent_ratio
 from harness.errors import InputError
 from harness.output.rundata import RunData, ordered
@@ -34,7 +35,7 @@ from harness.run.metadata import TIMING_IDENTITY, identity_differences
 # The timed headline figures, one per kind of work: the step (what an engine pays per sequence per step), the
 # slot lookup and allocate/free per block. The others are these scaled (step_mean_ns, cpu_share_pct: the same
 # trace gives the same ratio) or parts of them (alloc_ns, free_ns), or have no interval (percentiles).
-DEFAULT_METRICS = ("seq_step_ns", "lookup_ns", "alloc_free_ns")
+DEFAULT_METRICS = RATIO_METRICS
 # Provisional: the false-alarm rate at each candidate threshold is measured by scripts/compare_pairs.py
 # (results/compare_pairs/); the default moves to what that file shows (README, "Benchmarks in CI").
 DEFAULT_THRESHOLD_PCT = 10.0

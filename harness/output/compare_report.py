@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict
 
 from harness.output.compare import VERDICTS, Compared, Comparison, Figure
-from harness.output.formatting import fmt as _fmt
+from harness.output.formatting import fmt
 
 FORMATS = ("text", "markdown", "json")
 ORDER = {v: i for i, v in enumerate(("slower", "faster", "not comparable", "no difference"))}  # what to read first
@@ -18,8 +18,8 @@ ORDER = {v: i for i, v in enumerate(("slower", "faster", "not comparable", "no d
 def _figure(f: Figure | None) -> str:
     if f is None:
         return "—"
-    interval = f" [{_fmt(f.ci_low)}–{_fmt(f.ci_high)}]" if f.ci_low is not None and f.ci_high is not None else ""
-    return _fmt(f.value) + interval
+    interval = f" [{fmt(f.ci_low)}–{fmt(f.ci_high)}]" if f.ci_low is not None and f.ci_high is not None else ""
+    return fmt(f.value) + interval
 
 
 def _ratio(r: Compared) -> str:

@@ -16,8 +16,9 @@ from harness.output.formatting import aa_row, cpu_text, fmt, interval_of, machin
 from harness.output.paced_report import paced_sentence
 from harness.output.report import DESIGN_ROLES, base_of, driver_of
 from harness.output.rundata import RunData
+from scenarios import PAPER
 
-HEADLINE = "paper"
+HEADLINE = PAPER
 
 
 def headline_scenario(run: RunData) -> str | None:

@@ -22,7 +22,6 @@ from harness.output.formatting import fmt, machine_line
 from harness.output.rundata import RunData, ordered
 from impls import registry
 
-PAPER = "paper"
 # The article's designs A, B, C -> our implementation of each (from the registry).
 SCHEMES = {r.letter: r.name for r in registry.RECORDS if r.role == "design" and r.letter}
 NATIVE_OF = {r.letter: r.name for r in registry.RECORDS if r.role == "native" and r.letter}
@@ -60,7 +59,7 @@ def regime_hatch(regime: str) -> str:
     return REGIME_HATCH.get(regime, OTHER_HATCH)
 
 
-def series_panels(impls: list[str], reference: str | None = "flat") -> list[tuple[str, list[str]]]:
+def series_panels(impls: list[str], reference: str | None = registry.RATIO_BASE) -> list[tuple[str, list[str]]]:
     """``impls`` as panels of at most :data:`MAX_SERIES` series: (title, impls) by role family
     (:data:`PANEL_FAMILIES`), adjacent families merged while they fit, a family too large cut in order.
     A panel without ``reference`` gets it added (first, so it keeps its place in the legend) where room is

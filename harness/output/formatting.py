@@ -14,6 +14,7 @@ from datetime import datetime
 import pandas as pd
 
 from harness.base.rows import ratio_metric
+from harness.base.text import duration_text
 from harness.output.rundata import RunData
 from impls import registry
 
@@ -128,6 +129,11 @@ def measured_text(run: RunData, scenario: str, impl: str, regime: str, metric: s
     if row["status"] != "ok":
         return str(row["status"])
     return value_text(run, scenario, impl, regime, metric)
+
+
+def run_duration(meta: dict) -> str:
+    """How long the run took, in words."""
+    return duration_text(run_seconds(meta))
 
 
 def run_seconds(meta: dict) -> float:

@@ -33,10 +33,8 @@ import numpy as np
 
 from harness.base.files import atomic_write_text
 from harness.errors import InputError
-from harness.output.drawing import MAX_SERIES, grid, hide_unused, save_figure, series_panels
-from harness.output.drawing import finish as _finish
-from harness.output.drawing import new_figure as _new_figure
-from harness.output.readme import _duration
+from harness.output.drawing import MAX_SERIES, finish, grid, hide_unused, new_figure, save_figure, series_panels
+from harness.output.formatting import run_duration
 from harness.output.rundata import RunData, ordered
 from harness.run.matrix import SWEEPS, matches
 from harness.studies.scale import FAMILY_AXES
@@ -352,7 +350,7 @@ def fig_growth(run: RunData, found: list[Slope]):
         log.warning("growth: no scale-sweep family with two sizes in this run")
         return None
     nrows, ncols = grid(len(panels), 3)
-    fig, axes = _new_figure(6.4 * ncols, 4.2 * nrows, nrows, ncols)
+    fig, axes = new_figure(6.4 * ncols, 4.2 * nrows, nrows, ncols)
     for ax, (family, metric, title, data) in zip(axes, panels, strict=False):
         fits = {(s.impl, s.regime): s for s in found if s.family == family and s.metric == metric}
         _panel(ax, family, data, fits, metric == "table_copy_bytes_per_step")
@@ -362,7 +360,7 @@ def fig_growth(run: RunData, found: list[Slope]):
         ax.set_ylabel(f"{ylabel} (log scale)", fontsize=8)
     hide_unused(axes, len(panels))
     _share_y(axes, [(family, metric) for family, metric, _, _ in panels])
-    return _finish(fig, run, "How cost and memory grow (error bars: 95 % intervals; legend: fitted log-log slope)",
+    return finish(fig, run, "How cost and memory grow (error bars: 95 % intervals; legend: fitted log-log slope)",
                    _left_out(alone))
 
 
@@ -399,7 +397,7 @@ def growth_section(run_dir: Path, shown_as: str) -> str:
     run = RunData.load(run_dir)
     head = (f"Run `{run.run_id}` of `{run.meta.get('command_line', '?')}` at commit "
             f"`{run.meta.get('git_commit', '?')}`, started {run.meta.get('started', '?')}, took "
-            f"{_duration(run.meta)}.")
+            f"{run_duration(run.meta)}.")
     return "\n".join([head, "", f"![How cost and memory grow]({shown_as}/figures/growth.png)", "",
                       path.read_text().rstrip(), ""])
 

@@ -38,6 +38,7 @@ from harness.output.drawing import (
 from harness.output.formatting import fmt, interval_of
 from harness.output.report import article_table, regime_title
 from harness.output.rundata import RunData
+from impls.registry import RATIO_BASE
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def _ratio_label(run: RunData, impl: str, regime: str, ratio_of: str | None) -> 
     """``270× [194–299]`` (paired, same run and regime), ``1×`` for flat, "" where the run has no ratio."""
     if ratio_of is None:
         return ""
-    if impl == "flat":
+    if impl == RATIO_BASE:
         return "1× (base)"
     row = run.get(PAPER, impl, regime, ratio_metric(ratio_of))
     if row is None or row["status"] != "ok":

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from harness.output.formatting import fmt, interval_of, interval_text
 from harness.output.rundata import RunData
+from impls.registry import RATIO_BASE
+from scenarios import PAPER
 
 TARGET_ABOVE_FLOOR = 1.5  # points of one core: flat's paced whole step over the do-nothing crossing, same run
 FLOOR, WHOLE, ABOVE = "paced_floor_pct", "cpu_share_observed_whole_step_pct", "paced_above_floor_pct"
@@ -29,7 +31,7 @@ def verdict(row: dict | None) -> str:
     return "not decided (the interval holds it)"
 
 
-def paced_sentence(run: RunData, scenario: str = "paper", impl: str = "flat") -> str:
+def paced_sentence(run: RunData, scenario: str = PAPER, impl: str = RATIO_BASE) -> str:
     """One paragraph: the floor, ``impl``'s paced whole step and its distance to the floor against the target;
     "" when the run has no measured floor on ``scenario``."""
     floor = run.get(scenario, "-", "-", FLOOR)

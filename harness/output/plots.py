@@ -66,6 +66,7 @@ from harness.output.paced_report import FLOOR, WHOLE
 from harness.output.report import article_table
 from harness.output.rundata import RunData, ordered, ordered_regimes
 from harness.run.matrix import SWEEP, matches
+from harness.studies import idwidth
 
 __all__ = ["FIGURES", "RunData", "render_figures", "save_figure"]
 
@@ -574,8 +575,8 @@ def _idwidth_panel(ax: Axes, run: RunData, metric: str, states: list[str], dtype
         for d, dtype in enumerate(dtypes):
             regime = f"{dtype}/{state}" if state else dtype
             x = s - 0.4 + width * (d + 0.5)
-            v = run.value(PAPER, "flat", regime, metric)
-            row = run.get(PAPER, "flat", regime, metric)
+            v = run.value(PAPER, idwidth.IMPL, regime, metric)
+            row = run.get(PAPER, idwidth.IMPL, regime, metric)
             if math.isnan(v):
                 if row is not None:
                     word_at(ax, x, status_word(row, run.meta))
@@ -620,7 +621,8 @@ def fig_idwidth(run: RunData) -> Figure | None:
                          ha="right", va="bottom", fontsize=7)
     ax = axes[1]
     for d, dtype in enumerate(dtypes):
-        vals = [run.value(PAPER, "flat", f"{dtype}/{st}" if st else dtype, "table_bytes_per_seq") for st in states]
+        vals = [run.value(PAPER, idwidth.IMPL, f"{dtype}/{st}" if st else dtype, "table_bytes_per_seq")
+                for st in states]
         vals = [v for v in vals if not math.isnan(v)]
         if vals:
             ax.bar(d, vals[0], 0.6, color=DTYPE_COLORS[dtype])

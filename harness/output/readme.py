@@ -11,15 +11,24 @@ import math
 from pathlib import Path
 
 from harness.base.files import atomic_write_text, os_reason, read_json
-from harness.base.text import duration_text
 from harness.errors import WriteError
 from harness.output import sections, times
 from harness.output.cache_report import caching_scenarios, hit_sentence
 from harness.output.coverage import left_out_note
-from harness.output.formatting import CACHE_BASE, aa_text, fmt, machine_line, ratio_text, run_seconds, value_text
+from harness.output.formatting import (
+    CACHE_BASE,
+    aa_text,
+    fmt,
+    machine_line,
+    ratio_text,
+    run_duration,
+    run_seconds,
+    value_text,
+)
 from harness.output.overlap import compare, figure, ratio_rows
 from harness.output.paced_report import paced_sentence
 from harness.output.report import (
+    DESIGN_ROLES,
     SHARING_COLUMNS,
     SHARING_SCENARIOS,
     article_table,
@@ -32,19 +41,14 @@ from harness.output.report import (
 )
 from harness.output.rundata import RunData, ordered
 from impls import registry
+from scenarios import PAPER
 from scenarios.files import write_target
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-PAPER = "paper"
-TABLE_ROLES = ("design", "twin", "native")
 
 
 class ReadmeError(ValueError):
     """The README has no (or broken) results markers."""
-
-
-def _duration(meta: dict) -> str:
-    return duration_text(run_seconds(meta))
 
 
 REPEAT_CSV, REPEAT_META = "repeat_results.csv", "repeat_meta.json"  # a second run of the same code, kept beside
@@ -66,7 +70,7 @@ def _repeat_lines(run: RunData) -> list[str]:
     meta = meta if isinstance(meta, dict) else {}
     result = compare(ratio_rows(repeat, PAPER), ratio_rows(run.run_dir / "results.csv", PAPER))
     head = (f"Reproducibility: a second run of `make bench` ({REPEAT_CSV}, started {meta.get('started', '?')} at "
-            f"commit {commit_text(meta)}, took {_duration(meta)}) and this one agree on "
+            f"commit {commit_text(meta)}, took {run_duration(meta)}) and this one agree on "
             f"{result.overlap} of {len(result.pairs)} `paper` ratios (the A/A control included), interval against "
             "interval" + ("." if not result.misses else "; these do not (repeat, then this run):"))
     return [head, *(f"- `{k[0]}` {k[1]} `{k[2]}`: {figure(a)} against {figure(b)}" for k, a, b in result.misses),
@@ -98,7 +102,7 @@ def _design_rows(run: RunData) -> list[tuple[list[str], list[str]]]:
     out = []
     ran = {i for i, r in run.cells(PAPER) if r == "batched"}
     for rec in registry.RECORDS:
-        if rec.role not in TABLE_ROLES or rec.name not in ran:
+        if rec.role not in DESIGN_ROLES or rec.name not in ran:
             continue
         timings = [f"{rec.label}"]
         for metric, column in (("lookup_ns", "lookup_ns_per_step"), ("alloc_free_ns", "alloc_free_ns_per_block")):
@@ -144,7 +148,7 @@ def section(run: RunData) -> str:
     versions = meta.get("versions", {})
     lines = [
         f"Run `{run.run_id}` of `{meta.get('command_line', '?')}` at commit {commit_text(meta)}, "
-        f"started {meta.get('started', '?')}, took {_duration(meta)}"
+        f"started {meta.get('started', '?')}, took {run_duration(meta)}"
         + ("" if meta.get("complete") else " (INCOMPLETE)") + ".",
         f"Machine: {machine_line(meta)}. Python {versions.get('python', '?')}, NumPy {versions.get('numpy', '?')}, "
         f"Numba {versions.get('numba', '?')}, torch {versions.get('torch', '?')}.",
@@ -161,7 +165,7 @@ def section(run: RunData) -> str:
         "",
         *_design_tables(run),
         "",
-        *_optional(left_out_note(run, PAPER, TABLE_ROLES)),
+        *_optional(left_out_note(run, PAPER, DESIGN_ROLES)),
         *_optional(paced_sentence(run, PAPER)),
     ]
     lines += _sharing_lines(run)

@@ -29,7 +29,9 @@ from harness.output.formatting import (
 )
 from harness.output.paced_report import paced_sentence
 from harness.output.rundata import RunData
+from harness.studies.table_copy.variants import IMPL as TABLE_COPY_IMPL
 from impls import registry
+from scenarios import PAPER
 
 PAPER_CSV = Path(__file__).resolve().parents[1] / "data" / "paper_table.csv"
 # The article's designs, their compiled twins and their C++ builds: the rows of the paper table.
@@ -119,7 +121,7 @@ PAPER_TABLES = (
 )
 
 
-def paper_table(run: RunData, scenario: str = "paper") -> str:
+def paper_table(run: RunData, scenario: str = PAPER) -> str:
     """The article's table, each cell measured next to the article's figure, ratios to C in the same run; a
     row per design and regime the run measured, and one line for what it did not."""
     art = article_table()
@@ -329,9 +331,9 @@ def _ratio_note(row: dict) -> str:
     return f"{row['ratio']:.2f}{interval} ({row['scenario']})"
 
 
-def engines_section(run: RunData, scenario: str = "paper") -> str:
+def engines_section(run: RunData, scenario: str = PAPER) -> str:
     """Engine-style contenders (as engines run them: per call) beside batched flat, ratios in one run."""
-    flat = _get(run, scenario, "flat", "batched", "seq_step_ns")[0]
+    flat = _get(run, scenario, registry.RATIO_BASE, "batched", "seq_step_ns")[0]
     present = [r.name for r in _rows_of(run, ENGINE_ROLES)]
     if not present or math.isnan(flat):
         return ""
@@ -342,7 +344,7 @@ def engines_section(run: RunData, scenario: str = "paper") -> str:
            "| vs the engine's code |",
            "|---|---|---|---|---|---|---|---|"]
     notes = calibration_notes()  # results/calibration/README.md says how these ratios were measured
-    for impl in [*present, "flat"]:
+    for impl in [*present, registry.RATIO_BASE]:
         for regime in ("per-call", "batched"):
             v = _get(run, scenario, impl, regime, "seq_step_ns")[0]
             if math.isnan(v):
@@ -368,7 +370,7 @@ def table_copy_section(run: RunData) -> str:
            "| scenario | variant | host ns/step | host ns/seq | bytes/step | device ns/step |",
            "|---|---|---|---|---|---|"]
     for (scenario, variant), _ in sub.groupby(["scenario", "regime"], sort=False):
-        vals = [_get(run, scenario, "flat", variant, m) for m in
+        vals = [_get(run, scenario, TABLE_COPY_IMPL, variant, m) for m in
                 ("table_copy_ns", "table_copy_ns_per_seq", "table_copy_bytes", "table_copy_device_ns")]
         cells = [fmt(v) if st == "ok" else st for v, _src, st in vals]
         out.append(f"| {scenario} | {variant} | " + " | ".join(cells) + " |")
@@ -377,7 +379,7 @@ def table_copy_section(run: RunData) -> str:
 
 def report_texts(data: RunData) -> dict[str, str]:
     """The run's reports by file name (``paper_table.md``, ``summary.md``), as text."""
-    paper = paper_table(data) if data.has("paper") else "# No `paper` scenario in this run\n"
+    paper = paper_table(data) if data.has(PAPER) else "# No `paper` scenario in this run\n"
     engines = engines_section(data)
     caching = prefix_cache_section(data)
     return {"paper_table.md": paper + "\n" + sharing_table(data) + ("\n" + engines if engines else "") + "\n"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from harness.base.interleave import Key
 from harness.base.metrics import Work, cell_blocks, timing_rows
-from harness.base.rows import Row, ratio_metric
+from harness.base.rows import RATIO_METRICS, Row, ratio_metric
 from harness.base.stats import paired_ratio
 from harness.base.steptimes import KINDS, StepTimes
 from harness.run.cells import CellInfo, TimingResult
@@ -22,7 +22,6 @@ from scenarios import Trace
 from scenarios.trace import trace_uses_caching
 
 Cell = tuple[str, str]
-RATIO_METRICS = ("seq_step_ns", "lookup_ns", "alloc_free_ns")  # each against the base in the same regime
 HIT_METRICS = (("cache_hit_tokens_pct", "hit_tokens", "lookup_tokens", "% of prompt tokens looked up"),
                ("cache_hit_blocks_pct", "hit_blocks", "lookup_blocks", "% of full prompt blocks looked up"))
 

@@ -19,7 +19,16 @@ import numpy as np
 
 from harness.base.drivers import Prepared
 from harness.base.failures import blamed_on
-from harness.base.interleave import FAST_REPS, Driver, Key, Replays, interleaved, slice_bounds, verify_slots
+from harness.base.interleave import (
+    FAST_REPS,
+    WARM_STEPS,
+    Driver,
+    Key,
+    Replays,
+    interleaved,
+    slice_bounds,
+    verify_slots,
+)
 from harness.base.replay import ReplayError
 from harness.base.rows import Row
 from harness.base.steptimes import StepTimes
@@ -33,7 +42,6 @@ from scenarios.trace import trace_uses_caching
 
 Cell = tuple[str, str]
 ALLOC_STEPS = 20  # steps counted for allocations per step (after warm-up)
-WARM_STEPS = 5
 
 
 @dataclass

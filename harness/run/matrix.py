@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from harness.base.replay import REGIMES
 from harness.errors import InputError
 from impls import registry
+from scenarios import PAPER
 
-PAPER = "paper"
 ALL = "*"  # every scenario
 SWEEP = "concurrency-*"  # the concurrency sweep
 CONTEXT = "context-*"  # the context sweep (scale sweeps only)

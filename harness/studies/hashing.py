@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.base.rows import Row
+from scenarios import PAPER
 from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, APPEND, FORK, Trace
 
 BLOCK = 16
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     from scenarios import generate
 
     args = sys.argv[1:] if argv is None else argv
-    scenario = args[0] if args else "paper"
+    scenario = args[0] if args else PAPER
     for row in hashing_rows(generate(scenario), scenario):
         value = "unavailable" if row.status != "ok" else f"{row.value:,.1f} ns [{row.ci_low:,.1f}, {row.ci_high:,.1f}]"
         print(f"{row.impl:18} {row.metric:22} {value}  ({row.how})")

@@ -35,7 +35,9 @@ from harness.base.drivers import Prepared, step_runner
 from harness.base.replay import apply_pool_op
 from harness.base.rows import Row
 from impls.designs.flat import FlatBlockManager
-from scenarios import Trace, generate
+from scenarios import PAPER, Trace, generate
+
+IMPL = "flat"  # the design whose table is stored at each id width
 
 DTYPES = (np.uint16, np.int32, np.int64)
 STEPS = 200
@@ -64,7 +66,7 @@ def paper_state(trace: Trace | None = None, steps: int = STEPS) -> tuple[FlatBlo
     """The flat manager after ``steps`` steps of ``trace`` (default: the ``paper`` scenario) and the row ids
     of the next decode step, in decode order."""
     if trace is None:
-        trace = generate("paper", steps=steps + 1)
+        trace = generate(PAPER, steps=steps + 1)
     steps = min(steps, trace.num_steps - 1)
     prep = Prepared.from_trace(trace)
     mgr = FlatBlockManager(**trace.config)
@@ -142,7 +144,7 @@ def measure(trace: Trace | None = None, steps: int = STEPS, large_seqs: int = LA
     return out
 
 
-def idwidth_rows(trace: Trace | None = None, scenario: str = "paper", steps: int = STEPS,
+def idwidth_rows(trace: Trace | None = None, scenario: str = PAPER, steps: int = STEPS,
                  large_seqs: int = LARGE_SEQS, runs: int = RUNS) -> list[Row]:
     """The block-id width figures as rows (see the module docstring); about two seconds."""
     rows = []
@@ -153,14 +155,14 @@ def idwidth_rows(trace: Trace | None = None, scenario: str = "paper", steps: int
         how = (f"compiled batched lookup (newest token -> slot) over a {regime.split('/')[0]} flat table of {state}; "
                f"{case['reps']} passes per call, median of {len(case['ns'])} calls")
         rows += [
-            Row(scenario, "flat", regime, "idwidth_lookup_ns", statistics.median(case["ns"]), "ns", SOURCE,
+            Row(scenario, IMPL, regime, "idwidth_lookup_ns", statistics.median(case["ns"]), "ns", SOURCE,
                 how=how + "; per lookup", reps=len(case["ns"]), seqs=case["seqs"]),
-            Row(scenario, "flat", regime, "table_bytes_per_seq", case["itemsize"] * case["max_blocks_per_seq"], "B",
+            Row(scenario, IMPL, regime, "table_bytes_per_seq", case["itemsize"] * case["max_blocks_per_seq"], "B",
                 "dtype itemsize", how=f"{case['itemsize']} B x {case['max_blocks_per_seq']} blocks per row"),
-            Row(scenario, "flat", regime, "idwidth_table_bytes", case["table_bytes"], "B", "dtype itemsize",
+            Row(scenario, IMPL, regime, "idwidth_table_bytes", case["table_bytes"], "B", "dtype itemsize",
                 how=f"whole table: {state}", seqs=case["seqs"]),
         ]
         if case["compile_s"] is not None:
-            rows.append(Row(scenario, "flat", regime, "idwidth_compile_s", case["compile_s"], "s", "wall clock",
+            rows.append(Row(scenario, IMPL, regime, "idwidth_compile_s", case["compile_s"], "s", "wall clock",
                             how="first call of the lookup loop for this dtype (Numba compile or cache load)"))
     return rows

@@ -70,8 +70,9 @@ def peak_step(trace: Trace) -> int:
     """How many steps to replay to stand at the trace's peak: the first step after which the most blocks are
     in use (replayed on ``flat``, or ``flat-pc`` for a prefix-caching trace)."""
     from impls import REGISTRY
+    from impls.registry import CACHING_RATIO_BASE, RATIO_BASE
 
-    mgr = REGISTRY["flat-pc" if trace_uses_caching(trace) else "flat"](**trace.config)
+    mgr = REGISTRY[CACHING_RATIO_BASE if trace_uses_caching(trace) else RATIO_BASE](**trace.config)
     replayer, lowest, at = Replayer(trace), mgr.num_blocks + 1, 0
     for step in range(trace.num_steps):
         replayer.advance(mgr, step, step + 1)

@@ -32,7 +32,7 @@ class PacedResult:
     pacing_cpu_ns: int
 
 
-def _paced_loop(run_step, rate: float, steps: int) -> tuple[int, int, int]:
+def paced_loop(run_step, rate: float, steps: int) -> tuple[int, int, int]:
     """Run ``steps`` steps at ``rate``; returns (thread CPU ns, wall ns, misses). ``run_step=None``: pacing only."""
     period = 1e9 / rate
     misses = 0
@@ -54,8 +54,8 @@ def paced_run(prep: Prepared, make_mgr, regime: str, rate: float, steps: int | N
     ``regime`` names (:func:`paced_runner`)."""
     steps = min(steps or prep.num_steps, prep.num_steps)
     run, check = paced_runner(prep, make_mgr, regime)
-    idle_cpu, _, _ = _paced_loop(None, rate, steps)
-    cpu, wall, misses = _paced_loop(run, rate, steps)
+    idle_cpu, _, _ = paced_loop(None, rate, steps)
+    cpu, wall, misses = paced_loop(run, rate, steps)
     check(steps)
     share = (cpu - idle_cpu) / wall * 100  # not clamped: a negative figure would show the noise floor
     return PacedResult(share, misses, steps, wall / 1e9, idle_cpu)
@@ -98,8 +98,8 @@ def paced_whole_step_run(prep: Prepared, make_mgr, rate: float, steps: int | Non
     state) are checked after the paced loop, outside the measured thread time."""
     steps = min(steps or prep.num_steps, prep.num_steps)
     run, check = whole_step_paced(prep, make_mgr)
-    idle_cpu, _, _ = _paced_loop(None, rate, steps)
-    cpu, wall, misses = _paced_loop(run, rate, steps)
+    idle_cpu, _, _ = paced_loop(None, rate, steps)
+    cpu, wall, misses = paced_loop(run, rate, steps)
     check(steps)
     return PacedResult((cpu - idle_cpu) / wall * 100, misses, steps, wall / 1e9, idle_cpu)
 

@@ -29,7 +29,7 @@ from harness.base.failures import blamed_on
 from harness.base.rows import Row
 from harness.base.stats import median_estimate
 from harness.errors import DesignFailure
-from harness.studies.paced import _paced_loop, floor_runner, paced_runner, whole_step_paced
+from harness.studies.paced import floor_runner, paced_loop, paced_runner, whole_step_paced
 
 PACED_REPS = 5  # repetitions of every paced loop, interleaved: the fewest that give the median an interval
 FLOOR = ("-", "-")
@@ -115,7 +115,7 @@ def _first_steps(kind: PacedKind, steps: int) -> None:
 
 def _measured_loop(kind: PacedKind, rate: float, steps: int) -> tuple[int, int, int]:
     run, check = kind.start()
-    measured = _paced_loop(run, rate, steps)
+    measured = paced_loop(run, rate, steps)
     check(steps)
     return measured
 

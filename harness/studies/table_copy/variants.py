@@ -15,6 +15,7 @@ from harness.studies.table_copy.guards import BufferRing, CopyGuard, DoneEvent, 
 from harness.studies.table_copy.rows import Copied, MirroredFlat, RowsMirror
 from impls.contract import blocks_for
 from impls.designs.flat import FlatBlockManager, table_dtype
+from scenarios import PAPER
 
 VARIANTS = ("a-per-seq", "b-rebuild", "c-one-copy", "c-host-widen", "d-changed-rows", "d-live-cols",
             "e-rows-changed")
@@ -36,7 +37,7 @@ DEFAULT_WARMUP = 200
 MAX_STEPS, MIN_STEPS = 300, 50
 SEQ_STEPS = 300 * 256  # default budget of sequence-steps: 300 steps of the paper's 256 sequences
 TABLE_ENTRIES = 300 * 256 * 256  # and of table entries: 300 steps of the paper's 256 x 256 table
-DEFAULT_SCENARIOS = ("paper", "concurrency-64", "concurrency-128", "concurrency-256", "concurrency-512",
+DEFAULT_SCENARIOS = (PAPER, "concurrency-64", "concurrency-128", "concurrency-256", "concurrency-512",
                      "concurrency-1024")
 
 
