@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from harness.base.args import csv_list, percentage
 from harness.errors import InputError
 from impls.registry import PluginError
 from scenarios import SCENARIOS, ScenarioError, TraceError
@@ -32,17 +33,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{message} (see `{self.prog} --help`)")
-
-
-def csv_list(text: str) -> list[str]:
-    """``a,b,c`` -> [a, b, c]; an empty item or a repeated one is an error, not a silent default."""
-    items = [item.strip() for item in text.split(",")]
-    if not text.strip() or any(not item for item in items):
-        raise argparse.ArgumentTypeError(f"empty name in {text!r}: give comma-separated names, e.g. flat,dict")
-    repeated = sorted({item for item in items if items.count(item) > 1})
-    if repeated:
-        raise argparse.ArgumentTypeError(f"{', '.join(repeated)} given twice in {text!r}")
-    return items
 
 
 def positive_int(text: str) -> int:
@@ -145,10 +135,10 @@ def check_output_file(path: Path) -> None:
 
 # -- runs and reports ------------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.measure.replay import REGIMES
-    from harness.measure.runner import RunConfig, run
+    from harness.base.replay import REGIMES
     from harness.output.console import console_summary
     from harness.output.report import write_reports
+    from harness.run.runner import RunConfig, run
 
     if args.trace and args.scenario:
         raise UsageError("give --scenario or --trace, not both")
@@ -185,7 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _failed_cells_status(run_dir: Path) -> int:
     """EXIT_FAILED_CELLS, with one line per failed cell on stderr, when a design failed a cell; else 0."""
-    from harness.output.results import read_rows
+    from harness.base.rows import read_rows
 
     failed = [r for r in read_rows(run_dir / "results.csv") if r.status == "failed" and r.metric == "correctness"]
     for row in failed:
@@ -196,10 +186,10 @@ def _failed_cells_status(run_dir: Path) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Reports (and figures) into the run folder, the paper table printed. A run folder that cannot be written
     (read-only, disk full) costs the files only: one line says so, the tables are still printed, exit status 2."""
+    from harness.base.files import resolve_run
     from harness.errors import WriteError
     from harness.output.console import console_summary
     from harness.output.report import report_texts, write_reports
-    from harness.output.results import resolve_run
     from harness.output.rundata import RunData
 
     data = RunData.load(resolve_run(args.run, Path(args.results)))
@@ -243,17 +233,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return result.exit_status
 
 
-def percentage(text: str) -> float:
-    """A percentage such as ``10`` or ``10%`` (a number from 0 to 1000)."""
-    try:
-        value = float(text.strip().removesuffix("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (e.g. 10 or 10%)") from None
-    if not 0 <= value < 1000:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a percentage from 0 to 1000")
-    return value
-
-
 def _add_compare(sub, results: argparse.ArgumentParser) -> None:
     from harness.output.compare import DEFAULT_METRICS, DEFAULT_THRESHOLD_PCT
     from harness.output.compare_report import FORMATS
@@ -291,8 +270,8 @@ def cmd_table_copy(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Contract conformance of one implementation, run in a worker process (a plug-in that exits, hangs or
     crashes there gets a verdict too); exit 0 only when it conforms."""
-    from harness.measure.jobs import CheckJob, ProbeJob, execute
-    from harness.measure.workers import CellDied, Worker
+    from harness.run.jobs import CheckJob, ProbeJob, execute
+    from harness.run.workers import CellDied, Worker
     from impls import UNAVAILABLE
 
     if args.impl in UNAVAILABLE:
@@ -392,8 +371,8 @@ def _add_trace(sub) -> None:
 
 
 def _add_run(sub, results: argparse.ArgumentParser) -> None:
-    from harness.measure.matrix import describe
     from harness.output import times
+    from harness.run.matrix import describe
 
     took = times.quoted_times()
     p = sub.add_parser("run", parents=[results],
@@ -440,7 +419,7 @@ def positive_seconds(text: str) -> float:
 
 
 def _add_deadline(p: argparse.ArgumentParser) -> None:
-    from harness.measure.workers import DEFAULT_DEADLINE_S
+    from harness.run.workers import DEFAULT_DEADLINE_S
 
     p.add_argument("--deadline", type=positive_seconds, default=DEFAULT_DEADLINE_S, metavar="S",
                    help=f"seconds a worker process may run an implementation without progress before it is killed "

@@ -34,7 +34,7 @@ COMMON = {
     "seed": 0,
 }
 CONCURRENCY_SWEEP = (64, 128, 256, 512, 1024)
-# The scale sweeps (issue 29; `make bench-scale`, left out of the default matrix: see harness.measure.matrix).
+# The scale sweeps (issue 29; `make bench-scale`, left out of the default matrix: see harness.run.matrix).
 CONCURRENCY_SCALE = (2048, 4096)  # past the default sweep: the pool grows with the sequences (64 blocks each)
 CONTEXT_SWEEP = (4096, 16384, 65536, 262144, 1048576)  # the most tokens a sequence may reach
 POOL_SWEEP = (16384, 32768, 65536, 131072, 262144, 1048576)  # blocks in the pool (ids widen past 65,536)

@@ -11,7 +11,7 @@ trace afterwards, step by step.
 
 What the engine does between two steps that is not block management (recording each request's sampled token on
 the engine's request objects) runs in ``untimed_after_step``, the Python drivers' untimed per-step hook
-(:mod:`harness.measure.drivers`): an adapter that needs it lists each step's rows in ``_sampled`` and records
+(:mod:`harness.base.drivers`): an adapter that needs it lists each step's rows in ``_sampled`` and records
 their tokens there. A step that finds rows still listed stops the replay: a driver without the hook would leave
 the engine's requests behind the trace.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.measure.replay import ReplayError
+from harness.base.replay import ReplayError
 from impls.core.interpreted import InterpretedBlockManager
 from impls.core.validation import batch_args
 
@@ -45,7 +45,7 @@ class EngineAdapter(InterpretedBlockManager):
         ids = batch_args(seq_ids, cow_out, slot_out, self.max_seqs)
         if self._sampled:
             raise ReplayError("the previous step's sampled tokens were never recorded: replay an adapter with a "
-                              "driver that calls untimed_after_step (harness.measure.drivers)")
+                              "driver that calls untimed_after_step (harness.base.drivers)")
         return self._engine_step(ids, ids.tolist(), cow_out, slot_out)
 
     def _engine_step(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:

@@ -8,9 +8,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.base.files import RUN_SUFFIXES, check_label, new_run_dir, os_reason
 from harness.calibration.table import read_rows
 from harness.errors import InputError, WriteError
-from harness.output.results import RUN_SUFFIXES, check_label, new_run_dir, os_reason
 from scenarios.files import write_target
 
 

@@ -40,10 +40,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from harness.base.replay import ReplayError
 from harness.calibration.adapter import EngineAdapter
 from harness.calibration.engines import Baseline
 from harness.calibration.loader import ImportPlan
-from harness.measure.replay import ReplayError
 from impls.contract import NoFreeBlocksError
 
 REAL = ("nanovllm.engine.block_manager", "nanovllm.engine.sequence", "nanovllm.sampling_params")

@@ -43,11 +43,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from harness.base.replay import ReplayError
 from harness.calibration.adapter import EngineAdapter
 from harness.calibration.engines import Baseline
 from harness.calibration.loader import ImportPlan, Piece
 from harness.calibration.traces import fan_out_forks
-from harness.measure.replay import ReplayError
 from impls.contenders.vllm_v1_pc import cached_need, sealable
 from impls.contract import E_ACTIVE, E_NO_BLOCKS, NoFreeBlocksError
 from impls.core.validation import chain_arg, seq_arg, tokens_arg

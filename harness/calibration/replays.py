@@ -1,4 +1,4 @@
-"""A calibration's replays in a worker process (:mod:`harness.measure.workers`): one job is one scenario's
+"""A calibration's replays in a worker process (:mod:`harness.run.workers`): one job is one scenario's
 repetitions ``only``, with the engine's modules imported by its plan in that process.
 
 Each worker loads the engine afresh, warms every replay up and replays its repetitions interleaved as ``run``
@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from harness.base.drivers import Prepared, StepTimes
+from harness.base.failures import blamed_on, short_reason
+from harness.base.interleave import Driver, Key, interleaved, slice_bounds
+from harness.base.metrics import Work
+from harness.base.threads import one_intra_op_thread
 from harness.calibration.engines import ENGINES, Baseline, Engine
 from harness.calibration.loader import PlanError, StubTouched, engine_imports
 from harness.calibration.traces import FanOutError
 from harness.errors import DesignFailure, InputError
-from harness.measure.drivers import Prepared, StepTimes
-from harness.measure.failures import blamed_on, short_reason
-from harness.measure.interleave import Driver, Key, interleaved, slice_bounds
-from harness.measure.metrics import Work
-from harness.measure.threads import one_intra_op_thread
-from harness.measure.workers import Events
+from harness.run.workers import Events
 from impls import REGISTRY
 from impls.contract import supports_prefix_caching
 from scenarios import Trace, generate

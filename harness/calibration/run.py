@@ -3,11 +3,11 @@
 For each scenario: every contender the engine's baselines calibrate is replayed in its regimes, and every
 baseline (the engine's code behind our contract, :mod:`harness.calibration.engines`) in the batched regime
 (one ``decode_step`` per step, which the adapter turns into the engine's own per-step calls), all by the
-harness's Python driver (:func:`harness.measure.drivers.run_interpreted`), with the sliced interleaving of
+harness's Python driver (:func:`harness.base.drivers.run_interpreted`), with the sliced interleaving of
 ``kvblock-bench run`` and torch pinned to one intra-op thread. The repetitions spread over worker processes
 as ``run``'s do (one each by default; :mod:`harness.calibration.replays`), so the intervals include the
 variation between processes. Every replay is checked against its trace as in ``run``. Each ratio ours / real
-is taken over the same slices and repetitions (a paired bootstrap, :mod:`harness.measure.stats`). The rows go
+is taken over the same slices and repetitions (a paired bootstrap, :mod:`harness.base.stats`). The rows go
 to a new folder unless a table is named (:mod:`harness.calibration.destination`).
 """
 
@@ -23,17 +23,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from harness.base.interleave import SLICES_PER_REP, Key, slice_bounds
+from harness.base.metrics import cell_blocks
+from harness.base.stats import paired_ratio, ratio_of_sums
 from harness.calibration import fetch
 from harness.calibration.destination import Destination
 from harness.calibration.engines import Engine
 from harness.calibration.replays import IMPORTING, BaselineInfo, CalibrationJob, Measured, Refused, execute
 from harness.calibration.table import CalibrationRow, write_rows
 from harness.errors import InputError
-from harness.measure.interleave import SLICES_PER_REP, Key, slice_bounds
-from harness.measure.metrics import cell_blocks
-from harness.measure.stats import paired_ratio, ratio_of_sums
-from harness.measure.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug
-from harness.output.metadata import cpu_model, versions
+from harness.run.metadata import cpu_model, versions
+from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug
 from scenarios import SCENARIOS
 from scenarios.atomic import atomic_write_bytes
 

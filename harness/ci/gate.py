@@ -6,7 +6,7 @@ article's designs and their compiled twins in both regimes and the C++ designs b
 ``flat``, the base of every ratio:
 
 1. allocations per step of every cell: exact integer counts of the design's own allocations, by the
-   instrument its loop allows (:mod:`harness.measure.alloc_cells`), and Numba runtime allocations;
+   instrument its loop allows (:mod:`harness.run.alloc_cells`), and Numba runtime allocations;
 2. instructions: callgrind counts per sequence-step of every cell, from two independent valgrind runs that
    must agree exactly;
 3. optionally, wall clock: one batched step of two implementations in this one process.
@@ -32,16 +32,17 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness.base.args import csv_list, percentage
+from harness.base.clock import tsc_usable
+from harness.base.drivers import Prepared, compiled_driver, run_compiled, run_interpreted
+from harness.base.files import atomic_write_text
 from harness.ci import gate_baseline
 from harness.ci.gate_config import GateConfig, Rule, load_config
 from harness.counters import callgrind
 from harness.counters.regions import prepare_cell
 from harness.errors import InputError
-from harness.measure.alloc_cells import alloc_kind, cell_allocations
-from harness.measure.clock import tsc_usable
-from harness.measure.drivers import Prepared, compiled_driver, run_compiled, run_interpreted
-from harness.output import metadata
-from harness.output.results import atomic_write_text
+from harness.run import metadata
+from harness.run.alloc_cells import alloc_kind, cell_allocations
 from impls import REGISTRY, UNAVAILABLE, registry
 from scenarios import Trace, generate, load, save
 
@@ -129,7 +130,7 @@ def gate_trace() -> Trace:
 def allocations(prep: Prepared, impl: str, regime: str, warm: int, steps: int,
                 cls: type | None = None) -> tuple[float, float, str]:
     """(the design's allocations per step, Numba runtime allocations per step, the first one's instrument) over
-    steps ``[warm, warm + steps)``: exact counts (:func:`harness.measure.alloc_cells.cell_allocations`)."""
+    steps ``[warm, warm + steps)``: exact counts (:func:`harness.run.alloc_cells.cell_allocations`)."""
     mgr, advance, _ = prepare_cell(prep, impl, regime, cls)
     advance(0, warm)
     figures = {f.metric: f for f in cell_allocations(alloc_kind(type(mgr), regime), regime, prep, mgr, advance,
@@ -235,8 +236,6 @@ def measure_instructions(trace: Path, cells: dict[tuple[str, str], CellFigures])
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``kvblock-bench gate``'s options."""
-    from harness.cli import csv_list, percentage
-
     parser.add_argument("--impl", type=csv_list, metavar="I,...",
                         help="implementations to gate: registered names, package.module:Class or entry-point names "
                              "(default: the configuration's impls, else the article's designs, twins and C++ designs)")

@@ -3,7 +3,7 @@
 A baseline is a gate document (what ``--json`` writes: cells, machine, commit, trace). Callgrind's instruction
 counts are exact, so a tight tolerance (``tolerance_pct`` in the configuration, 1 % by default) can fail a rise:
 a cell's count moves only with the code, the trace and the software that runs it (Python, NumPy, Numba,
-llvmlite: :data:`harness.output.metadata.COUNT_IDENTITY`), and by up to 0.4 % with the other cells measured in
+llvmlite: :data:`harness.run.metadata.COUNT_IDENTITY`), and by up to 0.4 % with the other cells measured in
 the same valgrind process (``tests/test_gate.py``). A baseline from other software is refused unless allowed;
 one from another trace always is.
 """
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from harness.errors import InputError
-from harness.output.metadata import COUNT_IDENTITY, identity_differences
+from harness.run.metadata import COUNT_IDENTITY, identity_differences
 
 Cell = tuple[str, str]
 

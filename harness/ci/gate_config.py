@@ -29,8 +29,8 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from harness.base.replay import REGIMES
 from harness.errors import InputError
-from harness.measure.replay import REGIMES
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -129,8 +129,8 @@ def numba_cache_dir() -> Path:
     """A Numba cache used only by callgrind runs, keyed by the sources of what it caches and the toolchain."""
     import numba
 
-    sources = [*(_REPO / "impls").rglob("*.py"), _HERE / "regions.py", _HARNESS / "measure" / "clock.py",
-               _HARNESS / "measure" / "drivers.py"]
+    sources = [*(_REPO / "impls").rglob("*.py"), _HERE / "regions.py", _HARNESS / "base" / "clock.py",
+               _HARNESS / "base" / "drivers.py"]
     key = _digest(sources, numba.__version__, sys.version, platform.machine())
     return build_dir() / f"numba-{key}"
 
@@ -180,7 +180,7 @@ def environment(numba_cache: Path, plugins: bool = False) -> dict[str, str]:
     )
     native = sys.modules.get("impls.native")
     if native is not None and native.BUILD is not None:
-        from harness.measure import native as native_driver
+        from harness.base import native as native_driver
 
         env[native.toolchain.LIBRARY_ENV] = str(native.BUILD.path)
         env[native_driver.LIBRARY_ENV] = str(native_driver.build().path)
@@ -237,8 +237,8 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> None
 
 def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int) -> list[int]:
     """Sequences decoding in each measured step; InputError for an unknown cell or range, before any process."""
+    from harness.base.replay import REGIMES
     from harness.errors import InputError
-    from harness.measure.replay import REGIMES
     from impls import REGISTRY, UNAVAILABLE
     from impls.registry import load_plugin
     from scenarios import load

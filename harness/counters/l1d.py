@@ -8,9 +8,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.base.rows import Row
 from harness.counters import callgrind
 from harness.counters.perf import L1D_EVENTS, perf_status
-from harness.output.results import Row
 from scenarios import Trace, save
 
 # Fixed, not the CPU count: a cell's count moves slightly with the other cells in its process.

@@ -19,8 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.counters.allocations import QUICKEN_CALLS
-from harness.measure.drivers import (
+from harness.base.drivers import (
     Prepared,
     compiled_step_runner,
     driver_for,
@@ -28,7 +27,8 @@ from harness.measure.drivers import (
     native_step_runner,
     step_runner,
 )
-from harness.measure.replay import REGIMES, ReplayError
+from harness.base.replay import REGIMES, ReplayError
+from harness.counters.allocations import QUICKEN_CALLS
 from impls import REGISTRY
 from impls.registry import load_plugin
 from scenarios import load
@@ -128,7 +128,7 @@ def compiled_here() -> list[str]:
     """Cached Numba functions of the project that this process compiled instead of loading from the cache."""
     from numba.core.registry import CPUDispatcher
 
-    from harness.measure.drivers import _DRIVERS
+    from harness.base.drivers import _DRIVERS
 
     found = [(f"replay loop of {module}{' (caching)' if caching else ''}", drive)
              for (module, caching), drive in _DRIVERS.items()]

@@ -14,9 +14,9 @@ A figure that neither run measured for the same reason (the step regime's per-op
 whole steps only) has nothing to compare and nothing changed: it is left out of the rows and counted in a note.
 
 The interval of NEW/BASE combines the two rows' own intervals on the log scale
-(:func:`harness.measure.stats.independent_ratio`): each run's interval is a bootstrap over its slices and
+(:func:`harness.base.stats.independent_ratio`): each run's interval is a bootstrap over its slices and
 repetitions (and the processes they ran in), and the two runs are independent. Two runs from different
-machines or software (:data:`harness.output.metadata.TIMING_IDENTITY`) are refused, naming what differs, unless
+machines or software (:data:`harness.run.metadata.TIMING_IDENTITY`) are refused, naming what differs, unless
 the caller allows it; then every row says so.
 """
 
@@ -26,10 +26,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base.stats import Estimate, independent_ratio
 from harness.errors import InputError
-from harness.measure.stats import Estimate, independent_ratio
-from harness.output.metadata import TIMING_IDENTITY, identity_differences
 from harness.output.rundata import RunData, ordered
+from harness.run.metadata import TIMING_IDENTITY, identity_differences
 
 # The timed headline figures, one per kind of work: the step (what an engine pays per sequence per step), the
 # slot lookup and allocate/free per block. The others are these scaled (step_mean_ns, cpu_share_pct: the same

@@ -10,17 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.base.text import duration_text
 from harness.output.coverage import left_out_note
-from harness.output.formatting import (
-    aa_row,
-    cpu_text,
-    duration_text,
-    fmt,
-    interval_of,
-    machine_line,
-    ratio_text,
-    run_seconds,
-)
+from harness.output.formatting import aa_row, cpu_text, fmt, interval_of, machine_line, ratio_text, run_seconds
 from harness.output.paced_report import paced_sentence
 from harness.output.report import DESIGN_ROLES, base_of, driver_of
 from harness.output.rundata import RunData

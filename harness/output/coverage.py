@@ -8,9 +8,9 @@ missing design nor drawn as a dash.
 
 from __future__ import annotations
 
-from harness.measure.matrix import PLAIN_ONLY_REGIMES, ROLE_REGIMES, is_caching
-from harness.measure.matrix import REGIMES as MATRIX_REGIMES
 from harness.output.rundata import RunData, ordered_regimes
+from harness.run.matrix import PLAIN_ONLY_REGIMES, ROLE_REGIMES, is_caching
+from harness.run.matrix import REGIMES as MATRIX_REGIMES
 from impls import registry
 
 

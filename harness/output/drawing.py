@@ -6,8 +6,10 @@ Matplotlib is used without pyplot, so rendering never touches a notebook's or a 
 
 from __future__ import annotations
 
+import io
 import math
 import textwrap
+from pathlib import Path
 
 import matplotlib as mpl
 import pandas as pd
@@ -15,6 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from harness.base.files import atomic_write_bytes
 from harness.output.formatting import fmt, machine_line
 from harness.output.rundata import RunData, ordered
 from impls import registry
@@ -189,3 +192,35 @@ def log_headroom(ax: Axes, low: float, high: float, share: float = 0.4) -> None:
 def hide_unused(axes: list[Axes], used: int) -> None:
     for ax in axes[used:]:
         ax.set_visible(False)
+
+
+PNG_DPI = 110
+
+
+def save_figure(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
+    """PNG and SVG of ``fig`` in ``out_dir``, each written to a temporary name and renamed into place."""
+    paths = []
+    # fixed ids and no date: re-rendering the same run gives the same SVG bytes
+    with mpl.rc_context({"svg.hashsalt": "kvblock-bench", "svg.fonttype": "none"}):
+        for fmt in ("png", "svg"):
+            buf = io.BytesIO()
+            fig.savefig(buf, format=fmt, dpi=PNG_DPI, metadata={"Date": None} if fmt == "svg" else {"Software": None})
+            path = out_dir / f"{stem}.{fmt}"
+            atomic_write_bytes(path, _small_png(buf.getvalue()) if fmt == "png" else buf.getvalue())
+            paths.append(path)
+            fig.set_layout_engine("none")  # laid out by the first save; the second reuses it (half the time)
+    return paths
+
+
+def _small_png(data: bytes) -> bytes:
+    """The PNG with a 256-colour palette: flat-coloured charts look the same at a third of the bytes, which
+    matters for the figures committed with reference runs."""
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - Pillow comes with matplotlib
+        return data
+    out = io.BytesIO()
+    with Image.open(io.BytesIO(data)) as im:
+        im.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+            out, format="PNG", optimize=True)
+    return out.getvalue()

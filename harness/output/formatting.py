@@ -13,7 +13,7 @@ from datetime import datetime
 
 import pandas as pd
 
-from harness.output.results import ratio_metric
+from harness.base.rows import ratio_metric
 from harness.output.rundata import RunData
 from impls import registry
 
@@ -137,15 +137,3 @@ def run_seconds(meta: dict) -> float:
         return (datetime.strptime(meta["finished"], stamp) - datetime.strptime(meta["started"], stamp)).total_seconds()
     except (KeyError, TypeError, ValueError):
         return math.nan
-
-
-def duration_text(seconds: float) -> str:
-    """``10 min 37 s`` (``42 s`` under a minute, ``1 h 02 min`` from an hour); "unknown" for NaN."""
-    if math.isnan(seconds):
-        return "unknown"
-    s = round(seconds)
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"

@@ -1,6 +1,6 @@
 """How cost and memory grow: the scale sweeps' figures against the size each family sweeps, with fitted slopes.
 
-For each scale-sweep family a run holds (:data:`harness.measure.matrix.SWEEPS`: the largest context a sequence
+For each scale-sweep family a run holds (:data:`harness.run.matrix.SWEEPS`: the largest context a sequence
 may reach, the pool's blocks, the running sequences), every implementation's figures are put against that
 size (the scenario's ``trace_*`` row of :data:`harness.studies.scale.FAMILY_AXES`) on log-log axes:
 
@@ -31,11 +31,14 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.base.files import atomic_write_text
 from harness.errors import InputError
-from harness.measure.matrix import SWEEPS, matches
+from harness.output.drawing import MAX_SERIES, grid, hide_unused, save_figure, series_panels
+from harness.output.drawing import finish as _finish
+from harness.output.drawing import new_figure as _new_figure
 from harness.output.readme import _duration
-from harness.output.results import atomic_write_text
 from harness.output.rundata import RunData, ordered
+from harness.run.matrix import SWEEPS, matches
 from harness.studies.scale import FAMILY_AXES
 from impls import registry
 
@@ -289,8 +292,6 @@ def _panel(ax, family: str, data: dict[tuple[str, str], list[Point]], found: dic
 def _chunks(data: dict[tuple[str, str], list[Point]], variants: bool) -> list[tuple[str, list[tuple[str, str]]]]:
     """``data``'s series as (title, keys) panels of at most :data:`MAX_SERIES`: a regime's implementations by
     role family (:func:`harness.output.drawing.series_panels`), copy variants in order."""
-    from harness.output.drawing import MAX_SERIES, series_panels
-
     keys = list(data)
     if variants:
         return [("", keys[k:k + MAX_SERIES]) for k in range(0, len(keys), MAX_SERIES)]
@@ -346,10 +347,6 @@ def _share_y(axes, keys: list[tuple[str, str]]) -> None:
 def fig_growth(run: RunData, found: list[Slope]):
     """A panel per family, metric and group of at most eight series, log-log; ``None`` when the run has no
     family with two sizes."""
-    from harness.output.drawing import finish as _finish
-    from harness.output.drawing import grid, hide_unused
-    from harness.output.drawing import new_figure as _new_figure
-
     panels, alone = growth_panels(run)
     if not panels:
         log.warning("growth: no scale-sweep family with two sizes in this run")
@@ -372,8 +369,6 @@ def fig_growth(run: RunData, found: list[Slope]):
 def render(run_dir: Path) -> list[Path]:
     """``figures/growth.*``, ``growth_slopes.csv`` and ``growth_slopes.md`` of a run with scale-sweep points
     (nothing for a run without); a failure is logged, never raised (the reports must not depend on it)."""
-    from harness.output.plots import save_figure
-
     try:
         run = RunData.load(run_dir)
         found = slopes(run)

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from harness.base.rows import ratio_metric
 from harness.output.drawing import (
     ARTICLE,
     NATIVE_OF,
@@ -36,7 +37,6 @@ from harness.output.drawing import (
 )
 from harness.output.formatting import fmt, interval_of
 from harness.output.report import article_table, regime_title
-from harness.output.results import ratio_metric
 from harness.output.rundata import RunData
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.output.results import Row, read_rows
+from harness.base.rows import Row, read_rows
 
 Key = tuple[str, str, str]  # (impl, regime, metric)
 

@@ -5,7 +5,7 @@ nothing (``paced_floor_pct``, impl ``-``: its arguments unboxed, the thread woke
 ``flat`` is stated against that floor, both measured in the same run: its paced whole step
 (``cpu_share_observed_whole_step_pct``) at most :data:`TARGET_ABOVE_FLOOR` points of a core above it, read from
 the paired per-repetition difference (``paced_above_floor_pct``) and its interval. See
-:mod:`harness.measure.paced`.
+:mod:`harness.studies.paced`.
 """
 
 from __future__ import annotations

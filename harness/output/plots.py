@@ -16,7 +16,6 @@ in its footer. The headline figure, ``paper_vs_article``, is :mod:`harness.outpu
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import re
@@ -25,7 +24,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib as mpl
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
@@ -34,8 +32,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import NullFormatter
 
+from harness.base.rows import ratio_metric
 from harness.errors import WriteError
-from harness.measure.matrix import SWEEP, matches
 from harness.output import growth
 from harness.output.cache_report import caching_scenarios
 from harness.output.drawing import (
@@ -56,6 +54,7 @@ from harness.output.drawing import (
     regime_hatch,
     regime_style,
     reps_of,
+    save_figure,
     series_panels,
     status_word,
     whisker,
@@ -65,8 +64,8 @@ from harness.output.formatting import CACHE_BASE, fmt
 from harness.output.headline import fig_paper_vs_article
 from harness.output.paced_report import FLOOR, WHOLE
 from harness.output.report import article_table
-from harness.output.results import atomic_write_bytes, ratio_metric
 from harness.output.rundata import RunData, ordered, ordered_regimes
+from harness.run.matrix import SWEEP, matches
 
 __all__ = ["FIGURES", "RunData", "render_figures", "save_figure"]
 
@@ -74,7 +73,6 @@ log = logging.getLogger(__name__)
 
 DTYPE_COLORS = {"uint16": "#1b9e77", "int32": "#e6ab02", "int64": "#d95f02"}  # id widths, not implementations
 DEFAULT_RATE = 2000.0
-PNG_DPI = 110
 
 # metric -> (axis label, raw kinds whose per-repetition totals it divides)
 OP_METRICS = {
@@ -728,35 +726,6 @@ FIGURES: dict[str, Callable[[RunData], Figure | None]] = {
     "paper_vs_article": fig_paper_vs_article,
     "prefix_cache": fig_prefix_cache,
 }
-
-
-def save_figure(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
-    """PNG and SVG of ``fig`` in ``out_dir``, each written to a temporary name and renamed into place."""
-    paths = []
-    # fixed ids and no date: re-rendering the same run gives the same SVG bytes
-    with mpl.rc_context({"svg.hashsalt": "kvblock-bench", "svg.fonttype": "none"}):
-        for fmt in ("png", "svg"):
-            buf = io.BytesIO()
-            fig.savefig(buf, format=fmt, dpi=PNG_DPI, metadata={"Date": None} if fmt == "svg" else {"Software": None})
-            path = out_dir / f"{stem}.{fmt}"
-            atomic_write_bytes(path, _small_png(buf.getvalue()) if fmt == "png" else buf.getvalue())
-            paths.append(path)
-            fig.set_layout_engine("none")  # laid out by the first save; the second reuses it (half the time)
-    return paths
-
-
-def _small_png(data: bytes) -> bytes:
-    """The PNG with a 256-colour palette: flat-coloured charts look the same at a third of the bytes, which
-    matters for the figures committed with reference runs."""
-    try:
-        from PIL import Image
-    except ImportError:  # pragma: no cover - Pillow comes with matplotlib
-        return data
-    out = io.BytesIO()
-    with Image.open(io.BytesIO(data)) as im:
-        im.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
-            out, format="PNG", optimize=True)
-    return out.getvalue()
 
 
 def render_figures(run_dir: Path | str | RunData | None = None) -> list[Path]:

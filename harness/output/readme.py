@@ -10,20 +10,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from harness.base.files import atomic_write_text, os_reason, read_json
+from harness.base.text import duration_text
 from harness.errors import WriteError
 from harness.output import sections, times
 from harness.output.cache_report import caching_scenarios, hit_sentence
 from harness.output.coverage import left_out_note
-from harness.output.formatting import (
-    CACHE_BASE,
-    aa_text,
-    duration_text,
-    fmt,
-    machine_line,
-    ratio_text,
-    run_seconds,
-    value_text,
-)
+from harness.output.formatting import CACHE_BASE, aa_text, fmt, machine_line, ratio_text, run_seconds, value_text
 from harness.output.overlap import compare, figure, ratio_rows
 from harness.output.paced_report import paced_sentence
 from harness.output.report import (
@@ -37,7 +30,6 @@ from harness.output.report import (
     sharing_rows,
     sharing_scenario,
 )
-from harness.output.results import atomic_write_text, os_reason, read_json
 from harness.output.rundata import RunData, ordered
 from impls import registry
 from scenarios.files import write_target

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.base.files import atomic_write_text
 from harness.output.cache_report import caching_scenarios, prefix_cache_section
 from harness.output.coverage import left_out_note
 from harness.output.formatting import (
@@ -27,7 +28,6 @@ from harness.output.formatting import (
     value_text,
 )
 from harness.output.paced_report import paced_sentence
-from harness.output.results import atomic_write_text
 from harness.output.rundata import RunData
 from impls import registry
 

@@ -1,6 +1,6 @@
 """One finished (or interrupted) run as reports, figures and notebooks read it.
 
-:class:`RunData` loads ``results.csv`` (through :func:`harness.output.results.read_rows`, which refuses files
+:class:`RunData` loads ``results.csv`` (through :func:`harness.base.rows.read_rows`, which refuses files
 it cannot trust), ``meta.json`` and, on demand, ``raw/``. Where a run holds two rows for the same figure from
 different instruments (perf unsupported, callgrind's simulation measured), the measured one is the figure:
 that rule lives here, in :meth:`RunData.load`, and nowhere else.
@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.measure.replay import REGIMES
-from harness.output.results import COLUMNS, ResultsError, read_json, read_rows, resolve_run
+from harness.base.files import ResultsError, read_json, resolve_run
+from harness.base.replay import REGIMES
+from harness.base.rows import COLUMNS, read_rows
 from impls import registry
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.output.formatting import duration_text
-from harness.output.results import atomic_write_text
+from harness.base.files import atomic_write_text
+from harness.base.text import duration_text
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMES_JSON = ROOT / "results" / "times" / "times.json"

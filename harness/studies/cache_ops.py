@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.measure.stats import median_estimate
-from harness.output.results import Row
+from harness.base.rows import Row
+from harness.base.stats import median_estimate
 from impls.contract import supports_prefix_caching
 
 CHAIN = 32

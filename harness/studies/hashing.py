@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.output.results import Row
+from harness.base.rows import Row
 from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, APPEND, FORK, Trace
 
 BLOCK = 16

@@ -8,9 +8,9 @@ import time
 import numpy as np
 from numba import njit
 
-from harness.measure.drivers import Prepared, step_runner
-from harness.measure.replay import apply_pool_op
-from harness.output.results import Row
+from harness.base.drivers import Prepared, step_runner
+from harness.base.replay import apply_pool_op
+from harness.base.rows import Row
 from impls.designs.flat import FlatBlockManager
 from scenarios import Trace, generate
 

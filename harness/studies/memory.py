@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.base.failures import blamed_on
+from harness.base.replay import ReplayError, apply_pool_op, check_step_hits, hash_args
+from harness.base.rows import Row
 from harness.errors import DesignFailure
-from harness.measure.failures import blamed_on
-from harness.measure.replay import ReplayError, apply_pool_op, check_step_hits, hash_args
-from harness.output.results import Row
 from scenarios.trace import Trace, trace_uses_caching
 
 IMPLS_DIR = Path(inspect.getfile(Row)).resolve().parents[2] / "impls"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.output.results import Row
+from harness.base.rows import Row
 from scenarios.trace import Trace
 
 CONFIG = {

@@ -2,6 +2,7 @@
 
 from harness.studies.table_copy.guards import BufferRing, CopyGuard, DoneEvent, Event
 from harness.studies.table_copy.measurement import default_steps, measure
+from harness.studies.table_copy.rows import Copied
 from harness.studies.table_copy.variants import (
     COPY_METRICS,
     MAX_STEPS,
@@ -11,7 +12,6 @@ from harness.studies.table_copy.variants import (
     UNITS,
     VARIANTS,
     WIDEN,
-    Copied,
     StepState,
     TableCopyBench,
     gather_tables,

@@ -12,9 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from harness.base.files import new_run_dir, write_json
+from harness.base.replay import ReplayError, apply_pool_op
+from harness.base.rows import Row, write_rows
 from harness.errors import InputError
-from harness.measure.replay import ReplayError, apply_pool_op
-from harness.output.results import Row, new_run_dir, write_json, write_rows
+from harness.studies.table_copy.rows import Copied
 from harness.studies.table_copy.variants import (
     COMPUTED,
     COPY_METRICS,
@@ -33,7 +35,6 @@ from harness.studies.table_copy.variants import (
     UNITS,
     VARIANTS,
     WIDEN,
-    Copied,
     Samples,
     StepState,
     TableCopyBench,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from harness.measure.replay import ReplayError
+from harness.base.replay import ReplayError
 from harness.studies.table_copy.guards import BufferRing
 from impls.designs.flat import FlatBlockManager
 from impls.designs.flat_rows import FlatRowsBlockManager
@@ -95,7 +96,6 @@ class RowsMirror:
 
     def copy(self, st: Any, mark: Callable[[], None]) -> Any:
         """The variant: changed rows and directory entries to the mirror, then the attention's table from it."""
-        from harness.studies.table_copy.variants import Copied
 
         rows, dirs = self.changed(st)
         k, m = rows.size, dirs.size
@@ -120,3 +120,13 @@ class RowsMirror:
         self.bench.widen(self.out[lo:hi, :width], self.rows_dev[where].reshape(hi - lo, -1)[:, :width])
         nbytes = k * (self.per_row * self.rm.rows.itemsize + INDEX_BYTES) + m * (DIR_BYTES + INDEX_BYTES)
         return Copied(self.out, "rows", nbytes, 4)
+
+
+@dataclass
+class Copied:
+    """What one variant did in one step: its device table, how to read it, and what crossed to the device."""
+
+    out: Any  # torch tensor on the device
+    layout: str  # "rows" or "batch" (see gather_tables)
+    nbytes: int
+    copies: int

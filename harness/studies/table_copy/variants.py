@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from harness.studies.table_copy.guards import BufferRing, CopyGuard, DoneEvent, Event
-from harness.studies.table_copy.rows import MirroredFlat, RowsMirror
+from harness.studies.table_copy.rows import Copied, MirroredFlat, RowsMirror
 from impls.contract import blocks_for
 from impls.designs.flat import FlatBlockManager, table_dtype
 
@@ -51,16 +51,6 @@ def padded_lists(tables: Sequence[Sequence[int]], pad: int = PAD) -> np.ndarray:
     """Lists of block ids as one ``[n, longest]`` int64 array padded with ``pad`` (what (b) builds)."""
     width = max((len(t) for t in tables), default=0)
     return np.array([list(t) + [pad] * (width - len(t)) for t in tables], dtype=np.int64).reshape(len(tables), width)
-
-
-@dataclass
-class Copied:
-    """What one variant did in one step: its device table, how to read it, and what crossed to the device."""
-
-    out: Any
-    layout: str
-    nbytes: int
-    copies: int
 
 
 @dataclass

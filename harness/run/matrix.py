@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from harness.base.replay import REGIMES
 from harness.errors import InputError
-from harness.measure.replay import REGIMES
 from impls import registry
 
 PAPER = "paper"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.measure.cells import CellInfo, TimingResult
-from harness.measure.interleave import Key
-from harness.measure.metrics import Work, cell_blocks, timing_rows
-from harness.measure.stats import paired_ratio
-from harness.measure.steptimes import KINDS, StepTimes
-from harness.output.results import Row, ratio_metric
+from harness.base.interleave import Key
+from harness.base.metrics import Work, cell_blocks, timing_rows
+from harness.base.rows import Row, ratio_metric
+from harness.base.stats import paired_ratio
+from harness.base.steptimes import KINDS, StepTimes
+from harness.run.cells import CellInfo, TimingResult
 from scenarios import Trace
 from scenarios.trace import trace_uses_caching
 

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
+from harness.base.replay import ReplayError
 from harness.errors import DesignFailure
-from harness.measure.replay import ReplayError
 
 REASON_CHARS = 400
 

@@ -8,12 +8,12 @@ from functools import partial
 
 import numpy as np
 
+from harness.base.drivers import Prepared
+from harness.base.failures import blamed_on
+from harness.base.rows import Row
+from harness.base.stats import median_estimate
 from harness.errors import DesignFailure
-from harness.measure.drivers import Prepared
-from harness.measure.failures import blamed_on
-from harness.measure.paced import _paced_loop, floor_runner, paced_runner, whole_step_paced
-from harness.measure.stats import median_estimate
-from harness.output.results import Row
+from harness.studies.paced import _paced_loop, floor_runner, paced_runner, whole_step_paced
 
 PACED_REPS = 5
 FLOOR = ("-", "-")

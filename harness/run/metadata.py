@@ -99,7 +99,7 @@ def native_build(natives: list[str]) -> dict | None:
     """Compiler, version, flags and digest of the C++ designs' library, when the run has any of them."""
     if not natives:
         return None
-    from harness.measure import native as native_driver
+    from harness.base import native as native_driver
     from impls import native
 
     return {"impls": natives, **native.build_info(), "replay": native_driver.build_info()}

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from functools import partial
 
 import impls
+from harness.base.drivers import Prepared, is_native, native_arrays
 from harness.counters.allocations import count_allocations, nrt_allocations, region_allocations
 from harness.counters.floor_call import floor_call
-from harness.measure.drivers import Prepared, is_native, native_arrays
-from harness.measure.paced import step_arguments
+from harness.studies.paced import step_arguments
 from impls.core.compiled import CompiledBlockManager, empty_step_kernel
 
 Advance = Callable[[int, int], object]
@@ -95,7 +95,7 @@ def _compiled(advance: Advance, lo: int, hi: int) -> tuple[int, int]:
 
 
 def _native(prep: Prepared, mgr, lo: int, hi: int) -> list[AllocFigure]:
-    from harness.measure import native
+    from harness.base import native
 
     allocs = None
 

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import TextIO
 
-from harness.output.formatting import duration_text
+from harness.base.text import duration_text
 
 BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} units [{elapsed}]{postfix}"
 WIDTH = 70  # characters of a status in the bar's postfix

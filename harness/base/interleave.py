@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.errors import DesignFailure
-from harness.measure import clock
-from harness.measure.drivers import (
+from harness.base import clock
+from harness.base.drivers import (
     Prepared,
     StepTimes,
     compiled_step_runner,
@@ -27,8 +26,9 @@ from harness.measure.drivers import (
     slot_digest,
     step_runner,
 )
-from harness.measure.failures import blamed_on
-from harness.measure.replay import ReplayError, apply_pool_op, check_end_state
+from harness.base.failures import blamed_on
+from harness.base.replay import ReplayError, apply_pool_op, check_end_state
+from harness.errors import DesignFailure
 from scenarios.trace import trace_uses_caching
 
 SLICES_PER_REP = 20
@@ -135,7 +135,7 @@ class Driver:
         if self.kind == "python":
             return calib["python_timer_ns"]
         if self.kind == "native":
-            from harness.measure import native
+            from harness.base import native
 
             return native.timer_overhead_ns(20_000)
         return calib["compiled_timer_ns"]

@@ -10,9 +10,9 @@ from functools import partial
 import numpy as np
 from numba import njit
 
-from harness.measure.clock import ns_per_tick, ticks
-from harness.measure.replay import ReplayError, check_replayable, check_step_hits, hash_args
-from harness.measure.steptimes import KINDS, StepTimes, concat
+from harness.base.clock import ns_per_tick, ticks
+from harness.base.replay import ReplayError, check_replayable, check_step_hits, hash_args
+from harness.base.steptimes import KINDS, StepTimes, concat
 from impls.contract import blocks_for
 from impls.core.base import step_by_calls
 from impls.core.jit import specialise
@@ -527,7 +527,7 @@ def is_native(cls: type) -> bool:
 
 
 def _native_replay(prep: Prepared, mgr, detail: bool, lo: int, hi: int):
-    from harness.measure import native
+    from harness.base import native
 
     check_replayable(prep.trace, mgr, "native")
     try:
@@ -541,7 +541,7 @@ _NATIVE_ARRAYS: dict[int, tuple] = {}
 
 def native_arrays(prep: Prepared):
     """The trace's arrays for the native driver, made once per trace (read-only: C++ only reads them)."""
-    from harness.measure import native
+    from harness.base import native
 
     key = id(prep.trace)
     if key not in _NATIVE_ARRAYS or _NATIVE_ARRAYS[key][0] is not prep.trace:

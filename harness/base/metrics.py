@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.measure.drivers import KINDS, StepTimes
-from harness.measure.stats import block_medians, block_sums, ratio_of_sums
-from harness.output.results import Row
+from harness.base.drivers import KINDS, StepTimes
+from harness.base.rows import Row
+from harness.base.stats import block_medians, block_sums, ratio_of_sums
 from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, FREE
 
 _K = {name: i for i, name in enumerate(KINDS)}
@@ -32,7 +32,7 @@ class Work:
     def of_trace(cls, trace, op_blocks: np.ndarray | None = None) -> Work:
         """The work of ``trace`` (``op_blocks`` made by ``drivers.op_block_counts`` when not given)."""
         if op_blocks is None:
-            from harness.measure.drivers import op_block_counts
+            from harness.base.drivers import op_block_counts
 
             op_blocks = op_block_counts(trace)[0]
         step_of_op = np.searchsorted(trace.step_offsets, np.arange(len(trace.op)), side="right") - 1

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.measure.replay import ReplayError
+from harness.base.replay import ReplayError
 
 KINDS = ("alloc", "free", "other", "decode", "lookup")
 

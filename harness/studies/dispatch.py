@@ -6,7 +6,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from harness.output.results import Row
+from harness.base.rows import Row
 from impls.core.compiled import with_empty_kernels
 from scenarios.trace import ALLOCATE, CAN_ALLOCATE, FORK, FREE, Trace
 

@@ -9,8 +9,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from harness.measure import clock
-from harness.measure.steptimes import KINDS
+from harness.base import clock
+from harness.base.steptimes import KINDS
 from impls.native import binding, toolchain
 
 SOURCE = Path(__file__).with_name("native_replay.cpp")
@@ -110,7 +110,7 @@ class NativeReplayError(RuntimeError):
 
 
 class NativeReplay(NamedTuple):
-    """One native replay; the first five fields are those of :class:`harness.measure.steptimes.StepTimes`."""
+    """One native replay; the first five fields are those of :class:`harness.base.steptimes.StepTimes`."""
 
     ns: np.ndarray
     cows: np.ndarray
@@ -122,7 +122,7 @@ class NativeReplay(NamedTuple):
 
 @cache
 def tsc_usable() -> bool:
-    """A constant-rate TSC that this build can read (:func:`harness.measure.clock.tsc_usable`), once per process."""
+    """A constant-rate TSC that this build can read (:func:`harness.base.clock.tsc_usable`), once per process."""
     return clock.tsc_usable() and bool(lib().kvb_have_tsc())
 
 

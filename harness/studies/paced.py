@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from harness.measure.drivers import Prepared, step_runner, whole_step_runner
-from harness.measure.replay import ReplayError, check_end_state
+from harness.base.drivers import Prepared, step_runner, whole_step_runner
+from harness.base.replay import ReplayError, check_end_state
 
 
 @dataclass
