@@ -41,7 +41,7 @@ def design_files(cls: type) -> frozenset[str]:
 
 
 def is_design_failure(exc: BaseException, cls: type) -> bool:
-    """Whether ``exc`` is the design's (see the module docstring)."""
+    """Whether ``exc`` is the design's: a replay error, or raised while the design's own code ran."""
     if isinstance(exc, (ReplayError, DesignFailure)):
         return True
     files = design_files(cls)

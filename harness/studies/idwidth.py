@@ -115,7 +115,7 @@ def measure(trace: Trace | None = None, steps: int = STEPS, large_seqs: int = LA
 
 def idwidth_rows(trace: Trace | None = None, scenario: str = "paper", steps: int = STEPS,
                  large_seqs: int = LARGE_SEQS, runs: int = RUNS) -> list[Row]:
-    """The block-id width figures as rows (see the module docstring); about two seconds."""
+    """The block-id width figures as rows."""
     rows = []
     for regime, case in measure(trace, steps, large_seqs, runs).items():
         state = (f"{case['seqs']} sequences x {case['max_blocks_per_seq']} blocks"

@@ -122,7 +122,7 @@ HOW = {"step": "one step() call per step (pool operations and decode batch), as 
 
 
 def study_rows(scenario: str, kinds: list[PacedKind], rate: float, steps: int) -> list[Row]:
-    """The study's rows from the kinds' repetitions (see the module's docstring)."""
+    """The study's rows from the kinds' repetitions."""
     idle = next(k for k in kinds if k.what == "idle")
     floor = next(k for k in kinds if k.what == "floor")
     floor_shares = shares(floor, idle)
