@@ -14,7 +14,16 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from harness.base.args import csv_list, percentage
+from harness.base.args import (
+    MAX_CALIBRATE_REPS,
+    MAX_CHECK_EXAMPLES,
+    MAX_CHECK_OPS,
+    MAX_CHECK_SEEDS,
+    add_deadline,
+    count,
+    csv_list,
+    percentage,
+)
 from harness.errors import InputError
 from impls.registry import PluginError
 from scenarios import SCENARIOS, ScenarioError, TraceError
@@ -33,17 +42,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{message} (see `{self.prog} --help`)")
-
-
-def positive_int(text: str) -> int:
-    """An integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def writable_dir(path: Path, flag: str) -> Path:
@@ -373,6 +371,7 @@ def _add_trace(sub) -> None:
 def _add_run(sub, results: argparse.ArgumentParser) -> None:
     from harness.output import times
     from harness.run.matrix import describe
+    from harness.run.runner import MAX_PROCESSES, MAX_REPS
 
     took = times.quoted_times()
     p = sub.add_parser("run", parents=[results],
@@ -392,7 +391,8 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
     p.add_argument("--regime", type=csv_list, metavar="R,...", help="per-call, batched (default: both)")
     p.add_argument("--quick", action="store_true",
                    help=f"short traces, one repetition; {times.phrase('bench-quick', took)}")
-    p.add_argument("--reps", type=positive_int, help="repetitions per cell (default 3, --quick 1)")
+    p.add_argument("--reps", type=count(1, MAX_REPS), help=f"repetitions per cell (default 3, --quick 1; at most "
+                   f"{MAX_REPS:,})")
     p.add_argument("--label", help="appended to the run id")
     p.add_argument("--no-paced", action="store_true", help="skip the paced open-loop CPU-share runs")
     p.add_argument("--no-l1d", action="store_true", help="skip L1D-miss measurement (perf or callgrind)")
@@ -401,29 +401,11 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", action="store_true",
                    help="measure each design's memory at the trace's peak (on in --sweep runs)")
     p.add_argument("--figures", action="store_true", help="also render figures (as `kvblock-bench report`)")
-    p.add_argument("--no-progress", action="store_true", help="no progress output (status lines, bar, scenario times)")
-    p.add_argument("--processes", type=positive_int,
-                   help="worker processes the repetitions spread over (default: one per repetition)")
-    _add_deadline(p)
-
-
-def positive_seconds(text: str) -> float:
-    """A number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
-
-
-def _add_deadline(p: argparse.ArgumentParser) -> None:
-    from harness.run.workers import DEFAULT_DEADLINE_S
-
-    p.add_argument("--deadline", type=positive_seconds, default=DEFAULT_DEADLINE_S, metavar="S",
-                   help=f"seconds a worker process may run an implementation without progress before it is killed "
-                        f"and the implementation's cell failed (default {DEFAULT_DEADLINE_S:g})")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--processes", type=count(1, MAX_PROCESSES),
+                   help=f"worker processes the repetitions spread over (default: one per repetition; at most --reps "
+                        f"and {MAX_PROCESSES})")
+    add_deadline(p)
 
 
 def _add_calibrate(sub) -> None:
@@ -439,15 +421,18 @@ def _add_calibrate(sub) -> None:
     p.add_argument("engine", help="vllm, sglang or nano-vllm, optionally ==VERSION (e.g. vllm==0.33.0)")
     p.add_argument("--scenario", type=csv_list, metavar="S,...",
                    help="scenarios (default: the engine's committed ones)")
-    p.add_argument("--reps", type=positive_int, default=5,
-                   help="interleaved repetitions, one worker process each unless --processes (default 5)")
+    p.add_argument("--reps", type=count(1, MAX_CALIBRATE_REPS), default=5,
+                   help=f"interleaved repetitions (default 5, at most {MAX_CALIBRATE_REPS:,})")
     p.add_argument("--source", metavar="DIR", help="the engine's source folder (holding its top-level package)")
     p.add_argument("--cache", metavar="DIR", help="where wheels are kept (default: ~/.cache/kvblock-bench/engines, "
                                                   "or $KVBLOCK_BENCH_CACHE); never inside the repository")
     p.add_argument("--find-links", metavar="DIR", help="fetch the wheel from this folder only (pip --no-index)")
-    p.add_argument("--processes", type=positive_int,
-                   help="worker processes the repetitions spread over (default: one per repetition)")
-    _add_deadline(p)
+    from harness.run.runner import MAX_PROCESSES
+
+    p.add_argument("--processes", type=count(1, MAX_PROCESSES),
+                   help=f"worker processes the repetitions spread over (default: one per repetition; at most "
+                        f"{MAX_PROCESSES})")
+    add_deadline(p)
     p.add_argument("--results", default="results",
                    help="where the new calibration folder (<timestamp>-calibration-ENGINE/) is made (default: results)")
     p.add_argument("--out", metavar="FILE", help="merge the rows into this table instead (runs/ beside it)")
@@ -501,10 +486,13 @@ def build_parser() -> Parser:
                                    "Prints the shortest failing call sequence as runnable Python. Exit 0 only when it "
                                    "conforms.")
     p.add_argument("impl", help="a registered name, package.module:Class, or a kvblock_bench.impls entry point")
-    p.add_argument("--seeds", type=positive_int, default=2, help="independent random runs (default 2)")
-    p.add_argument("--examples", type=positive_int, default=100, help="call sequences per seed (default 100)")
-    p.add_argument("--ops", type=positive_int, default=40, help="calls per sequence, at most (default 40)")
-    _add_deadline(p)
+    p.add_argument("--seeds", type=count(1, MAX_CHECK_SEEDS), default=2,
+                   help=f"independent random runs (default 2, at most {MAX_CHECK_SEEDS:,})")
+    p.add_argument("--examples", type=count(1, MAX_CHECK_EXAMPLES), default=100,
+                   help=f"call sequences per seed (default 100, at most {MAX_CHECK_EXAMPLES:,})")
+    p.add_argument("--ops", type=count(1, MAX_CHECK_OPS), default=40,
+                   help=f"most calls per sequence (default 40, at most {MAX_CHECK_OPS:,})")
+    add_deadline(p)
     return parser
 
 

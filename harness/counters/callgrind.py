@@ -235,8 +235,9 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> None
         raise CallgrindError(f"{what} failed with exit status {proc.returncode}:\n{tail}")
 
 
-def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int) -> list[int]:
-    """Sequences decoding in each measured step; InputError for an unknown cell or range, before any process."""
+def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int,
+                   import_plugins: bool = True) -> list[int]:
+    """Sequences decoding in each measured step; InputError (PluginError) for a bad cell or range, before any run."""
     from harness.base.replay import REGIMES
     from harness.errors import InputError
     from impls import REGISTRY, UNAVAILABLE
@@ -246,7 +247,7 @@ def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: i
     for impl, regime in cells:
         if impl in UNAVAILABLE:
             raise InputError(f"implementation {impl!r} cannot run here: {UNAVAILABLE[impl]}")
-        if impl not in REGISTRY:
+        if impl not in REGISTRY and import_plugins:
             load_plugin(impl)
         if regime not in REGIMES:
             raise InputError(f"unknown regime {regime!r}; choose from {REGIMES}")
@@ -259,14 +260,14 @@ def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: i
 
 
 def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], warm_steps: int, steps: int,
-                 cache_sim: bool = True, runs: int = 1, timeout: float = 1800.0,
-                 split: int = 1) -> list[dict[tuple[str, str], Counts]]:
+                 cache_sim: bool = True, runs: int = 1, timeout: float = 1800.0, split: int = 1,
+                 import_plugins: bool = True) -> list[dict[tuple[str, str], Counts]]:
     """Measure ``cells`` in ``runs`` independent valgrind processes (in parallel); one result per run."""
     ok, why = available()
     if not ok:
         raise CallgrindUnavailable(why)
     trace_path = Path(trace_path).resolve()
-    running = _check_request(trace_path, cells, warm_steps, steps)
+    running = _check_request(trace_path, cells, warm_steps, steps, import_plugins)
     cache_warm = min(CACHE_WARM_STEPS, warm_steps - 1) if cache_sim else 0
     numba_cache = numba_cache_dir()
     numba_cache.mkdir(parents=True, exist_ok=True)

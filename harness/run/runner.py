@@ -54,6 +54,10 @@ from scenarios.trace import FORMAT_VERSION, content_digest, trace_uses_caching
 Cell = tuple[str, str]
 
 
+MAX_REPS = 1_000  # repetitions per cell a run may ask for
+MAX_PROCESSES = 64  # worker processes a run may start (and never more than its repetitions)
+
+
 @dataclass
 class RunConfig:
     """What to run. Empty ``scenarios`` / ``impls`` mean the default matrix (:func:`default_cells`)."""
@@ -269,12 +273,22 @@ def check_config(cfg: RunConfig) -> None:
     bad = [r for r in cfg.regimes if r not in REGIMES]
     if bad or not cfg.regimes:
         raise InputError(f"unknown regime(s) {bad or cfg.regimes}; choose from {', '.join(REGIMES)}")
-    if cfg.reps < 1:
-        raise InputError(f"--reps must be at least 1, got {cfg.reps}")
+    check_counts(cfg)
     if cfg.trace_file and cfg.scenarios:
         raise InputError("give --scenario or --trace, not both")
     if cfg.sweep and (cfg.scenarios or cfg.trace_file):
         raise InputError("give --sweep or --scenario/--trace, not both")
+
+
+def check_counts(cfg: RunConfig) -> None:
+    """Repetitions and worker processes within their bounds: no more processes than repetitions."""
+    if not 1 <= cfg.reps <= MAX_REPS:
+        raise InputError(f"--reps {cfg.reps}: give from 1 to {MAX_REPS:,} repetitions")
+    if not 0 <= cfg.processes <= MAX_PROCESSES:
+        raise InputError(f"--processes {cfg.processes}: give from 1 to {MAX_PROCESSES} worker processes")
+    if cfg.processes > cfg.reps:
+        raise InputError(f"--processes {cfg.processes}: more worker processes than repetitions (--reps {cfg.reps}); "
+                         f"give at most {cfg.reps}: each runs whole repetitions")
 
 
 def build_plan(cfg: RunConfig, infos: dict[str, ImplInfo]) -> list[tuple[ScenarioPlan, Trace | None]]:

@@ -244,6 +244,9 @@ def measure(trace: Trace, steps: int | None = None, warmup: int = DEFAULT_WARMUP
     return _rows(scenario, samples, cuda, window, bench.widens, no_device), samples.values
 
 
+FLAG_STEPS = 10_000  # the most steps --steps and --warmup may each ask for
+
+
 def _print_table(rows: Sequence[Row]) -> None:
     scenarios = list(dict.fromkeys(r.scenario for r in rows))
     cells = {(r.scenario, r.regime, r.metric): r for r in rows}
@@ -264,9 +267,12 @@ def _print_table(rows: Sequence[Row]) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``kvblock-bench table-copy``'s options."""
     parser.add_argument("--scenarios", nargs="+", default=list(DEFAULT_SCENARIOS), metavar="NAME")
-    parser.add_argument("--steps", type=int, help=f"decode steps timed per scenario (default: {SEQ_STEPS:,} "
-                        f"sequence-steps, {MIN_STEPS} to {MAX_STEPS} steps)")
-    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="untimed steps before them")
+    from harness.base.args import count
+
+    parser.add_argument("--steps", type=count(1, FLAG_STEPS), help=f"decode steps timed per scenario (default: "
+                        f"{SEQ_STEPS:,} sequence-steps, {MIN_STEPS} to {MAX_STEPS} steps; at most {FLAG_STEPS:,})")
+    parser.add_argument("--warmup", type=count(0, FLAG_STEPS), default=DEFAULT_WARMUP,
+                        help=f"untimed steps before them (default {DEFAULT_WARMUP}, at most {FLAG_STEPS:,})")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--out", type=Path, help="run directory to write (default: a new results/<id>-table-copy)")
     parser.add_argument("--full-trace", action="store_true",
