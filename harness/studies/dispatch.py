@@ -7,13 +7,15 @@ import time
 from collections.abc import Callable
 
 from harness.base.rows import Row
+from impls.contract import STEP_OPS
 from impls.core.compiled import with_empty_kernels
-from scenarios.trace import ALLOCATE, CAN_ALLOCATE, FORK, FREE, Trace
+from impls.core.ops import POOL_OPS
+from scenarios.trace import Trace
 
 CALLS = 2000
 REPEATS = 5
 OPS = ("can_allocate", "allocate", "fork", "free", "append_slot", "last_slot")
-TRACE_OPS = {CAN_ALLOCATE: "can_allocate", ALLOCATE: "allocate", FORK: "fork", FREE: "free"}
+TRACE_OPS = {code: POOL_OPS[code].method for code in STEP_OPS}
 
 
 def has_dispatch(cls: type) -> bool:
