@@ -1,20 +1,5 @@
 """What every adapter (an engine's imported objects behind our contract) shares.
-
-An adapter is our code; the engine's objects it holds are the engine's, imported unmodified. The contract's
-per-call methods validate their arguments as every design's do (:class:`impls.core.interpreted.
-InterpretedBlockManager`). ``decode_step``, the step the calibration times, checks the batch's buffers (types,
-shapes, overlap: per step, not per sequence) and then runs :meth:`EngineAdapter._engine_step`: the engine's own
-per-sequence calls as its scheduler makes them, and the slot mapping read from the engine's block table. The
-contract's per-sequence checks (active, not twice, within its blocks) are left out of that step: the engine's
-scheduler does not make them (its own code checks what it checks), and every replay is checked against its
-trace afterwards, step by step.
-
-What the engine does between two steps that is not block management (recording each request's sampled token on
-the engine's request objects) runs in ``untimed_after_step``, the Python drivers' untimed per-step hook
-(:mod:`harness.measure.drivers`): an adapter that needs it lists each step's rows in ``_sampled`` and records
-their tokens there. A step that finds rows still listed stops the replay: a driver without the hook would leave
-the engine's requests behind the trace.
-"""
+Design: docs/output.md#harnesscalibrationadapterpy."""
 
 from __future__ import annotations
 

@@ -1,36 +1,5 @@
 """nano-vllm's own ``BlockManager`` behind our contract, for the contender ``nano-vllm``.
-
-nano-vllm is not on the package index: its code comes from a source folder the user names (a checkout of
-GitHub ``GeeeekExplorer/nano-vllm``). Imported unmodified from it: ``nanovllm/engine/block_manager.py``,
-``nanovllm/engine/sequence.py`` and ``nanovllm/sampling_params.py``; the package's ``__init__.py`` (which imports
-the LLM engine, the model and CUDA) does not run. ``xxhash``, which ``block_manager.py`` imports for its block
-hashes, is the installed one (``pip install kvblock-bench[hashing]``); without it a stand-in takes its place
-and the baseline with hashing is not measured.
-
-The adapter (:class:`NanoEngine`) drives the engine's objects as ``nanovllm/engine/scheduler.py`` does:
-
-- admission: a ``Sequence`` of the prompt (synthetic token ids, distinct per sequence: its number ``<< 24``
-  plus a counter, so no two sequences share a block's contents), ``can_allocate(seq)`` (its answer must be
-  "no cached block") then ``allocate(seq, 0)`` with the prefill's ``num_scheduled_tokens``; then the prefill
-  step's ``postprocess`` (``hash_blocks(seq)``, ``num_cached_tokens`` and ``num_scheduled_tokens`` kept as it
-  keeps them, the sampled token appended with ``append_token``). nano-vllm runs a prefill step of its own
-  before the request's first decode step; the trace admits and decodes in one step, so the prefill's
-  ``postprocess`` comes with the admission, timed with it (one ``append_token`` per request);
-- each decode append: ``schedule``'s decode branch (``can_append(seq)``, ``num_scheduled_tokens = 1``,
-  ``may_append(seq)``), the slot as ``ModelRunner.prepare_decode`` computes it (``block_table[-1] *
-  block_size + last_block_num_tokens - 1``), and ``postprocess``'s block-manager call, ``hash_blocks(seq)``
-  (it hashes the block this step's token filled); after the step, untimed (``untimed_after_step``, the
-  drivers' hook), the rest of ``postprocess``: ``num_cached_tokens`` and ``num_scheduled_tokens`` kept, the
-  sampled token appended with ``append_token`` (recording the model's output: not block management);
-- ``free``: ``deallocate(seq)`` (its last ``hash_blocks`` ran in its last step, as in ``postprocess``).
-
-``Sequence.block_size`` is set to the trace's block size, as nano-vllm's ``LLMEngine`` sets it from its config
-(whose check that it is a multiple of 256 is not run: the block manager takes any size). nano-vllm has no fork:
-sharing is emulated as the contender emulates it (the same work on both sides): a fork is a child ``Sequence``
-with the parent's token ids and block table and each block's ``ref_count`` raised by one; before
-``may_append``, a sequence whose newest token does not open a block and whose last block is shared gets a
-block from ``_allocate_block()`` in its table's last place (the source's ``ref_count`` lowered).
-"""
+Design: docs/output.md#harnesscalibrationengine_nano_vllmpy."""
 
 from __future__ import annotations
 

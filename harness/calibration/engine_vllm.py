@@ -1,37 +1,5 @@
 """vLLM v1's own ``KVCacheManager`` behind our contract, for the contenders ``vllm-v1`` and ``vllm-v1-pc``.
-
-Imported unmodified from the wheel (:data:`REAL`): ``vllm/v1/core/{kv_cache_manager, kv_cache_coordinator,
-single_type_kv_cache_manager, block_pool, kv_cache_utils, kv_cache_metrics}.py``, ``vllm/v1/request.py``,
-``vllm/v1/kv_cache_interface.py`` and the small modules they need; ``ConstantList`` is compiled from
-``vllm/v1/utils.py``, whose other contents (the engine's process management) are not loaded. Stand-ins
-(:func:`plan`) replace the engine's logging set-up, configuration, GPU platform, KV events, metrics, sampling
-parameters and multimodal inputs: nothing the block manager runs when a replay is timed (a replay that
-touches one stops, see :mod:`harness.calibration.loader`).
-
-The adapter (:class:`VllmEngine`) drives the engine's objects as ``vllm/v1/core/sched/scheduler.py`` does:
-
-- admission (``allocate``, ``allocate_cached``): a ``vllm.v1.request.Request`` with the prompt, then
-  ``get_computed_blocks(request)`` and ``allocate_slots(request, prompt - hits, hits, blocks)``; the request is
-  then running with its prompt computed;
-- each decode append: ``allocate_slots(request, 1)``, ``num_computed_tokens + 1``; after the step, untimed
-  (``untimed_after_step``, the drivers' hook), the token the request sampled recorded with
-  ``request.append_output_token_ids`` (the engine's output processing, which runs the block hasher: not block
-  management). That is vLLM's order under asynchronous scheduling, its default in 0.33.0
-  (``SchedulerConfig.async_scheduling``, ``AsyncScheduler``): a step is scheduled while the previous step's
-  sampled token is still a placeholder, recorded when the output arrives, so ``allocate_slots`` sees
-  ``request.num_tokens`` one token behind ``num_computed_tokens + 1`` and caches a block that filled one step
-  later than a synchronous scheduler would. It needs no special case for a request admitted in the step (its
-  prefill's token is a placeholder too); the placeholder counters themselves (``num_output_placeholders``,
-  ``num_in_flight_tokens``) are the scheduler's and are not kept;
-- ``free``: ``free(request)``; ``can_allocate``: ``block_pool.get_num_free_blocks() >= n``;
-- the slot mapping (``last_slot``, ``decode_step``'s slots): ``block.block_id * block_size + offset`` from the
-  request's blocks, as the model runner computes it from the block table.
-
-vLLM's block 0 is its null block: the pool holds ``num_blocks + 1`` blocks and contract block ids are vLLM's
-minus one, as in the contender. The engine's block hasher is a stand-in (our code) that hands each newly full
-block a distinct 32-byte digest or the trace's hash: computing hashes is its own metric
-(:mod:`harness.studies.hashing`).
-"""
+Design: docs/output.md#harnesscalibrationengine_vllmpy."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
 """The engines a contender can be calibrated against, and their baselines.
-
-An engine module (``engine_vllm``, ``engine_sglang``, ``engine_nano_vllm``) states how the engine's modules are
-imported (:class:`harness.calibration.loader.ImportPlan`), loads them, and offers **baselines**: ways of running
-the engine's own code behind our contract (an adapter class, our code, around the engine's imported objects),
-each with the contenders it calibrates and the one contender, if any, that models it.
-"""
+Design: docs/output.md#harnesscalibrationenginespy."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
 """An engine's published code on this machine: fetched with the user's own pip into a cache outside the repository,
 or read from a source folder the user names.
-
-A published engine is fetched with ``python -m pip download --no-deps --only-binary=:all: NAME==VERSION``
-(no dependency is installed, no build step runs) into ``CACHE/downloads/``; the Python files of its top-level
-packages are unpacked into ``CACHE/<wheel name>/`` (checked against the wheel's RECORD) and reused while the
-wheel's SHA-256 matches and every unpacked file matches the SHA-256 recorded when it was unpacked. The cache is
-``$KVBLOCK_BENCH_CACHE`` or ``$XDG_CACHE_HOME/kvblock-bench/engines`` (``~/.cache/...``), never inside the
-repository: no engine code is ever written there.
-"""
+Design: docs/output.md#harnesscalibrationfetchpy."""
 
 from __future__ import annotations
 

@@ -1,27 +1,5 @@
 """Importing an engine's block-manager modules, unmodified, from its published files and nothing else.
-
-An :class:`ImportPlan` names, for one engine, which of its modules run from the package's own files and what
-stands in for the rest. A meta-path finder (:func:`engine_imports`) serves every module under the engine's
-top-level packages by that plan, and refuses any module the plan does not name, so that nothing of the engine
-runs by accident and nothing is stubbed silently:
-
-- ``real``: executed from the engine's file, byte for byte (the source is read from the unpacked wheel or the
-  user's folder; no bytecode is written there);
-- ``pieces``: a module whose named top-level definitions are compiled from the engine's file and nothing else
-  of it (its other names are stand-ins, as a stub module's): for a large utility module whose imports would
-  pull in the whole engine (SGLang's ``get_num_new_pages`` lives among 5,000 lines that import Triton, PIL and
-  requests);
-- ``stubs``: a stand-in module with the attributes given (what the engine's code calls at run time: a
-  logger, "no custom KV-cache specs on this platform"); any other name imported from it is a stand-in class.
-  Stand-ins exist so that imports resolve; once the plan is *armed* (:meth:`EngineImports.arm`, before the
-  replays), touching a stand-in class (calling it, reading an attribute of it) raises :class:`StubTouched`,
-  so a replay that reaches one stops instead of measuring it;
-- every package above those modules is an empty shell: its ``__init__.py`` does not run (an engine's package
-  initialisers import the model executor, the GPU platform, the server).
-
-Modules outside the engine's packages import normally, except the ``external_stubs`` (GPU-only or heavy
-packages the engine's modules import at their top: Triton, ZeroMQ), which are permissive stand-ins too.
-"""
+Design: docs/output.md#harnesscalibrationloaderpy."""
 
 from __future__ import annotations
 import __future__

@@ -1,9 +1,6 @@
 """A calibration's replays in a worker process (:mod:`harness.measure.workers`): one job is one scenario's
 repetitions ``only``, with the engine's modules imported by its plan in that process.
-
-Each worker loads the engine afresh, warms every replay up and replays its repetitions interleaved as ``run``
-does; the main process merges the workers' samples (:mod:`harness.calibration.run`).
-"""
+Design: docs/output.md#harnesscalibrationreplayspy."""
 
 from __future__ import annotations
 

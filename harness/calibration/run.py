@@ -1,15 +1,5 @@
 """``kvblock-bench calibrate``: our contenders beside the engine's own code, on the same traces.
-
-For each scenario: every contender the engine's baselines calibrate is replayed in its regimes, and every
-baseline (the engine's code behind our contract, :mod:`harness.calibration.engines`) in the batched regime
-(one ``decode_step`` per step, which the adapter turns into the engine's own per-step calls), all by the
-harness's Python driver (:func:`harness.measure.drivers.run_interpreted`), with the sliced interleaving of
-``kvblock-bench run`` and torch pinned to one intra-op thread. The repetitions spread over worker processes
-as ``run``'s do (one each by default; :mod:`harness.calibration.replays`), so the intervals include the
-variation between processes. Every replay is checked against its trace as in ``run``. Each ratio ours / real
-is taken over the same slices and repetitions (a paired bootstrap, :mod:`harness.measure.stats`). The rows go
-to a new folder unless a table is named (:mod:`harness.calibration.destination`).
-"""
+Design: docs/output.md#harnesscalibrationrunpy."""
 
 from __future__ import annotations
 

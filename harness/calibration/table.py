@@ -1,13 +1,5 @@
 """``results/calibration/calibration.csv``: one row per contender, regime, baseline and scenario.
-
-A run of ``kvblock-bench calibrate`` replaces the rows of its engine on the scenarios it measured (and every row
-of that engine that the command did not make: rows without a ``package_digest``), keeps the rest, and writes
-the file atomically. Columns (:data:`COLUMNS`): the contender and the engine's version and package digest; the
-scenario, our regime (``call_shape``) and the engine's ``baseline`` (``modelled``: whether the contender models
-exactly that baseline; the reports show those rows); ours and real in ns per sequence-step and their ratio,
-each with its 95 % interval; how many repetitions, steps and sequence-steps; torch's intra-op threads, the
-machine, its load average (start-end) and when; the command line; how it was measured, in words.
-"""
+Design: docs/output.md#harnesscalibrationtablepy."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
 """Save a run as a committed baseline for ``kvblock-bench compare`` (``kvblock-bench baseline RUN FOLDER``).
-
-``make bench-baseline`` runs the CI profile (:mod:`harness.ci.profile`) and keeps it here; ``make
-bench-compare`` compares the latest ``make bench-ci`` run against it. A baseline is a run folder without its
-raw samples and figures: ``results.csv`` (the figures and their intervals, all that ``compare`` reads),
-``meta.json`` (machine, software, commit, trace digests: what ``compare`` checks before comparing) and the
-run's reports. Only a complete run that reads back cleanly becomes a baseline; the folder is replaced whole, so
-an interrupted save leaves the previous baseline as it was.
-"""
+Design: docs/output.md#harnesscibaselinepy."""
 
 from __future__ import annotations
 

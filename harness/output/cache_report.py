@@ -1,11 +1,6 @@
 """The prefix-caching section of the reports: hit rates (the same for every design, a correctness check), what
 each design pays for them, and the cost of each cache operation.
-
-Reads only rows of the run (``results.csv``): per cell ``cache_hit_tokens_pct``, ``cache_hit_blocks_pct`` and
-``evictions_per_step`` (the trace's figures, written for a cell only after its replay matched the trace's hits
-step by step), the timed figures and their ratio to ``flat-pc``, and the rows of
-:mod:`harness.studies.cache_ops`.
-"""
+Design: docs/output.md#harnessoutputcache_reportpy."""
 
 from __future__ import annotations
 

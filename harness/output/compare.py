@@ -1,24 +1,5 @@
 """Two runs compared figure by figure: NEW over BASE, with a 95 % interval and a verdict (``kvblock-bench compare``).
-
-For every (scenario, impl, regime, metric) of the chosen metrics that either run holds, the row is one of:
-
-- ``slower``: the whole interval of NEW/BASE lies above ``1 + threshold`` (the row fails: exit status 1);
-- ``faster``: the whole interval lies below ``1 / (1 + threshold)``;
-- ``no difference``: anything else (the interval reaches the band around 1, or holds 1); a note says when the
-  interval excludes 1 (a change smaller than the threshold) or reaches past the threshold (inconclusive);
-- ``not comparable``, with why: missing in one run, failed (the design disagreed with the trace) or not
-  measured there, a different trace (the scenario's trace content digest, ``meta.json`` ``traces``), or no
-  interval.
-
-A figure that neither run measured for the same reason (the step regime's per-operation figures: it times
-whole steps only) has nothing to compare and nothing changed: it is left out of the rows and counted in a note.
-
-The interval of NEW/BASE combines the two rows' own intervals on the log scale
-(:func:`harness.measure.stats.independent_ratio`): each run's interval is a bootstrap over its slices and
-repetitions (and the processes they ran in), and the two runs are independent. Two runs from different
-machines or software (:data:`harness.output.metadata.TIMING_IDENTITY`) are refused, naming what differs, unless
-the caller allows it; then every row says so.
-"""
+Design: docs/output.md#harnessoutputcomparepy."""
 
 from __future__ import annotations
 

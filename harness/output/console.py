@@ -1,10 +1,5 @@
 """The summary printed at the end of ``kvblock-bench run`` and ``report``: what a reader needs before opening a file.
-
-For the headline scenario (``paper``, else the run's first timed scenario): the noise floor (the A/A control),
-then every cell the run measured with the loop that drove it (``driver``), its ns per sequence-step, its ratio to
-the scenario's base in the same regime with the paired interval, and its computed CPU share (in cores from one
-core up); what the run left out; the paced floor; and where the reports and figures are.
-"""
+Design: docs/output.md#harnessoutputconsolepy."""
 
 from __future__ import annotations
 

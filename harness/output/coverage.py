@@ -1,10 +1,5 @@
 """What a run left out of a table, and the command that measures it.
-
-Tables show rows only for the cells a run measured. What a table could have shown but the run did not measure
-(another regime, a design the run did not name, a design unavailable on this machine) is said in one line,
-with the ``kvblock-bench run`` command that measures it, so that a missing row is never mistaken for a
-missing design nor drawn as a dash.
-"""
+Design: docs/output.md#harnessoutputcoveragepy."""
 
 from __future__ import annotations
 

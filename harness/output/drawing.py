@@ -1,8 +1,6 @@
 """What every figure shares: colours and labels from the registry, panels of at most eight series, whiskers,
 status words in place of bars, the article's markers, and the footer naming machine, run and commit.
-
-Matplotlib is used without pyplot, so rendering never touches a notebook's or a user's backend.
-"""
+Design: docs/output.md#harnessoutputdrawingpy."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
 """How a figure of a run is written in every report: numbers, intervals, ratios, the noise floor, CPU share.
-
-One module for the reports (:mod:`harness.output.report`, :mod:`harness.output.cache_report`,
-:mod:`harness.output.readme`) and the console summary, so that the same figure reads the same everywhere and
-the report modules need not import each other. Every function reads rows of a :class:`RunData`; none
-computes a figure beyond what the rows hold.
-"""
+Design: docs/output.md#harnessoutputformattingpy."""
 
 from __future__ import annotations
 

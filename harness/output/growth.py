@@ -1,23 +1,5 @@
 """How cost and memory grow: the scale sweeps' figures against the size each family sweeps, with fitted slopes.
-
-For each scale-sweep family a run holds (:data:`harness.measure.matrix.SWEEPS`: the largest context a sequence
-may reach, the pool's blocks, the running sequences), every implementation's figures are put against that
-size (the scenario's ``trace_*`` row of :data:`harness.studies.scale.FAMILY_AXES`) on log-log axes:
-
-- ``seq_step_ns``: block-manager time per sequence-step, with its 95 % interval, per regime;
-- ``memory_bytes``: tables and metadata at the trace's peak (:mod:`harness.studies.memory`);
-- ``table_copy_bytes_per_step``: rule 3's bytes handed to the device per decode step, per copy variant (of
-  ``flat``'s table, and ``e-rows-changed`` of ``flat-rows``'; :mod:`harness.studies.table_copy`).
-
-Slope: least squares of log10(figure) on log10(size) over the family's points (at least :data:`MIN_POINTS`),
-with the 95 % t-interval of the slope (n - 2 degrees of freedom): it covers the points' scatter about a power
-law, their measurement noise included, and is wide where the points are few or the growth is not a power law.
-A slope of 1 is linear growth, 0 none. The points' own intervals are drawn, not propagated into the fit.
-
-:func:`render` writes ``figures/growth.png|svg`` and ``growth_slopes.csv`` (one row per family, implementation,
-regime and metric) and ``growth_slopes.md`` into the run directory; :func:`write_growth_readme` puts the table
-between ``docs/scale.md``'s ``<!-- growth:begin -->`` and ``<!-- growth:end -->`` markers.
-"""
+Design: docs/output.md#harnessoutputgrowthpy."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
 """The headline figure, ``paper_vs_article``: the article's table measured, one regime per row of panels.
-
-Each row is one regime (batched first): lookup, alloc/free, CPU share (computed) and L1D misses per
-sequence-step of designs A, B and C, ours beside the article's C++ figures (hatched). Above each of our bars:
-its value and its ratio to ``flat`` measured in the same run and regime, with the paired interval (the figure
-the README quotes). Our C++ builds stand beside the Python/Numba designs in the batched row. L1D is drawn as
-misses per sequence-step, the comparable figure, with the instrument that measured it; a miss *rate* is drawn
-only where a PMU measured it (perf), beside the article's rates, and otherwise said in words.
-"""
+Design: docs/output.md#harnessoutputheadlinepy."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """Do two runs agree? Their ratios on one scenario, interval against interval.
-
-Used by ``scripts/overlap_check.py`` (any two runs) and by the README's generated section (the reference run
-against the repeat kept beside it). A pair of 95 % intervals that do not overlap is either a real change
-between the runs or an interval too narrow for the machine's drift, and either is worth a look.
-"""
+Design: docs/output.md#harnessoutputoverlappy."""
 
 from __future__ import annotations
 

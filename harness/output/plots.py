@@ -1,18 +1,5 @@
 """Figures of a run, rendered from ``results.csv``, ``meta.json`` and ``raw/`` into ``figures/`` (PNG and SVG).
-
-Each figure is one small function taking a :class:`RunData` and returning a matplotlib ``Figure``, or None
-(with a logged note) when the run holds nothing it could draw. A run with a subset of scenarios,
-implementations or metrics renders what it can. Only ``ok`` rows are drawn as numbers; other statuses are
-written on the figure as words, and a missing figure is never drawn as zero. Spread is drawn where it was
-measured: the rows' 95 % intervals (``ci_low``, ``ci_high``), else repetitions in ``raw/`` or step
-percentiles, and the figure says which.
-
-Figures with many implementations are small multiples (:func:`harness.output.drawing.series_panels`): at most
-eight series per axes, panels sharing their axis so that they can be compared, ``flat`` in every panel as the
-reference. The article's figures (``harness/data/paper_table.csv``, C++ on its author's machine) are overlaid
-as hollow black markers or hatched bars labelled "article (C++)". Every figure carries the machine and commit
-in its footer. The headline figure, ``paper_vs_article``, is :mod:`harness.output.headline`.
-"""
+Design: docs/output.md#harnessoutputplotspy."""
 
 from __future__ import annotations
 
@@ -108,11 +95,7 @@ def regime_panels(run: RunData, scenario: str, metrics, impls_of=None) -> list[t
 
 # -- per-operation latency ------------------------------------------------------------------------------
 def _rep_values(run: RunData, scenario: str, impl: str, regime: str, metric: str, value: float) -> list[float]:
-    """Per-repetition values of a per-operation figure, rebuilt from the raw per-kind totals.
-
-    The published figure is median(total_i) / work for a fixed work count, so each repetition's value is
-    value * total_i / median(total): no denominator needs to be stored.
-    """
+    """Per-repetition values of a per-operation figure, rebuilt from the raw per-kind totals."""
     kinds = OP_METRICS[metric][1]
     raw = run.raw(scenario, impl, regime)
     if not kinds or raw is None:
@@ -760,13 +743,7 @@ def _small_png(data: bytes) -> bytes:
 
 
 def render_figures(run_dir: Path | str | RunData | None = None) -> list[Path]:
-    """Render every figure the run allows into ``<run_dir>/figures/``; returns the files written.
-
-    A figure whose data the run lacks is skipped with a logged note; one that fails is logged with its
-    traceback and skipped, so that the tables of a report never depend on a figure. A figure that cannot be
-    written (a read-only run folder, a full disk) raises :class:`harness.errors.WriteError` at once: the others
-    would fail alike; the figures already written stay.
-    """
+    """Render every figure the run allows into ``<run_dir>/figures/``; returns the files written."""
     run = run_dir if isinstance(run_dir, RunData) else RunData.load(Path(run_dir) if run_dir is not None else None)
     out_dir = run.run_dir / "figures"
     written: list[Path] = []

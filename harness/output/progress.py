@@ -1,11 +1,5 @@
 """What a run says while it runs: what is under way, units done, the time left, and each scenario's time as it ends.
-
-Before the first unit ends a run loads the implementations, calibrates its timers, generates or loads each trace
-and makes each cell's first calls: :meth:`Progress.status` says which is under way. On a terminal a tqdm bar
-counts units; anywhere else (a log, a pipe) plain lines, never a ``\\r``: every status, and a units line at most
-every :data:`PLAIN_EVERY_S` seconds. The time left is :func:`time_left`: the time measured so far per unit of work
-(a unit weighs its scenario's sequence-steps), not per unit, whose lengths differ by orders of magnitude.
-"""
+Design: docs/output.md#harnessoutputprogresspy."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """The README's results section, generated from a committed run (``kvblock-bench report --readme``).
-
-Every figure between ``<!-- results:begin -->`` and ``<!-- results:end -->`` comes from the run's
-``results.csv`` and ``meta.json``; ``tests/test_readme_results.py`` regenerates the section from
-``results/reference/`` and fails when the README says anything else. Prose outside the markers cites no figure.
-"""
+Design: docs/output.md#harnessoutputreadmepy."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Markdown reports of a run: the article's table reproduced, a per-scenario summary, the engines section, and
 the console summary printed at the end of ``kvblock-bench run`` and ``report``.
-
-Reports read only ``results.csv`` and ``meta.json``, so any run (or a committed reference run) can be
-re-reported; figures are never computed here beyond ratios of figures measured in the same run. Tables have
-rows only for the cells a run measured; what it left out is one line (:mod:`harness.output.coverage`).
-"""
+Design: docs/output.md#harnessoutputreportpy."""
 
 from __future__ import annotations
 

@@ -1,19 +1,5 @@
 """Run directories and tidy results.
-
-A run lives in ``results/<run-id>/``:
-
-- ``results.csv``: one row per figure, long format, columns :data:`COLUMNS`; rewritten atomically after every
-  finished cell, so an interrupted run keeps every finished row;
-- ``meta.json``: machine, versions, command line, calibrations;
-- ``raw/<scenario>/<impl>__<regime>.json.gz``: raw samples (per-step times of every repetition);
-- reports (``paper_table.md``, ``summary.md``) and ``figures/``.
-
-``results/latest`` is a symbolic link to the newest run. Run ids are unique: no run overwrites another.
-
-Every write is atomic (:mod:`scenarios.atomic`); one that fails (disk full, a read-only folder, a path that names a
-device node) raises :class:`harness.errors.WriteError` naming the file, and the file it would have replaced stays.
-Text fields are cleaned when a row is made (:func:`clean_text`), so ``results.csv`` always reads back.
-"""
+Design: docs/output.md#harnessoutputresultspy."""
 
 from __future__ import annotations
 
@@ -64,16 +50,7 @@ class ResultsError(InputError):
 
 @dataclass
 class Row:
-    """One figure. ``source`` names the instrument; ``how`` says in a few words how it was measured.
-
-    ``value`` is NaN unless ``status == "ok"``; a figure that was not measured is never a number. The
-    structured columns say what the figure summarises, for tools to read (never parsed out of ``how``):
-    ``reps`` repetitions (or calls) it is the median of, ``steps`` decode steps it covers, ``step_rate`` the
-    steps per second a rate-based figure assumes, ``seqs`` the sequences (table rows) it covers, and
-    ``ci_low``/``ci_high`` its 95 % interval where one was computed, ``driver`` the loop that issued the timed
-    calls (:data:`DRIVERS`: a Python loop, a compiled Numba loop calling the kernels, a C++ loop); None (or
-    "" for ``driver``) where it does not apply.
-    """
+    """One figure. ``source`` names the instrument; ``how`` says in a few words how it was measured."""
 
     scenario: str
     impl: str
@@ -211,12 +188,7 @@ def _parse(rec: dict[str, str]) -> Row:
 
 
 def read_rows(path: Path) -> list[Row]:
-    """Read a tidy CSV back into rows, refusing anything that could not have been written by :func:`write_rows`.
-
-    Errors name ``file:line`` and what is wrong: an unknown header, a short or long line, a non-numeric or
-    implausible value, an unknown status, a figure given twice, a field over :data:`MAX_READ_FIELD_BYTES`. A
-    UTF-8 byte-order mark (a spreadsheet's save) is read past; text fields are cleaned as when written.
-    """
+    """Read a tidy CSV back into rows, refusing anything that could not have been written by :func:`write_rows`."""
     previous = csv.field_size_limit(MAX_READ_FIELD_BYTES)  # the module's default (128 KiB) is not ours
     reader = None
     try:

@@ -1,10 +1,5 @@
 """One finished (or interrupted) run as reports, figures and notebooks read it.
-
-:class:`RunData` loads ``results.csv`` (through :func:`harness.output.results.read_rows`, which refuses files
-it cannot trust), ``meta.json`` and, on demand, ``raw/``. Where a run holds two rows for the same figure from
-different instruments (perf unsupported, callgrind's simulation measured), the measured one is the figure:
-that rule lives here, in :meth:`RunData.load`, and nowhere else.
-"""
+Design: docs/output.md#harnessoutputrundatapy."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """How long each ``make`` target takes, as measured: the committed file ``results/times/times.json`` and the words
 ``docs/time-budget.md`` and ``kvblock-bench --help`` quote from it.
-
-``scripts/make_times.py`` runs each target on a quiet machine and writes the file (machine, commit, date, and per
-target its wall and CPU time, exit status, load and cache state). Every time a user reads in
-``docs/time-budget.md`` or in ``--help`` is generated here from that file, and ``tests/test_times.py`` fails when
-either says anything else; a target that was not measured says so, never a guessed duration.
-"""
+Design: docs/output.md#harnessoutputtimespy."""
 
 from __future__ import annotations
 
