@@ -26,18 +26,16 @@ from scenarios.files import read_once
 RESULTS_DIR = Path("results")
 STATUSES = ("ok", "unsupported", "unavailable", "skipped", "failed")
 SCHEMA_VERSION = 3
-DRIVERS = ("python", "compiled", "native")  # the loops that issue a replay's calls (the ``driver`` column)
-# Figures that may be negative: a design's allocations above its floor (it may allocate less than the floor),
-# a difference of two timed medians (the cache-operation study's derived rows), a paced run's thread time minus
-# its idle run's; and allocation counts of runs made before they were exact (steps minus an empty region).
+DRIVERS = ("python", "compiled", "native")
+# Figures that may be negative: allocations under a floor, differences of medians, paced minus idle time.
 SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "allocs_above_floor_per_step",
                             "aa_ratio_log", "cache_insert_ns",
                             "cache_evict_ns", "cpu_share_observed_pct", "cpu_share_observed_whole_step_pct",
                             "paced_floor_pct", "paced_above_floor_pct"})
-MAX_ABS_VALUE = 1e15  # no figure we publish comes near this (1e15 ns is eleven days)
+MAX_ABS_VALUE = 1e15
 
 
-MAX_TEXT_CHARS = 2000  # of any text field: a design's exception message is cut, not written whole
+MAX_TEXT_CHARS = 2000
 MAX_READ_FIELD_BYTES = 1 << 24  # what the reader accepts in one field (files older than the cut included)
 MAX_LABEL_CHARS = 64
 LABEL_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
@@ -92,15 +90,13 @@ class Row:
 
 
 def clean_text(text: object) -> object:
-    """``text`` as one printable line of at most :data:`MAX_TEXT_CHARS` characters: control characters (newlines
-    included) become spaces, unencodable ones (lone surrogates from a file name that is not UTF-8) U+FFFD, and
-    a longer text is cut, saying how much. Anything but a string is returned as it is (and refused later)."""
+    """``text`` as one printable line of at most :data:`MAX_TEXT_CHARS` characters; non-strings returned as is."""
     if not isinstance(text, str):
         return text
     if not text.isprintable():
         text = "".join(_printable(c) for c in text)
     if len(text) > MAX_TEXT_CHARS:
-        keep = MAX_TEXT_CHARS - 40  # room for the marker
+        keep = MAX_TEXT_CHARS - 40
         text = f"{text[:keep]} [... {len(text) - keep} characters cut]"
     return text
 
@@ -136,8 +132,7 @@ _FLOATS = ("step_rate", "ci_low", "ci_high")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (:mod:`scenarios.atomic`, the one implementation); a failure raises
-    :class:`WriteError` naming the file and the reason, and leaves the file as it was."""
+    """Write ``data`` to ``path`` atomically; a failure raises :class:`WriteError` and leaves the file as it was."""
     try:
         atomic.atomic_write_bytes(path, data)
     except OSError as exc:
@@ -155,8 +150,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def write_rows(path: Path, rows: Iterable[Row]) -> None:
-    """Write ``rows`` as the tidy CSV (schema :data:`SCHEMA_VERSION`), atomically; text fields cleaned again
-    (:func:`clean_text`), in case a field was set after the row was made."""
+    """Write ``rows`` as the tidy CSV (schema :data:`SCHEMA_VERSION`), atomically, text fields cleaned again."""
     buf = io.StringIO(newline="")
     writer = csv.DictWriter(buf, fieldnames=COLUMNS)
     writer.writeheader()
@@ -267,11 +261,8 @@ def new_run_dir(root: Path = RESULTS_DIR, label: str = "") -> Path:
 
 
 def check_run_root(root: Path, label: str = "") -> None:
-    """Everything about ``root`` a run can check before it measures, so that nothing measured is lost to it:
-    the label; a run folder of the longest name this label gives can be created there (a read-only or full
-    file system, a name too long); ``root/latest`` is the link runs keep, not a real file or folder; the
-    folder's name is UTF-8 (it is printed). Removes temporary ``.latest.PID`` links of processes that are gone.
-    Raises :class:`InputError` (:class:`WriteError` for the file system) naming the fix."""
+    """Check before measuring that ``root`` can take this run's folder and ``latest`` link; drops stale links.
+    :class:`InputError` (:class:`WriteError` for the file system) naming the fix."""
     probe_name = f".{_stem(label)}-{RUN_SUFFIXES - 1}.probe"
     try:
         os.fsdecode(root).encode("utf-8")
@@ -312,8 +303,7 @@ def _alive(pid: int) -> bool:
 
 
 def point_latest(run_dir: Path) -> None:
-    """Make ``<root>/latest`` a symbolic link to ``run_dir``, replacing the old link atomically (a temporary
-    link renamed over it). A ``latest`` that is a real file or folder is never replaced: :class:`WriteError`."""
+    """Point ``<root>/latest`` at ``run_dir`` atomically; a real file or folder named ``latest`` is never replaced."""
     link = run_dir.parent / "latest"
     if link.exists() and not link.is_symlink():
         raise WriteError(f"{link}: is a real {'folder' if link.is_dir() else 'file'}, not the link to the newest "
@@ -357,8 +347,7 @@ def write_json(path: Path, obj: object, compress: bool = False) -> None:
 
 
 def read_json(path: Path) -> object:
-    """A JSON file (gzip-compressed if its name ends in ``.gz``); :class:`ResultsError` naming the file and what is
-    wrong if it cannot be read or parsed (a folder, not UTF-8, not JSON, nested too deep, a damaged gzip)."""
+    """A JSON file (gzip if its name ends in ``.gz``); :class:`ResultsError` naming the file if it cannot be read."""
     try:
         with read_once(path) as fh:
             data = fh.read()
