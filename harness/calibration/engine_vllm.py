@@ -74,9 +74,9 @@ def load() -> SimpleNamespace:
 class VllmEngine(EngineAdapter):
     """vLLM's ``KVCacheManager`` (the engine's, imported) driven per request per step, as its scheduler does."""
 
-    vllm: SimpleNamespace  # the engine's classes (load())
+    vllm: SimpleNamespace
     enable_caching = False
-    hash_plain = False  # caching on: a plain allocation's full blocks get distinct digests, as vLLM hashes all
+    hash_plain = False
     prefix_caching = False
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
@@ -96,7 +96,7 @@ class VllmEngine(EngineAdapter):
         self.params = SimpleNamespace(max_tokens=self.max_tokens, extra_args=None, skip_reading_prefix_cache=None)
         self._ids = itertools.count(1)
         self._digests = itertools.count(1)
-        self._given: dict[str, list[bytes]] = {}  # request id -> hashes the block hasher hands out next
+        self._given: dict[str, list[bytes]] = {}
         caching = self.enable_caching
         self._plain_hasher = self._distinct_digests if caching and self.hash_plain else None
         self._cached_hasher = self._given_hashes if caching else None
@@ -104,21 +104,17 @@ class VllmEngine(EngineAdapter):
     def num_free_blocks(self) -> int:
         return self.pool.get_num_free_blocks()
 
-    # -- the block hasher's place (vLLM's Request calls it when created and for every appended token) -----------
     def _given_hashes(self, request) -> list[bytes]:
         """The hashes the trace gave for the request (``allocate_cached``'s chain, a ``seal``'s hash), once."""
         return self._given.pop(request.request_id, [])
 
     def _distinct_digests(self, request) -> list[bytes]:
-        """A distinct 32-byte digest for each block that is newly full (a plain allocation with caching on: vLLM
-        hashes every full block; what the digests are does not matter, that they never repeat does)."""
+        """A distinct 32-byte digest for each newly full block (vLLM hashes every full block with caching on)."""
         new = request.num_tokens // self.block_size - len(request.block_hashes)
         return [next(self._digests).to_bytes(32, "little") for _ in range(new)] if new > 0 else []
 
-    # -- the scheduler's calls ---------------------------------------------------------------------------
     def _admit(self, seq_id: int, num_tokens: int, chain: list[bytes] | None = None) -> int:
-        """A new request, its cache lookup and its prompt's slots, as ``Scheduler.schedule`` admits one; the
-        tokens the cache served."""
+        """A new request, its cache lookup and its prompt's slots, as ``Scheduler.schedule`` admits one."""
         v = self.vllm
         request_id = str(next(self._ids))
         if chain is not None:
@@ -137,8 +133,7 @@ class VllmEngine(EngineAdapter):
         self._admit(seq_id, self._admit_tokens)
 
     def _engine_step(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """Per running request, as ``Scheduler.schedule`` does it: ``allocate_slots(request, 1)``, one more computed
-        token; then its slot from its blocks. The sampled tokens are recorded after the step (the module)."""
+        """Per running request, as ``Scheduler.schedule`` does it: ``allocate_slots(request, 1)``, then its slot."""
         requests, lens, req_to_blocks, bs = self.requests, self._lens, self.req_to_blocks, self.block_size
         allocate_slots = self.manager.allocate_slots
         slots = []
@@ -155,8 +150,7 @@ class VllmEngine(EngineAdapter):
         return 0
 
     def untimed_after_step(self, step: int) -> None:
-        """The drivers' untimed hook: the token each request of the step sampled, recorded on the request as vLLM's
-        output processing records it (``append_output_token_ids``, which runs the block hasher)."""
+        """The drivers' untimed hook: each request's sampled token recorded (``append_output_token_ids``)."""
         requests = self.requests
         for ids in self._sampled:
             for s in ids:
@@ -164,7 +158,7 @@ class VllmEngine(EngineAdapter):
         self._sampled.clear()
 
     def _last_shared(self, seq_id: int) -> bool:
-        return False  # nothing is shared without fork (vLLM v1 has none)
+        return False
 
     def _fork(self, parent_id: int, child_id: int) -> None:
         raise ReplayError("vLLM v1 has no fork: replay the trace with its forks fanned out into requests")
@@ -215,8 +209,7 @@ class VllmCachingEngine(VllmEngine):
         return hits
 
     def seal(self, seq_id: int, block_hash: int) -> bool:
-        """Hand vLLM the hash of the block decode just filled (the block hasher's output for it) and cache it
-        as the next ``allocate_slots`` would; False when another block already carries that hash."""
+        """Hand vLLM the hash of the block decode just filled and cache it; False when another block has it."""
         seq_id, value, n, _ = sealable(self, seq_id, block_hash, self._blocks)
         digest = value.to_bytes(32, "little")
         request = self.requests[seq_id]
@@ -246,8 +239,7 @@ HOW = ("vLLM {version}'s KVCacheManager(enable_caching={caching}) from the wheel
 
 
 def baselines(vllm: SimpleNamespace, version: str) -> list[Baseline]:
-    """Caching off (what ``vllm-v1`` models), caching on (vLLM's default, what ``vllm-v1-pc`` models), and caching on
-    with no block hashes on plain allocations (a diagnostic: exactly the work ``vllm-v1-pc`` does on them)."""
+    """Caching off (``vllm-v1``), caching on (vLLM's default, ``vllm-v1-pc``), and on without plain-block hashes."""
     fan = "vLLM v1 has no fork: each fork of the trace became an independent request of the parent's length " \
           "(vLLM fans n > 1 out into n requests), no sharing, no copy-on-write, checked against that trace"
     both = ("vllm-v1", "vllm-v1-pc")

@@ -30,16 +30,16 @@ class PlanError(ImportError):
 class Piece:
     """Top-level definitions compiled from one of the engine's files into a module of their own."""
 
-    source: str  # the module whose file holds them, e.g. "sglang.srt.utils.common"
+    source: str
     names: tuple[str, ...]
-    globals: Mapping[str, object] = field(default_factory=dict)  # what the definitions refer to
+    globals: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class ImportPlan:
     """Which of an engine's modules run from its files, and what stands in for the others."""
 
-    packages: tuple[str, ...]  # the engine's top-level packages, e.g. ("vllm",)
+    packages: tuple[str, ...]
     real: tuple[str, ...]
     stubs: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     pieces: Mapping[str, Piece] = field(default_factory=dict)
@@ -68,7 +68,6 @@ class ImportPlan:
                 + (f"; stand-ins: {', '.join(stubs)}" if stubs else ""))
 
 
-# -- stand-ins ---------------------------------------------------------------------------------------------
 class _Tripwire:
     """Whether stand-ins may still be touched (while the engine's modules import) or not (during replays)."""
 
@@ -141,7 +140,6 @@ class StubModule(types.ModuleType):
         return value
 
 
-# -- the finder --------------------------------------------------------------------------------------------
 class _FileLoader(importlib.machinery.SourceFileLoader):
     """The standard source loader, minus writing bytecode next to the engine's files (the user's folder)."""
 
@@ -168,7 +166,7 @@ class EngineImports(importlib.abc.MetaPathFinder):
     def __init__(self, plan: ImportPlan, root: Path) -> None:
         self.plan, self.root = plan, Path(root)
         self.shells = plan.shells()
-        self.loaded: list[str] = []  # modules this finder created, in order
+        self.loaded: list[str] = []
 
     def arm(self) -> None:
         """From now on, touching a stand-in raises :class:`StubTouched`."""
@@ -222,7 +220,7 @@ class EngineImports(importlib.abc.MetaPathFinder):
         path = self.file_of(piece.source)
         if not path.is_file():
             raise PlanError(f"{piece.source}: no file {path} in the engine's package")
-        module = StubModule(spec.name, piece.globals)  # its other names: stand-ins, as a stub module's
+        module = StubModule(spec.name, piece.globals)
         module.__file__ = str(path)
         tree = ast.parse(path.read_text(), str(path))
         flags = future_flags(tree)
@@ -255,8 +253,7 @@ def future_flags(tree: ast.Module) -> int:
 
 
 def definitions(tree: ast.Module, names: tuple[str, ...], path: Path) -> list[ast.stmt]:
-    """The top-level ``def``, ``class`` and ``NAME = ...`` statements of the file (``tree``, read from ``path``)
-    that define ``names``, in the file's order."""
+    """The top-level statements of the file (``tree``, from ``path``) that define ``names``, in the file's order."""
     found = [node for node in tree.body if _defines(node) in names]
     missing = set(names) - {_defines(node) for node in found}
     if missing:
@@ -266,8 +263,7 @@ def definitions(tree: ast.Module, names: tuple[str, ...], path: Path) -> list[as
 
 @contextmanager
 def engine_imports(plan: ImportPlan, root: Path) -> Iterator[EngineImports]:
-    """Within the block, the engine's packages import by ``plan`` from ``root``; on exit every module the plan
-    made is dropped from ``sys.modules`` again (so that a test, or a second engine, starts clean)."""
+    """Within the block, the engine's packages import by ``plan`` from ``root``; on exit its modules are dropped."""
     clashing = sorted(name for name in sys.modules if plan.owns(name) or name.partition(".")[0] in plan.external_stubs)
     for name in clashing:  # an installed copy of the engine must not answer for the published files
         del sys.modules[name]

@@ -12,17 +12,14 @@ from harness.measure.stats import Estimate, independent_ratio
 from harness.output.metadata import TIMING_IDENTITY, identity_differences
 from harness.output.rundata import RunData, ordered
 
-# The timed headline figures, one per kind of work: the step (what an engine pays per sequence per step), the
-# slot lookup and allocate/free per block. The others are these scaled (step_mean_ns, cpu_share_pct: the same
-# trace gives the same ratio) or parts of them (alloc_ns, free_ns), or have no interval (percentiles).
+# The timed headline figures, one per kind of work; the others are these scaled, parts of them, or without interval.
 DEFAULT_METRICS = ("seq_step_ns", "lookup_ns", "alloc_free_ns")
-# Provisional: the false-alarm rate at each candidate threshold is measured by scripts/compare_pairs.py
-# (results/compare_pairs/); the default moves to what that file shows (README, "Benchmarks in CI").
+# Provisional: scripts/compare_pairs.py measures the false-alarm rate per threshold (results/compare_pairs/).
 DEFAULT_THRESHOLD_PCT = 10.0
 DEFAULT_THRESHOLD = DEFAULT_THRESHOLD_PCT / 100
 VERDICTS = ("slower", "faster", "no difference", "not comparable")
 SIDES = ("BASE", "NEW")
-CONFIG_IGNORED = ("root", "label", "progress")  # where a run wrote and how it showed progress: not the measurement
+CONFIG_IGNORED = ("root", "label", "progress")
 
 
 @dataclass
@@ -64,7 +61,7 @@ class Compared:
     base: Figure | None
     new: Figure | None
     verdict: str
-    why: str = ""  # for ``not comparable``
+    why: str = ""
     ratio: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
@@ -109,7 +106,7 @@ class Comparison:
     new: Run
     threshold: float
     metrics: tuple[str, ...]
-    other_machine: list[str]  # what differs between the machines (empty: the same machine)
+    other_machine: list[str]
     run_notes: list[str]
     rows: list[Compared]
 
@@ -154,7 +151,7 @@ def _trace_differs(base: Run, new: Run, scenario: str, b: dict, n: dict) -> str:
     digests = [run.traces.get(scenario) if run.traces is not None else None for run in (base, new)]
     if None not in digests:
         return "" if digests[0] == digests[1] else "different trace"
-    for column in ("steps", "seqs"):  # runs without digests: the rows' own description of the work
+    for column in ("steps", "seqs"):
         if b.get(column) != n.get(column):
             return f"different trace ({column} {b.get(column)} -> {n.get(column)})"
     return ""
@@ -198,8 +195,7 @@ def compare_figure(base: Run, new: Run, key: tuple[str, str, str, str], threshol
 
 
 def figure_keys(base: Run, new: Run, metrics: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
-    """Every (scenario, impl, regime, metric) of ``metrics`` in either run: scenarios in run order, then
-    implementations in the registry's order, regimes as found, metrics as asked."""
+    """Every (scenario, impl, regime, metric) of ``metrics`` in either run, in run, registry and asked order."""
     keys = [k for run in (base, new) for k in run.data.index if k[3] in metrics and k[1] != "-"]
     keys = list(dict.fromkeys(keys))
     scenarios = list(dict.fromkeys(k[0] for k in keys))
@@ -238,8 +234,7 @@ def check_metrics(base: Run, new: Run, metrics: tuple[str, ...]) -> None:
 
 def compare_runs(base: Run, new: Run, metrics: tuple[str, ...] = DEFAULT_METRICS,
                  threshold: float = DEFAULT_THRESHOLD, allow_other_machine: bool = False) -> Comparison:
-    """Compare ``new`` against ``base``; raises :class:`InputError` for runs of different machines (unless
-    ``allow_other_machine``) and for metrics neither run holds."""
+    """Compare ``new`` against ``base``; :class:`InputError` for other machines (unless allowed) or unknown metrics."""
     if not (0 <= threshold < 10):
         raise InputError(f"--threshold {threshold * 100:g}: give a percentage from 0 to 1000, e.g. 10")
     differences = identity_differences(base.meta, new.meta, TIMING_IDENTITY)
