@@ -23,8 +23,7 @@ def have_xxhash() -> bool:
 
 
 def plan() -> ImportPlan:
-    """How nano-vllm's modules are imported: the three above from the source folder (xxhash installed, or a
-    stand-in when it is not)."""
+    """How nano-vllm's modules are imported: three from the source folder (xxhash, or a stand-in without it)."""
     return ImportPlan(packages=("nanovllm",), real=REAL, external_stubs=() if have_xxhash() else ("xxhash",))
 
 
@@ -39,17 +38,17 @@ class NanoEngine(EngineAdapter):
     """nano-vllm's ``BlockManager`` (the engine's, imported) driven per sequence per step, as its scheduler does."""
 
     nano: SimpleNamespace
-    block_manager: type  # the engine's BlockManager, or a subclass of it whose compute_hash returns 0
+    block_manager: type
     hash_blocks = True  # False: the bare block manager (postprocess's hash_blocks not called)
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self.nano.Sequence.block_size = self.block_size  # as LLMEngine sets it from its config
+        self.nano.Sequence.block_size = self.block_size
         self.bm = self.block_manager(self.num_blocks, self.block_size)
         self.seqs: list = [None] * self.max_seqs
         self._numbers = itertools.count(1)
-        self._next_token: dict[int, int] = {}  # row -> its next synthetic token id
+        self._next_token: dict[int, int] = {}
         self.forked = False  # until a fork, no block is shared and the step skips the copy-on-write test
 
     def num_free_blocks(self) -> int:
@@ -60,7 +59,6 @@ class NanoEngine(EngineAdapter):
         self._next_token[seq_id] = base + n
         return list(range(base, base + n))
 
-    # -- the scheduler's calls ---------------------------------------------------------------------------
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
         n = self._admit_tokens
         seq = self.nano.Sequence(self._tokens(seq_id, n))
@@ -69,9 +67,9 @@ class NanoEngine(EngineAdapter):
             raise ReplayError(f"row {seq_id}: nano-vllm's can_allocate answered {cached}, expected 0 cached blocks "
                               "(-1: no room)")
         self.bm.allocate(seq, 0)
-        seq.num_scheduled_tokens = n  # the prefill
+        seq.num_scheduled_tokens = n
         self.seqs[seq_id] = seq
-        if self.hash_blocks:  # the prefill step's postprocess (the module docstring)
+        if self.hash_blocks:
             self.bm.hash_blocks(seq)
         self._record_sampled(seq, seq_id)
 
@@ -84,9 +82,7 @@ class NanoEngine(EngineAdapter):
         seq.append_token(token)
 
     def _engine_step(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """Per running sequence: ``schedule``'s decode branch (with the emulated copy of a shared last block),
-        ``prepare_decode``'s slot, ``postprocess``'s ``hash_blocks``. The sampled tokens are recorded after the
-        step (the module docstring)."""
+        """Per running sequence: ``schedule``'s decode branch, ``prepare_decode``'s slot, ``hash_blocks``."""
         bm, seqs, bs, hashing = self.bm, self.seqs, self.block_size, self.hash_blocks
         lens, forked = self._lens, self.forked
         slots, cows = [], []
@@ -123,7 +119,6 @@ class NanoEngine(EngineAdapter):
         self._next_token.pop(seq_id, None)
         self.bm.deallocate(seq)
 
-    # -- fork and copy-on-write, emulated as the contender emulates them ----------------------------------------
     def _fork(self, parent_id: int, child_id: int) -> None:
         parent = self.seqs[parent_id]
         child = self.nano.Sequence(parent.token_ids)
@@ -146,7 +141,6 @@ class NanoEngine(EngineAdapter):
     def _last_shared(self, seq_id: int) -> bool:
         return self.bm.blocks[self.seqs[seq_id].block_table[-1]].ref_count > 1
 
-    # -- queries --------------------------------------------------------------------------------------------
     def _table(self, seq_id: int) -> list[int]:
         return list(self.seqs[seq_id].block_table)
 
@@ -170,9 +164,7 @@ def _bound(nano: SimpleNamespace, block_manager: type, hash_blocks: bool) -> typ
 
 
 def baselines(nano: SimpleNamespace, version: str) -> list[Baseline]:
-    """Hashing neutralised (what the contender models: nano-vllm's block manager as it runs, minus computing
-    hashes, which our contract has no token ids for and which is its own metric), with its hashing (nano-vllm as
-    it ships), and bare (its hash bookkeeping removed too: ``hash_blocks`` not called)."""
+    """Hashing neutralised (what the contender models), with its hashing (as it ships), and bare."""
     how = (f"nano-vllm {version}'s BlockManager(num_blocks, block_size) from the source folder, driven as "
            "engine/scheduler.py does: can_allocate + allocate(seq, 0) and the prefill's postprocess (hash_blocks, "
            "append_token) at admission; per step and running sequence can_append + may_append, the slot as "

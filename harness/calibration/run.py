@@ -33,7 +33,7 @@ class Options:
     engine: Engine
     version: str | None
     scenarios: list[str]
-    params: dict[str, dict[str, str]]  # scenario -> overrides (strings from the command line)
+    params: dict[str, dict[str, str]]
     reps: int = 5
     cache: Path = field(default_factory=fetch.default_cache)
     source: Path | None = None
@@ -49,8 +49,8 @@ class Options:
 class Outcome:
     rows: list[CalibrationRow] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    written: Path | None = None  # the table the rows went to
-    folder: Path | None = None  # the folder written to (rows, runs/)
+    written: Path | None = None
+    folder: Path | None = None
     processes: int = 0
 
 
@@ -67,11 +67,10 @@ def engine_code(opts: Options) -> fetch.EngineCode:
 
 
 def calibrate(opts: Options) -> Outcome:
-    """Fetch, replay in worker processes, compare; each scenario's rows merged into the destination's table when
-    it is done (nothing is written for a scenario that measured nothing)."""
+    """Fetch, replay in worker processes, compare; each scenario's rows merged into the table when it is done."""
     for name in opts.scenarios:  # bad parameters fail here, before a download
         SCENARIOS[name].params(opts.params.get(name, {}))
-    opts.destination.check()  # and a place to write them, before anything is measured
+    opts.destination.check()
     code = engine_code(opts)
     if code.repaired:
         opts.progress(f"the cached files of {code.origin} differed from the wheel ({', '.join(code.repaired[:3])}"
@@ -126,8 +125,7 @@ class Context:
         return [row for b in self.parts[0].baselines for row in self.rows_of(b)]
 
     def supervised(self, pool: Pool, w: int, job: CalibrationJob) -> Measured:
-        """``job``'s result from worker ``w``, run again without a replay each time its worker dies or hangs in it
-        (recorded as failed)."""
+        """``job``'s result from worker ``w``, rerun without a replay each time its worker dies or hangs in it."""
         while True:
             try:
                 result = pool.run(w, replace(job, skip=list(self.failed)))
@@ -143,7 +141,6 @@ class Context:
                 raise InputError(result.message)
             return result
 
-    # -- figures -------------------------------------------------------------------------------------------
     def rows_of(self, b: BaselineInfo) -> list[CalibrationRow]:
         real_key = (b.name, "batched", "real")
         if real_key not in self.samples:
@@ -194,8 +191,7 @@ class Context:
             made=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=self.opts.command, how=how)
 
     def write_raw(self, folder: Path) -> None:
-        """Per-repetition step times of every replay, the worker process of each repetition and what was imported
-        how (``runs/ENGINE__SCENARIO.json.gz``): what the rows summarise, for a reader who wants the spread."""
+        """Per-repetition step times of every replay and its worker (``runs/ENGINE__SCENARIO.json.gz``)."""
         e, first = self.opts.engine, self.parts[0]
         pids = {r: part.pid for part in self.parts for k in part.samples.values() for r, _ in k}
         data = {

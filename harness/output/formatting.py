@@ -1,5 +1,4 @@
-"""How a figure of a run is written in every report: numbers, intervals, ratios, the noise floor, CPU share.
-Design: docs/output.md#harnessoutputformattingpy."""
+"""How a figure of a run is written in every report: numbers, intervals, ratios, the noise floor, CPU share."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from harness.output.results import ratio_metric
 from harness.output.rundata import RunData
 from impls import registry
 
-BASE = registry.RATIO_BASE  # the ratio base of plain scenarios: the article's design C
+BASE = registry.RATIO_BASE
 CACHE_BASE = registry.CACHING_RATIO_BASE  # the ratio base on prefix-caching scenarios
 
 
@@ -50,8 +49,7 @@ def value_text(run: RunData, scenario: str, impl: str, regime: str, metric: str)
 
 def ratio_text(run: RunData, scenario: str, impl: str, regime: str, metric: str, base_regime: str | None = None,
                base: str = BASE) -> str:
-    """``146× [140–152]``: ``metric`` of the cell over ``base``'s (same regime, or batched), with the paired
-    interval measured in the run; "no difference" when that interval holds 1."""
+    """``146× [140–152]``: the cell's ``metric`` over ``base``'s with the paired interval; "no difference" at 1."""
     batched_base = base_regime not in (None, regime)
     if impl == base and not batched_base:
         return "1×"
@@ -103,8 +101,7 @@ def machine_line(meta: dict) -> str:
 
 
 def source_text(run: RunData, scenario: str, impl: str, regime: str, metric: str) -> str:
-    """The instrument of a figure, naming the other instruments' rows too (``callgrind-sim (perf: unsupported)``);
-    "" when the run has no such row."""
+    """The instrument of a figure, naming the other instruments' rows too; "" when the run has no such row."""
     row = run.get(scenario, impl, regime, metric)
     if row is None:
         return ""
@@ -115,8 +112,7 @@ def source_text(run: RunData, scenario: str, impl: str, regime: str, metric: str
 
 
 def measured_text(run: RunData, scenario: str, impl: str, regime: str, metric: str) -> str:
-    """The figure (with its interval) where it was measured, else its status word (``skipped``,
-    ``unsupported``), else "—" where the run has no such row."""
+    """The figure (with its interval) where measured, else its status word, else "—" without a row."""
     row = run.get(scenario, impl, regime, metric)
     if row is None:
         return "—"
