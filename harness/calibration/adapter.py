@@ -16,7 +16,7 @@ class EngineAdapter(InterpretedBlockManager):
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self._sampled: list[list[int]] = []  # rows whose sampled token untimed_after_step records, per call
+        self._sampled: list[list[int]] = []
 
     def memory_bytes(self) -> int:
         """Not stated: the engine's own objects (0 passes the constructor's memory check)."""
@@ -34,13 +34,11 @@ class EngineAdapter(InterpretedBlockManager):
         return self._engine_step(ids, ids.tolist(), cow_out, slot_out)
 
     def _engine_step(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """The engine's step for ``ids``: its calls per sequence, the slots to ``slot_out``, copy-on-write pairs to
-        ``cow_out``; returns their number. Every adapter writes its own."""
+        """The engine's step for ``ids``: slots to ``slot_out``, copy-on-write pairs to ``cow_out``; their number."""
         raise NotImplementedError
 
     def _append(self, seq_id: int) -> tuple[int, int] | None:
-        """``append_slot`` (the per-call regime, which the calibration does not time for the engine): the engine's
-        step for a batch of one."""
+        """``append_slot`` (per-call, not timed for engines): the engine's step for a batch of one."""
         cow_out = np.zeros((1, 2), dtype=np.int64)
         slot_out = np.zeros(1, dtype=np.int64)
         if self._engine_step(np.array([seq_id], dtype=np.int64), [seq_id], cow_out, slot_out):

@@ -42,8 +42,7 @@ def load() -> SimpleNamespace:
 
 
 class SGLangEngine(PagedRows, EngineAdapter):
-    """SGLang's paged allocator (the engine's, imported) driven one batch per step, as its scheduler does: the
-    scheduler's side is the contender's (:class:`impls.contenders.sglang.PagedRows`), the allocator SGLang's."""
+    """SGLang's paged allocator (the engine's, imported) driven one batch per step by the contender's own rows."""
 
     sglang: SimpleNamespace
 
@@ -59,12 +58,10 @@ class SGLangEngine(PagedRows, EngineAdapter):
             need_sort=False)
         self._setup_rows(self.max_seqs, self.max_tokens)
 
-    _engine_step = PagedRows._decode  # the engine's step: alloc_for_decode_default for the batch
+    _engine_step = PagedRows._decode
 
     def _decode_sharing(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """The fork emulation on SGLang's allocator: the step's copied pages from one ``alloc`` (its
-        ``alloc_decode`` takes no "needs a page" input, so they cannot ride in it), the rows' earlier tokens
-        re-pointed, then ``alloc_for_decode_default`` as without a fork."""
+        """The fork emulation on SGLang's allocator: copied pages from one ``alloc``, then the default decode."""
         movers = self._shared_tails(ids)
         pairs = []
         if movers:

@@ -20,11 +20,11 @@ class Baseline:
 
     name: str  # e.g. "caching off": the ``baseline`` column
     cls: type  # the adapter: the engine's objects behind our contract (BlockManager, and CachingBlockManager)
-    calibrates: tuple[str, ...]  # contenders compared to it
+    calibrates: tuple[str, ...]
     modelled_by: tuple[str, ...]  # contenders that model exactly this (the report shows their ratio)
     how: str  # how the engine's code is driven, in words (the ``how`` column)
-    plain_traces: bool = True  # replays traces without prefix caching
-    caching_traces: bool = False  # replays prefix-caching traces
+    plain_traces: bool = True
+    caching_traces: bool = False
     real_trace: Callable[[Trace], Trace] | None = None  # the trace as the engine serves it (vLLM: no forks)
     real_trace_how: str = ""
 
@@ -37,12 +37,12 @@ class Engine:
     """An engine: its published distribution (None: not on the package index) and its module here."""
 
     name: str  # the command line's ENGINE
-    label: str  # the ``engine`` column
+    label: str
     distribution: str | None
     packages: tuple[str, ...]
     module: str  # harness.calibration.<module>: PLAN, load(), baselines(), REGIMES
     regimes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # contender -> regimes calibrated
-    scenarios: tuple[str, ...] = ("paper", "parallel-sampling")  # the committed calibration's
+    scenarios: tuple[str, ...] = ("paper", "parallel-sampling")
 
     def code(self) -> ModuleType:
         return importlib.import_module(f"harness.calibration.{self.module}")

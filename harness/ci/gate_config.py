@@ -69,8 +69,7 @@ def find_config(start: Path | None = None) -> Path | None:
 
 
 def load_config(path: Path | None = None) -> GateConfig:
-    """The gate's configuration from ``path`` (a TOML file with the table), else from :func:`find_config`; an
-    empty configuration (no rules) when none is found."""
+    """The gate's configuration from ``path``, else from :func:`find_config`; no rules when none is found."""
     if path is None:
         path = find_config()
         if path is None:

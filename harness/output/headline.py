@@ -60,8 +60,7 @@ def _ratio_label(run: RunData, impl: str, regime: str, ratio_of: str | None) -> 
 
 
 def _bar(ax: Axes, run: RunData, impl: str, regime: str, metric: str, x: float, width: float) -> float:
-    """One of our bars with its whisker and its label (value, ratio to flat); the status word where it was not
-    measured. Returns the bar's height (NaN when none)."""
+    """One of our bars with its whisker and label, or its status word; returns its height (NaN when none)."""
     row = run.get(PAPER, impl, regime, metric)
     v = run.value(PAPER, impl, regime, metric)
     if math.isnan(v) or v <= 0:
@@ -129,8 +128,7 @@ def _panel(ax: Axes, run: RunData, art: pd.DataFrame, regime: str, metric: str) 
 
 
 def _l1d_missing_words(run: RunData, regime: str) -> str:
-    """Why a row has no L1D misses: the reasons of its rate's rows (``perf: no PMU``, ``callgrind-sim: not run
-    (--quick)``)."""
+    """Why a row has no L1D misses: the reasons of its rate's rows (``perf: no PMU``)."""
     df = run.df
     sel = df[(df.scenario == PAPER) & (df.metric == RATE) & (df.regime == regime) & df.impl.isin(SCHEMES.values())]
     states = sorted({f"{r['source']}: {reason_word(r, run.meta)}" for r in sel.to_dict("records")})
@@ -180,16 +178,14 @@ def _rate_words(art: pd.DataFrame, meta: dict) -> str:
 
 
 def _has_operations(run: RunData, regime: str) -> bool:
-    """Whether the regime has per-operation figures for designs A/B/C (the step regime times whole steps only:
-    the article's per-operation table has nothing to set beside it; its rows are in the tables and op_latency)."""
+    """Whether the regime has per-operation figures for designs A/B/C (the step regime has none)."""
     return any(run.get(PAPER, i, regime, "seq_step_ns") is not None
                and run.get(PAPER, i, regime, "lookup_ns") is not None
                and run.get(PAPER, i, regime, "lookup_ns")["status"] != "skipped" for i in SCHEMES.values())
 
 
 def fig_paper_vs_article(run: RunData) -> Figure | None:
-    """The article's table measured, one regime per row (batched first), each of our bars labelled with its
-    ratio to ``flat`` in the same run [paired interval], the article's C++ figures beside."""
+    """The article's table measured, one regime per row, our bars labelled with their ratio to ``flat``."""
     regimes = [r for r in run.regimes(PAPER, "seq_step_ns") if _has_operations(run, r)]
     if not regimes:
         log.warning("paper_vs_article: no figures for designs A/B/C in the %s scenario", PAPER)

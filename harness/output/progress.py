@@ -1,5 +1,4 @@
-"""What a run says while it runs: what is under way, units done, the time left, and each scenario's time as it ends.
-Design: docs/output.md#harnessoutputprogresspy."""
+"""What a run says while it runs: what is under way, units done, the time left, each scenario's time."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ PLAIN_EVERY_S = 15.0  # least seconds between two units lines in plain output
 
 
 def time_left(elapsed_s: float, done_work: float, total_work: float) -> float | None:
-    """Seconds left if the remaining work goes at the rate measured so far (``elapsed_s`` per ``done_work``);
-    None before any work is done."""
+    """Seconds left at the rate measured so far (``elapsed_s`` per ``done_work``); None before any work."""
     if done_work <= 0:
         return None
     return max(0.0, total_work - done_work) * elapsed_s / done_work
@@ -27,8 +25,7 @@ def left_text(seconds: float | None) -> str:
 
 
 class Progress:
-    """A run's progress: ``status(what)`` for work under way, ``progress(what)`` (calling it) for a unit done,
-    :meth:`scenario` before a scenario's units, :meth:`scenario_done` after them."""
+    """A run's progress: ``status`` for work under way, ``progress`` for a unit done, scenario start and end."""
 
     def __init__(self, enabled: bool = True, stream: TextIO | None = None, tty: bool | None = None) -> None:
         self.enabled = enabled

@@ -1,5 +1,4 @@
-"""How long each ``make`` target takes, as measured: the committed file ``results/times/times.json`` and the words
-``docs/time-budget.md`` and ``kvblock-bench --help`` quote from it.
+"""How long each ``make`` target takes, as measured (``results/times/times.json``), and the words quoting it.
 Design: docs/output.md#harnessoutputtimespy."""
 
 from __future__ import annotations
@@ -45,7 +44,7 @@ class TargetTime:
     started: str
     commit: str
     caches: str  # "cold" (Numba, C++ build and trace caches removed before it) or "warm"
-    load_1m: float | None = None  # the 1-minute load average when it started: a busy machine reads slower
+    load_1m: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -84,8 +83,7 @@ def read_times(path: Path = TIMES_JSON) -> Times | None:
 
 
 def quoted_times(path: Path = TIMES_JSON) -> Times | None:
-    """The times file for words that quote it (``--help``): None when it is missing or unreadable, so that a
-    damaged file costs the quotes, never the command line (``tests/test_times.py`` keeps the committed one sound)."""
+    """The times file for words that quote it (``--help``); None when missing or unreadable."""
     try:
         return read_times(path)
     except TimesError:
