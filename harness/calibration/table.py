@@ -20,7 +20,7 @@ class CalibrationRow:
     engine: str
     engine_version: str
     scenario: str
-    call_shape: str  # our regime
+    call_shape: str
     baseline: str
     modelled: bool
     ours_ns_per_seq_step: float
@@ -68,8 +68,7 @@ def read_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 
 
 def merge(old: list[dict[str, str]], new: list[CalibrationRow], engine: str, scenarios: set[str]) -> list[dict]:
-    """``old`` without the rows ``new`` replaces, then ``new``: an engine's rows of the measured scenarios, and
-    its rows the command did not make (no digest), go."""
+    """``old`` without the rows ``new`` replaces (an engine's measured scenarios and undigested rows), then ``new``."""
     def replaced(row: dict[str, str]) -> bool:
         return row.get("engine") == engine and (row.get("scenario") in scenarios or not row.get("package_digest"))
 

@@ -14,8 +14,7 @@ class FanOutError(ValueError):
 
 
 def fan_out_forks(trace: Trace) -> Trace:
-    """``trace`` with every fork replaced by an independent admission of the parent's length (``trace`` itself
-    when it has no fork)."""
+    """``trace`` with every fork replaced by an independent admission of the parent's length."""
     if not int(trace.header["ops_by_kind"].get("fork", 0)):
         return trace
     if trace_uses_caching(trace):

@@ -10,16 +10,15 @@ from pathlib import Path
 from harness.errors import InputError
 from harness.output.rundata import RunData
 
-KEPT = ("results.csv", "meta.json", "paper_table.md", "summary.md")  # the reports are kept where the run has them
+KEPT = ("results.csv", "meta.json", "paper_table.md", "summary.md")
 
 
 def save_baseline(run: str | Path, dest: Path, root: Path) -> Path:
-    """Copy the run ``run`` (a folder, or an id under ``root``) into the baseline folder ``dest``; returns the
-    run folder it came from."""
+    """Copy the run ``run`` (a folder, or an id under ``root``) into baseline folder ``dest``; returns its folder."""
     if Path(run).is_file():
         raise InputError(f"{run}: a file; kvblock-bench baseline takes a run folder or run id (a pytest-benchmark "
                          "JSON file is no baseline any more: README, \"Benchmarks in CI\")")
-    data = RunData.load(run, root)  # refuses a folder without results.csv, a damaged results.csv or meta.json
+    data = RunData.load(run, root)
     if data.meta.get("complete") is not True:
         raise InputError(f"{data.run_dir}: an incomplete run (interrupted, or without meta.json) cannot be a "
                          "baseline; run it again to the end")

@@ -1,5 +1,4 @@
-"""The prefix-caching section of the reports: hit rates (the same for every design, a correctness check), what
-each design pays for them, and the cost of each cache operation.
+"""The prefix-caching section of the reports: hit rates, what each design pays for them, each cache operation.
 Design: docs/output.md#harnessoutputcache_reportpy."""
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ def caching_scenarios(run: RunData) -> list[str]:
 
 
 def hit_sentence(run: RunData, scenario: str) -> str:
-    """``80.7 % of tokens, 3.1 evictions/step`` when every cell agreed, else a warning."""
+    """``H % of tokens, E evictions/step`` when every cell agreed, else a warning."""
     df = run.df
     sub = df[(df.scenario == scenario) & df.metric.isin(HIT_METRICS) & (df.status == "ok")]
     values = {m: sorted(set(sub[sub.metric == m].value.round(6))) for m in HIT_METRICS}

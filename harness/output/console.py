@@ -49,7 +49,7 @@ def cell_lines(run: RunData, scenario: str) -> list[str]:
              "CPU share at the trace's step rate (computed):",
              f"  {'regime':<9} {'impl':<11} {'driver':<9} {'ns/seq-step':>11}  {'× ' + base:<36} CPU"]
     regimes = run.regimes(scenario, "seq_step_ns")
-    for impl, regime in sorted(run.cells(scenario), key=lambda cell: regimes.index(cell[1])):  # batched first
+    for impl, regime in sorted(run.cells(scenario), key=lambda cell: regimes.index(cell[1])):
         ns = fmt(run.value(scenario, impl, regime, "seq_step_ns"))
         ratio = ratio_text(run, scenario, impl, regime, "seq_step_ns", base=base)
         cpu = cpu_text(run.value(scenario, impl, regime, "cpu_share_pct"))
@@ -74,8 +74,7 @@ def where_lines(run: RunData) -> list[str]:
 
 
 def console_summary(run: str | Path | RunData | None = None) -> str:
-    """The end-of-run text: run and machine, the headline scenario's cells with ratios and intervals, the A/A
-    line, what was left out, the paced floor, failures, and where the reports and figures are."""
+    """The end-of-run text: run, machine, the headline scenario's cells, the A/A line, omissions, failures, files."""
     data = run if isinstance(run, RunData) else RunData.load(run)
     state = "complete" if data.meta.get("complete", True) else "INCOMPLETE (interrupted or failed)"
     lines = [f"run: {data.run_dir} ({state}; took {duration_text(run_seconds(data.meta))})",

@@ -49,7 +49,7 @@ def value_text(run: RunData, scenario: str, impl: str, regime: str, metric: str)
 
 def ratio_text(run: RunData, scenario: str, impl: str, regime: str, metric: str, base_regime: str | None = None,
                base: str = BASE) -> str:
-    """``146× [140–152]``: the cell's ``metric`` over ``base``'s with the paired interval; "no difference" at 1."""
+    """``R× [low–high]``: the cell's ``metric`` over ``base``'s with the paired interval; "no difference" at 1."""
     batched_base = base_regime not in (None, regime)
     if impl == base and not batched_base:
         return "1×"

@@ -47,7 +47,7 @@ PMU_SOURCE = "perf"
 
 
 def _ratio_label(run: RunData, impl: str, regime: str, ratio_of: str | None) -> str:
-    """``270× [194–299]`` (paired, same run and regime), ``1×`` for flat, "" where the run has no ratio."""
+    """``R× [low–high]`` (paired, same run and regime), ``1×`` for flat, "" where the run has no ratio."""
     if ratio_of is None:
         return ""
     if impl == "flat":

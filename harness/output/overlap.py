@@ -12,8 +12,7 @@ Key = tuple[str, str, str]  # (impl, regime, metric)
 
 
 def ratio_rows(results_csv: Path, scenario: str) -> dict[Key, Row]:
-    """The ratio rows (metric ``*_vs_*``) and the A/A control (``aa_ratio``) of ``scenario`` with status ``ok``
-    and an interval, by (impl, regime, metric)."""
+    """The ``ok`` ratio rows with an interval (and the A/A control) of ``scenario``, by (impl, regime, metric)."""
     return {(r.impl, r.regime, r.metric): r for r in read_rows(results_csv)
             if r.scenario == scenario and r.status == "ok" and ("_vs_" in r.metric or r.metric == "aa_ratio")
             and r.ci_low is not None and r.ci_high is not None}

@@ -23,8 +23,7 @@ def verdict(row: dict | None) -> str:
 
 
 def paced_sentence(run: RunData, scenario: str = "paper", impl: str = "flat") -> str:
-    """One paragraph: the floor, ``impl``'s paced whole step and its distance to the floor against the target;
-    "" when the run has no measured floor on ``scenario``."""
+    """One paragraph: the floor, ``impl``'s paced whole step and its distance to the floor against the target."""
     floor = run.get(scenario, "-", "-", FLOOR)
     if floor is None or floor["status"] != "ok":
         return ""

@@ -306,7 +306,7 @@ def calibration_notes(path: Path = CALIBRATION_CSV) -> dict[tuple[str, str], str
 
 
 def _ratio_note(row: dict) -> str:
-    """``0.90 [0.85-0.95] (paper)``; the interval where the row has one."""
+    """``R [low-high] (scenario)``; the interval where the row has one."""
     if pd.isna(row["ratio"]):
         return ""
     low, high = row.get("ratio_low"), row.get("ratio_high")

@@ -97,7 +97,7 @@ def write_times(times: Times, path: Path = TIMES_JSON) -> None:
 
 
 def took(entry: TargetTime | None) -> str:
-    """``3 min 41 s`` (wall), or why there is no time."""
+    """``M min S s`` (wall), or why there is no time."""
     if entry is None:
         return "not timed yet"
     if not entry.ok:
@@ -106,7 +106,7 @@ def took(entry: TargetTime | None) -> str:
 
 
 def phrase(target: str, times: Times | None) -> str:
-    """``make bench-quick took 3 min 41 s on the reference machine (results/times/times.json)``."""
+    """``make TARGET took M min S s on the reference machine (results/times/times.json)``."""
     entry = times.get(target) if times else None
     if entry is None or not entry.ok:
         return f"`make {target}`: {took(entry)} (python scripts/make_times.py measures it into {RELATIVE})"
