@@ -39,7 +39,7 @@ class NanoEngine(EngineAdapter):
 
     nano: SimpleNamespace
     block_manager: type
-    hash_blocks = True  # False: the bare block manager (postprocess's hash_blocks not called)
+    hash_blocks = True
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
@@ -49,7 +49,7 @@ class NanoEngine(EngineAdapter):
         self.seqs: list = [None] * self.max_seqs
         self._numbers = itertools.count(1)
         self._next_token: dict[int, int] = {}
-        self.forked = False  # until a fork, no block is shared and the step skips the copy-on-write test
+        self.forked = False
 
     def num_free_blocks(self) -> int:
         return len(self.bm.free_block_ids)

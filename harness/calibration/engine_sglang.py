@@ -14,7 +14,7 @@ import numpy as np
 from harness.calibration.adapter import EngineAdapter
 from harness.calibration.engines import Baseline
 from harness.calibration.loader import ImportPlan, Piece
-from impls.contenders.sglang import PagedRows  # needs torch, as SGLang's allocator does
+from impls.contenders.sglang import PagedRows
 from impls.contract import NoFreeBlocksError
 
 REAL = ("sglang.srt.mem_cache.allocator.base", "sglang.srt.mem_cache.allocator.paged")

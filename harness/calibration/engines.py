@@ -18,11 +18,11 @@ from scenarios.trace import trace_uses_caching
 class Baseline:
     """One way of running the engine's code, timed beside our contenders."""
 
-    name: str  # e.g. "caching off": the ``baseline`` column
-    cls: type  # the adapter: the engine's objects behind our contract (BlockManager, and CachingBlockManager)
+    name: str
+    cls: type
     calibrates: tuple[str, ...]
     modelled_by: tuple[str, ...]  # contenders that model exactly this (the report shows their ratio)
-    how: str  # how the engine's code is driven, in words (the ``how`` column)
+    how: str
     plain_traces: bool = True
     caching_traces: bool = False
     real_trace: Callable[[Trace], Trace] | None = None  # the trace as the engine serves it (vLLM: no forks)
@@ -36,12 +36,12 @@ class Baseline:
 class Engine:
     """An engine: its published distribution (None: not on the package index) and its module here."""
 
-    name: str  # the command line's ENGINE
+    name: str
     label: str
     distribution: str | None
     packages: tuple[str, ...]
     module: str  # harness.calibration.<module>: PLAN, load(), baselines(), REGIMES
-    regimes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # contender -> regimes calibrated
+    regimes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     scenarios: tuple[str, ...] = ("paper", "parallel-sampling")
 
     def code(self) -> ModuleType:

@@ -19,7 +19,7 @@ from harness.errors import InputError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PIP_TIMEOUT_S = 1800
-MANIFEST = ".sha256-files.json"  # SHA-256 of every unpacked file, by relative path
+MANIFEST = ".sha256-files.json"
 
 
 @dataclass(frozen=True)

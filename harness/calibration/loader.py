@@ -227,7 +227,7 @@ class EngineImports(importlib.abc.MetaPathFinder):
         for node in definitions(tree, piece.names, path):
             code = compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec", flags=flags, dont_inherit=True)
             try:
-                exec(code, module.__dict__)  # the engine's own definition, compiled from its file
+                exec(code, module.__dict__)
             except NameError as exc:
                 raise PlanError(f"{spec.name}: {_defines(node)} from {path} needs {exc.name!r}: give it in the "
                                 "plan's Piece globals") from exc

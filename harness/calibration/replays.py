@@ -27,7 +27,7 @@ from scenarios.trace import trace_uses_caching
 
 WARM_STEPS = 5
 FAILURES = (DesignFailure, StubTouched, PlanError, FanOutError)
-IMPORTING: Key = ("the engine's modules", "import", "real")  # the cell a worker is in while they import
+IMPORTING: Key = ("the engine's modules", "import", "real")
 
 
 @dataclass

@@ -68,7 +68,7 @@ def engine_code(opts: Options) -> fetch.EngineCode:
 
 def calibrate(opts: Options) -> Outcome:
     """Fetch, replay in worker processes, compare; each scenario's rows merged into the table when it is done."""
-    for name in opts.scenarios:  # bad parameters fail here, before a download
+    for name in opts.scenarios:
         SCENARIOS[name].params(opts.params.get(name, {}))
     opts.destination.check()
     code = engine_code(opts)
@@ -118,7 +118,7 @@ class Context:
         for part in self.parts:
             self.failed.update(part.failed)
         for key in dict.fromkeys(k for part in self.parts for k in part.samples):
-            if key not in self.failed:  # a replay that failed in any process writes no row
+            if key not in self.failed:
                 self.samples[key] = [s for _, s in sorted(r for part in self.parts for r in part.samples.get(key, []))]
         failures += [f"{self.name}: {k[0]} ({'the engine' if k[2] else 'ours'}, {k[1]}): {why}"
                      for k, why in self.failed.items()]

@@ -17,11 +17,10 @@ from harness.output.rundata import RunData, ordered
 from impls import registry
 
 PAPER = "paper"
-# The article's designs A, B, C -> our implementation of each (from the registry).
 SCHEMES = {r.letter: r.name for r in registry.RECORDS if r.role == "design" and r.letter}
 NATIVE_OF = {r.letter: r.name for r in registry.RECORDS if r.role == "native" and r.letter}
 REGIME_STYLE = {"batched": "-", "per-call": "--"}
-REGIME_HATCH = {"batched": "", "per-call": "\\\\\\"}  # line hatches: dot hatches make SVGs ten times larger
+REGIME_HATCH = {"batched": "", "per-call": "\\\\\\"}  # line hatches: dot hatches make SVGs far larger
 OTHER_STYLE, OTHER_HATCH = ":", "///"
 ARTICLE = "article (C++)"
 MAX_SERIES = 8
@@ -55,8 +54,7 @@ def regime_hatch(regime: str) -> str:
 
 
 def series_panels(impls: list[str], reference: str | None = "flat") -> list[tuple[str, list[str]]]:
-    """``impls`` as (title, impls) panels of at most :data:`MAX_SERIES` series by role family, each with
-    ``reference`` where room is left."""
+    """``impls`` as (title, impls) panels of at most :data:`MAX_SERIES` series by role family, with ``reference``."""
     found = ordered(impls)
     groups: list[tuple[str, list[str]]] = []
     for roles, title in PANEL_FAMILIES:

@@ -12,7 +12,7 @@ from harness.output.rundata import RunData
 from impls import registry
 
 BASE = registry.RATIO_BASE
-CACHE_BASE = registry.CACHING_RATIO_BASE  # the ratio base on prefix-caching scenarios
+CACHE_BASE = registry.CACHING_RATIO_BASE
 
 
 def fmt(value: float | None, digits: int = 3) -> str:

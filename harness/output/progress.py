@@ -9,8 +9,8 @@ from typing import TextIO
 from harness.output.formatting import duration_text
 
 BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} units [{elapsed}]{postfix}"
-WIDTH = 70  # characters of a status in the bar's postfix
-PLAIN_EVERY_S = 15.0  # least seconds between two units lines in plain output
+WIDTH = 70
+PLAIN_EVERY_S = 15.0
 
 
 def time_left(elapsed_s: float, done_work: float, total_work: float) -> float | None:

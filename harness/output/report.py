@@ -97,7 +97,6 @@ PAPER_INTRO = (
     "step regime of a compiled design, with the floor of one do-nothing compiled call with the same arguments. "
     "Brackets: 95 % intervals (block bootstrap over interleaved "
     "slices; for ratios, the same blocks for both designs).")
-# The paper table's columns by key, and the tables they are split into (each fits a screen).
 PAPER_COLUMNS = {
     "lookup": "lookup ns", "lookup_article": "article", "alloc_free": "alloc/free ns", "alloc_free_article": "article",
     "cpu_share": "CPU share % (computed)", "cpu_observed": "CPU % (observed, paced)", "cpu_article": "article",
@@ -289,8 +288,7 @@ CALIBRATION_CSV = Path(__file__).resolve().parents[2] / "results" / "calibration
 
 
 def calibration_notes(path: Path = CALIBRATION_CSV) -> dict[tuple[str, str], str]:
-    """(contender, regime) -> "calibrated: ours/real = X [low-high] (scenario), ..." from the calibration rows
-    of the baseline the contender models (rows without ``modelled`` are older and count as modelled)."""
+    """(contender, regime) -> "calibrated: ours/real = R [low-high] (scenario), ..." for the modelled baseline."""
     if not path.is_file():
         return {}
     frame = pd.read_csv(path)

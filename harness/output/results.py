@@ -36,7 +36,7 @@ MAX_ABS_VALUE = 1e15
 
 
 MAX_TEXT_CHARS = 2000
-MAX_READ_FIELD_BYTES = 1 << 24  # what the reader accepts in one field (files older than the cut included)
+MAX_READ_FIELD_BYTES = 1 << 24
 MAX_LABEL_CHARS = 64
 LABEL_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
 _TEXT_FIELDS = ("scenario", "impl", "regime", "metric", "unit", "source", "status", "how", "driver")
@@ -261,8 +261,7 @@ def new_run_dir(root: Path = RESULTS_DIR, label: str = "") -> Path:
 
 
 def check_run_root(root: Path, label: str = "") -> None:
-    """Check before measuring that ``root`` can take this run's folder and ``latest`` link; drops stale links.
-    :class:`InputError` (:class:`WriteError` for the file system) naming the fix."""
+    """Check before measuring that ``root`` takes this run's folder and link; :class:`InputError` naming the fix."""
     probe_name = f".{_stem(label)}-{RUN_SUFFIXES - 1}.probe"
     try:
         os.fsdecode(root).encode("utf-8")
@@ -297,7 +296,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:  # it exists, owned by someone else
+    except OSError:
         return True
     return True
 

@@ -43,7 +43,7 @@ class TargetTime:
     cpu_s: float | None
     started: str
     commit: str
-    caches: str  # "cold" (Numba, C++ build and trace caches removed before it) or "warm"
+    caches: str
     load_1m: float | None = None
 
     @property
