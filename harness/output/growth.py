@@ -385,7 +385,7 @@ def write_growth_readme(readme: Path, run_dir: Path, shown_as: str | None = None
     text = readme.read_text()
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
         raise GrowthReadmeError(f"{readme} needs one {BEGIN} ... {END} pair")
-    if shown_as is None:  # the run as the README links it: relative to the README's folder
+    if shown_as is None:
         shown_as = Path(os.path.relpath(Path(run_dir).resolve(), readme.resolve().parent)).as_posix()
     section = growth_section(run_dir, shown_as)
     head, rest = text.split(BEGIN)
