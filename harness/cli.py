@@ -69,7 +69,6 @@ def writable_dir(path: Path, flag: str) -> Path:
     return path
 
 
-# -- scenarios and traces ---------------------------------------------------------------------------------
 def cmd_scenarios(args: argparse.Namespace) -> int:
     width = max(map(len, SCENARIOS))
     for name, sc in SCENARIOS.items():
@@ -143,7 +142,6 @@ def check_output_file(path: Path) -> None:
     check_writable(path)
 
 
-# -- runs and reports ------------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.measure.replay import REGIMES
     from harness.measure.runner import RunConfig, run
@@ -373,7 +371,6 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     return baseline.run(args)
 
 
-# -- the parser ------------------------------------------------------------------------------------------
 def _add_trace(sub) -> None:
     p = sub.add_parser(
         "trace", help="generate a trace file, import one from a CSV, or summarise one",
