@@ -57,7 +57,6 @@ def writable_dir(path: Path, flag: str) -> Path:
     return path
 
 
-# -- scenarios and traces ---------------------------------------------------------------------------------
 def cmd_scenarios(args: argparse.Namespace) -> int:
     width = max(map(len, SCENARIOS))
     for name, sc in SCENARIOS.items():
@@ -131,7 +130,6 @@ def check_output_file(path: Path) -> None:
     check_writable(path)
 
 
-# -- runs and reports ------------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.base.replay import REGIMES
     from harness.output.console import console_summary
@@ -350,7 +348,6 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     return baseline.run(args)
 
 
-# -- the parser ------------------------------------------------------------------------------------------
 def _add_trace(sub) -> None:
     p = sub.add_parser(
         "trace", help="generate a trace file, import one from a CSV, or summarise one",

@@ -1,5 +1,5 @@
-"""The results schema: :class:`Row` (one figure), its columns and statuses, and ``results.csv`` written
-and read back (refusing anything :func:`write_rows` could not have written)."""
+"""Run directories and tidy results.
+Design: docs/output.md#harnessoutputresultspy."""
 
 from __future__ import annotations
 
@@ -17,34 +17,23 @@ from scenarios.files import read_once
 
 STATUSES = ("ok", "unsupported", "unavailable", "skipped", "failed")
 SCHEMA_VERSION = 3
-DRIVERS = ("python", "compiled", "native")  # the loops that issue a replay's calls (the ``driver`` column)
-# Figures that may be negative: a design's allocations above its floor (it may allocate less than the floor),
-# a difference of two timed medians (the cache-operation study's derived rows), a paced run's thread time minus
-# its idle run's; and allocation counts of runs made before they were exact (steps minus an empty region).
+DRIVERS = ("python", "compiled", "native")
+# Figures that may be negative: allocations under a floor, differences of medians, paced minus idle time.
 SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "allocs_above_floor_per_step",
                             "aa_ratio_log", "cache_insert_ns",
                             "cache_evict_ns", "cpu_share_observed_pct", "cpu_share_observed_whole_step_pct",
                             "paced_floor_pct", "paced_above_floor_pct"})
-MAX_ABS_VALUE = 1e15  # no figure we publish comes near this (1e15 ns is eleven days)
+MAX_ABS_VALUE = 1e15
 
 
-MAX_TEXT_CHARS = 2000  # of any text field: a design's exception message is cut, not written whole
-MAX_READ_FIELD_BYTES = 1 << 24  # what the reader accepts in one field (files older than the cut included)
+MAX_TEXT_CHARS = 2000
+MAX_READ_FIELD_BYTES = 1 << 24
 _TEXT_FIELDS = ("scenario", "impl", "regime", "metric", "unit", "source", "status", "how", "driver")
 
 
 @dataclass
 class Row:
-    """One figure. ``source`` names the instrument; ``how`` says in a few words how it was measured.
-
-    ``value`` is NaN unless ``status == "ok"``; a figure that was not measured is never a number. The
-    structured columns say what the figure summarises, for tools to read (never parsed out of ``how``):
-    ``reps`` repetitions (or calls) it is the median of, ``steps`` decode steps it covers, ``step_rate`` the
-    steps per second a rate-based figure assumes, ``seqs`` the sequences (table rows) it covers, and
-    ``ci_low``/``ci_high`` its 95 % interval where one was computed, ``driver`` the loop that issued the timed
-    calls (:data:`DRIVERS`: a Python loop, a compiled Numba loop calling the kernels, a C++ loop); None (or
-    "" for ``driver``) where it does not apply.
-    """
+    """One figure. ``source`` names the instrument; ``how`` says in a few words how it was measured."""
 
     scenario: str
     impl: str
@@ -86,15 +75,13 @@ class Row:
 
 
 def clean_text(text: object) -> object:
-    """``text`` as one printable line of at most :data:`MAX_TEXT_CHARS` characters: control characters (newlines
-    included) become spaces, unencodable ones (lone surrogates from a file name that is not UTF-8) U+FFFD, and
-    a longer text is cut, saying how much. Anything but a string is returned as it is (and refused later)."""
+    """``text`` as one printable line of at most :data:`MAX_TEXT_CHARS` characters; non-strings returned as is."""
     if not isinstance(text, str):
         return text
     if not text.isprintable():
         text = "".join(_printable(c) for c in text)
     if len(text) > MAX_TEXT_CHARS:
-        keep = MAX_TEXT_CHARS - 40  # room for the marker
+        keep = MAX_TEXT_CHARS - 40
         text = f"{text[:keep]} [... {len(text) - keep} characters cut]"
     return text
 
@@ -130,8 +117,7 @@ _FLOATS = ("step_rate", "ci_low", "ci_high")
 
 
 def write_rows(path: Path, rows: Iterable[Row]) -> None:
-    """Write ``rows`` as the tidy CSV (schema :data:`SCHEMA_VERSION`), atomically; text fields cleaned again
-    (:func:`clean_text`), in case a field was set after the row was made."""
+    """Write ``rows`` as the tidy CSV (schema :data:`SCHEMA_VERSION`), atomically, text fields cleaned again."""
     buf = io.StringIO(newline="")
     writer = csv.DictWriter(buf, fieldnames=COLUMNS)
     writer.writeheader()
@@ -163,12 +149,7 @@ def _parse(rec: dict[str, str]) -> Row:
 
 
 def read_rows(path: Path) -> list[Row]:
-    """Read a tidy CSV back into rows, refusing anything that could not have been written by :func:`write_rows`.
-
-    Errors name ``file:line`` and what is wrong: an unknown header, a short or long line, a non-numeric or
-    implausible value, an unknown status, a figure given twice, a field over :data:`MAX_READ_FIELD_BYTES`. A
-    UTF-8 byte-order mark (a spreadsheet's save) is read past; text fields are cleaned as when written.
-    """
+    """Read a tidy CSV back into rows, refusing anything that could not have been written by :func:`write_rows`."""
     previous = csv.field_size_limit(MAX_READ_FIELD_BYTES)  # the module's default (128 KiB) is not ours
     reader = None
     try:

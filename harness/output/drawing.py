@@ -1,8 +1,5 @@
-"""What every figure shares: colours and labels from the registry, panels of at most eight series, whiskers,
-status words in place of bars, the article's markers, and the footer naming machine, run and commit.
-
-Matplotlib is used without pyplot, so rendering never touches a notebook's or a user's backend.
-"""
+"""What every figure shares: registry colours and labels, panels, whiskers, status words, the footer.
+Design: docs/output.md#harnessoutputdrawingpy."""
 
 from __future__ import annotations
 
@@ -22,14 +19,13 @@ from harness.output.formatting import fmt, machine_line
 from harness.output.rundata import RunData, ordered
 from impls import registry
 
-# The article's designs A, B, C -> our implementation of each (from the registry).
 SCHEMES = {r.letter: r.name for r in registry.RECORDS if r.role == "design" and r.letter}
 NATIVE_OF = {r.letter: r.name for r in registry.RECORDS if r.role == "native" and r.letter}
-REGIME_STYLE = {"batched": "-", "per-call": "--"}  # other regimes (a ``step`` regime) get OTHER_STYLE
-REGIME_HATCH = {"batched": "", "per-call": "\\\\\\"}  # line hatches: dot hatches make SVGs ten times larger
+REGIME_STYLE = {"batched": "-", "per-call": "--"}
+REGIME_HATCH = {"batched": "", "per-call": "\\\\\\"}  # line hatches: dot hatches make SVGs far larger
 OTHER_STYLE, OTHER_HATCH = ":", "///"
 ARTICLE = "article (C++)"
-MAX_SERIES = 8  # series per axes: beyond this a colour cycle repeats and a reader cannot follow one line
+MAX_SERIES = 8
 # Families of implementations shown together, in this order; adjacent families share a panel while they fit.
 PANEL_FAMILIES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("design", "twin", "native"), "the article's designs (Python, Numba, C++)"),
@@ -60,10 +56,7 @@ def regime_hatch(regime: str) -> str:
 
 
 def series_panels(impls: list[str], reference: str | None = registry.RATIO_BASE) -> list[tuple[str, list[str]]]:
-    """``impls`` as panels of at most :data:`MAX_SERIES` series: (title, impls) by role family
-    (:data:`PANEL_FAMILIES`), adjacent families merged while they fit, a family too large cut in order.
-    A panel without ``reference`` gets it added (first, so it keeps its place in the legend) where room is
-    left, so that every panel can be read against it on a shared axis."""
+    """``impls`` as (title, impls) panels of at most :data:`MAX_SERIES` series by role family, with ``reference``."""
     found = ordered(impls)
     groups: list[tuple[str, list[str]]] = []
     for roles, title in PANEL_FAMILIES:
@@ -92,8 +85,7 @@ def status_word(row: dict | None, meta: dict) -> str:
 
 
 def reason_word(row: dict, meta: dict) -> str:
-    """Why one instrument's row has no figure, from its status and the run's metadata (``no PMU``, ``not run
-    (--quick)``), else its status."""
+    """Why one instrument's row has no figure (``no PMU``, ``not run (--quick)``), else its status."""
     status = str(row["status"])
     if status == "unsupported" and meta.get("pmu") == "unsupported":
         return "no PMU"
@@ -103,8 +95,7 @@ def reason_word(row: dict, meta: dict) -> str:
 
 
 def instrument_words(rows: list[dict], meta: dict) -> str:
-    """What stands in place of a figure every instrument of ``rows`` left unmeasured: each ``source: reason``
-    (``perf: no PMU; callgrind-sim: not run (--quick)``); a lone row's :func:`status_word`."""
+    """What stands in place of a figure every instrument of ``rows`` left unmeasured (each ``source: reason``)."""
     if len(rows) < 2:
         return status_word(rows[0] if rows else None, meta)
     return "; ".join(dict.fromkeys(f"{r['source']}: {reason_word(r, meta)}" for r in rows if r["status"] != "ok"))

@@ -1,12 +1,5 @@
 """The paced CPU share in words: the do-nothing floor, ``flat``'s whole step above it, and the target.
-
-A block manager entered once per step from a paced Python loop cannot cost less than a compiled call that does
-nothing (``paced_floor_pct``, impl ``-``: its arguments unboxed, the thread woken from its sleep). The target for
-``flat`` is stated against that floor, both measured in the same run: its paced whole step
-(``cpu_share_observed_whole_step_pct``) at most :data:`TARGET_ABOVE_FLOOR` points of a core above it, read from
-the paired per-repetition difference (``paced_above_floor_pct``) and its interval. See
-:mod:`harness.studies.paced`.
-"""
+Design: docs/output.md#harnessoutputpaced_reportpy."""
 
 from __future__ import annotations
 
@@ -32,8 +25,7 @@ def verdict(row: dict | None) -> str:
 
 
 def paced_sentence(run: RunData, scenario: str = PAPER, impl: str = RATIO_BASE) -> str:
-    """One paragraph: the floor, ``impl``'s paced whole step and its distance to the floor against the target;
-    "" when the run has no measured floor on ``scenario``."""
+    """One paragraph: the floor, ``impl``'s paced whole step and its distance to the floor against the target."""
     floor = run.get(scenario, "-", "-", FLOOR)
     if floor is None or floor["status"] != "ok":
         return ""

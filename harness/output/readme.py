@@ -1,9 +1,5 @@
 """The README's results section, generated from a committed run (``kvblock-bench report --readme``).
-
-Every figure between ``<!-- results:begin -->`` and ``<!-- results:end -->`` comes from the run's
-``results.csv`` and ``meta.json``; ``tests/test_readme_results.py`` regenerates the section from
-``results/reference/`` and fails when the README says anything else. Prose outside the markers cites no figure.
-"""
+Design: docs/output.md#harnessoutputreadmepy."""
 
 from __future__ import annotations
 
@@ -51,7 +47,7 @@ class ReadmeError(ValueError):
     """The README has no (or broken) results markers."""
 
 
-REPEAT_CSV, REPEAT_META = "repeat_results.csv", "repeat_meta.json"  # a second run of the same code, kept beside
+REPEAT_CSV, REPEAT_META = "repeat_results.csv", "repeat_meta.json"
 
 
 def commit_text(meta: dict) -> str:
@@ -61,8 +57,7 @@ def commit_text(meta: dict) -> str:
 
 
 def _repeat_lines(run: RunData) -> list[str]:
-    """Reproducibility: the run against the repeat kept beside it, every `paper` ratio interval against
-    interval (:mod:`harness.output.overlap`), the pairs that do not overlap named."""
+    """Reproducibility: every `paper` ratio interval against the repeat run's, the pairs that do not overlap named."""
     repeat = run.run_dir / REPEAT_CSV
     if not repeat.is_file():
         return []
@@ -78,8 +73,7 @@ def _repeat_lines(run: RunData) -> list[str]:
 
 
 def _time_lines(run: RunData) -> list[str]:
-    """Where the run's wall time went: each scenario's ``scenario_wall_s`` row, largest first, and the rest
-    (start-up, calibration, figures) as the difference to the run's duration."""
+    """Where the run's wall time went: each scenario's ``scenario_wall_s``, largest first, and the rest."""
     walls = run.df[(run.df.metric == "scenario_wall_s") & (run.df.status == "ok")]
     if walls.empty:
         return []
@@ -129,7 +123,7 @@ def _design_tables(run: RunData) -> list[str]:
 
 def _engine_rows(run: RunData) -> list[str]:
     out = []
-    notes = calibration_notes()  # results/calibration/: our contender's time over the engine's own code's
+    notes = calibration_notes()
     for rec in registry.RECORDS:
         if rec.role != "contender":
             continue
@@ -198,8 +192,7 @@ def _sharing_lines(run: RunData) -> list[str]:
 
 
 def _caching_lines(run: RunData) -> list[str]:
-    """Prefix caching: each caching scenario's hit rate (the same for every cell, checked) and each caching
-    implementation's ns per sequence-step, batched, as a ratio to `flat-pc`."""
+    """Prefix caching: each caching scenario's hit rate and each caching design's seq-step time over `flat-pc`."""
     scenarios = caching_scenarios(run)
     if not scenarios:
         return ["Prefix caching: this run measured no caching scenario.", ""]
@@ -218,8 +211,7 @@ def _caching_lines(run: RunData) -> list[str]:
 
 
 def replace_section(text: str, body: str, begin: str = BEGIN, end: str = END) -> str:
-    """``text`` with what lies between the markers (the results section's, or ``begin`` and ``end``) replaced
-    by ``body``."""
+    """``text`` with what lies between the markers (the results section's, or ``begin`` and ``end``) replaced."""
     if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
         raise ReadmeError(f"the README needs exactly one {begin} ... {end} pair, in that order")
     head, rest = text.split(begin)
@@ -229,14 +221,12 @@ def replace_section(text: str, body: str, begin: str = BEGIN, end: str = END) ->
 
 def current_section(text: str, begin: str = BEGIN, end: str = END) -> str:
     """What the README holds between the markers."""
-    replace_section(text, "", begin, end)  # validates the markers
+    replace_section(text, "", begin, end)
     return text.split(begin)[1].split(end)[0].strip("\n")
 
 
 def write_readme(readme: Path, run: RunData) -> None:
-    """Rewrite the README's results section from ``run`` and the time table (in the README, or in its file
-    beside it, :mod:`harness.output.sections`) from the times file, atomically (a symbolic link is followed; a
-    FIFO or a device node is refused, :class:`WriteError`, before it is read)."""
+    """Rewrite the README's results section from ``run`` and its time table from the times file, atomically."""
     text = _text_to_rewrite(readme)
     measured = times.read_times()
     atomic_write_text(readme, with_time_table(replace_section(text, section(run)), measured))
