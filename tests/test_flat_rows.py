@@ -197,10 +197,10 @@ def test_failed_step_gives_back_a_row_copy() -> None:
     check_rows(mgr)
 
 
-def test_allocate_append_and_reserve_are_flats_code() -> None:
-    """flat-rows runs flat's allocate, append and tight-step reserve, made over its rows (as flat-pc over its
-    pool): one body each, not a copy."""
-    for name in ("_allocate_row", "_append_token", "_reserve", "_next_stamp"):
+def test_allocate_and_append_are_flats_code() -> None:
+    """flat-rows runs flat's allocate and append, made over its rows (as flat-pc over its pool): one body
+    each, not a copy."""
+    for name in ("_allocate_row", "_append_token"):
         assert getattr(fr, name).py_func.__code__ is getattr(flat, name).py_func.__code__, name
 
 

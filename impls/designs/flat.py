@@ -140,7 +140,7 @@ def _short_by(ints, ext, need):
     """Where an allocation refused for want of ``need`` blocks says so (flat's wrapper knows the need)."""
 
 
-# -- the table, as allocate, append and the tight step's reserve use it: what flat-rows makes different ------
+# -- the table, as allocate and append use it: what flat-rows makes different -----------------------------
 @njit(cache=True, inline="always")
 def _shape(table, ints):
     """Rows (sequences) and columns (blocks per sequence) of the block table."""
@@ -339,13 +339,12 @@ def _reserve(table, ints, seq_ids):
     """A tight pool's step keeps the validate-then-reserve order: every id valid for an append and listed
     once (as :func:`impls.core.validation.check_batch_jit`), then the exact need against the pool: a block per row
     at a boundary or whose last block is shared. Returns ``(code, detail)``; changes only marks."""
-    rows, cols = _shape(table, ints)
-    sh = ints[BLOCK_SHIFT]
-    refs, _ = _regions(table, ints)
-    stamp2 = _next_stamp(ints, rows)
+    rows, cols, sh = _u(table.shape[0]), table.shape[1], ints[BLOCK_SHIFT]
+    refs = HEADER + ROW * table.shape[0]
+    stamp2 = _next_stamp(ints, table.shape[0])
     for i in range(seq_ids.shape[0]):
         seq = seq_ids[_u(i)]
-        if _u(seq) >= _u(rows):
+        if _u(seq) >= rows:
             return E_SEQ_RANGE, i
         rec = HEADER + ROW * seq
         n = ints[_u(rec + LEN)]
@@ -365,8 +364,7 @@ def _reserve(table, ints, seq_ids):
         if (n & ((1 << sh) - 1)) == 0:
             need += 1
         elif ints[_u(rec + MARK)] & SHARED:
-            r, c = _cell(table, ints, rec, seq, n >> sh)
-            need += ints[_u(refs + table[r, c])] > 1
+            need += ints[_u(refs + table[_u(seq), _u(n >> sh)])] > 1
     if need > ints[TOP]:
         return E_NO_BLOCKS, need
     return OK, 0

@@ -41,6 +41,7 @@ from impls.contract import (
     E_BUFFER,
     E_DUPLICATE,
     E_INACTIVE,
+    E_NO_BLOCKS,
     E_SEQ_RANGE,
     E_TOO_LONG,
     OK,
@@ -49,7 +50,7 @@ from impls.core.compiled import CompiledBlockManager, Kernels
 from impls.core.jit import specialise
 from impls.core.validation import slot_of_jit
 from impls.designs import flat
-from impls.designs.flat import SHARED, _load, can_allocate, table_dtype
+from impls.designs.flat import SHARED, STAMP_LIMIT, _load, can_allocate, table_dtype
 
 ROW_BYTES = 64  # one cache line per row of ids
 # Header slots at the start of ``ints``: counters, sizes, and where each region starts (int32 offsets: the
@@ -141,7 +142,7 @@ def _copy_row(rows, ints, rec, seq, row, k, used):
     return new
 
 
-# -- flat's allocate, append and tight-step reserve, made over the rows (see flat's note on the table) ---------
+# -- flat's allocate and append, made over the rows (see flat's note on the table) ---------------------------
 @njit(cache=True, inline="always")
 def _shape(rows, ints):
     """Sequences and blocks per sequence (flat's table shape)."""
@@ -205,12 +206,10 @@ def _take_row(rows, ints, keys, ext, refs, stack, seq, need):
     return OK
 
 
-_next_stamp = njit(inline="always")(specialise(flat._next_stamp.py_func, "flat_rows", HEADER=HEADER, ROW=REC))
 _TABLE = {"HEADER": HEADER, "ROW": REC, "_shape": _shape, "_regions": _regions, "_cell": _cell,
-          "_cell_to_write": _cell_to_write, "_take_row": _take_row, "_next_stamp": _next_stamp}
+          "_cell_to_write": _cell_to_write, "_take_row": _take_row}
 _allocate_row = njit(inline="always")(specialise(flat._allocate_row.py_func, "flat_rows", **_TABLE))
 _append_token = njit(inline="always")(specialise(flat._append_token.py_func, "flat_rows", **_TABLE))
-_reserve = njit(inline="always")(specialise(flat._reserve.py_func, "flat_rows", **_TABLE))
 
 
 @njit(cache=True)
@@ -297,6 +296,56 @@ def last_slot(rows, ints, seq):
     sh = ints[BLOCK_SHIFT]
     col = (n >> sh) & ((1 << ints[ROW_SHIFT]) - 1)
     return slot_of_jit(np.int64(rows[_u(ints[_u(rec + LAST)]), _u(col)]), n, sh)
+
+
+@njit(cache=True, inline="always")
+def _next_stamp(ints):
+    """A fresh stamp (``stamp << 1``) for duplicate detection; marks are reset, keeping their shared bits,
+    only when it wraps."""
+    if ints[STAMP] >= STAMP_LIMIT:
+        for r in range(ints[MAX_SEQS]):
+            ints[_u(HEADER + REC * r + MARK)] &= SHARED
+        ints[STAMP] = 0
+    ints[STAMP] += 1
+    return np.int64(ints[STAMP]) << 1
+
+
+@njit(cache=True, inline="always")
+def _reserve(rows, ints, seq_ids):
+    """A tight pool's step keeps the validate-then-reserve order (as C's): every id valid for an append and
+    listed once, then the exact need of blocks against the pool (rows need no count: the row pool holds the
+    worst case). Returns ``(code, detail)``; changes only marks."""
+    nseq, cols, sh, rs = _u(ints[MAX_SEQS]), ints[MAX_BLOCKS], ints[BLOCK_SHIFT], ints[ROW_SHIFT]
+    refs = np.int64(ints[REFS])
+    rmask = (1 << rs) - 1
+    stamp2 = _next_stamp(ints)
+    for i in range(seq_ids.shape[0]):
+        seq = seq_ids[_u(i)]
+        if _u(seq) >= nseq:
+            return E_SEQ_RANGE, i
+        rec = HEADER + REC * seq
+        n = ints[_u(rec + LEN)]
+        if n == 0:
+            return E_INACTIVE, i
+        if (n & ((1 << sh) - 1)) == 0 and (n >> sh) >= cols:
+            return E_TOO_LONG, i
+        mark = ints[_u(rec + MARK)]
+        if (mark | SHARED) == (stamp2 | SHARED):
+            return E_DUPLICATE, i
+        ints[_u(rec + MARK)] = stamp2 | (mark & SHARED)
+    need = 0
+    for i in range(seq_ids.shape[0]):
+        seq = seq_ids[_u(i)]
+        rec = HEADER + REC * seq
+        n = ints[_u(rec + LEN)]
+        if (n & ((1 << sh) - 1)) == 0:
+            need += 1
+        elif ints[_u(rec + MARK)] & SHARED:
+            need += ints[_u(refs + rows[_u(ints[_u(rec + LAST)]), _u((n >> sh) & rmask)])] > 1
+    if need > ints[TOP]:
+        return E_NO_BLOCKS, need
+    return OK, 0
+
 
 @njit(cache=True, inline="always")
 def _undo_row_copy(ints, rec, seq, k, row, rtop):
@@ -392,7 +441,7 @@ def decode_step(rows, ints, seq_ids, cow_out, slot_out):  # noqa: C901
         if rc != OK:
             return rc, detail
     # One pass: the pools cover the step now, so only a bad id can stop it, and _fail undoes what was done.
-    stamp2 = _next_stamp(ints, ints[MAX_SEQS])
+    stamp2 = _next_stamp(ints)
     nseq, cols = _u(ints[MAX_SEQS]), ints[MAX_BLOCKS]
     sh, rs = ints[BLOCK_SHIFT], ints[ROW_SHIFT]
     mask, rmask = (1 << sh) - 1, (1 << rs) - 1
