@@ -35,8 +35,9 @@ APPEND = 4
 ALLOCATE_CACHED = 5
 SEAL = 6
 STEP_OPS = (CAN_ALLOCATE, ALLOCATE, FORK, FREE)
-OP_CODES = {"CAN_ALLOCATE": CAN_ALLOCATE, "ALLOCATE": ALLOCATE, "FORK": FORK, "FREE": FREE, "APPEND": APPEND,
-            "ALLOCATE_CACHED": ALLOCATE_CACHED, "SEAL": SEAL}
+OP_NAMES = {CAN_ALLOCATE: "can_allocate", ALLOCATE: "allocate", FORK: "fork", FREE: "free", APPEND: "append",
+            ALLOCATE_CACHED: "allocate_cached", SEAL: "seal"}  # in trace files; a pool op's is its contract method
+OP_CODES = {name.upper(): code for code, name in OP_NAMES.items()}
 STEP_EXTRA = 2
 
 

@@ -1,5 +1,5 @@
 """Toy designs for tests/test_exact_allocations.py, in a file of their own: the events made under a frame of this
-file are the toy design's (harness.measure.alloc_cells.design_files)."""
+file are the toy design's (harness.run.alloc_cells.design_files)."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.base.threads import one_intra_op_thread
 from harness.conformance.machine import swept_ids
-from harness.measure.threads import one_intra_op_thread
 from impls import REGISTRY, NoFreeBlocksError
 from tests.registered import impl_params
 
@@ -51,7 +51,7 @@ SETUP = st.tuples(
 @settings(max_examples=25, deadline=None)
 @given(setup=SETUP, steps=st.integers(1, 12), block_size=st.sampled_from(BLOCK_SIZES), pool=st.sampled_from(POOLS))
 def test_decode_step_matches_per_call(name: str, setup, steps: int, block_size: int, pool: int) -> None:
-    with one_intra_op_thread():  # a block manager runs on one host thread (harness.measure.threads)
+    with one_intra_op_thread():  # a block manager runs on one host thread (harness.base.threads)
         decode_steps_match(name, setup, steps, block_size, pool)
 
 

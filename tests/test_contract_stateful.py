@@ -12,8 +12,8 @@ import os
 import numpy as np
 import pytest
 
+from harness.base.threads import one_intra_op_thread
 from harness.conformance import check
-from harness.measure.threads import one_intra_op_thread
 from impls import REGISTRY
 from impls.contenders.nano_vllm import NanoVllmBlockManager
 from impls.designs.list_design import ListBlockManager
@@ -27,7 +27,7 @@ SEED = int(os.environ["KVB_HYPOTHESIS_SEED"]) if os.environ.get("KVB_HYPOTHESIS_
 
 @pytest.mark.parametrize("name", impl_params())
 def test_implementation_conforms(name: str) -> None:
-    with one_intra_op_thread():  # a block manager runs on one host thread (harness.measure.threads)
+    with one_intra_op_thread():  # a block manager runs on one host thread (harness.base.threads)
         verdict = check(REGISTRY[name], seeds=(SEED,), max_examples=EXAMPLES)
     if not verdict.ok:
         pytest.fail(str(verdict), pytrace=False)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from harness.base.drivers import Prepared
 from harness.ci import gate
 from harness.counters.allocations import region_allocations
 from harness.counters.regions import prepare_cell
-from harness.measure.alloc_cells import alloc_kind, cell_allocations, design_files
-from harness.measure.drivers import Prepared
+from harness.run.alloc_cells import alloc_kind, cell_allocations, design_files
 from scenarios import generate
 from tests import alloc_toy
 

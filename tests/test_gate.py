@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.base.drivers import Prepared
+from harness.base.replay import REGIMES, check_end_state
 from harness.ci import gate, gate_config
 from harness.counters import callgrind
 from harness.counters import regions as callgrind_region
-from harness.measure.drivers import Prepared
-from harness.measure.replay import REGIMES, check_end_state
 from scenarios import load
 from tests.registered import impl_params
 

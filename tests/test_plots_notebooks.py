@@ -13,9 +13,9 @@ import nbformat
 import numpy as np
 import pytest
 
+from harness.base.rows import Row, read_rows, write_rows
 from harness.output import growth, plots
 from harness.output.drawing import MAX_SERIES, label
-from harness.output.results import Row, read_rows, write_rows
 from harness.studies import idwidth
 from impls import registry
 from tests.test_compare import make_run
@@ -235,8 +235,8 @@ L1D_INSTRUMENTS = ("l1d_miss_pct", "l1d_misses_per_seq_step", "instructions_per_
 def quick_shaped(run_dir: Path) -> Path:
     """``run_dir`` (a full run) rewritten as ``--quick`` writes a run: callgrind skipped (its rows ``skipped``),
     and ``concurrency-256``, whose quick trace is ``paper``'s, holding every ``paper`` row (the runner's rule
-    for a trace met twice: ``harness.measure.runner``)."""
-    from harness.measure.runner import TRACE_METRICS
+    for a trace met twice: ``harness.run.runner``)."""
+    from harness.run.runner import TRACE_METRICS
 
     rows = []
     for r in read_rows(run_dir / "results.csv"):

@@ -1,8 +1,4 @@
-"""The full 65,536-block pool: every block id handed out once, none past the pool, all back after freeing.
-
-The state machine's pools stay mostly empty; this check fills the article's pool (uint16 ids at their limit)
-through the contract and empties it again, at every block size of :data:`BLOCK_SIZES`.
-"""
+"""The full 65,536-block pool: every block id handed out once, none past the pool, all back after freeing."""
 
 from __future__ import annotations
 
@@ -31,7 +27,7 @@ def _pool_problems(cls: type, pool: dict[str, int]) -> list[str]:
     if mgr.num_free_blocks() != 0 or mgr.can_allocate(1):
         problems.append(f"a full pool reports {mgr.num_free_blocks()} free blocks")
     try:
-        mgr.allocate(rows, 1)  # a free row, no free block
+        mgr.allocate(rows, 1)
         problems.append("allocating from a full pool did not raise NoFreeBlocksError")
     except NoFreeBlocksError:
         pass

@@ -1,12 +1,4 @@
-"""Counting heap allocations (the article's rule 1) exactly: integer events of a region, never a difference
-with a noisy baseline.
-
-- ``memray``: allocation events of the calling thread (CPython's allocators and the C allocator family),
-  recorded by Bloomberg's memray tracker; other threads' are left out. With ``within`` only the events whose
-  Python stack holds a frame of the design's own files count (the harness's are not the design's), and the
-  events memray's profile hook itself causes are left out (:func:`_tool_made`);
-- ``nrt-stats``: Numba's own runtime counters (``alloc``), which see compiled-code allocations only.
-"""
+"""Heap allocations (rule 1) counted exactly: integer events of a region. Design: docs/measurement.md#allocations."""
 
 from __future__ import annotations
 
@@ -22,17 +14,14 @@ _ALLOCATING = {
 }
 
 
-# memray numbers threads by itself; one allocation of this size, made first in the tracked region, tells which
-# number is the calling thread's (no other allocation of the process has this size).
+# memray numbers threads itself: one allocation of this unique size, made first, names the caller's.
 _MARKER_BYTES = 7_654_321
 
 
 @contextlib.contextmanager
 def no_collection() -> Iterator[None]:
-    """No garbage collection inside a counted region: a collection runs the finalizers of earlier garbage (a
-    native manager's ``__del__`` makes a ctypes call), whose allocations would land in whichever region it
-    hit. Collects the young generations first (a full collection empties CPython's free lists, whose refills
-    a region would then count); inside a region that already holds collection off, does nothing."""
+    """No garbage collection inside a counted region: a collection runs the finalizers of earlier garbage (a native
+    manager's ``__del__`` makes a ctypes call), whose allocations would land in whichever region it hit."""
     if not gc.isenabled():
         yield
         return
@@ -46,10 +35,7 @@ def no_collection() -> Iterator[None]:
 
 def count_allocations(fn: Callable[[], object], repeat: int, within: tuple[str, ...] = (),
                       settle: Callable[[], object] | None = None) -> int:
-    """Allocation events (memray) of the calling thread while calling ``fn`` ``repeat`` times; with ``within``,
-    only those whose Python stack holds a frame of a file under one of those paths (a design's own code), less
-    the events memray's profile hook causes. ``settle`` runs first, traced and uncounted: the traced call path
-    fills the free lists it draws from, as an untraced warm-up fills the untraced path's."""
+    """memray allocation events of the calling thread over ``repeat`` calls of ``fn`` (``within``: a design's own)."""
     with no_collection():
         return _count_allocations(fn, repeat, within, settle)
 
@@ -61,13 +47,13 @@ def _count_allocations(fn: Callable[[], object], repeat: int, within: tuple[str,
     kinds = {a.value for a in memray.AllocatorType if a.name in _ALLOCATING}
     fd, path = tempfile.mkstemp(suffix=".memray")
     os.close(fd)
-    os.unlink(path)  # memray refuses to overwrite
+    os.unlink(path)
     try:
         with memray.Tracker(path, trace_python_allocators=True, native_traces=bool(within), follow_fork=False):
             marker = bytes(_MARKER_BYTES)
             if settle is not None:
                 settle()
-            start = bytes(_MARKER_BYTES + 8192)  # counting starts here
+            start = bytes(_MARKER_BYTES + 8192)
             for _ in range(repeat):
                 fn()
         del marker, start
@@ -87,8 +73,7 @@ def _count_allocations(fn: Callable[[], object], repeat: int, within: tuple[str,
 
 
 def _designs(records: list, within: tuple[str, ...]) -> int:
-    """How many of ``records`` are made under ``within``'s files and not by memray's profile hook (each stack
-    looked at once)."""
+    """How many of ``records`` are made under ``within``'s files and not by memray's profile hook."""
     made: dict[int, bool] = {}
     tool: dict[tuple[int, int], bool] = {}
     count = 0
@@ -107,9 +92,7 @@ def _made_within(record, within: tuple[str, ...]) -> bool:
     return any(frame[1].startswith(within) for frame in record.stack_trace(max_stacks=256))
 
 
-# Events that exist only while a profile function is set, as memray's is (CPython 3.11 runs unspecialised
-# bytecode then): Numba's dispatcher builds a frame for the profiler (call_cfunc calls these directly), and a
-# tuple or list unpacking makes an iterator where the specialised instruction makes none.
+# Events that exist only while a profile function (memray's) is set: not the design's.
 _PROFILER_CALLS = {"call_cfunc": ("PyFrame_New", "PyObject_GetAttrString", "PyDict_SetItemString"),
                    "unpack_iterable": ("PyObject_GetIter",)}
 _UNPACKED_ITERATORS = ("tuple_iter", "list_iter")
@@ -136,13 +119,12 @@ def nrt_allocations(fn: Callable[[], object], repeat: int) -> int:
         return rtsys.get_allocation_stats().alloc - before
 
 
-QUICKEN_CALLS = 10  # calls first, so that Python's specialising interpreter has settled on the call path
+QUICKEN_CALLS = 10
 
 
 def count_both(fn: Callable[[], object], within: tuple[str, ...],
                settle: Callable[[], object] | None = None) -> tuple[int, int]:
-    """memray events (see :func:`count_allocations`) and Numba runtime allocations of one call of ``fn``,
-    counted together after ``settle``."""
+    """memray events and Numba runtime allocations of one call of ``fn``, counted together after ``settle``."""
     nrt = 0
 
     def counted() -> None:
@@ -154,9 +136,8 @@ def count_both(fn: Callable[[], object], within: tuple[str, ...],
 
 def region_allocations(advance: Callable[[int, int], object], lo: int, hi: int,
                        within: tuple[str, ...]) -> tuple[int, int]:
-    """(memray events of ``within``'s files, Numba runtime allocations) of steps ``[lo + 1, hi)``: integers,
-    nothing subtracted. ``advance(lo, hi)`` replays steps ``[lo, hi)`` of a manager already at step ``lo``;
-    calls over no step settle the call path, and step ``lo``, traced and uncounted, the traced one."""
+    """(memray events of ``within``'s files, Numba runtime allocations) of steps ``[lo + 1, hi)``: integers, nothing
+    subtracted."""
     for _ in range(QUICKEN_CALLS):
         advance(lo, lo)
     return count_both(lambda: advance(lo + 1, hi), within, settle=lambda: advance(lo, lo + 1))

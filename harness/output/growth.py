@@ -1,23 +1,5 @@
 """How cost and memory grow: the scale sweeps' figures against the size each family sweeps, with fitted slopes.
-
-For each scale-sweep family a run holds (:data:`harness.measure.matrix.SWEEPS`: the largest context a sequence
-may reach, the pool's blocks, the running sequences), every implementation's figures are put against that
-size (the scenario's ``trace_*`` row of :data:`harness.studies.scale.FAMILY_AXES`) on log-log axes:
-
-- ``seq_step_ns``: block-manager time per sequence-step, with its 95 % interval, per regime;
-- ``memory_bytes``: tables and metadata at the trace's peak (:mod:`harness.studies.memory`);
-- ``table_copy_bytes_per_step``: rule 3's bytes handed to the device per decode step, per copy variant (of
-  ``flat``'s table, and ``e-rows-changed`` of ``flat-rows``'; :mod:`harness.studies.table_copy`).
-
-Slope: least squares of log10(figure) on log10(size) over the family's points (at least :data:`MIN_POINTS`),
-with the 95 % t-interval of the slope (n - 2 degrees of freedom): it covers the points' scatter about a power
-law, their measurement noise included, and is wide where the points are few or the growth is not a power law.
-A slope of 1 is linear growth, 0 none. The points' own intervals are drawn, not propagated into the fit.
-
-:func:`render` writes ``figures/growth.png|svg`` and ``growth_slopes.csv`` (one row per family, implementation,
-regime and metric) and ``growth_slopes.md`` into the run directory; :func:`write_growth_readme` puts the table
-between ``docs/scale.md``'s ``<!-- growth:begin -->`` and ``<!-- growth:end -->`` markers.
-"""
+Design: docs/output.md#harnessoutputgrowthpy."""
 
 from __future__ import annotations
 
@@ -31,17 +13,18 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.base.files import atomic_write_text
 from harness.errors import InputError
-from harness.measure.matrix import SWEEPS, matches
-from harness.output.readme import _duration
-from harness.output.results import atomic_write_text
+from harness.output.drawing import MAX_SERIES, finish, grid, hide_unused, new_figure, save_figure, series_panels
+from harness.output.formatting import run_duration
 from harness.output.rundata import RunData, ordered
+from harness.run.matrix import SWEEPS, matches
 from harness.studies.scale import FAMILY_AXES
 from impls import registry
 
 log = logging.getLogger(__name__)
 
-MIN_POINTS = 3  # a slope needs at least this many points (and then has one degree of freedom)
+MIN_POINTS = 3
 METRICS = {  # metric -> (panel title, axis label)
     "seq_step_ns": ("cost", "ns per sequence-step"),
     "memory_bytes": ("memory", "bytes at the trace's peak"),
@@ -79,7 +62,7 @@ class Slope:
     points: int
     x_min: float
     x_max: float
-    at_max: float  # the figure at the largest size (the level the slope leads to)
+    at_max: float
 
 
 # -- the t quantile (no scipy: the regularised incomplete beta by Lentz's continued fraction) -------------
@@ -134,7 +117,6 @@ def fit_slope(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     return slope, slope - half, slope + half
 
 
-# -- reading a run ----------------------------------------------------------------------------------------
 def family_sizes(run: RunData, family: str) -> dict[str, float]:
     """Scenario -> the size ``family`` sweeps, for the run's scenarios of that family that state it."""
     out = {}
@@ -188,7 +170,6 @@ def slopes(run: RunData) -> list[Slope]:
     return out
 
 
-# -- files ------------------------------------------------------------------------------------------------
 def slopes_csv(found: list[Slope]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -228,8 +209,7 @@ def _cell(s: Slope) -> str:
 
 
 def slopes_markdown(found: list[Slope]) -> str:
-    """The slopes as one markdown table per family: an implementation (or, for rule 3, a copy variant of
-    ``flat``'s table) per row, a metric per column."""
+    """The slopes as one markdown table per family: a row per implementation or copy variant, a column per metric."""
     out = ["Fitted log-log slopes (least squares on log10-log10; 95 % t-interval of the slope, n - 2 degrees of "
            "freedom): 1 is linear growth, 0 none; then the figure at the largest size; points: the sizes fitted.", ""]
     for family in SWEEPS:
@@ -250,7 +230,6 @@ def slopes_markdown(found: list[Slope]) -> str:
     return "\n".join(out)
 
 
-# -- the figure -------------------------------------------------------------------------------------------
 def _color(impl: str) -> str:
     return registry.record(impl).color or "#7f7f7f"
 
@@ -287,15 +266,12 @@ def _panel(ax, family: str, data: dict[tuple[str, str], list[Point]], found: dic
 
 
 def _chunks(data: dict[tuple[str, str], list[Point]], variants: bool) -> list[tuple[str, list[tuple[str, str]]]]:
-    """``data``'s series as (title, keys) panels of at most :data:`MAX_SERIES`: a regime's implementations by
-    role family (:func:`harness.output.drawing.series_panels`), copy variants in order."""
-    from harness.output.drawing import MAX_SERIES, series_panels
-
+    """``data``'s series as (title, keys) panels of at most :data:`MAX_SERIES` (:func:`series_panels`)."""
     keys = list(data)
     if variants:
         return [("", keys[k:k + MAX_SERIES]) for k in range(0, len(keys), MAX_SERIES)]
     regimes = list(dict.fromkeys(r for _, r in keys))
-    if regimes == ["batched"] and len(keys) <= MAX_SERIES:  # one panel says all it needs in the family's title
+    if regimes == ["batched"] and len(keys) <= MAX_SERIES:
         return [("", keys)]
     return [(title if regime == "batched" else f"{regime}: {title}", [(i, regime) for i in members])
             for regime in regimes
@@ -303,9 +279,7 @@ def _chunks(data: dict[tuple[str, str], list[Point]], variants: bool) -> list[tu
 
 
 def growth_panels(run: RunData) -> tuple[list[tuple[str, str, str, dict]], list[tuple[str, str, str]]]:
-    """The figure's panels, (family, metric, title, {series: points}) of at most :data:`MAX_SERIES` series
-    each, and the series left out as (family, series name, scenario): those measured at one size only (a
-    quick run's ``concurrency-256`` holds every cell of ``paper``, whose trace it is)."""
+    """The figure's panels (family, metric, title, {series: points}) and the series measured at one size only."""
     panels, alone = [], []
     for family in SWEEPS:
         if len(family_sizes(run, family)) < 2:
@@ -344,18 +318,13 @@ def _share_y(axes, keys: list[tuple[str, str]]) -> None:
 
 
 def fig_growth(run: RunData, found: list[Slope]):
-    """A panel per family, metric and group of at most eight series, log-log; ``None`` when the run has no
-    family with two sizes."""
-    from harness.output.drawing import finish as _finish
-    from harness.output.drawing import grid, hide_unused
-    from harness.output.drawing import new_figure as _new_figure
-
+    """A log-log panel per family, metric and group of at most eight series; ``None`` without two sizes."""
     panels, alone = growth_panels(run)
     if not panels:
         log.warning("growth: no scale-sweep family with two sizes in this run")
         return None
     nrows, ncols = grid(len(panels), 3)
-    fig, axes = _new_figure(6.4 * ncols, 4.2 * nrows, nrows, ncols)
+    fig, axes = new_figure(6.4 * ncols, 4.2 * nrows, nrows, ncols)
     for ax, (family, metric, title, data) in zip(axes, panels, strict=False):
         fits = {(s.impl, s.regime): s for s in found if s.family == family and s.metric == metric}
         _panel(ax, family, data, fits, metric == "table_copy_bytes_per_step")
@@ -365,15 +334,12 @@ def fig_growth(run: RunData, found: list[Slope]):
         ax.set_ylabel(f"{ylabel} (log scale)", fontsize=8)
     hide_unused(axes, len(panels))
     _share_y(axes, [(family, metric) for family, metric, _, _ in panels])
-    return _finish(fig, run, "How cost and memory grow (error bars: 95 % intervals; legend: fitted log-log slope)",
+    return finish(fig, run, "How cost and memory grow (error bars: 95 % intervals; legend: fitted log-log slope)",
                    _left_out(alone))
 
 
 def render(run_dir: Path) -> list[Path]:
-    """``figures/growth.*``, ``growth_slopes.csv`` and ``growth_slopes.md`` of a run with scale-sweep points
-    (nothing for a run without); a failure is logged, never raised (the reports must not depend on it)."""
-    from harness.output.plots import save_figure
-
+    """``figures/growth.*`` and ``growth_slopes.csv|md`` of a run with scale-sweep points; failures only logged."""
     try:
         run = RunData.load(run_dir)
         found = slopes(run)
@@ -390,21 +356,19 @@ def render(run_dir: Path) -> list[Path]:
         return []
 
 
-# -- the README -------------------------------------------------------------------------------------------
 class GrowthReadmeError(InputError):
     """The README has no (or broken) growth markers, or the run has no slopes."""
 
 
 def growth_section(run_dir: Path, shown_as: str) -> str:
-    """The README's generated growth section: the run, its figure and its slopes (``shown_as``: the run
-    directory as the README links it)."""
+    """The README's generated growth section: the run (as ``shown_as``), its figure and its slopes."""
     path = Path(run_dir) / SLOPES_MD
     if not path.is_file():
         raise GrowthReadmeError(f"{path} does not exist: run `kvblock-bench report {run_dir}` first")
     run = RunData.load(run_dir)
     head = (f"Run `{run.run_id}` of `{run.meta.get('command_line', '?')}` at commit "
             f"`{run.meta.get('git_commit', '?')}`, started {run.meta.get('started', '?')}, took "
-            f"{_duration(run.meta)}.")
+            f"{run_duration(run.meta)}.")
     return "\n".join([head, "", f"![How cost and memory grow]({shown_as}/figures/growth.png)", "",
                       path.read_text().rstrip(), ""])
 
@@ -414,7 +378,7 @@ def write_growth_readme(readme: Path, run_dir: Path, shown_as: str | None = None
     text = readme.read_text()
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
         raise GrowthReadmeError(f"{readme} needs one {BEGIN} ... {END} pair")
-    if shown_as is None:  # the run as the README links it: relative to the README's folder
+    if shown_as is None:
         shown_as = Path(os.path.relpath(Path(run_dir).resolve(), readme.resolve().parent)).as_posix()
     section = growth_section(run_dir, shown_as)
     head, rest = text.split(BEGIN)

@@ -175,6 +175,7 @@ def _free_count(ints, ext):
 def _take_row(table, ints, keys, ext, refs, stack, seq, need):
     for j in range(need):
         table[_u(seq), _u(j)] = _take(ints, keys, ext, refs, stack)
+    return OK
 
 
 @njit(cache=True, inline="always")

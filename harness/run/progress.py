@@ -1,11 +1,4 @@
-"""What a run says while it runs: what is under way, units done, the time left, and each scenario's time as it ends.
-
-Before the first unit ends a run loads the implementations, calibrates its timers, generates or loads each trace
-and makes each cell's first calls: :meth:`Progress.status` says which is under way. On a terminal a tqdm bar
-counts units; anywhere else (a log, a pipe) plain lines, never a ``\\r``: every status, and a units line at most
-every :data:`PLAIN_EVERY_S` seconds. The time left is :func:`time_left`: the time measured so far per unit of work
-(a unit weighs its scenario's sequence-steps), not per unit, whose lengths differ by orders of magnitude.
-"""
+"""What a run says while it runs: what is under way, units done, the time left, each scenario's time."""
 
 from __future__ import annotations
 
@@ -13,16 +6,15 @@ import sys
 import time
 from typing import TextIO
 
-from harness.output.formatting import duration_text
+from harness.base.text import duration_text
 
 BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} units [{elapsed}]{postfix}"
-WIDTH = 70  # characters of a status in the bar's postfix
-PLAIN_EVERY_S = 15.0  # least seconds between two units lines in plain output
+WIDTH = 70
+PLAIN_EVERY_S = 15.0
 
 
 def time_left(elapsed_s: float, done_work: float, total_work: float) -> float | None:
-    """Seconds left if the remaining work goes at the rate measured so far (``elapsed_s`` per ``done_work``);
-    None before any work is done."""
+    """Seconds left at the rate measured so far (``elapsed_s`` per ``done_work``); None before any work."""
     if done_work <= 0:
         return None
     return max(0.0, total_work - done_work) * elapsed_s / done_work
@@ -33,8 +25,7 @@ def left_text(seconds: float | None) -> str:
 
 
 class Progress:
-    """A run's progress: ``status(what)`` for work under way, ``progress(what)`` (calling it) for a unit done,
-    :meth:`scenario` before a scenario's units, :meth:`scenario_done` after them."""
+    """A run's progress: ``status`` for work under way, ``progress`` for a unit done, scenario start and end."""
 
     def __init__(self, enabled: bool = True, stream: TextIO | None = None, tty: bool | None = None) -> None:
         self.enabled = enabled

@@ -1,66 +1,38 @@
-"""What a run measures, as data: which implementations and regimes on which scenario, and which studies.
-
-The default matrix aims at about ten minutes of ``make bench`` on two cores (README, "Time budget"; every
-run records each scenario's wall time as a ``scenario_wall_s`` row). Its trade-offs, each stated in the
-README: the per-call regime runs on ``paper`` and on the caching study's scenario only, ``sglang`` has no
-per-call cell (the engine allocates per batch, and a per-sequence emulation was the slowest cell), the caching
-engine contender
-runs on one caching scenario, allocations are counted where rule 1 is in question (``paper`` and the caching
-scenarios), paced runs measure the article's designs only (a paced run lasts as long as the cell's replay),
-and callgrind leaves the engines out (a valgrind process importing torch costs minutes).
-
-It is the tables below, read by the runner, by the progress bar's total and by the documentation
-(``kvblock-bench run --help`` prints :func:`describe`); nothing else decides what runs. Naming scenarios,
-implementations or a trace file on the command line replaces :data:`CELL_RULES` by "exactly what was named"
-(for ``--reps`` repetitions each), while the studies keep their rules. ``--quick`` replays short traces once
-and keeps the studies to ``paper``.
-"""
+"""What a run measures, as data: the cells and studies of each scenario. Design: docs/measurement.md#matrix."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from harness.base.replay import REGIMES
 from harness.errors import InputError
-from harness.measure.replay import REGIMES
 from impls import registry
+from scenarios import PAPER
 
-PAPER = "paper"
-ALL = "*"  # every scenario
-SWEEP = "concurrency-*"  # the concurrency sweep
-CONTEXT = "context-*"  # the context sweep (scale sweeps only)
-POOL = "pool-*"  # the pool sweep (scale sweeps only)
-# The scale sweeps (``--sweep FAMILY,...``, ``make bench-scale``): each family's scenarios, measured with the
-# default matrix's rules. They stay out of the default run, except the concurrency sweep's first five points.
+ALL = "*"
+SWEEP = "concurrency-*"
+CONTEXT = "context-*"
+POOL = "pool-*"
 SWEEPS = {"context": CONTEXT, "pool": POOL, "concurrency": SWEEP}
 SCALE_ONLY = (CONTEXT, POOL, "concurrency-2048", "concurrency-4096")
-TRACE = "trace:*"  # a trace file given with --trace
-CACHING = "caching:*"  # every scenario whose trace uses prefix caching (``Scenario.caching`` in the catalogue)
-CACHE_OPS_SCENARIO = "system-prompt-256"  # the caching study's scenario: cache operations, the engine contender
+TRACE = "trace:*"
+CACHING = "caching:*"
+CACHE_OPS_SCENARIO = "system-prompt-256"
 
 
 @dataclass(frozen=True)
 class CellRule:
-    """Implementations of ``roles`` run in ``regimes`` on the scenarios matching ``scenarios``, for at most
-    ``max_reps`` repetitions (0: the run's ``--reps``)."""
+    """Implementations of ``roles`` run in ``regimes`` on the scenarios matching ``scenarios``, for at most ``max_reps``
+    repetitions (0: the run's ``--reps``)."""
 
     roles: tuple[str, ...]
     regimes: tuple[str, ...]
     scenarios: tuple[str, ...] = (ALL,)
     max_reps: int = 0
-    skip: tuple[str, ...] = ()  # implementations of these roles the rule leaves out
+    skip: tuple[str, ...] = ()
 
 
-# Batched, every design everywhere: the article's, their compiled twins, the C++ ones (a replay inside C++
-# takes milliseconds), and on the prefix-caching scenarios the caching designs. Per call (an interpreted
-# engine's call shape, its cost mostly the calls' own: see the dispatch rows), the article's designs on the
-# paper workload and the caching designs on the caching study's scenario; the compiled twins per call (one
-# Numba dispatch per block: the flat per-call row and the dispatch rows show the same) only when named. The
-# engine contenders on the paper workload, and the caching one (the slowest per sequence-step) on the caching
-# study's scenario. ``sglang`` has no per-call cell: SGLang allocates for a whole batch in one call
-# (``alloc_decode``), and a per-sequence emulation of a per-call engine, a call shape the engine never has,
-# was the slowest cell of the matrix. What each left-out cell cost is in README, "Time budget". Anything left
-# out runs when named: ``--scenario beam-search --regime per-call``.
 CELL_RULES: tuple[CellRule, ...] = (
     CellRule(("design", "twin", "native"), ("batched",)),
     CellRule(("design",), ("per-call",), (PAPER,)),
@@ -69,33 +41,28 @@ CELL_RULES: tuple[CellRule, ...] = (
     CellRule(("plugin",), ("batched", "per-call"), (PAPER,)),
     CellRule(("caching", "plugin"), ("batched",), (CACHING,)),
     CellRule(("caching", "contender", "plugin"), ("batched", "per-call"), (CACHE_OPS_SCENARIO,)),
-    # Like against like: every implementation driven the same way, one Python call of step() per decode step,
-    # the cost an engine written in Python pays (a plug-in's headline compares with our designs here).
     CellRule(("design", "twin", "contender", "caching", "plugin"), ("step",), (PAPER,)),
 )
-# On a caching scenario only implementations with prefix caching run (``prefix_caching = True``, see
-# impls.contract.CachingBlockManager): the others cannot replay its admissions.
 
 
-# Regimes a role can run in at all, named or not: the C++ designs replay inside C++ only (a per-call or step
-# regime would time ctypes, one foreign call per operation, not the design).
+# The C++ designs replay inside C++ only: another regime would time ctypes, not the design.
 ROLE_REGIMES = {"native": ("batched",)}
-# Regimes that cannot replay a prefix-caching trace: step() does not take the caching ops yet.
+# step() does not take the prefix-caching ops yet.
 PLAIN_ONLY_REGIMES = ("step",)
 
 
 @dataclass(frozen=True)
 class Study:
-    """A measurement beyond the timed replays, on the scenarios matching ``scenarios`` (``quick``: in --quick),
-    of the measured cells whose implementation has one of ``roles``."""
+    """A measurement beyond the timed replays, on the scenarios matching ``scenarios`` (``quick``: in --quick), of the
+    measured cells whose implementation has one of ``roles``."""
 
     name: str
     scenarios: tuple[str, ...]
     quick: tuple[str, ...]
-    per_cell: bool  # one progress unit per cell (else one per scenario)
+    per_cell: bool
     what: str
     roles: tuple[str, ...] = registry.ROLES
-    named: tuple[str, ...] = ()  # where it runs when the run names its scenarios (empty: ``scenarios``)
+    named: tuple[str, ...] = ()
 
     def runs_on(self, scenario: str, *, quick: bool, explicit: bool) -> bool:
         """Whether the study measures ``scenario`` in a run of this kind."""
@@ -103,9 +70,6 @@ class Study:
         return matches(scenario, patterns)
 
 
-# Paced runs and callgrind leave the engines out: a paced run lasts as long as the replay (the engines' are the
-# slowest) and a valgrind process that imports torch costs minutes, for figures the article's comparison does
-# not use (the engines table reads the timed replays).
 STUDIES: tuple[Study, ...] = (
     Study("allocations", (PAPER, CACHING), (PAPER,), True, "allocation events per step (memray, Numba runtime)",
           named=(ALL,)),
@@ -126,7 +90,6 @@ STUDIES: tuple[Study, ...] = (
           "and per sequence-step of the trace"),
 )
 
-# Parameters set on top of a scenario's defaults.
 SWEEP_STEPS = 500
 QUICK_STEPS = 200
 QUICK_OVERRIDES = {"azure-code": {"duration_s": 60.0}, "mooncake": {"duration_s": 30.0},
@@ -199,7 +162,7 @@ def rep_caps(scenario: str, cells: Sequence[tuple[str, str]]) -> list[list]:
     caps = []
     for impl, regime in cells:
         limits = [rule.max_reps for rule in _rules(scenario, impl, regime)]
-        if limits and all(limits):  # a rule without a limit wins
+        if limits and all(limits):
             caps.append([impl, regime, max(limits)])
     return caps
 
@@ -212,7 +175,7 @@ class ScenarioPlan:
     overrides: dict
     cells: list[tuple[str, str]]
     studies: list[str] = field(default_factory=list)
-    max_reps: list[list] = field(default_factory=list)  # [impl, regime, n]: fewer repetitions than --reps
+    max_reps: list[list] = field(default_factory=list)
 
     def reps_of(self, cell: tuple[str, str], reps: int) -> int:
         """Repetitions of ``cell`` in a run of ``reps``."""
@@ -232,11 +195,11 @@ class ScenarioPlan:
 
 def plan_scenario(scenario: str, impls: Sequence[str], regimes: Sequence[str], *, explicit: bool, quick: bool,
                   enabled: Iterable[str], caching: Callable[[str], bool] = supports_caching) -> ScenarioPlan:
-    """The plan of one scenario: its cells (all named ones when ``explicit``, for ``--reps`` repetitions each)
-    and its enabled studies (``caching(impl)``: whether it has prefix caching)."""
+    """The plan of one scenario: its cells (all named ones when ``explicit``, for ``--reps`` repetitions each) and its
+    enabled studies (``caching(impl)``: whether it has prefix caching)."""
     cells = ([(i, r) for i in impls for r in regimes] if explicit
              else default_cells(scenario, impls, regimes, caching))
-    if is_caching(scenario):  # named or not, a design without prefix caching cannot replay it, nor can step()
+    if is_caching(scenario):
         cells = [(i, r) for i, r in cells if caching(i) and r not in PLAIN_ONLY_REGIMES]
     cells = [(i, r) for i, r in cells if r in ROLE_REGIMES.get(registry.record(i).role, REGIMES)]
     wanted = set(enabled)

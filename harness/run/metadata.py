@@ -60,8 +60,7 @@ def versions() -> dict[str, str]:
 
 
 def git_commit() -> str:
-    """The commit of the kvblock-bench checkout this code runs from (not of the current directory), with
-    ``-dirty`` when tracked files differ; "not a git checkout" for an installed package."""
+    """The commit of the kvblock-bench checkout this code runs from, with ``-dirty`` when tracked files differ."""
     if not (PROJECT_ROOT / ".git").exists():
         return "not a git checkout"
     commit = _run(["git", "rev-parse", "--short=12", "HEAD"], PROJECT_ROOT) or "unknown"
@@ -69,8 +68,7 @@ def git_commit() -> str:
 
 
 def git_changed_files() -> list[str]:
-    """The tracked files that differ from the commit (what ``-dirty`` stands for), so that a reader can tell
-    an edited README from edited code; empty outside a git checkout."""
+    """The tracked files that differ from the commit (what ``-dirty`` stands for); empty outside a git checkout."""
     if not (PROJECT_ROOT / ".git").exists():
         return []
     return _run(["git", "diff", "--name-only", "HEAD"], PROJECT_ROOT).splitlines()
@@ -99,7 +97,7 @@ def native_build(natives: list[str]) -> dict | None:
     """Compiler, version, flags and digest of the C++ designs' library, when the run has any of them."""
     if not natives:
         return None
-    from harness.measure import native as native_driver
+    from harness.base import native as native_driver
     from impls import native
 
     return {"impls": natives, **native.build_info(), "replay": native_driver.build_info()}
@@ -107,9 +105,7 @@ def native_build(natives: list[str]) -> dict | None:
 
 def collect(argv: list[str] | None = None, classes: dict[str, type] | None = None,
             described: dict[str, str] | None = None, natives: list[str] | None = None) -> dict:
-    """Everything about this machine and this invocation that a run records in ``meta.json``: each
-    implementation's module and package version from its class (``classes``) or as already described where it
-    was loaded (``described``, with ``natives`` the C++ ones: a run describes plug-ins in a worker process)."""
+    """Everything about this machine and invocation that a run records in ``meta.json``."""
     pmu, pmu_reason = perf_status()
     natives = [*(natives or []),
                *(name for name, cls in (classes or {}).items() if getattr(cls, "native", False) is True)]
@@ -133,8 +129,7 @@ def collect(argv: list[str] | None = None, classes: dict[str, type] | None = Non
 
 # What makes timings of two runs comparable: the machine and the software that compiles and runs the code.
 TIMING_IDENTITY = ("cpu_model", "cpu_count", "caches", "versions.python", "versions.numpy", "versions.numba")
-# What makes callgrind instruction counts comparable: the software only (the gate's counts are taken with
-# NUMBA_CPU_NAME=generic and no cache simulation, so the CPU model and caches do not enter them).
+# What makes callgrind instruction counts comparable: the software only (counted with NUMBA_CPU_NAME=generic).
 COUNT_IDENTITY = ("versions.python", "versions.numpy", "versions.numba", "versions.llvmlite")
 
 
@@ -147,8 +142,7 @@ def identity_value(meta: dict, key: str) -> object:
 
 
 def identity_differences(a: dict, b: dict, keys: tuple[str, ...] = TIMING_IDENTITY) -> list[str]:
-    """``key a -> b`` for every identity ``key`` whose recorded values differ (a value not recorded on one
-    side counts as different: nothing says the machines match)."""
+    """``key a -> b`` for every identity ``key`` whose values differ (unrecorded on one side counts as different)."""
     found = []
     for key in keys:
         va, vb = identity_value(a, key), identity_value(b, key)

@@ -1,20 +1,4 @@
-"""The paced CPU-share study of a scenario: every paced loop repeated and interleaved, with intervals, and the
-floor measured in the same run.
-
-One paced loop (:mod:`harness.measure.paced`) moved by several points of a core between runs, so one loop per
-cell could not tell ``flat`` from the cost of waking a sleeping thread. Here each repetition runs every kind of
-loop once, in an order rotated from repetition to repetition: the pacing alone (``idle``), each cell through
-its regime's path (:func:`harness.measure.paced.paced_runner`: per-call, ``decode_step`` or ``step()``), each
-batched cell's whole step (one ``step()`` call per step) and a compiled call that does nothing with the step's
-arguments (the floor). A kind's share in a repetition is its thread CPU time minus that repetition's idle loop,
-over its wall time; the row is the median over repetitions with a bootstrap interval
-(:func:`harness.measure.stats.median_estimate`). ``paced_above_floor_pct`` pairs each whole step with the floor
-repetition by repetition, so the two share the machine's state when they are compared.
-
-Rows: ``cpu_share_observed_pct`` and ``deadline_misses`` per cell; ``cpu_share_observed_whole_step_pct``,
-``deadline_misses_whole_step`` and ``paced_above_floor_pct`` per batched cell with ``step``; ``paced_floor_pct``
-(impl ``-``, regime ``-``) once per scenario.
-"""
+"""Paced CPU shares: every paced loop repeated, interleaved, and the floor. Design: docs/measurement.md#paced_study."""
 
 from __future__ import annotations
 
@@ -24,14 +8,14 @@ from functools import partial
 
 import numpy as np
 
+from harness.base.drivers import Prepared
+from harness.base.failures import blamed_on
+from harness.base.rows import Row
+from harness.base.stats import median_estimate
 from harness.errors import DesignFailure
-from harness.measure.drivers import Prepared
-from harness.measure.failures import blamed_on
-from harness.measure.paced import _paced_loop, floor_runner, paced_runner, whole_step_paced
-from harness.measure.stats import median_estimate
-from harness.output.results import Row
+from harness.studies.paced import floor_runner, paced_loop, paced_runner, whole_step_paced
 
-PACED_REPS = 5  # repetitions of every paced loop, interleaved: the fewest that give the median an interval
+PACED_REPS = 5
 FLOOR = ("-", "-")
 Starter = Callable[[], tuple[Callable[[int, int], None] | None, Callable[[int], None]]]
 
@@ -46,17 +30,16 @@ class PacedKind:
 
     impl: str
     regime: str
-    what: str  # "idle", "calls", "step" or "floor"
+    what: str
     start: Starter
     cpu_ns: list[int] = field(default_factory=list)
     wall_ns: list[int] = field(default_factory=list)
     misses: list[int] = field(default_factory=list)
     error: BaseException | None = None
-    cls: type | None = None  # the implementation's class (None: the harness's own loops, idle and floor)
+    cls: type | None = None
 
     def guarded(self, fn: Callable[[], object]) -> object:
-        """``fn()``; a failure of the implementation's (:func:`harness.measure.failures.blamed_on`) becomes the
-        kind's error (None returned), anything else propagates."""
+        """``fn()``; an implementation's failure becomes the kind's error (None), anything else propagates."""
         if self.cls is None:
             return fn()
         try:
@@ -73,7 +56,7 @@ def kinds_of(prep: Prepared, makers: dict[tuple[str, str], Callable], whole_step
     classes = classes or {}
     kinds = [PacedKind("-", "-", "idle", lambda: (None, _unchecked))]
     for (impl, regime), make in makers.items():
-        cls, own = classes.get((impl, regime)), prep.private()  # a design writing into its inputs harms only its own
+        cls, own = classes.get((impl, regime)), prep.private()
         kinds.append(PacedKind(impl, regime, "calls", partial(paced_runner, own, make, regime), cls=cls))
         if (impl, regime) in whole_step:
             kinds.append(PacedKind(impl, regime, "step", lambda make=make, own=own: whole_step_paced(own, make),
@@ -85,10 +68,8 @@ def kinds_of(prep: Prepared, makers: dict[tuple[str, str], Callable], whole_step
 def run_interleaved(kinds: list[PacedKind], rate: float, steps: int, reps: int,
                     on_repetition: Callable[[int], None] | None = None,
                     enter: Callable[[tuple[str, str] | None], None] = lambda cell: None) -> None:
-    """``reps`` repetitions of every kind, rotated by one each repetition so that no kind always runs first or
-    after the same one; each kind's first steps are run once before, outside every measurement (compilation).
-    A kind whose implementation fails keeps its error and leaves the rotation; ``enter`` is told the cell whose
-    code is about to run (None: the harness's own loops)."""
+    """``reps`` repetitions of every kind, rotated by one each repetition so that no kind always runs first or after the
+    same one; each kind's first steps are run once before, outside every measurement (compilation)."""
     for kind in kinds:
         enter((kind.impl, kind.regime) if kind.cls is not None else None)
         kind.guarded(lambda kind=kind: _first_steps(kind, steps))
@@ -115,14 +96,13 @@ def _first_steps(kind: PacedKind, steps: int) -> None:
 
 def _measured_loop(kind: PacedKind, rate: float, steps: int) -> tuple[int, int, int]:
     run, check = kind.start()
-    measured = _paced_loop(run, rate, steps)
+    measured = paced_loop(run, rate, steps)
     check(steps)
     return measured
 
 
 def shares(kind: PacedKind, idle: PacedKind) -> np.ndarray:
-    """The kind's CPU share per repetition (% of one core): its thread CPU time minus the same repetition's idle
-    loop's, over its wall time. Not clamped: a negative figure shows the noise floor."""
+    """The kind's CPU share per repetition: thread CPU time minus the idle loop's, over wall time."""
     n = min(len(kind.cpu_ns), len(idle.cpu_ns))
     cpu, wall, base = (np.asarray(x[:n], dtype=float) for x in (kind.cpu_ns, kind.wall_ns, idle.cpu_ns))
     return (cpu - base) / wall * 100
@@ -142,7 +122,7 @@ HOW = {"step": "one step() call per step (pool operations and decode batch), as 
 
 
 def study_rows(scenario: str, kinds: list[PacedKind], rate: float, steps: int) -> list[Row]:
-    """The study's rows from the kinds' repetitions (see the module's docstring)."""
+    """The study's rows from the kinds' repetitions."""
     idle = next(k for k in kinds if k.what == "idle")
     floor = next(k for k in kinds if k.what == "floor")
     floor_shares = shares(floor, idle)
@@ -191,10 +171,7 @@ def paced_study_rows(scenario: str, prep: Prepared, makers: dict[tuple[str, str]
                      reps: int = PACED_REPS, steps: int | None = None,
                      on_repetition: Callable[[int], None] | None = None,
                      enter: Callable[[tuple[str, str] | None], None] = lambda cell: None) -> list[Row]:
-    """Every paced figure of a scenario: ``makers`` maps each cell to a function returning a fresh manager and
-    ``classes`` to its class; a batched cell whose class has ``step`` is paced through it too (not on a
-    prefix-caching trace: ``step`` does not take those ops yet, said in an ``unsupported`` row). A cell whose
-    implementation fails gets a failed row, the other loops go on."""
+    """Every paced figure of a scenario."""
     steps = min(steps or prep.num_steps, prep.num_steps)
     stepped = {c for c in makers if c[1] == "batched" and callable(getattr(classes.get(c), "step", None))}
     unsupported = sorted(stepped) if caching else []

@@ -1,12 +1,12 @@
 """A run: the matrix's scenarios, each measured, checked and written as it goes.
 
-For each scenario (:mod:`harness.measure.matrix` says which cells and studies) the trace is generated (or read
-from the trace cache) here; the implementations run only in worker processes (:mod:`harness.measure.workers`,
-:mod:`harness.measure.jobs`), one job at a time. Each worker warms every cell up (Numba compilation or cache
+For each scenario (:mod:`harness.run.matrix` says which cells and studies) the trace is generated (or read
+from the trace cache) here; the implementations run only in worker processes (:mod:`harness.run.workers`,
+:mod:`harness.run.jobs`), one job at a time. Each worker warms every cell up (Numba compilation or cache
 loading, timed as ``compile_s``) and replays its share of the repetitions, the cells interleaved in slices of
-steps (:mod:`harness.measure.interleave`) so that machine drift hits all alike; the repetitions spread over
+steps (:mod:`harness.base.interleave`) so that machine drift hits all alike; the repetitions spread over
 the workers, so the intervals include the variation between processes. The rows come from every worker's
-samples together (:mod:`harness.measure.assemble`): ratios to ``flat`` and an A/A control with paired
+samples together (:mod:`harness.run.assemble`): ratios to ``flat`` and an A/A control with paired
 bootstrap intervals. Every replay is checked against the trace (copy-on-writes and slot digests per step, end
 state), so a fast wrong implementation never reaches a table; one that raises, exits, hangs or crashes fails
 its own cells, and the others are measured. After each scenario its rows are written (atomically) with the
@@ -24,29 +24,27 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from harness.errors import InputError, WriteError
-from harness.measure import clock
-from harness.measure.assemble import ScenarioRows, merge
-from harness.measure.interleave import FAST_REPS, slice_bounds
-from harness.measure.interrupts import signal_name, sigterm_interrupts
-from harness.measure.jobs import ImplInfo, ProbeJob, ScenarioJob, describe, execute
-from harness.measure.matrix import ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios
-from harness.measure.metrics import Work
-from harness.measure.replay import REGIMES
-from harness.measure.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug
-from harness.output import metadata, progress
-from harness.output.results import (
+from harness.base import clock
+from harness.base.files import (
     RESULTS_DIR,
     ResultsError,
-    Row,
     check_run_root,
-    clean_text,
     new_run_dir,
     point_latest,
     read_json,
     write_json,
-    write_rows,
 )
+from harness.base.interleave import FAST_REPS, slice_bounds
+from harness.base.metrics import Work
+from harness.base.replay import REGIMES
+from harness.base.rows import Row, clean_text, write_rows
+from harness.errors import InputError, WriteError
+from harness.run import metadata, progress
+from harness.run.assemble import ScenarioRows, merge
+from harness.run.interrupts import signal_name, sigterm_interrupts
+from harness.run.jobs import ImplInfo, ProbeJob, ScenarioJob, describe, execute
+from harness.run.matrix import ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios
+from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug
 from harness.studies.scale import CONFIG_METRICS, config_rows
 from impls import REGISTRY, UNAVAILABLE, registry
 from scenarios import SCENARIOS, ScenarioError, Trace, TraceError, generate, load, save
@@ -54,6 +52,10 @@ from scenarios.scheduler import GENERATOR_VERSION
 from scenarios.trace import FORMAT_VERSION, content_digest, trace_uses_caching
 
 Cell = tuple[str, str]
+
+
+MAX_REPS = 1_000  # repetitions per cell a run may ask for
+MAX_PROCESSES = 64  # worker processes a run may start (and never more than its repetitions)
 
 
 @dataclass
@@ -271,12 +273,22 @@ def check_config(cfg: RunConfig) -> None:
     bad = [r for r in cfg.regimes if r not in REGIMES]
     if bad or not cfg.regimes:
         raise InputError(f"unknown regime(s) {bad or cfg.regimes}; choose from {', '.join(REGIMES)}")
-    if cfg.reps < 1:
-        raise InputError(f"--reps must be at least 1, got {cfg.reps}")
+    check_counts(cfg)
     if cfg.trace_file and cfg.scenarios:
         raise InputError("give --scenario or --trace, not both")
     if cfg.sweep and (cfg.scenarios or cfg.trace_file):
         raise InputError("give --sweep or --scenario/--trace, not both")
+
+
+def check_counts(cfg: RunConfig) -> None:
+    """Repetitions and worker processes within their bounds: no more processes than repetitions."""
+    if not 1 <= cfg.reps <= MAX_REPS:
+        raise InputError(f"--reps {cfg.reps}: give from 1 to {MAX_REPS:,} repetitions")
+    if not 0 <= cfg.processes <= MAX_PROCESSES:
+        raise InputError(f"--processes {cfg.processes}: give from 1 to {MAX_PROCESSES} worker processes")
+    if cfg.processes > cfg.reps:
+        raise InputError(f"--processes {cfg.processes}: more worker processes than repetitions (--reps {cfg.reps}); "
+                         f"give at most {cfg.reps}: each runs whole repetitions")
 
 
 def build_plan(cfg: RunConfig, infos: dict[str, ImplInfo]) -> list[tuple[ScenarioPlan, Trace | None]]:

@@ -1,13 +1,4 @@
-"""The dispatch floor of the per-call regime: what a compiled design's contract calls cost with no work behind.
-
-A per-call replay of a compiled design pays, per call, the Python wrapper's argument checks and the entry
-into compiled code (unboxing the state, boxing the result) besides the data structure's own work. Here the
-same wrappers run over empty kernels (:func:`impls.core.compiled.with_empty_kernels`), each operation called
-:data:`CALLS` times in a loop timed as one region (so no timer cost is included), the median of
-:data:`REPEATS` loops. Per operation kind that is ``empty_call_<op>_ns``; weighted by the calls a per-call
-replay of the trace makes (its pool operations, then an ``append_slot`` and a ``last_slot`` per running
-sequence), it is ``dispatch_floor_seq_step_ns``: the part of ``seq_step_ns`` that is dispatch, not work.
-"""
+"""The dispatch floor of the per-call regime: what a compiled design's contract calls cost with no work behind."""
 
 from __future__ import annotations
 
@@ -15,14 +6,16 @@ import statistics
 import time
 from collections.abc import Callable
 
-from harness.output.results import Row
+from harness.base.rows import Row
+from impls.contract import STEP_OPS
 from impls.core.compiled import with_empty_kernels
-from scenarios.trace import ALLOCATE, CAN_ALLOCATE, FORK, FREE, Trace
+from impls.core.ops import POOL_OPS
+from scenarios.trace import Trace
 
 CALLS = 2000
 REPEATS = 5
 OPS = ("can_allocate", "allocate", "fork", "free", "append_slot", "last_slot")
-TRACE_OPS = {CAN_ALLOCATE: "can_allocate", ALLOCATE: "allocate", FORK: "fork", FREE: "free"}
+TRACE_OPS = {code: POOL_OPS[code].method for code in STEP_OPS}
 
 
 def has_dispatch(cls: type) -> bool:
@@ -43,7 +36,7 @@ def empty_call_ns(mgr, calls: int = CALLS, repeats: int = REPEATS) -> dict[str, 
     out = {}
     perf = time.perf_counter_ns
     for op, fn in empty_calls(mgr).items():
-        fn()  # compile or load the empty kernel's entry point outside the timed loops
+        fn()
         loops = []
         for _ in range(repeats):
             t0 = perf()

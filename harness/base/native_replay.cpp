@@ -1,7 +1,7 @@
-// The native replay driver: harness/measure/drivers.py's compiled replay loop, in C++, for the C++ designs.
+// The native replay driver: harness/base/drivers.py's compiled replay loop, in C++, for the C++ designs.
 //
 // One foreign call replays steps [lo, hi) of a trace on a manager of impls/native/designs.cpp, calling the
-// design through the addresses of its per-call C functions (DesignOps, filled in by harness/measure/native.py
+// design through the addresses of its per-call C functions (DesignOps, filled in by harness/base/native.py
 // from the designs' library), and times it as the compiled driver does: detail = 0, each whole step as one
 // region (column K_DECODE); detail = 1, each pool operation by kind, the decode step, and a lookup apart
 // (column K_LOOKUP, not part of the step). The contract's codes (kvb::OK, kvb::E_TRACE, op codes) and the
@@ -55,7 +55,7 @@ int64_t monotonic_ns() {
 }
 
 // ---- the design, through its per-call C functions ---------------------------------------------------------
-struct DesignOps {  // the order of harness/measure/native.py's DesignOps fields
+struct DesignOps {  // the order of harness/base/native.py's DesignOps fields
     int64_t (*can_allocate)(void*, int64_t);
     int64_t (*allocate)(void*, int64_t, int64_t);
     int64_t (*fork)(void*, int64_t, int64_t);

@@ -1,15 +1,4 @@
-"""The observed CPU share: an open-loop run paced at the target step rate.
-
-A Python scheduler loop issues each step at its deadline (``t0 + step / rate``), sleeping in between, as an
-engine's host thread would between GPU steps. The block manager's CPU share is the thread CPU time of the
-run minus that of an identical paced run that does no block-manager work (the pacing's own cost), divided by
-the wall time. A deadline miss is a step whose work ends after the next step was due. Compiled designs are
-called from Python here (one ``decode_step`` call per step, dispatch included): that is how an engine would
-call them. :func:`paced_whole_step_run` paces the whole-step entry point instead: one ``step`` call per step,
-pool operations included, as an engine using it would call it. :func:`floor_runner` calls a compiled function
-that does nothing with the same arguments once per step: the floor of any block manager entered once per step
-(the interleaved, repeated study of all three is :mod:`harness.measure.paced_study`).
-"""
+"""The observed CPU share: an open-loop run paced at the target step rate. Design: docs/measurement.md#paced."""
 
 from __future__ import annotations
 
@@ -19,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from harness.measure.drivers import Prepared, step_runner, whole_step_runner
-from harness.measure.replay import ReplayError, check_end_state
+from harness.base.drivers import Prepared, step_runner, whole_step_runner
+from harness.base.replay import ReplayError, check_end_state
 
 
 @dataclass
@@ -32,7 +21,7 @@ class PacedResult:
     pacing_cpu_ns: int
 
 
-def _paced_loop(run_step, rate: float, steps: int) -> tuple[int, int, int]:
+def paced_loop(run_step, rate: float, steps: int) -> tuple[int, int, int]:
     """Run ``steps`` steps at ``rate``; returns (thread CPU ns, wall ns, misses). ``run_step=None``: pacing only."""
     period = 1e9 / rate
     misses = 0
@@ -50,14 +39,13 @@ def _paced_loop(run_step, rate: float, steps: int) -> tuple[int, int, int]:
 
 
 def paced_run(prep: Prepared, make_mgr, regime: str, rate: float, steps: int | None = None) -> PacedResult:
-    """Observed CPU share of one implementation at ``rate`` steps/s over the first ``steps`` steps, through the path
-    ``regime`` names (:func:`paced_runner`)."""
+    """Observed CPU share of one implementation at ``rate`` steps/s over ``steps`` steps, via ``regime``'s path."""
     steps = min(steps or prep.num_steps, prep.num_steps)
     run, check = paced_runner(prep, make_mgr, regime)
-    idle_cpu, _, _ = _paced_loop(None, rate, steps)
-    cpu, wall, misses = _paced_loop(run, rate, steps)
+    idle_cpu, _, _ = paced_loop(None, rate, steps)
+    cpu, wall, misses = paced_loop(run, rate, steps)
     check(steps)
-    share = (cpu - idle_cpu) / wall * 100  # not clamped: a negative figure would show the noise floor
+    share = (cpu - idle_cpu) / wall * 100  # not clamped: a negative figure shows the noise floor
     return PacedResult(share, misses, steps, wall / 1e9, idle_cpu)
 
 
@@ -66,18 +54,14 @@ def _checked_inside(steps: int) -> None:
 
 
 def paced_runner(prep: Prepared, make_mgr, regime: str):
-    """``(run, check)`` over a fresh manager through the path ``regime`` names (:func:`step_runner`): the step
-    regime's ``step()`` calls go unchecked and ``check(steps)`` compares them afterwards (:func:`whole_step_paced`);
-    ``ValueError`` for an unknown regime."""
+    """``(run, check)`` over a fresh manager through the path ``regime`` names; ``ValueError`` for an unknown one."""
     if regime == "step":
         return whole_step_paced(prep, make_mgr)
     return step_runner(prep, make_mgr(), regime), _checked_inside
 
 
 def whole_step_paced(prep: Prepared, make_mgr):
-    """``(run, check)`` over a fresh manager: ``run(lo, hi)`` makes one unchecked ``step`` call per step,
-    ``check(steps)`` compares the copy-on-write counts of the first ``steps`` steps with the trace's (and, over the
-    whole trace, the end state), outside the measured thread time."""
+    """``(run, check)`` over a fresh manager, ``run`` making unchecked ``step`` calls."""
     mgr = make_mgr()
     cows = np.zeros(prep.num_steps, dtype=np.int64)
 
@@ -93,26 +77,23 @@ def whole_step_paced(prep: Prepared, make_mgr):
 
 
 def paced_whole_step_run(prep: Prepared, make_mgr, rate: float, steps: int | None = None) -> PacedResult:
-    """Observed CPU share of one implementation's whole-step entry point (one ``step`` call per step) at
-    ``rate`` steps/s over the first ``steps`` steps. Copy-on-write counts (and, over the whole trace, the end
-    state) are checked after the paced loop, outside the measured thread time."""
+    """Observed CPU share of one ``step`` call per step at ``rate`` steps/s over ``steps`` steps."""
     steps = min(steps or prep.num_steps, prep.num_steps)
     run, check = whole_step_paced(prep, make_mgr)
-    idle_cpu, _, _ = _paced_loop(None, rate, steps)
-    cpu, wall, misses = _paced_loop(run, rate, steps)
+    idle_cpu, _, _ = paced_loop(None, rate, steps)
+    cpu, wall, misses = paced_loop(run, rate, steps)
     check(steps)
     return PacedResult((cpu - idle_cpu) / wall * 100, misses, steps, wall / 1e9, idle_cpu)
 
 
-@njit  # not cached: the scripts that import it run as __main__, and it compiles in a fraction of a second
+@njit  # not cached: the scripts that import it run as __main__
 def noop_step(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows, max_tokens, num_blocks):
     """Takes what a compiled design's step kernel takes and does nothing: one crossing, its arguments unboxed."""
     return 0, -1
 
 
 def step_arguments(prep: Prepared) -> tuple[list[tuple[np.ndarray, ...]], tuple[np.ndarray, ...], tuple[int, ...]]:
-    """What a step kernel is called with, for every step of the trace: (per-step ops, arguments and decode ids as
-    plain int64 views of the trace's arrays; the output buffers; the limits rows, tokens, blocks)."""
+    """What a step kernel is called with, for every step of the trace."""
     op, a0, a1 = prep.arrays64
     args = [(op[f:m], a0[f:m], a1[f:m], prep.decode_ids[s]) for s, (f, m, _) in enumerate(prep.bounds)]
     status = np.zeros(max((m - f for f, m, _ in prep.bounds), default=0) + 2, dtype=np.int64)
@@ -123,8 +104,7 @@ def step_arguments(prep: Prepared) -> tuple[list[tuple[np.ndarray, ...]], tuple[
 
 
 def floor_runner(prep: Prepared):
-    """``run(lo, hi)``: :func:`noop_step` once per step with the step's own arguments, what no block manager entered
-    once per step can cost less than."""
+    """``run(lo, hi)``: :func:`noop_step` once per step with the step's own arguments (the floor)."""
     args, buffers, limits = step_arguments(prep)
 
     def run(lo: int, hi: int) -> None:

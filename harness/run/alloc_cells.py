@@ -1,14 +1,4 @@
-"""A cell's allocation figures: exact integer counts of the design's own allocations, by the loop that replays it.
-
-- ``python`` loops (interpreted designs, every per-call and step regime): memray events made under a frame of the
-  design's own files, and Numba runtime allocations (every compiled call there is the design's);
-- ``compiled`` loops (the batched compiled replay): Numba runtime allocations of the kernels (the replay call's
-  argument wrappers, the same call over no step, are the harness's);
-- ``native`` loops (C++): the containers' counting allocator.
-
-A design with a compiled ``step`` also gets its floor in the step regime: the events of a compiled function that
-does nothing, called once per step with the same arguments, and the design's events above it.
-"""
+"""A cell's allocation figures: exact integer counts of the design's own allocations, by the loop that replays it."""
 
 from __future__ import annotations
 
@@ -19,10 +9,10 @@ from dataclasses import dataclass
 from functools import partial
 
 import impls
+from harness.base.drivers import Prepared, is_native, native_arrays
 from harness.counters.allocations import count_allocations, nrt_allocations, region_allocations
 from harness.counters.floor_call import floor_call
-from harness.measure.drivers import Prepared, is_native, native_arrays
-from harness.measure.paced import step_arguments
+from harness.studies.paced import step_arguments
 from impls.core.compiled import CompiledBlockManager, empty_step_kernel
 
 Advance = Callable[[int, int], object]
@@ -46,7 +36,7 @@ class AllocFigure:
 
 
 def alloc_kind(cls: type, regime: str) -> str:
-    """The loop that replays a cell for its allocation counts (see the module docstring)."""
+    """The loop that replays a cell for its allocation counts: ``python``, ``compiled`` or ``native``."""
     if regime == "batched" and is_native(cls):
         return "native"
     if regime == "batched" and getattr(cls, "kernels", None) is not None:
@@ -55,8 +45,7 @@ def alloc_kind(cls: type, regime: str) -> str:
 
 
 def design_files(cls: type) -> tuple[str, ...]:
-    """Where a design's own code lives: the ``impls`` package, and a plug-in's own module file (none: ``()``,
-    its events cannot be told from the harness's)."""
+    """Where a design's own code lives: the ``impls`` package and a plug-in's own module file (``()``: unknown)."""
     module = getattr(sys.modules.get(cls.__module__), "__file__", None)
     if not module:
         return ()
@@ -81,7 +70,7 @@ def cell_allocations(kind: str, regime: str, prep: Prepared, mgr, advance: Advan
     if why:
         return [AllocFigure(m, 0, 0, "memray", why, "unavailable") for m in ("allocs_per_step", "nrt_allocs_per_step")]
     events, nrt = region_allocations(advance, lo, hi, files)
-    lo, steps = lo + 1, steps - 1  # step lo settles the traced call path (see region_allocations)
+    lo, steps = lo + 1, steps - 1
     figures = [AllocFigure("allocs_per_step", events, steps, "memray",
                            f"steps {lo}-{hi}: events under a frame of the design's code (the harness's, the "
                            "interpreter's and memray's own left out)"),
@@ -106,7 +95,7 @@ def _compiled(advance: Advance, lo: int, hi: int) -> tuple[int, int]:
 
 
 def _native(prep: Prepared, mgr, lo: int, hi: int) -> list[AllocFigure]:
-    from harness.measure import native
+    from harness.base import native
 
     allocs = None
 
@@ -121,8 +110,8 @@ def _native(prep: Prepared, mgr, lo: int, hi: int) -> list[AllocFigure]:
 
 
 def step_floor(prep: Prepared, mgr: CompiledBlockManager, lo: int, hi: int) -> int:
-    """memray events of :func:`harness.counters.floor_call.floor_call` once per step ``[lo, hi)``: a compiled
-    function that does nothing, entered as ``mgr.step`` enters its kernel (bound to the state, same arguments)."""
+    """memray events of :func:`harness.counters.floor_call.floor_call` once per step ``[lo, hi)``: a compiled function
+    that does nothing, entered as ``mgr.step`` enters its kernel (bound to the state, same arguments)."""
     args, buffers, _ = step_arguments(prep)
     limits = (mgr.max_seqs, mgr.max_tokens, mgr.num_blocks)
     call = partial(empty_step_kernel(mgr.state), *mgr.state)

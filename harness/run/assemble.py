@@ -1,28 +1,19 @@
-"""A scenario's rows from every worker's samples: the main process's half of a run.
-
-Each worker sends its repetitions' samples by key, with their repetition index (:class:`harness.measure.cells.
-TimingResult`); :func:`merge` puts them together in repetition order, so each repetition's replays (one
-process's) stay one resampling unit. :class:`ScenarioRows` then computes every timing figure with its interval
-(:func:`harness.measure.metrics.timing_rows`), each cell's ratio to the base in the same regime and to the
-batched base with paired intervals (the same slices and repetitions drawn for both), the A/A control, the
-caching trace's hit rates, and a ``failed`` row for every cell whose design failed, with its reason.
-"""
+"""A scenario's rows from every worker's samples: the main process's half of a run."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.measure.cells import CellInfo, TimingResult
-from harness.measure.interleave import Key
-from harness.measure.metrics import Work, cell_blocks, timing_rows
-from harness.measure.stats import paired_ratio
-from harness.measure.steptimes import KINDS, StepTimes
-from harness.output.results import Row, ratio_metric
+from harness.base.interleave import Key
+from harness.base.metrics import Work, cell_blocks, timing_rows
+from harness.base.rows import RATIO_METRICS, Row, ratio_metric
+from harness.base.stats import paired_ratio
+from harness.base.steptimes import KINDS, StepTimes
+from harness.run.cells import CellInfo, TimingResult
 from scenarios import Trace
 from scenarios.trace import trace_uses_caching
 
 Cell = tuple[str, str]
-RATIO_METRICS = ("seq_step_ns", "lookup_ns", "alloc_free_ns")  # each against the base in the same regime
 HIT_METRICS = (("cache_hit_tokens_pct", "hit_tokens", "lookup_tokens", "% of prompt tokens looked up"),
                ("cache_hit_blocks_pct", "hit_blocks", "lookup_blocks", "% of full prompt blocks looked up"))
 
@@ -36,13 +27,12 @@ class Merged:
     failed: dict[Cell, str] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
     info: dict[Cell, CellInfo] = field(default_factory=dict)
-    reps: dict[Key, int] = field(default_factory=dict)  # repetitions each key replayed, over all workers
-    torch_threads: int | None = None  # the most any worker used (None: no worker loaded torch)
+    reps: dict[Key, int] = field(default_factory=dict)
+    torch_threads: int | None = None
 
 
 def merge(results: list[TimingResult], failed: dict[Cell, str]) -> Merged:
-    """The workers' results as one, each key's samples in repetition order; ``failed`` (cells whose worker died)
-    and every cell a worker found failed lose their samples."""
+    """The workers' results as one, each key's samples in repetition order; failed cells lose their samples."""
     out = Merged(failed=dict(failed))
     for result in results:
         out.failed.update({c: r for c, r in result.failed.items() if c not in out.failed})
@@ -139,8 +129,7 @@ class ScenarioRows:
                  driver=merged.info[cell].driver)
 
     def _cache_rows(self, cells: list[Cell]) -> None:
-        """Hit rates and evictions of a caching trace, for every cell whose replays matched the trace's hits step
-        by step (a cell that did not is marked failed): the same figures for all, which is the point."""
+        """Hit rates and evictions of a caching trace for every cell whose hits matched the trace's."""
         if not trace_uses_caching(self.trace):
             return
         cache = self.trace.header["cache"]

@@ -1,32 +1,4 @@
-"""Timed replays of a trace on one BlockManager, and their untimed twins.
-
-Three drivers, one result shape (:class:`~harness.measure.steptimes.StepTimes`, nanoseconds per step and kind):
-
-- ``python`` (:func:`run_interpreted`): walks the trace in Python, as a Python scheduler would, and times every
-  pool operation, the decode phase and the lookup phase with ``perf_counter_ns``. Per-call regime: one
-  contract call per operation (``append_slot`` per sequence, then ``last_slot`` per sequence for the slot
-  mapping). Batched regime: pool operations per call, then one ``decode_step`` (appends and slot mapping
-  fused) and, timed apart and not part of the step, one ``lookup`` for the lookup metric.
-- ``compiled`` (:func:`compiled_driver`): for a design with compiled kernels, a Numba replay loop that calls
-  the kernels directly: the batched regime with the whole step compiled, no Python and no dispatch per step.
-  With ``detail=False`` it times each step as one region (the step-time figures); with ``detail=True`` it
-  times each operation (the per-block and per-lookup figures). Ticks are converted with the calibrated TSC.
-- ``native`` (:func:`run_native`): the C++ designs replayed inside C++ (:mod:`harness.measure.native`).
-
-**Untimed per-step hook.** The Python drivers (:func:`run_interpreted`, :func:`run_whole_steps`, and their untimed
-twins :func:`step_runner` and :func:`whole_step_runner`) call a manager's optional ``untimed_after_step(step)``
-method after each step's timed regions and checks, outside every timed region (looked up once per replay with
-``getattr``; a manager without it is replayed exactly as before). It is for work a real engine does between
-two steps that is not block management, which a manager must still do to stay in step with the trace: the
-calibration's adapters record each request's sampled token on the engine's request objects there
-(:mod:`harness.calibration`). The registered designs do not define it. The compiled and native drivers have no
-such hook (their designs need none).
-
-Every replay reports its copy-on-write count and slot digest per step, checked against the trace
-(:meth:`StepTimes.check`). Each cell replays its own copy of the trace's arrays (:meth:`Prepared.private`):
-a design that writes into its inputs changes nothing for the others, and :meth:`Prepared.changed_inputs`
-finds it.
-"""
+"""Timed replays of a trace on one BlockManager, and their untimed twins. Design: docs/measurement.md#drivers."""
 
 from __future__ import annotations
 
@@ -38,9 +10,9 @@ from functools import partial
 import numpy as np
 from numba import njit
 
-from harness.measure.clock import ns_per_tick, ticks
-from harness.measure.replay import ReplayError, check_replayable, check_step_hits, hash_args
-from harness.measure.steptimes import KINDS, StepTimes, concat
+from harness.base.clock import ns_per_tick, ticks
+from harness.base.replay import ReplayError, check_replayable, check_step_hits, hash_args
+from harness.base.steptimes import KINDS, StepTimes, concat
 from impls.contract import blocks_for
 from impls.core.base import step_by_calls
 from impls.core.jit import specialise
@@ -61,17 +33,17 @@ class Prepared:
     op: list[int]
     a0: list[int]
     a1: list[int]
-    bounds: list[tuple[int, int, int]]  # per step: first pool op, first append, end
-    decode_ids: list[np.ndarray]  # per step: int64 row ids of the decode step (views of seq_ids)
-    op_blocks: np.ndarray  # per op: blocks taken (allocate) or released (free), else 0
-    seq_ids: np.ndarray  # a0 as int64, for the compiled driver's slices
-    arrays64: tuple[np.ndarray, np.ndarray, np.ndarray]  # op, a0 (= seq_ids), a1 as int64 for the compiled driver
+    bounds: list[tuple[int, int, int]]
+    decode_ids: list[np.ndarray]
+    op_blocks: np.ndarray
+    seq_ids: np.ndarray
+    arrays64: tuple[np.ndarray, np.ndarray, np.ndarray]
     max_batch: int
-    slot_digests: np.ndarray  # per step: the digest of the slot mapping every correct manager writes
-    hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64), repr=False)  # the chains' pool
-    hash_args: dict[int, np.ndarray | int] = field(default_factory=dict, repr=False)  # prefix caching: op -> arg
-    step_hits: list[int] = field(default_factory=list, repr=False)  # per step: prompt tokens the cache serves
-    calls: list[tuple] = field(default_factory=list, repr=False)  # per pool op: (method, args, result, column)
+    slot_digests: np.ndarray
+    hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64), repr=False)
+    hash_args: dict[int, np.ndarray | int] = field(default_factory=dict, repr=False)
+    step_hits: list[int] = field(default_factory=list, repr=False)
+    calls: list[tuple] = field(default_factory=list, repr=False)
 
     @classmethod
     def from_trace(cls, trace: Trace) -> Prepared:
@@ -109,14 +81,13 @@ class Prepared:
         return self
 
     def private(self) -> Prepared:
-        """The same trace with private copies of every array a manager is handed (ids, op arrays, hashes), so
-        that a design writing into its inputs changes nothing for another cell."""
+        """The same trace with private copies of every array a manager is handed (ids, op arrays, hashes), so that a
+        design writing into its inputs changes nothing for another cell."""
         op64, seq_ids, a1 = (a.copy() for a in self.arrays64)
         return replace(self, seq_ids=seq_ids, arrays64=(op64, seq_ids, a1), hashes=self.hashes.copy())._with_views()
 
     def changed_inputs(self, original: Prepared, lo: int, hi: int) -> str:
-        """What of steps ``[lo, hi)``'s inputs differs from ``original``'s (the copy this one was made from);
-        "" when nothing."""
+        """What of steps ``[lo, hi)``'s inputs differs from ``original``'s ("" when nothing)."""
         first, end = self.bounds[lo][0] if lo < len(self.bounds) else 0, self.bounds[hi - 1][2] if hi > lo else 0
         for name, mine, theirs in (("op", self.arrays64[0], original.arrays64[0]),
                                    ("seq_ids", self.seq_ids, original.seq_ids),
@@ -133,15 +104,13 @@ class Prepared:
 
 
 def slot_digest(slots, block_size: int) -> int:
-    """A digest of a step's slot mapping that every correct manager produces, whatever its block ids: the sum
-    of (offset in block + 1). A skipped or stale slot write changes it (offsets advance by one each step)."""
+    """A digest of a step's slot mapping that every correct manager produces, whatever its block ids: the sum of (offset
+    in block + 1)."""
     return int(((np.asarray(slots, dtype=np.int64) & (block_size - 1)) + 1).sum())
 
 
 def op_block_counts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Blocks each ALLOCATE or ALLOCATE_CACHED puts in its table (cache hits included) and each FREE releases (the
-    freed table's length), and each step's expected slot digest (:func:`slot_digest`), from the row lengths of
-    :meth:`scenarios.trace.Trace.op_lengths`."""
+    """Blocks each ALLOCATE(_CACHED) puts in its table and each FREE releases, and each step's expected slot digest."""
     bs, op, lens = trace.config["block_size"], trace.op, trace.op_lengths()
     counted = (op == ALLOCATE) | (op == ALLOCATE_CACHED) | (op == FREE)
     out = np.where(counted, blocks_for(lens, bs), 0).astype(np.int64)
@@ -168,13 +137,9 @@ def _check_result(prep: Prepared, s: int, i: int, result: str, got) -> int:
     return 0
 
 
-# One flat loop on purpose: this is the timed driver, and a helper call per operation would put interpreter
-# work between the timer reads of every region (and a no-op hook called for every design would be work too).
+# One flat loop on purpose: a helper call per operation would put interpreter work between timer reads.
 def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | None = None) -> StepTimes:  # noqa: C901
-    """Time steps ``[lo, hi)`` (default: all) issued from Python (both regimes, every implementation), on a
-    manager already at step ``lo``. The slot mapping of every step is digested outside the timed regions. With
-    prefix caching, ``allocate_cached`` is timed as ``alloc`` and ``seal`` as ``other``; each step's cache hits
-    and each seal's answer are checked against the trace (outside the timed regions)."""
+    """Time steps ``[lo, hi)`` (default: all) issued from Python, on a manager already at step ``lo``."""
     perf = time.perf_counter_ns
     hi = prep.num_steps if hi is None else hi
     check_replayable(prep.trace, mgr)
@@ -187,7 +152,7 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
     batched = regime == "batched"
     regions = 0
-    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
+    after = getattr(mgr, "untimed_after_step", None)
     for s in range(lo, hi):
         first, mid, end = prep.bounds[s]
         row = ns[s - lo]
@@ -216,7 +181,7 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
             mgr.lookup(ids, slot_out)
             t2 = perf()
             if ((slot_out[:n] & mask) + 1).sum() != digests[s - lo]:
-                digests[s - lo] = -1  # lookup disagrees with the step's own mapping
+                digests[s - lo] = -1
             row[_LOOKUP] = t2 - t1b
         else:
             count = 0
@@ -228,7 +193,7 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
                 if append(seq) is not None:
                     count += 1
             t1 = perf()
-            slots = [last_slot(seq) for seq in seqs]  # the scheduler's slot mapping, as it would keep it
+            slots = [last_slot(seq) for seq in seqs]
             t2 = perf()
             cows[s - lo] = count
             digests[s - lo] = sum((slot & mask) + 1 for slot in slots)
@@ -238,7 +203,7 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
         if after is not None:
             after(s)
     step_ns = ns[:, _ALLOC] + ns[:, _FREE] + ns[:, _OTHER] + ns[:, _DECODE]
-    if not batched:  # the per-call scheduler needs its slot mapping from last_slot calls
+    if not batched:
         step_ns = step_ns + ns[:, _LOOKUP]
     return StepTimes(ns, cows, step_ns, regions / max(1, hi - lo), "perf_counter_ns", digests)
 
@@ -258,10 +223,7 @@ def apply_calls(prep: Prepared, mgr, s: int, methods: dict | None = None) -> Non
 
 
 def step_runner(prep: Prepared, mgr, regime: str, cows: np.ndarray | None = None, check: bool = True):
-    """An untimed ``run(lo, hi)`` replaying steps ``[lo, hi)`` from Python through the path ``regime`` names (for
-    allocation counts, paced runs and instruction counts): ``per-call`` the contract's calls, ``batched`` one
-    ``decode_step`` per step, ``step`` one ``step()`` per step (:func:`whole_step_runner`, ``check`` passed on).
-    Copy-on-write counts per step go to ``cows`` when given; ``ValueError`` for any other regime."""
+    """An untimed ``run(lo, hi)`` replaying steps ``[lo, hi)`` from Python through the path ``regime`` names."""
     if regime == "step":
         return whole_step_runner(prep, mgr, cows, check)
     if regime not in ("batched", "per-call"):
@@ -276,7 +238,7 @@ def _batched_runner(prep: Prepared, mgr, cows: np.ndarray):
     decode_ids, methods, decode_step = prep.decode_ids, _bound(mgr, prep), mgr.decode_step
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
-    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
+    after = getattr(mgr, "untimed_after_step", None)
 
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
@@ -291,7 +253,7 @@ def _batched_runner(prep: Prepared, mgr, cows: np.ndarray):
 def _per_call_runner(prep: Prepared, mgr, cows: np.ndarray):
     """:func:`step_runner`'s per-call loop: pool operations, ``append_slot`` then ``last_slot`` per sequence."""
     a0, bounds, methods, append, last_slot = prep.a0, prep.bounds, _bound(mgr, prep), mgr.append_slot, mgr.last_slot
-    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
+    after = getattr(mgr, "untimed_after_step", None)
 
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
@@ -311,11 +273,7 @@ def _per_call_runner(prep: Prepared, mgr, cows: np.ndarray):
 
 
 def whole_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None, check: bool = True):
-    """An untimed ``run(lo, hi)`` that replays steps ``[lo, hi)`` as an engine calls the whole-step entry point:
-    one ``mgr.step`` call per step, with the step's pool operations and decode batch as views of the trace's
-    arrays (made here, before any step runs). Copy-on-write counts per step go to ``cows`` when given. With
-    ``check``, a step whose op statuses disagree with the trace raises :class:`ReplayError`; without it (the
-    paced run, whose every instruction is counted) the caller checks ``cows`` and the end state afterwards."""
+    """An untimed ``run(lo, hi)``: one ``mgr.step`` call per step, its arguments views of the trace's arrays."""
     op, a0, a1 = prep.arrays64
     steps = [(op[f:m], a0[f:m], a1[f:m], prep.decode_ids[s]) for s, (f, m, _) in enumerate(prep.bounds)]
     status_out = np.zeros(max((m - f for f, m, _ in prep.bounds), default=0) + 2, dtype=np.int64)
@@ -323,7 +281,7 @@ def whole_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None, check
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
     cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
     step = step_entry(mgr)
-    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
+    after = getattr(mgr, "untimed_after_step", None)
 
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
@@ -345,10 +303,7 @@ def step_entry(mgr) -> Callable:
 
 
 def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> StepTimes:
-    """Time steps ``[lo, hi)`` (default: all) as an engine written in Python calls the whole-step entry point:
-    one call of :func:`step_entry` per decode step (its pool operations and decode batch as views of the
-    trace's arrays), each call one ``perf_counter_ns`` region (column ``decode``), on a manager already at step
-    ``lo``. Its statuses and slot mapping are checked outside the timed regions."""
+    """Time steps ``[lo, hi)`` (default: all), one :func:`step_entry` call per step timed as one region (``decode``)."""
     perf = time.perf_counter_ns
     hi = prep.num_steps if hi is None else hi
     check_replayable(prep.trace, mgr, "step")
@@ -360,11 +315,11 @@ def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> 
     status_out = np.zeros(max((m - f for f, m, _ in prep.bounds), default=0) + 2, dtype=np.int64)
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
-    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
+    after = getattr(mgr, "untimed_after_step", None)
     for s in range(lo, hi):
         first, mid, end = prep.bounds[s]
         ops, x, y, ids = op[first:mid], a0[first:mid], a1[first:mid], prep.decode_ids[s]
-        slot_out[: end - mid] = -1  # a step that skips its slot writes must not pass on the previous step's
+        slot_out[: end - mid] = -1
         t0 = perf()
         rc = step(ops, x, y, ids, status_out, cow_out, slot_out)
         t1 = perf()
@@ -378,8 +333,7 @@ def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> 
 
 
 def _check_statuses(prep: Prepared, s: int, status_out: np.ndarray, rc: int) -> None:
-    """The statuses a whole step reported must be the trace's: can_allocate's answers, 0 for every other op and
-    for the decode batch."""
+    """The statuses a whole step reported must be the trace's (can_allocate's answers, else 0)."""
     first, mid, _ = prep.bounds[s]
     op, _, a1 = prep.arrays64
     expected = np.where(op[first:mid] == CAN_ALLOCATE, a1[first:mid], 0)
@@ -389,22 +343,18 @@ def _check_statuses(prep: Prepared, s: int, status_out: np.ndarray, rc: int) -> 
                           f"{expected.tolist()}, 0 and {prep.trace.step_cows[s]}")
 
 
-# -- the compiled driver ------------------------------------------------------------------------------------
-# Bound per design by compiled_driver() (impls.core.compiled.specialise): the loop reads them as Numba globals,
-# constants it can inline. _CACHING selects the prefix-caching ops at compile time: the plain loop has no
-# trace of them.
+# Set per design by compiled_driver(): Numba inlines these globals as constants.
 _CACHING = False
 _k_can = _k_alloc = _k_fork = _k_free = _k_step = _k_lookup = _k_alloc_cached = _k_seal = None
 
 
-# One function on purpose: Numba compiles it as the whole-step replay, and splitting it would add calls (and
-# reference counting of array arguments) to the measured step.
+# One function on purpose: splitting it would add calls (and array ref counting) to the measured step.
 def _replay_loop(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out, ticks_out, cows_out,  # noqa: C901
                  detail, digests_out, mask, hashes, op_hash, hits_out):
     t0 = 0
-    digest = digests_out.shape[0] > 0  # slot digests, taken outside the timed regions (empty: not taken)
+    digest = digests_out.shape[0] > 0
     shift = 0
-    while (1 << shift) <= mask:  # log2(block_size): a chain's length is a shift, not a divide
+    while (1 << shift) <= mask:
         shift += 1
     for s in range(decode_offsets.shape[0]):
         t_step = ticks()
@@ -462,16 +412,15 @@ def _replay_loop(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_o
             _k_lookup(*state, ids, slot_out)
             ticks_out[s, _LOOKUP] = ticks() - t0
             if digest and _digest_and_reset(slot_out, ids.shape[0], mask) != digests_out[s]:
-                digests_out[s] = -1  # lookup disagrees with the step's own mapping
+                digests_out[s] = -1
         else:
-            ticks_out[s, _DECODE] = t1 - t_step  # the whole step as one region
+            ticks_out[s, _DECODE] = t1 - t_step
     return 0, 0, 0
 
 
 @njit(inline="always")
 def _digest_and_reset(slot_out, n, mask):
-    """The step's slot digest (see :func:`slot_digest`); the slots are then set to -1, so that a next call that
-    skipped its writes cannot pass on these."""
+    """The step's slot digest; the slots are then set to -1 so that a skipped write cannot pass."""
     d = 0
     for j in range(n):
         d += (slot_out[j] & mask) + 1
@@ -479,7 +428,7 @@ def _digest_and_reset(slot_out, n, mask):
     return d
 
 
-_DRIVERS: dict[tuple[str, bool], object] = {}
+COMPILED_DRIVERS: dict[tuple[str, bool], object] = {}
 _NO_DIGESTS = np.zeros(0, dtype=np.int64)
 _NO_HASHES = np.zeros(0, dtype=np.uint64)
 
@@ -490,29 +439,17 @@ def driver_for(kernels, trace: Trace):
 
 
 def compiled_driver(kernels, caching: bool = False):
-    """The compiled replay loop over ``kernels`` (see :class:`impls.core.compiled.Kernels`), cached per design.
-
-    ``drive(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_out, slot_out, ticks_out, cows_out,
-    detail, digests_out, mask, hashes, op_hash, hits_out) -> (status, step, op_index)``: status 0 on success,
-    else the failing kernel's code (or 1 for a ``can_allocate`` or ``seal`` answer that disagrees with the
-    trace). With ``detail`` it times every operation, else each whole step as one region (column ``decode`` of
-    ``ticks_out``). A non-empty ``digests_out`` receives each step's slot digest (``mask`` = block_size - 1),
-    taken outside timed regions. With ``caching`` (kernels with ``allocate_cached`` and ``seal``,
-    :class:`impls.core.compiled.CachingKernels`) it replays the prefix-caching ops too: ``hashes`` is the
-    trace's hash pool, ``op_hash`` per op where an ALLOCATE_CACHED's chain or a SEAL's hash starts in it, and
-    ``hits_out`` receives each step's prompt tokens served from the cache (:func:`check_hits`); without, those
-    three are ignored. ``ValueError`` for ``caching`` with kernels that have no caching operations.
-    """
+    """The compiled replay loop over ``kernels`` (see :class:`impls.core.compiled.Kernels`), cached per design."""
     if caching and not hasattr(kernels, "allocate_cached"):
         raise ValueError("these kernels have no prefix-caching operations (allocate_cached, seal)")
     module = kernels.decode_step.py_func.__module__
-    if (module, caching) not in _DRIVERS:
+    if (module, caching) not in COMPILED_DRIVERS:
         extra = {"_k_alloc_cached": kernels.allocate_cached, "_k_seal": kernels.seal} if caching else {}
         fn = specialise(_replay_loop, ("caching_" if caching else "") + module, _CACHING=caching,
                         _k_can=kernels.can_allocate, _k_alloc=kernels.allocate, _k_fork=kernels.fork,
                         _k_free=kernels.free, _k_step=kernels.decode_step, _k_lookup=kernels.lookup, **extra)
-        _DRIVERS[(module, caching)] = njit(cache=True)(fn)
-    return _DRIVERS[(module, caching)]
+        COMPILED_DRIVERS[(module, caching)] = njit(cache=True)(fn)
+    return COMPILED_DRIVERS[(module, caching)]
 
 
 def _caching_args(prep: Prepared, hits_out: np.ndarray) -> tuple:
@@ -523,8 +460,7 @@ def _caching_args(prep: Prepared, hits_out: np.ndarray) -> tuple:
 
 
 def compiled_step_runner(prep: Prepared, mgr, drive, cows: np.ndarray | None = None):
-    """``run(lo, hi)`` replaying steps ``[lo, hi)`` through the compiled driver (untimed use); copy-on-write
-    counts per step go to ``cows`` when given."""
+    """An untimed ``run(lo, hi)`` through the compiled driver; copy-on-write counts to ``cows`` if given."""
     t = prep.trace
     check_replayable(t, mgr, "compiled")
     op, a0, a1 = prep.arrays64
@@ -547,8 +483,8 @@ def compiled_step_runner(prep: Prepared, mgr, drive, cows: np.ndarray | None = N
 
 
 def check_hits(hits: np.ndarray, expected: np.ndarray, lo: int = 0) -> None:
-    """Prompt tokens served from the cache per step, steps ``[lo, lo + len)``, must be the expected ones (every
-    design makes the same choices: hit counts are a correctness check, as copy-on-write counts are)."""
+    """Prompt tokens served from the cache per step, steps ``[lo, lo + len)``, must be the expected ones (every design
+    makes the same choices: hit counts are a correctness check, as copy-on-write counts are)."""
     bad = np.flatnonzero(np.asarray(hits) != np.asarray(expected)[lo : lo + len(hits)])
     if bad.size:
         s = lo + int(bad[0])
@@ -557,8 +493,7 @@ def check_hits(hits: np.ndarray, expected: np.ndarray, lo: int = 0) -> None:
 
 
 def run_compiled(prep: Prepared, mgr, drive, detail: bool, lo: int = 0, hi: int | None = None) -> StepTimes:
-    """Time steps ``[lo, hi)`` (default: all) of a whole-step-compiled replay (batched regime of a compiled
-    design), on a manager already at step ``lo``."""
+    """Time steps ``[lo, hi)`` (default: all) of a whole-step compiled replay, ``mgr`` already at step ``lo``."""
     t = prep.trace
     check_replayable(t, mgr, "compiled")
     hi = prep.num_steps if hi is None else hi
@@ -586,14 +521,13 @@ def run_compiled(prep: Prepared, mgr, drive, detail: bool, lo: int = 0, hi: int 
     return StepTimes(ns, cows, step_ns, regions, "rdtsc", digests)
 
 
-# -- the native driver (the C++ designs, harness.measure.native) ---------------------------------------------
 def is_native(cls: type) -> bool:
     """Whether ``cls`` is replayed inside C++ (the ``cpp-*`` designs)."""
     return getattr(cls, "native", False) is True
 
 
 def _native_replay(prep: Prepared, mgr, detail: bool, lo: int, hi: int):
-    from harness.measure import native
+    from harness.base import native
 
     check_replayable(prep.trace, mgr, "native")
     try:
@@ -607,18 +541,17 @@ _NATIVE_ARRAYS: dict[int, tuple] = {}
 
 def native_arrays(prep: Prepared):
     """The trace's arrays for the native driver, made once per trace (read-only: C++ only reads them)."""
-    from harness.measure import native
+    from harness.base import native
 
     key = id(prep.trace)
     if key not in _NATIVE_ARRAYS or _NATIVE_ARRAYS[key][0] is not prep.trace:
-        _NATIVE_ARRAYS.clear()  # one trace at a time: a run measures its scenarios one after another
+        _NATIVE_ARRAYS.clear()
         _NATIVE_ARRAYS[key] = (prep.trace, native.prepare(prep.trace))
     return _NATIVE_ARRAYS[key][1]
 
 
 def native_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None):
-    """``run(lo, hi)`` replaying steps ``[lo, hi)`` inside C++ (untimed use: allocations, instruction counts);
-    copy-on-write counts per step go to ``cows`` when given."""
+    """An untimed ``run(lo, hi)`` inside C++; copy-on-write counts per step to ``cows`` when given."""
     cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
 
     def run(lo: int, hi: int) -> None:
@@ -628,8 +561,6 @@ def native_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None):
 
 
 def run_native(prep: Prepared, mgr, detail: bool, lo: int = 0, hi: int | None = None) -> StepTimes:
-    """Time steps ``[lo, hi)`` inside C++: one foreign call, timed as :func:`run_compiled` times the compiled
-    loop. The C++ driver keeps its slot mapping to itself: slots are checked by
-    :func:`harness.measure.interleave.verify_slots`."""
+    """Time steps ``[lo, hi)`` inside C++: one foreign call, timed as :func:`run_compiled` times the compiled loop."""
     r = _native_replay(prep, mgr, detail, lo, prep.num_steps if hi is None else hi)
     return StepTimes(r.ns, r.cows, r.step_ns, r.timed_regions_per_step, r.clock)

@@ -1,5 +1,4 @@
-"""SIGTERM ends a run as Ctrl-C does: raised where the run is, so that what finished is kept and ``meta.json``
-records the interruption (and which signal) instead of the process dying with nothing said."""
+"""SIGTERM ends a run as Ctrl-C does: raised where the run is, what finished is kept, the interruption recorded."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ def signal_name(exc: KeyboardInterrupt) -> str:
 
 @contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """Within the block, SIGTERM raises :class:`Terminated` (a ``KeyboardInterrupt``); the previous handler is
-    restored on exit. Only the main thread can set handlers: elsewhere the block changes nothing."""
+    """Within the block SIGTERM raises :class:`Terminated`; the previous handler is restored on exit."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

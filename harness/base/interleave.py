@@ -1,28 +1,4 @@
-"""Timed replays of every cell of a trace, interleaved in short slices so that machine drift hits all alike.
-
-A repetition gives each cell a fresh manager, then walks the trace in :data:`SLICES_PER_REP` slices of steps;
-within each slice every cell replays those steps on its own manager. A slow phase of the machine lasts longer
-than a slice, so it falls on every cell of the slice alike, and the ratios between cells, computed over the
-same blocks (:mod:`harness.measure.stats`), stay put while absolute times drift. After the last slice each
-cell's replay is checked as a whole: copy-on-writes and slot-mapping digests of every step, and the end state.
-
-Switching cells has a cost that is the harness's, not the design's: the first step of a slice runs with the
-caches (data, instructions, branch history) the previous cell left: for a fast compiled cell that first step
-costs several times the steps after it, and how much depends on which cell ran before (README, "Timing
-rules", quotes it from a reference run). Two rules keep it out of the figures and off any one cell
-(:func:`schedule`):
-
-- **staggered slices**: repetition ``r`` of ``R`` cuts its slices ``r/R`` of a slice later than repetition 0
-  (:func:`replay_slices`), so a step starts a slice in at most one repetition; each step's median over the
-  repetitions (:mod:`harness.measure.metrics`) is then a step that followed the same cell, with three or more
-  repetitions (with two, the median is the mean: half the cost stays);
-- **rotated order, new neighbours each repetition**: each repetition walks the cells with its own stride and
-  rotates that order from slice to slice, so no cell always runs first or always right after the same cell;
-  managers are created in the repetition's order, so no cell's arrays always come last in memory.
-
-Three drivers replay a slice (:class:`Driver`): ``python`` (contract calls from Python, both regimes), ``compiled``
-(a Numba loop calling a compiled design's kernels, batched) and ``native`` (the C++ designs' own loop, batched).
-"""
+"""All cells' timed replays, interleaved in slices so drift hits all alike. Design: docs/measurement.md#interleave."""
 
 from __future__ import annotations
 
@@ -34,9 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.errors import DesignFailure
-from harness.measure import clock
-from harness.measure.drivers import (
+from harness.base import clock
+from harness.base.drivers import (
     Prepared,
     StepTimes,
     compiled_step_runner,
@@ -51,17 +26,17 @@ from harness.measure.drivers import (
     slot_digest,
     step_runner,
 )
-from harness.measure.failures import blamed_on
-from harness.measure.replay import ReplayError, apply_pool_op, check_end_state
+from harness.base.failures import blamed_on
+from harness.base.replay import ReplayError, apply_pool_op, check_end_state
+from harness.errors import DesignFailure
 from scenarios.trace import trace_uses_caching
 
+WARM_STEPS = 5  # untimed steps each cell replays first (compilation, caches)
 SLICES_PER_REP = 20
-# Cells whose replay runs inside compiled code or C++ (milliseconds for a whole trace) replay this many times
-# the run's repetitions: their managers' spread (memory placement: the A/A control's interval shows it) is the
-# largest part of their uncertainty, and more managers shrink it for almost no time.
+# Compiled and C++ cells replay this many times the repetitions: more managers shrink their largest spread.
 FAST_REPS = 3
 
-Key = tuple[str, str, str]  # (impl, regime, tag); tag "" for a cell, "aa" for the A/A control's copy
+Key = tuple[str, str, str]
 
 
 def slice_bounds(num_steps: int, slices: int = SLICES_PER_REP) -> list[tuple[int, int]]:
@@ -71,9 +46,7 @@ def slice_bounds(num_steps: int, slices: int = SLICES_PER_REP) -> list[tuple[int
 
 
 def replay_slices(blocks: list[tuple[int, int]], rep: int, reps: int) -> list[tuple[int, int]]:
-    """The ``[lo, hi)`` step ranges repetition ``rep`` of ``reps`` replays: the estimates' ``blocks``
-    (:func:`slice_bounds`) cut ``rep/reps`` of a slice later, so that no step starts a slice in two repetitions
-    (repetition 0 replays exactly ``blocks``)."""
+    """The step ranges repetition ``rep`` of ``reps`` replays: ``blocks`` cut ``rep/reps`` of a slice later."""
     size, num_steps = blocks[0][1] - blocks[0][0], blocks[-1][1]
     shift = (rep % max(1, reps)) * size // max(1, reps)
     if shift == 0:
@@ -83,13 +56,7 @@ def replay_slices(blocks: list[tuple[int, int]], rep: int, reps: int) -> list[tu
 
 
 def schedule(n: int, rep: int, num_slices: int) -> list[list[int]]:
-    """Per slice of repetition ``rep``, the order in which cells ``0..n-1`` replay it.
-
-    Repetition ``r`` walks the cells with a stride ``s`` coprime to ``n`` (cell ``j * s mod n`` comes ``j``-th;
-    the ``r``-th such stride, cycling), rotated by one from slice to slice: within a repetition each cell runs
-    first once every ``n`` slices, and cell ``c`` follows cell ``c - s``, a different cell in consecutive
-    repetitions whenever ``n >= 3``.
-    """
+    """Per slice of repetition ``rep``, the order in which cells ``0..n-1`` replay it."""
     strides = [s for s in range(1, n) if math.gcd(s, n) == 1] or [1]
     stride = strides[rep % len(strides)]
     perm = [j * stride % n for j in range(n)]
@@ -103,12 +70,12 @@ class Driver:
     prep: Prepared
     cls: type
     regime: str
-    compiled_loops: dict  # (impl, caching) -> compiled replay loop, shared across scenarios (compiled once)
+    compiled_loops: dict
     impl: str
-    inputs: Prepared = field(init=False, repr=False)  # this cell's own copy of the arrays its managers are handed
+    inputs: Prepared = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.inputs = self.prep if self.kind == "native" else self.prep.private()  # C++ gets read-only arrays
+        self.inputs = self.prep if self.kind == "native" else self.prep.private()
 
     @property
     def kind(self) -> str:
@@ -156,7 +123,7 @@ class Driver:
             return native_step_runner(self.inputs, mgr, cows)
         if self.kind == "compiled":
             return compiled_step_runner(self.inputs, mgr, self.loop(), cows)
-        return step_runner(self.inputs, mgr, self.regime, cows)  # the path the regime names (step: step())
+        return step_runner(self.inputs, mgr, self.regime, cows)
 
     def how(self) -> str:
         if self.regime == "step":
@@ -169,15 +136,15 @@ class Driver:
         if self.kind == "python":
             return calib["python_timer_ns"]
         if self.kind == "native":
-            from harness.measure import native
+            from harness.base import native
 
             return native.timer_overhead_ns(20_000)
         return calib["compiled_timer_ns"]
 
 
 def verify_slots(driver: Driver) -> None:
-    """Replay the trace through the contract from Python and check every step's slot mapping: for the native
-    driver, whose C++ loop keeps its slots to itself (the timed replays check the others as they go)."""
+    """Replay the trace through the contract from Python and check every step's slot mapping: for the native driver,
+    whose C++ loop keeps its slots to itself (the timed replays check the others as they go)."""
     prep, mgr = driver.inputs, driver.new()
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
@@ -196,7 +163,7 @@ class Replays:
     """What interleaved repetitions produced: samples per key, failures, and each key's last manager."""
 
     samples: dict[Key, list[StepTimes]] = field(default_factory=dict)
-    reps: dict[Key, list[int]] = field(default_factory=dict)  # the run's repetition index of each sample
+    reps: dict[Key, list[int]] = field(default_factory=dict)
     failed: dict[Key, DesignFailure] = field(default_factory=dict)
     last_mgr: dict[Key, object] = field(default_factory=dict)
 
@@ -205,13 +172,7 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
                 done: Callable[[Key], None] = lambda key: None, out: Replays | None = None,
                 caps: dict[Key, int] | None = None, only: Iterable[int] | None = None,
                 enter: Callable[[Key], None] = lambda key: None) -> Replays:
-    """``reps`` repetitions of every driver (``caps[key]`` of them for a key it names, fewer or more),
-    interleaved slice by slice (``slices`` staggered per repetition by :func:`replay_slices`, cells ordered by
-    :func:`schedule`); ``done(key)`` after each of a key's first ``reps`` repetitions. ``only``: of the run's
-    repetitions, those to replay here (each with its own staggering and order, as in the whole run), so that
-    the repetitions of one run can be spread over processes; samples are kept per repetition index
-    (``Replays.reps``). ``enter(key)`` is called before any of a key's code runs (a worker reports the cell it
-    is in: :class:`harness.measure.workers.Events`)."""
+    """``reps`` repetitions of every driver (``caps[key]`` for a key it names), interleaved slice by slice."""
     out = out or Replays()
     caps = caps or {}
     total = max([reps, *caps.values()])
@@ -227,7 +188,7 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
         mgrs = _new_managers(drivers, orders[0], out, enter)
         parts: dict[Key, list[StepTimes]] = {k: [] for k in mgrs}
         gc.collect()
-        gc.freeze()  # collections triggered by the replays' own allocations scan only what they create
+        gc.freeze()
         try:
             for (lo, hi), order in zip(bounds, orders, strict=True):
                 for k in order:

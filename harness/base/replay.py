@@ -1,8 +1,4 @@
-"""Applying a trace to a BlockManager, and checking that it ended where the trace says it must.
-
-The timed replays (:mod:`harness.measure.drivers`) use their own tight loops; this module is the plain, obviously
-correct walk the tests and the post-replay checks rely on.
-"""
+"""Applying a trace to a BlockManager, and checking that it ended where the trace says it must."""
 
 from __future__ import annotations
 
@@ -12,7 +8,6 @@ from impls.contract import supports_prefix_caching
 from impls.core import ops as pool_ops
 from scenarios.trace import ALLOCATE_CACHED, APPEND, SEAL, Trace, canonical_tables, trace_uses_caching
 
-# How a scheduler calls a block manager (README, "Two regimes"), in the order reports show them: the one list.
 REGIMES = ("batched", "per-call", "step")
 
 
@@ -22,8 +17,7 @@ class ReplayError(Exception):
 
 
 def check_replayable(trace: Trace, mgr, driver: str = "python") -> None:
-    """Refuse, before the replay starts, a prefix-caching trace that ``mgr`` (or a ``driver`` other than the
-    Python one) cannot replay."""
+    """Refuse a prefix-caching trace that ``mgr`` (or a non-Python ``driver``) cannot replay, before it starts."""
     if not trace_uses_caching(trace):
         return
     name = trace.header["scenario"]
@@ -37,8 +31,7 @@ def check_replayable(trace: Trace, mgr, driver: str = "python") -> None:
 
 
 def hash_args(trace: Trace, hashes: np.ndarray | None = None) -> dict[int, np.ndarray | int]:
-    """Per prefix-caching op index: its chain (ALLOCATE_CACHED, a uint64 view of ``hashes``, by default the
-    trace's) or its hash (SEAL, a Python int), made once, outside any timed region."""
+    """Per prefix-caching op index: its chain (ALLOCATE_CACHED) or hash (SEAL), made outside timed regions."""
     pool = trace.arrays.get("hashes") if hashes is None else hashes
     found = np.flatnonzero((trace.op == ALLOCATE_CACHED) | (trace.op == SEAL)).tolist()
     args: dict[int, np.ndarray | int] = {}
@@ -50,9 +43,7 @@ def hash_args(trace: Trace, hashes: np.ndarray | None = None) -> dict[int, np.nd
 
 
 def apply_pool_op(mgr, op: int, a0: int, a1: int, arg: np.ndarray | int | None = None) -> int:
-    """One pool operation of a trace, as a scheduler issues it (``APPEND`` too); ``arg`` is a prefix-caching op's
-    chain or hash (:func:`hash_args`). Returns the prompt tokens the cache served (``allocate_cached``), else 0;
-    a yes/no answer that differs from the trace's (``can_allocate``, ``seal``) raises :class:`ReplayError`."""
+    """One pool operation of a trace, as a scheduler issues it; the prompt tokens the cache served, else 0."""
     if op == APPEND:
         mgr.append_slot(a0)
         return 0

@@ -1,24 +1,4 @@
-"""From raw replay samples to the figures we publish. Pure functions: tested with fake timings.
-
-Replays run in slices of steps, interleaved across implementations (:mod:`harness.measure.interleave`). Every
-timed figure is time over work: each step's time is its median over the repetitions (robust to a step that
-was preempted once), summed over the steps, divided by the work they did; its 95 % interval (``ci_low``,
-``ci_high``) is a bootstrap over the slices and the repetitions (:mod:`harness.measure.stats`):
-
-- ``seq_step_ns``: block-manager time per running sequence per step (all pool operations, the decode appends,
-  and in the per-call regime the slot lookups), total time / sequence-steps;
-- ``step_mean_ns``: total time / steps; ``step_p50_ns`` / ``step_p99_ns`` / ``step_max_ns``: distribution of
-  whole-step times (median over repetitions, no interval);
-- ``lookup_ns``: the slot lookup the attention kernel needs (newest token of each running sequence ->
-  physical block and slot), per lookup;
-- ``alloc_ns`` / ``free_ns`` / ``alloc_free_ns``: ``allocate`` time per block it takes (``allocate_cached``: per
-  block of the table it makes, cache hits included), ``free`` time per table block it releases (its table's
-  length: shared blocks are released, not always returned to the pool), and both together per block;
-- ``cpu_share_pct``: block-manager CPU time per second at the target step rate, computed from the closed-loop
-  mean step time (``step_mean_ns * step_rate / 1e9 * 100``);
-- ``harness_overhead_pct``: the calibrated cost of the timer reads around the step's work, relative to the
-  step time.
-"""
+"""From raw replay samples to the published figures (pure functions). Design: docs/measurement.md#metrics."""
 
 from __future__ import annotations
 
@@ -28,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.measure.drivers import KINDS, StepTimes
-from harness.measure.stats import block_medians, block_sums, ratio_of_sums
-from harness.output.results import Row
+from harness.base.drivers import KINDS, StepTimes
+from harness.base.rows import Row
+from harness.base.stats import block_medians, block_sums, ratio_of_sums
 from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, FREE
 
 _K = {name: i for i, name in enumerate(KINDS)}
@@ -50,10 +30,9 @@ class Work:
 
     @classmethod
     def of_trace(cls, trace, op_blocks: np.ndarray | None = None) -> Work:
-        """The work of ``trace`` (``op_blocks``: :func:`harness.measure.drivers.op_block_counts`, made when not
-        given)."""
+        """The work of ``trace`` (``op_blocks`` made by ``drivers.op_block_counts`` when not given)."""
         if op_blocks is None:
-            from harness.measure.drivers import op_block_counts
+            from harness.base.drivers import op_block_counts
 
             op_blocks = op_block_counts(trace)[0]
         step_of_op = np.searchsorted(trace.step_offsets, np.arange(len(trace.op)), side="right") - 1
@@ -95,13 +74,7 @@ def all_steps(work: Work) -> list[tuple[int, int]]:
 
 
 def _time(samples: Sequence[StepTimes], slices, fn: Callable[[StepTimes], np.ndarray]) -> np.ndarray:
-    """Per slice, the sum over its steps of each step's median over repetitions; then the same for every
-    resample of the repetitions (:func:`harness.measure.stats.block_medians`: ``[1 + resamples, slices]``).
-
-    The median over repetitions of the *same* step keeps a step that is slow in every repetition (real work:
-    a burst of allocations) and drops one that was slow once (the thread was preempted, a page faulted, the
-    step opened a slice after another cell's replay: :func:`harness.measure.interleave.replay_slices`).
-    """
+    """Per slice, the sum of each step's median over repetitions, then per resample (``stats.block_medians``)."""
     return block_medians(np.stack([np.asarray(fn(s), dtype=float) for s in samples]), slices)
 
 
@@ -127,7 +100,7 @@ def cell_blocks(work: Work, step_samples: Sequence[StepTimes], detail_samples: S
     }
 
 
-PER_OPERATION = ("lookup_ns", "alloc_ns", "free_ns", "alloc_free_ns")  # figures from the per-operation timings
+PER_OPERATION = ("lookup_ns", "alloc_ns", "free_ns", "alloc_free_ns")
 
 
 def _median(samples: Sequence[StepTimes], fn: Callable[[StepTimes], float]) -> float:
@@ -145,14 +118,7 @@ def timing_rows(
     slices: list[tuple[int, int]] | None = None,
     whole_steps: bool = False,
 ) -> list[Row]:
-    """The timing figures of one (scenario, impl, regime) cell.
-
-    ``step_samples`` give the step-time figures, ``detail_samples`` the per-operation ones (the same replays
-    for interpreted drivers; separate replays for the compiled and native drivers, which time whole steps as
-    one region and operations one by one in different passes). ``slices`` are the step ranges replayed as
-    blocks (default: one block per repetition). ``whole_steps``: the replays timed each step as one call (the
-    ``step`` regime), so the per-operation figures are ``skipped``.
-    """
+    """The timing figures of one (scenario, impl, regime) cell."""
     scenario, impl, regime = cell
     slices = slices or all_steps(work)
     clock = step_samples[0].clock
@@ -178,8 +144,7 @@ def timing_rows(
         return Row(scenario, impl, regime, metric, _median(step_samples, fn), "ns", clock, "ok",
                    f"{how.split(';')[0]}; median over repetitions", **common)
 
-    # Each allocate/free is its own timed region, so these include one timer read per call (harness_overhead_ns
-    # / regions per step gives its size); the whole-step figures above time each step as one region.
+    # Each allocate/free is its own timed region, so these include one timer read per call.
     per_call = f"one timed region per call, {timer_overhead_ns:.0f} ns timer cost included"
     rows = [
         row("seq_step_ns", "ns"),
@@ -207,4 +172,4 @@ def timing_rows(
 
 
 def _scaled(x: float, scale: float) -> float | None:
-    return None if x != x else x * scale  # NaN (too few blocks): no interval
+    return None if x != x else x * scale

@@ -1,25 +1,4 @@
-"""Intervals for timed figures: a paired bootstrap over the repetitions and the blocks of interleaved replays.
-
-A run replays each trace in short slices of steps, rotating the implementations from slice to slice, so that a
-slow phase of the machine falls on every implementation alike (see :mod:`harness.measure.interleave`). A block
-is one slice (each step's time in it being the step's median over repetitions, :mod:`harness.measure.metrics`).
-A figure is a ratio of sums over blocks (time over work: nanoseconds over sequence-steps, lookups or blocks),
-and its 95 % interval is the percentile interval of the same ratio recomputed on resamples.
-
-A resample draws two things with replacement: the **blocks** summed, and the **repetitions** whose level
-scales them (:func:`block_medians`). Each repetition replays on fresh managers, whose arrays land at new
-addresses: two identical ``flat`` managers replayed side by side in the same slices can differ over a whole
-repetition, the same in every slice of it (README, "Timing rules", quotes the spread measured). Blocks alone
-cannot see that (every block of a repetition shares its managers), and an interval over blocks alone was too
-narrow for the A/A control to hold 1. Drawing repetitions puts the spread between managers into the
-interval; with a single repetition it is the blocks' interval alone.
-
-A ratio between two implementations draws the *same* repetitions and blocks for both (they were measured side by
-side), which is what makes it stable while absolute times drift.
-
-Hand-written rather than ``scipy.stats.bootstrap`` (scipy is not a dependency): it is a few lines of NumPy,
-and the pairing across implementations and the ratio-of-sums statistic are ours to state.
-"""
+"""Intervals for timed figures: a paired bootstrap over repetitions and blocks. Design: docs/measurement.md#stats."""
 
 from __future__ import annotations
 
@@ -51,8 +30,7 @@ def _draws(blocks: int, resamples: int = RESAMPLES) -> np.ndarray:
 
 
 def rep_draws(reps: int, resamples: int = RESAMPLES) -> np.ndarray:
-    """Repetition indices of every resample: ``[resamples, reps]``, the same for every call with this shape
-    (so that two cells of a run draw the same repetitions)."""
+    """Repetition indices of every resample: ``[resamples, reps]``, the same for every call with this shape."""
     return np.random.default_rng(SEED + 1).integers(0, reps, size=(resamples, reps))
 
 
@@ -80,11 +58,7 @@ def _resampled(x: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 
 def ratio_of_sums(num: np.ndarray, den: np.ndarray) -> Estimate:
-    """``sum(num) / sum(den)`` over blocks, with its bootstrap interval.
-
-    ``num`` is either one value per block, or :func:`block_medians`'s rows (the figure's blocks, then each
-    resample's), in which case the interval also resamples the repetitions. ``den`` is one value per block.
-    """
+    """``sum(num) / sum(den)`` over blocks, with its bootstrap interval."""
     num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
     point = _point(num)
     value = float(point.sum() / den.sum()) if den.sum() else float("nan")
@@ -98,11 +72,7 @@ def ratio_of_sums(num: np.ndarray, den: np.ndarray) -> Estimate:
 
 def paired_ratio(num_a: np.ndarray, num_b: np.ndarray, den_a: np.ndarray | None = None,
                  den_b: np.ndarray | None = None) -> Estimate:
-    """``(sum(num_a)/sum(den_a)) / (sum(num_b)/sum(den_b))`` with the same blocks (and repetitions) drawn for a
-    and b. ``num_a``/``num_b`` as for :func:`ratio_of_sums`.
-
-    Without denominators (same work for both) it is ``sum(num_a) / sum(num_b)``.
-    """
+    """``(sum(num_a)/sum(den_a)) / (sum(num_b)/sum(den_b))``, the same blocks and repetitions drawn for both."""
     num_a, num_b = np.asarray(num_a, dtype=float), np.asarray(num_b, dtype=float)
     point_a, point_b = _point(num_a), _point(num_b)
     den_a = np.ones_like(point_a) if den_a is None else np.asarray(den_a, dtype=float)
@@ -129,9 +99,8 @@ def block_sums(per_step: np.ndarray, slices: list[tuple[int, int]]) -> np.ndarra
 
 
 def rep_levels(per_rep: np.ndarray, slices: list[tuple[int, int]]) -> np.ndarray:
-    """Each repetition's level: the median over blocks of its block time over the figure's (the per-step
-    medians summed), blocks without time left out (1 where none is left). A robust size of what a
-    repetition's managers cost, which a preempted step moves in one block only."""
+    """Each repetition's level: the median over blocks of its block time over the figure's (the per-step medians
+    summed), blocks without time left out (1 where none is left)."""
     per_rep = np.asarray(per_rep, dtype=float)
     figure = block_sums(np.median(per_rep, axis=0), slices)
     busy = figure > 0
@@ -141,14 +110,7 @@ def rep_levels(per_rep: np.ndarray, slices: list[tuple[int, int]]) -> np.ndarray
 
 
 def block_medians(per_rep: np.ndarray, slices: list[tuple[int, int]], resamples: int = RESAMPLES) -> np.ndarray:
-    """From per-step values of every repetition (``[reps, steps]``): ``[1 + resamples, blocks]``.
-
-    Row 0 is the figure's blocks: each step's median over the repetitions, summed per block. Row ``1 + i``
-    is row 0 scaled by resample ``i``'s draw of repetitions (:func:`rep_draws`): the median of the drawn
-    repetitions' levels (:func:`rep_levels`) over the median of all. Scaling by levels, rather than taking
-    per-step medians of the drawn repetitions, keeps the estimate's robustness: a draw of one repetition
-    three times would bring back every step that repetition lost to preemption.
-    """
+    """From per-step values of every repetition (``[reps, steps]``): ``[1 + resamples, blocks]``."""
     per_rep = np.asarray(per_rep, dtype=float)
     point = block_sums(np.median(per_rep, axis=0), slices)
     levels = rep_levels(per_rep, slices)
@@ -157,8 +119,7 @@ def block_medians(per_rep: np.ndarray, slices: list[tuple[int, int]], resamples:
 
 
 def median_estimate(samples: np.ndarray) -> Estimate:
-    """The median of independent samples with its bootstrap interval (for studies timing one operation at a
-    time, where there are no slices to pair)."""
+    """The median of independent samples with its bootstrap interval (no slices to pair)."""
     samples = np.asarray(samples, dtype=float)
     value = float(np.median(samples))
     if samples.size < 2:
@@ -167,14 +128,8 @@ def median_estimate(samples: np.ndarray) -> Estimate:
 
 
 def independent_ratio(num: Estimate, den: Estimate) -> Estimate:
-    """``num / den`` for two figures measured independently (two runs), with a 95 % interval combined from
-    theirs on the log scale (the MOVER method of Zou and Donner): each side of the interval adds the two
-    relevant half-widths in quadrature, ``ln(num/den) - sqrt(ln(num/low_num)**2 + ln(high_den/den)**2)`` below
-    and symmetrically above, so a skewed interval keeps its skew. It assumes the two figures' errors are
-    independent and each interval a fair 95 % interval of its own figure (a percentile bootstrap is close
-    enough on the log scale). A figure outside its own interval (a percentile bootstrap allows it) counts as a
-    half-width of zero on that side. NaN bounds where either has no interval or a figure is not positive.
-    """
+    """``num / den`` of two independently measured figures, its 95 % interval combined from theirs on the log scale
+    (MOVER, Zou and Donner: half-widths added in quadrature, so a skewed interval keeps its skew)."""
     value = num.value / den.value if den.value > 0 else float("nan")
     bounds = (num.value, num.low, num.high, den.value, den.low, den.high)
     if not all(np.isfinite(b) and b > 0 for b in bounds):

@@ -1,13 +1,4 @@
-"""Whose failure is it? A cell's exception is the design's, or a bug of ours (harness/errors.py).
-
-An exception is the design's when the trace check rejected what the design did (:class:`ReplayError`), or when
-it was raised while the design's own code was running: its traceback passes through a module of the
-implementation's class or of one of its base classes (our base classes included: a design that calls them
-wrongly fails in them). ``SystemExit`` raised there counts too: a plug-in that exits fails its cells, it does not
-end the run; so does any other ``BaseException`` it raises, ``KeyboardInterrupt`` included where it cannot be the
-user's: in a process that ignores SIGINT (a worker, :mod:`harness.measure.workers`), only code raises it.
-Anything else is ours: it propagates, with its traceback, and is never recorded as a design's failure.
-"""
+"""Whose failure is it? A cell's exception is the design's, or a bug of ours (harness/errors.py)."""
 
 from __future__ import annotations
 
@@ -18,19 +9,19 @@ from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
+from harness.base.replay import ReplayError
 from harness.errors import DesignFailure
-from harness.measure.replay import ReplayError
 
-REASON_CHARS = 400  # a failure's reason as recorded: one line, at most this long
+REASON_CHARS = 400
 
 
 def short_reason(exc: BaseException) -> str:
     """``Type: message`` on one line, cut to :data:`REASON_CHARS` characters."""
     try:
         message = str(exc)
-    except Exception:  # a design's exception may fail to print, too
+    except Exception:
         message = "(its message cannot be printed)"
-    message = " ".join(message[: 4 * REASON_CHARS].split())  # a huge message is cut before it is worked on
+    message = " ".join(message[: 4 * REASON_CHARS].split())
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
 
@@ -50,7 +41,7 @@ def design_files(cls: type) -> frozenset[str]:
 
 
 def is_design_failure(exc: BaseException, cls: type) -> bool:
-    """Whether ``exc`` is the design's (see the module docstring)."""
+    """Whether ``exc`` is the design's: a replay error, or raised while the design's own code ran."""
     if isinstance(exc, (ReplayError, DesignFailure)):
         return True
     files = design_files(cls)
@@ -63,8 +54,8 @@ def is_design_failure(exc: BaseException, cls: type) -> bool:
 
 
 def users_interrupt(exc: BaseException) -> bool:
-    """Whether ``exc`` is an interruption from the user (Ctrl-C, SIGTERM): a ``KeyboardInterrupt`` in a process
-    that does not ignore SIGINT (a worker ignores it, so there only code raises one)."""
+    """Whether ``exc`` is an interruption from the user (Ctrl-C, SIGTERM): a ``KeyboardInterrupt`` in a process that
+    does not ignore SIGINT (a worker ignores it, so there only code raises one)."""
     return isinstance(exc, KeyboardInterrupt) and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
 
 
@@ -75,7 +66,7 @@ def blamed_on(impl: str, cls: type) -> Iterator[None]:
         yield
     except DesignFailure:
         raise
-    except BaseException as exc:  # a design may raise or exit with anything (see the module docstring)
+    except BaseException as exc:
         if users_interrupt(exc) or not is_design_failure(exc, cls):
             raise
         raise DesignFailure(impl, short_reason(exc)) from exc

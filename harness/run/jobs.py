@@ -1,6 +1,6 @@
-"""The jobs a worker process runs (:mod:`harness.measure.workers`): every place a run executes an implementation.
+"""The jobs a worker process runs (:mod:`harness.run.workers`): every place a run executes an implementation.
 
-- :class:`ScenarioJob` ``timing``: one worker's share of a scenario's repetitions (:class:`harness.measure.cells.
+- :class:`ScenarioJob` ``timing``: one worker's share of a scenario's repetitions (:class:`harness.run.cells.
   CellBench`), the samples sent back whole; ``studies``: the scenario's allocation counts, paced runs and
   studies.
 - :class:`ProbeJob`: load an implementation by name (a plug-in's import runs here, never in the main process)
@@ -17,13 +17,13 @@ import importlib.metadata as importlib_metadata
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base.drivers import Prepared
+from harness.base.failures import blamed_on, short_reason, users_interrupt
+from harness.base.rows import Row
+from harness.base.threads import pin_one_thread
 from harness.errors import DesignFailure
-from harness.measure.cells import CellBench, TimingResult
-from harness.measure.drivers import Prepared
-from harness.measure.failures import blamed_on, short_reason, users_interrupt
-from harness.measure.threads import pin_one_thread
-from harness.measure.workers import Events
-from harness.output.results import Row
+from harness.run.cells import CellBench, TimingResult
+from harness.run.workers import Events
 from impls import registry
 from scenarios import Trace, load
 from scenarios.trace import content_digest

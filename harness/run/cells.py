@@ -1,12 +1,12 @@
 """One scenario's cells, measured where the implementations run (a worker process): the worker's half of a run.
 
-:class:`CellBench` holds a driver per cell (:class:`harness.measure.interleave.Driver`) and measures what the
+:class:`CellBench` holds a driver per cell (:class:`harness.base.interleave.Driver`) and measures what the
 main process asks of this worker: the first calls (compilation or cache load, outside every timed region),
-the run's repetitions this worker replays (interleaved, :func:`harness.measure.interleave.interleaved`), the
+the run's repetitions this worker replays (interleaved, :func:`harness.base.interleave.interleaved`), the
 figures read off a cell's last manager (table bytes, the per-call dispatch floor), and the cell studies
 (allocations, paced runs). A design that fails is recorded by cell with its reason
 (:class:`harness.errors.DesignFailure`); nothing here computes a ratio or an interval: the main process does,
-from every worker's samples (:mod:`harness.measure.assemble`).
+from every worker's samples (:mod:`harness.run.assemble`).
 """
 
 from __future__ import annotations
@@ -17,23 +17,31 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.base.drivers import Prepared
+from harness.base.failures import blamed_on
+from harness.base.interleave import (
+    FAST_REPS,
+    WARM_STEPS,
+    Driver,
+    Key,
+    Replays,
+    interleaved,
+    slice_bounds,
+    verify_slots,
+)
+from harness.base.replay import ReplayError
+from harness.base.rows import Row
+from harness.base.steptimes import StepTimes
 from harness.errors import DesignFailure
-from harness.measure.alloc_cells import cell_allocations
-from harness.measure.dispatch import calls_per_trace, dispatch_rows, empty_call_ns, has_dispatch
-from harness.measure.drivers import Prepared
-from harness.measure.failures import blamed_on
-from harness.measure.interleave import FAST_REPS, Driver, Key, Replays, interleaved, slice_bounds, verify_slots
-from harness.measure.paced_study import paced_study_rows
-from harness.measure.replay import ReplayError
-from harness.measure.steptimes import StepTimes
-from harness.output.results import Row
+from harness.run.alloc_cells import cell_allocations
+from harness.studies.dispatch import calls_per_trace, dispatch_rows, empty_call_ns, has_dispatch
+from harness.studies.paced_study import paced_study_rows
 from impls.contract import table_nbytes_problem
 from scenarios import Trace
 from scenarios.trace import trace_uses_caching
 
 Cell = tuple[str, str]
 ALLOC_STEPS = 20  # steps counted for allocations per step (after warm-up)
-WARM_STEPS = 5
 
 
 @dataclass
@@ -190,7 +198,7 @@ class CellBench:
 
     # -- cell studies ----------------------------------------------------------------------------------------
     def measure_allocations(self, cells: list[Cell]) -> None:
-        """Allocation events per step over ALLOC_STEPS steps (:func:`harness.measure.alloc_cells.cell_allocations`),
+        """Allocation events per step over ALLOC_STEPS steps (:func:`harness.run.alloc_cells.cell_allocations`),
         on a fresh manager advanced (uncounted) to the region's first step."""
         lo = min(WARM_STEPS, max(0, self.prep.num_steps - ALLOC_STEPS))
         hi = min(self.prep.num_steps, lo + ALLOC_STEPS)
@@ -212,7 +220,7 @@ class CellBench:
                      driver=driver.kind, status=fig.status)
 
     def measure_paced(self, cells: list[Cell]) -> None:
-        """The paced study (:mod:`harness.measure.paced_study`): every cell's paced loops and the floor, repeated
+        """The paced study (:mod:`harness.studies.paced_study`): every cell's paced loops and the floor, repeated
         and interleaved; a cell whose implementation fails gets a failed row."""
         cells = [c for c in cells if (*c, "") in self.drivers]
         self.rows += paced_study_rows(

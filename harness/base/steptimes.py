@@ -6,25 +6,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.measure.replay import ReplayError
+from harness.base.replay import ReplayError
 
-KINDS = ("alloc", "free", "other", "decode", "lookup")  # "alloc": allocate, allocate_cached; "other": the rest
+KINDS = ("alloc", "free", "other", "decode", "lookup")
 
 
 @dataclass
 class StepTimes:
     """Raw samples of one replay: nanoseconds per step and kind, CoWs per step, and the clock used."""
 
-    ns: np.ndarray  # [steps, 5] float64, columns KINDS
-    cows: np.ndarray  # [steps] int64
-    step_ns: np.ndarray  # [steps] float64: the step-time figure (what the step cost the engine)
-    timed_regions_per_step: float  # timer reads around work, per step (for the overhead figure)
+    ns: np.ndarray
+    cows: np.ndarray
+    step_ns: np.ndarray
+    timed_regions_per_step: float
     clock: str
-    digests: np.ndarray | None = None  # [steps] slot digest of each step's mapping, None where not taken
+    digests: np.ndarray | None = None
 
     def check(self, step_cows: np.ndarray, slot_digests: np.ndarray, lo: int = 0) -> None:
-        """Copy-on-write counts and slot digests of steps ``[lo, lo + len)`` must be the expected ones (the
-        trace's per-step copy-on-writes and :func:`harness.measure.drivers.slot_digest` of each step)."""
+        """Copy-on-write counts and slot digests of steps ``[lo, lo + len)`` must be the expected ones."""
         hi = lo + len(self.cows)
         bad = np.flatnonzero(self.cows != step_cows[lo:hi])
         if bad.size:

@@ -28,7 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_DEADLINE_S = 300.0  # the longest a worker may stay silent in a cell (one slice of the slowest is far less)
+from harness.base.args import DEFAULT_DEADLINE_S
+
 OWN_CODE_DEADLINE_S = 3600.0  # outside any cell: our own code (a callgrind study is one silent call of minutes)
 Cell = tuple[str, str]  # (impl, regime)
 

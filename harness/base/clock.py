@@ -1,11 +1,4 @@
-"""Clocks for the timed replays, and what they cost.
-
-Interpreted drivers read ``time.perf_counter_ns``. Compiled drivers read the CPU's time-stamp counter
-(``llvm.readcyclecounter``, i.e. ``rdtsc`` on x86-64) from inside Numba code, where a Python clock cannot be
-called; ticks are converted to nanoseconds with a rate calibrated against ``perf_counter_ns``. The TSC is
-only used where it ticks at a constant rate (the ``constant_tsc`` CPU flag on Linux x86-64); elsewhere the
-compiled replay is not offered and the batched regime falls back to the interpreted driver.
-"""
+"""Clocks for the timed replays, and what they cost. Design: docs/measurement.md#clock."""
 
 from __future__ import annotations
 
@@ -48,8 +41,8 @@ def _empty_regions(n, out):
 
 @cache
 def tsc_usable() -> bool:
-    """A constant-rate TSC on x86-64 Linux (read once per process: the answer cannot change, and reading
-    /proc/cpuinfo at every replay call would put that read inside what the gate counts)."""
+    """A constant-rate TSC on x86-64 Linux (read once per process: the answer cannot change, and reading /proc/cpuinfo
+    at every replay call would put that read inside what the gate counts)."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return False
     try:
@@ -61,7 +54,7 @@ def tsc_usable() -> bool:
 @cache
 def ns_per_tick() -> float:
     """TSC period in nanoseconds: median of five 20 ms calibrations against ``perf_counter_ns``."""
-    ticks()  # compile or load from cache first
+    ticks()
     rates = []
     for _ in range(5):
         c0, t0 = ticks(), time.perf_counter_ns()

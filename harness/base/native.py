@@ -1,12 +1,4 @@
-"""The native driver: timed replays of the C++ designs (``cpp-*``, :mod:`impls.native`) inside C++.
-
-One foreign call replays a trace, or steps ``[lo, hi)`` of it, in ``native_replay.cpp``: a C++ loop that calls
-the design's per-call C functions by address (no Python, no ctypes per operation) and times itself as the
-compiled driver does (:func:`harness.measure.drivers.run_compiled`): the TSC where it ticks at a constant
-rate, else ``steady_clock`` nanoseconds. The loop is built on first use with the designs' toolchain
-(:func:`impls.native.toolchain.build`, cached by digest) into its own library; ``$KVB_NATIVE_REPLAY_LIBRARY``
-names one already built (the valgrind processes load it as built).
-"""
+"""The native driver: timed replays of the C++ designs (``cpp-*``) inside C++. Design: docs/measurement.md#native."""
 
 from __future__ import annotations
 
@@ -17,8 +9,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from harness.measure import clock
-from harness.measure.steptimes import KINDS
+from harness.base import clock
+from harness.base.steptimes import KINDS
 from impls.native import binding, toolchain
 
 SOURCE = Path(__file__).with_name("native_replay.cpp")
@@ -49,7 +41,7 @@ _DESIGN_FUNCTIONS = ("kvb_can_allocate", "kvb_allocate", "kvb_fork", "kvb_free",
 
 
 def kinds_prelude() -> str:
-    """The timing columns (:data:`harness.measure.steptimes.KINDS`) as C++ constants ``kvb::K_ALLOC`` …"""
+    """The timing columns (``steptimes.KINDS``) as C++ constants ``kvb::K_ALLOC`` and so on."""
     names = ", ".join(f"K_{kind.upper()} = {i}" for i, kind in enumerate(KINDS))
     return f"namespace kvb {{ enum : int {{ {names}, NKINDS = {len(KINDS)} }}; }}\n"
 
@@ -85,11 +77,11 @@ def build_info() -> dict:
 class NativeTrace(NamedTuple):
     """A trace's arrays in the dtypes C++ reads (no copy when they already are), built once per trace."""
 
-    op: np.ndarray  # uint8
-    a0: np.ndarray  # int32
-    a1: np.ndarray  # int32
-    step_offsets: np.ndarray  # int64 [steps + 1]
-    decode_offsets: np.ndarray  # int64 [steps]
+    op: np.ndarray
+    a0: np.ndarray
+    a1: np.ndarray
+    step_offsets: np.ndarray
+    decode_offsets: np.ndarray
     max_batch: int
 
     @property
@@ -118,20 +110,19 @@ class NativeReplayError(RuntimeError):
 
 
 class NativeReplay(NamedTuple):
-    """One native replay; the first five fields are those of :class:`harness.measure.steptimes.StepTimes`."""
+    """One native replay; the first five fields are those of :class:`harness.base.steptimes.StepTimes`."""
 
-    ns: np.ndarray  # [steps, 5] float64, columns KINDS
-    cows: np.ndarray  # [steps] int64
-    step_ns: np.ndarray  # [steps] float64
+    ns: np.ndarray
+    cows: np.ndarray
+    step_ns: np.ndarray
     timed_regions_per_step: float
-    clock: str  # "rdtsc" or "steady_clock"
-    allocs: np.ndarray  # [steps] int64: allocation calls of the native containers in each step (pool ops included)
+    clock: str
+    allocs: np.ndarray
 
 
 @cache
 def tsc_usable() -> bool:
-    """A constant-rate TSC that this build can read (:func:`harness.measure.clock.tsc_usable`), once per
-    process."""
+    """A constant-rate TSC that this build can read (:func:`harness.base.clock.tsc_usable`), once per process."""
     return clock.tsc_usable() and bool(lib().kvb_have_tsc())
 
 
@@ -142,8 +133,7 @@ def ns_per_tick() -> float:
 
 
 def timer_overhead_ns(n: int = 200_000) -> float:
-    """Median cost of an empty region timed with two reads of the replay's clock, in C++ (what one timed region
-    adds; :func:`harness.measure.clock.compiled_timer_overhead_ns` for the compiled driver)."""
+    """Median cost of an empty region timed with two reads of the replay's clock, in C++."""
     use_tsc = tsc_usable()
     out = np.zeros(n, dtype=np.int64)
     lib().kvb_empty_regions(n, int(use_tsc), out.ctypes.data)
@@ -160,13 +150,7 @@ def _slice(num_steps: int, lo: int, hi: int | None) -> tuple[int, int]:
 
 def replay(mgr: binding.NativeBlockManager, trace, detail: bool = False, lo: int = 0,
            hi: int | None = None) -> NativeReplay:
-    """Replay steps ``[lo, hi)`` of ``trace`` (a Trace or :func:`prepare`'s result) on ``mgr`` inside C++.
-
-    One foreign call; ``detail=False`` times each whole step as one region (column ``decode``), ``detail=True``
-    each pool operation by kind, the decode step, and a lookup apart (column ``lookup``, not part of the step).
-    The replay continues from ``mgr``'s current state, so slices replayed one after another make the whole
-    trace. A failure raises :class:`NativeReplayError`.
-    """
+    """Replay steps ``[lo, hi)`` of ``trace`` (a Trace or :func:`prepare`'s result) on ``mgr`` inside C++."""
     if not isinstance(mgr, binding.NativeBlockManager):
         raise TypeError(f"replay needs a native manager, got {type(mgr).__name__}")
     t = prepare(trace)
