@@ -28,7 +28,7 @@ class Impl:
     description: str
     color: str
     letter: str | None = None
-    needs: str = ""
+    needs: str = ""  # what to install when the module cannot be imported here
 
     @property
     def compares_with_article(self) -> bool:

@@ -28,7 +28,7 @@ FIELDS = 8
 NIL = -1
 SCR_STAMP_LIMIT = 2**31 - 2
 
-_u = np.uint64
+_u = np.uint64  # unsigned indices, as in flat: no wrap-around fix-up per index
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _ZERO = np.uint64(0)
 _ONE = np.uint64(1)
@@ -389,14 +389,14 @@ def _admit(table, ints, keys, ext, seq, chain, hits, blocks):
     stack = refs + ints[NUM_BLOCKS]
     prev = ext + FIELDS + (np.int64(1) << ints[ext + CAP_BITS])
     nxt = prev + ints[NUM_BLOCKS]
-    for j in range(hits):
+    for j in range(hits):  # (1) the hits, in chain order (_check_chain wrote them to the row)
         block = np.int64(table[_u(seq), _u(j)])
         if ints[_u(refs + block)] == 0:
             _lru_unlink(ints, ext, prev, nxt, block)
         ints[_u(refs + block)] += 1
-    for j in range(hits, blocks):
+    for j in range(hits, blocks):  # (2) the fresh blocks, each take may evict
         table[_u(seq), _u(j)] = _take(ints, keys, ext, refs, stack)
-    for j in range(hits, chain.shape[0]):
+    for j in range(hits, chain.shape[0]):  # (3) the fresh full blocks' hashes, unless another block carries one
         _insert(ints, keys, ext, chain[_u(j)], np.int64(table[_u(seq), _u(j)]))
 
 

@@ -83,7 +83,7 @@ class PagedAllocator:
         self.staged_pages: list[torch.Tensor] = []
         self.num_staged_pages = 0
         self.free_page_ids_group: list[torch.Tensor] = []
-        self.free_pages = torch.arange(1, self.num_pages + 1, dtype=torch.int64)
+        self.free_pages = torch.arange(1, self.num_pages + 1, dtype=torch.int64)  # page 0: padded tokens
         self.free_group: list[torch.Tensor] | None = None
 
     def available_size(self) -> int:
@@ -148,7 +148,7 @@ class PagedAllocator:
             self.free_group.append(free_index.clone())
 
     def _release_page_ids(self, page_ids: torch.Tensor) -> None:
-        self.free_pages = torch.cat((page_ids, self.free_pages))
+        self.free_pages = torch.cat((page_ids, self.free_pages))  # freed pages are reused first
 
     def free_group_begin(self) -> None:
         assert self.free_group is None, "free groups cannot be nested"

@@ -244,7 +244,7 @@ class VllmV1CachingBlockManager(VllmV1BlockManager):
 
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
         request = self._new_request(seq_id, self._admit_tokens)
-        self._admit(request, request.num_tokens)
+        self._admit(request, request.num_tokens)  # the contract: no cap at num_tokens - 1
 
     def allocate_cached(self, seq_id: int, num_tokens: int, hashes: np.ndarray) -> int:
         """Admit a prompt whose full blocks have the hash chain ``hashes``; returns the tokens served cached."""

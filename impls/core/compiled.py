@@ -28,7 +28,7 @@ from impls.contract import (
 from impls.core.base import ManagerBase
 from impls.core.jit import specialise
 from impls.core.validation import (
-    _INT64,
+    _INT64,  # native int64: byte order is the one buffer property Numba's types lack
     batch_args,
     check_active,
     count_arg,
@@ -43,14 +43,14 @@ from impls.core.validation import (
 class Kernels(NamedTuple):
     """A compiled design's operations; each takes ``*state`` first and returns a status code."""
 
-    can_allocate: Callable
-    allocate: Callable
-    append: Callable
-    fork: Callable
-    free: Callable
-    decode_step: Callable
-    lookup: Callable
-    last_slot: Callable
+    can_allocate: Callable  # (n) -> 1 | 0 | <0
+    allocate: Callable  # (seq, num_tokens) -> 0 | <0
+    append: Callable  # (seq) -> (1 if copy-on-write else 0 | <0, src, dst)
+    fork: Callable  # (parent, child) -> 0 | <0
+    free: Callable  # (seq) -> 0 | <0
+    decode_step: Callable  # (seq_ids, cow_out, slot_out) -> (number of CoWs | <0, detail)
+    lookup: Callable  # (seq_ids, slot_out) -> (0 | <0, detail)
+    last_slot: Callable  # (seq) -> slot | <0
 
 
 _k_can = _k_alloc = _k_fork = _k_free = _k_step = None
@@ -235,8 +235,8 @@ class CachingKernels(NamedTuple):
     decode_step: Callable
     lookup: Callable
     last_slot: Callable
-    allocate_cached: Callable
-    seal: Callable
+    allocate_cached: Callable  # (seq, num_tokens, chain uint64[:]) -> tokens served from the cache | <0
+    seal: Callable  # (seq, block_hash as a 64-bit integer) -> 1 | 0 | <0
 
 class CompiledBlockManager(ManagerBase):
     """Base class of compiled designs. Subclasses set ``kernels``, ``self.state`` and ``self._lens``."""

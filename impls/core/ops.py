@@ -15,8 +15,8 @@ class PoolOp:
 
     method: str
     args: tuple[str, ...]
-    result: str
-    kind: str
+    result: str  # "answer": a yes/no the trace records in a1; "hits": prompt tokens served from the cache; ""
+    kind: str  # the pool work it does: "alloc" (takes blocks), "free" (releases them), "other"
 
 
 POOL_OPS: dict[int, PoolOp] = {
