@@ -9,7 +9,7 @@ import pytest
 
 from harness.base.drivers import Prepared
 from harness.base.replay import REGIMES, check_end_state
-from harness.ci import gate, gate_jobs, gate_config
+from harness.ci import gate, gate_config, gate_jobs
 from harness.counters import callgrind
 from harness.counters import regions as callgrind_region
 from scenarios import load
