@@ -44,7 +44,7 @@ E_OOM = -21  # std::bad_alloc inside a C++ container
 
 
 # Pool-operation codes of the whole-step entry point (:meth:`BlockManager.step`) and of trace files
-# (:mod:`scenarios.trace` imports them from here); a0/a1 per op:
+# (:mod:`scenarios.trace` re-exports them); a0/a1 per op:
 CAN_ALLOCATE = 0  # a0 = blocks asked for (a trace keeps in a1 the answer the scheduler got; step ignores a1)
 ALLOCATE = 1  # a0 = row, a1 = tokens
 FORK = 2  # a0 = parent row, a1 = child row
