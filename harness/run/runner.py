@@ -363,7 +363,8 @@ class RunWriter:
     def finish(self, **fields: object) -> None:
         """Stamp meta.json (``finished`` and ``fields``). After a failed write, a second failure is not reported:
         the first one is what the run ends with."""
-        self.meta.update(fields, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        self.meta.update(fields, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                         load_average_end=metadata.load_average())
         if self.run_dir is None:
             return
         try:
