@@ -47,12 +47,12 @@ from impls.contract import (
     OK,
 )
 from impls.core.compiled import CompiledBlockManager, Kernels
+from impls.core.ids import ROW_BYTES, table_dtype
 from impls.core.jit import specialise
 from impls.core.validation import slot_of_jit
 from impls.designs import flat
-from impls.designs.flat import SHARED, STAMP_LIMIT, _load, can_allocate, table_dtype
+from impls.designs.flat import SHARED, STAMP_LIMIT, can_allocate, load
 
-ROW_BYTES = 64  # one cache line per row of ids
 # Header slots at the start of ``ints``: counters, sizes, and where each region starts (int32 offsets: the
 # constructor refuses a layout whose ints would not fit them). The first four are C's (flat's can_allocate
 # reads TOP).
@@ -208,8 +208,8 @@ def _take_row(rows, ints, keys, ext, refs, stack, seq, need):
 
 _TABLE = {"HEADER": HEADER, "ROW": REC, "_shape": _shape, "_regions": _regions, "_cell": _cell,
           "_cell_to_write": _cell_to_write, "_take_row": _take_row}
-_allocate_row = njit(inline="always")(specialise(flat._allocate_row.py_func, "flat_rows", **_TABLE))
-_append_token = njit(inline="always")(specialise(flat._append_token.py_func, "flat_rows", **_TABLE))
+_allocate_row = njit(inline="always")(specialise(flat.allocate_row.py_func, "flat_rows", **_TABLE))
+_append_token = njit(inline="always")(specialise(flat.append_token.py_func, "flat_rows", **_TABLE))
 
 
 @njit(cache=True)
@@ -401,11 +401,11 @@ def _fail(rows, ints, seq_ids, cow_out, slot_out, count, cows, rc):
             rtop = _undo_row_copy(ints, rec, seq, j >> rs, row, rtop)
             if rtop == before:  # the row was the sequence's own: write the shared block back
                 rows[_u(row), _u(col)] = src
-        slot_out[_u(k)] = _load(ints, rec + SAVED)
+        slot_out[_u(k)] = load(ints, rec + SAVED)
     ints[TOP], ints[RTOP] = top, rtop
     for c in range(cows):
-        cow_out[_u(c), 0] = _load(ints, saved_cows + 4 * c)
-        cow_out[_u(c), 1] = _load(ints, saved_cows + 4 * c + 2)
+        cow_out[_u(c), 0] = load(ints, saved_cows + 4 * c)
+        cow_out[_u(c), 1] = load(ints, saved_cows + 4 * c + 2)
     return rc, count
 
 
