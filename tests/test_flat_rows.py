@@ -198,9 +198,9 @@ def test_failed_step_gives_back_a_row_copy() -> None:
 
 
 def test_allocate_and_append_are_flats_code() -> None:
-    """flat-rows runs flat's allocate and append, made over its rows (as flat-pc over its pool): one body
-    each, not a copy."""
-    for name in ("allocate_row", "append_token"):
+    """flat-rows runs flat's allocate, append and a tight step's reserve loop, made over its rows (as flat-pc
+    over its pool): one body each, not a copy."""
+    for name in ("allocate_row", "append_token", "reserve_rows"):
         assert getattr(fr, "_" + name).py_func.__code__ is getattr(flat, name).py_func.__code__, name
 
 

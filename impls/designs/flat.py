@@ -337,6 +337,12 @@ def reserve(table, ints, seq_ids):
     rows, cols, sh = _u(table.shape[0]), table.shape[1], ints[BLOCK_SHIFT]
     refs = HEADER + ROW * table.shape[0]
     stamp2 = _next_stamp(ints, table.shape[0])
+    return reserve_rows(table, ints, seq_ids, rows, cols, sh, refs, stamp2)
+
+
+@njit(cache=True, inline="always")
+def reserve_rows(table, ints, seq_ids, rows, cols, sh, refs, stamp2):
+    """:func:`reserve` for ``rows`` sequences of ``cols`` blocks, ref counts at ``refs``, a fresh ``stamp2``."""
     for i in range(seq_ids.shape[0]):
         seq = seq_ids[_u(i)]
         if _u(seq) >= rows:
@@ -359,7 +365,8 @@ def reserve(table, ints, seq_ids):
         if (n & ((1 << sh) - 1)) == 0:
             need += 1
         elif ints[_u(rec + MARK)] & SHARED:
-            need += ints[_u(refs + table[_u(seq), _u(n >> sh)])] > 1
+            r, c = _cell(table, ints, rec, seq, n >> sh)
+            need += ints[_u(refs + table[r, c])] > 1
     if need > ints[TOP]:
         return E_NO_BLOCKS, need
     return OK, 0

@@ -41,7 +41,6 @@ from impls.contract import (
     E_BUFFER,
     E_DUPLICATE,
     E_INACTIVE,
-    E_NO_BLOCKS,
     E_SEQ_RANGE,
     E_TOO_LONG,
     OK,
@@ -310,41 +309,15 @@ def _next_stamp(ints):
     return np.int64(ints[STAMP]) << 1
 
 
+_reserve_rows = njit(inline="always")(specialise(flat.reserve_rows.py_func, "flat_rows", **_TABLE))
+
+
 @njit(cache=True, inline="always")
 def _reserve(rows, ints, seq_ids):
-    """A tight pool's step keeps the validate-then-reserve order (as C's): every id valid for an append and
-    listed once, then the exact need of blocks against the pool (rows need no count: the row pool holds the
+    """flat's :func:`~impls.designs.flat.reserve` over the rows (rows need no count: the row pool holds the
     worst case). Returns ``(code, detail)``; changes only marks."""
-    nseq, cols, sh, rs = _u(ints[MAX_SEQS]), ints[MAX_BLOCKS], ints[BLOCK_SHIFT], ints[ROW_SHIFT]
-    refs = np.int64(ints[REFS])
-    rmask = (1 << rs) - 1
-    stamp2 = _next_stamp(ints)
-    for i in range(seq_ids.shape[0]):
-        seq = seq_ids[_u(i)]
-        if _u(seq) >= nseq:
-            return E_SEQ_RANGE, i
-        rec = HEADER + REC * seq
-        n = ints[_u(rec + LEN)]
-        if n == 0:
-            return E_INACTIVE, i
-        if (n & ((1 << sh) - 1)) == 0 and (n >> sh) >= cols:
-            return E_TOO_LONG, i
-        mark = ints[_u(rec + MARK)]
-        if (mark | SHARED) == (stamp2 | SHARED):
-            return E_DUPLICATE, i
-        ints[_u(rec + MARK)] = stamp2 | (mark & SHARED)
-    need = 0
-    for i in range(seq_ids.shape[0]):
-        seq = seq_ids[_u(i)]
-        rec = HEADER + REC * seq
-        n = ints[_u(rec + LEN)]
-        if (n & ((1 << sh) - 1)) == 0:
-            need += 1
-        elif ints[_u(rec + MARK)] & SHARED:
-            need += ints[_u(refs + rows[_u(ints[_u(rec + LAST)]), _u((n >> sh) & rmask)])] > 1
-    if need > ints[TOP]:
-        return E_NO_BLOCKS, need
-    return OK, 0
+    nseq, cols, sh = _u(ints[MAX_SEQS]), ints[MAX_BLOCKS], ints[BLOCK_SHIFT]
+    return _reserve_rows(rows, ints, seq_ids, nseq, cols, sh, np.int64(ints[REFS]), _next_stamp(ints))
 
 
 @njit(cache=True, inline="always")
