@@ -19,8 +19,9 @@ method after each step's timed regions and checks, outside every timed region (l
 ``getattr``; a manager without it is replayed exactly as before). It is for work a real engine does between
 two steps that is not block management, which a manager must still do to stay in step with the trace: the
 calibration's adapters record each request's sampled token on the engine's request objects there
-(:mod:`harness.calibration`). The registered designs do not define it. The compiled and native drivers have no
-such hook (their designs need none).
+(:mod:`harness.calibration`). Only they and registry records that allow it may define it; any other design
+that does fails its cell (:mod:`harness.measure.hook`). The registered designs do not define it. The compiled
+and native drivers have no such hook (their designs need none).
 
 Every replay reports its copy-on-write count and slot digest per step, checked against the trace
 (:meth:`StepTimes.check`). Each cell replays its own copy of the trace's arrays (:meth:`Prepared.private`):
@@ -30,7 +31,6 @@ finds it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -38,7 +38,8 @@ from functools import partial
 import numpy as np
 from numba import njit
 
-from harness.measure.clock import ns_per_tick, ticks
+from harness.measure.clock import ns_per_tick, perf_ns, ticks
+from harness.measure.hook import untimed_hook
 from harness.measure.replay import ReplayError, check_replayable, check_step_hits, hash_args
 from harness.measure.steptimes import KINDS, StepTimes, concat
 from impls.contract import blocks_for
@@ -175,7 +176,7 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
     manager already at step ``lo``. The slot mapping of every step is digested outside the timed regions. With
     prefix caching, ``allocate_cached`` is timed as ``alloc`` and ``seal`` as ``other``; each step's cache hits
     and each seal's answer are checked against the trace (outside the timed regions)."""
-    perf = time.perf_counter_ns
+    perf = perf_ns  # bound at import, before any design (harness.measure.clock)
     hi = prep.num_steps if hi is None else hi
     check_replayable(prep.trace, mgr)
     calls, methods, step_hits = prep.calls, _bound(mgr, prep), prep.step_hits
@@ -187,7 +188,7 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
     batched = regime == "batched"
     regions = 0
-    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
+    after = untimed_hook(mgr)  # the untimed per-step hook (module docstring)
     for s in range(lo, hi):
         first, mid, end = prep.bounds[s]
         row = ns[s - lo]
@@ -276,7 +277,7 @@ def _batched_runner(prep: Prepared, mgr, cows: np.ndarray):
     decode_ids, methods, decode_step = prep.decode_ids, _bound(mgr, prep), mgr.decode_step
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
-    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
+    after = untimed_hook(mgr)  # the untimed per-step hook (module docstring)
 
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
@@ -291,7 +292,7 @@ def _batched_runner(prep: Prepared, mgr, cows: np.ndarray):
 def _per_call_runner(prep: Prepared, mgr, cows: np.ndarray):
     """:func:`step_runner`'s per-call loop: pool operations, ``append_slot`` then ``last_slot`` per sequence."""
     a0, bounds, methods, append, last_slot = prep.a0, prep.bounds, _bound(mgr, prep), mgr.append_slot, mgr.last_slot
-    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
+    after = untimed_hook(mgr)  # the untimed per-step hook (module docstring)
 
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
@@ -323,7 +324,7 @@ def whole_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None, check
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
     cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
     step = step_entry(mgr)
-    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
+    after = untimed_hook(mgr)  # the untimed per-step hook (module docstring)
 
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
@@ -349,7 +350,7 @@ def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> 
     one call of :func:`step_entry` per decode step (its pool operations and decode batch as views of the
     trace's arrays), each call one ``perf_counter_ns`` region (column ``decode``), on a manager already at step
     ``lo``. Its statuses and slot mapping are checked outside the timed regions."""
-    perf = time.perf_counter_ns
+    perf = perf_ns  # bound at import, before any design (harness.measure.clock)
     hi = prep.num_steps if hi is None else hi
     check_replayable(prep.trace, mgr, "step")
     step, (op, a0, a1) = step_entry(mgr), prep.arrays64
@@ -360,7 +361,7 @@ def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> 
     status_out = np.zeros(max((m - f for f, m, _ in prep.bounds), default=0) + 2, dtype=np.int64)
     cow_out = np.zeros((prep.max_batch, 2), dtype=np.int64)
     slot_out = np.zeros(prep.max_batch, dtype=np.int64)
-    after = getattr(mgr, "untimed_after_step", None)  # the untimed per-step hook (module docstring)
+    after = untimed_hook(mgr)  # the untimed per-step hook (module docstring)
     for s in range(lo, hi):
         first, mid, end = prep.bounds[s]
         ops, x, y, ids = op[first:mid], a0[first:mid], a1[first:mid], prep.decode_ids[s]

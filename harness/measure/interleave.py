@@ -204,14 +204,17 @@ class Replays:
 def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: list[tuple[int, int]],
                 done: Callable[[Key], None] = lambda key: None, out: Replays | None = None,
                 caps: dict[Key, int] | None = None, only: Iterable[int] | None = None,
-                enter: Callable[[Key], None] = lambda key: None) -> Replays:
+                enter: Callable[[Key], None] = lambda key: None,
+                mark: Callable[[Key | None], None] = lambda key: None) -> Replays:
     """``reps`` repetitions of every driver (``caps[key]`` of them for a key it names, fewer or more),
     interleaved slice by slice (``slices`` staggered per repetition by :func:`replay_slices`, cells ordered by
     :func:`schedule`); ``done(key)`` after each of a key's first ``reps`` repetitions. ``only``: of the run's
     repetitions, those to replay here (each with its own staggering and order, as in the whole run), so that
     the repetitions of one run can be spread over processes; samples are kept per repetition index
     (``Replays.reps``). ``enter(key)`` is called before any of a key's code runs (a worker reports the cell it
-    is in: :class:`harness.measure.workers.Events`)."""
+    is in: :class:`harness.measure.workers.Events`); ``mark(key)`` before each of its slices and ``mark(None)``
+    after a repetition's last, so that the supervisor reads the worker's CPU time per slice
+    (:mod:`harness.measure.bound`)."""
     out = out or Replays()
     caps = caps or {}
     total = max([reps, *caps.values()])
@@ -233,7 +236,9 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
                 for k in order:
                     if k in parts and k not in out.failed:
                         enter(k)
+                        mark(k)
                         _slice(drivers[k], mgrs[k], detail, lo, hi, parts[k], out, k)
+            mark(None)
         finally:
             gc.unfreeze()
         for k in (k for k in keys if k in parts):

@@ -27,6 +27,7 @@ from pathlib import Path
 from harness.errors import InputError, WriteError
 from harness.measure import clock
 from harness.measure.assemble import ScenarioRows, merge
+from harness.measure.bound import violations
 from harness.measure.interleave import FAST_REPS, slice_bounds
 from harness.measure.interrupts import signal_name, sigterm_interrupts
 from harness.measure.jobs import ImplInfo, ProbeJob, ScenarioJob, describe, execute
@@ -181,6 +182,7 @@ def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: Ru
 
         result = _supervised(shared, w, plan.cells, job, failed)
         if result is not None:
+            result.failed.update(violations(result))  # the supervisor's bound on what it claims
             results.append(result)
     merged = merge(results, failed)
     if merged.torch_threads is not None:  # what the workers held torch to (README, "One host thread")

@@ -5,19 +5,18 @@ cannot hold); this study measures what the design holds once the trace has fille
 among the scenario's cells, a fresh manager replays the trace from Python (pool operations per call, then one
 ``decode_step`` per step) up to the step after which the most blocks are in use (found once per trace on C's
 ``flat``, or ``flat-pc`` for prefix-caching traces: every conforming design has the same free count after every
-step), and what it holds there is measured:
+step), and what it holds there is measured from what the process allocated, never from what the design says
+it holds (its ``state`` or ``memory_bytes()``):
 
-- ``nbytes``: designs whose whole state is NumPy arrays (``flat``, ``flat-rows``, ``flat-pc``): the sum of
-  their arrays' ``nbytes``, exact (they allocate nothing after construction);
-- ``memray``: every other design (Python objects, Numba typed containers and runtime arrays, C++ containers
-  behind the per-call bindings): the bytes of the allocations made from construction to the peak and still
-  live there, recorded by memray with Python's own allocators traced (so object sizes, not arenas), keeping
+- ``memray``: every design (NumPy arrays, Python objects, Numba typed containers and runtime arrays, C++
+  containers behind the per-call bindings): the bytes of the allocations made from construction to the peak
+  and still live there, recorded by memray with Python's own allocators traced (so object sizes, not arenas), keeping
   those whose Python stack passes through the implementation's code (``impls/``, or a plug-in's own folder;
   the harness's buffers are left out). The same steps replay first, untracked, on a manager of their own, so
   that what they compile (Numba) or cache on first use is in place before the tracked replay.
 
 Rows (impl and regime of the implementation's cell, batched where it has one): ``memory_bytes`` (B, ``source``
-``nbytes`` or ``memray``, ``steps`` the steps replayed, ``seqs`` its table rows) and ``memory_stated_bytes``
+``memray``, ``steps`` the steps replayed, ``seqs`` its table rows) and ``memory_stated_bytes``
 (``memory_bytes()``, the constructor's own statement). A replay that disagrees with the trace or raises gives
 a ``failed`` row.
 """
@@ -80,14 +79,6 @@ def peak_step(trace: Trace) -> int:
     return at
 
 
-def array_state(mgr) -> list[np.ndarray] | None:
-    """The manager's state if it is NumPy arrays only (its ``state`` tuple), else None."""
-    state = getattr(mgr, "state", None)
-    if isinstance(state, tuple) and state and all(isinstance(a, np.ndarray) for a in state):
-        return list(state)
-    return None
-
-
 def code_roots(cls: type) -> tuple[str, ...]:
     """Folders whose code counts as the implementation's: ``impls/`` and, for a plug-in, its own folder."""
     roots = {str(IMPLS_DIR) + os.sep}
@@ -132,11 +123,7 @@ def measure_one(cls: type, trace: Trace, steps: int) -> tuple[int, str, int]:
     # caches that grow on the design's own call path, which make dict-jit's figure vary a little between runs.)
     warm = cls(**trace.config)
     replayer.advance(warm, 0, steps)
-    arrays = array_state(warm) is not None
     del warm
-    if arrays:
-        mgr = build()
-        return sum(a.nbytes for a in array_state(mgr) or ()), "nbytes", mgr.memory_bytes()
     mgr, total = live_bytes(build, code_roots(cls))
     return total, "memray", mgr.memory_bytes()
 
@@ -168,8 +155,7 @@ def memory_rows(scenario: str, trace: Trace, cells: list[tuple[str, str]], class
             rows.append(Row(scenario, impl, regime, "memory_bytes", float("nan"), "B", "replay", "failed",
                             exc.reason))
             continue
-        how = ("sum of the design's arrays' nbytes (its whole state)" if source == "nbytes" else
-               "live bytes allocated from construction on, from implementation code (memray, Python allocators "
+        how = ("live bytes allocated from construction on, from implementation code (memray, Python allocators "
                "traced)")
         rows.append(Row(scenario, impl, regime, "memory_bytes", float(value), "B", source, how=f"{how}; {where}",
                         steps=steps, seqs=seqs, driver="python"))
