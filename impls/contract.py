@@ -54,8 +54,9 @@ APPEND = 4  # a0 = row (a trace's decode appends; step takes them as its decode 
 ALLOCATE_CACHED = 5  # a0 = row, a1 = tokens; the chain comes from the trace's hashes
 SEAL = 6  # a0 = row, a1 = the answer seal() gave (1/0)
 STEP_OPS = (CAN_ALLOCATE, ALLOCATE, FORK, FREE)  # what step accepts
-OP_CODES = {"CAN_ALLOCATE": CAN_ALLOCATE, "ALLOCATE": ALLOCATE, "FORK": FORK, "FREE": FREE, "APPEND": APPEND,
-            "ALLOCATE_CACHED": ALLOCATE_CACHED, "SEAL": SEAL}
+OP_NAMES = {CAN_ALLOCATE: "can_allocate", ALLOCATE: "allocate", FORK: "fork", FREE: "free", APPEND: "append",
+            ALLOCATE_CACHED: "allocate_cached", SEAL: "seal"}  # in trace files; a pool op's is its contract method
+OP_CODES = {name.upper(): code for code, name in OP_NAMES.items()}
 # status_out of step holds one entry per op, then the decode batch's status and its detail.
 STEP_EXTRA = 2
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.base.replay import ReplayError, replay
 from harness.calibration import fetch
 from harness.calibration.engines import parse_engine
 from harness.calibration.loader import ImportPlan, Piece, PlanError, StubTouched, engine_imports
@@ -27,7 +28,6 @@ from harness.calibration.table import CalibrationRow, merge, read_rows, write_ro
 from harness.calibration.traces import fan_out_forks
 from harness.cli import main
 from harness.errors import InputError
-from harness.measure.replay import ReplayError, replay
 from impls import REGISTRY
 from scenarios import generate
 from tests.calibration_standin import build_wheel, write_standin

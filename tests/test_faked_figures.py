@@ -19,12 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.measure import bound, drivers, floor, hook
-from harness.measure.cells import CellInfo, TimingResult
-from harness.measure.drivers import Prepared, run_interpreted
-from harness.measure.replay import ReplayError
-from harness.measure.steptimes import StepTimes
-from harness.output.results import read_rows
+from harness.base import drivers, hook
+from harness.base.drivers import Prepared, run_interpreted
+from harness.base.replay import ReplayError
+from harness.base.rows import read_rows
+from harness.base.steptimes import StepTimes
+from harness.run import bound, floor
+from harness.run.cells import CellInfo, TimingResult
 from impls import REGISTRY, registry
 from scenarios import generate
 

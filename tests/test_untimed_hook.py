@@ -1,9 +1,9 @@
-"""The Python drivers' untimed per-step hook, ``untimed_after_step(step)`` (harness/measure/drivers.py).
+"""The Python drivers' untimed per-step hook, ``untimed_after_step(step)`` (harness/base/drivers.py).
 
 Each Python driver calls it once per step, after the step's timed regions and checks, in step order, and none of
 its time lands in a timed region: a fake clock that jumps by a second only while the hook runs shows it. A
 manager without the hook replays as before. Only calibration adapters and registry records marked for it may
-define it (:mod:`harness.measure.hook`): the tests' manager is let through by standing in for the rule.
+define it (:mod:`harness.base.hook`): the tests' manager is let through by standing in for the rule.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.measure import drivers, hook
-from harness.measure.drivers import Prepared, run_interpreted, run_whole_steps, step_runner, whole_step_runner
+from harness.base import drivers, hook
+from harness.base.drivers import Prepared, run_interpreted, run_whole_steps, step_runner, whole_step_runner
 from impls import REGISTRY
 from scenarios import generate
 

@@ -1,5 +1,4 @@
-"""Where a calibration writes: by default a new folder ``RESULTS/<timestamp>-calibration-ENGINE/``; into a given
-table (its ``runs/`` beside it) only when asked (``--out FILE``, ``--update-committed``)."""
+"""Where a calibration writes: a new folder ``RESULTS/<timestamp>-calibration-ENGINE/``, or a table when asked."""
 
 from __future__ import annotations
 
@@ -8,9 +7,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.base.files import RUN_SUFFIXES, check_label, new_run_dir, os_reason
 from harness.calibration.table import read_rows
 from harness.errors import InputError, WriteError
-from harness.output.results import RUN_SUFFIXES, check_label, new_run_dir, os_reason
 from scenarios.files import write_target
 
 
@@ -21,12 +20,11 @@ class Destination:
     table: Path | None
     root: Path = Path("results")
     label: str = "calibration"
-    flag: str = "--out"  # the option that named ``table``
+    flag: str = "--out"
     folder: Path | None = None
 
     def check(self) -> None:
-        """Before anything is measured: the table is a readable, writable regular file or a new path in a
-        writable folder, or ``root`` can hold a new folder. :class:`InputError` naming the flag and the fix."""
+        """Before measuring: the table or ``root`` can be written; :class:`InputError` naming the flag and fix."""
         if self.table is None:
             _creatable(self.root, f".{check_label(self.label)}-{RUN_SUFFIXES - 1}.probe", "--results")
             return
@@ -34,7 +32,7 @@ class Destination:
         if self.table.exists() and not self.table.is_file():
             raise InputError(f"{flag} {self.table}: not a file; give the calibration table (a .csv file) to merge into")
         try:
-            target = write_target(self.table)  # what the write replaces: a regular file or a new path
+            target = write_target(self.table)
         except OSError as exc:
             raise InputError(f"{flag} {self.table}: {os_reason(exc)}; give the calibration table (a .csv file) to "
                              "merge into, or a new path") from None

@@ -1,13 +1,5 @@
-"""An engine's published code on this machine: fetched with the user's own pip into a cache outside the repository,
-or read from a source folder the user names.
-
-A published engine is fetched with ``python -m pip download --no-deps --only-binary=:all: NAME==VERSION``
-(no dependency is installed, no build step runs) into ``CACHE/downloads/``; the Python files of its top-level
-packages are unpacked into ``CACHE/<wheel name>/`` (checked against the wheel's RECORD) and reused while the
-wheel's SHA-256 matches and every unpacked file matches the SHA-256 recorded when it was unpacked. The cache is
-``$KVBLOCK_BENCH_CACHE`` or ``$XDG_CACHE_HOME/kvblock-bench/engines`` (``~/.cache/...``), never inside the
-repository: no engine code is ever written there.
-"""
+"""An engine's published code: fetched with the user's pip into a cache outside the repository, or a source folder.
+Design: docs/output.md#harnesscalibrationfetchpy."""
 
 from __future__ import annotations
 
@@ -26,19 +18,19 @@ from pathlib import Path
 from harness.errors import InputError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-PIP_TIMEOUT_S = 1800  # a 340 MB wheel on a slow link
-MANIFEST = ".sha256-files.json"  # SHA-256 of every unpacked file, by relative path
+PIP_TIMEOUT_S = 1800
+MANIFEST = ".sha256-files.json"
 
 
 @dataclass(frozen=True)
 class EngineCode:
     """Where an engine's code lies, and what identifies it in the results."""
 
-    root: Path  # the folder holding its top-level packages
+    root: Path
     version: str
     digest: str  # "sha256:<wheel digest>" or "tree-sha256:<digest of the packages' .py files>"
-    origin: str  # the wheel's file name, or the source folder
-    repaired: tuple[str, ...] = field(default=(), compare=False)  # cached files found changed, unpacked again
+    origin: str
+    repaired: tuple[str, ...] = field(default=(), compare=False)
 
 
 def default_cache() -> Path:
@@ -81,7 +73,7 @@ def pip_download(requirement: str, dest: Path, find_links: Path | None = None) -
     before = {p.name for p in dest.glob("*.whl")}
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
            "-d", str(dest), requirement]
-    if find_links is not None:  # a local wheelhouse only (tests, offline mirrors)
+    if find_links is not None:
         cmd[4:4] = ["--no-index", "--find-links", str(find_links)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
@@ -121,8 +113,7 @@ def wheel_version(wheel: Path) -> str:
 
 
 def unpack(wheel: Path, packages: tuple[str, ...], cache: Path) -> EngineCode:
-    """The Python files of ``packages`` from ``wheel``, unpacked into ``cache/<wheel stem>/`` and reused while the
-    recorded digest is the wheel's and every file there matches its recorded SHA-256 (else unpacked again)."""
+    """The ``.py`` files of ``packages`` from ``wheel`` unpacked into ``cache/<wheel stem>/``, reused while intact."""
     digest = sha256_file(wheel)
     root = cache / wheel.name.removesuffix(".whl")
     stamp = root / ".sha256"
@@ -141,8 +132,7 @@ def unpack(wheel: Path, packages: tuple[str, ...], cache: Path) -> EngineCode:
 
 
 def _extract(wheel: Path, packages: tuple[str, ...], dest: Path, record: dict[str, str]) -> dict[str, str]:
-    """The ``.py`` files of ``packages`` written under ``dest``, each checked against the wheel's ``record`` where
-    it lists a SHA-256; returns their SHA-256 by relative path."""
+    """The ``.py`` files of ``packages`` written under ``dest``, checked against ``record``; SHA-256 by path."""
     try:
         with zipfile.ZipFile(wheel) as zf:
             names = [n for n in zf.namelist() if n.endswith(".py") and n.split("/", 1)[0] in packages]
@@ -182,9 +172,7 @@ def wheel_record(wheel: Path) -> dict[str, str]:
 
 
 def unpacked_changes(root: Path, packages: tuple[str, ...], record: dict[str, str]) -> list[str]:
-    """The files under ``root`` that differ from what the wheel's ``record`` lists, else from the manifest written
-    when they were unpacked (changed, missing, or ``.py`` files added to ``packages``); every file when there is
-    no readable manifest."""
+    """The files under ``root`` that differ from the wheel's ``record``, else from the manifest (all without one)."""
     try:
         manifest = json.loads((root / MANIFEST).read_text())
     except (OSError, ValueError):
@@ -220,7 +208,7 @@ def source_folder(folder: Path, packages: tuple[str, ...], version: str | None) 
     if version and commit != "unversioned" and not commit.startswith(version):
         raise InputError(f"--source {root}: the checkout is at commit {commit}, not {version}; check out {version} "
                          "or name the version it is at")
-    label = commit if commit != "unversioned" else version or commit  # a checkout: its full commit
+    label = commit if commit != "unversioned" else version or commit
     return EngineCode(root, label, f"tree-sha256:{tree_digest(root, packages)}", str(root))
 
 

@@ -216,6 +216,7 @@ def _take_row(table, ints, keys, ext, refs, stack, seq, need):
     """Row ``seq``'s first ``need`` blocks, each take in turn (any may evict)."""
     for j in range(need):
         table[_u(seq), _u(j)] = _take(ints, keys, ext, refs, stack)
+    return OK
 
 
 @njit(cache=True, inline="always")

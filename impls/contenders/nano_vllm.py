@@ -34,7 +34,8 @@ test but records nothing when a block fills (no token ids, no hash, ``hash_to_bl
 ``can_allocate`` and ``allocate`` look nothing up (every block a miss); blocks keep hash -1. Sequences hold
 their number of tokens, not the tokens. nano-vllm has no fork or copy-on-write (blocks are shared only through
 its prefix cache), so ``fork`` raises ref counts and an append to a shared last block copies it, as in our
-contract; the per-step test for a shared last block starts with the first fork.
+contract; the per-step test for a shared last block starts with the first fork. Ours, to keep the contract at block
+size 1: a token opens a block when ``len(seq) % block_size == 1 % block_size``, not ``== 1``.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class BlockManager:
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.block_size = block_size
+        self.opens = 1 % block_size  # len(seq) % block_size when a token opens a block (module docstring)
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.hash_to_block_id: dict[int, int] = {}
         self.free_block_ids: deque[int] = deque(range(num_blocks))
@@ -135,10 +137,10 @@ class BlockManager:
         seq.block_table.clear()
 
     def can_append(self, seq: Sequence) -> bool:
-        return len(self.free_block_ids) >= (len(seq) % self.block_size == 1)
+        return len(self.free_block_ids) >= (len(seq) % self.block_size == self.opens)
 
     def may_append(self, seq: Sequence) -> None:
-        if len(seq) % self.block_size == 1:
+        if len(seq) % self.block_size == self.opens:
             seq.block_table.append(self._allocate_block())
 
     def hash_blocks(self, seq: Sequence) -> None:
@@ -199,7 +201,7 @@ class NanoVllmBlockManager(InterpretedBlockManager):
         seq.num_scheduled_tokens = 1
         seq.is_prefill = False
         cow = None
-        if self.forked and seq.num_tokens % self.block_size != 1:
+        if self.forked and seq.num_tokens % self.block_size != bm.opens:
             src = self.blocks[seq.block_table[-1]]
             if src.ref_count > 1:  # ours: copy-on-write of a shared last block (see the module docstring)
                 src.ref_count -= 1

@@ -53,7 +53,8 @@ that dict and from the free tensor (a scan: a query, not a hot path).
 Left out: the radix cache, eviction, ``need_sort`` (its staged pages and ``merge_and_sort_free``, a no-op
 without them), the Triton kernels, the debug checks (off by default), the KV tensors themselves,
 hierarchical/SWA/Mamba pools, and the request objects. How close this is to SGLang's own allocator, measured
-on the same traces: ``results/calibration/``.
+on the same traces: ``results/calibration/``. Ours, to keep the contract at page size 1 (where SGLang uses its token
+allocator): a decode token opens a page when ``seq_lens % page_size == 1 % page_size``, not ``== 1``.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def get_num_new_pages(seq_lens: torch.Tensor, page_size: int, prefix_lens: torch
     for an extend, the pages after minus the pages before."""
     assert seq_lens.device == _CPU
     if prefix_lens is None or decode:
-        return (seq_lens % page_size == 1).int().sum().item()
+        return (seq_lens % page_size == 1 % page_size).int().sum().item()  # ours: not `== 1` (module docstring)
     assert prefix_lens.device == _CPU
     pages_after = (seq_lens + page_size - 1) // page_size
     pages_before = (prefix_lens + page_size - 1) // page_size

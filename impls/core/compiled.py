@@ -236,6 +236,19 @@ def empty_kernels(state_len: int) -> Kernels:
                    _empty(state_len + 2, "(0, 0)"), one)
 
 
+def empty_step_kernel(state: tuple) -> Callable:
+    """A compiled function that does nothing, with the step kernel's one signature for ``state`` (compilation
+    then disabled, as :func:`exact_step_kernel`'s): one crossing into compiled code with a step's arguments."""
+    key = ("empty", typeof(state))
+    if key not in _EXACT_STEP_KERNELS:
+        vec, pairs, num = typeof(np.zeros(1, np.int64)), typeof(np.zeros((1, 2), np.int64)), typeof(0)
+        kernel = _empty(len(state) + 10, "(0, -1)")
+        kernel.compile((*key[1], vec, vec, vec, vec, vec, pairs, vec, num, num, num))
+        kernel.disable_compile()
+        _EXACT_STEP_KERNELS[key] = kernel
+    return _EXACT_STEP_KERNELS[key]
+
+
 def with_empty_kernels(mgr: CompiledBlockManager) -> CompiledBlockManager:
     """A copy of ``mgr`` (sharing its state) whose every kernel is empty, entered through the same path."""
     empty = copy.copy(mgr)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from impls.contract import ALLOCATE, ALLOCATE_CACHED, CAN_ALLOCATE, FORK, FREE, SEAL
+from impls.contract import ALLOCATE, ALLOCATE_CACHED, CAN_ALLOCATE, FORK, FREE, OP_NAMES, SEAL
 
 ARGS = ("a0", "a1", "arg")  # what an op may pass to its method, in this order
 
@@ -29,12 +29,12 @@ class PoolOp:
 
 
 POOL_OPS: dict[int, PoolOp] = {
-    CAN_ALLOCATE: PoolOp("can_allocate", ("a0",), "answer", "other"),
-    ALLOCATE: PoolOp("allocate", ("a0", "a1"), "", "alloc"),
-    ALLOCATE_CACHED: PoolOp("allocate_cached", ("a0", "a1", "arg"), "hits", "alloc"),
-    SEAL: PoolOp("seal", ("a0", "arg"), "answer", "other"),
-    FORK: PoolOp("fork", ("a0", "a1"), "", "other"),
-    FREE: PoolOp("free", ("a0",), "", "free"),
+    CAN_ALLOCATE: PoolOp(OP_NAMES[CAN_ALLOCATE], ("a0",), "answer", "other"),
+    ALLOCATE: PoolOp(OP_NAMES[ALLOCATE], ("a0", "a1"), "", "alloc"),
+    ALLOCATE_CACHED: PoolOp(OP_NAMES[ALLOCATE_CACHED], ("a0", "a1", "arg"), "hits", "alloc"),
+    SEAL: PoolOp(OP_NAMES[SEAL], ("a0", "arg"), "answer", "other"),
+    FORK: PoolOp(OP_NAMES[FORK], ("a0", "a1"), "", "other"),
+    FREE: PoolOp(OP_NAMES[FREE], ("a0",), "", "free"),
 }
 
 

@@ -110,7 +110,8 @@ def _take(ints, keys, ext, refs, stack):
 
 @njit(cache=True, inline="always")
 def _take_row(table, ints, keys, ext, refs, stack, seq, need):
-    """Row ``seq``'s first ``need`` blocks, fresh (the caller has checked that the pool holds them)."""
+    """Row ``seq``'s first ``need`` blocks, fresh (the caller has checked that the pool holds them); OK, or a
+    code and no change."""
     top = ints[TOP]
     for j in range(need):
         top -= 1
@@ -118,6 +119,7 @@ def _take_row(table, ints, keys, ext, refs, stack, seq, need):
         ints[_u(refs + block)] = 1
         table[_u(seq), _u(j)] = block
     ints[TOP] = top
+    return OK
 
 
 @njit(cache=True, inline="always")
@@ -138,6 +140,33 @@ def _short_by(ints, ext, need):
     """Where an allocation refused for want of ``need`` blocks says so (flat's wrapper knows the need)."""
 
 
+# -- the table, as allocate and append use it: what flat-rows makes different -----------------------------
+@njit(cache=True, inline="always")
+def _shape(table, ints):
+    """Rows (sequences) and columns (blocks per sequence) of the block table."""
+    return table.shape[0], table.shape[1]
+
+
+@njit(cache=True, inline="always")
+def _regions(table, ints):
+    """Where the ref counts and the free stack start in ``ints``."""
+    refs = HEADER + ROW * table.shape[0]
+    return refs, refs + ints[NUM_BLOCKS]
+
+
+@njit(cache=True, inline="always")
+def _cell(table, ints, rec, seq, j):
+    """Where row ``seq``'s last block, its ``j``-th, sits in ``table``."""
+    return _u(seq), _u(j)
+
+
+@njit(cache=True, inline="always")
+def _cell_to_write(table, ints, rec, seq, j, mark, boundary):
+    """``(code, row, column)`` where row ``seq`` writes its ``j``-th block (a new one at a block ``boundary``,
+    else a copy of a shared one): flat writes in place; a code means no room, and nothing changed."""
+    return OK, _u(seq), _u(j)
+
+
 @njit(cache=True, inline="always")
 def _fits(rows, cols, sh, seq, num_tokens):
     """``(code, blocks)`` of a new sequence of ``num_tokens`` tokens in row ``seq``, for ``rows`` rows of ``cols``
@@ -155,9 +184,9 @@ def _fits(rows, cols, sh, seq, num_tokens):
 @njit(cache=True, inline="always")
 def _allocate_row(table, ints, keys, seq, num_tokens):
     ext = _extension(table, ints)
-    refs = HEADER + ROW * table.shape[0]
-    stack = refs + ints[NUM_BLOCKS]
-    rc, need = _fits(table.shape[0], table.shape[1], ints[BLOCK_SHIFT], seq, num_tokens)
+    refs, stack = _regions(table, ints)
+    rows, cols = _shape(table, ints)
+    rc, need = _fits(rows, cols, ints[BLOCK_SHIFT], seq, num_tokens)
     if rc != OK:
         return rc
     rec = HEADER + ROW * seq
@@ -166,7 +195,9 @@ def _allocate_row(table, ints, keys, seq, num_tokens):
     if need > _free_count(ints, ext):
         _short_by(ints, ext, need)
         return E_NO_BLOCKS
-    _take_row(table, ints, keys, ext, refs, stack, seq, need)
+    rc = _take_row(table, ints, keys, ext, refs, stack, seq, need)
+    if rc != OK:
+        return rc
     ints[_u(rec + LEN)] = num_tokens
     ints[_u(rec + MARK)] &= ~SHARED  # fresh blocks: not shared
     return OK
@@ -175,36 +206,43 @@ def _allocate_row(table, ints, keys, seq, num_tokens):
 @njit(cache=True, inline="always")
 def _append_token(table, ints, keys, seq):
     ext = _extension(table, ints)
-    refs = HEADER + ROW * table.shape[0]
-    stack = refs + ints[NUM_BLOCKS]
+    refs, stack = _regions(table, ints)
+    rows, cols = _shape(table, ints)
     sh = ints[BLOCK_SHIFT]
-    if _u(seq) >= _u(table.shape[0]):
+    if _u(seq) >= _u(rows):
         return E_SEQ_RANGE, -1, -1
     rec = HEADER + ROW * seq
     n = ints[_u(rec + LEN)]
     if n == 0:
         return E_INACTIVE, -1, -1
-    us, j = _u(seq), _u(n >> sh)
+    j = n >> sh
     mark = ints[_u(rec + MARK)]
     if (n & ((1 << sh) - 1)) == 0:
-        if n >> sh >= table.shape[1]:
+        if j >= cols:
             return E_TOO_LONG, -1, -1
         if _free_count(ints, ext) == 0:
             return E_NO_BLOCKS, -1, -1
-        table[us, j] = _take(ints, keys, ext, refs, stack)
+        rc, r, c = _cell_to_write(table, ints, rec, seq, j, mark, True)
+        if rc != OK:
+            return rc, -1, -1
+        table[r, c] = _take(ints, keys, ext, refs, stack)
         ints[_u(rec + LEN)] = n + 1
         ints[_u(rec + MARK)] = mark & ~SHARED
         return 0, -1, -1
-    src = np.int64(table[us, j])
+    r, c = _cell(table, ints, rec, seq, j)
+    src = np.int64(table[r, c])
     if (mark & SHARED) == 0 or ints[_u(refs + src)] == 1:
         ints[_u(rec + LEN)] = n + 1
         ints[_u(rec + MARK)] = mark & ~SHARED
         return 0, -1, -1
     if _free_count(ints, ext) == 0:
         return E_NO_BLOCKS, -1, -1
+    rc, r, c = _cell_to_write(table, ints, rec, seq, j, mark, False)
+    if rc != OK:
+        return rc, -1, -1
     dst = _take(ints, keys, ext, refs, stack)  # (with a cache: a partial block is never cached, src stays in use)
     ints[_u(refs + src)] -= 1
-    table[us, j] = dst
+    table[r, c] = dst
     ints[_u(rec + LEN)] = n + 1
     ints[_u(rec + MARK)] = mark & ~SHARED
     return 1, src, dst

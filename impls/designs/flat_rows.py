@@ -43,12 +43,13 @@ from impls.contract import (
     E_INACTIVE,
     E_NO_BLOCKS,
     E_SEQ_RANGE,
-    E_TOKENS,
     E_TOO_LONG,
     OK,
 )
 from impls.core.compiled import CompiledBlockManager, Kernels
+from impls.core.jit import specialise
 from impls.core.validation import slot_of_jit
+from impls.designs import flat
 from impls.designs.flat import SHARED, STAMP_LIMIT, _load, can_allocate, table_dtype
 
 ROW_BYTES = 64  # one cache line per row of ids
@@ -141,28 +142,57 @@ def _copy_row(rows, ints, rec, seq, row, k, used):
     return new
 
 
-@njit(cache=True)
-def allocate(rows, ints, seq, num_tokens):
-    sh, rs = ints[BLOCK_SHIFT], ints[ROW_SHIFT]
-    if _u(seq) >= _u(ints[MAX_SEQS]):
-        return E_SEQ_RANGE
-    if num_tokens < 1:
-        return E_TOKENS
-    need = (num_tokens + (1 << sh) - 1) >> sh
-    if need > ints[MAX_BLOCKS]:
-        return E_TOO_LONG
-    rec = HEADER + REC * seq
-    if ints[_u(rec + LEN)] != 0:
-        return E_ACTIVE
-    top = ints[TOP]
-    if need > top:
-        return E_NO_BLOCKS
+# -- flat's allocate and append, made over the rows (see flat's note on the table) ---------------------------
+@njit(cache=True, inline="always")
+def _shape(rows, ints):
+    """Sequences and blocks per sequence (flat's table shape)."""
+    return ints[MAX_SEQS], ints[MAX_BLOCKS]
+
+
+@njit(cache=True, inline="always")
+def _regions(rows, ints):
+    """Where the block ref counts and the free-block stack start in ``ints``."""
+    return np.int64(ints[REFS]), np.int64(ints[STACK])
+
+
+@njit(cache=True, inline="always")
+def _cell(rows, ints, rec, seq, j):
+    """The sequence's last block, its ``j``-th: in the row its record keeps."""
+    return _u(ints[_u(rec + LAST)]), _u(j & ((1 << ints[ROW_SHIFT]) - 1))
+
+
+@njit(cache=True, inline="always")
+def _cell_to_write(rows, ints, rec, seq, j, mark, boundary):
+    """Where the sequence writes its ``j``-th block: a fresh row when the block opens one, a private copy of
+    its last row when that is shared, else the last row; ``E_ROWS`` (nothing changed) if the row pool is empty."""
+    rs = ints[ROW_SHIFT]
+    col = np.int64(j) & ((1 << rs) - 1)
+    row = np.int64(ints[_u(rec + LAST)])
+    fresh = boundary and col == 0
+    if not fresh and ((mark & SHARED) == 0 or ints[_u(ints[RREFS] + row)] == 1):
+        return OK, _u(row), _u(col)
+    if ints[RTOP] == 0:
+        return E_ROWS, _u(0), _u(0)
+    if fresh:
+        row = _pop_row(ints)
+        ints[_u(ints[DIRS] + seq * np.int64(ints[DIR_LEN]) + (j >> rs))] = row
+        ints[_u(rec + LAST)] = row
+    else:
+        row = _copy_row(rows, ints, rec, seq, row, j >> rs, col if boundary else col + 1)
+    return OK, _u(row), _u(col)
+
+
+@njit(cache=True, inline="always")
+def _take_row(rows, ints, keys, ext, refs, stack, seq, need):
+    """The sequence's first ``need`` blocks, fresh, in fresh rows; ``E_ROWS`` (nothing changed) if the row
+    pool is short."""
+    rs = ints[ROW_SHIFT]
     if ((need + (1 << rs) - 1) >> rs) > ints[RTOP]:
         return E_ROWS
-    refs, stack = np.int64(ints[REFS]), np.int64(ints[STACK])
     at = np.int64(ints[DIRS]) + seq * np.int64(ints[DIR_LEN])
     mask = (1 << rs) - 1
     row = np.int64(0)
+    top = ints[TOP]
     for j in range(need):
         top -= 1
         block = ints[_u(stack + top)]
@@ -172,78 +202,24 @@ def allocate(rows, ints, seq, num_tokens):
             ints[_u(at + (j >> rs))] = row
         rows[_u(row), _u(j & mask)] = block
     ints[TOP] = top
-    ints[_u(rec + LEN)] = num_tokens
-    ints[_u(rec + LAST)] = row
-    ints[_u(rec + MARK)] &= ~SHARED  # fresh blocks: not shared
+    ints[_u(HEADER + REC * seq + LAST)] = row
     return OK
 
 
-@njit(cache=True, inline="always")
-def _append_boundary(rows, ints, rec, seq, n, mark):
-    """``append`` at a block boundary: a new block, in a fresh row when it opens one, else in the last row
-    (copied first when shared)."""
-    rs = ints[ROW_SHIFT]
-    j = np.int64(n >> ints[BLOCK_SHIFT])
-    col = j & ((1 << rs) - 1)
-    row = np.int64(ints[_u(rec + LAST)])
-    top = ints[TOP]
-    if j >= ints[MAX_BLOCKS]:
-        return E_TOO_LONG
-    if top == 0:
-        return E_NO_BLOCKS
-    copy = col != 0 and (mark & SHARED) != 0 and ints[_u(ints[RREFS] + row)] != 1
-    if (col == 0 or copy) and ints[RTOP] == 0:
-        return E_ROWS
-    block = ints[_u(ints[STACK] + top - 1)]
-    ints[_u(ints[REFS] + block)] = 1
-    ints[TOP] = top - 1
-    if col == 0:
-        row = _pop_row(ints)
-        ints[_u(ints[DIRS] + seq * np.int64(ints[DIR_LEN]) + (j >> rs))] = row
-        ints[_u(rec + LAST)] = row
-    elif copy:
-        row = _copy_row(rows, ints, rec, seq, row, j >> rs, col)
-    rows[_u(row), _u(col)] = block
-    ints[_u(rec + LEN)] = n + 1
-    ints[_u(rec + MARK)] = mark & ~SHARED
-    return OK
+_TABLE = {"HEADER": HEADER, "ROW": REC, "_shape": _shape, "_regions": _regions, "_cell": _cell,
+          "_cell_to_write": _cell_to_write, "_take_row": _take_row}
+_allocate_row = njit(inline="always")(specialise(flat._allocate_row.py_func, "flat_rows", **_TABLE))
+_append_token = njit(inline="always")(specialise(flat._append_token.py_func, "flat_rows", **_TABLE))
+
+
+@njit(cache=True)
+def allocate(rows, ints, seq, num_tokens):
+    return _allocate_row(rows, ints, None, seq, num_tokens)
 
 
 @njit(cache=True)
 def append(rows, ints, seq):
-    if _u(seq) >= _u(ints[MAX_SEQS]):
-        return E_SEQ_RANGE, -1, -1
-    rec = HEADER + REC * seq
-    n = ints[_u(rec + LEN)]
-    if n == 0:
-        return E_INACTIVE, -1, -1
-    mark = ints[_u(rec + MARK)]
-    if (n & ((1 << ints[BLOCK_SHIFT]) - 1)) == 0:
-        return _append_boundary(rows, ints, rec, seq, n, mark), -1, -1
-    refs, rs = np.int64(ints[REFS]), ints[ROW_SHIFT]
-    j = np.int64(n >> ints[BLOCK_SHIFT])
-    col = j & ((1 << rs) - 1)
-    row = np.int64(ints[_u(rec + LAST)])
-    src = np.int64(rows[_u(row), _u(col)])
-    if (mark & SHARED) == 0 or ints[_u(refs + src)] == 1:
-        ints[_u(rec + LEN)] = n + 1
-        ints[_u(rec + MARK)] = mark & ~SHARED
-        return 0, -1, -1
-    top = ints[TOP]
-    if top == 0:
-        return E_NO_BLOCKS, -1, -1
-    if ints[_u(ints[RREFS] + row)] != 1:
-        if ints[RTOP] == 0:
-            return E_ROWS, -1, -1
-        row = _copy_row(rows, ints, rec, seq, row, j >> rs, col + 1)
-    dst = np.int64(ints[_u(ints[STACK] + top - 1)])
-    ints[_u(refs + dst)] = 1
-    ints[_u(refs + src)] -= 1
-    rows[_u(row), _u(col)] = dst
-    ints[TOP] = top - 1
-    ints[_u(rec + LEN)] = n + 1
-    ints[_u(rec + MARK)] = mark & ~SHARED
-    return 1, src, dst
+    return _append_token(rows, ints, None, seq)
 
 
 @njit(cache=True)

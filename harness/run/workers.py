@@ -1,0 +1,210 @@
+"""Worker processes: where every implementation's code runs during a run, supervised.
+
+A run's measurements run in worker processes (spawned, so each is a fresh interpreter that places its arrays
+anew), one job at a time: nothing is ever timed while another job runs. A worker tells the main process which
+cell it is working on before it runs that cell's code (:meth:`Events.cell`), reports progress
+(:meth:`Events.tick`), and sends the job's result. The main process supervises it:
+
+- no message for ``deadline`` seconds: the worker is killed, and the cell it was in is blamed (a hang);
+- the worker dies (a signal such as SIGSEGV from a plug-in's C code, ``os._exit``, the out-of-memory killer):
+  the cell it was in is blamed (a crash);
+- an exception of ours in the worker comes back with its traceback (:class:`WorkerBug`), never blamed on a
+  design.
+
+:class:`CellDied` names the cell and the reason; the caller records the cell as failed and runs the job again
+without it, in a fresh worker. Repetitions spread over several workers make the intervals include the
+variation between processes, as pyperf spreads its values over processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.base.args import DEFAULT_DEADLINE_S
+from harness.run.bound import Meter
+
+OWN_CODE_DEADLINE_S = 3600.0  # outside any cell: our own code (a callgrind study is one silent call of minutes)
+Cell = tuple[str, str]  # (impl, regime)
+
+
+class WorkerBug(RuntimeError):
+    """An exception of ours inside a worker; the message carries the worker's traceback."""
+
+
+@dataclass
+class CellDied(Exception):
+    """The worker died or hung while running ``cell``'s code (None: outside any cell, which is ours)."""
+
+    cell: Cell | None
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"{self.cell[0]} {self.cell[1]}" if self.cell else "outside any cell"
+        return f"a worker {self.reason} ({where})"
+
+
+class Events:
+    """What a job tells the main process while it runs (in the worker: over the pipe; in tests: callbacks)."""
+
+    def __init__(self, send: Callable[[tuple], None], receive: Callable[[], object] | None = None) -> None:
+        self._send, self._receive = send, receive
+
+    def mark(self, key: tuple | None) -> None:
+        """A timed slice of ``key`` starts (None: it ended); returns once the main process has read this
+        worker's CPU time (:mod:`harness.run.bound`). Nothing without a main process to answer."""
+        if self._receive is not None:
+            self._send(("mark", key))
+            self._receive()
+
+    def cell(self, cell: Cell | None) -> None:
+        """The job is about to run ``cell``'s code (None: its own code again)."""
+        self._send(("cell", cell))
+
+    def tick(self, what: str) -> None:
+        """One unit of progress (the progress bar's)."""
+        self._send(("tick", what))
+
+    def status(self, what: str) -> None:
+        """What is under way now (no unit of progress)."""
+        self._send(("status", what))
+
+
+def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the worker
+    """The worker's loop: receive a job, run it, send its result (or our exception's traceback). Ctrl-C is the
+    main process's to handle: it stops the workers. The worker leads a process group of its own, so that
+    stopping it stops whatever it started too (a plug-in's helper processes, valgrind or perf)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.setpgrp()
+    events = Events(conn.send, conn.recv)
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        try:
+            result = execute(job, events)
+        except BaseException:
+            conn.send(("bug", traceback.format_exc()))
+            continue
+        conn.send(("result", result))
+
+
+class Worker:
+    """One supervised worker process, started on first use and again after it died or was killed."""
+
+    def __init__(self, execute: Callable[[Any, Events], Any], deadline_s: float = DEFAULT_DEADLINE_S) -> None:
+        self.execute, self.deadline_s = execute, deadline_s
+        self._proc = self._conn = None
+        self.meter = Meter()  # the worker's CPU time at each of its marks, read here
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, self.execute), daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn = parent
+
+    def run(self, job: Any, on_tick: Callable[[str], None] = lambda what: None,
+            on_status: Callable[[str], None] = lambda what: None) -> Any:
+        """Run ``job`` in the worker and return its result; :class:`CellDied` when the worker hung or died (it
+        is then stopped, and the next job starts a fresh one), :class:`WorkerBug` for an exception of ours."""
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        self._conn.send(job)
+        self.meter.reset()
+        cell: Cell | None = None
+        while True:
+            message = self._receive(cell)
+            kind, value = message
+            if kind == "cell":
+                cell = tuple(value) if value is not None else None
+            elif kind == "tick":
+                on_tick(value)
+            elif kind == "status":
+                on_status(value)
+            elif kind == "mark":
+                self.meter.mark(self._proc.pid, value)
+                self._conn.send(True)
+            elif kind == "bug":
+                raise WorkerBug(f"an exception in a worker process:\n{value}")
+            else:
+                return self.meter.attach(value)
+
+    def _receive(self, cell: Cell | None) -> tuple:
+        """The worker's next message. The deadline is the design's: it runs while the worker is inside a cell.
+        Outside any cell the worker runs our own code (starting, loading a trace, a callgrind study that is one
+        call of minutes), which only :data:`OWN_CODE_DEADLINE_S` bounds: a worker silent that long is our bug."""
+        started = time.monotonic()
+        limit = self.deadline_s if cell is not None else max(self.deadline_s, OWN_CODE_DEADLINE_S)
+        while not self._conn.poll(1.0):
+            if not self._proc.is_alive():
+                raise self._died(cell)
+            if time.monotonic() - started > limit:
+                self.stop()
+                raise CellDied(cell, f"made no progress for {limit:g} s (the deadline) and was killed")
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            raise self._died(cell) from None
+
+    def _died(self, cell: Cell | None) -> CellDied:
+        self._proc.join(5)
+        code = self._proc.exitcode
+        self.stop()
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+            return CellDied(cell, f"was killed by signal {name}")
+        return CellDied(cell, f"exited with status {code} before its job was done")
+
+    def stop(self) -> None:
+        """Stop the worker process (killed if it does not end at once)."""
+        if self._proc is None:
+            return
+        if self._proc.is_alive():
+            with contextlib.suppress(OSError):
+                self._conn.send(None)
+            self._proc.join(2)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+        with contextlib.suppress(OSError):  # what the worker started, if any of it still runs
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        self._conn.close()
+        self._proc = self._conn = None
+
+
+class Pool:
+    """``size`` workers (at least one); jobs run one at a time, each in the worker it names."""
+
+    def __init__(self, size: int, execute: Callable[[Any, Events], Any],
+                 deadline_s: float = DEFAULT_DEADLINE_S) -> None:
+        self.workers = [Worker(execute, deadline_s) for _ in range(max(1, size))]
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def run(self, index: int, job: Any, on_tick: Callable[[str], None] = lambda what: None,
+            on_status: Callable[[str], None] = lambda what: None) -> Any:
+        return self.workers[index % len(self.workers)].run(job, on_tick, on_status)
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
