@@ -153,6 +153,22 @@ def test_the_bound_fails_a_cell_claiming_much_less_than_its_cpu_time() -> None:
     assert bound.violations(unread) == {}  # no process clock: nothing bounded
 
 
+def test_the_floor_is_the_harness_work_outside_the_do_nothing_designs_timed_regions() -> None:
+    ms = 1_000_000
+    result = _result(2 * ms, 100 * ms, 20, floor_ns=int(3.3 * ms))
+    assert bound.violations(result) == {}
+    result.floor_claimed = {"batched": 4 * 3.0 * ms}  # most of the floor was the do-nothing design's own calls
+    assert ("x", "batched") in bound.violations(result)
+
+
+def test_a_cell_without_a_floor_fails_from_python_and_is_not_bounded_compiled() -> None:
+    result = _result(2 * 1_000_000, 100 * 1_000_000, 20)
+    del result.supervised[("floor", "batched")]
+    assert "no floor" in bound.violations(result)[("x", "batched")]
+    result.info[("x", "batched")] = CellInfo("compiled", "", 0.0, True)
+    assert bound.violations(result) == {}
+
+
 def test_the_bound_leaves_failed_cells_to_their_reason() -> None:
     result = _result(1, 100_000_000, 20)
     result.failed[("x", "batched")] = "its own reason"

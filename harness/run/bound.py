@@ -1,9 +1,9 @@
 """The supervisor's bound: a cell's timed regions against its worker's CPU time, read from the main process.
 
 Per marked slice the main process reads the worker's CPU clock (:class:`Meter`); a cell whose timed regions
-claim under :data:`FRACTION` of its slices' CPU time beyond the harness's own work (a do-nothing design's,
-:mod:`harness.run.floor`) fails. It catches clocks slowed or stopped several-fold; work in a constructor or
-handed to another process is not bounded.
+claim under :data:`FRACTION` of its slices' CPU time beyond the harness's own work (a do-nothing design's CPU
+time outside its timed regions, :mod:`harness.run.floor`) fails. It catches clocks slowed or stopped
+several-fold; work in a constructor or handed to another process is not bounded.
 """
 
 from __future__ import annotations
@@ -73,20 +73,33 @@ def violations(result) -> dict[Cell, str]:
     readings = result.supervised
     if readings is None:
         return {}
-    floor = {key[1]: cpu / slices for key, (cpu, slices) in readings.items() if len(key) == 2 and slices}
+    floor = {key[1]: max(0.0, cpu - result.floor_claimed.get(key[1], 0.0)) / slices  # its work outside its regions
+             for key, (cpu, slices) in readings.items() if len(key) == 2 and slices}
     out: dict[Cell, str] = {}
     for key, claimed in claimed_ns(result).items():
         cell = tuple(key[:2])
-        if cell in result.failed or cell in out:
-            continue
-        cpu, slices = readings.get(tuple(key), (0, 0))
-        info = result.info.get(cell)
-        per_slice = floor.get(key[1] if info is None or info.driver == "python" else info.driver, 0.0)
-        spent = cpu - FLOOR_FACTOR * slices * per_slice
-        if slices == 0:
-            out[cell] = "its worker reported samples of replays it never marked to the supervisor"
-        elif claimed < FRACTION * spent - SLACK_NS * slices:
-            out[cell] = (f"its timed regions claim {claimed / 1e6:.2f} ms, under {FRACTION:.0%} of the "
-                         f"{spent / 1e6:.2f} ms of CPU time its worker spent in them beyond the harness's own work "
-                         "(a clock the design changed, or work done outside the timed calls)")
+        if cell not in result.failed and cell not in out:
+            info = result.info.get(cell)
+            reason = judge(claimed, readings.get(tuple(key), (0, 0)), floor, "python" if info is None else
+                           info.driver, key[1])
+            if reason:
+                out[cell] = reason
     return out
+
+
+def judge(claimed: float, reading: tuple[int, int], floor: dict[str, float], driver: str, regime: str) -> str:
+    """Why one key's claimed nanoseconds break the bound, given its (CPU ns, slices) and the floors per slice
+    (by regime for the Python driver, else by driver); "" when they do not, or no floor was measured for a
+    compiled or C++ driver (its design could not be loaded)."""
+    cpu, slices = reading
+    kind = regime if driver == "python" else driver
+    if slices == 0:
+        return "its worker reported samples of replays it never marked to the supervisor"
+    if kind not in floor:
+        return "" if driver != "python" else "its worker measured no floor of the harness's own work"
+    spent = cpu - FLOOR_FACTOR * slices * floor[kind]
+    if claimed >= FRACTION * spent - SLACK_NS * slices:
+        return ""
+    return (f"its timed regions claim {claimed / 1e6:.2f} ms, under {FRACTION:.0%} of the {spent / 1e6:.2f} ms of "
+            "CPU time its worker spent in them beyond the harness's own work (a clock the design changed, or work "
+            "done outside the timed calls)")

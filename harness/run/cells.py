@@ -65,6 +65,7 @@ class TimingResult:
     info: dict[Cell, CellInfo] = field(default_factory=dict)
     torch_threads: int | None = None  # torch's intra-op threads in the worker (None: torch not loaded)
     supervised: dict | None = None  # CPU time per key, set by the main process (harness.run.bound), not here
+    floor_claimed: dict[str, float] = field(default_factory=dict)  # the floor's timed ns (harness.run.floor)
 
 
 def reps_of(cell_driver: Driver, reps: int, cap: int | None) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from harness.base import clock
 from harness.base.drivers import Prepared
 from harness.base.interleave import Driver, interleaved, slice_bounds
 from impls import registry
@@ -124,34 +125,46 @@ def oracle_class(prep: Prepared) -> type:
 Mark = Callable[[tuple | None], None]
 
 
-def measure_floor(prep: Prepared, regimes: Iterable[str], mark: Mark, enter: Mark = lambda key: None) -> None:
+def measure_floor(prep: Prepared, regimes: Iterable[str], mark: Mark,
+                  enter: Mark = lambda key: None) -> dict[str, float]:
     """Replay the oracle through the Python driver of each regime (the whole-step one not on a prefix-caching
     trace, which it cannot replay), every slice marked ``("floor", regime)``; ``enter(None)`` before each slice,
-    as a cell's tells the main process where it is. ``RuntimeError`` (ours) if the oracle's replay fails."""
+    as a cell's tells the main process where it is. Returns the nanoseconds its timed regions claimed, per regime
+(the oracle's own calls, which are not the harness's work). ``RuntimeError`` (ours) if its replay fails."""
     cls = oracle_class(prep)
     caching = trace_uses_caching(prep.trace)
-    _replay({("floor", r, ""): Driver(prep, cls, r, {}, "floor") for r in sorted(set(regimes))
+    return _replay({("floor", r, ""): Driver(prep, cls, r, {}, "floor") for r in sorted(set(regimes))
              if not (caching and r == "step")}, prep, mark, enter)
 
 
 def measure_fast_floor(prep: Prepared, kinds: Iterable[str], loops: dict, mark: Mark,
-                       enter: Mark = lambda key: None) -> None:
+                       enter: Mark = lambda key: None) -> dict[str, float]:
     """For the compiled and C++ drivers among ``kinds``: the same on a registered design of that driver
     (:data:`FAST_FLOOR`), whose own work is small beside the harness's per slice; marked ``("floor", kind)``."""
     drivers = {}
+    if "compiled" in kinds:
+        clock.ns_per_tick()  # calibrated once per process: not in the floor's first slice
     for kind in sorted(set(kinds) & set(FAST_FLOOR)):
         name = FAST_FLOOR[kind][trace_uses_caching(prep.trace)]
-        if name:
-            driver = Driver(prep, registry.BY_NAME[name].load(), "batched", loops, name)
+        try:
+            cls = registry.BY_NAME[name].load() if name else None
+        except Exception:  # not built or not importable here: that driver's cells are not bounded
+            cls = None
+        if cls is not None:
+            driver = Driver(prep, cls, "batched", loops, name)
             driver.advance(driver.new())(0, min(WARM_STEPS, prep.num_steps))  # compile or load first
             drivers[("floor", kind, "")] = driver
-    _replay(drivers, prep, mark, enter, details=True)
+    return _replay(drivers, prep, mark, enter, details=True)
 
 
-def _replay(drivers: dict, prep: Prepared, mark: Mark, enter: Mark, details: bool = False) -> None:
-    slices = slice_bounds(prep.num_steps)
+def _replay(drivers: dict, prep: Prepared, mark: Mark, enter: Mark, details: bool = False) -> dict[str, float]:
+    """The floor's replays; the nanoseconds each key's timed regions claimed, by its floor name."""
+    slices, claimed = slice_bounds(prep.num_steps), {}
     for detail in (False, True) if details else (False,):
         out = interleaved(drivers, FLOOR_REPS, detail, slices, enter=lambda key: enter(None),
                           mark=lambda key: mark(key[:2] if key else None))
         if out.failed:
             raise RuntimeError(f"the floor's replay failed: {out.failed}")
+        for key, samples in out.samples.items():
+            claimed[key[1]] = claimed.get(key[1], 0.0) + sum(float(times.ns.sum()) for times in samples)
+    return claimed

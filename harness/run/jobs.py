@@ -150,11 +150,12 @@ def _bench(job: ScenarioJob, events: Events) -> CellBench:
 
 def run_timing(job: ScenarioJob, events: Events) -> TimingResult:
     prep = _prepared(job.trace_path, job.digest)[1]
-    measure_floor(prep, {r for _, r in job.cells}, events.mark, events.cell)  # before this job imports a design
+    floor = measure_floor(prep, {r for _, r in job.cells}, events.mark, events.cell)  # before any design's import
     bench = _bench(job, events)
-    measure_fast_floor(prep, {d.kind for d in bench.drivers.values()}, _LOOPS, events.mark, events.cell)
+    floor.update(measure_fast_floor(prep, {d.kind for d in bench.drivers.values()}, _LOOPS, events.mark, events.cell))
     bench.warm_up(record=job.record)
     result = bench.time(job.reps, job.caps, job.only, job.base, read_off=job.record)
+    result.floor_claimed = floor
     result.torch_threads = pin_one_thread()
     return result
 
