@@ -10,8 +10,8 @@ A run lives in ``results/<run-id>/``:
 
 ``results/latest`` is a symbolic link to the newest run. Run ids are unique: no run overwrites another.
 
-Every write is atomic (:mod:`scenarios.atomic`); one that fails (disk full, a read-only folder, a path that names a
-device node) raises :class:`harness.errors.WriteError` naming the file, and the file it would have replaced stays.
+Every write is atomic (:mod:`scenarios.files.atomic`); one that fails (disk full, a read-only folder, a device
+node) raises :class:`harness.errors.WriteError` naming the file, and the file it would have replaced stays.
 Text fields are cleaned when a row is made (:func:`clean_text`), so ``results.csv`` always reads back.
 """
 
@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 from harness.errors import InputError, WriteError
-from scenarios import atomic
-from scenarios.files import read_once
+from scenarios.files import atomic
+from scenarios.files.kinds import read_once
 
 RESULTS_DIR = Path("results")
 MAX_LABEL_CHARS = 64
@@ -40,7 +40,7 @@ class ResultsError(InputError):
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (:mod:`scenarios.atomic`, the one implementation); a failure raises
+    """Write ``data`` to ``path`` atomically (:mod:`scenarios.files.atomic`, the one implementation); a failure raises
     :class:`WriteError` naming the file and the reason, and leaves the file as it was."""
     try:
         atomic.atomic_write_bytes(path, data)

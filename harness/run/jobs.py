@@ -28,7 +28,7 @@ from harness.run.floor import measure_fast_floor, measure_floor
 from harness.run.workers import Events
 from impls import registry
 from scenarios import Trace, load
-from scenarios.trace import content_digest
+from scenarios.trace_format import content_digest
 
 Cell = tuple[str, str]
 

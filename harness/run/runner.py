@@ -50,7 +50,8 @@ from harness.studies.scale import CONFIG_METRICS, config_rows
 from impls import REGISTRY, UNAVAILABLE, registry
 from scenarios import SCENARIOS, ScenarioError, Trace, TraceError, generate, load, save
 from scenarios.scheduler import GENERATOR_VERSION
-from scenarios.trace import FORMAT_VERSION, content_digest, trace_uses_caching
+from scenarios.trace import trace_uses_caching
+from scenarios.trace_format import FORMAT_VERSION, content_digest
 
 Cell = tuple[str, str]
 

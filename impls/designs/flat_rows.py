@@ -1,32 +1,6 @@
 """``flat-rows``: design C's flat table in two levels, with memory that follows the pool, not the longest sequence.
 
-Design C preallocates ``max_seqs x max_blocks_per_seq`` ids: at 1,024 sequences and a 1M-token context that is
-128 MiB of uint16 table before a token is stored. Here the article's rule 2 is read literally: block ids live
-in **64-byte rows** (32 uint16 ids, or 16 uint32 ids past 65,536 blocks) drawn from a preallocated row pool, and
-each sequence keeps a short **directory** of the rows it uses. Everything is allocated once, in the
-constructor, as in C; a step allocates nothing.
-
-- ``rows``: ``[num_rows, ids_per_row]`` block ids. ``num_rows`` is what the worst case can hold (see
-  :func:`row_count`): ``num_blocks // ids_per_row + 2 * max_seqs`` rows, or the flat table's own size if that
-  is smaller. Its bytes follow the pool (about 2 B per block), never ``max_seqs x max_blocks_per_seq``.
-- ``ints``: one int32 array (as in C, two array arguments per kernel call): a header, a 32-byte record per
-  sequence (length, mark, the slot a failed step restores, the row holding its last block, the row a failed
-  step's row copy restores), the directories (``max_seqs x ceil(max_blocks_per_seq / ids_per_row)`` row
-  indices: 1/16 of C's uint16 table, the one part still sized by the longest sequence), block ref counts, the
-  free-block stack, row ref counts, the free-row stack and room for the CoW pairs a failed step restores.
-
-Lookup stays one load from the table: the record keeps the row of the sequence's last block, so a decode
-append or a slot lookup reads the record (as C reads its length) and then ``rows[last, j % ids_per_row]``;
-only whole-table walks (``fork``, ``free``, ``block_table``) go through the directory.
-
-Forks share rows: a child's directory points at its parent's rows (row ref counts, as blocks have), and a
-sequence about to write into a shared row (its last: rows before the last never change) copies it first. That
-keeps the pool bounded by the blocks in use: the live rows form a trie over directory positions in which only
-sibling rows (copies of one another) share block ids, so with ``B`` blocks in use, ``L`` live sequences and
-``R`` ids per row there are at most ``B // R`` groups holding a full row, at most ``L`` groups of partial rows
-and at most ``L - 1`` extra siblings: ``B // R + 2L - 1`` rows. Block-level behaviour (stack order, ref
-counts, copy-on-write, rollbacks, error codes) is exactly C's, so both hand out the same block ids for the same
-calls (``tests/test_flat_rows.py`` checks it operation by operation).
+Design, and why the row pool covers any sequence of calls: docs/implementations.md#implsdesignsflat_rowspy
 """
 
 from __future__ import annotations
@@ -129,9 +103,7 @@ def _pop_row(ints):
 
 @njit(cache=True, inline="always")
 def _copy_row(rows, ints, rec, seq, row, k, used):
-    """Give ``seq`` a private copy of its shared last row ``row`` (directory position ``k``, ``used`` ids
-    live): the copy replaces it in the directory and the record, which keeps the original for a rollback.
-    Block ref counts do not change: the copy holds the blocks for this sequence as the original did."""
+    """Give ``seq`` a private copy of its shared last row ``row``; the record keeps the original for a rollback."""
     new = _pop_row(ints)
     for c in range(used):
         rows[_u(new), _u(c)] = rows[_u(row), _u(c)]
@@ -363,11 +335,7 @@ def _undo_row_copy(ints, rec, seq, k, row, rtop):
 
 @njit(cache=True, inline="always")
 def _fail(rows, ints, seq_ids, cow_out, slot_out, count, cows, rc):
-    """Roll back the first ``count`` appends of a failed one-pass step, newest first (C's rollback, plus the
-    rows the step took: a fresh row at a row boundary, a row copy before writing into a shared row), put back
-    the slots and CoW pairs it overwrote, and return ``(rc, count)``. Stack entries above ``top`` and
-    ``rtop`` are never overwritten within a step, so giving a block or a row back is ``+= 1``; rows the step
-    took are exactly the free-row stack's entries from ``rtop`` up to the step's start (``RTOP0``)."""
+    """Roll back the first ``count`` appends of a failed one-pass step, newest first, rows included; ``(rc, count)``."""
     sh, rs = ints[BLOCK_SHIFT], ints[ROW_SHIFT]
     rmask = (1 << rs) - 1
     refs, saved_cows = np.int64(ints[REFS]), np.int64(ints[COWS])
@@ -553,11 +521,7 @@ class FlatRowsBlockManager(CompiledBlockManager):
         self.state = (self.rows, ints)
 
     def memory_bytes(self) -> int:
-        """``rows`` (64 B per row: :func:`row_count` rows, about 2 B per block plus 128 B per sequence, or C's
-        table size if smaller) and ``ints``: per sequence a 32 B record, a directory of ``ceil(max_blocks_per_seq
-        / ids_per_row)`` int32 row indices and 16 B for a failed step's CoW pairs; per block 12 B (ref count and
-        stack slot, plus the int32 ids the stack is filled from), per row 12 B likewise; and 64 B per array that
-        aligning it to a cache line may leave unused."""
+        """``rows`` (:func:`row_count` rows of 64 B) and ``ints``, plus 64 B per array for cache-line alignment."""
         lay = layout(self.num_blocks, self.max_seqs, self.max_blocks_per_seq)
         return lay.num_rows * ROW_BYTES + 4 * lay.size + 4 * (self.num_blocks + lay.num_rows) + 2 * ROW_BYTES
 
