@@ -171,8 +171,10 @@ class Replays:
 def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: list[tuple[int, int]],
                 done: Callable[[Key], None] = lambda key: None, out: Replays | None = None,
                 caps: dict[Key, int] | None = None, only: Iterable[int] | None = None,
-                enter: Callable[[Key], None] = lambda key: None) -> Replays:
-    """``reps`` repetitions of every driver (``caps[key]`` for a key it names), interleaved slice by slice."""
+                enter: Callable[[Key], None] = lambda key: None,
+                mark: Callable[[Key | None], None] = lambda key: None) -> Replays:
+    """``reps`` repetitions of every driver (``caps[key]`` for a key it names), interleaved slice by slice;
+    ``mark(key)`` before each slice and ``mark(None)`` after a repetition's last (the supervisor's bound)."""
     out = out or Replays()
     caps = caps or {}
     total = max([reps, *caps.values()])
@@ -194,7 +196,9 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
                 for k in order:
                     if k in parts and k not in out.failed:
                         enter(k)
+                        mark(k)
                         _slice(drivers[k], mgrs[k], detail, lo, hi, parts[k], out, k)
+            mark(None)
         finally:
             gc.unfreeze()
         for k in (k for k in keys if k in parts):

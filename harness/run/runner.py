@@ -41,6 +41,7 @@ from harness.base.rows import Row, clean_text, write_rows
 from harness.errors import InputError, WriteError
 from harness.run import metadata, progress
 from harness.run.assemble import ScenarioRows, merge
+from harness.run.bound import violations
 from harness.run.interrupts import signal_name, sigterm_interrupts
 from harness.run.jobs import ImplInfo, ProbeJob, ScenarioJob, describe, execute
 from harness.run.matrix import ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios
@@ -184,6 +185,7 @@ def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: Ru
 
         result = _supervised(shared, w, plan.cells, job, failed)
         if result is not None:
+            result.failed.update(violations(result))  # the supervisor's bound on what it claims
             results.append(result)
     merged = merge(results, failed)
     if merged.torch_threads is not None:  # what the workers held torch to (README, "One host thread")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.base.args import DEFAULT_DEADLINE_S
+from harness.run.bound import Meter
 
 OWN_CODE_DEADLINE_S = 3600.0  # outside any cell: our own code (a callgrind study is one silent call of minutes)
 Cell = tuple[str, str]  # (impl, regime)
@@ -53,8 +54,15 @@ class CellDied(Exception):
 class Events:
     """What a job tells the main process while it runs (in the worker: over the pipe; in tests: callbacks)."""
 
-    def __init__(self, send: Callable[[tuple], None]) -> None:
-        self._send = send
+    def __init__(self, send: Callable[[tuple], None], receive: Callable[[], object] | None = None) -> None:
+        self._send, self._receive = send, receive
+
+    def mark(self, key: tuple | None) -> None:
+        """A timed slice of ``key`` starts (None: it ended); returns once the main process has read this
+        worker's CPU time (:mod:`harness.run.bound`). Nothing without a main process to answer."""
+        if self._receive is not None:
+            self._send(("mark", key))
+            self._receive()
 
     def cell(self, cell: Cell | None) -> None:
         """The job is about to run ``cell``'s code (None: its own code again)."""
@@ -76,7 +84,7 @@ def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         os.setpgrp()
-    events = Events(conn.send)
+    events = Events(conn.send, conn.recv)
     while True:
         try:
             job = conn.recv()
@@ -98,6 +106,7 @@ class Worker:
     def __init__(self, execute: Callable[[Any, Events], Any], deadline_s: float = DEFAULT_DEADLINE_S) -> None:
         self.execute, self.deadline_s = execute, deadline_s
         self._proc = self._conn = None
+        self.meter = Meter()  # the worker's CPU time at each of its marks, read here
 
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
@@ -114,6 +123,7 @@ class Worker:
         if self._proc is None or not self._proc.is_alive():
             self._start()
         self._conn.send(job)
+        self.meter.reset()
         cell: Cell | None = None
         while True:
             message = self._receive(cell)
@@ -124,10 +134,13 @@ class Worker:
                 on_tick(value)
             elif kind == "status":
                 on_status(value)
+            elif kind == "mark":
+                self.meter.mark(self._proc.pid, value)
+                self._conn.send(True)
             elif kind == "bug":
                 raise WorkerBug(f"an exception in a worker process:\n{value}")
             else:
-                return value
+                return self.meter.attach(value)
 
     def _receive(self, cell: Cell | None) -> tuple:
         """The worker's next message. The deadline is the design's: it runs while the worker is inside a cell.
