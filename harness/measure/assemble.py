@@ -38,6 +38,7 @@ class Merged:
     info: dict[Cell, CellInfo] = field(default_factory=dict)
     reps: dict[Key, int] = field(default_factory=dict)  # repetitions each key replayed, over all workers
     torch_threads: int | None = None  # the most any worker used (None: no worker loaded torch)
+    pids: dict[str, list[int]] = field(default_factory=dict)  # impl -> the worker processes that timed its cells
 
 
 def merge(results: list[TimingResult], failed: dict[Cell, str]) -> Merged:
@@ -50,6 +51,8 @@ def merge(results: list[TimingResult], failed: dict[Cell, str]) -> Merged:
         out.info.update(result.info)
         if result.torch_threads is not None:
             out.torch_threads = max(out.torch_threads or 0, result.torch_threads)
+        for impl in dict.fromkeys(c[0] for c in result.info):
+            out.pids.setdefault(impl, []).append(result.pid)
     for name, target in (("steps", out.steps), ("details", out.details)):
         collected: dict[Key, list[tuple[int, StepTimes]]] = {}
         for result in results:

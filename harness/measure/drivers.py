@@ -39,7 +39,15 @@ import numpy as np
 from numba import njit
 
 from harness.measure.clock import ns_per_tick, ticks
-from harness.measure.replay import ReplayError, check_replayable, check_step_hits, hash_args
+from harness.measure.replay import (
+    INT64,
+    ReplayError,
+    answered,
+    answered_shown,
+    check_replayable,
+    check_step_hits,
+    hash_args,
+)
 from harness.measure.steptimes import KINDS, StepTimes, concat
 from impls.contract import blocks_for
 from impls.core.base import step_by_calls
@@ -160,8 +168,12 @@ def _bound(mgr, prep: Prepared) -> dict:
 def _check_result(prep: Prepared, s: int, i: int, result: str, got) -> int:
     """A pool op's result against the trace (outside the timed regions); the prompt tokens it served."""
     if result == "hits":
-        return got
-    if bool(got) != bool(prep.a1[i]):
+        return got if type(got) is int else answered(got, prep.calls[i][0], s)
+    try:
+        truth = bool(got)
+    except Exception:  # an answer that has no truth value (an array) is the design's
+        truth = None
+    if truth != bool(prep.a1[i]):
         method, args = prep.calls[i][:2]
         shown = ", ".join(str(a) if isinstance(a, int) else "<chain>" for a in args)
         raise ReplayError(f"step {s}: {method}({shown}) answered {got}, the trace expects {bool(prep.a1[i])}")
@@ -208,8 +220,11 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
         if batched:
             slot_out[:n] = -1  # a step that skips its slot writes must not pass on the previous step's
             t0 = perf()
-            cows[s - lo] = mgr.decode_step(ids, cow_out, slot_out)
+            rc = mgr.decode_step(ids, cow_out, slot_out)
             t1 = perf()
+            if type(rc) is not int or not -INT64 <= rc < INT64:  # no count: the design's failure, said as such
+                rc = answered(rc, "decode_step", s)
+            cows[s - lo] = rc
             digests[s - lo] = ((slot_out[:n] & mask) + 1).sum()
             slot_out[:n] = -1
             t1b = perf()
@@ -231,7 +246,7 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
             slots = [last_slot(seq) for seq in seqs]  # the scheduler's slot mapping, as it would keep it
             t2 = perf()
             cows[s - lo] = count
-            digests[s - lo] = sum((slot & mask) + 1 for slot in slots)
+            digests[s - lo] = _slots_digest(slots, mask, s)
             row[_LOOKUP] = t2 - t1
         row[_DECODE] = t1 - t0
         regions += mid - first + (1 if batched else 2)
@@ -241,6 +256,16 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
     if not batched:  # the per-call scheduler needs its slot mapping from last_slot calls
         step_ns = step_ns + ns[:, _LOOKUP]
     return StepTimes(ns, cows, step_ns, regions / max(1, hi - lo), "perf_counter_ns", digests)
+
+
+def _slots_digest(slots: list, mask: int, s: int) -> int:
+    """The digest of the slots ``last_slot`` answered at step ``s`` (:class:`ReplayError` for an answer that is
+    not a slot)."""
+    try:
+        return int(sum((slot & mask) + 1 for slot in slots))
+    except (TypeError, ValueError, OverflowError):
+        bad = next((x for x in slots if type(x) is not int), None)
+        raise ReplayError(f"step {s}: last_slot returned {answered_shown(bad)}, not a slot") from None
 
 
 def apply_calls(prep: Prepared, mgr, s: int, methods: dict | None = None) -> None:
@@ -281,7 +306,12 @@ def _batched_runner(prep: Prepared, mgr, cows: np.ndarray):
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
             apply_calls(prep, mgr, s, methods)
-            cows[s] = decode_step(decode_ids[s], cow_out, slot_out)
+            rc = decode_step(decode_ids[s], cow_out, slot_out)
+            try:
+                cows[s] = rc
+            except (TypeError, ValueError, OverflowError):  # no count (the timed replays check its type)
+                answered(rc, "decode_step", s)
+                raise
             if after is not None:
                 after(s)
 
@@ -328,7 +358,12 @@ def whole_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None, check
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
             ops, x, y, ids = steps[s]
-            cows[s] = step(ops, x, y, ids, status_out, cow_out, slot_out)
+            rc = step(ops, x, y, ids, status_out, cow_out, slot_out)
+            try:
+                cows[s] = rc
+            except (TypeError, ValueError, OverflowError):  # no count (the timed replays check its type)
+                answered(rc, "step", s)
+                raise
             if check:
                 _check_statuses(prep, s, status_out, int(cows[s]))
             if after is not None:
@@ -369,7 +404,9 @@ def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> 
         rc = step(ops, x, y, ids, status_out, cow_out, slot_out)
         t1 = perf()
         ns[s - lo, _DECODE] = t1 - t0
-        _check_statuses(prep, s, status_out, int(rc))
+        if type(rc) is not int or not -INT64 <= rc < INT64:
+            rc = answered(rc, "step", s)
+        _check_statuses(prep, s, status_out, rc)
         cows[s - lo] = rc
         digests[s - lo] = ((slot_out[: end - mid] & mask) + 1).sum()
         if after is not None:

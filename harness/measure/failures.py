@@ -6,7 +6,8 @@ implementation's class or of one of its base classes (our base classes included:
 wrongly fails in them). ``SystemExit`` raised there counts too: a plug-in that exits fails its cells, it does not
 end the run; so does any other ``BaseException`` it raises, ``KeyboardInterrupt`` included where it cannot be the
 user's: in a process that ignores SIGINT (a worker, :mod:`harness.measure.workers`), only code raises it.
-Anything else is ours: it propagates, with its traceback, and is never recorded as a design's failure.
+A ``MemoryError`` in a cell is the design's too: its cells run in a worker of its own, held to a memory limit
+(:func:`harness.measure.workers.limit_memory`). Anything else is ours: it propagates, with its traceback.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from harness.errors import DesignFailure
 from harness.measure.replay import ReplayError
 
 REASON_CHARS = 400  # a failure's reason as recorded: one line, at most this long
+OUT_OF_MEMORY = "out of memory"  # how a design's failure to allocate begins
 
 
 def short_reason(exc: BaseException) -> str:
@@ -76,6 +78,8 @@ def blamed_on(impl: str, cls: type) -> Iterator[None]:
     except DesignFailure:
         raise
     except BaseException as exc:  # a design may raise or exit with anything (see the module docstring)
+        if isinstance(exc, MemoryError):  # in a worker of the design's own, its allocations exhausted the limit
+            raise DesignFailure(impl, f"{OUT_OF_MEMORY} ({short_reason(exc)})") from exc
         if users_interrupt(exc) or not is_design_failure(exc, cls):
             raise
         raise DesignFailure(impl, short_reason(exc)) from exc

@@ -204,14 +204,16 @@ class Replays:
 def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: list[tuple[int, int]],
                 done: Callable[[Key], None] = lambda key: None, out: Replays | None = None,
                 caps: dict[Key, int] | None = None, only: Iterable[int] | None = None,
-                enter: Callable[[Key], None] = lambda key: None) -> Replays:
+                enter: Callable[[Key], None] = lambda key: None,
+                pause: Callable[[tuple[int, ...]], None] = lambda position: None) -> Replays:
     """``reps`` repetitions of every driver (``caps[key]`` of them for a key it names, fewer or more),
     interleaved slice by slice (``slices`` staggered per repetition by :func:`replay_slices`, cells ordered by
     :func:`schedule`); ``done(key)`` after each of a key's first ``reps`` repetitions. ``only``: of the run's
     repetitions, those to replay here (each with its own staggering and order, as in the whole run), so that
     the repetitions of one run can be spread over processes; samples are kept per repetition index
     (``Replays.reps``). ``enter(key)`` is called before any of a key's code runs (a worker reports the cell it
-    is in: :class:`harness.measure.workers.Events`)."""
+    is in: :class:`harness.measure.workers.Events`); ``pause((detail, rep, slice))`` before each slice (where
+    workers of other designs take their turn at the same slice: :mod:`harness.measure.lockstep`)."""
     out = out or Replays()
     caps = caps or {}
     total = max([reps, *caps.values()])
@@ -229,7 +231,8 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
         gc.collect()
         gc.freeze()  # collections triggered by the replays' own allocations scan only what they create
         try:
-            for (lo, hi), order in zip(bounds, orders, strict=True):
+            for k_slice, ((lo, hi), order) in enumerate(zip(bounds, orders, strict=True)):
+                pause((int(detail), rep, k_slice))
                 for k in order:
                     if k in parts and k not in out.failed:
                         enter(k)

@@ -1,8 +1,8 @@
 """The jobs a worker process runs (:mod:`harness.measure.workers`): every place a run executes an implementation.
 
-- :class:`ScenarioJob` ``timing``: one worker's share of a scenario's repetitions (:class:`harness.measure.cells.
-  CellBench`), the samples sent back whole; ``studies``: the scenario's allocation counts, paced runs and
-  studies.
+- :class:`ScenarioJob` ``timing``: one implementation's cells, one share of a scenario's repetitions
+  (:class:`harness.measure.cells.CellBench`), the samples sent back whole; ``studies``: its allocation counts,
+  paced runs and studies (or, with no cells, the studies of no implementation).
 - :class:`ProbeJob`: load an implementation by name (a plug-in's import runs here, never in the main process)
   and say what it is (:class:`ImplInfo`), or why it cannot be loaded.
 - :class:`CheckJob`: ``kvblock-bench check``'s conformance run.
@@ -14,6 +14,7 @@ or exits, at import or later, costs only its own cells (or its own verdict).
 from __future__ import annotations
 
 import importlib.metadata as importlib_metadata
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,6 +101,8 @@ class ScenarioJob:
     study_cells: dict[str, list[Cell]] = field(default_factory=dict)
     quick: bool = False
     digest: str = ""  # the trace's content digest: the file the worker loads must hold that trace
+    control: bool = True  # this job replays the A/A control (the base's job, one per share)
+    lockstep: bool = False  # pause between slices for the other designs' workers (harness.measure.lockstep)
 
 
 @dataclass
@@ -149,7 +152,10 @@ def _bench(job: ScenarioJob, events: Events) -> CellBench:
 def run_timing(job: ScenarioJob, events: Events) -> TimingResult:
     bench = _bench(job, events)
     bench.warm_up(record=job.record)
-    result = bench.time(job.reps, job.caps, job.only, job.base, read_off=job.record)
+    if job.lockstep:
+        bench.pause = events.pause
+    result = bench.time(job.reps, job.caps, job.only, job.base, read_off=job.record, control=job.control)
+    result.pid = os.getpid()
     result.torch_threads = pin_one_thread()
     return result
 
@@ -199,8 +205,10 @@ def scenario_studies(job: ScenarioJob, bench: CellBench, cells: list[Cell], even
 
         events.status(f"{scenario}: memory at the trace's peak")
         classes = {impl: bench.drivers[(impl, regime, "")].cls for impl, regime in cells}
-        rows += memory_rows(scenario, trace, cells, classes, events.cell)
+        memory = memory_rows(scenario, trace, cells, classes, events.cell)
         events.cell(None)
+        rows += memory
+        bench.failed.update({(r.impl, r.regime): r.how for r in memory if r.status == "failed"})
         events.tick(f"{scenario} memory")
     if "table_copy" in job.studies:
         from harness.studies.table_copy import measure as measure_table_copy
@@ -275,8 +283,25 @@ def run_check(job: CheckJob, events: Events) -> CheckResult:
     return CheckResult(verdict.ok and not inputs and not problems, "\n".join(lines), supports_prefix_caching(cls))
 
 
+_START: list[tuple[str, dict[str, str]]] = []  # the worker's working folder and environment as it started
+
+
+def restore_start() -> None:
+    """Back to the working folder and environment this worker started with (a design may have changed them)."""
+    if not _START:
+        _START.append((os.getcwd(), dict(os.environ)))
+        return
+    cwd, env = _START[0]
+    os.chdir(cwd)
+    if dict(os.environ) != env:
+        os.environ.clear()
+        os.environ.update(env)
+
+
 def execute(job: object, events: Events) -> object:
-    """Run a job in this process (a worker's entry point), with torch held to one intra-op thread."""
+    """Run a job in this process (a worker's entry point), with torch held to one intra-op thread, from the
+    working folder and environment the worker started with."""
+    restore_start()
     pin_one_thread()
     if isinstance(job, ScenarioJob):
         return run_timing(job, events) if job.kind == "timing" else run_studies(job, events)

@@ -21,20 +21,41 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import resource
 import signal
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_DEADLINE_S = 300.0  # the longest a worker may stay silent in a cell (one slice of the slowest is far less)
 OWN_CODE_DEADLINE_S = 3600.0  # outside any cell: our own code (a callgrind study is one silent call of minutes)
 Cell = tuple[str, str]  # (impl, regime)
+REASON_CHARS = 300  # the most of an exception's line a reason quotes
+Position = tuple[int, ...]  # where a job pauses between slices (pass, repetition, slice): workers align on it
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Which worker process: the implementation whose cells it alone runs ("": none, our own work), the share
+    of the repetitions it replays, and the code it runs ("": this checkout; a seam for runs that alternate code
+    versions or engine releases, which would start the worker with another interpreter and path)."""
+
+    impl: str = ""
+    share: int = 0
+    code: str = ""
 
 
 class WorkerBug(RuntimeError):
     """An exception of ours inside a worker; the message carries the worker's traceback."""
+
+    cell: Cell | None = None  # the last cell the worker entered, where the caller knows it
+
+    def last_line(self) -> str:
+        """The exception's own line (``Type: message``), the traceback's last."""
+        lines = [line for line in str(self).splitlines() if line.strip()]
+        return lines[-1].strip()[:REASON_CHARS] if lines else "an exception"
 
 
 @dataclass
@@ -52,8 +73,8 @@ class CellDied(Exception):
 class Events:
     """What a job tells the main process while it runs (in the worker: over the pipe; in tests: callbacks)."""
 
-    def __init__(self, send: Callable[[tuple], None]) -> None:
-        self._send = send
+    def __init__(self, send: Callable[[tuple], None], receive: Callable[[], object] | None = None) -> None:
+        self._send, self._receive = send, receive
 
     def cell(self, cell: Cell | None) -> None:
         """The job is about to run ``cell``'s code (None: its own code again)."""
@@ -67,6 +88,14 @@ class Events:
         """What is under way now (no unit of progress)."""
         self._send(("status", what))
 
+    def pause(self, position: Position) -> None:
+        """Wait, at ``position``, until the main process says go (:func:`harness.measure.lockstep.lockstep`:
+        workers of different designs take turns slice by slice); no wait where nothing supervises."""
+        if self._receive is not None:
+            self._send(("ready", position))
+            if self._receive() != "go":
+                raise SystemExit(0)  # the main process stopped the job
+
 
 def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the worker
     """The worker's loop: receive a job, run it, send its result (or our exception's traceback). Ctrl-C is the
@@ -75,7 +104,8 @@ def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         os.setpgrp()
-    events = Events(conn.send)
+    limit_memory()
+    events = Events(conn.send, conn.recv)
     while True:
         try:
             job = conn.recv()
@@ -85,10 +115,31 @@ def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the 
             return
         try:
             result = execute(job, events)
+        except MemoryError:  # what a design left allocated made our next allocation fail: the worker is spent
+            conn.send(("oom", traceback.format_exc(limit=-1)))
+            return
         except BaseException:
             conn.send(("bug", traceback.format_exc()))
             continue
         conn.send(("result", result))
+
+
+def memory_limit() -> int:
+    """The address space a worker may hold: the machine's physical memory (at least 8 GiB, which torch's and Numba's
+    reservations fit in), so that a design that allocates without end fails its own cells with a MemoryError
+    before it takes the machine."""
+    try:
+        return max(8 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError):
+        return 0
+
+
+def limit_memory() -> None:
+    """Hold this process to :func:`memory_limit` (where the system allows a limit)."""
+    limit = memory_limit()
+    if limit:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
 
 class Worker:
@@ -97,6 +148,8 @@ class Worker:
     def __init__(self, execute: Callable[[Any, Events], Any], deadline_s: float = DEFAULT_DEADLINE_S) -> None:
         self.execute, self.deadline_s = execute, deadline_s
         self._proc = self._conn = None
+        self.cell: Cell | None = None  # the cell whose code the worker runs now
+        self.last_cell: Cell | None = None  # the last cell it entered (a failure of ours right after it may be its)
 
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
@@ -104,29 +157,51 @@ class Worker:
         self._proc = ctx.Process(target=_serve, args=(child, self.execute), daemon=True)
         self._proc.start()
         child.close()
+        self.pid = self._proc.pid
         self._conn = parent
 
     def run(self, job: Any, on_tick: Callable[[str], None] = lambda what: None,
             on_status: Callable[[str], None] = lambda what: None) -> Any:
         """Run ``job`` in the worker and return its result; :class:`CellDied` when the worker hung or died (it
         is then stopped, and the next job starts a fresh one), :class:`WorkerBug` for an exception of ours."""
+        self.submit(job)
+        while True:
+            kind, value = self.advance(on_tick, on_status)
+            if kind == "result":
+                return value
+            self.go()
+
+    def submit(self, job: Any) -> None:
+        """Send ``job`` (the worker is started first if it is not running)."""
         if self._proc is None or not self._proc.is_alive():
             self._start()
+        self.cell = self.last_cell = None
         self._conn.send(job)
-        cell: Cell | None = None
+
+    def go(self) -> None:
+        """Let a paused job go on."""
+        self._conn.send("go")
+
+    def advance(self, on_tick: Callable[[str], None] = lambda what: None,
+                on_status: Callable[[str], None] = lambda what: None) -> tuple[str, Any]:
+        """The job's next pause ``("ready", position)`` or its end ``("result", value)``; raises as :meth:`run`."""
         while True:
-            message = self._receive(cell)
-            kind, value = message
+            kind, value = self._receive(self.cell)
             if kind == "cell":
-                cell = tuple(value) if value is not None else None
+                self.cell = tuple(value) if value is not None else None
+                self.last_cell = self.cell or self.last_cell
             elif kind == "tick":
                 on_tick(value)
             elif kind == "status":
                 on_status(value)
             elif kind == "bug":
                 raise WorkerBug(f"an exception in a worker process:\n{value}")
+            elif kind == "oom":
+                self.stop()
+                raise CellDied(self.last_cell, f"ran out of memory (its limit: {memory_limit() / 2**30:.1f} GiB of "
+                                               "address space)")
             else:
-                return value
+                return kind, value
 
     def _receive(self, cell: Cell | None) -> tuple:
         """The worker's next message. The deadline is the design's: it runs while the worker is inside a cell.
@@ -165,28 +240,47 @@ class Worker:
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join(5)
-        with contextlib.suppress(OSError):  # what the worker started, if any of it still runs
+        with contextlib.suppress(OSError, TypeError):  # what the worker started, if any of it still runs
             os.killpg(self._proc.pid, signal.SIGKILL)
         self._conn.close()
         self._proc = self._conn = None
 
 
 class Pool:
-    """``size`` workers (at least one); jobs run one at a time, each in the worker it names."""
+    """Workers by key (a :class:`WorkerSpec`, or a repetition share's index), started on first use; jobs run one
+    at a time. ``size``: the repetition shares; at most ``limit`` processes live at once."""
 
     def __init__(self, size: int, execute: Callable[[Any, Events], Any],
-                 deadline_s: float = DEFAULT_DEADLINE_S) -> None:
-        self.workers = [Worker(execute, deadline_s) for _ in range(max(1, size))]
+                 deadline_s: float = DEFAULT_DEADLINE_S, limit: int = 0) -> None:
+        self.size, self.execute, self.deadline_s = max(1, size), execute, deadline_s
+        self.limit = limit or self.size
+        self.workers: dict[Any, Worker] = {}
 
     def __len__(self) -> int:
-        return len(self.workers)
+        return self.size
 
-    def run(self, index: int, job: Any, on_tick: Callable[[str], None] = lambda what: None,
+    def worker(self, key: Any, keep: Iterable[Any] = ()) -> Worker:
+        """The worker of ``key``; over the limit, the most recently used others not in ``keep`` are stopped (a run
+        uses its workers in a cycle, scenario after scenario: the least recently used is the next one needed)."""
+        worker = self.workers.pop(key, None) or Worker(self.execute, self.deadline_s)
+        keep = {key, *keep}
+        spare = [k for k in self.workers if k not in keep]
+        for old in spare[::-1][: max(0, len(self.workers) + 1 - self.limit)]:
+            self.workers.pop(old).stop()
+        self.workers[key] = worker
+        return worker
+
+    def run(self, key: Any, job: Any, on_tick: Callable[[str], None] = lambda what: None,
             on_status: Callable[[str], None] = lambda what: None) -> Any:
-        return self.workers[index % len(self.workers)].run(job, on_tick, on_status)
+        return self.worker(key).run(job, on_tick, on_status)
+
+    def close_worker(self, key: Any) -> None:
+        """Stop ``key``'s worker (the next job there starts a fresh one)."""
+        if key in self.workers:
+            self.workers[key].stop()
 
     def close(self) -> None:
-        for worker in self.workers:
+        for worker in self.workers.values():
             worker.stop()
 
     def __enter__(self) -> Pool:
