@@ -34,7 +34,7 @@ test: setup
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
-# The default matrix (harness/measure/matrix.py); each target's time: results/times/times.json (README, "Time budget").
+# The default matrix (harness/run/matrix.py); each target's time: results/times/times.json (README, "Time budget").
 bench: setup
 	$(CLI) run --figures
 

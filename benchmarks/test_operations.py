@@ -7,7 +7,7 @@ the state rebuilt (untimed) before every round; read-only and state-restoring on
 
 What is timed is one Python call into the contract, as a Python scheduler makes it. For compiled designs
 that includes Numba's dispatch (unboxing each argument), not only the compiled kernel: the harness's
-compiled replay (``harness.measure.drivers.compiled_driver``) measures kernels without it. ``extra_info`` records
+compiled replay (``harness.base.drivers.compiled_driver``) measures kernels without it. ``extra_info`` records
 the implementation, regime, scenario, what one round does (``ops_per_round`` of ``op_unit``) and the call.
 """
 
@@ -18,7 +18,7 @@ from functools import cache
 import numpy as np
 import pytest
 
-from harness.measure.replay import replay
+from harness.base.replay import replay
 from impls import REGISTRY, registry
 from impls.contract import blocks_for
 from scenarios import Trace, generate

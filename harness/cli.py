@@ -14,6 +14,16 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from harness.base.args import (
+    MAX_CALIBRATE_REPS,
+    MAX_CHECK_EXAMPLES,
+    MAX_CHECK_OPS,
+    MAX_CHECK_SEEDS,
+    add_deadline,
+    count,
+    csv_list,
+    percentage,
+)
 from harness.errors import InputError
 from impls.registry import PluginError
 from scenarios import SCENARIOS, ScenarioError, TraceError
@@ -34,28 +44,6 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
-def csv_list(text: str) -> list[str]:
-    """``a,b,c`` -> [a, b, c]; an empty item or a repeated one is an error, not a silent default."""
-    items = [item.strip() for item in text.split(",")]
-    if not text.strip() or any(not item for item in items):
-        raise argparse.ArgumentTypeError(f"empty name in {text!r}: give comma-separated names, e.g. flat,dict")
-    repeated = sorted({item for item in items if items.count(item) > 1})
-    if repeated:
-        raise argparse.ArgumentTypeError(f"{', '.join(repeated)} given twice in {text!r}")
-    return items
-
-
-def positive_int(text: str) -> int:
-    """An integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def writable_dir(path: Path, flag: str) -> Path:
     """``path`` as a folder this process can create files in (made if missing), checked before any work."""
     if path.exists() and not path.is_dir():
@@ -69,7 +57,6 @@ def writable_dir(path: Path, flag: str) -> Path:
     return path
 
 
-# -- scenarios and traces ---------------------------------------------------------------------------------
 def cmd_scenarios(args: argparse.Namespace) -> int:
     width = max(map(len, SCENARIOS))
     for name, sc in SCENARIOS.items():
@@ -143,12 +130,11 @@ def check_output_file(path: Path) -> None:
     check_writable(path)
 
 
-# -- runs and reports ------------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.measure.replay import REGIMES
-    from harness.measure.runner import RunConfig, run
+    from harness.base.replay import REGIMES
     from harness.output.console import console_summary
     from harness.output.report import write_reports
+    from harness.run.runner import RunConfig, run
 
     if args.trace and args.scenario:
         raise UsageError("give --scenario or --trace, not both")
@@ -185,7 +171,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _failed_cells_status(run_dir: Path) -> int:
     """EXIT_FAILED_CELLS, with one line per failed cell on stderr, when a design failed a cell; else 0."""
-    from harness.output.results import read_rows
+    from harness.base.rows import read_rows
 
     failed = [r for r in read_rows(run_dir / "results.csv") if r.status == "failed" and r.metric == "correctness"]
     for row in failed:
@@ -196,10 +182,10 @@ def _failed_cells_status(run_dir: Path) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Reports (and figures) into the run folder, the paper table printed. A run folder that cannot be written
     (read-only, disk full) costs the files only: one line says so, the tables are still printed, exit status 2."""
+    from harness.base.files import resolve_run
     from harness.errors import WriteError
     from harness.output.console import console_summary
     from harness.output.report import report_texts, write_reports
-    from harness.output.results import resolve_run
     from harness.output.rundata import RunData
 
     data = RunData.load(resolve_run(args.run, Path(args.results)))
@@ -243,17 +229,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return result.exit_status
 
 
-def percentage(text: str) -> float:
-    """A percentage such as ``10`` or ``10%`` (a number from 0 to 1000)."""
-    try:
-        value = float(text.strip().removesuffix("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (e.g. 10 or 10%)") from None
-    if not 0 <= value < 1000:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a percentage from 0 to 1000")
-    return value
-
-
 def _add_compare(sub, results: argparse.ArgumentParser) -> None:
     from harness.output.compare import DEFAULT_METRICS, DEFAULT_THRESHOLD_PCT
     from harness.output.compare_report import FORMATS
@@ -291,8 +266,8 @@ def cmd_table_copy(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Contract conformance of one implementation, run in a worker process (a plug-in that exits, hangs or
     crashes there gets a verdict too); exit 0 only when it conforms."""
-    from harness.measure.jobs import CheckJob, ProbeJob, execute
-    from harness.measure.workers import CellDied, Worker, WorkerBug
+    from harness.run.jobs import CheckJob, ProbeJob, execute
+    from harness.run.workers import CellDied, Worker, WorkerBug
     from impls import REGISTRY, UNAVAILABLE
 
     if args.impl in UNAVAILABLE:
@@ -304,12 +279,13 @@ def cmd_check(args: argparse.Namespace) -> int:
             raise UsageError(info.reason)
         caching = " (prefix caching included)" if info.prefix_caching else ""
         print(f"checking {info.described}: {args.seeds} seed(s) x {args.examples} random call sequences of up to "
-              f"{args.ops} calls against the reference model{caching}, then the 65,536-block pool", flush=True)
+              f"{args.ops} calls against the reference model{caching} at block sizes 1 to 64, then the 65,536-block "
+              "pool at each", flush=True)
         result = worker.run(CheckJob(args.impl, args.seeds, args.examples, args.ops))
         ok, text = result.ok, result.text
     except CellDied as died:
         ok, text = False, f"{args.impl}: FAILS: the checking process {died.reason}"
-    except WorkerBug as bug:  # in a plug-in's own process, after its code ran: its answers made the checker fail
+    except WorkerBug as bug:  # in a plug-in's own process: its answers made the checker fail
         if args.impl in REGISTRY:
             raise
         ok, text = False, f"{args.impl}: FAILS: the checker could not use its answers ({bug.last_line()})"
@@ -376,7 +352,6 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     return baseline.run(args)
 
 
-# -- the parser ------------------------------------------------------------------------------------------
 def _add_trace(sub) -> None:
     p = sub.add_parser(
         "trace", help="generate a trace file, import one from a CSV, or summarise one",
@@ -395,8 +370,9 @@ def _add_trace(sub) -> None:
 
 
 def _add_run(sub, results: argparse.ArgumentParser) -> None:
-    from harness.measure.matrix import describe
     from harness.output import times
+    from harness.run.matrix import describe
+    from harness.run.runner import MAX_PROCESSES, MAX_REPS
 
     took = times.quoted_times()
     p = sub.add_parser("run", parents=[results],
@@ -416,7 +392,8 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
     p.add_argument("--regime", type=csv_list, metavar="R,...", help="per-call, batched (default: both)")
     p.add_argument("--quick", action="store_true",
                    help=f"short traces, one repetition; {times.phrase('bench-quick', took)}")
-    p.add_argument("--reps", type=positive_int, help="repetitions per cell (default 3, --quick 1)")
+    p.add_argument("--reps", type=count(1, MAX_REPS), help=f"repetitions per cell (default 3, --quick 1; at most "
+                   f"{MAX_REPS:,})")
     p.add_argument("--label", help="appended to the run id")
     p.add_argument("--no-paced", action="store_true", help="skip the paced open-loop CPU-share runs")
     p.add_argument("--no-l1d", action="store_true", help="skip L1D-miss measurement (perf or callgrind)")
@@ -425,29 +402,11 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
     p.add_argument("--memory", action="store_true",
                    help="measure each design's memory at the trace's peak (on in --sweep runs)")
     p.add_argument("--figures", action="store_true", help="also render figures (as `kvblock-bench report`)")
-    p.add_argument("--no-progress", action="store_true", help="no progress output (status lines, bar, scenario times)")
-    p.add_argument("--processes", type=positive_int,
-                   help="worker processes the repetitions spread over (default: one per repetition)")
-    _add_deadline(p)
-
-
-def positive_seconds(text: str) -> float:
-    """A number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
-
-
-def _add_deadline(p: argparse.ArgumentParser) -> None:
-    from harness.measure.workers import DEFAULT_DEADLINE_S
-
-    p.add_argument("--deadline", type=positive_seconds, default=DEFAULT_DEADLINE_S, metavar="S",
-                   help=f"seconds a worker process may run an implementation without progress before it is killed "
-                        f"and the implementation's cell failed (default {DEFAULT_DEADLINE_S:g})")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--processes", type=count(1, MAX_PROCESSES),
+                   help=f"worker processes the repetitions spread over (default: one per repetition; at most --reps "
+                        f"and {MAX_PROCESSES})")
+    add_deadline(p)
 
 
 def _add_calibrate(sub) -> None:
@@ -463,15 +422,18 @@ def _add_calibrate(sub) -> None:
     p.add_argument("engine", help="vllm, sglang or nano-vllm, optionally ==VERSION (e.g. vllm==0.33.0)")
     p.add_argument("--scenario", type=csv_list, metavar="S,...",
                    help="scenarios (default: the engine's committed ones)")
-    p.add_argument("--reps", type=positive_int, default=5,
-                   help="interleaved repetitions, one worker process each unless --processes (default 5)")
+    p.add_argument("--reps", type=count(1, MAX_CALIBRATE_REPS), default=5,
+                   help=f"interleaved repetitions (default 5, at most {MAX_CALIBRATE_REPS:,})")
     p.add_argument("--source", metavar="DIR", help="the engine's source folder (holding its top-level package)")
     p.add_argument("--cache", metavar="DIR", help="where wheels are kept (default: ~/.cache/kvblock-bench/engines, "
                                                   "or $KVBLOCK_BENCH_CACHE); never inside the repository")
     p.add_argument("--find-links", metavar="DIR", help="fetch the wheel from this folder only (pip --no-index)")
-    p.add_argument("--processes", type=positive_int,
-                   help="worker processes the repetitions spread over (default: one per repetition)")
-    _add_deadline(p)
+    from harness.run.runner import MAX_PROCESSES
+
+    p.add_argument("--processes", type=count(1, MAX_PROCESSES),
+                   help=f"worker processes the repetitions spread over (default: one per repetition; at most "
+                        f"{MAX_PROCESSES})")
+    add_deadline(p)
     p.add_argument("--results", default="results",
                    help="where the new calibration folder (<timestamp>-calibration-ENGINE/) is made (default: results)")
     p.add_argument("--out", metavar="FILE", help="merge the rows into this table instead (runs/ beside it)")
@@ -520,14 +482,18 @@ def build_parser() -> Parser:
                                    "ids; "
                                    "failed calls must leave the state as it was; the batched step must equal the "
                                    "same appends made one at a time; inputs must be left as they were and "
-                                   "table_nbytes an int from 0 to 2**40 (or None); then the full 65,536-block pool. "
+                                   "table_nbytes an int from 0 to 2**40 (or None); at block sizes 1 to 64, pools of a "
+                                   "handful of blocks and of 65,536; then the full 65,536-block pool at each. "
                                    "Prints the shortest failing call sequence as runnable Python. Exit 0 only when it "
                                    "conforms.")
     p.add_argument("impl", help="a registered name, package.module:Class, or a kvblock_bench.impls entry point")
-    p.add_argument("--seeds", type=positive_int, default=2, help="independent random runs (default 2)")
-    p.add_argument("--examples", type=positive_int, default=100, help="call sequences per seed (default 100)")
-    p.add_argument("--ops", type=positive_int, default=40, help="calls per sequence, at most (default 40)")
-    _add_deadline(p)
+    p.add_argument("--seeds", type=count(1, MAX_CHECK_SEEDS), default=2,
+                   help=f"independent random runs (default 2, at most {MAX_CHECK_SEEDS:,})")
+    p.add_argument("--examples", type=count(1, MAX_CHECK_EXAMPLES), default=100,
+                   help=f"call sequences per seed (default 100, at most {MAX_CHECK_EXAMPLES:,})")
+    p.add_argument("--ops", type=count(1, MAX_CHECK_OPS), default=40,
+                   help=f"most calls per sequence (default 40, at most {MAX_CHECK_OPS:,})")
+    add_deadline(p)
     return parser
 
 

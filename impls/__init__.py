@@ -1,9 +1,4 @@
-"""KV-cache BlockManager implementations behind one contract (see :mod:`impls.contract`).
-
-Which implementations exist, and every fact about each, is in :mod:`impls.registry`. ``REGISTRY`` maps the
-names that import here to their classes; ``UNAVAILABLE`` maps the others to what to install. Both are made on
-first use (importing a submodule such as :mod:`impls.core.reference` loads no design, builds no C++).
-"""
+"""KV-cache BlockManager implementations behind one contract (see :mod:`impls.contract`)."""
 
 from __future__ import annotations
 

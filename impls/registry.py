@@ -1,24 +1,4 @@
-"""Every implementation in one table: what it is, how it is shown, what it needs.
-
-One :class:`Impl` record per implementation is the only place its facts live; the runner, the reports, the
-figures, the gate, the command line and the tests all read them from here. Adding an implementation means
-writing its module and adding one record to :data:`RECORDS`.
-
-Roles:
-
-- ``design``: the article's designs A, B, C, as interpreted Python (``flat`` is compiled: its design *is* the
-  preallocated arrays and the kernels over them);
-- ``twin``: a compiled twin of design A or B, so that the batched regime compares data structures under
-  compilation, as the article's C++ did;
-- ``contender``: a model of a real engine's block manager;
-- ``native``: C++ builds of the article's designs and of ``flat-rows``, replayed inside C++ (see
-  :mod:`impls.native`; unavailable without a C++ compiler);
-- ``caching``: a design with prefix caching (:class:`impls.contract.CachingBlockManager`, class attribute
-  ``prefix_caching = True``), held to the reference model's hits and evictions (``tests/test_prefix_caching.py``
-  runs every such class); it runs on the caching scenarios (see :data:`harness.measure.matrix.CELL_RULES`);
-- ``plugin``: a user's implementation, loaded by ``package.module:Class`` or the ``kvblock_bench.impls``
-  entry-point group (see :func:`resolve`).
-"""
+"""Every implementation in one table: what it is, how it is shown, what it needs."""
 
 from __future__ import annotations
 
@@ -29,13 +9,10 @@ from importlib import metadata as importlib_metadata
 
 ROLES = ("design", "twin", "contender", "native", "caching", "plugin")
 ENTRY_POINT_GROUP = "kvblock_bench.impls"
-# The subpackage of ``impls`` each role's classes live in (a plug-in lives in its own package), and the modules
-# of those subpackages that support the registered ones without being implementations themselves.
 ROLE_PACKAGES = {"design": "impls.designs", "twin": "impls.designs", "caching": "impls.caching",
                  "contender": "impls.contenders", "native": "impls.native"}
 SUPPORT_MODULES = ("impls.designs.twins", "impls.native.binding", "impls.native.toolchain",
                    "impls.contenders.vllm_v1_pool")
-# What every ratio is taken against: the article's design C, and on prefix-caching traces C with its cache.
 RATIO_BASE = "flat"
 CACHING_RATIO_BASE = "flat-pc"
 
@@ -70,7 +47,6 @@ RECORDS: tuple[Impl, ...] = (
     Impl("list", "impls.designs.list_design:ListBlockManager", "design", "B list", "growable list per sequence",
          "#E69F00", "B"),
     Impl("flat", "impls.designs.flat:FlatBlockManager", "design", "C flat", "flat table + free stack", "#009E73", "C"),
-    # Not the article's design (no letter): C's table in two levels, rows from a pool.
     Impl("flat-rows", "impls.designs.flat_rows:FlatRowsBlockManager", "design", "flat-rows",
          "two-level flat table: 64-byte rows from a row pool", "#EE3377"),
     Impl("dict-jit", "impls.designs.dict_jit:DictJitBlockManager", "twin", "A' dict-jit", "A compiled (typed.Dict)",
@@ -91,7 +67,6 @@ RECORDS: tuple[Impl, ...] = (
          "A + vLLM v1's prefix cache (hash dict + intrusive LRU)", "#4EC3C9"),
     Impl("radix-pc", "impls.caching.radix_pc:RadixPcBlockManager", "caching", "radix-pc",
          "B + SGLang's radix tree over block hashes (prefix caching)", "#EE8866"),
-    # The article's designs in its own language, replayed inside C++ (see impls/native).
     Impl("cpp-dict", "impls.native.available:CppDictBlockManager", "native", "A cpp-dict",
          "A in C++ (std::unordered_map per sequence)", "#332288", "A"),
     Impl("cpp-list", "impls.native.available:CppListBlockManager", "native", "B cpp-list",
@@ -156,28 +131,23 @@ def load_plugin(spec: str) -> type:
     return cls
 
 
-# Each contract method and the arguments it takes (after self), as in impls.contract.BlockManager (README, "The
-# contract", lists the same; tests/test_registry.py checks all three). OPTIONAL_METHODS may be left out: without
-# ``step``, the harness calls impls.core.base.step_by_calls, the same step made of the per-call methods.
 CONTRACT_METHODS = {
     "can_allocate": 1, "allocate": 2, "append_slot": 1, "fork": 2, "free": 1, "block_table": 1, "seq_len": 1,
     "num_free_blocks": 0, "ref_count": 1, "last_slot": 1, "decode_step": 3, "lookup": 2, "table_nbytes": 1,
 }
 OPTIONAL_METHODS = {"step": 7}
-PROBE_CONFIG = {"num_blocks": 64, "block_size": 16, "max_seqs": 4, "max_blocks_per_seq": 8}  # a small instance
+PROBE_CONFIG = {"num_blocks": 64, "block_size": 16, "max_seqs": 4, "max_blocks_per_seq": 8}
 
 
 def contract_shape_problem(cls: type) -> str:
-    """What keeps ``cls`` from being called as the contract calls it ("" when nothing): a missing method, a
-    method or constructor that cannot take the contract's arguments. A class whose methods come from
-    ``__getattr__`` (a wrapper delegating to another manager) is judged on a small instance of it."""
+    """What keeps ``cls`` from being called as the contract calls it ("" when nothing)."""
     try:
         inspect.signature(cls).bind(**PROBE_CONFIG)
     except TypeError as exc:
         return (f"its constructor cannot be called as cls(num_blocks, block_size=16, max_seqs=256, "
                 f"max_blocks_per_seq=256): {exc}")
     except ValueError:
-        pass  # no signature to inspect (a builtin): calls will tell
+        pass
     subject, problem = _methods_holder(cls)
     if problem:
         return problem
@@ -198,13 +168,12 @@ def contract_shape_problem(cls: type) -> str:
 
 
 def _methods_holder(cls: type) -> tuple[object, str]:
-    """Where ``cls``'s contract methods are: the class itself, or, when some come only from ``__getattr__``, a
-    small instance (and why none could be made)."""
+    """Where ``cls``'s contract methods are: the class, or a small instance when some come from ``__getattr__``."""
     if all(callable(getattr(cls, name, None)) for name in CONTRACT_METHODS) or not hasattr(cls, "__getattr__"):
         return cls, ""
     try:
         return cls(**PROBE_CONFIG), ""
-    except Exception as exc:  # a plug-in's constructor may raise anything: say what
+    except Exception as exc:
         return cls, (f"its contract methods come from __getattr__, and a small instance to look them up on could "
                      f"not be made: cls({', '.join(f'{k}={v}' for k, v in PROBE_CONFIG.items())}) raised "
                      f"{type(exc).__name__}: {exc}")

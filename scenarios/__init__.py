@@ -1,9 +1,9 @@
 """Named, deterministic decode traces that every implementation replays identically."""
 
-from .catalogue import SCENARIOS, Scenario, generate
+from .catalogue import PAPER, SCENARIOS, Scenario, generate
 from .realtrace import read_requests_csv
 from .scheduler import ScenarioError
 from .trace import Trace, TraceError, load, save
 
-__all__ = ["SCENARIOS", "Scenario", "ScenarioError", "Trace", "TraceError", "generate", "load",
+__all__ = ["PAPER", "SCENARIOS", "Scenario", "ScenarioError", "Trace", "TraceError", "generate", "load",
            "read_requests_csv", "save"]

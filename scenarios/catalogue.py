@@ -21,6 +21,8 @@ from .realtrace import REAL_TRACES, build_real_trace
 from .scheduler import Request, ScenarioError, Scheduler, Seq, TraceBuilder
 from .trace import MAX_POOL_BLOCKS, Trace
 
+PAPER = "paper"  # the article's workload: every headline figure and ratio is judged on it
+
 COMMON = {
     "num_blocks": 65536,
     "block_size": 16,
@@ -34,7 +36,7 @@ COMMON = {
     "seed": 0,
 }
 CONCURRENCY_SWEEP = (64, 128, 256, 512, 1024)
-# The scale sweeps (issue 29; `make bench-scale`, left out of the default matrix: see harness.measure.matrix).
+# The scale sweeps (issue 29; `make bench-scale`, left out of the default matrix: see harness.run.matrix).
 CONCURRENCY_SCALE = (2048, 4096)  # past the default sweep: the pool grows with the sequences (64 blocks each)
 CONTEXT_SWEEP = (4096, 16384, 65536, 262144, 1048576)  # the most tokens a sequence may reach
 POOL_SWEEP = (16384, 32768, 65536, 131072, 262144, 1048576)  # blocks in the pool (ids widen past 65,536)
@@ -467,8 +469,8 @@ def _scale_scenarios() -> dict[str, Scenario]:
 
 def _scenarios() -> dict[str, Scenario]:
     out = {
-        "paper": Scenario(
-            "paper", "The article's workload: 65,536 blocks, 256 sequences always running, 2,000 steps",
+        PAPER: Scenario(
+            PAPER, "The article's workload: 65,536 blocks, 256 sequences always running, 2,000 steps",
             {**COMMON, "warm_start": True}, build_independent),
         "shared-prefix": Scenario(
             "shared-prefix", "One resident 1,000-token system prompt forked by every sequence (refs in the hundreds)",

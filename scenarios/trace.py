@@ -41,6 +41,7 @@ from impls.contract import (
     CAN_ALLOCATE,
     FORK,
     FREE,
+    OP_NAMES,
     SEAL,
     blocks_for,
     check_config,
@@ -59,8 +60,6 @@ READABLE_VERSIONS = (2, 3)  # 2: before prefix caching, loaded as a trace withou
 # step). Prefix caching (format version 3; see impls.contract.CachingBlockManager), ``op_hash[i]`` indexes
 # ``hashes``: ALLOCATE_CACHED a0 = row, a1 = tokens, chain = hashes[op_hash[i] : op_hash[i] + a1 // block_size];
 # SEAL a0 = row, a1 = the answer seal() gave (1/0), hash = hashes[op_hash[i]].
-OP_NAMES = {CAN_ALLOCATE: "can_allocate", ALLOCATE: "allocate", FORK: "fork", FREE: "free", APPEND: "append",
-            ALLOCATE_CACHED: "allocate_cached", SEAL: "seal"}
 
 ARRAYS = {  # name -> dtype
     "op": np.uint8,

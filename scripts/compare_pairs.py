@@ -37,11 +37,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.base.files import atomic_write_text
+from harness.base.stats import Estimate
 from harness.ci.profile import run_args as ci_run_args
-from harness.measure.stats import Estimate
-from harness.output import metadata
 from harness.output.compare import DEFAULT_THRESHOLD_PCT, verdict
-from harness.output.results import atomic_write_text
+from harness.run import metadata
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = ROOT / "examples" / "slowed_flat"

@@ -28,9 +28,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.output import metadata, sections
+from harness.output import sections
 from harness.output.readme import write_time_table
 from harness.output.times import TARGETS, TIMES_JSON, TargetTime, Times, read_times, write_times
+from harness.run import metadata
 
 DEFAULT_TARGETS = ("setup", "test", "bench-quick", "bench", "bench-ci", "gate")
 COLD_PATHS = ("build/numba-cache", "build/native", "results/.trace-cache")  # what a fresh clone does not have

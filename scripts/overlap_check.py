@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.base.files import atomic_write_text, resolve_run
 from harness.output.compare import load_run, run_notes
 from harness.output.overlap import compare, figure, overlaps, ratio_rows
-from harness.output.results import atomic_write_text, resolve_run
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """Where the paced whole step's CPU goes: batched ``flat``'s ``step()``, its kernel called straight (no
 Python-side checks), and a compiled function that does nothing, called with the same arguments (the floor of
 one crossing into compiled code per step); each hot (steps back to back) and paced (one step every 1/rate s,
-sleeping in between, as ``harness/measure/paced.py`` does).
+sleeping in between, as ``harness/studies/paced.py`` does).
 
 Usage: python scripts/paced_floor.py [--scenario paper] [--reps 3] [--steps N] [--out FILE]
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.measure.drivers import Prepared, whole_step_runner
-from harness.measure.paced import _paced_loop, noop_step, step_arguments
-from harness.output.results import atomic_write_text
+from harness.base.drivers import Prepared, whole_step_runner
+from harness.base.files import atomic_write_text
+from harness.studies.paced import noop_step, paced_loop, step_arguments
 from impls import REGISTRY
 from scenarios import generate
 
@@ -34,7 +34,7 @@ KINDS = ("step", "kernel", "noop")
 def runner(prep: Prepared, kind: str):
     """``(manager, run(lo, hi))`` over a fresh ``flat``: through ``step()``, straight to its kernel's exact
     dispatcher (what ``step()`` calls for these buffers, without the Python around it), or to the do-nothing
-    :func:`harness.measure.paced.noop_step` (the paced study's floor row)."""
+    :func:`harness.studies.paced.noop_step` (the paced study's floor row)."""
     mgr = REGISTRY["flat"](**prep.trace.config)
     if kind == "step":  # as the bench's paced whole-step run calls it
         return mgr, whole_step_runner(prep, mgr, check=False)
@@ -53,8 +53,8 @@ def measure(prep: Prepared, kind: str, rate: float, steps: int) -> tuple[float, 
     t0 = time.perf_counter_ns()
     run(0, steps)
     hot = (time.perf_counter_ns() - t0) / steps / 1e3
-    idle, _, _ = _paced_loop(None, rate, steps)
-    cpu, _, _ = _paced_loop(runner(prep, kind)[1], rate, steps)
+    idle, _, _ = paced_loop(None, rate, steps)
+    cpu, _, _ = paced_loop(runner(prep, kind)[1], rate, steps)
     return hot, (cpu - idle) / steps / 1e3
 
 

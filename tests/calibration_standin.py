@@ -9,6 +9,8 @@ imports exactly as it imports the real one. :func:`build_wheel` packs a folder i
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import zipfile
 from pathlib import Path
 
@@ -158,14 +160,19 @@ def write_standin(root: Path, leak: bool = False) -> Path:
 
 
 def build_wheel(source: Path, dist: str, version: str, out: Path) -> Path:
-    """A minimal wheel of the ``.py`` files under ``source`` (what ``pip download`` fetches and we unpack)."""
+    """A minimal wheel of the ``.py`` files under ``source``, with its RECORD (what ``pip download`` fetches and we
+    unpack)."""
     out.mkdir(parents=True, exist_ok=True)
     info = f"{dist.replace('-', '_')}-{version}.dist-info"
     wheel = out / f"{dist.replace('-', '_')}-{version}-py3-none-any.whl"
+    record = []
     with zipfile.ZipFile(wheel, "w") as zf:
         for path in sorted(source.rglob("*.py")):
-            zf.write(path, path.relative_to(source).as_posix())
+            name, data = path.relative_to(source).as_posix(), path.read_bytes()
+            zf.writestr(name, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{name},sha256={digest},{len(data)}\n")
         zf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
         zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        zf.writestr(f"{info}/RECORD", "")
+        zf.writestr(f"{info}/RECORD", "".join(record) + f"{info}/RECORD,,\n")
     return wheel

@@ -112,3 +112,133 @@ def test_every_harness_module_with_compiled_code_keys_the_numba_cache() -> None:
                 if re.search(r"^\s*(@njit|@intrinsic|\w+ = njit\()", path.read_text(), re.M)
                 or "njit(" in path.read_text()}
     assert compiled == set(harness.COMPILED_MODULES)
+
+
+# -- the harness's floors ---------------------------------------------------------------------------------------
+HARNESS = ROOT / "harness"
+
+
+def floor_table(text: str = ARCHITECTURE) -> dict[str, int]:
+    """ARCHITECTURE.md's floors table: a folder (``harness/base``) or a module file -> its floor."""
+    floors = {}
+    for line in text.split("## The harness in floors", 1)[-1].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].isdigit():
+            for path in re.findall(r"`([\w/.]+)`", cells[1]):
+                floors[path.rstrip("/")] = int(cells[0])
+    return floors
+
+
+FLOORS = floor_table()
+
+
+def harness_modules() -> dict[str, Path]:
+    """Every module of ``harness/`` by its dotted name (a package by its own name)."""
+    found = {}
+    for path in HARNESS.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+MODULES = harness_modules()
+
+
+def place(module: str, floors: dict[str, int] = FLOORS) -> tuple[int, str] | None:
+    """(floor, package) of a harness module: the table's longest entry holding its file; None if none does."""
+    path = MODULES[module].relative_to(ROOT).as_posix()
+    entries = [e for e in floors if path == e or path.startswith(e + "/")]
+    if not entries:
+        return None
+    entry = max(entries, key=len)
+    return floors[entry], entry
+
+
+def imported_modules(source: str, module: str, known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``source`` (the text of ``module``) imports, at any depth: ``from a import b``
+    counts ``a.b`` where that is a module, else ``a``; relative imports are resolved."""
+    package = module if module in known and MODULES.get(module, Path()).name == "__init__.py" \
+        else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                found.add(name)
+    return found
+
+
+GRAPH = {m: imported_modules(p.read_text(), m, set(MODULES)) for m, p in MODULES.items()}
+
+
+def upward_imports(graph: dict[str, set[str]], where) -> list[str]:
+    """Every import of ``graph`` that runs up a floor, or sideways into another package of the same floor."""
+    bad = []
+    for module, targets in sorted(graph.items()):
+        floor, package = where(module)
+        for target in sorted(targets):
+            to_floor, to_package = where(target)
+            if to_floor > floor or (to_floor == floor and to_package != package):
+                bad.append(f"{module} (floor {floor}) imports {target} (floor {to_floor})")
+    return bad
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(graph.get(node, ()))
+    return seen
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph``: each group of modules that import one another, through others or not."""
+    reach = {node: reachable(graph, node) for node in graph}
+    found = {tuple(sorted({node} | {m for m in reach[node] if node in reach.get(m, ())}))
+             for node in graph if node in reach[node]}
+    return sorted(list(group) for group in found)
+
+
+def test_the_floors_table_places_every_harness_module_and_names_only_what_exists() -> None:
+    assert FLOORS, "ARCHITECTURE.md has no floors table"
+    for entry in FLOORS:
+        assert (ROOT / entry).exists(), f"ARCHITECTURE.md's floors name {entry}, which does not exist"
+    unplaced = [m for m in MODULES if place(m) is None]
+    assert not unplaced, f"modules on no floor of ARCHITECTURE.md: {unplaced}"
+    assert "harness.measure" not in MODULES
+
+
+def test_no_harness_import_runs_up_a_floor() -> None:
+    bad = upward_imports(GRAPH, place)
+    assert not bad, "imports against ARCHITECTURE.md's floors:\n" + "\n".join(bad)
+
+
+def test_no_import_circle_between_harness_modules() -> None:
+    found = circles(GRAPH)
+    assert not found, f"import circles: {found}"
+
+
+def test_the_checks_see_function_local_imports_and_circles() -> None:
+    """The checks themselves: a function-local import up a floor and a circle through it are both found."""
+    source = "from harness.base import replay\n\ndef late():\n    from harness.cli import main\n"
+    graph = {"harness.base.stats": imported_modules(source, "harness.base.stats", set(MODULES)),
+             "harness.cli": {"harness.base.stats"}}
+    assert graph["harness.base.stats"] == {"harness.base.replay", "harness.cli"}
+    bad = upward_imports(graph, place)
+    assert bad == ["harness.base.stats (floor 1) imports harness.cli (floor 6)"]
+    assert circles(graph) == [["harness.base.stats", "harness.cli"]]

@@ -9,24 +9,31 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.base.threads import one_intra_op_thread
+from harness.conformance.machine import swept_ids
 from impls import REGISTRY, NoFreeBlocksError
 from tests.registered import impl_params
 
 CFG = {"num_blocks": 64, "block_size": 4, "max_seqs": 8, "max_blocks_per_seq": 8}
+# Drawn per example: every block size from 1 to 64, pools from the 64 blocks a full step may need to 65,536
+# (the largest in a few examples of its own: building a 65,536-block pool is most of an example's time).
+BLOCK_SIZES = (1, 2, 4, 16, 64)
+POOLS = (64, 1024)
+FULL_POOL = 65536
 
 
 def snapshot(mgr) -> tuple:
-    """Everything observable through the contract."""
+    """Everything observable through the contract (ref counts as the conformance checker sweeps them)."""
     tables = {}
     for seq in range(mgr.max_seqs):
         with contextlib.suppress(KeyError):
             tables[seq] = (mgr.seq_len(seq), list(mgr.block_table(seq)))
-    refs = [mgr.ref_count(b) for b in range(mgr.num_blocks)]
-    return mgr.num_free_blocks(), tables, refs
+    swept = swept_ids(mgr.num_blocks, (int(b) for _, table in tables.values() for b in table))
+    return mgr.num_free_blocks(), tables, [(b, mgr.ref_count(b)) for b in swept]
 
 
-def build(name: str, prompts: list[int], forks: list[tuple[int, int]]):
-    mgr = REGISTRY[name](**CFG)
+def build(name: str, prompts: list[int], forks: list[tuple[int, int]], cfg: dict[str, int] = CFG):
+    mgr = REGISTRY[name](**cfg)
     for seq, tokens in enumerate(prompts):
         mgr.allocate(seq, tokens)
     for parent, child in forks:
@@ -42,11 +49,27 @@ SETUP = st.tuples(
 
 @pytest.mark.parametrize("name", impl_params())
 @settings(max_examples=25, deadline=None)
-@given(setup=SETUP, steps=st.integers(1, 12))
-def test_decode_step_matches_per_call(name: str, setup, steps: int) -> None:
+@given(setup=SETUP, steps=st.integers(1, 12), block_size=st.sampled_from(BLOCK_SIZES), pool=st.sampled_from(POOLS))
+def test_decode_step_matches_per_call(name: str, setup, steps: int, block_size: int, pool: int) -> None:
+    with one_intra_op_thread():  # a block manager runs on one host thread (harness.base.threads)
+        decode_steps_match(name, setup, steps, block_size, pool)
+
+
+@pytest.mark.parametrize("name", impl_params())
+@settings(max_examples=3, deadline=None)
+@given(setup=SETUP, steps=st.integers(1, 12), block_size=st.sampled_from(BLOCK_SIZES))
+def test_decode_step_matches_per_call_in_the_full_pool(name: str, setup, steps: int, block_size: int) -> None:
+    with one_intra_op_thread():
+        decode_steps_match(name, setup, steps, block_size, FULL_POOL)
+
+
+def decode_steps_match(name: str, setup, steps: int, block_size: int, pool: int) -> None:
+    """``steps`` batched decode steps on one instance, the same appends one call at a time on another."""
     prompts, forks = setup
+    cfg = {**CFG, "num_blocks": pool, "block_size": block_size}
+    prompts = [min(tokens, block_size * CFG["max_blocks_per_seq"]) for tokens in prompts]
     forks = [(p, c) for p, c in forks if p < len(prompts)]
-    batched, per_call = build(name, prompts, forks), build(name, prompts, forks)
+    batched, per_call = build(name, prompts, forks, cfg), build(name, prompts, forks, cfg)
     running = np.array(sorted({*range(len(prompts)), *(c for _, c in forks)}), dtype=np.int64)
     cow_out, slot_out = np.zeros((len(running), 2), np.int64), np.zeros(len(running), np.int64)
     for _ in range(steps):

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.measure.stats import median_estimate
+from harness.base.stats import median_estimate
 from harness.studies.cache_ops import DERIVED, MEASURES, CacheOpsError, cache_ops_rows
 from impls.core.reference import ReferenceModel
 

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from harness.base.drivers import Prepared, compiled_step_runner, native_step_runner, run_interpreted, step_runner
+from harness.base.replay import ReplayError, check_end_state, replay
 from harness.cli import main
-from harness.measure.drivers import Prepared, compiled_step_runner, native_step_runner, run_interpreted, step_runner
-from harness.measure.replay import ReplayError, check_end_state, replay
 from impls import REGISTRY
 from impls.contract import supports_prefix_caching
 from impls.core.reference import ReferenceModel

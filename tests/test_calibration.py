@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.base.replay import ReplayError, replay
 from harness.calibration import fetch
 from harness.calibration.engines import parse_engine
 from harness.calibration.loader import ImportPlan, Piece, PlanError, StubTouched, engine_imports
@@ -27,7 +28,6 @@ from harness.calibration.table import CalibrationRow, merge, read_rows, write_ro
 from harness.calibration.traces import fan_out_forks
 from harness.cli import main
 from harness.errors import InputError
-from harness.measure.replay import ReplayError, replay
 from impls import REGISTRY
 from scenarios import generate
 from tests.calibration_standin import build_wheel, write_standin
@@ -340,6 +340,160 @@ def test_a_package_the_engine_needs_that_is_not_installed_is_named(tmp_path, cap
     assert code == 2 and "needs the package 'kvb_not_installed_anywhere', which is not installed here" in err
     code, _, err = _calibrate(capsys, "nano-vllm", "--source", str(source), "--steps", "-3")
     assert code == 2 and "steps" in err and "Traceback" not in err
+
+
+# -- an engine's failures, a table that cannot take the rows, a changed cache (issue 36) -----------------------
+def _calibrate_standin(capsys, source: Path, *args: str) -> tuple[int, str, str]:
+    return _calibrate(capsys, "nano-vllm", "--source", str(source), "--scenario", "paper", "--reps", "1", *args,
+                      *SMALL)
+
+
+def _last_error(err: str) -> str:
+    assert "Traceback" not in err, err
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("code, reason", [
+    ("import sys; sys.exit(0)", "its code failed while its modules were imported: SystemExit: 0"),
+    ("raise SystemExit(3)", "SystemExit: 3"),
+    ("raise RuntimeError('the engine broke')", "RuntimeError: the engine broke"),
+    ("raise KeyError('NANO_HOME')", "KeyError: 'NANO_HOME'"),
+    ("raise MemoryError", "MemoryError"),
+    ("import os; os._exit(0)", "the worker process importing its modules exited with status 0"),
+])
+def test_an_engine_that_fails_while_its_modules_import_is_one_line_and_exit_2(tmp_path, capsys, code, reason) -> None:
+    source = write_standin(tmp_path / "nano-src")
+    path = source / "nanovllm/engine/sequence.py"
+    path.write_text(code + "\n" + path.read_text())
+    out = tmp_path / "calibration.csv"
+    status, _, err = _calibrate_standin(capsys, source, "--out", str(out))
+    last = _last_error(err)
+    assert status == 2 and last.startswith("kvblock-bench: error: nano-vllm unversioned: ") and reason in last, err
+    assert not out.exists()
+
+
+def test_an_engine_import_that_hangs_is_stopped_at_the_deadline(tmp_path, capsys) -> None:
+    source = write_standin(tmp_path / "nano-src")
+    path = source / "nanovllm/engine/block_manager.py"
+    path.write_text("import time\ntime.sleep(3600)\n" + path.read_text())
+    status, _, err = _calibrate_standin(capsys, source, "--out", str(tmp_path / "c.csv"), "--deadline", "2")
+    assert status == 2 and "importing its modules made no progress for 2 s (the deadline) and was killed" in \
+        _last_error(err)
+
+
+def test_an_engine_that_exits_0_in_a_replay_fails_those_replays_with_one_line_each(tmp_path, capsys) -> None:
+    source = write_standin(tmp_path / "nano-src")
+    path = source / "nanovllm/engine/block_manager.py"
+    path.write_text(path.read_text().replace("    def may_append(self, seq):\n",
+                                             "    def may_append(self, seq):\n        __import__('sys').exit(0)\n"))
+    out = tmp_path / "calibration.csv"
+    status, _, err = _calibrate_standin(capsys, source, "--out", str(out))
+    assert status == 1 and "Traceback" not in err, err
+    failed = [line for line in err.splitlines() if line.startswith("failed: ")]
+    assert failed and all(line.endswith("(the engine, batched): SystemExit: 0") for line in failed), err
+    assert "failed: paper: bare (the engine, batched): SystemExit: 0" in failed
+    assert not out.exists()  # no engine figure, no ratio, no row
+
+
+def _state(path: Path) -> object:
+    if path.is_symlink():
+        return ("link", os.readlink(path))
+    if path.is_dir():
+        return _checksums(path)
+    return path.read_bytes() if path.is_file() else None
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("folder", "not a file"), ("/dev/full", "not a file"), ("link loop", "a loop of symbolic links"),
+    ("not UTF-8", "cannot be read ('utf-8' codec"), ("huge field", "cannot be read (field larger than field limit"),
+])
+def test_an_out_that_cannot_take_the_rows_is_refused_before_anything_is_measured(tmp_path, capsys, kind,
+                                                                                 message) -> None:
+    source = write_standin(tmp_path / "nano-src")
+    out = Path(kind) if kind.startswith("/") else tmp_path / "table.csv"
+    if not out.parent.is_dir() or (kind.startswith("/") and not out.exists()):
+        pytest.skip(f"no {kind} here")
+    if kind == "folder":
+        out.mkdir()
+        (out / "calibration.csv").write_text("contender,engine\nc,E\n")
+    elif kind == "link loop":
+        out.symlink_to(out.name)
+    elif kind in ("not UTF-8", "huge field"):
+        tail = b"\xff\xfe,E\n" if kind == "not UTF-8" else b"c," + b"E" * 200_000  # over csv's field limit
+        out.write_bytes(b"contender,engine\nc,E\n" + tail)
+    before = _state(out)
+    status, _, err = _calibrate_standin(capsys, source, "--out", str(out))
+    # one line, and nothing before it: refused before the engine was loaded, let alone measured
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert _last_error(err).startswith(f"kvblock-bench: error: --out {out}: ") and message in err, err
+    assert _state(out) == before and not (out.parent / "runs").exists()  # the earlier rows as they were
+
+
+def _standin_wheel(tmp_path: Path) -> tuple[Path, Path]:
+    house = tmp_path / "house"
+    build_wheel(write_standin(tmp_path / "src"), "nano-vllm-standin", "1.2", house)
+    return house, tmp_path / "cache"
+
+
+def test_the_unpacked_cache_is_checked_file_by_file_and_unpacked_again_when_changed(tmp_path) -> None:
+    house, cache = _standin_wheel(tmp_path)
+    wheel = next(house.glob("*.whl"))
+    code = fetch.unpack(wheel, ("nanovllm",), cache)
+    manager = code.root / "nanovllm/engine/block_manager.py"
+    pristine = manager.read_bytes()
+
+    def file_and_manifest() -> None:  # the wheel's RECORD still tells
+        manifest = json.loads((code.root / fetch.MANIFEST).read_text())
+        manager.write_bytes(pristine + b"\n# changed\n")
+        manifest["nanovllm/engine/block_manager.py"] = fetch.sha256_file(manager)
+        (code.root / fetch.MANIFEST).write_text(json.dumps(manifest))
+
+    for change, path in ((lambda: manager.write_bytes(pristine + b"\n# changed\n"), "nanovllm/engine/block_manager.py"),
+                         (file_and_manifest, "nanovllm/engine/block_manager.py"),
+                         (lambda: manager.unlink(), "nanovllm/engine/block_manager.py"),
+                         (lambda: (code.root / "nanovllm/engine/extra.py").write_text(""), "nanovllm/engine/extra.py"),
+                         (lambda: (code.root / fetch.MANIFEST).write_text("{}"), "nanovllm/__init__.py")):
+        change()
+        again = fetch.unpack(wheel, ("nanovllm",), cache)
+        assert path in again.repaired and again == code
+        assert manager.read_bytes() == pristine and not (code.root / "nanovllm/engine/extra.py").exists()
+    assert fetch.unpack(wheel, ("nanovllm",), cache).repaired == ()
+
+
+def test_a_wheel_whose_files_disagree_with_its_record_is_refused(tmp_path) -> None:
+    import zipfile
+
+    house, cache = _standin_wheel(tmp_path)
+    wheel = next(house.glob("*.whl"))
+    with zipfile.ZipFile(wheel) as zf:
+        members = {name: zf.read(name) for name in zf.namelist()}
+    members["nanovllm/engine/sequence.py"] += b"\n# not what RECORD lists\n"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    with pytest.raises(InputError, match=r"engine/sequence\.py does not match the wheel's RECORD"):
+        fetch.unpack(wheel, ("nanovllm",), cache)
+
+
+def test_calibrate_unpacks_a_changed_cached_file_again_before_importing_it(tmp_path, capsys, monkeypatch) -> None:
+    from dataclasses import replace
+
+    from harness.calibration.engines import ENGINES
+
+    house, cache = _standin_wheel(tmp_path)
+    code = fetch.published("nano-vllm-standin", "1.2", ("nanovllm",), cache, find_links=house)
+    changed = code.root / "nanovllm/engine/sequence.py"
+    pristine = changed.read_bytes()
+    changed.write_text("raise RuntimeError('changed in the cache')\n")  # the wheel's stamp still matches
+    monkeypatch.setitem(ENGINES, "nano-vllm", replace(ENGINES["nano-vllm"], distribution="nano-vllm-standin"))
+    out = tmp_path / "calibration.csv"
+    status, _, err = _calibrate(capsys, "nano-vllm==1.2", "--cache", str(cache), "--find-links", str(house),
+                                "--scenario", "paper", "--reps", "1", "--out", str(out), *SMALL)
+    assert status == 0, err
+    assert "differed from the wheel (nanovllm/engine/sequence.py): unpacked again" in err
+    assert changed.read_bytes() == pristine
+    _, rows = read_rows(out)
+    assert rows and all(r["package_digest"] == code.digest and r["engine_version"] == "1.2" for r in rows)
 
 
 def _has_xxhash() -> bool:

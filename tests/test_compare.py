@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.base.files import write_json
+from harness.base.metrics import Work, cell_blocks
+from harness.base.rows import Row, write_rows
+from harness.base.stats import Estimate, independent_ratio, ratio_of_sums, rep_draws
 from harness.cli import main
-from harness.measure.metrics import Work, cell_blocks
-from harness.measure.stats import Estimate, independent_ratio, ratio_of_sums, rep_draws
 from harness.output.compare import compare_runs, load_run, verdict
-from harness.output.results import Row, write_json, write_rows
 
 MACHINE = {"cpu_model": "Test CPU", "cpu_count": 2, "caches": {"L1d": "32K (8-way)"},
            "versions": {"python": "3.11.7", "numpy": "2.4.6", "numba": "0.68.1", "llvmlite": "0.50.0"}}
@@ -73,7 +74,7 @@ def _run_samples(rng: np.random.Generator, level: float, reps: int = 3, steps: i
 
 def _estimate(per_rep: np.ndarray, slices: list[tuple[int, int]]) -> Estimate:
     """A run's seq_step_ns figure and interval, exactly as the run computes it."""
-    from harness.measure.drivers import StepTimes
+    from harness.base.drivers import StepTimes
 
     steps = per_rep.shape[1]
     samples = [StepTimes(np.zeros((steps, 5)), np.zeros(steps, dtype=np.int64), x, 1.0, "tsc") for x in per_rep]
@@ -90,7 +91,7 @@ def test_the_combined_interval_matches_a_bootstrap_over_both_runs_samples() -> N
     base, new = _run_samples(rng, 1.0), _run_samples(rng, 1.25)
     combined = independent_ratio(_estimate(new, slices), _estimate(base, slices))
     # the direct bootstrap: each resample draws slices and repetitions of each run independently
-    from harness.measure.stats import block_medians
+    from harness.base.stats import block_medians
 
     def resampled(per_rep: np.ndarray, seed: int) -> np.ndarray:
         blocks = block_medians(per_rep, slices)

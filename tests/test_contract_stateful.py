@@ -12,8 +12,10 @@ import os
 import numpy as np
 import pytest
 
+from harness.base.threads import one_intra_op_thread
 from harness.conformance import check
 from impls import REGISTRY
+from impls.contenders.nano_vllm import NanoVllmBlockManager
 from impls.designs.list_design import ListBlockManager
 from tests.registered import impl_params
 
@@ -25,7 +27,8 @@ SEED = int(os.environ["KVB_HYPOTHESIS_SEED"]) if os.environ.get("KVB_HYPOTHESIS_
 
 @pytest.mark.parametrize("name", impl_params())
 def test_implementation_conforms(name: str) -> None:
-    verdict = check(REGISTRY[name], seeds=(SEED,), max_examples=EXAMPLES)
+    with one_intra_op_thread():  # a block manager runs on one host thread (harness.base.threads)
+        verdict = check(REGISTRY[name], seeds=(SEED,), max_examples=EXAMPLES)
     if not verdict.ok:
         pytest.fail(str(verdict), pytrace=False)
 
@@ -53,10 +56,19 @@ class SkipsLastSlotWrite(ListBlockManager):
         return ncow
 
 
+class EngineArithmetic(NanoVllmBlockManager):
+    """Broken on purpose: nano-vllm's own ``len % block_size == 1``, which never opens a block at block size 1."""
+
+    def __init__(self, *args: int, **kwargs: int) -> None:
+        super().__init__(*args, **kwargs)
+        self.block_manager.opens = 1
+
+
 # Each broken class is checked on the operations that reach its bug, which keeps shrinking quick.
 BROKEN = [
     pytest.param(SkipsSharedDecrement, ("allocate", "fork", "free"), "ref count of block", id="skips-decrement"),
     pytest.param(SkipsLastSlotWrite, ("allocate", "decode_step"), "did not write slot_out", id="skips-slot-write"),
+    pytest.param(EngineArithmetic, ("allocate", "append_slot"), "free blocks", id="block-size-1"),
 ]
 
 
@@ -66,6 +78,7 @@ def test_checker_fails_a_broken_implementation(broken: type, ops: tuple[str, ...
     assert not verdict.ok
     (failure,) = verdict.failures
     assert failure.error_type == "AssertionError" and complaint in failure.message, failure
+    assert f"block size {failure.config['block_size']}, " in str(failure)
     assert len(failure.calls) <= 6, verdict.reproduction  # shrunk to a handful of calls
     with pytest.raises(AssertionError) as replayed:
         exec(compile(verdict.reproduction, "<reproduction>", "exec"), {})

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba.core.registry import CPUDispatcher
 
-from harness.measure.dispatch import OPS, calls_per_trace, dispatch_rows, empty_call_ns, has_dispatch
+from harness.studies.dispatch import OPS, calls_per_trace, dispatch_rows, empty_call_ns, has_dispatch
 from impls import REGISTRY
 from impls.core.compiled import with_empty_kernels
 from scenarios import generate

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from harness import cli
+from harness.base.failures import REASON_CHARS, blamed_on, is_design_failure, short_reason
+from harness.base.replay import ReplayError
 from harness.errors import DesignFailure
-from harness.measure.failures import REASON_CHARS, blamed_on, is_design_failure, short_reason
-from harness.measure.replay import ReplayError
 from impls.designs.flat import FlatBlockManager
 
 

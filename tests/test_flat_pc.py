@@ -524,7 +524,7 @@ def _pool_op(model: ReferenceModel, rng, emit, pool: list[int]) -> int:
 
 
 def test_compiled_replay_reproduces_the_reference_hits() -> None:
-    from harness.measure.drivers import ReplayError, check_hits, compiled_driver
+    from harness.base.drivers import ReplayError, check_hits, compiled_driver
 
     model, t, expected_hits, expected_cows = caching_program(3)
     assert expected_hits.sum() > 0 and model.evictions > 0
@@ -566,6 +566,6 @@ def test_compiled_replay_refuses_a_wrong_seal_answer() -> None:
 
 
 def compiled_caching_driver_of(mgr):
-    from harness.measure.drivers import compiled_driver
+    from harness.base.drivers import compiled_driver
 
     return compiled_driver(mgr.kernels, caching=True)

@@ -197,6 +197,29 @@ def test_failed_step_gives_back_a_row_copy() -> None:
     check_rows(mgr)
 
 
+def test_allocate_and_append_are_flats_code() -> None:
+    """flat-rows runs flat's allocate and append, made over its rows (as flat-pc over its pool): one body
+    each, not a copy."""
+    for name in ("_allocate_row", "_append_token"):
+        assert getattr(fr, name).py_func.__code__ is getattr(flat, name).py_func.__code__, name
+
+
+@pytest.mark.parametrize("block_size, tokens, fork", [(1, 32, False), (1, 5, True), (2, 3, True)])
+def test_an_empty_row_pool_refuses_and_changes_nothing(block_size: int, tokens: int, fork: bool) -> None:
+    """With the row pool emptied by hand (it never empties: it holds the worst case), an append that needs a row
+    (one opening a row; a write into a shared row, at a block boundary or not) and an allocate refuse with
+    E_ROWS and change nothing."""
+    mgr = FlatRowsBlockManager(num_blocks=64, block_size=block_size, max_seqs=4, max_blocks_per_seq=64)
+    mgr.allocate(0, tokens)
+    if fork:
+        mgr.fork(0, 1)
+    mgr.ints[fr.RTOP] = 0
+    ints, rows = mgr.ints.copy(), mgr.rows.copy()
+    assert fr.append(*mgr.state, 0) == (fr.E_ROWS, -1, -1)
+    assert fr.allocate(*mgr.state, 2, 1) == fr.E_ROWS
+    assert np.array_equal(mgr.ints, ints) and np.array_equal(mgr.rows, rows)
+
+
 @pytest.mark.slow
 def test_differential_fuzz_long() -> None:
     fuzz(20 * CASES, seed=1)

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.base.drivers import Prepared
+from harness.base.replay import REGIMES, check_end_state
 from harness.ci import gate, gate_config
 from harness.counters import callgrind
 from harness.counters import regions as callgrind_region
-from harness.measure.drivers import Prepared
-from harness.measure.replay import REGIMES, check_end_state
 from scenarios import load
 from tests.registered import impl_params
 
@@ -45,7 +45,7 @@ def test_regions_replay_the_trace_exactly(prep: Prepared, impl: str, regime: str
 
 
 def test_flat_batched_region_allocates_nothing(prep: Prepared) -> None:
-    assert gate.allocations(prep, "flat", "batched", 4, 8) == (0.0, 0.0)
+    assert gate.allocations(prep, "flat", "batched", 4, 8) == (0.0, 0.0, "nrt-stats")
 
 
 def test_region_script_runs_natively(prep: Prepared, capsys: pytest.CaptureFixture[str]) -> None:
@@ -121,7 +121,7 @@ def test_gate_passes_and_fails_on_its_floors() -> None:
     assert gate.check(figures(1_000, 9_000), None, OURS) == [
         "dict batched needs 9.0x the instructions of batched flat per sequence-step; the floor is 10x"]
     assert gate.check(figures(1_000, 80_000, flat_allocs=0.5), None, OURS) == [
-        "flat batched allocates: 0.5 memray events and 0 Numba runtime allocations per step (must be 0)"]
+        "flat batched allocates: 0.5 (memray) and 0 Numba runtime allocations per step (must be 0)"]
     assert gate.check(figures(1_000, 80_000), (300.0, 150.0), OURS) == [
         "batched flat is only 2.0x faster than batched dict by the clock; the floor is 3x"]
     unstable = figures(1_000, 80_000)
@@ -161,11 +161,11 @@ def test_table_lists_every_cell() -> None:
     header, *rows = [line.split() for line in text.splitlines()]
     assert header[:2] == ["impl", "regime"] and len(rows) == 2
     ceiling = format(OURS.rule(("flat", "batched")).max_instructions_per_seq_step, "g")
-    assert rows[0] == ["flat", "batched", "10.0", "1.0", "-", ceiling, "0.25", "0.00"]
-    assert rows[1] == ["dict", "batched", "800.0", "80.0", "10", "-", "0.00", "0.00"]
+    assert rows[0] == ["flat", "batched", "10.0", "1.0", "-", ceiling, "0.25", "0.00", "-"]
+    assert rows[1] == ["dict", "batched", "800.0", "80.0", "10", "-", "0.00", "0.00", "-"]
     unmeasured = {("flat", "batched"): gate.CellFigures("flat", "batched")}
     assert gate.table(unmeasured, OURS).splitlines()[1].split() == ["flat", "batched", "-", "-", "-", ceiling, "-",
-                                                                   "-"]
+                                                                   "-", "-"]
     assert gate.CellFigures("flat", "batched", [10, 10], 4).instructions_per_seq_step == 2.5
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.output.results import ResultsError, Row, read_rows, write_rows
+from harness.base.files import ResultsError
+from harness.base.rows import Row, read_rows, write_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -163,7 +164,7 @@ GOOD = "paper,flat,batched,seq_step_ns,10.0,ns,rdtsc,ok,how,3,2000,2000.0,256,9.
     ("paper,flat,batched,lookup_ns,1,ns,rdtsc,ok,,1.5,,,,,,\n", ["results.csv:3", "reps"]),
 ])
 def test_results_reader_names_file_and_line(tmp_path: Path, line: str, words) -> None:
-    from harness.output.results import COLUMNS
+    from harness.base.rows import COLUMNS
 
     path = tmp_path / "results.csv"
     path.write_text(",".join(COLUMNS) + "\n" + GOOD + line)
@@ -181,7 +182,7 @@ def test_results_reader_refuses_a_missing_header_and_reads_schema_1(tmp_path: Pa
     path.write_text("scenario,impl,regime,metric,value,unit,source,status,how\npaper,flat,batched,x,1.0,ns,s,ok,h\n")
     (row,) = read_rows(path)
     assert row.value == 1.0 and row.reps is None and row.ci_low is None and row.driver == ""
-    from harness.output.results import COLUMNS_V2
+    from harness.base.rows import COLUMNS_V2
 
     path.write_text(",".join(COLUMNS_V2) + "\n" + GOOD.rpartition(",")[0] + "\n")  # schema 2: no driver column
     (row,) = read_rows(path)
@@ -189,7 +190,7 @@ def test_results_reader_refuses_a_missing_header_and_reads_schema_1(tmp_path: Pa
 
 
 def test_results_refuse_an_unknown_driver(tmp_path: Path) -> None:
-    from harness.output.results import COLUMNS
+    from harness.base.rows import COLUMNS
 
     path = tmp_path / "results.csv"
     path.write_text(",".join(COLUMNS) + "\n" + GOOD.replace("compiled", "gpu"))

@@ -25,19 +25,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.base.files import ResultsError, check_run_root, point_latest, read_json
+from harness.base.rows import COLUMNS, MAX_TEXT_CHARS, Row, read_rows, write_rows
 from harness.cli import main
 from harness.errors import WriteError
-from harness.output.results import (
-    COLUMNS,
-    MAX_TEXT_CHARS,
-    ResultsError,
-    Row,
-    check_run_root,
-    point_latest,
-    read_json,
-    read_rows,
-    write_rows,
-)
 from scenarios import atomic, generate, load, save
 from scenarios import trace as trace_files
 from scenarios.files import NotRegularFileError
@@ -334,7 +325,7 @@ def test_read_only_results_folder(tiny_run: Path, read_only_view, capsys) -> Non
     view = read_only_view(tiny_run)
     code = main(["run", "--results", str(view), *QUICK, "--scenario", "long-context"])
     one_line_error(capsys, code, "--results")  # the command line's own check: not writable
-    from harness.measure.runner import RunConfig, RunWriter
+    from harness.run.runner import RunConfig, RunWriter
 
     with pytest.raises(WriteError, match="Read-only file system"):
         RunWriter(RunConfig(root=view), {})

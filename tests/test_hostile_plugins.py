@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 
 from harness import cli
+from harness.base.failures import REASON_CHARS, blamed_on, short_reason
+from harness.base.rows import read_rows
 from harness.errors import DesignFailure
-from harness.measure.failures import REASON_CHARS, blamed_on, short_reason
-from harness.output.results import read_rows
 from impls.contract import table_nbytes_problem
 from scenarios import load
 from tests.hostile_plugins import HUGE, SPY_LOG, ids_digest

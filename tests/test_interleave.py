@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from harness.measure.interleave import replay_slices, schedule, slice_bounds
+from harness.base.interleave import replay_slices, schedule, slice_bounds
 
 
 @pytest.mark.parametrize("steps", [7, 200, 2000, 2001])
@@ -85,7 +85,7 @@ class RecordingDriver:
 
 def replay_fakes(monkeypatch, names, reps, blocks, done=lambda key: None, caps=None) -> dict[str, list]:
     """``interleaved`` over recording drivers (the whole-replay checks stubbed out); returns their log."""
-    import harness.measure.interleave as il
+    import harness.base.interleave as il
 
     monkeypatch.setattr(il, "_finish", lambda *args: None)
     log: dict[str, list] = {"created": [], "calls": []}

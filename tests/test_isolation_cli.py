@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.measure.failures import REASON_CHARS
-from harness.output.results import read_rows
+from harness.base.failures import REASON_CHARS
+from harness.base.rows import read_rows
 from tests.test_hostile_plugins import MARK, QUICK_RUN, ROOT, P, Run, assert_none_left
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds leftover processes in /proc")

@@ -1,4 +1,4 @@
-"""Workers of different designs take turns slice by slice (harness/measure/lockstep.py), one at a time."""
+"""Workers of different designs take turns slice by slice (harness/run/lockstep.py), one at a time."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.measure.lockstep import lockstep
-from harness.measure.workers import CellDied, Events, Pool, WorkerSpec
+from harness.run.lockstep import lockstep
+from harness.run.workers import CellDied, Events, Pool, WorkerSpec
 
 
 def slices_job(job: tuple[str, str, int, bool], events: Events) -> int:

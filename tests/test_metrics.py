@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from harness.measure.drivers import KINDS, StepTimes
-from harness.measure.metrics import Work, timing_rows
-from harness.measure.stats import block_medians, block_sums, paired_ratio, ratio_of_sums, rep_levels
+from harness.base.drivers import KINDS, StepTimes
+from harness.base.metrics import Work, timing_rows
+from harness.base.stats import block_medians, block_sums, paired_ratio, ratio_of_sums, rep_levels
 
 
 def fake(step_ns: list[float], alloc=0.0, free=0.0, lookup=0.0, regions=2.0) -> StepTimes:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import impls.native as native
+from harness.base import native as native_driver
+from harness.base.replay import check_end_state
 from harness.conformance import IdMap
-from harness.measure import native as native_driver
-from harness.measure.replay import check_end_state
 from impls.contract import NoFreeBlocksError
 from impls.core.reference import ReferenceModel
 from impls.native import toolchain

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from harness.output.results import Row, write_rows
+from harness.base.rows import Row, write_rows
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "overlap_check.py"
 spec = importlib.util.spec_from_file_location("overlap_check", SCRIPT)
@@ -39,7 +39,7 @@ def test_disjoint_intervals_fail_and_are_named(tmp_path: Path, capsys) -> None:
 
 
 def test_other_options_are_named_and_other_traces_fail(tmp_path: Path, capsys) -> None:
-    from harness.output.results import write_json
+    from harness.base.files import write_json
 
     a, b = _run(tmp_path / "a", 100, 120), _run(tmp_path / "b", 115, 130)
     write_json(a / "meta.json", {"config": {"quick": "False"}, "traces": {"paper": "x" * 64}})

@@ -24,7 +24,7 @@ def test_every_kind_is_measured_and_written_with_its_summary(tmp_path: Path) -> 
 
 def test_the_kernel_runner_does_the_same_work_as_step() -> None:
     """Straight to the kernel is the same work: the same tables and free blocks after the same steps."""
-    from harness.measure.drivers import Prepared
+    from harness.base.drivers import Prepared
     from scenarios import generate
 
     prep = Prepared.from_trace(generate("paper", steps=40))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.measure.drivers import Prepared
-from harness.measure.paced_study import PacedKind, paced_study_rows, run_interleaved
+from harness.base.drivers import Prepared
+from harness.studies.paced_study import PacedKind, paced_study_rows, run_interleaved
 from impls import REGISTRY
 from scenarios import generate
 

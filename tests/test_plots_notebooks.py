@@ -6,15 +6,16 @@ import json
 import math
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
 
-from harness.output import plots
+from harness.base.rows import Row, read_rows, write_rows
+from harness.output import growth, plots
 from harness.output.drawing import MAX_SERIES, label
-from harness.output.results import Row, read_rows, write_rows
 from harness.studies import idwidth
 from impls import registry
 from tests.test_compare import make_run
@@ -57,7 +58,7 @@ def test_partial_run_renders_what_it_can(sample_run: Path, caplog: pytest.LogCap
             if r.metric not in dropped and not r.scenario.startswith("concurrency-")]
     write_rows(sample_run / "results.csv", rows)
     written = plots.render_figures(sample_run)
-    assert {"op_latency", "cpu_share_rate", "allocs_per_step", "paper_vs_article"} <= _stems(written)
+    assert {"op_latency", "cpu_share_paced", "allocs_per_step", "paper_vs_article"} <= _stems(written)
     assert not {"step_cdf", "cpu_share_concurrency", "idwidth"} & _stems(written)
     notes = caplog.text
     assert "step_cdf" in notes and "cpu_share_concurrency" in notes and "idwidth" in notes
@@ -220,11 +221,117 @@ def _series_labels(ax) -> list[str]:
     return [t for t in texts if t in known]
 
 
-@pytest.mark.parametrize("stem", ["op_latency", "step_cdf", "cpu_share_rate", "cpu_share_concurrency", "prefix_cache"])
+@pytest.mark.parametrize("stem", ["op_latency", "step_cdf", "cpu_share_paced", "cpu_share_concurrency", "prefix_cache"])
 def test_at_most_eight_series_per_axes(reference, stem: str) -> None:
     fig = plots.FIGURES[stem](reference)
     counts = [len(_series_labels(ax)) for ax in fig.axes]
     assert max(counts) <= MAX_SERIES and sum(counts) >= 4, counts
+
+
+# -- a quick run's figures and a full run's ---------------------------------------------------------------
+L1D_INSTRUMENTS = ("l1d_miss_pct", "l1d_misses_per_seq_step", "instructions_per_seq_step")
+
+
+def quick_shaped(run_dir: Path) -> Path:
+    """``run_dir`` (a full run) rewritten as ``--quick`` writes a run: callgrind skipped (its rows ``skipped``),
+    and ``concurrency-256``, whose quick trace is ``paper``'s, holding every ``paper`` row (the runner's rule
+    for a trace met twice: ``harness.run.runner``)."""
+    from harness.run.runner import TRACE_METRICS
+
+    rows = []
+    for r in read_rows(run_dir / "results.csv"):
+        if r.metric in L1D_INSTRUMENTS and r.source.startswith("callgrind"):
+            if r.metric == "l1d_miss_pct":
+                rows.append(Row(r.scenario, r.impl, r.regime, r.metric, math.nan, "%", "callgrind-sim", "skipped",
+                                "not run with --quick"))
+        elif not (r.scenario == "concurrency-256" and r.metric not in TRACE_METRICS):
+            rows.append(r)
+    rows += [replace(r, scenario="concurrency-256") for r in rows
+             if r.scenario == "paper" and r.metric not in TRACE_METRICS]
+    write_rows(run_dir / "results.csv", rows)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    meta["config"]["quick"] = "True"
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def quick_reference(tmp_path_factory: pytest.TempPathFactory) -> plots.RunData:
+    run_dir = tmp_path_factory.mktemp("quick") / "quick"
+    shutil.copytree(REFERENCE, run_dir, ignore=shutil.ignore_patterns("figures"))
+    return plots.RunData.load(quick_shaped(run_dir))
+
+
+def _series_count(ax) -> int:
+    """Series an axes asks a reader to tell apart: its lines with error bars, or the implementations its legend
+    names (bars grouped under ticks that name their implementation are read by the tick, not counted)."""
+    from matplotlib.container import ErrorbarContainer
+
+    return max(sum(isinstance(c, ErrorbarContainer) for c in ax.containers), len(_series_labels(ax)))
+
+
+def _every_figure(run: plots.RunData) -> dict:
+    figures = {stem: make(run) for stem, make in plots.FIGURES.items()}
+    figures["growth"] = growth.fig_growth(run, growth.slopes(run))
+    return figures
+
+
+@pytest.mark.parametrize("shape", ["full", "quick"])
+def test_every_figure_of_a_full_and_a_quick_run_has_at_most_eight_series_per_axes(
+        reference, quick_reference, shape: str) -> None:
+    figures = _every_figure(reference if shape == "full" else quick_reference)
+    assert all(fig is not None for fig in figures.values()), [s for s, f in figures.items() if f is None]
+    counts = {stem: [_series_count(ax) for ax in fig.axes] for stem, fig in figures.items()}
+    assert all(max(c) <= MAX_SERIES for c in counts.values()), counts
+    assert sum(counts["growth"]) >= 10 and sum(counts["cpu_share_paced"]) >= 4, counts
+
+
+def test_sweep_figures_draw_only_cells_measured_at_two_sizes(quick_reference) -> None:
+    """A quick run's concurrency-256 is paper's trace and holds paper's cells (engines, per-call, step): a cell
+    with one size has no growth, is not drawn, and the caption counts it."""
+    fig = plots.fig_cpu_concurrency(quick_reference)
+    names = {name for ax in fig.axes for name in _series_labels(ax)}
+    assert label("flat") in names and label("vllm-v1") not in names
+    assert "at concurrency-256 only" in " ".join(t.get_text() for t in fig.texts)
+    panels, alone = growth.growth_panels(quick_reference)
+    drawn = {key for _, _, _, data in panels for key, pts in data.items() if len(pts) >= 2}
+    assert all(len(pts) >= 2 for _, _, _, data in panels for pts in data.values())
+    assert ("flat", "batched") in drawn and not any(impl == "vllm-v1" for impl, _ in drawn)
+    assert alone and {scenario for _, _, scenario in alone} == {"concurrency-256"}
+    assert any(name == "vllm-v1" for _, name, _ in alone)
+    fig = growth.fig_growth(quick_reference, growth.slopes(quick_reference))
+    assert f"{len(alone)} at concurrency-256 only (concurrency)" in " ".join(t.get_text() for t in fig.texts)
+
+
+def test_l1d_bars_of_a_quick_run_say_each_instruments_reason(quick_reference, reference) -> None:
+    """No PMU and callgrind skipped by --quick: each bar's place says both, from the rows' status and source."""
+    def bar_words(run: plots.RunData) -> list[str]:  # what stands on or over each bar, the article's left out
+        return [t.get_text() for ax in plots.fig_l1d(run).axes for t in _texts(ax)
+                if t.get_rotation() == 90 and not t.get_text().startswith(" ~")]
+
+    words = bar_words(quick_reference)
+    cells = len(quick_reference.cells("paper", "l1d_miss_pct"))
+    assert words.count("perf: no PMU; callgrind-sim: not run (--quick)") == 2 * cells == len(words)  # both panels
+    full = bar_words(reference)
+    assert sum(w.endswith(" callgrind-sim") for w in full) == 2 * len(reference.cells("paper", "l1d_miss_pct"))
+    assert len(full) == 2 * len(reference.cells("paper", "l1d_miss_pct"))
+
+
+def test_paced_shares_are_drawn_against_their_own_cells_computed_share(reference) -> None:
+    points, unpaired = plots.paced_points(reference)
+    observed = reference.df[(reference.df.scenario == "paper") & (reference.df.status == "ok")
+                            & reference.df.metric.isin(list(plots.PACED_KINDS))]
+    assert len(points) == len(observed) and unpaired == 0
+    for p in points:
+        assert p.x == reference.value("paper", p.impl, p.regime, "cpu_share_pct")  # same rate: no scaling
+        assert p.y == reference.value("paper", p.impl, p.regime, p.metric) and p.y_ci is not None
+    fig = plots.fig_cpu_paced(reference)
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert ax.get_xscale() == ax.get_yscale() == "log" and ax.get_xlim() == ax.get_ylim()
+    floor = reference.value("paper", "-", "-", "paced_floor_pct")
+    assert any(list(line.get_ydata()) == [floor, floor] for line in ax.get_lines())
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "observed = computed" in labels and "paced decode calls, step cell" in labels
 
 
 def test_prefix_caching_is_one_shared_axis_of_ratios_to_flat_pc(reference) -> None:

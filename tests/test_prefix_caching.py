@@ -18,7 +18,7 @@ import pytest
 
 from harness.conformance import check, render_reproduction
 from harness.conformance.machine import DOCUMENTS, HASH_UNIVERSE, ContractMachine, contract_machine, snapshot
-from harness.measure.matrix import CACHE_OPS_SCENARIO, REGIMES, default_cells, is_caching
+from harness.run.matrix import CACHE_OPS_SCENARIO, REGIMES, default_cells, is_caching
 from impls import REGISTRY, UNAVAILABLE, NoFreeBlocksError, registry
 from impls.caching.dict_pc import DictPcBlockManager
 from impls.caching.radix_pc import RadixPcBlockManager

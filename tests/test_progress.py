@@ -7,7 +7,7 @@ import io
 import re
 
 from harness.cli import main
-from harness.output import progress
+from harness.run import progress
 
 
 class Clock:

@@ -31,8 +31,9 @@ def test_markers_are_required_and_replaced_in_place() -> None:
 
 def test_the_section_says_where_the_time_went(tmp_path: Path) -> None:
     """Each scenario's wall time, largest first, and the rest of the run, from the rows and meta.json."""
+    from harness.base.files import write_json
+    from harness.base.rows import Row, write_rows
     from harness.output.readme import _time_lines
-    from harness.output.results import Row, write_json, write_rows
 
     write_rows(tmp_path / "results.csv", [Row("paper", "-", "-", "scenario_wall_s", 100.0, "s", "wall clock"),
                                           Row("mooncake", "-", "-", "scenario_wall_s", 250.4, "s", "wall clock")])
@@ -47,8 +48,9 @@ def test_the_section_says_where_the_time_went(tmp_path: Path) -> None:
 
 def test_the_section_compares_the_run_with_its_repeat(tmp_path: Path) -> None:
     """Every paper ratio of the run against the repeat kept beside it; the pairs that do not overlap named."""
+    from harness.base.files import write_json
+    from harness.base.rows import Row, write_rows
     from harness.output.readme import _repeat_lines
-    from harness.output.results import Row, write_json, write_rows
 
     def ratio(metric: str, value: float, low: float, high: float) -> Row:
         return Row("paper", "dict", "batched", metric, value, "x", "ratio", ci_low=low, ci_high=high)
@@ -75,7 +77,7 @@ def test_a_dirty_commit_names_the_files_that_differed() -> None:
 
 
 def test_the_run_records_the_files_that_differ_from_its_commit(monkeypatch, tmp_path: Path) -> None:
-    from harness.output import metadata
+    from harness.run import metadata
 
     (tmp_path / ".git").mkdir()
     monkeypatch.setattr(metadata, "PROJECT_ROOT", tmp_path)

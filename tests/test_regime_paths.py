@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from harness.base.drivers import Prepared, step_runner
+from harness.base.interleave import Driver
 from harness.counters.regions import prepare_cell
-from harness.measure.drivers import Prepared, step_runner
-from harness.measure.interleave import Driver
-from harness.measure.paced import paced_run, paced_runner
-from harness.measure.paced_study import kinds_of, paced_study_rows
+from harness.studies.paced import paced_run, paced_runner
+from harness.studies.paced_study import kinds_of, paced_study_rows
 from impls import REGISTRY
 from scenarios import generate
 

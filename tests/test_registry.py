@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.measure.matrix import ROLE_REGIMES, default_cells, plan_scenario
+from harness.run.matrix import ROLE_REGIMES, default_cells, plan_scenario
 from impls import REGISTRY, UNAVAILABLE, registry
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from harness.base.files import write_json
+from harness.base.rows import Row, write_rows
+from harness.base.text import duration_text
 from harness.output.console import console_summary
-from harness.output.formatting import cpu_text, duration_text
+from harness.output.formatting import cpu_text
 from harness.output.paced_report import paced_sentence
 from harness.output.readme import section
 from harness.output.report import PAPER_COLUMNS, PAPER_TABLES, paper_table, scenario_summary
-from harness.output.results import Row, write_json, write_rows
 from harness.output.rundata import RunData
 
 MAX_COLUMNS = 8  # a rendered table that fits a screen

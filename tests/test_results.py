@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from harness.output.results import Row, new_run_dir, point_latest, read_rows, resolve_run, write_rows
+from harness.base.files import new_run_dir, point_latest, resolve_run
+from harness.base.rows import Row, read_rows, write_rows
 from scenarios import atomic
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.base.rows import read_rows
 from harness.cli import main
-from harness.measure import runner
-from harness.measure.matrix import overrides
-from harness.output.results import read_rows
+from harness.run import runner
+from harness.run.matrix import overrides
 from impls.designs.flat import FlatBlockManager
 from scenarios import generate
 from scenarios.trace import content_digest
@@ -98,7 +98,7 @@ def test_metadata_names_the_checkout_the_code_runs_from(tmp_path, monkeypatch) -
     """Not the current directory's repository (a run started from another project's folder)."""
     import subprocess
 
-    from harness.output import metadata
+    from harness.run import metadata
 
     root = Path(__file__).resolve().parents[1]
     head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,

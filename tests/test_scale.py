@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.base.rows import Row, write_rows
 from harness.errors import InputError
-from harness.measure import matrix
-from harness.measure.runner import RunConfig, build_plan, check_config
 from harness.output import growth, sections
-from harness.output.results import Row, write_rows
 from harness.output.rundata import RunData
+from harness.run import matrix
+from harness.run.runner import RunConfig, build_plan, check_config
 from harness.studies import memory, scale
 from impls import REGISTRY
 from scenarios import SCENARIOS, generate

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.measure.matrix import SCALE_ONLY, matches
-from harness.measure.replay import check_end_state, replay
+from harness.base.replay import check_end_state, replay
+from harness.run.matrix import SCALE_ONLY, matches
 from impls import REGISTRY
 from scenarios import SCENARIOS, ScenarioError, generate, load, read_requests_csv, save
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.measure.runner import trace_count_rows
+from harness.base.files import write_json
+from harness.base.rows import Row, write_rows
 from harness.output.readme import section
 from harness.output.report import sharing_table
-from harness.output.results import Row, write_json, write_rows
 from harness.output.rundata import RunData
+from harness.run.runner import trace_count_rows
 from scenarios import generate
 
 

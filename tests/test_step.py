@@ -14,10 +14,10 @@ import sys
 import numpy as np
 import pytest
 
+from harness.base.drivers import Prepared, whole_step_runner
+from harness.base.replay import check_end_state
 from harness.counters.allocations import count_allocations, nrt_allocations
-from harness.measure.drivers import Prepared, whole_step_runner
-from harness.measure.paced import paced_whole_step_run
-from harness.measure.replay import check_end_state
+from harness.studies.paced import paced_whole_step_run
 from impls import REGISTRY
 from impls.contract import (
     ALLOCATE,

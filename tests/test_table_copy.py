@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from harness.measure.replay import replay
+from harness.base.replay import replay
 from harness.studies import table_copy as tc
 from impls.designs.flat import FlatBlockManager, table_dtype
 from scenarios import generate

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from harness.measure.threads import one_intra_op_thread
+from harness.base.threads import one_intra_op_thread
 
 
 def test_torch_runs_one_intra_op_thread_within_a_run() -> None:

@@ -1,4 +1,4 @@
-"""The Python drivers' untimed per-step hook, ``untimed_after_step(step)`` (harness/measure/drivers.py).
+"""The Python drivers' untimed per-step hook, ``untimed_after_step(step)`` (harness/base/drivers.py).
 
 Each Python driver calls it once per step, after the step's timed regions and checks, in step order, and none of
 its time lands in a timed region: a fake clock that jumps by a second only while the hook runs shows it. A
@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from harness.measure.drivers import Prepared, run_interpreted, run_whole_steps, step_runner, whole_step_runner
+from harness.base.drivers import Prepared, run_interpreted, run_whole_steps, step_runner, whole_step_runner
 from impls import REGISTRY
 from scenarios import generate
 

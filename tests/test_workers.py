@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from harness.measure.workers import CellDied, Events, Worker
+from harness.run.workers import CellDied, Events, Worker
 
 
 def quiet_job(job: tuple[str, float], events: Events) -> str:

@@ -1,15 +1,16 @@
-"""Where a calibration writes: by default a new folder ``RESULTS/<timestamp>-calibration-ENGINE/``; into a given
-table (its ``runs/`` beside it) only when asked (``--out FILE``, ``--update-committed``)."""
+"""Where a calibration writes: a new folder ``RESULTS/<timestamp>-calibration-ENGINE/``, or a table when asked."""
 
 from __future__ import annotations
 
+import csv
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.base.files import RUN_SUFFIXES, check_label, new_run_dir, os_reason
 from harness.calibration.table import read_rows
 from harness.errors import InputError, WriteError
-from harness.output.results import RUN_SUFFIXES, check_label, new_run_dir, os_reason
+from scenarios.files import write_target
 
 
 @dataclass
@@ -19,12 +20,11 @@ class Destination:
     table: Path | None
     root: Path = Path("results")
     label: str = "calibration"
-    flag: str = "--out"  # the option that named ``table``
+    flag: str = "--out"
     folder: Path | None = None
 
     def check(self) -> None:
-        """Before anything is measured: the table is a readable CSV in a writable folder, or ``root`` can hold a
-        new folder. :class:`InputError` naming the flag and the fix."""
+        """Before measuring: the table or ``root`` can be written; :class:`InputError` naming the flag and fix."""
         if self.table is None:
             _creatable(self.root, f".{check_label(self.label)}-{RUN_SUFFIXES - 1}.probe", "--results")
             return
@@ -32,13 +32,21 @@ class Destination:
         if self.table.exists() and not self.table.is_file():
             raise InputError(f"{flag} {self.table}: not a file; give the calibration table (a .csv file) to merge into")
         try:
-            read_rows(self.table)
-        except (OSError, UnicodeDecodeError) as exc:
+            target = write_target(self.table)
+        except OSError as exc:
+            raise InputError(f"{flag} {self.table}: {os_reason(exc)}; give the calibration table (a .csv file) to "
+                             "merge into, or a new path") from None
+        try:
+            read_rows(target)
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
             raise InputError(f"{flag} {self.table}: cannot be read ({exc}); give a calibration table") from None
         runs = self.table.parent / "runs"
         if runs.exists() and not runs.is_dir():
             raise InputError(f"{flag} {self.table}: {runs} is a file; the per-repetition files go in a folder there")
         _creatable(self.table.parent, f".{self.table.name}.probe", flag)
+        _creatable(target.parent, f".{target.name}.probe", flag)
+        if target.exists() and not os.access(target, os.W_OK):
+            raise WriteError(f"{flag} {self.table}: not writable; give a table you can write")
 
     def where(self) -> Path:
         """The folder written to (made now for the default)."""

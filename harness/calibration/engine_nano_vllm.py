@@ -1,36 +1,5 @@
 """nano-vllm's own ``BlockManager`` behind our contract, for the contender ``nano-vllm``.
-
-nano-vllm is not on the package index: its code comes from a source folder the user names (a checkout of
-GitHub ``GeeeekExplorer/nano-vllm``). Imported unmodified from it: ``nanovllm/engine/block_manager.py``,
-``nanovllm/engine/sequence.py`` and ``nanovllm/sampling_params.py``; the package's ``__init__.py`` (which imports
-the LLM engine, the model and CUDA) does not run. ``xxhash``, which ``block_manager.py`` imports for its block
-hashes, is the installed one (``pip install kvblock-bench[hashing]``); without it a stand-in takes its place
-and the baseline with hashing is not measured.
-
-The adapter (:class:`NanoEngine`) drives the engine's objects as ``nanovllm/engine/scheduler.py`` does:
-
-- admission: a ``Sequence`` of the prompt (synthetic token ids, distinct per sequence: its number ``<< 24``
-  plus a counter, so no two sequences share a block's contents), ``can_allocate(seq)`` (its answer must be
-  "no cached block") then ``allocate(seq, 0)`` with the prefill's ``num_scheduled_tokens``; then the prefill
-  step's ``postprocess`` (``hash_blocks(seq)``, ``num_cached_tokens`` and ``num_scheduled_tokens`` kept as it
-  keeps them, the sampled token appended with ``append_token``). nano-vllm runs a prefill step of its own
-  before the request's first decode step; the trace admits and decodes in one step, so the prefill's
-  ``postprocess`` comes with the admission, timed with it (one ``append_token`` per request);
-- each decode append: ``schedule``'s decode branch (``can_append(seq)``, ``num_scheduled_tokens = 1``,
-  ``may_append(seq)``), the slot as ``ModelRunner.prepare_decode`` computes it (``block_table[-1] *
-  block_size + last_block_num_tokens - 1``), and ``postprocess``'s block-manager call, ``hash_blocks(seq)``
-  (it hashes the block this step's token filled); after the step, untimed (``untimed_after_step``, the
-  drivers' hook), the rest of ``postprocess``: ``num_cached_tokens`` and ``num_scheduled_tokens`` kept, the
-  sampled token appended with ``append_token`` (recording the model's output: not block management);
-- ``free``: ``deallocate(seq)`` (its last ``hash_blocks`` ran in its last step, as in ``postprocess``).
-
-``Sequence.block_size`` is set to the trace's block size, as nano-vllm's ``LLMEngine`` sets it from its config
-(whose check that it is a multiple of 256 is not run: the block manager takes any size). nano-vllm has no fork:
-sharing is emulated as the contender emulates it (the same work on both sides): a fork is a child ``Sequence``
-with the parent's token ids and block table and each block's ``ref_count`` raised by one; before
-``may_append``, a sequence whose newest token does not open a block and whose last block is shared gets a
-block from ``_allocate_block()`` in its table's last place (the source's ``ref_count`` lowered).
-"""
+Design: docs/output.md#harnesscalibrationengine_nano_vllmpy."""
 
 from __future__ import annotations
 
@@ -40,10 +9,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from harness.base.replay import ReplayError
 from harness.calibration.adapter import EngineAdapter
 from harness.calibration.engines import Baseline
 from harness.calibration.loader import ImportPlan
-from harness.measure.replay import ReplayError
 from impls.contract import NoFreeBlocksError
 
 REAL = ("nanovllm.engine.block_manager", "nanovllm.engine.sequence", "nanovllm.sampling_params")
@@ -54,8 +23,7 @@ def have_xxhash() -> bool:
 
 
 def plan() -> ImportPlan:
-    """How nano-vllm's modules are imported: the three above from the source folder (xxhash installed, or a
-    stand-in when it is not)."""
+    """How nano-vllm's modules are imported: three from the source folder (xxhash, or a stand-in without it)."""
     return ImportPlan(packages=("nanovllm",), real=REAL, external_stubs=() if have_xxhash() else ("xxhash",))
 
 
@@ -70,18 +38,18 @@ class NanoEngine(EngineAdapter):
     """nano-vllm's ``BlockManager`` (the engine's, imported) driven per sequence per step, as its scheduler does."""
 
     nano: SimpleNamespace
-    block_manager: type  # the engine's BlockManager, or a subclass of it whose compute_hash returns 0
-    hash_blocks = True  # False: the bare block manager (postprocess's hash_blocks not called)
+    block_manager: type
+    hash_blocks = True
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self.nano.Sequence.block_size = self.block_size  # as LLMEngine sets it from its config
+        self.nano.Sequence.block_size = self.block_size
         self.bm = self.block_manager(self.num_blocks, self.block_size)
         self.seqs: list = [None] * self.max_seqs
         self._numbers = itertools.count(1)
-        self._next_token: dict[int, int] = {}  # row -> its next synthetic token id
-        self.forked = False  # until a fork, no block is shared and the step skips the copy-on-write test
+        self._next_token: dict[int, int] = {}
+        self.forked = False
 
     def num_free_blocks(self) -> int:
         return len(self.bm.free_block_ids)
@@ -91,7 +59,6 @@ class NanoEngine(EngineAdapter):
         self._next_token[seq_id] = base + n
         return list(range(base, base + n))
 
-    # -- the scheduler's calls ---------------------------------------------------------------------------
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
         n = self._admit_tokens
         seq = self.nano.Sequence(self._tokens(seq_id, n))
@@ -100,9 +67,9 @@ class NanoEngine(EngineAdapter):
             raise ReplayError(f"row {seq_id}: nano-vllm's can_allocate answered {cached}, expected 0 cached blocks "
                               "(-1: no room)")
         self.bm.allocate(seq, 0)
-        seq.num_scheduled_tokens = n  # the prefill
+        seq.num_scheduled_tokens = n
         self.seqs[seq_id] = seq
-        if self.hash_blocks:  # the prefill step's postprocess (the module docstring)
+        if self.hash_blocks:
             self.bm.hash_blocks(seq)
         self._record_sampled(seq, seq_id)
 
@@ -115,9 +82,7 @@ class NanoEngine(EngineAdapter):
         seq.append_token(token)
 
     def _engine_step(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """Per running sequence: ``schedule``'s decode branch (with the emulated copy of a shared last block),
-        ``prepare_decode``'s slot, ``postprocess``'s ``hash_blocks``. The sampled tokens are recorded after the
-        step (the module docstring)."""
+        """Per running sequence: ``schedule``'s decode branch, ``prepare_decode``'s slot, ``hash_blocks``."""
         bm, seqs, bs, hashing = self.bm, self.seqs, self.block_size, self.hash_blocks
         lens, forked = self._lens, self.forked
         slots, cows = [], []
@@ -154,7 +119,6 @@ class NanoEngine(EngineAdapter):
         self._next_token.pop(seq_id, None)
         self.bm.deallocate(seq)
 
-    # -- fork and copy-on-write, emulated as the contender emulates them ----------------------------------------
     def _fork(self, parent_id: int, child_id: int) -> None:
         parent = self.seqs[parent_id]
         child = self.nano.Sequence(parent.token_ids)
@@ -177,7 +141,6 @@ class NanoEngine(EngineAdapter):
     def _last_shared(self, seq_id: int) -> bool:
         return self.bm.blocks[self.seqs[seq_id].block_table[-1]].ref_count > 1
 
-    # -- queries --------------------------------------------------------------------------------------------
     def _table(self, seq_id: int) -> list[int]:
         return list(self.seqs[seq_id].block_table)
 
@@ -201,9 +164,7 @@ def _bound(nano: SimpleNamespace, block_manager: type, hash_blocks: bool) -> typ
 
 
 def baselines(nano: SimpleNamespace, version: str) -> list[Baseline]:
-    """Hashing neutralised (what the contender models: nano-vllm's block manager as it runs, minus computing
-    hashes, which our contract has no token ids for and which is its own metric), with its hashing (nano-vllm as
-    it ships), and bare (its hash bookkeeping removed too: ``hash_blocks`` not called)."""
+    """Hashing neutralised (what the contender models), with its hashing (as it ships), and bare."""
     how = (f"nano-vllm {version}'s BlockManager(num_blocks, block_size) from the source folder, driven as "
            "engine/scheduler.py does: can_allocate + allocate(seq, 0) and the prefill's postprocess (hash_blocks, "
            "append_token) at admission; per step and running sequence can_append + may_append, the slot as "

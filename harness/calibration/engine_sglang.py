@@ -1,35 +1,5 @@
 """SGLang's own ``PagedTokenToKVPoolAllocator`` behind our contract, for the contender ``sglang``.
-
-Imported unmodified from the wheel: ``sglang/srt/mem_cache/allocator/{base,paged}.py``; ``get_num_new_pages``,
-``next_power_of_2``, ``get_bool_env_var`` and ``is_hip`` are compiled from ``sglang/srt/utils/common.py``,
-whose other 5,000 lines (and their imports: Triton, PIL, requests, the server) are not loaded. Stand-ins: the
-Triton kernels (never called: on the CPU ``current_platform.capabilities.supports_triton`` is False, a stand-in
-for SGLang's GPU platform, so the native torch path runs, as SGLang's does where Triton is unsupported).
-
-The adapter (:class:`SGLangEngine`) holds, as SGLang's scheduler does, an int32 ``req_to_token`` tensor (one
-row of token slots per request, as ``ReqToTokenPool`` keeps it) and the requests' lengths, and drives the
-allocator as ``mem_cache/allocation.py`` does; that side is the contender's own code
-(:class:`impls.contenders.sglang.PagedRows`), so the two replays differ only in the allocator, SGLang's or the
-contender's model of it:
-
-- ``allocate``: one ``alloc_extend`` with no prefix (``last_loc`` -1), the slots written into the row
-  (SGLang batches a step's admissions into one call; our contract admits one sequence per call, and so does
-  the contender);
-- ``free``: the row's token slots to ``free`` inside ``free_group_begin`` ... ``free_group_end``: the frees
-  of a step form one group, closed by the step's next other operation (as the scheduler closes it after the
-  batch's frees, before its next scheduling decision);
-- the decode step (``alloc_for_decode_default``): ``last_loc`` gathered from ``req_to_token``, one
-  ``alloc_decode`` for the running batch, the slots written back as int32 and the lengths advanced;
-- ``can_allocate``: ``available_size() // page_size >= n``.
-
-Page 0 is SGLang's padding page, so contract block ids are page ids minus one (as in the contender). SGLang has
-no fork: sharing is emulated with the contender's code where it can be (a fork copies the parent's row and
-counts its pages in a host dict; a freed row's pages still shared are kept out of ``free``); one step differs:
-here a row whose last page is shared and not full gets a new page from one ``alloc(k * page_size)`` for the
-step's k copies, its earlier tokens re-pointed, before the step's ``alloc_decode`` (which takes no "needs a
-page" input), where the contender ranks those pages with the batch's new pages in one computation (our
-contract hands them out in batch order).
-"""
+Design: docs/output.md#harnesscalibrationengine_sglangpy."""
 
 from __future__ import annotations
 
@@ -44,7 +14,7 @@ import numpy as np
 from harness.calibration.adapter import EngineAdapter
 from harness.calibration.engines import Baseline
 from harness.calibration.loader import ImportPlan, Piece
-from impls.contenders.sglang import PagedRows  # needs torch, as SGLang's allocator does
+from impls.contenders.sglang import PagedRows
 from impls.contract import NoFreeBlocksError
 
 REAL = ("sglang.srt.mem_cache.allocator.base", "sglang.srt.mem_cache.allocator.paged")
@@ -72,8 +42,7 @@ def load() -> SimpleNamespace:
 
 
 class SGLangEngine(PagedRows, EngineAdapter):
-    """SGLang's paged allocator (the engine's, imported) driven one batch per step, as its scheduler does: the
-    scheduler's side is the contender's (:class:`impls.contenders.sglang.PagedRows`), the allocator SGLang's."""
+    """SGLang's paged allocator (the engine's, imported) driven one batch per step by the contender's own rows."""
 
     sglang: SimpleNamespace
 
@@ -89,12 +58,10 @@ class SGLangEngine(PagedRows, EngineAdapter):
             need_sort=False)
         self._setup_rows(self.max_seqs, self.max_tokens)
 
-    _engine_step = PagedRows._decode  # the engine's step: alloc_for_decode_default for the batch
+    _engine_step = PagedRows._decode
 
     def _decode_sharing(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """The fork emulation on SGLang's allocator: the step's copied pages from one ``alloc`` (its
-        ``alloc_decode`` takes no "needs a page" input, so they cannot ride in it), the rows' earlier tokens
-        re-pointed, then ``alloc_for_decode_default`` as without a fork."""
+        """The fork emulation on SGLang's allocator: copied pages from one ``alloc``, then the default decode."""
         movers = self._shared_tails(ids)
         pairs = []
         if movers:

@@ -1,37 +1,5 @@
 """vLLM v1's own ``KVCacheManager`` behind our contract, for the contenders ``vllm-v1`` and ``vllm-v1-pc``.
-
-Imported unmodified from the wheel (:data:`REAL`): ``vllm/v1/core/{kv_cache_manager, kv_cache_coordinator,
-single_type_kv_cache_manager, block_pool, kv_cache_utils, kv_cache_metrics}.py``, ``vllm/v1/request.py``,
-``vllm/v1/kv_cache_interface.py`` and the small modules they need; ``ConstantList`` is compiled from
-``vllm/v1/utils.py``, whose other contents (the engine's process management) are not loaded. Stand-ins
-(:func:`plan`) replace the engine's logging set-up, configuration, GPU platform, KV events, metrics, sampling
-parameters and multimodal inputs: nothing the block manager runs when a replay is timed (a replay that
-touches one stops, see :mod:`harness.calibration.loader`).
-
-The adapter (:class:`VllmEngine`) drives the engine's objects as ``vllm/v1/core/sched/scheduler.py`` does:
-
-- admission (``allocate``, ``allocate_cached``): a ``vllm.v1.request.Request`` with the prompt, then
-  ``get_computed_blocks(request)`` and ``allocate_slots(request, prompt - hits, hits, blocks)``; the request is
-  then running with its prompt computed;
-- each decode append: ``allocate_slots(request, 1)``, ``num_computed_tokens + 1``; after the step, untimed
-  (``untimed_after_step``, the drivers' hook), the token the request sampled recorded with
-  ``request.append_output_token_ids`` (the engine's output processing, which runs the block hasher: not block
-  management). That is vLLM's order under asynchronous scheduling, its default in 0.33.0
-  (``SchedulerConfig.async_scheduling``, ``AsyncScheduler``): a step is scheduled while the previous step's
-  sampled token is still a placeholder, recorded when the output arrives, so ``allocate_slots`` sees
-  ``request.num_tokens`` one token behind ``num_computed_tokens + 1`` and caches a block that filled one step
-  later than a synchronous scheduler would. It needs no special case for a request admitted in the step (its
-  prefill's token is a placeholder too); the placeholder counters themselves (``num_output_placeholders``,
-  ``num_in_flight_tokens``) are the scheduler's and are not kept;
-- ``free``: ``free(request)``; ``can_allocate``: ``block_pool.get_num_free_blocks() >= n``;
-- the slot mapping (``last_slot``, ``decode_step``'s slots): ``block.block_id * block_size + offset`` from the
-  request's blocks, as the model runner computes it from the block table.
-
-vLLM's block 0 is its null block: the pool holds ``num_blocks + 1`` blocks and contract block ids are vLLM's
-minus one, as in the contender. The engine's block hasher is a stand-in (our code) that hands each newly full
-block a distinct 32-byte digest or the trace's hash: computing hashes is its own metric
-(:mod:`harness.studies.hashing`).
-"""
+Design: docs/output.md#harnesscalibrationengine_vllmpy."""
 
 from __future__ import annotations
 
@@ -43,11 +11,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from harness.base.replay import ReplayError
 from harness.calibration.adapter import EngineAdapter
 from harness.calibration.engines import Baseline
 from harness.calibration.loader import ImportPlan, Piece
 from harness.calibration.traces import fan_out_forks
-from harness.measure.replay import ReplayError
 from impls.contenders.vllm_v1_pc import cached_need, sealable
 from impls.contract import E_ACTIVE, E_NO_BLOCKS, NoFreeBlocksError
 from impls.core.validation import chain_arg, seq_arg, tokens_arg
@@ -106,9 +74,9 @@ def load() -> SimpleNamespace:
 class VllmEngine(EngineAdapter):
     """vLLM's ``KVCacheManager`` (the engine's, imported) driven per request per step, as its scheduler does."""
 
-    vllm: SimpleNamespace  # the engine's classes (load())
+    vllm: SimpleNamespace
     enable_caching = False
-    hash_plain = False  # caching on: a plain allocation's full blocks get distinct digests, as vLLM hashes all
+    hash_plain = False
     prefix_caching = False
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
@@ -128,7 +96,7 @@ class VllmEngine(EngineAdapter):
         self.params = SimpleNamespace(max_tokens=self.max_tokens, extra_args=None, skip_reading_prefix_cache=None)
         self._ids = itertools.count(1)
         self._digests = itertools.count(1)
-        self._given: dict[str, list[bytes]] = {}  # request id -> hashes the block hasher hands out next
+        self._given: dict[str, list[bytes]] = {}
         caching = self.enable_caching
         self._plain_hasher = self._distinct_digests if caching and self.hash_plain else None
         self._cached_hasher = self._given_hashes if caching else None
@@ -136,21 +104,17 @@ class VllmEngine(EngineAdapter):
     def num_free_blocks(self) -> int:
         return self.pool.get_num_free_blocks()
 
-    # -- the block hasher's place (vLLM's Request calls it when created and for every appended token) -----------
     def _given_hashes(self, request) -> list[bytes]:
         """The hashes the trace gave for the request (``allocate_cached``'s chain, a ``seal``'s hash), once."""
         return self._given.pop(request.request_id, [])
 
     def _distinct_digests(self, request) -> list[bytes]:
-        """A distinct 32-byte digest for each block that is newly full (a plain allocation with caching on: vLLM
-        hashes every full block; what the digests are does not matter, that they never repeat does)."""
+        """A distinct 32-byte digest for each newly full block (vLLM hashes every full block with caching on)."""
         new = request.num_tokens // self.block_size - len(request.block_hashes)
         return [next(self._digests).to_bytes(32, "little") for _ in range(new)] if new > 0 else []
 
-    # -- the scheduler's calls ---------------------------------------------------------------------------
     def _admit(self, seq_id: int, num_tokens: int, chain: list[bytes] | None = None) -> int:
-        """A new request, its cache lookup and its prompt's slots, as ``Scheduler.schedule`` admits one; the
-        tokens the cache served."""
+        """A new request, its cache lookup and its prompt's slots, as ``Scheduler.schedule`` admits one."""
         v = self.vllm
         request_id = str(next(self._ids))
         if chain is not None:
@@ -169,8 +133,7 @@ class VllmEngine(EngineAdapter):
         self._admit(seq_id, self._admit_tokens)
 
     def _engine_step(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """Per running request, as ``Scheduler.schedule`` does it: ``allocate_slots(request, 1)``, one more computed
-        token; then its slot from its blocks. The sampled tokens are recorded after the step (the module)."""
+        """Per running request, as ``Scheduler.schedule`` does it: ``allocate_slots(request, 1)``, then its slot."""
         requests, lens, req_to_blocks, bs = self.requests, self._lens, self.req_to_blocks, self.block_size
         allocate_slots = self.manager.allocate_slots
         slots = []
@@ -187,8 +150,7 @@ class VllmEngine(EngineAdapter):
         return 0
 
     def untimed_after_step(self, step: int) -> None:
-        """The drivers' untimed hook: the token each request of the step sampled, recorded on the request as vLLM's
-        output processing records it (``append_output_token_ids``, which runs the block hasher)."""
+        """The drivers' untimed hook: each request's sampled token recorded (``append_output_token_ids``)."""
         requests = self.requests
         for ids in self._sampled:
             for s in ids:
@@ -196,7 +158,7 @@ class VllmEngine(EngineAdapter):
         self._sampled.clear()
 
     def _last_shared(self, seq_id: int) -> bool:
-        return False  # nothing is shared without fork (vLLM v1 has none)
+        return False
 
     def _fork(self, parent_id: int, child_id: int) -> None:
         raise ReplayError("vLLM v1 has no fork: replay the trace with its forks fanned out into requests")
@@ -247,8 +209,7 @@ class VllmCachingEngine(VllmEngine):
         return hits
 
     def seal(self, seq_id: int, block_hash: int) -> bool:
-        """Hand vLLM the hash of the block decode just filled (the block hasher's output for it) and cache it
-        as the next ``allocate_slots`` would; False when another block already carries that hash."""
+        """Hand vLLM the hash of the block decode just filled and cache it; False when another block has it."""
         seq_id, value, n, _ = sealable(self, seq_id, block_hash, self._blocks)
         digest = value.to_bytes(32, "little")
         request = self.requests[seq_id]
@@ -278,8 +239,7 @@ HOW = ("vLLM {version}'s KVCacheManager(enable_caching={caching}) from the wheel
 
 
 def baselines(vllm: SimpleNamespace, version: str) -> list[Baseline]:
-    """Caching off (what ``vllm-v1`` models), caching on (vLLM's default, what ``vllm-v1-pc`` models), and caching on
-    with no block hashes on plain allocations (a diagnostic: exactly the work ``vllm-v1-pc`` does on them)."""
+    """Caching off (``vllm-v1``), caching on (vLLM's default, ``vllm-v1-pc``), and on without plain-block hashes."""
     fan = "vLLM v1 has no fork: each fork of the trace became an independent request of the parent's length " \
           "(vLLM fans n > 1 out into n requests), no sharing, no copy-on-write, checked against that trace"
     both = ("vllm-v1", "vllm-v1-pc")

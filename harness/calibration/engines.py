@@ -1,10 +1,5 @@
 """The engines a contender can be calibrated against, and their baselines.
-
-An engine module (``engine_vllm``, ``engine_sglang``, ``engine_nano_vllm``) states how the engine's modules are
-imported (:class:`harness.calibration.loader.ImportPlan`), loads them, and offers **baselines**: ways of running
-the engine's own code behind our contract (an adapter class, our code, around the engine's imported objects),
-each with the contenders it calibrates and the one contender, if any, that models it.
-"""
+Design: docs/output.md#harnesscalibrationenginespy."""
 
 from __future__ import annotations
 
@@ -15,7 +10,7 @@ from types import ModuleType
 
 from harness.calibration.loader import ImportPlan
 from harness.errors import InputError
-from scenarios import Trace
+from scenarios import PAPER, Trace
 from scenarios.trace import trace_uses_caching
 
 
@@ -23,13 +18,13 @@ from scenarios.trace import trace_uses_caching
 class Baseline:
     """One way of running the engine's code, timed beside our contenders."""
 
-    name: str  # e.g. "caching off": the ``baseline`` column
-    cls: type  # the adapter: the engine's objects behind our contract (BlockManager, and CachingBlockManager)
-    calibrates: tuple[str, ...]  # contenders compared to it
+    name: str
+    cls: type
+    calibrates: tuple[str, ...]
     modelled_by: tuple[str, ...]  # contenders that model exactly this (the report shows their ratio)
-    how: str  # how the engine's code is driven, in words (the ``how`` column)
-    plain_traces: bool = True  # replays traces without prefix caching
-    caching_traces: bool = False  # replays prefix-caching traces
+    how: str
+    plain_traces: bool = True
+    caching_traces: bool = False
     real_trace: Callable[[Trace], Trace] | None = None  # the trace as the engine serves it (vLLM: no forks)
     real_trace_how: str = ""
 
@@ -41,13 +36,13 @@ class Baseline:
 class Engine:
     """An engine: its published distribution (None: not on the package index) and its module here."""
 
-    name: str  # the command line's ENGINE
-    label: str  # the ``engine`` column
+    name: str
+    label: str
     distribution: str | None
     packages: tuple[str, ...]
     module: str  # harness.calibration.<module>: PLAN, load(), baselines(), REGIMES
-    regimes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # contender -> regimes calibrated
-    scenarios: tuple[str, ...] = ("paper", "parallel-sampling")  # the committed calibration's
+    regimes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    scenarios: tuple[str, ...] = ("paper", "parallel-sampling")
 
     def code(self) -> ModuleType:
         return importlib.import_module(f"harness.calibration.{self.module}")
@@ -59,7 +54,7 @@ class Engine:
 ENGINES = {
     "vllm": Engine("vllm", "vLLM", "vllm", ("vllm",), "engine_vllm",
                    {"vllm-v1": ("per-call", "batched"), "vllm-v1-pc": ("per-call", "batched")},
-                   ("paper", "parallel-sampling", "system-prompt-256")),
+                   (PAPER, "parallel-sampling", "system-prompt-256")),
     "sglang": Engine("sglang", "SGLang", "sglang", ("sglang",), "engine_sglang", {"sglang": ("batched",)}),
     "nano-vllm": Engine("nano-vllm", "nano-vllm", None, ("nanovllm",), "engine_nano_vllm",
                         {"nano-vllm": ("per-call", "batched")}),

@@ -1,39 +1,36 @@
-"""An engine's published code on this machine: fetched with the user's own pip into a cache outside the repository,
-or read from a source folder the user names.
-
-A published engine is fetched with ``python -m pip download --no-deps --only-binary=:all: NAME==VERSION``
-(no dependency is installed, no build step runs) into ``CACHE/downloads/``; the Python files of its top-level
-packages are unpacked into ``CACHE/<wheel name>/`` and reused while the wheel's SHA-256 matches. The cache is
-``$KVBLOCK_BENCH_CACHE`` or ``$XDG_CACHE_HOME/kvblock-bench/engines`` (``~/.cache/...``), never inside the
-repository: no engine code is ever written there.
-"""
+"""An engine's published code: fetched with the user's pip into a cache outside the repository, or a source folder.
+Design: docs/output.md#harnesscalibrationfetchpy."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import InputError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-PIP_TIMEOUT_S = 1800  # a 340 MB wheel on a slow link
+PIP_TIMEOUT_S = 1800
+MANIFEST = ".sha256-files.json"
 
 
 @dataclass(frozen=True)
 class EngineCode:
     """Where an engine's code lies, and what identifies it in the results."""
 
-    root: Path  # the folder holding its top-level packages
+    root: Path
     version: str
     digest: str  # "sha256:<wheel digest>" or "tree-sha256:<digest of the packages' .py files>"
-    origin: str  # the wheel's file name, or the source folder
+    origin: str
+    repaired: tuple[str, ...] = field(default=(), compare=False)
 
 
 def default_cache() -> Path:
@@ -76,7 +73,7 @@ def pip_download(requirement: str, dest: Path, find_links: Path | None = None) -
     before = {p.name for p in dest.glob("*.whl")}
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
            "-d", str(dest), requirement]
-    if find_links is not None:  # a local wheelhouse only (tests, offline mirrors)
+    if find_links is not None:
         cmd[4:4] = ["--no-index", "--find-links", str(find_links)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
@@ -116,23 +113,80 @@ def wheel_version(wheel: Path) -> str:
 
 
 def unpack(wheel: Path, packages: tuple[str, ...], cache: Path) -> EngineCode:
-    """The Python files of ``packages`` from ``wheel``, unpacked once into ``cache/<wheel stem>/`` (reused while
-    the digest recorded there is the wheel's)."""
+    """The ``.py`` files of ``packages`` from ``wheel`` unpacked into ``cache/<wheel stem>/``, reused while intact."""
     digest = sha256_file(wheel)
     root = cache / wheel.name.removesuffix(".whl")
     stamp = root / ".sha256"
-    if not (stamp.is_file() and stamp.read_text().strip() == digest):
+    record = wheel_record(wheel)
+    fresh = stamp.is_file() and stamp.read_text().strip() == digest
+    changed = unpacked_changes(root, packages, record) if fresh else []
+    if not fresh or changed:
         shutil.rmtree(root, ignore_errors=True)
         tmp = root.with_name(root.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
-        with zipfile.ZipFile(wheel) as zf:
-            names = [n for n in zf.namelist() if n.endswith(".py") and n.split("/", 1)[0] in packages]
-            if not names:
-                raise InputError(f"{wheel.name} holds no Python files of {', '.join(packages)}")
-            zf.extractall(tmp, names)
+        manifest = _extract(wheel, packages, tmp, record)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=0, sort_keys=True) + "\n")
         (tmp / ".sha256").write_text(digest + "\n")
         tmp.rename(root)
-    return EngineCode(root, wheel_version(wheel), f"sha256:{digest}", wheel.name)
+    return EngineCode(root, wheel_version(wheel), f"sha256:{digest}", wheel.name, tuple(changed))
+
+
+def _extract(wheel: Path, packages: tuple[str, ...], dest: Path, record: dict[str, str]) -> dict[str, str]:
+    """The ``.py`` files of ``packages`` written under ``dest``, checked against ``record``; SHA-256 by path."""
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = [n for n in zf.namelist() if n.endswith(".py") and n.split("/", 1)[0] in packages]
+            if not names or any(".." in n.split("/") for n in names):
+                raise InputError(f"{wheel.name} holds no Python files of {', '.join(packages)} (or names outside "
+                                 "them)")
+            manifest = {}
+            for name in names:
+                data = zf.read(name)
+                manifest[name] = hashlib.sha256(data).hexdigest()
+                if record.get(name, manifest[name]) != manifest[name]:
+                    raise InputError(f"{wheel}: {name} does not match the wheel's RECORD; delete the wheel and "
+                                     "fetch it again")
+                path = dest / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+    except (zipfile.BadZipFile, KeyError) as exc:
+        raise InputError(f"{wheel}: not a readable wheel ({exc}); delete it and fetch it again") from None
+    return manifest
+
+
+def wheel_record(wheel: Path) -> dict[str, str]:
+    """The hex SHA-256 the wheel's ``*.dist-info/RECORD`` lists per file (files it lists without one: none)."""
+    out = {}
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            text = "".join(zf.read(n).decode("utf-8", "replace") + "\n" for n in zf.namelist()
+                           if n.endswith(".dist-info/RECORD"))
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{wheel}: not a readable wheel ({exc}); delete it and fetch it again") from None
+    for line in text.splitlines():
+        path, _, rest = line.partition(",")
+        algo, _, b64 = rest.partition(",")[0].partition("=")
+        if algo == "sha256" and b64:
+            out[path] = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
+    return out
+
+
+def unpacked_changes(root: Path, packages: tuple[str, ...], record: dict[str, str]) -> list[str]:
+    """The files under ``root`` that differ from the wheel's ``record``, else from the manifest (all without one)."""
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return [f"{MANIFEST} (missing or unreadable)"]
+    if not isinstance(manifest, dict):
+        return [f"{MANIFEST} (not a mapping)"]
+    expected = {name: record.get(name, digest) for name, digest in manifest.items()}
+    present = {p.relative_to(root).as_posix() for package in packages for p in (root / package).rglob("*.py")}
+    changed = sorted(present - set(expected))
+    for name, digest in expected.items():
+        path = root / name
+        if not path.is_file() or sha256_file(path) != digest:
+            changed.append(name)
+    return changed
 
 
 def published(distribution: str, version: str | None, packages: tuple[str, ...], cache: Path,
@@ -154,7 +208,7 @@ def source_folder(folder: Path, packages: tuple[str, ...], version: str | None) 
     if version and commit != "unversioned" and not commit.startswith(version):
         raise InputError(f"--source {root}: the checkout is at commit {commit}, not {version}; check out {version} "
                          "or name the version it is at")
-    label = commit if commit != "unversioned" else version or commit  # a checkout: its full commit
+    label = commit if commit != "unversioned" else version or commit
     return EngineCode(root, label, f"tree-sha256:{tree_digest(root, packages)}", str(root))
 
 

@@ -1,27 +1,5 @@
 """Importing an engine's block-manager modules, unmodified, from its published files and nothing else.
-
-An :class:`ImportPlan` names, for one engine, which of its modules run from the package's own files and what
-stands in for the rest. A meta-path finder (:func:`engine_imports`) serves every module under the engine's
-top-level packages by that plan, and refuses any module the plan does not name, so that nothing of the engine
-runs by accident and nothing is stubbed silently:
-
-- ``real``: executed from the engine's file, byte for byte (the source is read from the unpacked wheel or the
-  user's folder; no bytecode is written there);
-- ``pieces``: a module whose named top-level definitions are compiled from the engine's file and nothing else
-  of it (its other names are stand-ins, as a stub module's): for a large utility module whose imports would
-  pull in the whole engine (SGLang's ``get_num_new_pages`` lives among 5,000 lines that import Triton, PIL and
-  requests);
-- ``stubs``: a stand-in module with the attributes given (what the engine's code calls at run time: a
-  logger, "no custom KV-cache specs on this platform"); any other name imported from it is a stand-in class.
-  Stand-ins exist so that imports resolve; once the plan is *armed* (:meth:`EngineImports.arm`, before the
-  replays), touching a stand-in class (calling it, reading an attribute of it) raises :class:`StubTouched`,
-  so a replay that reaches one stops instead of measuring it;
-- every package above those modules is an empty shell: its ``__init__.py`` does not run (an engine's package
-  initialisers import the model executor, the GPU platform, the server).
-
-Modules outside the engine's packages import normally, except the ``external_stubs`` (GPU-only or heavy
-packages the engine's modules import at their top: Triton, ZeroMQ), which are permissive stand-ins too.
-"""
+Design: docs/output.md#harnesscalibrationloaderpy."""
 
 from __future__ import annotations
 import __future__
@@ -52,16 +30,16 @@ class PlanError(ImportError):
 class Piece:
     """Top-level definitions compiled from one of the engine's files into a module of their own."""
 
-    source: str  # the module whose file holds them, e.g. "sglang.srt.utils.common"
+    source: str
     names: tuple[str, ...]
-    globals: Mapping[str, object] = field(default_factory=dict)  # what the definitions refer to
+    globals: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class ImportPlan:
     """Which of an engine's modules run from its files, and what stands in for the others."""
 
-    packages: tuple[str, ...]  # the engine's top-level packages, e.g. ("vllm",)
+    packages: tuple[str, ...]
     real: tuple[str, ...]
     stubs: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     pieces: Mapping[str, Piece] = field(default_factory=dict)
@@ -90,7 +68,6 @@ class ImportPlan:
                 + (f"; stand-ins: {', '.join(stubs)}" if stubs else ""))
 
 
-# -- stand-ins ---------------------------------------------------------------------------------------------
 class _Tripwire:
     """Whether stand-ins may still be touched (while the engine's modules import) or not (during replays)."""
 
@@ -163,7 +140,6 @@ class StubModule(types.ModuleType):
         return value
 
 
-# -- the finder --------------------------------------------------------------------------------------------
 class _FileLoader(importlib.machinery.SourceFileLoader):
     """The standard source loader, minus writing bytecode next to the engine's files (the user's folder)."""
 
@@ -190,7 +166,7 @@ class EngineImports(importlib.abc.MetaPathFinder):
     def __init__(self, plan: ImportPlan, root: Path) -> None:
         self.plan, self.root = plan, Path(root)
         self.shells = plan.shells()
-        self.loaded: list[str] = []  # modules this finder created, in order
+        self.loaded: list[str] = []
 
     def arm(self) -> None:
         """From now on, touching a stand-in raises :class:`StubTouched`."""
@@ -244,14 +220,14 @@ class EngineImports(importlib.abc.MetaPathFinder):
         path = self.file_of(piece.source)
         if not path.is_file():
             raise PlanError(f"{piece.source}: no file {path} in the engine's package")
-        module = StubModule(spec.name, piece.globals)  # its other names: stand-ins, as a stub module's
+        module = StubModule(spec.name, piece.globals)
         module.__file__ = str(path)
         tree = ast.parse(path.read_text(), str(path))
         flags = future_flags(tree)
         for node in definitions(tree, piece.names, path):
             code = compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec", flags=flags, dont_inherit=True)
             try:
-                exec(code, module.__dict__)  # the engine's own definition, compiled from its file
+                exec(code, module.__dict__)
             except NameError as exc:
                 raise PlanError(f"{spec.name}: {_defines(node)} from {path} needs {exc.name!r}: give it in the "
                                 "plan's Piece globals") from exc
@@ -277,8 +253,7 @@ def future_flags(tree: ast.Module) -> int:
 
 
 def definitions(tree: ast.Module, names: tuple[str, ...], path: Path) -> list[ast.stmt]:
-    """The top-level ``def``, ``class`` and ``NAME = ...`` statements of the file (``tree``, read from ``path``)
-    that define ``names``, in the file's order."""
+    """The top-level statements of the file (``tree``, from ``path``) that define ``names``, in the file's order."""
     found = [node for node in tree.body if _defines(node) in names]
     missing = set(names) - {_defines(node) for node in found}
     if missing:
@@ -288,8 +263,7 @@ def definitions(tree: ast.Module, names: tuple[str, ...], path: Path) -> list[as
 
 @contextmanager
 def engine_imports(plan: ImportPlan, root: Path) -> Iterator[EngineImports]:
-    """Within the block, the engine's packages import by ``plan`` from ``root``; on exit every module the plan
-    made is dropped from ``sys.modules`` again (so that a test, or a second engine, starts clean)."""
+    """Within the block, the engine's packages import by ``plan`` from ``root``; on exit its modules are dropped."""
     clashing = sorted(name for name in sys.modules if plan.owns(name) or name.partition(".")[0] in plan.external_stubs)
     for name in clashing:  # an installed copy of the engine must not answer for the published files
         del sys.modules[name]

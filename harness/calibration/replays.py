@@ -1,9 +1,5 @@
-"""A calibration's replays in a worker process (:mod:`harness.measure.workers`): one job is one scenario's
-repetitions ``only``, with the engine's modules imported by its plan in that process.
-
-Each worker loads the engine afresh, warms every replay up and replays its repetitions interleaved as ``run``
-does; the main process merges the workers' samples (:mod:`harness.calibration.run`).
-"""
+"""A calibration's replays of one scenario's repetitions ``only`` in a worker process.
+Design: docs/output.md#harnesscalibrationreplayspy."""
 
 from __future__ import annotations
 
@@ -12,32 +8,33 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
+from harness.base.drivers import Prepared, StepTimes
+from harness.base.failures import blamed_on, short_reason
+from harness.base.interleave import WARM_STEPS, Driver, Key, interleaved, slice_bounds
+from harness.base.metrics import Work
+from harness.base.threads import one_intra_op_thread
 from harness.calibration.engines import ENGINES, Baseline, Engine
 from harness.calibration.loader import PlanError, StubTouched, engine_imports
 from harness.calibration.traces import FanOutError
 from harness.errors import DesignFailure, InputError
-from harness.measure.drivers import Prepared, StepTimes
-from harness.measure.failures import blamed_on
-from harness.measure.interleave import Driver, Key, interleaved, slice_bounds
-from harness.measure.metrics import Work
-from harness.measure.threads import one_intra_op_thread
-from harness.measure.workers import Events
+from harness.run.workers import Events
 from impls import REGISTRY
 from impls.contract import supports_prefix_caching
 from scenarios import Trace, generate
 from scenarios.trace import trace_uses_caching
 
-WARM_STEPS = 5
-FAILURES = (DesignFailure, StubTouched, PlanError, FanOutError)  # a replay that cannot be measured, named
+FAILURES = (DesignFailure, StubTouched, PlanError, FanOutError)
+IMPORTING: Key = ("the engine's modules", "import", "real")
 
 
 @dataclass
 class CalibrationJob:
     """One worker's repetitions ``only`` of one scenario; ``skip``: replays whose worker died or hung."""
 
-    engine: str  # a key of ENGINES
-    root: str  # the folder holding the engine's top-level packages
+    engine: str
+    root: str
     version: str
     scenario: str
     params: dict[str, str]
@@ -54,7 +51,7 @@ class BaselineInfo:
     calibrates: tuple[str, ...]
     modelled_by: tuple[str, ...]
     how: str
-    real_trace_how: str  # "" unless the engine replays a rewritten trace
+    real_trace_how: str
 
 
 @dataclass
@@ -81,8 +78,7 @@ class Refused:
 
 @contextmanager
 def missing_packages(engine: Engine) -> Iterator[None]:
-    """A package the engine's modules import that is not installed here (torch, for vLLM and SGLang) is the
-    user's to install: one line saying which."""
+    """A package the engine's modules import that is not installed here, named in one line for the user."""
     try:
         yield
     except ModuleNotFoundError as exc:
@@ -105,23 +101,45 @@ def execute(job: CalibrationJob, events: Events) -> Measured | Refused:
 def _measure(job: CalibrationJob, events: Events) -> Measured:
     engine = ENGINES[job.engine]
     with missing_packages(engine):
-        module = engine.code()  # an engine module may import what the engine needs (torch)
+        module = engine.code()
         plan = module.plan()
     with engine_imports(plan, Path(job.root)) as imports:
-        with missing_packages(engine):
-            try:
-                ns = module.load()
-            except ModuleNotFoundError:
-                raise  # missing_packages says which
-            except (ImportError, SyntaxError) as exc:  # PlanError included: a newer release imports more
-                raise InputError(f"{engine.name} {job.version}: its modules do not load by the import plan "
-                                 f"(harness/calibration/{engine.module}.py): {exc}") from None
-        baselines = module.baselines(ns, job.version)
+        events.cell(IMPORTING)
+        baselines = _load(engine, module, job)
+        events.cell(None)
         imports.arm()
         context = Context(engine, generate(job.scenario, **job.params), job, events)
         measured = context.measure(baselines, plan.describe())
         measured.loaded = list(imports.loaded)
     return measured
+
+
+def _load(engine: Engine, module: ModuleType, job: CalibrationJob) -> list[Baseline]:
+    """The engine's modules imported by the plan and its baselines made; a failure there is an :class:`InputError`."""
+    with missing_packages(engine):
+        try:
+            return module.baselines(module.load(), job.version)
+        except ModuleNotFoundError:
+            raise
+        except (ImportError, SyntaxError) as exc:  # PlanError included: a newer release imports more
+            raise InputError(f"{engine.name} {job.version}: its modules do not load by the import plan "
+                             f"(harness/calibration/{engine.module}.py): {exc}") from None
+        except BaseException as exc:
+            if not raised_in(exc, Path(job.root)):
+                raise  # ours: a traceback
+            raise InputError(f"{engine.name} {job.version}: its code failed while its modules were imported: "
+                             f"{short_reason(exc)}") from None
+
+
+def raised_in(exc: BaseException, root: Path) -> bool:
+    """Whether ``exc``'s traceback passes through a file under ``root`` (the engine's code)."""
+    root = root.resolve()
+    tb = exc.__traceback__
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(root):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 class Context:
@@ -154,7 +172,7 @@ class Context:
                 self.failed[key] = f"{type(exc).__name__}: {exc}"
                 continue
             self.drivers[key] = Driver(real_preps[b.real_trace], b.cls, "batched", {}, b.name)
-        for key in map(tuple, self.job.skip):  # the main process records why
+        for key in map(tuple, self.job.skip):
             self.drivers.pop(key, None)
 
     def warm_up(self) -> None:
@@ -162,7 +180,7 @@ class Context:
         for key, driver in list(self.drivers.items()):
             self.events.cell(key)
             try:
-                with blamed_on(key[0], driver.cls):  # the engine's code runs through its adapter class
+                with blamed_on(key[0], driver.cls):
                     driver.advance(driver.new())(0, min(WARM_STEPS, self.prep.num_steps))
             except FAILURES as exc:
                 self.failed[key] = getattr(exc, "reason", f"{type(exc).__name__}: {exc}")

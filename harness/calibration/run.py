@@ -1,15 +1,5 @@
 """``kvblock-bench calibrate``: our contenders beside the engine's own code, on the same traces.
-
-For each scenario: every contender the engine's baselines calibrate is replayed in its regimes, and every
-baseline (the engine's code behind our contract, :mod:`harness.calibration.engines`) in the batched regime
-(one ``decode_step`` per step, which the adapter turns into the engine's own per-step calls), all by the
-harness's Python driver (:func:`harness.measure.drivers.run_interpreted`), with the sliced interleaving of
-``kvblock-bench run`` and torch pinned to one intra-op thread. The repetitions spread over worker processes
-as ``run``'s do (one each by default; :mod:`harness.calibration.replays`), so the intervals include the
-variation between processes. Every replay is checked against its trace as in ``run``. Each ratio ours / real
-is taken over the same slices and repetitions (a paired bootstrap, :mod:`harness.measure.stats`). The rows go
-to a new folder unless a table is named (:mod:`harness.calibration.destination`).
-"""
+Design: docs/output.md#harnesscalibrationrunpy."""
 
 from __future__ import annotations
 
@@ -23,17 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from harness.base.interleave import SLICES_PER_REP, Key, slice_bounds
+from harness.base.metrics import cell_blocks
+from harness.base.stats import paired_ratio, ratio_of_sums
 from harness.calibration import fetch
 from harness.calibration.destination import Destination
 from harness.calibration.engines import Engine
-from harness.calibration.replays import BaselineInfo, CalibrationJob, Measured, Refused, execute
+from harness.calibration.replays import IMPORTING, BaselineInfo, CalibrationJob, Measured, Refused, execute
 from harness.calibration.table import CalibrationRow, write_rows
 from harness.errors import InputError
-from harness.measure.interleave import SLICES_PER_REP, Key, slice_bounds
-from harness.measure.metrics import cell_blocks
-from harness.measure.stats import paired_ratio, ratio_of_sums
-from harness.measure.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug
-from harness.output.metadata import cpu_model, versions
+from harness.run.metadata import cpu_model, versions
+from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug
 from scenarios import SCENARIOS
 from scenarios.atomic import atomic_write_bytes
 
@@ -43,7 +33,7 @@ class Options:
     engine: Engine
     version: str | None
     scenarios: list[str]
-    params: dict[str, dict[str, str]]  # scenario -> overrides (strings from the command line)
+    params: dict[str, dict[str, str]]
     reps: int = 5
     cache: Path = field(default_factory=fetch.default_cache)
     source: Path | None = None
@@ -59,8 +49,8 @@ class Options:
 class Outcome:
     rows: list[CalibrationRow] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
-    written: Path | None = None  # the table the rows went to
-    folder: Path | None = None  # the folder written to (rows, runs/)
+    written: Path | None = None
+    folder: Path | None = None
     processes: int = 0
 
 
@@ -77,12 +67,14 @@ def engine_code(opts: Options) -> fetch.EngineCode:
 
 
 def calibrate(opts: Options) -> Outcome:
-    """Fetch, replay in worker processes, compare; each scenario's rows merged into the destination's table when
-    it is done (nothing is written for a scenario that measured nothing)."""
-    for name in opts.scenarios:  # bad parameters fail here, before a download
+    """Fetch, replay in worker processes, compare; each scenario's rows merged into the table when it is done."""
+    for name in opts.scenarios:
         SCENARIOS[name].params(opts.params.get(name, {}))
-    opts.destination.check()  # and a place to write them, before anything is measured
+    opts.destination.check()
     code = engine_code(opts)
+    if code.repaired:
+        opts.progress(f"the cached files of {code.origin} differed from the wheel ({', '.join(code.repaired[:3])}"
+                      f"{', ...' * (len(code.repaired) > 3)}): unpacked again")
     opts.progress(f"{opts.engine.label} {code.version} ({code.digest[:19]}...) from {code.origin}")
     outcome = Outcome()
     with Pool(min(opts.processes or opts.reps, opts.reps), execute, opts.deadline_s) as pool:
@@ -126,19 +118,21 @@ class Context:
         for part in self.parts:
             self.failed.update(part.failed)
         for key in dict.fromkeys(k for part in self.parts for k in part.samples):
-            if key not in self.failed:  # a replay that failed in any process writes no row
+            if key not in self.failed:
                 self.samples[key] = [s for _, s in sorted(r for part in self.parts for r in part.samples.get(key, []))]
         failures += [f"{self.name}: {k[0]} ({'the engine' if k[2] else 'ours'}, {k[1]}): {why}"
                      for k, why in self.failed.items()]
         return [row for b in self.parts[0].baselines for row in self.rows_of(b)]
 
     def supervised(self, pool: Pool, w: int, job: CalibrationJob) -> Measured:
-        """``job``'s result from worker ``w``, run again without a replay each time its worker dies or hangs in it
-        (recorded as failed)."""
+        """``job``'s result from worker ``w``, rerun without a replay each time its worker dies or hangs in it."""
         while True:
             try:
                 result = pool.run(w, replace(job, skip=list(self.failed)))
             except CellDied as died:
+                if died.cell == IMPORTING:
+                    raise InputError(f"{self.opts.engine.name} {self.code.version}: the worker process importing "
+                                     f"its modules {died.reason}") from None
                 if died.cell is None or len(died.cell) != 3:
                     raise WorkerBug(str(died)) from None
                 self.failed[tuple(died.cell)] = f"its worker process {died.reason}"
@@ -147,7 +141,6 @@ class Context:
                 raise InputError(result.message)
             return result
 
-    # -- figures -------------------------------------------------------------------------------------------
     def rows_of(self, b: BaselineInfo) -> list[CalibrationRow]:
         real_key = (b.name, "batched", "real")
         if real_key not in self.samples:
@@ -198,8 +191,7 @@ class Context:
             made=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=self.opts.command, how=how)
 
     def write_raw(self, folder: Path) -> None:
-        """Per-repetition step times of every replay, the worker process of each repetition and what was imported
-        how (``runs/ENGINE__SCENARIO.json.gz``): what the rows summarise, for a reader who wants the spread."""
+        """Per-repetition step times of every replay and its worker (``runs/ENGINE__SCENARIO.json.gz``)."""
         e, first = self.opts.engine, self.parts[0]
         pids = {r: part.pid for part in self.parts for k in part.samples.values() for r, _ in k}
         data = {

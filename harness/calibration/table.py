@@ -1,13 +1,5 @@
 """``results/calibration/calibration.csv``: one row per contender, regime, baseline and scenario.
-
-A run of ``kvblock-bench calibrate`` replaces the rows of its engine on the scenarios it measured (and every row
-of that engine that the command did not make: rows without a ``package_digest``), keeps the rest, and writes
-the file atomically. Columns (:data:`COLUMNS`): the contender and the engine's version and package digest; the
-scenario, our regime (``call_shape``) and the engine's ``baseline`` (``modelled``: whether the contender models
-exactly that baseline; the reports show those rows); ours and real in ns per sequence-step and their ratio,
-each with its 95 % interval; how many repetitions, steps and sequence-steps; torch's intra-op threads, the
-machine, its load average (start-end) and when; the command line; how it was measured, in words.
-"""
+Design: docs/output.md#harnesscalibrationtablepy."""
 
 from __future__ import annotations
 
@@ -28,7 +20,7 @@ class CalibrationRow:
     engine: str
     engine_version: str
     scenario: str
-    call_shape: str  # our regime
+    call_shape: str
     baseline: str
     modelled: bool
     ours_ns_per_seq_step: float
@@ -76,8 +68,7 @@ def read_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 
 
 def merge(old: list[dict[str, str]], new: list[CalibrationRow], engine: str, scenarios: set[str]) -> list[dict]:
-    """``old`` without the rows ``new`` replaces, then ``new``: an engine's rows of the measured scenarios, and
-    its rows the command did not make (no digest), go."""
+    """``old`` without the rows ``new`` replaces (an engine's measured scenarios and undigested rows), then ``new``."""
     def replaced(row: dict[str, str]) -> bool:
         return row.get("engine") == engine and (row.get("scenario") in scenarios or not row.get("package_digest"))
 

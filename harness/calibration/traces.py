@@ -1,13 +1,5 @@
 """A trace as an engine without fork serves it: each fork an independent request.
-
-vLLM v1 has no fork: it serves ``n > 1`` samples by fanning the request out into ``n`` independent requests
-(``ParentRequest``), which with prefix caching off share nothing. :func:`fan_out_forks` rewrites a trace that
-way, recording it afresh against the reference model (:class:`scenarios.scheduler.TraceBuilder`), so the
-engine's replay is checked against a trace as strictly as every replay is: every ``fork(parent, child)``
-becomes ``allocate(child, length of parent)``, every ``can_allocate`` gets the answer the rewritten pool gives,
-and the copy-on-writes (none: nothing is shared), free counts and end state are the reference model's. The
-decode batches are the same, step by step, so the work per step (sequence-steps) is the original trace's.
-"""
+Design: docs/output.md#harnesscalibrationtracespy."""
 
 from __future__ import annotations
 
@@ -22,8 +14,7 @@ class FanOutError(ValueError):
 
 
 def fan_out_forks(trace: Trace) -> Trace:
-    """``trace`` with every fork replaced by an independent admission of the parent's length (``trace`` itself
-    when it has no fork)."""
+    """``trace`` with every fork replaced by an independent admission of the parent's length."""
     if not int(trace.header["ops_by_kind"].get("fork", 0)):
         return trace
     if trace_uses_caching(trace):

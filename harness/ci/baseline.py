@@ -1,12 +1,5 @@
 """Save a run as a committed baseline for ``kvblock-bench compare`` (``kvblock-bench baseline RUN FOLDER``).
-
-``make bench-baseline`` runs the CI profile (:mod:`harness.ci.profile`) and keeps it here; ``make
-bench-compare`` compares the latest ``make bench-ci`` run against it. A baseline is a run folder without its
-raw samples and figures: ``results.csv`` (the figures and their intervals, all that ``compare`` reads),
-``meta.json`` (machine, software, commit, trace digests: what ``compare`` checks before comparing) and the
-run's reports. Only a complete run that reads back cleanly becomes a baseline; the folder is replaced whole, so
-an interrupted save leaves the previous baseline as it was.
-"""
+Design: docs/output.md#harnesscibaselinepy."""
 
 from __future__ import annotations
 
@@ -17,16 +10,15 @@ from pathlib import Path
 from harness.errors import InputError
 from harness.output.rundata import RunData
 
-KEPT = ("results.csv", "meta.json", "paper_table.md", "summary.md")  # the reports are kept where the run has them
+KEPT = ("results.csv", "meta.json", "paper_table.md", "summary.md")
 
 
 def save_baseline(run: str | Path, dest: Path, root: Path) -> Path:
-    """Copy the run ``run`` (a folder, or an id under ``root``) into the baseline folder ``dest``; returns the
-    run folder it came from."""
+    """Copy the run ``run`` (a folder, or an id under ``root``) into baseline folder ``dest``; returns its folder."""
     if Path(run).is_file():
         raise InputError(f"{run}: a file; kvblock-bench baseline takes a run folder or run id (a pytest-benchmark "
                          "JSON file is no baseline any more: README, \"Benchmarks in CI\")")
-    data = RunData.load(run, root)  # refuses a folder without results.csv, a damaged results.csv or meta.json
+    data = RunData.load(run, root)
     if data.meta.get("complete") is not True:
         raise InputError(f"{data.run_dir}: an incomplete run (interrupted, or without meta.json) cannot be a "
                          "baseline; run it again to the end")

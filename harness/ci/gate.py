@@ -5,11 +5,14 @@ implementations it gates (``--impl``, registry names and plug-ins; else the conf
 article's designs and their compiled twins in both regimes and the C++ designs batched), always with batched
 ``flat``, the base of every ratio:
 
-1. allocations per step of every cell (memray events and Numba runtime allocations, steps minus an empty
-   region, as in :mod:`harness.counters.allocations`);
+1. allocations per step of every cell: exact integer counts of the design's own allocations, by the
+   instrument its loop allows (:mod:`harness.run.alloc_cells`), and Numba runtime allocations;
 2. instructions: callgrind counts per sequence-step of every cell, from two independent valgrind runs that
    must agree exactly;
-3. optionally, wall clock: one batched step of two implementations in this one process.
+3. optionally, wall clock: one batched step of two implementations in one process.
+
+The designs run in worker processes (:mod:`harness.ci.gate_jobs`), each plug-in in its own, under the design's
+deadline (``--deadline``): one that exits, raises, hangs or crashes fails its cells, with the reason.
 
 What it demands is configuration, not code (:mod:`harness.ci.gate_config`: ``[tool.kvblock-bench.gate]`` in the
 closest ``pyproject.toml``, or ``--config FILE``): per cell a ceiling on instructions per sequence-step, a floor
@@ -18,8 +21,8 @@ keeps the figures; ``--against FILE`` fails a cell whose instructions rose beyon
 (:mod:`harness.ci.gate_baseline`). The figures (``--json``, ``--save-baseline``) record the commit, the machine
 and the software they were measured with.
 
-Exit status: 0 when every check passes, 1 when one fails, 2 when a figure cannot be measured here (or for bad
-input).
+Exit status: 0 when every check passes, 1 when one fails (a design failing a cell included), 2 when a figure
+cannot be measured here (or for bad input).
 """
 
 from __future__ import annotations
@@ -27,27 +30,24 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness.base.args import add_deadline, csv_list, percentage
+from harness.base.files import atomic_write_text
 from harness.ci import gate_baseline
 from harness.ci.gate_config import GateConfig, Rule, load_config
+from harness.ci.gate_jobs import AllocationsJob, Failed, GateWorkers, WallJob
 from harness.counters import callgrind
-from harness.counters.allocations import allocations_per_step
-from harness.counters.regions import prepare_cell
 from harness.errors import InputError
-from harness.measure.clock import tsc_usable
-from harness.measure.drivers import Prepared, compiled_driver, run_compiled, run_interpreted
-from harness.output import metadata
-from harness.output.results import atomic_write_text
+from harness.run import metadata
 from impls import REGISTRY, UNAVAILABLE, registry
-from scenarios import Trace, generate, load, save
+from scenarios import PAPER, Trace, generate, load, save
 
 TRACE = Path(__file__).resolve().parents[2] / "scenarios" / "data" / "gate-paper.npz"
 # How TRACE was made; tests/test_gate.py regenerates it and compares checksums.
-TRACE_SCENARIO = "paper"
+TRACE_SCENARIO = PAPER
 TRACE_PARAMS = {"steps": 48, "running": 64, "num_blocks": 8192}
 WARM_STEPS, STEPS = 16, 32
 CORE = tuple(registry.names("design", "twin"))  # the article's designs and their compiled twins
@@ -56,8 +56,6 @@ BASE = (registry.RATIO_BASE, "batched")
 # `kvblock-bench run`; its count would add a callgrind process's worth of time for every design).
 COUNTED_REGIMES = ("batched", "per-call")
 # The wall-clock comparison runs on the paper workload's 256 sequences, generated in memory.
-WALL_PARAMS = {"steps": 200, "running": 256}
-WALL_REPEATS = 3
 
 EXIT_FAIL, EXIT_UNMEASURED = 1, 2
 
@@ -70,8 +68,9 @@ class CellFigures:
     regime: str
     instructions: list[int] | None = None  # one count per callgrind run
     seq_steps: int | None = None
-    memray_per_step: float | None = None
+    memray_per_step: float | None = None  # the design's allocations per step, by ``alloc_source``
     nrt_per_step: float | None = None
+    alloc_source: str | None = None  # memray, nrt-stats or counting allocator
 
     @property
     def instructions_per_seq_step(self) -> float | None:
@@ -94,21 +93,19 @@ def gate_impls(named: list[str] | None, config: GateConfig, contenders: bool) ->
     return impls
 
 
-def resolve(names: list[str]) -> tuple[dict[str, type], dict[str, str]]:
-    """(name -> class, name -> why it cannot run here) for registry names and plug-ins; a plug-in that cannot
-    be loaded is bad input."""
-    classes, skipped = {}, {}
+def resolve(names: list[str], workers: GateWorkers) -> tuple[list[str], dict[str, str]]:
+    """(the names that can run here, name -> why not) for registry names and plug-ins; a plug-in is loaded in its
+    own worker process, and one that cannot be loaded is bad input."""
+    runnable, skipped = [], {}
     for name in dict.fromkeys(names):
-        if name in REGISTRY:
-            classes[name] = REGISTRY[name]
-        elif name in UNAVAILABLE:
+        if name in UNAVAILABLE:
             skipped[name] = UNAVAILABLE[name]
-        else:
-            try:
-                classes[name] = registry.load_plugin(name)
-            except registry.PluginError as exc:
-                raise InputError(f"--impl: {exc}") from None
-    return classes, skipped
+            continue
+        why = "" if name in REGISTRY else workers.probe(name)
+        if why:
+            raise InputError(f"--impl: {why}")
+        runnable.append(name)
+    return runnable, skipped
 
 
 def gate_cells(impls: list[str]) -> list[tuple[str, str]]:
@@ -125,39 +122,13 @@ def gate_trace() -> Trace:
     return generate(TRACE_SCENARIO, **TRACE_PARAMS)
 
 
-def allocations(prep: Prepared, impl: str, regime: str, warm: int, steps: int,
-                cls: type | None = None) -> tuple[float, float]:
-    """Allocations per step (memray, Numba runtime) of steps ``[warm, warm + steps)``, less an empty region."""
-    _, advance, _ = prepare_cell(prep, impl, regime, cls)
-    advance(0, warm)
-    return allocations_per_step(advance, warm, warm + steps)
-
-
-def _median_step_ns(cls: type, prep: Prepared) -> float:
-    times = []
-    for _ in range(WALL_REPEATS):
-        mgr = cls(**prep.trace.config)
-        if getattr(cls, "kernels", None) is not None and tsc_usable():
-            result = run_compiled(prep, mgr, compiled_driver(cls.kernels), detail=False)
-        else:
-            result = run_interpreted(prep, mgr, "batched")
-        times.append(float(statistics.median(result.step_ns)))
-    return statistics.median(times)
-
-
-def wall_clock(slower: type, faster: type) -> tuple[float, float]:
-    """Median batched step time (ns) of ``slower`` and of ``faster`` on the paper workload, in this process."""
-    prep = Prepared.from_trace(generate("paper", **WALL_PARAMS))
-    return _median_step_ns(slower, prep), _median_step_ns(faster, prep)
-
-
 def rule_failures(rule: Rule, cell: CellFigures, base_ir: float | None) -> list[str]:
     """What ``cell`` fails of ``rule``, in words (a figure not measured fails nothing: it is reported apart)."""
     name, failures = f"{rule.impl} {rule.regime}", []
     if rule.zero_allocations and cell.memray_per_step is not None and (
             cell.memray_per_step != 0 or cell.nrt_per_step != 0):
-        failures.append(f"{name} allocates: {cell.memray_per_step:g} memray events and {cell.nrt_per_step:g} "
-                        "Numba runtime allocations per step (must be 0)")
+        failures.append(f"{name} allocates: {cell.memray_per_step:g} ({cell.alloc_source or 'memray'}) and "
+                        f"{cell.nrt_per_step:g} Numba runtime allocations per step (must be 0)")
     ir = cell.instructions_per_seq_step
     floor, ceiling = rule.min_instructions_vs_base, rule.max_instructions_per_seq_step
     if floor is not None and ir is not None and base_ir and ir / base_ir < floor:
@@ -197,7 +168,7 @@ def table(cells: dict[tuple[str, str], CellFigures], config: GateConfig | None =
     width = max([10, *(len(impl) for impl, _ in cells)])
     lines = [
         f"{'impl':<{width}} {'regime':<9} {'instr/seq-step':>14} {'x batched flat':>14} {'floor':>6} "
-        f"{'ceiling':>7} {'allocs/step memray':>18} {'allocs/step nrt':>15}",
+        f"{'ceiling':>7} {'allocs/step':>18} {'allocs/step nrt':>15}  allocs source",
     ]
     for key, cell in cells.items():
         ir = cell.instructions_per_seq_step
@@ -208,7 +179,7 @@ def table(cells: dict[tuple[str, str], CellFigures], config: GateConfig | None =
         lines.append(
             f"{cell.impl:<{width}} {cell.regime:<9} {_fmt(ir, ',.1f'):>14} {_fmt(ratio, '.1f'):>14} "
             f"{_fmt(floor, 'g'):>6} {_fmt(ceiling, 'g'):>7} {_fmt(cell.memray_per_step, '.2f'):>18} "
-            f"{_fmt(cell.nrt_per_step, '.2f'):>15}"
+            f"{_fmt(cell.nrt_per_step, '.2f'):>15}  {cell.alloc_source or '-'}"
         )
     return "\n".join(lines)
 
@@ -218,7 +189,8 @@ def measure_instructions(trace: Path, cells: dict[tuple[str, str], CellFigures])
     ok, why = callgrind.available()
     if not ok:
         return f"instruction counts unavailable: {why}"
-    runs = callgrind.measure_runs(trace, list(cells), WARM_STEPS, STEPS, cache_sim=False, runs=2, timeout=600)
+    runs = callgrind.measure_runs(trace, list(cells), WARM_STEPS, STEPS, cache_sim=False, runs=2, timeout=600,
+                                  import_plugins=False)  # loaded in their workers: never in this process
     for key, cell in cells.items():
         cell.instructions = [run[key].ir for run in runs]
         cell.seq_steps = runs[0][key].seq_steps
@@ -228,8 +200,6 @@ def measure_instructions(trace: Path, cells: dict[tuple[str, str], CellFigures])
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``kvblock-bench gate``'s options."""
-    from harness.cli import csv_list, percentage
-
     parser.add_argument("--impl", type=csv_list, metavar="I,...",
                         help="implementations to gate: registered names, package.module:Class or entry-point names "
                              "(default: the configuration's impls, else the article's designs, twins and C++ designs)")
@@ -250,6 +220,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-other-machine", action="store_true",
                         help="compare --against a baseline made with other software anyway")
     parser.add_argument("--write-trace", action="store_true", help="regenerate the gate trace into --trace and exit")
+    add_deadline(parser)
 
 
 def gate_document(cells: dict[tuple[str, str], CellFigures], trace: Trace, config: GateConfig, **fields) -> dict:
@@ -276,43 +247,67 @@ class _Phases:
         return time.perf_counter() - self.started
 
 
-def _prepare(args: argparse.Namespace) -> tuple[GateConfig, list[str], dict[str, type], dict | None]:
-    """Everything checked before anything is measured: configuration, implementations, baseline. Returns the
-    configuration, the gated implementations that can run here, every class needed, the baseline."""
+def _prepare(args: argparse.Namespace, workers: GateWorkers) -> tuple[GateConfig, list[str], dict | None]:
+    """Everything checked before anything is measured: configuration, baseline, implementations (plug-ins loaded
+    in their workers). Returns the configuration, the gated implementations that can run here, the baseline."""
     config = load_config(args.config)
-    names = gate_impls(args.impl, config, args.contenders)
-    classes, skipped = resolve([BASE[0], *names])
-    if config.wall is not None:
-        wall_classes, wall_skipped = resolve([config.wall.slower, config.wall.faster])
-        if wall_skipped:
-            raise InputError(f"{config.source} wall: {', '.join(wall_skipped)} cannot run here "
-                             f"({'; '.join(wall_skipped.values())})")
-        classes = {**wall_classes, **classes}
     baseline = gate_baseline.load(args.against) if args.against else None
     if args.save_baseline and args.no_callgrind:
         raise InputError("--save-baseline needs the instruction counts: leave out --no-callgrind")
+    names = gate_impls(args.impl, config, args.contenders)
+    runnable, skipped = resolve([BASE[0], *names], workers)
+    if config.wall is not None:
+        _, wall_skipped = resolve([config.wall.slower, config.wall.faster], workers)
+        if wall_skipped:
+            raise InputError(f"{config.source} wall: {', '.join(wall_skipped)} cannot run here "
+                             f"({'; '.join(wall_skipped.values())})")
     for name, why in skipped.items():
         print(f"skipped {name}: {why}", flush=True)
-    return config, [n for n in names if n in classes], classes, baseline
+    return config, [n for n in names if n in runnable], baseline
 
 
-def _measure(args, cells: dict, classes: dict, prep: Prepared, config: GateConfig, phases: _Phases):
-    """Wall clock (when configured), allocations and instruction counts; returns (wall, failures, unmeasured)."""
-    wall = None
-    if config.wall is not None:
-        w = config.wall
-        wall = wall_clock(classes[w.slower], classes[w.faster])
-        phases.done("wall clock")
-        print(f"wall clock, batched step, 256 sequences: {w.slower} {wall[0] / 1e3:.1f} us, {w.faster} "
-              f"{wall[1] / 1e3:.2f} us, ratio {wall[0] / wall[1]:.1f}x (floor {w.min_ratio:g}x)", flush=True)
-    for (impl, regime), cell in cells.items():
-        cell.memray_per_step, cell.nrt_per_step = allocations(prep, impl, regime, WARM_STEPS, STEPS, classes[impl])
-    phases.done("allocations")
+def _wall(config: GateConfig, workers: GateWorkers, failures: list[str]) -> tuple[float, float] | None:
+    """Both wall-clock designs' batched step in one worker (a plug-in's own, if one is); None when not measured."""
+    w = config.wall
+    if w is None:
+        return None
+    owner = next((name for name in (w.slower, w.faster) if name not in REGISTRY), w.slower)
+    wall = workers.run(owner, WallJob(w.slower, w.faster))
+    if isinstance(wall, Failed):
+        failures.append(f"wall clock ({w.slower} against {w.faster}): {wall.reason}")
+        return None
+    print(f"wall clock, batched step, 256 sequences: {w.slower} {wall[0] / 1e3:.1f} us, {w.faster} "
+          f"{wall[1] / 1e3:.2f} us, ratio {wall[0] / wall[1]:.1f}x (floor {w.min_ratio:g}x)", flush=True)
+    return wall
+
+
+def _allocations(trace: Path, cells: dict[tuple[str, str], CellFigures], workers: GateWorkers,
+                 failures: list[str]) -> dict[tuple[str, str], CellFigures]:
+    """Each cell's allocations, in its design's worker; returns the cells whose design did not fail them."""
+    kept = {}
+    for key, cell in cells.items():
+        figures = workers.run(key[0], AllocationsJob(str(trace.resolve()), key, WARM_STEPS, STEPS))
+        if isinstance(figures, Failed):
+            failures.append(f"{key[0]} {key[1]}: {figures.reason}")
+            continue
+        cell.memray_per_step, cell.nrt_per_step, cell.alloc_source = figures
+        kept[key] = cell
+    return kept
+
+
+def _measure(args, cells: dict, workers: GateWorkers, config: GateConfig, phases: _Phases):
+    """Wall clock (when configured), allocations and instruction counts (of the cells no design failed);
+    returns (wall, failures, unmeasured)."""
     failures: list[str] = []
+    wall = _wall(config, workers, failures)
+    if config.wall is not None:
+        phases.done("wall clock")
+    kept = _allocations(args.trace, cells, workers, failures)
+    phases.done("allocations")
     unmeasured = "instruction counts skipped (--no-callgrind)" if args.no_callgrind else ""
     if not args.no_callgrind:
         try:
-            unmeasured = measure_instructions(args.trace, cells)
+            unmeasured = measure_instructions(args.trace, kept)
         except callgrind.CallgrindError as exc:
             failures.append(f"callgrind measurement failed: {exc}")
         phases.done("callgrind")
@@ -324,16 +319,24 @@ def run(args: argparse.Namespace) -> int:
     if args.write_trace:
         print(f"wrote {save(gate_trace(), args.trace)}")
         return 0
-    config, gated, classes, baseline = _prepare(args)
+    with GateWorkers(args.deadline) as workers:
+        return _gate(args, workers)
+
+
+def _gate(args: argparse.Namespace, workers: GateWorkers) -> int:
+    config, gated, baseline = _prepare(args, workers)
     phases = _Phases()
     print(f"rules: {config.source}", flush=True)
     cells = {key: CellFigures(*key) for key in gate_cells(gated)}
     trace = load(args.trace)
-    prep = Prepared.from_trace(trace)
-    seq_steps = int(prep.trace.running_per_step()[WARM_STEPS : WARM_STEPS + STEPS].sum())
+    if baseline is not None:  # another trace or other software: refused before anything is measured
+        why = gate_baseline.refusal(baseline, gate_document({}, trace, config), args.against, args.allow_other_machine)
+        if why:
+            raise InputError(why)
+    seq_steps = int(trace.running_per_step()[WARM_STEPS : WARM_STEPS + STEPS].sum())
     print(f"gate trace: {args.trace.name}, steps [{WARM_STEPS}, {WARM_STEPS + STEPS}) after {WARM_STEPS} warm "
           f"steps, {seq_steps} sequence-steps", flush=True)
-    wall, failures, unmeasured = _measure(args, cells, classes, prep, config, phases)
+    wall, failures, unmeasured = _measure(args, cells, workers, config, phases)
     print(table(cells, config))
     for rule in config.rules:
         if rule.cell not in cells:
@@ -351,9 +354,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _against(args, baseline: dict, doc: dict, config: GateConfig) -> list[str]:
     """The figures against ``--against``'s baseline: failures, notes printed."""
-    why = gate_baseline.refusal(baseline, doc, args.against, args.allow_other_machine)
-    if why:
-        raise InputError(why)
     tolerance = args.tolerance if args.tolerance is not None else config.tolerance_pct
     failures, notes = gate_baseline.against(baseline, doc, tolerance)
     for note in notes:
@@ -366,7 +366,9 @@ def _write(args, doc: dict, unmeasured: str) -> None:
     if args.json:
         atomic_write_text(args.json, text)
     if args.save_baseline:
-        if unmeasured or any(not c["instructions"] for c in doc["cells"]):
+        if doc["failures"]:
+            print(f"NOT SAVED: {args.save_baseline}: the gate failed; a baseline is saved only by a passing gate")
+        elif unmeasured or any(not c["instructions"] for c in doc["cells"]):
             print(f"NOT SAVED: {args.save_baseline}: a baseline needs every cell's instruction counts")
         else:
             atomic_write_text(args.save_baseline, text)

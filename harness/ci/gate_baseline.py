@@ -3,7 +3,7 @@
 A baseline is a gate document (what ``--json`` writes: cells, machine, commit, trace). Callgrind's instruction
 counts are exact, so a tight tolerance (``tolerance_pct`` in the configuration, 1 % by default) can fail a rise:
 a cell's count moves only with the code, the trace and the software that runs it (Python, NumPy, Numba,
-llvmlite: :data:`harness.output.metadata.COUNT_IDENTITY`), and by up to 0.4 % with the other cells measured in
+llvmlite: :data:`harness.run.metadata.COUNT_IDENTITY`), and by up to 0.4 % with the other cells measured in
 the same valgrind process (``tests/test_gate.py``). A baseline from other software is refused unless allowed;
 one from another trace always is.
 """
@@ -11,16 +11,19 @@ one from another trace always is.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from pathlib import Path
 
+from harness.base.replay import REGIMES
 from harness.errors import InputError
-from harness.output.metadata import COUNT_IDENTITY, identity_differences
+from harness.run.metadata import COUNT_IDENTITY, identity_differences
 
 Cell = tuple[str, str]
 
 
 def load(path: Path) -> dict:
-    """A saved gate document, checked enough to compare against (one-line errors naming the file)."""
+    """A saved gate document, every field compared checked (one-line errors naming the file and the field)."""
     try:
         doc = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -29,10 +32,70 @@ def load(path: Path) -> dict:
     except (ValueError, OSError) as exc:  # JSON or UTF-8 errors, a folder
         raise InputError(f"--against {path}: not a gate baseline ({exc})") from None
     cells = doc.get("cells") if isinstance(doc, dict) else None
-    if not isinstance(cells, list) or not all(isinstance(c, dict) and {"impl", "regime"} <= set(c) for c in cells):
-        raise InputError(f"--against {path}: not a gate baseline (no list of cells with impl and regime); save one "
-                         "with `kvblock-bench gate --save-baseline FILE`")
+    if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+        problem = "no list of cells with impl and regime"
+    else:
+        problem = document_problem(doc)
+    if problem:
+        raise InputError(f"--against {path}: not a gate baseline ({problem}); save one with `kvblock-bench gate "
+                         "--save-baseline FILE`")
     return doc
+
+
+def _positive(value: object) -> bool:
+    """A finite number above 0 (a bool is no number here)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _rate(value: object) -> bool:
+    return value is None or value == 0 or _positive(value)
+
+
+# A saved cell's fields: (required, sound, what it must be).
+CELL_FIELDS: dict[str, tuple[bool, Callable[[object], bool], str]] = {
+    "impl": (True, lambda v: isinstance(v, str) and bool(v.strip()), "an implementation name (a string)"),
+    "regime": (True, lambda v: isinstance(v, str) and v in REGIMES, f"one of {', '.join(REGIMES)}"),
+    "instructions": (True, lambda v: isinstance(v, list) and bool(v) and all(map(_positive, v)),
+                     "a list of instruction counts, each above 0"),
+    "seq_steps": (True, lambda v: isinstance(v, int) and _positive(v), "a whole number of sequence-steps above 0"),
+    "memray_per_step": (False, _rate, "allocations per step, 0 or more (or null)"),
+    "nrt_per_step": (False, _rate, "allocations per step, 0 or more (or null)"),
+}
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def cell_problem(cell: dict) -> str:
+    """What is wrong with a saved cell's first unsound field, in words ("" when none is)."""
+    for key, (required, sound, need) in CELL_FIELDS.items():
+        if key not in cell:
+            if required:
+                return f"{key} is missing"
+        elif not sound(cell[key]):
+            return f"{key} must be {need}, got {_shown(cell[key])}"
+    return ""
+
+
+def document_problem(doc: dict) -> str:
+    """The first field of a gate document that cannot be compared against, in words ("" when all can)."""
+    if not isinstance(doc.get("trace_checksum"), str):
+        return f"trace_checksum must be the trace's checksum (a string), got {_shown(doc.get('trace_checksum'))}"
+    if not isinstance(doc.get("machine", {}), dict) or not isinstance(doc.get("commit", ""), str | None):
+        return "machine must be an object and commit a string"
+    if not doc["cells"]:
+        return "cells: no cell"
+    seen = set()
+    for i, cell in enumerate(doc["cells"]):
+        problem = cell_problem(cell)
+        if problem:
+            return f"cells[{i}].{problem}"
+        if (cell["impl"], cell["regime"]) in seen:
+            return f"cells[{i}]: {cell['impl']} {cell['regime']} is given twice"
+        seen.add((cell["impl"], cell["regime"]))
+    return ""
 
 
 def per_seq_step(cell: dict) -> float | None:
@@ -66,7 +129,8 @@ def compare_cell(key: Cell, old: dict, new: dict, tolerance_pct: float) -> tuple
     allocations where the baseline had none, fails; a fall beyond it is a note (update the baseline)."""
     name = f"{key[0]} {key[1]}"
     if _zero(old) and new.get("memray_per_step") is not None and not _zero(new):
-        return (f"{name} allocates now ({new.get('memray_per_step'):g} memray events, {new.get('nrt_per_step'):g} "
+        return (f"{name} allocates now ({new.get('memray_per_step'):g} ({new.get('alloc_source') or 'memray'}), "
+                f"{new.get('nrt_per_step'):g} "
                 "Numba runtime allocations per step); the baseline allocated nothing"), ""
     before, now = per_seq_step(old), per_seq_step(new)
     if before is None or now is None:

@@ -1,26 +1,5 @@
 """The gate's rules, read from a TOML file: ``[tool.kvblock-bench.gate]`` in a ``pyproject.toml``.
-
-The gate measures; what it demands of a cell is configuration, so that a team can gate its own design. The
-closest ``pyproject.toml`` from the current directory upward that has the table is read (as ruff finds its
-configuration), or the file given with ``--config``. Every key is checked: a misspelt one is an error naming
-the file and the key, never a rule silently left out. ::
-
-    [tool.kvblock-bench.gate]
-    impls = ["flat", "mypkg.bm:MyBlockManager"]   # the cells gated when --impl is not given (optional)
-    tolerance_pct = 1.0                           # gate --against: the rise in instructions that fails
-
-    [[tool.kvblock-bench.gate.rule]]
-    impl = "mypkg.bm:MyBlockManager"
-    regime = "batched"
-    max_instructions_per_seq_step = 60.0          # a ceiling on instructions per sequence-step
-    min_instructions_vs_base = 1.0                # a floor on instructions over batched flat's
-    zero_allocations = true                       # no memray event, no Numba runtime allocation per step
-
-    [tool.kvblock-bench.gate.wall]                # optional: a wide wall-clock floor, in one process
-    slower = "dict"
-    faster = "flat"
-    min_ratio = 3.0
-"""
+Design: docs/output.md#harnesscigate_configpy."""
 
 from __future__ import annotations
 
@@ -29,8 +8,8 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from harness.base.replay import REGIMES
 from harness.errors import InputError
-from harness.measure.replay import REGIMES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -90,8 +69,7 @@ def find_config(start: Path | None = None) -> Path | None:
 
 
 def load_config(path: Path | None = None) -> GateConfig:
-    """The gate's configuration from ``path`` (a TOML file with the table), else from :func:`find_config`; an
-    empty configuration (no rules) when none is found."""
+    """The gate's configuration from ``path``, else from :func:`find_config`; no rules when none is found."""
     if path is None:
         path = find_config()
         if path is None:

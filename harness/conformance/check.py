@@ -1,10 +1,4 @@
-"""``check(cls)``: run the contract state machine on one implementation and say what it found.
-
-Hypothesis shrinks a failing example to a short sequence of calls and runs that sequence last; the machine
-records each call it makes as a line of Python, so the verdict can print the shrunk sequence as a script
-that rebuilds the same machine (the class under test next to the reference model) and replays it, raising
-the same assertion.
-"""
+"""``check(cls)``: the contract state machine run on one class, and its verdict. Design: docs/measurement.md#check."""
 
 from __future__ import annotations
 
@@ -16,10 +10,10 @@ from hypothesis import HealthCheck, Verbosity, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.stateful import run_state_machine_as_test
 
-from .machine import ContractMachine, contract_machine
+from .machine import CONFIGS, FULL_SWEEP, ContractMachine, contract_machine
 
 DEFAULT_SEEDS = (0,)
-MESSAGE_CHARS = 2000  # a failure's message as printed (an implementation's own exception may be far longer)
+MESSAGE_CHARS = 2000
 
 
 @dataclass
@@ -31,6 +25,7 @@ class Failure:
     message: str
     steps: list[str]
     reproduction: str
+    config: dict[str, int] = field(default_factory=dict)
 
     @property
     def calls(self) -> list[str]:
@@ -38,7 +33,8 @@ class Failure:
         return [step for step in self.steps if step != "state.same_state()"]
 
     def __str__(self) -> str:
-        return f"seed {self.seed}: {self.error_type}: {_cut(self.message)} (after {len(self.calls)} calls)"
+        where = f", block size {self.config['block_size']}, {self.config['num_blocks']} blocks" if self.config else ""
+        return f"seed {self.seed}{where}: {self.error_type}: {_cut(self.message)} (after {len(self.calls)} calls)"
 
 
 def _cut(text: str) -> str:
@@ -72,7 +68,7 @@ class Verdict:
 def _importable(cls: type) -> tuple[str, str]:
     """(import line, expression naming the class) for the reproduction."""
     qualname = cls.__qualname__
-    if "<locals>" in qualname:  # a class made inside a function cannot be imported: say so in the script
+    if "<locals>" in qualname:
         return (f"# {cls.__module__}.{qualname} is local to a function: define it here as Impl", "Impl")
     return f"from {cls.__module__} import {qualname.split('.')[0]}", qualname
 
@@ -109,44 +105,44 @@ def _run_one(cls: type, machine: type[ContractMachine], seed: int, run_settings:
     Recorded.__name__ = Recorded.__qualname__ = machine.__name__
     try:
         run_state_machine_as_test(hypothesis_seed(seed)(Recorded), settings=run_settings)
-    except Exception as exc:  # the failure is the result: any exception, including the implementation's own
+    except Exception as exc:
         steps = list(made[-1].steps) if made else []
         error = f"{type(exc).__name__}: {exc}"
         return Failure(seed, type(exc).__name__, str(exc), steps,
-                       render_reproduction(cls, machine.config, steps, error))
+                       render_reproduction(cls, machine.config, steps, error), machine.config)
     return None
 
 
 def check(cls: type, *, seeds: Iterable[int | None] = DEFAULT_SEEDS, max_examples: int = 100,
           ops: Iterable[str] | None = None, config: dict[str, int] | None = None,
           step_count: int = 40, progress: Callable[[], None] = lambda: None) -> Verdict:
-    """Check one BlockManager class against the contract's reference model.
+    """Check one BlockManager class against the contract's reference model."""
+    configs = CONFIGS if config is None else (config,)
+    share = -(-max_examples // len(configs))
+    used = [random.randrange(2**32) if s is None else int(s) for s in seeds]
+    runs = [(contract_machine(cls, c, ops), _settings(share if c["num_blocks"] <= FULL_SWEEP else share // 4,
+                                                      step_count)) for c in configs]
+    failures = [f for f in (_first_failure(cls, runs, s, progress) for s in used) if f is not None]
+    return Verdict(f"{cls.__module__}.{cls.__qualname__}", not failures, used, failures)
 
-    For each seed (``None``: a random one, reported in the verdict), Hypothesis runs up to ``max_examples``
-    random sequences of up to ``step_count`` valid and invalid calls restricted to ``ops`` (names from
-    :data:`~harness.conformance.machine.OPS`; default all), on ``cls(**config)`` (default
-    :data:`~harness.conformance.machine.CONFIG`), and shrinks the first disagreement it finds. Compared after
-    every call: results, exception types, atomicity of failed calls, free counts, ref counts, tables,
-    copy-on-write pairs and slots (up to a renaming of block ids), and the batched ``decode_step`` and
-    ``lookup`` against the same calls made one at a time.
 
-    ``progress()`` is called as each example starts (a worker process reports it, so that a long check is not
-    taken for a hung one).
-
-    Returns a :class:`Verdict`; on failure ``verdict.reproduction`` is a runnable script (if ``cls`` can be
-    imported by its module and name). No example database is read or written: a verdict depends only on
-    the class, the seeds and the settings.
-    """
-    machine = contract_machine(cls, config, ops)
-    run_settings = settings(
-        max_examples=max_examples,
+def _settings(max_examples: int, step_count: int) -> settings:
+    return settings(
+        max_examples=max(1, max_examples),
         stateful_step_count=step_count,
-        deadline=None,  # the first calls of compiled designs load or compile kernels
+        deadline=None,
         database=None,
-        verbosity=Verbosity.quiet,  # the verdict carries the reproduction; nothing to print here
-        report_multiple_bugs=False,  # one shrunk failure per seed, not an exception group
+        verbosity=Verbosity.quiet,
+        report_multiple_bugs=False,
         suppress_health_check=[HealthCheck.too_slow],
     )
-    used = [random.randrange(2**32) if s is None else int(s) for s in seeds]
-    failures = [f for f in (_run_one(cls, machine, s, run_settings, progress) for s in used) if f is not None]
-    return Verdict(f"{cls.__module__}.{cls.__qualname__}", not failures, used, failures)
+
+
+def _first_failure(cls: type, runs: list[tuple[type[ContractMachine], settings]], seed: int,
+                   progress: Callable[[], None]) -> Failure | None:
+    """One seed's run over the configurations in order, up to the first that fails."""
+    for machine, run_settings in runs:
+        failure = _run_one(cls, machine, seed, run_settings, progress)
+        if failure is not None:
+            return failure
+    return None

@@ -1,9 +1,4 @@
-"""Compare an implementation with the reference model up to a renaming of physical block ids.
-
-Implementations may hand out free blocks in any order, so block ``3`` of the model may be block ``7`` of an
-implementation. :class:`IdMap` learns that correspondence as the two are compared and insists it stays a
-bijection while the blocks are in use.
-"""
+"""Compare an implementation with the reference model up to a renaming of physical block ids."""
 
 from __future__ import annotations
 
@@ -28,8 +23,7 @@ class IdMap:
             assert known == impl_id, f"model block {model_id} is impl block {known}, now {impl_id}"
 
     def forget_free(self, model_refs: list[int], keep: Container[int] = ()) -> None:
-        """Blocks back in the pool may be renamed when taken again, except those in ``keep`` (prefix caching:
-        an evictable block keeps its identity, so a later hit or eviction must pick the same block)."""
+        """Blocks back in the pool may be renamed when taken again, except ``keep`` (evictable: same identity)."""
         for model_id in [m for m in self.to_impl if model_refs[m] == 0 and m not in keep]:
             del self.to_model[self.to_impl.pop(model_id)]
 

@@ -1,11 +1,4 @@
-"""The batched entry points' inputs are read-only, and ``table_nbytes`` and ``memory_bytes`` answer byte counts:
-one fixed probe.
-
-The state machine compares every batch it hands over before and after the call, but its random calls may pass a
-design that writes into its inputs only on some batches (a batch of one id, or of ids already in order, looks
-unchanged after ``ids[:] = ids[0]`` or a sort). This probe makes the calls that show it every time: a batch of
-distinct ids out of order through ``decode_step``, ``lookup`` and, where the design has it, ``step``.
-"""
+"""The batched entry points' inputs are read-only; ``table_nbytes`` and ``memory_bytes`` answer byte counts."""
 
 from __future__ import annotations
 
@@ -14,16 +7,15 @@ import numpy as np
 from impls.contract import ALLOCATE, CAN_ALLOCATE, FREE, STEP_EXTRA, table_nbytes_problem
 
 CONFIG = {"num_blocks": 64, "block_size": 4, "max_seqs": 8, "max_blocks_per_seq": 8}
-BATCH = (5, 2, 7, 0, 3)  # distinct and out of order: overwriting, reversing or sorting them in place all show
-STEP_OPS = ((CAN_ALLOCATE, 2, 0), (ALLOCATE, 1, 6), (FREE, 1, 0))  # (op, a0, a1), on row 1 (not in BATCH)
+BATCH = (5, 2, 7, 0, 3)  # distinct and out of order: writing into them in place always shows
+STEP_OPS = ((CAN_ALLOCATE, 2, 0), (ALLOCATE, 1, 6), (FREE, 1, 0))
 
 
 def input_problems(cls: type) -> list[str]:
-    """What a fresh ``cls`` does wrong with the inputs of its batched calls, or with ``table_nbytes`` (an empty
-    list when nothing)."""
+    """What a fresh ``cls`` does wrong with its batched calls' inputs or ``table_nbytes`` (empty: nothing)."""
     mgr = cls(**CONFIG)
     for n, seq in enumerate(BATCH):
-        mgr.allocate(seq, 3 + n)  # lengths 3 to 7: some appends open a block, some do not
+        mgr.allocate(seq, 3 + n)
     n = len(BATCH)
     ids, cow_out, slot_out = np.array(BATCH, np.int64), np.zeros((n, 2), np.int64), np.zeros(n, np.int64)
     problems = [_changed("decode_step", {"seq_ids": ids}, lambda: mgr.decode_step(ids, cow_out, slot_out)),
@@ -40,7 +32,7 @@ def input_problems(cls: type) -> list[str]:
 
 
 def memory_bytes_problem(mgr) -> str:
-    """What is wrong with ``mgr.memory_bytes()``'s answer ("" when it is a byte count or the design has none)."""
+    """What is wrong with ``mgr.memory_bytes()``'s answer ("" if nothing or no such method)."""
     if getattr(type(mgr), "memory_bytes", None) is None:
         return ""
     value = mgr.memory_bytes()
@@ -56,6 +48,6 @@ def _changed(call: str, inputs: dict[str, np.ndarray], run) -> str:
     run()
     changed = [name for name, array in inputs.items() if not np.array_equal(array, before[name])]
     words = [f"{name} {before[name].tolist()} became {inputs[name].tolist()}" for name in changed]
-    for name in changed:  # put them back for the next call
+    for name in changed:
         inputs[name][:] = before[name]
     return f"{call} wrote into its inputs ({'; '.join(words)}): they are read-only" if changed else ""

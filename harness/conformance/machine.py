@@ -1,22 +1,4 @@
-"""The Hypothesis state machine that holds one implementation class to the reference model.
-
-:func:`contract_machine` builds a :class:`~hypothesis.stateful.RuleBasedStateMachine` for one class. Each
-example drives three objects with the same random valid and invalid calls:
-
-- the reference model (:class:`impls.core.reference.ReferenceModel`), which defines the expected outcome;
-- ``mgr``, an instance of the class under test, compared with the model after every call: results,
-  exception types, free counts, ref counts, tables, copy-on-write pairs and slots, up to a renaming of block
-  ids (:class:`~harness.conformance.idmap.IdMap`); a call that raises must leave ``mgr`` unchanged;
-- for a class with prefix caching (:func:`impls.contract.supports_prefix_caching`), also ``allocate_cached``
-  with valid and malformed hash chains drawn from a small hash universe (so hits, partial hits and evictions are
-  common) and ``seal``; results, ``num_cached_blocks`` and the identity of evictable blocks are compared too;
-- ``twin``, a second instance that never sees a batched call: where ``mgr`` runs ``decode_step`` or
-  ``lookup``, the twin makes the same appends and slot queries one call at a time, and the two must agree
-  exactly (same ids, same state), which is the contract's promise for the batched entry points.
-
-Every step is recorded as a line of Python (``state.<rule>(...)``) so that a failing example can be printed
-as a runnable reproduction (:mod:`harness.conformance.check`).
-"""
+"""The Hypothesis state machine that holds a class to the reference model. Design: docs/measurement.md#machine."""
 
 from __future__ import annotations
 
@@ -36,26 +18,30 @@ from impls.core.reference import ReferenceModel
 
 from .idmap import IdMap
 
-# Small enough that random calls reach full pools, full sequences and shared blocks within 40 steps.
+# Small enough that random calls reach full pools, full sequences and shared blocks.
 CONFIG = {"num_blocks": 10, "block_size": 4, "max_seqs": 6, "max_blocks_per_seq": 5}
+CONFIGS = (
+    {"num_blocks": 8, "block_size": 1, "max_seqs": 6, "max_blocks_per_seq": 4},
+    {"num_blocks": 6, "block_size": 2, "max_seqs": 6, "max_blocks_per_seq": 4},
+    CONFIG,
+    {"num_blocks": 12, "block_size": 16, "max_seqs": 6, "max_blocks_per_seq": 5},
+    {"num_blocks": 5, "block_size": 64, "max_seqs": 6, "max_blocks_per_seq": 3},
+    {"num_blocks": 65536, "block_size": 1, "max_seqs": 6, "max_blocks_per_seq": 8},
+)
+# Larger pools: ref counts of in-use and end blocks per call, invariants after the last call.
+FULL_SWEEP = 1024
 CONTRACT_ERRORS = (ValueError, KeyError, NoFreeBlocksError)
-# Output buffers start filled with this value: no slot or block id is negative, so an entry the
-# implementation forgot to write cannot pass for a result (nor can one left over from an earlier call).
+# No slot or block id is negative: an output entry left unwritten cannot pass for a result.
 SENTINEL = -7_777
 
-# The contract's operations, in the order of README "The contract"; ``ops`` selects among them.
 OPS = ("can_allocate", "allocate", "append_slot", "fork", "free", "block_table", "seq_len", "ref_count",
        "last_slot", "decode_step", "lookup", "allocate_cached", "seal")
-# Prefix caching's operations: exercised only on classes that support it (ignored for the others).
 CACHING_OPS = ("allocate_cached", "seal")
-# The hash chains the machine admits: prefixes of a few documents that share prefixes (so hits are partial as
-# well as full) and chains drawn from a small universe (hashes reused after other predecessors: the contract's
-# cache is keyed by hash alone, whatever chain a hash arrives in).
+# Shared prefixes make partial hits; a small universe reuses hashes after other predecessors.
 DOCUMENTS = ((1, 2, 3, 4, 5), (1, 2, 3, 6, 7), (1, 2, 8, 9, 10), (11, 12, 13, 14, 15))
 HASH_UNIVERSE = 16
-# How allocate_cached's chain is passed: "ok" as the contract asks, the others malformed (ValueError).
+# "ok" as the contract asks, the others malformed (ValueError).
 CHAIN_FORMS = ("ok", "int64", "2d", "strided", "list", "big-endian")
-# How seal's hash is passed: a Python int, NumPy integers (accepted in range), bool and float (ValueError).
 HASH_KINDS = ("int", "uint64", "int64", "bool", "float")
 
 
@@ -65,7 +51,7 @@ def chain_array(hashes: list[int], form: str = "ok") -> object:
         return list(hashes)
     if form == "2d":
         return np.array(hashes, np.uint64).reshape(1, -1)
-    if form == "strided":  # every other entry of a twice-as-long array (contiguous only when it has one entry)
+    if form == "strided":
         return np.repeat(np.array(hashes, np.uint64), 2)[::2]
     dtype = {"int64": np.int64, "big-endian": np.dtype(">u8")}.get(form, np.uint64)
     return np.array([h % 2**63 for h in hashes] if form == "int64" else hashes, dtype)
@@ -83,28 +69,35 @@ def hash_value(h: int, kind: str = "int") -> object:
 
 
 def _unchanged(label: str, name: str, given: object, original: object) -> None:
-    """A call's input must be as it was handed over: the contract's inputs are read-only (a design that writes
-    into them changes the workload of whoever holds the array, as a scheduler does its batch)."""
+    """A call's input must be as it was handed over: the contract's inputs are read-only."""
     assert np.array_equal(np.asarray(given), np.asarray(original)), (
         f"{label} wrote into its inputs: {name} became {np.asarray(given).tolist()}")
 
 
 def snapshot(mgr: Any, config: dict[str, int]) -> tuple:
-    """Everything observable through the contract: free count, (length, table) per active row, ref counts, and
-    the number of cached blocks (None without prefix caching)."""
+    """Everything observable through the contract: free count, (length, table) per active row, ref counts, and the
+    number of cached blocks (None without prefix caching)."""
     tables = {}
     for seq in range(config["max_seqs"]):
         with contextlib.suppress(KeyError):
             tables[seq] = (mgr.seq_len(seq), list(mgr.block_table(seq)))
-    refs = [mgr.ref_count(block) for block in range(config["num_blocks"])]
+    swept = swept_ids(config["num_blocks"], (int(b) for _, table in tables.values() for b in table))
+    refs = [(block, mgr.ref_count(block)) for block in swept]
     cached = mgr.num_cached_blocks() if supports_prefix_caching(mgr) else None
     return mgr.num_free_blocks(), tables, refs, cached
+
+
+def swept_ids(num_blocks: int, in_use: Iterable[int]) -> Iterable[int]:
+    """The block ids whose ref counts are compared: all up to :data:`FULL_SWEEP`, else in-use and end ones."""
+    if num_blocks <= FULL_SWEEP:
+        return range(num_blocks)
+    return sorted({*range(8), *range(num_blocks - 8, num_blocks), *in_use})
 
 
 def _recorded(method: Callable) -> Callable:
     """Record the call as a line of Python before running it, so the failing run can be replayed."""
 
-    order = list(inspect.signature(method).parameters)[1:]  # Hypothesis passes keywords sorted by name
+    order = list(inspect.signature(method).parameters)[1:]
 
     @functools.wraps(method)
     def step(self: ContractMachine, **kwargs: object) -> None:
@@ -126,10 +119,7 @@ def _as_rule(function: Callable) -> Callable:
 
 
 class ContractMachine(RuleBasedStateMachine):
-    """Base class: the comparisons. :func:`contract_machine` adds the rules for one implementation class.
-
-    The methods are public so that a printed reproduction can call them in order, exactly as Hypothesis did.
-    """
+    """Base class: the comparisons. :func:`contract_machine` adds the rules for one implementation class."""
 
     impl_cls: type
     config: dict[str, int]
@@ -144,7 +134,6 @@ class ContractMachine(RuleBasedStateMachine):
         self.name = self.impl_cls.__qualname__
         self.steps: list[str] = []
 
-    # -- plumbing ---------------------------------------------------------------------------------------
     def _expect(self, call: Callable[[], Any]) -> tuple[Any, type | None]:
         """The model's result, or the type of the contract error it raised."""
         try:
@@ -154,8 +143,7 @@ class ContractMachine(RuleBasedStateMachine):
 
     def _run(self, target: Any, label: str, call: Callable[[Any], Any], error: type | None,
              atomic: bool = True) -> tuple[bool, Any]:
-        """Run ``call(target)``; its outcome must match the model's ``error``, and (if ``atomic``) a failed call
-        must not change ``target``. Returns (succeeded, result)."""
+        """Run ``call(target)``: the outcome must match ``error``; with ``atomic`` a failure changes nothing."""
         atomic = atomic and error is not None
         before = snapshot(target, self.config) if atomic else None
         try:
@@ -170,12 +158,11 @@ class ContractMachine(RuleBasedStateMachine):
         return True, got
 
     def _call(self, op: str, *args: object) -> tuple[bool, Any, Any]:
-        """``op(*args)`` on the model, ``mgr`` and the twin; the twin must return exactly what ``mgr`` did.
-        Returns (succeeded, the model's result, ``mgr``'s result)."""
+        """``op(*args)`` on the model, ``mgr`` and the twin; the twin must return exactly what ``mgr`` did."""
         expected, error = self._expect(lambda: getattr(self.model, op)(*args))
         label = f"{self.name}.{op}({', '.join(map(repr, args))})"
         ok, got = self._run(self.mgr, label, lambda m: getattr(m, op)(*args), error)
-        # The twin makes the same call; its atomicity is mgr's (same class, same state), so not re-checked.
+        # The twin's atomicity is mgr's (same class, same state): not re-checked.
         _, twin_got = self._run(self.twin, f"{label} (per-call twin)", lambda m: getattr(m, op)(*args), error,
                                 atomic=False)
         assert twin_got == got, f"{label}: {got!r}, but {twin_got!r} on an identical instance"
@@ -194,7 +181,6 @@ class ContractMachine(RuleBasedStateMachine):
             self.ids.bind(expected[0], int(got[0]))
             self.ids.bind(expected[1], int(got[1]))
 
-    # -- the contract's operations, compared (each call is recorded for the reproduction) -----------------
     @_recorded
     def allocate(self, seq: int, tokens: int) -> None:
         self._call("allocate", seq, tokens)
@@ -240,7 +226,7 @@ class ContractMachine(RuleBasedStateMachine):
     @_recorded
     def ref_count(self, block: int) -> None:
         ok, _, got = self._call("ref_count", block)
-        if ok:  # in range: compare through the renaming (live blocks are bound, so an unbound one is free)
+        if ok:
             model_id = self.ids.to_model.get(block)
             want = 0 if model_id is None else self.model.refs[model_id]
             assert got == want, f"{self.name}.ref_count({block}) = {got}, the model's block has {want}"
@@ -300,7 +286,6 @@ class ContractMachine(RuleBasedStateMachine):
             per_call = [self.twin.last_slot(s) for s in seqs]
             assert slot_out.tolist() == per_call, f"{label} wrote {slot_out.tolist()}; last_slot gives {per_call}"
 
-    # -- the invariant ----------------------------------------------------------------------------------
     def same_state(self) -> None:
         """Free count, active rows, lengths, tables and every ref count agree with the model."""
         self.steps.append("state.same_state()")
@@ -310,7 +295,7 @@ class ContractMachine(RuleBasedStateMachine):
         )
         for seq in range(self.config["max_seqs"]):
             self._same_row(seq)
-        for impl_id in range(self.config["num_blocks"]):
+        for impl_id in swept_ids(self.config["num_blocks"], ids.to_model):
             model_id = ids.to_model.get(impl_id)
             expected = 0 if model_id is None else model.refs[model_id]
             got = mgr.ref_count(impl_id)
@@ -320,9 +305,19 @@ class ContractMachine(RuleBasedStateMachine):
             assert cached == model.num_cached_blocks(), (
                 f"{self.name}: {cached} cached blocks, the model {model.num_cached_blocks()}"
             )
-        ids.forget_free(model.refs, keep=model.block_hash)  # an evictable block keeps its identity
-        check = getattr(mgr, "check_invariants", None)
-        if callable(check):  # a design's own invariants (flat, flat-pc), checked after every call too
+        ids.forget_free(model.refs, keep=model.block_hash)
+        if self.config["num_blocks"] <= FULL_SWEEP:
+            self._own_invariants()
+
+    def teardown(self) -> None:
+        """After a large pool's last call, the design's own invariants (a sweep of the pool)."""
+        if self.config["num_blocks"] > FULL_SWEEP:
+            self.steps.append("state.teardown()")
+            self._own_invariants()
+
+    def _own_invariants(self) -> None:
+        check = getattr(self.mgr, "check_invariants", None)
+        if callable(check):
             check()
 
     def _same_row(self, seq: int) -> None:
@@ -344,13 +339,11 @@ class ContractMachine(RuleBasedStateMachine):
 
 
 class _Rules:
-    """What Hypothesis calls. Besides arbitrary arguments (mostly invalid calls), some rules pick among the
-    live or the free rows, because uniform random ids rarely fork a live sequence and then free a shared
-    one; all of them end in the recorded operations above, with concrete arguments."""
+    """What Hypothesis calls."""
 
     @staticmethod
     def _pick(rows: list[int], pick: int) -> int:
-        return rows[pick % len(rows)] if rows else pick % 2  # nothing to pick: some (invalid) id anyway
+        return rows[pick % len(rows)] if rows else pick % 2
 
     @staticmethod
     def _live(m: ContractMachine) -> list[int]:
@@ -403,7 +396,7 @@ class _Rules:
 
 def _rules(config: dict[str, int]) -> dict[str, tuple[str, Callable, dict]]:
     """rule name -> (contract op it exercises, function, argument strategies) for one configuration."""
-    seqs = st.integers(-1, config["max_seqs"])  # one id below and one above the range
+    seqs = st.integers(-1, config["max_seqs"])
     pick = st.integers(0, 63)
     longest = config["block_size"] * config["max_blocks_per_seq"]
     tokens = st.one_of(st.integers(1, 8), st.integers(-1, longest + 2))
@@ -435,9 +428,9 @@ def _caching_rules(config: dict[str, int], seqs: st.SearchStrategy, pick: st.Sea
     """The rules of prefix caching's operations (see :data:`CACHING_OPS`)."""
     size, most = config["block_size"], config["max_blocks_per_seq"]
     hashes = st.integers(1, HASH_UNIVERSE)
-    whole = st.integers(1, most).map(lambda k: k * size)  # prompts of full blocks only: whole-prompt hits
+    whole = st.integers(1, most).map(lambda k: k * size)
     docs = st.one_of(st.sampled_from(DOCUMENTS), st.lists(hashes, min_size=most, max_size=most, unique=True))
-    any_chain = st.lists(st.integers(0, HASH_UNIVERSE), max_size=most + 1)  # with 0s, repeats, wrong lengths
+    any_chain = st.lists(st.integers(0, HASH_UNIVERSE), max_size=most + 1)
     m, r = ContractMachine, _Rules
     return {
         "admit_document": ("allocate_cached", r.admit_document,
@@ -452,12 +445,7 @@ def _caching_rules(config: dict[str, int], seqs: st.SearchStrategy, pick: st.Sea
 
 def contract_machine(impl_cls: type, config: dict[str, int] | None = None,
                      ops: Iterable[str] | None = None) -> type[ContractMachine]:
-    """A state machine class checking ``impl_cls`` against the reference model.
-
-    ``config`` is the constructor's keyword arguments (default :data:`CONFIG`: a tiny pool, so that random
-    calls reach the edges); ``ops`` limits the calls made to some of :data:`OPS` (default: all of them).
-    Setup calls that other operations need (``allocate``, ``fork``) are made only if selected.
-    """
+    """A state machine class checking ``impl_cls`` against the reference model."""
     config = dict(CONFIG if config is None else config)
     selected = set(OPS if ops is None else ops)
     unknown = selected - set(OPS)

@@ -1,20 +1,4 @@
-"""Instruction counts (and simulated cache misses) of replay regions, from valgrind's callgrind.
-
-Callgrind counts every guest instruction the process executes, so the count of a region does not vary with
-the machine's load: it is the figure a CI gate can rest on. Counting is switched on only around each region
-with client requests (``harness/valgrind_region.c``, compiled here with gcc and loaded by the region script
-through ctypes); importing NumPy and Numba under full instrumentation would cost half a minute per process.
-
-One valgrind process measures many (implementation, regime) cells of one trace (:mod:`harness.counters.regions`
-is the script it runs). For each cell the region covers steps ``[warm, warm + steps)`` and is followed by an
-empty region (the same call path over zero steps); a cell's figure is the region minus the empty region, so
-the cost of the call path into the region (ctypes, a Numba dispatch) is not charged to the data structure.
-
-The process runs with its environment pinned, so that the same code gives the same counts: ``PYTHONHASHSEED=0``,
-address-space randomisation off (``setarch -R``), ``NUMBA_CPU_NAME=generic`` (valgrind cannot execute
-AVX-512, and Numba's cache is keyed by the CPU name) and a dedicated ``NUMBA_CACHE_DIR`` that a native run of
-the same script fills first, so that kernels load from the cache under valgrind instead of compiling slowly.
-"""
+"""Callgrind instruction counts and simulated cache misses of replay regions. Design: docs/measurement.md#callgrind."""
 
 from __future__ import annotations
 
@@ -37,17 +21,13 @@ _HARNESS = _HERE.parent
 _REPO = _HARNESS.parent
 _C_SOURCE = _HERE / "valgrind_region.c"
 
-# (size in bytes, associativity, line size) of the simulated caches: a recent server core's L1s (48 KiB
-# 12-way data, 32 KiB 8-way instruction) and its 2 MiB 16-way L2 standing in for the last level, which
-# callgrind simulates as one level. Fixed, so that miss counts do not depend on the machine CI runs on.
+# (bytes, ways, line) of a server core's L1s and L2 (as LL), fixed: miss counts must not depend on the machine.
 CACHE_SIM = {"I1": (32768, 8, 64), "D1": (49152, 12, 64), "LL": (2097152, 16, 64)}
 CACHE_GEOMETRY = "callgrind cache simulation: D1 48 KiB 12-way, I1 32 KiB 8-way, LL 2 MiB 16-way, 64-byte lines"
 
 EVENTS = ("Ir", "Dr", "Dw", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")
-# Warm steps replayed with instrumentation on (and then zeroed) so the simulated caches hold the working set.
-CACHE_WARM_STEPS = 2
-# Native environment variables a Python process may need to start; everything else is left out so that a
-# user's PYTHON* or NUMBA_* settings cannot change the counts.
+CACHE_WARM_STEPS = 2  # zeroed after: the simulated caches then hold the working set
+# Only these pass: a user's PYTHON* or NUMBA_* settings cannot change the counts.
 _PASSED_ENV = ("PATH", "HOME", "TMPDIR", "LD_LIBRARY_PATH", "VALGRIND_LIB")
 
 
@@ -61,11 +41,7 @@ class CallgrindUnavailable(CallgrindError):
 
 @dataclass(frozen=True)
 class Counts:
-    """Callgrind events of one cell: its region minus its empty region, and the work the region did.
-
-    Cache events (``dr`` .. ``dlmw``) are None when measured without cache simulation. Being differences,
-    miss counts of a tiny region can come out slightly negative (the empty region found colder caches).
-    """
+    """Callgrind events of one cell: its region minus its empty region, and the work the region did."""
 
     ir: int
     seq_steps: int
@@ -104,11 +80,7 @@ class Counts:
 
 
 def build_dir() -> Path:
-    """Where the compiled client-request library and the dedicated Numba cache live.
-
-    ``$KVBLOCK_BENCH_BUILD/callgrind`` if set, else ``build/callgrind`` in a source checkout (removed by
-    ``make clean``), else ``~/.cache/kvblock-bench/callgrind``.
-    """
+    """Where the compiled client-request library and the dedicated Numba cache live."""
     if os.environ.get("KVBLOCK_BENCH_BUILD"):
         root = Path(os.environ["KVBLOCK_BENCH_BUILD"])
     elif (_REPO / "pyproject.toml").is_file():
@@ -154,14 +126,11 @@ def region_library() -> Path:
 
 
 def numba_cache_dir() -> Path:
-    """A Numba cache used only by callgrind runs, keyed by the sources of what it caches and the toolchain.
-
-    Keyed by content because Numba does not invalidate a cached function when a function it calls changes.
-    """
+    """A Numba cache used only by callgrind runs, keyed by the sources of what it caches and the toolchain."""
     import numba
 
-    sources = [*(_REPO / "impls").rglob("*.py"), _HERE / "regions.py", _HARNESS / "measure" / "clock.py",
-               _HARNESS / "measure" / "drivers.py"]
+    sources = [*(_REPO / "impls").rglob("*.py"), _HERE / "regions.py", _HARNESS / "base" / "clock.py",
+               _HARNESS / "base" / "drivers.py"]
     key = _digest(sources, numba.__version__, sys.version, platform.machine())
     return build_dir() / f"numba-{key}"
 
@@ -196,8 +165,7 @@ def available() -> tuple[bool, str]:
 
 
 def environment(numba_cache: Path, plugins: bool = False) -> dict[str, str]:
-    """The pinned environment of both the native warm-up and the valgrind run. With ``plugins`` the caller's
-    ``PYTHONPATH`` follows the project's, so that a plug-in named ``package.module:Class`` imports there too."""
+    """The pinned environment of both the native warm-up and the valgrind run."""
     env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
     pythonpath = [str(_REPO)] if (_REPO / "pyproject.toml").is_file() else []
     if plugins and os.environ.get("PYTHONPATH"):
@@ -211,8 +179,8 @@ def environment(numba_cache: Path, plugins: bool = False) -> dict[str, str]:
         PYTHONPATH=os.pathsep.join(pythonpath),
     )
     native = sys.modules.get("impls.native")
-    if native is not None and native.BUILD is not None:  # load it as built: no compiler run in the region process
-        from harness.measure import native as native_driver
+    if native is not None and native.BUILD is not None:
+        from harness.base import native as native_driver
 
         env[native.toolchain.LIBRARY_ENV] = str(native.BUILD.path)
         env[native_driver.LIBRARY_ENV] = str(native_driver.build().path)
@@ -244,10 +212,7 @@ _TOTALS = re.compile(r"^totals: (.*)$", re.MULTILINE)
 
 
 def parse_dumps(out_file: Path) -> dict[str, dict[str, int]]:
-    """Totals of every client-request dump (``<out_file>.<n>``), by label.
-
-    The ``totals:`` line is read, not ``summary:``, which callgrind 3.19 garbles after a counter reset.
-    """
+    """Totals of every client-request dump (``<out_file>.<n>``), by label."""
     dumps: dict[str, dict[str, int]] = {}
     for path in sorted(out_file.parent.glob(out_file.name + ".*")):
         text = path.read_text(errors="replace")
@@ -255,7 +220,7 @@ def parse_dumps(out_file: Path) -> dict[str, dict[str, int]]:
         if not (trigger and events and totals):
             continue
         names, values = events.group(1).split(), [int(v) for v in totals.group(1).split()]
-        values += [0] * (len(names) - len(values))  # callgrind drops trailing zero counts
+        values += [0] * (len(names) - len(values))
         dumps[trigger.group(1)] = dict(zip(names, values, strict=True))
     return dumps
 
@@ -270,11 +235,11 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> None
         raise CallgrindError(f"{what} failed with exit status {proc.returncode}:\n{tail}")
 
 
-def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int) -> list[int]:
-    """Sequences decoding in each measured step; raises InputError for an unknown cell or a range the trace
-    does not hold, before any process starts."""
+def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int,
+                   import_plugins: bool = True) -> list[int]:
+    """Sequences decoding in each measured step; InputError (PluginError) for a bad cell or range, before any run."""
+    from harness.base.replay import REGIMES
     from harness.errors import InputError
-    from harness.measure.replay import REGIMES
     from impls import REGISTRY, UNAVAILABLE
     from impls.registry import load_plugin
     from scenarios import load
@@ -282,8 +247,8 @@ def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: i
     for impl, regime in cells:
         if impl in UNAVAILABLE:
             raise InputError(f"implementation {impl!r} cannot run here: {UNAVAILABLE[impl]}")
-        if impl not in REGISTRY:
-            load_plugin(impl)  # a plug-in (package.module:Class or an entry point), or a PluginError naming why
+        if impl not in REGISTRY and import_plugins:
+            load_plugin(impl)
         if regime not in REGIMES:
             raise InputError(f"unknown regime {regime!r}; choose from {REGIMES}")
     trace = load(trace_path)
@@ -295,23 +260,14 @@ def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: i
 
 
 def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], warm_steps: int, steps: int,
-                 cache_sim: bool = True, runs: int = 1, timeout: float = 1800.0,
-                 split: int = 1) -> list[dict[tuple[str, str], Counts]]:
-    """Measure ``cells`` (``(impl, regime)``) in ``runs`` independent valgrind processes (in parallel, up to
-    the number of CPUs); returns one result per run. With ``split`` > 1 each run's cells are dealt to that many
-    processes, which run side by side: valgrind's counts do not depend on the wall clock or on other processes,
-    but a cell's count moves slightly (up to 0.4 % in ``tests/test_gate.py``) with the other cells in its
-    process, the interpreter's own state: keep ``split`` fixed for figures that are compared.
-
-    Each cell replays steps ``[0, warm_steps)`` uninstrumented on a fresh manager, then counts steps
-    ``[warm_steps, warm_steps + steps)``. ``timeout`` bounds each process, in seconds. Raises
-    :class:`CallgrindUnavailable` where valgrind cannot run, :class:`CallgrindError` when a run fails.
-    """
+                 cache_sim: bool = True, runs: int = 1, timeout: float = 1800.0, split: int = 1,
+                 import_plugins: bool = True) -> list[dict[tuple[str, str], Counts]]:
+    """Measure ``cells`` in ``runs`` independent valgrind processes (in parallel); one result per run."""
     ok, why = available()
     if not ok:
         raise CallgrindUnavailable(why)
     trace_path = Path(trace_path).resolve()
-    running = _check_request(trace_path, cells, warm_steps, steps)
+    running = _check_request(trace_path, cells, warm_steps, steps, import_plugins)
     cache_warm = min(CACHE_WARM_STEPS, warm_steps - 1) if cache_sim else 0
     numba_cache = numba_cache_dir()
     numba_cache.mkdir(parents=True, exist_ok=True)
@@ -320,7 +276,7 @@ def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], wa
     env = environment(numba_cache, plugins=any(impl not in REGISTRY for impl, _ in cells))
     lib = region_library()
     _run(region_args(trace_path, cells, warm_steps, steps, cache_warm, lib), env, timeout,
-         "native warm-up of the region script")  # fills the Numba cache, checks the replay
+         "native warm-up of the region script")
     groups = [g for g in (cells[i :: max(1, split)] for i in range(max(1, split))) if g]
 
     def one_process(job: tuple[int, Path, list[tuple[str, str]]]) -> dict[tuple[str, str], Counts]:
@@ -346,12 +302,11 @@ def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], wa
     results: list[dict[tuple[str, str], Counts]] = [{} for _ in range(runs)]
     for (run, _, _), part in zip(jobs, parts, strict=True):
         results[run].update(part)
-    return [{cell: r[cell] for cell in cells} for r in results]  # in the order asked
+    return [{cell: r[cell] for cell in cells} for r in results]
 
 
 def measure(trace_path: str | os.PathLike, cells: list[tuple[str, str]], warm_steps: int, steps: int,
             cache_sim: bool = True, timeout: float = 1800.0, split: int = 1) -> dict[tuple[str, str], Counts]:
-    """Callgrind counts per cell (region minus empty region) from one run, its cells dealt to ``split``
-    valgrind processes side by side; see :func:`measure_runs`."""
+    """Callgrind counts per cell (region minus empty region) from one run over ``split`` processes."""
     return measure_runs(trace_path, cells, warm_steps, steps, cache_sim=cache_sim, runs=1, timeout=timeout,
                         split=split)[0]

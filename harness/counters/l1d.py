@@ -1,13 +1,4 @@
-"""L1D miss rate and instructions per sequence-step, for the measured region only.
-
-With a PMU (``perf stat`` counts L1D events): Linux perf hardware counters, switched on and off around the
-region by the region script through ``perf stat --delay=-1 --control fifo:...``; one process per region, the
-region minus the same call path over zero steps. Without one (VMs, CI, our machines): a row saying perf is
-``unsupported`` (or ``unavailable``, with why), then the fallback: callgrind's cache simulation with a fixed,
-stated geometry (:data:`harness.counters.callgrind.CACHE_GEOMETRY`), hash seed and address-space layout pinned,
-region isolated the same way. The ``source`` column says which; a figure that could not be measured is a
-row without a value, never a number.
-"""
+"""L1D miss rate and instructions per sequence-step, for the measured region only. Design: docs/measurement.md#l1d."""
 
 from __future__ import annotations
 
@@ -17,18 +8,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.base.rows import Row
 from harness.counters import callgrind
 from harness.counters.perf import L1D_EVENTS, perf_status
-from harness.output.results import Row
 from scenarios import Trace, save
 
-# The callgrind cells are dealt to this many valgrind processes, side by side (about 70 s instead of 140 s of
-# the bench on two cores). Fixed, not the CPU count: a cell's count moves by up to 0.4 % with the other cells
-# in its process (the interpreter's own state), so the grouping must be the same on every machine.
+# Fixed, not the CPU count: a cell's count moves slightly with the other cells in its process.
 CALLGRIND_PROCESSES = 2
 
-WARM_STEPS = 20  # past the paper trace's first step (256 admissions), which is not a steady-state step
-STEPS, QUICK_STEPS = 16, 4  # QUICK_STEPS: perf only (callgrind is skipped with --quick)
+WARM_STEPS = 20  # past the paper trace's first step, which is not a steady-state step
+STEPS, QUICK_STEPS = 16, 4
 PERF_EVENTS = (*L1D_EVENTS, "instructions")
 
 
@@ -92,7 +81,7 @@ def l1d_rows(name: str, trace: Trace, cells: list[tuple[str, str]], quick: bool 
             return rows
         rows += [Row(name, impl, regime, "l1d_miss_pct", float("nan"), "%", "perf", status, reason)
                  for impl, regime in cells]
-        if quick:  # a valgrind process costs minutes; --quick promises about one
+        if quick:
             return rows + [Row(name, impl, regime, "l1d_miss_pct", float("nan"), "%", "callgrind-sim", "skipped",
                                "not run with --quick (valgrind takes minutes)") for impl, regime in cells]
         ok, why = callgrind.available()
@@ -110,8 +99,6 @@ def l1d_rows(name: str, trace: Trace, cells: list[tuple[str, str]], quick: bool 
             Row(name, impl, regime, "l1d_miss_pct", c.l1d_miss_pct, "%", "callgrind-sim",
                 how=f"{callgrind.CACHE_GEOMETRY}; (D1mr + D1mw) / (Dr + Dw); {region}; Numba code for generic "
                     "x86-64 (valgrind has no AVX-512)"),
-            # The rate alone flatters designs that make many cheap accesses (an interpreter's hit in L1 all day):
-            # misses per sequence-step say how much memory traffic the data structure itself causes.
             Row(name, impl, regime, "l1d_misses_per_seq_step", (c.d1mr + c.d1mw) / c.seq_steps, "misses",
                 "callgrind-sim", how=f"{callgrind.CACHE_GEOMETRY}; (D1mr + D1mw) / sequence-steps; {region}"),
             Row(name, impl, regime, "instructions_per_seq_step", c.instructions_per_seq_step, "instr", "callgrind",

@@ -1,30 +1,14 @@
 """Replay regions of a trace: the call paths that callgrind counts and the allocation gate counts.
-
-:func:`prepare_cell` builds a fresh manager for one (implementation, regime) cell and returns ``advance(lo,
-hi)``, which replays steps ``[lo, hi)`` through that cell's call path:
-
-- ``per-call``: one contract call per pool operation, ``append_slot`` per decoding sequence, then
-  ``last_slot`` per sequence for the slot mapping (as :func:`harness.measure.drivers.run_interpreted` does);
-- ``batched``, interpreted design: pool operations per call, then one ``decode_step`` per step;
-- ``batched``, compiled design: one call into the compiled replay loop of
-  :func:`harness.measure.drivers.compiled_driver` (``detail=False``: two clock reads per step), which Numba loads
-  from its cache;
-- ``step``: one ``step()`` call per step (:func:`harness.measure.drivers.whole_step_runner`).
-
-Run as ``python -m harness.counters.regions`` (by :mod:`harness.counters.callgrind`, natively first and then under
-callgrind), it measures each cell's region and an empty region, bracketed by client requests.
-"""
+Design: docs/measurement.md#regions."""
 
 from __future__ import annotations
 
 import sys
 
-# Registered designs that need torch. Importing torch costs some 17 s under valgrind, so when run as the
-# region script without such a cell, torch is blocked before anything imports impls (scenarios does, too):
-# `import torch` then fails at once and impls lists those designs as unavailable.
 if __name__ == "__main__":
-    from impls.registry import RECORDS  # the records only: no design is imported yet
+    from impls.registry import RECORDS
 
+    # torch is slow to import under valgrind: blocked unless a cell needs it (impls lists it unavailable).
     if {r.name for r in RECORDS if "torch" in r.needs}.isdisjoint(sys.argv):
         sys.modules["torch"] = None
 
@@ -35,8 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.counters.allocations import QUICKEN_CALLS
-from harness.measure.drivers import (
+from harness.base.drivers import (
     Prepared,
     compiled_step_runner,
     driver_for,
@@ -44,7 +27,8 @@ from harness.measure.drivers import (
     native_step_runner,
     step_runner,
 )
-from harness.measure.replay import REGIMES, ReplayError
+from harness.base.replay import REGIMES, ReplayError
+from harness.counters.allocations import QUICKEN_CALLS
 from impls import REGISTRY
 from impls.registry import load_plugin
 from scenarios import load
@@ -64,7 +48,7 @@ def prepare_cell(prep: Prepared, impl: str, regime: str, cls: type | None = None
         return mgr, native_step_runner(prep, mgr, cows), cows
     if regime == "batched" and getattr(cls, "kernels", None) is not None:
         return mgr, compiled_step_runner(prep, mgr, driver_for(cls.kernels, prep.trace), cows), cows
-    return mgr, step_runner(prep, mgr, regime, cows), cows  # per-call, batched (interpreted) or step()
+    return mgr, step_runner(prep, mgr, regime, cows), cows
 
 
 def check_cows(prep: Prepared, cows: np.ndarray, lo: int, hi: int, label: str) -> None:
@@ -90,9 +74,7 @@ class Regions:
 
 
 class PerfRegions:
-    """The same protocol for ``perf stat --delay=-1 --control fifo:CTL,ACK``: counting is enabled from
-    :meth:`zero` to :meth:`stop` of the one region whose label is ``wanted`` (perf sums whatever is enabled,
-    so each region gets its own process)."""
+    """The same protocol for ``perf stat --control``: counting only in the region labelled ``wanted``."""
 
     on_valgrind = False
 
@@ -103,7 +85,7 @@ class PerfRegions:
     def _send(self, command: str) -> None:
         self.ctl.write(command + "\n")
         self.ctl.flush()
-        self.ack.readline()  # perf answers "ack" once the counters are switched
+        self.ack.readline()
 
     def instrument(self) -> None:
         pass
@@ -124,13 +106,13 @@ def measure_cell(regions: Regions, prep: Prepared, impl: str, regime: str, warm:
     """Dump ``impl|regime|<steps>`` (steps ``[warm, warm + steps)``) and ``impl|regime|0`` (no step)."""
     _, advance, cows = prepare_cell(prep, impl, regime)
     start, end = warm - cache_warm, warm + steps
-    advance(0, start)  # compiles or loads the call path, and brings the manager to the region's state
+    advance(0, start)
     for _ in range(QUICKEN_CALLS):
         advance(start, start)
     label, empty_label = f"{impl}|{regime}|{steps}".encode(), f"{impl}|{regime}|0".encode()
     gc.collect()
     regions.instrument()
-    advance(start, warm)  # fills the simulated caches; its counts are zeroed next
+    advance(start, warm)
     regions.zero(label)
     advance(warm, end)
     regions.stop(label)
@@ -146,10 +128,10 @@ def compiled_here() -> list[str]:
     """Cached Numba functions of the project that this process compiled instead of loading from the cache."""
     from numba.core.registry import CPUDispatcher
 
-    from harness.measure.drivers import _DRIVERS
+    from harness.base.drivers import COMPILED_DRIVERS
 
     found = [(f"replay loop of {module}{' (caching)' if caching else ''}", drive)
-             for (module, caching), drive in _DRIVERS.items()]
+             for (module, caching), drive in COMPILED_DRIVERS.items()]
     for name, module in list(sys.modules.items()):
         if name.split(".")[0] in ("impls", "harness"):
             found += [(f"{name}.{attr}", obj) for attr, obj in vars(module).items() if isinstance(obj, CPUDispatcher)]
@@ -172,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give exactly one of --lib (callgrind) and --perf")
     regions = Regions(args.lib) if args.lib else PerfRegions(*args.perf)
     prep = Prepared.from_trace(load(args.trace))
-    regions.instrument()  # the first use of the ctypes path, out of any measured region
+    regions.instrument()
     regions.zero(b"kvb|warm-up")
     regions.stop(b"kvb|warm-up")
     for impl, regime in args.cell:
@@ -180,9 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         print(f"{impl}|{regime}: ok", flush=True)
     compiled = compiled_here()
+    # A compile under valgrind shifts the heap and the counts: the native run must have filled the cache.
     if regions.on_valgrind and compiled:
-        # Compiling under valgrind is slow, and LLVM's allocations shift the heap, so counts would differ from
-        # run to run. The native run before this one fills the cache; a miss means a source changed meanwhile.
         print(f"compiled under valgrind instead of loading from Numba's cache: {', '.join(compiled)}",
               file=sys.stderr)
         return 3

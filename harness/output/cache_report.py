@@ -1,11 +1,5 @@
-"""The prefix-caching section of the reports: hit rates (the same for every design, a correctness check), what
-each design pays for them, and the cost of each cache operation.
-
-Reads only rows of the run (``results.csv``): per cell ``cache_hit_tokens_pct``, ``cache_hit_blocks_pct`` and
-``evictions_per_step`` (the trace's figures, written for a cell only after its replay matched the trace's hits
-step by step), the timed figures and their ratio to ``flat-pc``, and the rows of
-:mod:`harness.studies.cache_ops`.
-"""
+"""The prefix-caching section of the reports: hit rates, what each design pays for them, each cache operation.
+Design: docs/output.md#harnessoutputcache_reportpy."""
 
 from __future__ import annotations
 
@@ -28,7 +22,7 @@ def caching_scenarios(run: RunData) -> list[str]:
 
 
 def hit_sentence(run: RunData, scenario: str) -> str:
-    """``80.7 % of tokens, 3.1 evictions/step`` when every cell agreed, else a warning."""
+    """``H % of tokens, E evictions/step`` when every cell agreed, else a warning."""
     df = run.df
     sub = df[(df.scenario == scenario) & df.metric.isin(HIT_METRICS) & (df.status == "ok")]
     values = {m: sorted(set(sub[sub.metric == m].value.round(6))) for m in HIT_METRICS}

@@ -1,24 +1,5 @@
 """Two runs compared figure by figure: NEW over BASE, with a 95 % interval and a verdict (``kvblock-bench compare``).
-
-For every (scenario, impl, regime, metric) of the chosen metrics that either run holds, the row is one of:
-
-- ``slower``: the whole interval of NEW/BASE lies above ``1 + threshold`` (the row fails: exit status 1);
-- ``faster``: the whole interval lies below ``1 / (1 + threshold)``;
-- ``no difference``: anything else (the interval reaches the band around 1, or holds 1); a note says when the
-  interval excludes 1 (a change smaller than the threshold) or reaches past the threshold (inconclusive);
-- ``not comparable``, with why: missing in one run, failed (the design disagreed with the trace) or not
-  measured there, a different trace (the scenario's trace content digest, ``meta.json`` ``traces``), or no
-  interval.
-
-A figure that neither run measured for the same reason (the step regime's per-operation figures: it times
-whole steps only) has nothing to compare and nothing changed: it is left out of the rows and counted in a note.
-
-The interval of NEW/BASE combines the two rows' own intervals on the log scale
-(:func:`harness.measure.stats.independent_ratio`): each run's interval is a bootstrap over its slices and
-repetitions (and the processes they ran in), and the two runs are independent. Two runs from different
-machines or software (:data:`harness.output.metadata.TIMING_IDENTITY`) are refused, naming what differs, unless
-the caller allows it; then every row says so.
-"""
+Design: docs/output.md#harnessoutputcomparepy."""
 
 from __future__ import annotations
 
@@ -26,22 +7,20 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base.rows import RATIO_METRICS
+from harness.base.stats import Estimate, independent_ratio
 from harness.errors import InputError
-from harness.measure.stats import Estimate, independent_ratio
-from harness.output.metadata import TIMING_IDENTITY, identity_differences
 from harness.output.rundata import RunData, ordered
+from harness.run.metadata import TIMING_IDENTITY, identity_differences
 
-# The timed headline figures, one per kind of work: the step (what an engine pays per sequence per step), the
-# slot lookup and allocate/free per block. The others are these scaled (step_mean_ns, cpu_share_pct: the same
-# trace gives the same ratio) or parts of them (alloc_ns, free_ns), or have no interval (percentiles).
-DEFAULT_METRICS = ("seq_step_ns", "lookup_ns", "alloc_free_ns")
-# Provisional: the false-alarm rate at each candidate threshold is measured by scripts/compare_pairs.py
-# (results/compare_pairs/); the default moves to what that file shows (README, "Benchmarks in CI").
+# The timed headline figures, one per kind of work; the others are these scaled, parts of them, or without interval.
+DEFAULT_METRICS = RATIO_METRICS
+# Provisional: scripts/compare_pairs.py measures the false-alarm rate per threshold (results/compare_pairs/).
 DEFAULT_THRESHOLD_PCT = 10.0
 DEFAULT_THRESHOLD = DEFAULT_THRESHOLD_PCT / 100
 VERDICTS = ("slower", "faster", "no difference", "not comparable")
 SIDES = ("BASE", "NEW")
-CONFIG_IGNORED = ("root", "label", "progress")  # where a run wrote and how it showed progress: not the measurement
+CONFIG_IGNORED = ("root", "label", "progress")
 
 
 @dataclass
@@ -83,7 +62,7 @@ class Compared:
     base: Figure | None
     new: Figure | None
     verdict: str
-    why: str = ""  # for ``not comparable``
+    why: str = ""
     ratio: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
@@ -128,7 +107,7 @@ class Comparison:
     new: Run
     threshold: float
     metrics: tuple[str, ...]
-    other_machine: list[str]  # what differs between the machines (empty: the same machine)
+    other_machine: list[str]
     run_notes: list[str]
     rows: list[Compared]
 
@@ -173,7 +152,7 @@ def _trace_differs(base: Run, new: Run, scenario: str, b: dict, n: dict) -> str:
     digests = [run.traces.get(scenario) if run.traces is not None else None for run in (base, new)]
     if None not in digests:
         return "" if digests[0] == digests[1] else "different trace"
-    for column in ("steps", "seqs"):  # runs without digests: the rows' own description of the work
+    for column in ("steps", "seqs"):
         if b.get(column) != n.get(column):
             return f"different trace ({column} {b.get(column)} -> {n.get(column)})"
     return ""
@@ -217,8 +196,7 @@ def compare_figure(base: Run, new: Run, key: tuple[str, str, str, str], threshol
 
 
 def figure_keys(base: Run, new: Run, metrics: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
-    """Every (scenario, impl, regime, metric) of ``metrics`` in either run: scenarios in run order, then
-    implementations in the registry's order, regimes as found, metrics as asked."""
+    """Every (scenario, impl, regime, metric) of ``metrics`` in either run, in run, registry and asked order."""
     keys = [k for run in (base, new) for k in run.data.index if k[3] in metrics and k[1] != "-"]
     keys = list(dict.fromkeys(keys))
     scenarios = list(dict.fromkeys(k[0] for k in keys))
@@ -257,8 +235,7 @@ def check_metrics(base: Run, new: Run, metrics: tuple[str, ...]) -> None:
 
 def compare_runs(base: Run, new: Run, metrics: tuple[str, ...] = DEFAULT_METRICS,
                  threshold: float = DEFAULT_THRESHOLD, allow_other_machine: bool = False) -> Comparison:
-    """Compare ``new`` against ``base``; raises :class:`InputError` for runs of different machines (unless
-    ``allow_other_machine``) and for metrics neither run holds."""
+    """Compare ``new`` against ``base``; :class:`InputError` for other machines (unless allowed) or unknown metrics."""
     if not (0 <= threshold < 10):
         raise InputError(f"--threshold {threshold * 100:g}: give a percentage from 0 to 1000, e.g. 10")
     differences = identity_differences(base.meta, new.meta, TIMING_IDENTITY)

@@ -1,7 +1,4 @@
-"""``kvblock-bench compare``'s output: plain text for a terminal, Markdown for a pull-request comment, JSON for
-tools. All three say the same: both runs (commit, machine), the threshold, how the runs were made differently,
-then every compared figure with both values, NEW/BASE [95 % interval], the verdict and its notes.
-"""
+"""``kvblock-bench compare``'s output: plain text, Markdown for a pull-request comment, JSON; all say the same."""
 
 from __future__ import annotations
 
@@ -9,17 +6,17 @@ import json
 from dataclasses import asdict
 
 from harness.output.compare import VERDICTS, Compared, Comparison, Figure
-from harness.output.formatting import fmt as _fmt
+from harness.output.formatting import fmt
 
 FORMATS = ("text", "markdown", "json")
-ORDER = {v: i for i, v in enumerate(("slower", "faster", "not comparable", "no difference"))}  # what to read first
+ORDER = {v: i for i, v in enumerate(("slower", "faster", "not comparable", "no difference"))}
 
 
 def _figure(f: Figure | None) -> str:
     if f is None:
         return "—"
-    interval = f" [{_fmt(f.ci_low)}–{_fmt(f.ci_high)}]" if f.ci_low is not None and f.ci_high is not None else ""
-    return _fmt(f.value) + interval
+    interval = f" [{fmt(f.ci_low)}–{fmt(f.ci_high)}]" if f.ci_low is not None and f.ci_high is not None else ""
+    return fmt(f.value) + interval
 
 
 def _ratio(r: Compared) -> str:
@@ -65,7 +62,7 @@ def render_text(c: Comparison) -> str:
 
 
 def _sorted(rows: list[Compared]) -> list[Compared]:
-    return sorted(rows, key=lambda r: ORDER[r.verdict])  # stable: the run's own order within a verdict
+    return sorted(rows, key=lambda r: ORDER[r.verdict])
 
 
 def _md_row(r: Compared) -> str:

@@ -1,31 +1,19 @@
 """The summary printed at the end of ``kvblock-bench run`` and ``report``: what a reader needs before opening a file.
-
-For the headline scenario (``paper``, else the run's first timed scenario): the noise floor (the A/A control),
-then every cell the run measured with the loop that drove it (``driver``), its ns per sequence-step, its ratio to
-the scenario's base in the same regime with the paired interval, and its computed CPU share (in cores from one
-core up); what the run left out; the paced floor; and where the reports and figures are.
-"""
+Design: docs/output.md#harnessoutputconsolepy."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from harness.base.text import duration_text
 from harness.output.coverage import left_out_note
-from harness.output.formatting import (
-    aa_row,
-    cpu_text,
-    duration_text,
-    fmt,
-    interval_of,
-    machine_line,
-    ratio_text,
-    run_seconds,
-)
+from harness.output.formatting import aa_row, cpu_text, fmt, interval_of, machine_line, ratio_text, run_seconds
 from harness.output.paced_report import paced_sentence
 from harness.output.report import DESIGN_ROLES, base_of, driver_of
 from harness.output.rundata import RunData
+from scenarios import PAPER
 
-HEADLINE = "paper"
+HEADLINE = PAPER
 
 
 def headline_scenario(run: RunData) -> str | None:
@@ -54,7 +42,7 @@ def cell_lines(run: RunData, scenario: str) -> list[str]:
              "CPU share at the trace's step rate (computed):",
              f"  {'regime':<9} {'impl':<11} {'driver':<9} {'ns/seq-step':>11}  {'× ' + base:<36} CPU"]
     regimes = run.regimes(scenario, "seq_step_ns")
-    for impl, regime in sorted(run.cells(scenario), key=lambda cell: regimes.index(cell[1])):  # batched first
+    for impl, regime in sorted(run.cells(scenario), key=lambda cell: regimes.index(cell[1])):
         ns = fmt(run.value(scenario, impl, regime, "seq_step_ns"))
         ratio = ratio_text(run, scenario, impl, regime, "seq_step_ns", base=base)
         cpu = cpu_text(run.value(scenario, impl, regime, "cpu_share_pct"))
@@ -79,8 +67,7 @@ def where_lines(run: RunData) -> list[str]:
 
 
 def console_summary(run: str | Path | RunData | None = None) -> str:
-    """The end-of-run text: run and machine, the headline scenario's cells with ratios and intervals, the A/A
-    line, what was left out, the paced floor, failures, and where the reports and figures are."""
+    """The end-of-run text: run, machine, the headline scenario's cells, the A/A line, omissions, failures, files."""
     data = run if isinstance(run, RunData) else RunData.load(run)
     state = "complete" if data.meta.get("complete", True) else "INCOMPLETE (interrupted or failed)"
     lines = [f"run: {data.run_dir} ({state}; took {duration_text(run_seconds(data.meta))})",

@@ -1,22 +1,16 @@
 """What a run left out of a table, and the command that measures it.
-
-Tables show rows only for the cells a run measured. What a table could have shown but the run did not measure
-(another regime, a design the run did not name, a design unavailable on this machine) is said in one line,
-with the ``kvblock-bench run`` command that measures it, so that a missing row is never mistaken for a
-missing design nor drawn as a dash.
-"""
+Design: docs/output.md#harnessoutputcoveragepy."""
 
 from __future__ import annotations
 
-from harness.measure.matrix import PLAIN_ONLY_REGIMES, ROLE_REGIMES, is_caching
-from harness.measure.matrix import REGIMES as MATRIX_REGIMES
 from harness.output.rundata import RunData, ordered_regimes
+from harness.run.matrix import PLAIN_ONLY_REGIMES, ROLE_REGIMES, is_caching
+from harness.run.matrix import REGIMES as MATRIX_REGIMES
 from impls import registry
 
 
 def missing_cells(run: RunData, scenario: str, roles: tuple[str, ...]) -> dict[str, list[str]]:
-    """Implementation -> regimes it can run in (:data:`ROLE_REGIMES`) but did not in ``scenario``, for the
-    registered implementations of ``roles`` that are available here, in the registry's order."""
+    """Implementation -> regimes it can run in but did not in ``scenario``, for available ones of ``roles``."""
     unavailable = run.meta.get("skipped_impls") or {}
     ran = set(run.cells(scenario))
     missing: dict[str, list[str]] = {}
@@ -30,8 +24,7 @@ def missing_cells(run: RunData, scenario: str, roles: tuple[str, ...]) -> dict[s
 
 
 def possible_regimes(name: str, scenario: str) -> list[str]:
-    """The regimes ``name`` can run in on ``scenario`` (its role's, and on a prefix-caching scenario not the
-    regimes that cannot replay one), in report order."""
+    """The regimes ``name`` can run in on ``scenario``, in report order."""
     regimes = ordered_regimes(ROLE_REGIMES.get(registry.record(name).role, MATRIX_REGIMES))
     return [r for r in regimes if not (is_caching(scenario) and r in PLAIN_ONLY_REGIMES)]
 
@@ -42,8 +35,7 @@ def _command(scenario: str, impls: list[str], regimes: list[str] | None) -> str:
 
 
 def left_out_note(run: RunData, scenario: str, roles: tuple[str, ...]) -> str:
-    """One line: the cells of ``roles`` the run did not measure on ``scenario`` with the command for each
-    group, and the implementations unavailable on this machine with the reason; "" when nothing is missing."""
+    """One line: the cells of ``roles`` not measured on ``scenario`` with their commands, and unavailable ones."""
     groups: dict[tuple[str, ...] | None, list[str]] = {}
     for name, gone in missing_cells(run, scenario, roles).items():
         every = possible_regimes(name, scenario)

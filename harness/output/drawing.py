@@ -1,13 +1,12 @@
-"""What every figure shares: colours and labels from the registry, panels of at most eight series, whiskers,
-status words in place of bars, the article's markers, and the footer naming machine, run and commit.
-
-Matplotlib is used without pyplot, so rendering never touches a notebook's or a user's backend.
-"""
+"""What every figure shares: registry colours and labels, panels, whiskers, status words, the footer.
+Design: docs/output.md#harnessoutputdrawingpy."""
 
 from __future__ import annotations
 
+import io
 import math
 import textwrap
+from pathlib import Path
 
 import matplotlib as mpl
 import pandas as pd
@@ -15,19 +14,18 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from harness.base.files import atomic_write_bytes
 from harness.output.formatting import fmt, machine_line
 from harness.output.rundata import RunData, ordered
 from impls import registry
 
-PAPER = "paper"
-# The article's designs A, B, C -> our implementation of each (from the registry).
 SCHEMES = {r.letter: r.name for r in registry.RECORDS if r.role == "design" and r.letter}
 NATIVE_OF = {r.letter: r.name for r in registry.RECORDS if r.role == "native" and r.letter}
-REGIME_STYLE = {"batched": "-", "per-call": "--"}  # other regimes (a ``step`` regime) get OTHER_STYLE
-REGIME_HATCH = {"batched": "", "per-call": "\\\\\\"}  # line hatches: dot hatches make SVGs ten times larger
+REGIME_STYLE = {"batched": "-", "per-call": "--"}
+REGIME_HATCH = {"batched": "", "per-call": "\\\\\\"}  # line hatches: dot hatches make SVGs far larger
 OTHER_STYLE, OTHER_HATCH = ":", "///"
 ARTICLE = "article (C++)"
-MAX_SERIES = 8  # series per axes: beyond this a colour cycle repeats and a reader cannot follow one line
+MAX_SERIES = 8
 # Families of implementations shown together, in this order; adjacent families share a panel while they fit.
 PANEL_FAMILIES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("design", "twin", "native"), "the article's designs (Python, Numba, C++)"),
@@ -57,11 +55,8 @@ def regime_hatch(regime: str) -> str:
     return REGIME_HATCH.get(regime, OTHER_HATCH)
 
 
-def series_panels(impls: list[str], reference: str | None = "flat") -> list[tuple[str, list[str]]]:
-    """``impls`` as panels of at most :data:`MAX_SERIES` series: (title, impls) by role family
-    (:data:`PANEL_FAMILIES`), adjacent families merged while they fit, a family too large cut in order.
-    A panel without ``reference`` gets it added (first, so it keeps its place in the legend) where room is
-    left, so that every panel can be read against it on a shared axis."""
+def series_panels(impls: list[str], reference: str | None = registry.RATIO_BASE) -> list[tuple[str, list[str]]]:
+    """``impls`` as (title, impls) panels of at most :data:`MAX_SERIES` series by role family, with ``reference``."""
     found = ordered(impls)
     groups: list[tuple[str, list[str]]] = []
     for roles, title in PANEL_FAMILIES:
@@ -87,6 +82,23 @@ def status_word(row: dict | None, meta: dict) -> str:
     if status == "unsupported" and meta.get("pmu") == "unsupported":
         return "unsupported (no PMU)"
     return status
+
+
+def reason_word(row: dict, meta: dict) -> str:
+    """Why one instrument's row has no figure (``no PMU``, ``not run (--quick)``), else its status."""
+    status = str(row["status"])
+    if status == "unsupported" and meta.get("pmu") == "unsupported":
+        return "no PMU"
+    if status == "skipped" and str(meta.get("config", {}).get("quick")) == "True":
+        return "not run (--quick)"
+    return status
+
+
+def instrument_words(rows: list[dict], meta: dict) -> str:
+    """What stands in place of a figure every instrument of ``rows`` left unmeasured (each ``source: reason``)."""
+    if len(rows) < 2:
+        return status_word(rows[0] if rows else None, meta)
+    return "; ".join(dict.fromkeys(f"{r['source']}: {reason_word(r, meta)}" for r in rows if r["status"] != "ok"))
 
 
 def ci(row: dict | None) -> tuple[float, float] | None:
@@ -170,3 +182,35 @@ def log_headroom(ax: Axes, low: float, high: float, share: float = 0.4) -> None:
 def hide_unused(axes: list[Axes], used: int) -> None:
     for ax in axes[used:]:
         ax.set_visible(False)
+
+
+PNG_DPI = 110
+
+
+def save_figure(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
+    """PNG and SVG of ``fig`` in ``out_dir``, each written to a temporary name and renamed into place."""
+    paths = []
+    # fixed ids and no date: re-rendering the same run gives the same SVG bytes
+    with mpl.rc_context({"svg.hashsalt": "kvblock-bench", "svg.fonttype": "none"}):
+        for fmt in ("png", "svg"):
+            buf = io.BytesIO()
+            fig.savefig(buf, format=fmt, dpi=PNG_DPI, metadata={"Date": None} if fmt == "svg" else {"Software": None})
+            path = out_dir / f"{stem}.{fmt}"
+            atomic_write_bytes(path, _small_png(buf.getvalue()) if fmt == "png" else buf.getvalue())
+            paths.append(path)
+            fig.set_layout_engine("none")  # laid out by the first save; the second reuses it (half the time)
+    return paths
+
+
+def _small_png(data: bytes) -> bytes:
+    """The PNG with a 256-colour palette: flat-coloured charts look the same at a third of the bytes, which
+    matters for the figures committed with reference runs."""
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - Pillow comes with matplotlib
+        return data
+    out = io.BytesIO()
+    with Image.open(io.BytesIO(data)) as im:
+        im.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+            out, format="PNG", optimize=True)
+    return out.getvalue()

@@ -1,10 +1,4 @@
-"""How a figure of a run is written in every report: numbers, intervals, ratios, the noise floor, CPU share.
-
-One module for the reports (:mod:`harness.output.report`, :mod:`harness.output.cache_report`,
-:mod:`harness.output.readme`) and the console summary, so that the same figure reads the same everywhere and
-the report modules need not import each other. Every function reads rows of a :class:`RunData`; none
-computes a figure beyond what the rows hold.
-"""
+"""How a figure of a run is written in every report: numbers, intervals, ratios, the noise floor, CPU share."""
 
 from __future__ import annotations
 
@@ -13,12 +7,13 @@ from datetime import datetime
 
 import pandas as pd
 
-from harness.output.results import ratio_metric
+from harness.base.rows import ratio_metric
+from harness.base.text import duration_text
 from harness.output.rundata import RunData
 from impls import registry
 
-BASE = registry.RATIO_BASE  # the ratio base of plain scenarios: the article's design C
-CACHE_BASE = registry.CACHING_RATIO_BASE  # the ratio base on prefix-caching scenarios
+BASE = registry.RATIO_BASE
+CACHE_BASE = registry.CACHING_RATIO_BASE
 
 
 def fmt(value: float | None, digits: int = 3) -> str:
@@ -55,8 +50,7 @@ def value_text(run: RunData, scenario: str, impl: str, regime: str, metric: str)
 
 def ratio_text(run: RunData, scenario: str, impl: str, regime: str, metric: str, base_regime: str | None = None,
                base: str = BASE) -> str:
-    """``146× [140–152]``: ``metric`` of the cell over ``base``'s (same regime, or batched), with the paired
-    interval measured in the run; "no difference" when that interval holds 1."""
+    """``R× [low–high]``: the cell's ``metric`` over ``base``'s with the paired interval; "no difference" at 1."""
     batched_base = base_regime not in (None, regime)
     if impl == base and not batched_base:
         return "1×"
@@ -108,8 +102,7 @@ def machine_line(meta: dict) -> str:
 
 
 def source_text(run: RunData, scenario: str, impl: str, regime: str, metric: str) -> str:
-    """The instrument of a figure, naming the other instruments' rows too (``callgrind-sim (perf: unsupported)``);
-    "" when the run has no such row."""
+    """The instrument of a figure, naming the other instruments' rows too; "" when the run has no such row."""
     row = run.get(scenario, impl, regime, metric)
     if row is None:
         return ""
@@ -120,14 +113,18 @@ def source_text(run: RunData, scenario: str, impl: str, regime: str, metric: str
 
 
 def measured_text(run: RunData, scenario: str, impl: str, regime: str, metric: str) -> str:
-    """The figure (with its interval) where it was measured, else its status word (``skipped``,
-    ``unsupported``), else "—" where the run has no such row."""
+    """The figure (with its interval) where measured, else its status word, else "—" without a row."""
     row = run.get(scenario, impl, regime, metric)
     if row is None:
         return "—"
     if row["status"] != "ok":
         return str(row["status"])
     return value_text(run, scenario, impl, regime, metric)
+
+
+def run_duration(meta: dict) -> str:
+    """How long the run took, in words."""
+    return duration_text(run_seconds(meta))
 
 
 def run_seconds(meta: dict) -> float:
@@ -137,15 +134,3 @@ def run_seconds(meta: dict) -> float:
         return (datetime.strptime(meta["finished"], stamp) - datetime.strptime(meta["started"], stamp)).total_seconds()
     except (KeyError, TypeError, ValueError):
         return math.nan
-
-
-def duration_text(seconds: float) -> str:
-    """``10 min 37 s`` (``42 s`` under a minute, ``1 h 02 min`` from an hour); "unknown" for NaN."""
-    if math.isnan(seconds):
-        return "unknown"
-    s = round(seconds)
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"

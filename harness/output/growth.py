@@ -1,23 +1,5 @@
 """How cost and memory grow: the scale sweeps' figures against the size each family sweeps, with fitted slopes.
-
-For each scale-sweep family a run holds (:data:`harness.measure.matrix.SWEEPS`: the largest context a sequence
-may reach, the pool's blocks, the running sequences), every implementation's figures are put against that
-size (the scenario's ``trace_*`` row of :data:`harness.studies.scale.FAMILY_AXES`) on log-log axes:
-
-- ``seq_step_ns``: block-manager time per sequence-step, with its 95 % interval, per regime;
-- ``memory_bytes``: tables and metadata at the trace's peak (:mod:`harness.studies.memory`);
-- ``table_copy_bytes_per_step``: rule 3's bytes handed to the device per decode step, per copy variant (of
-  ``flat``'s table, and ``e-rows-changed`` of ``flat-rows``'; :mod:`harness.studies.table_copy`).
-
-Slope: least squares of log10(figure) on log10(size) over the family's points (at least :data:`MIN_POINTS`),
-with the 95 % t-interval of the slope (n - 2 degrees of freedom): it covers the points' scatter about a power
-law, their measurement noise included, and is wide where the points are few or the growth is not a power law.
-A slope of 1 is linear growth, 0 none. The points' own intervals are drawn, not propagated into the fit.
-
-:func:`render` writes ``figures/growth.png|svg`` and ``growth_slopes.csv`` (one row per family, implementation,
-regime and metric) and ``growth_slopes.md`` into the run directory; :func:`write_growth_readme` puts the table
-between ``docs/scale.md``'s ``<!-- growth:begin -->`` and ``<!-- growth:end -->`` markers.
-"""
+Design: docs/output.md#harnessoutputgrowthpy."""
 
 from __future__ import annotations
 
@@ -31,17 +13,18 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.base.files import atomic_write_text
 from harness.errors import InputError
-from harness.measure.matrix import SWEEPS, matches
-from harness.output.readme import _duration
-from harness.output.results import atomic_write_text
+from harness.output.drawing import MAX_SERIES, finish, grid, hide_unused, new_figure, save_figure, series_panels
+from harness.output.formatting import run_duration
 from harness.output.rundata import RunData, ordered
+from harness.run.matrix import SWEEPS, matches
 from harness.studies.scale import FAMILY_AXES
 from impls import registry
 
 log = logging.getLogger(__name__)
 
-MIN_POINTS = 3  # a slope needs at least this many points (and then has one degree of freedom)
+MIN_POINTS = 3
 METRICS = {  # metric -> (panel title, axis label)
     "seq_step_ns": ("cost", "ns per sequence-step"),
     "memory_bytes": ("memory", "bytes at the trace's peak"),
@@ -79,7 +62,7 @@ class Slope:
     points: int
     x_min: float
     x_max: float
-    at_max: float  # the figure at the largest size (the level the slope leads to)
+    at_max: float
 
 
 # -- the t quantile (no scipy: the regularised incomplete beta by Lentz's continued fraction) -------------
@@ -134,7 +117,6 @@ def fit_slope(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     return slope, slope - half, slope + half
 
 
-# -- reading a run ----------------------------------------------------------------------------------------
 def family_sizes(run: RunData, family: str) -> dict[str, float]:
     """Scenario -> the size ``family`` sweeps, for the run's scenarios of that family that state it."""
     out = {}
@@ -188,7 +170,6 @@ def slopes(run: RunData) -> list[Slope]:
     return out
 
 
-# -- files ------------------------------------------------------------------------------------------------
 def slopes_csv(found: list[Slope]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -228,8 +209,7 @@ def _cell(s: Slope) -> str:
 
 
 def slopes_markdown(found: list[Slope]) -> str:
-    """The slopes as one markdown table per family: an implementation (or, for rule 3, a copy variant of
-    ``flat``'s table) per row, a metric per column."""
+    """The slopes as one markdown table per family: a row per implementation or copy variant, a column per metric."""
     out = ["Fitted log-log slopes (least squares on log10-log10; 95 % t-interval of the slope, n - 2 degrees of "
            "freedom): 1 is linear growth, 0 none; then the figure at the largest size; points: the sizes fitted.", ""]
     for family in SWEEPS:
@@ -250,32 +230,30 @@ def slopes_markdown(found: list[Slope]) -> str:
     return "\n".join(out)
 
 
-# -- the figure -------------------------------------------------------------------------------------------
 def _color(impl: str) -> str:
     return registry.record(impl).color or "#7f7f7f"
 
 
-def _panel(ax, run: RunData, family: str, metric: str, found: dict[tuple[str, str], Slope]) -> bool:
-    """One family's figure of ``metric``; False when the run has no point of it."""
-    data = series(run, family, metric)
-    if not data:
-        ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="0.4")
-        return False
-    variants = metric == "table_copy_bytes_per_step"
+def _series_name(impl: str, regime: str, variants: bool) -> str:
+    if variants:
+        return regime
+    return registry.record(impl).label + ("" if regime == "batched" else f", {regime}")
+
+
+def _panel(ax, family: str, data: dict[tuple[str, str], list[Point]], found: dict[tuple[str, str], Slope],
+           variants: bool) -> None:
+    """One axes: ``data``'s series (at most :data:`MAX_SERIES`) against the family's size, with their fits."""
     styles = ["-", "--", ":", "-.", (0, (5, 1)), (0, (1, 3))]
-    rank = {impl: k for k, impl in enumerate(ordered(i for i, _ in data))}
-    for k, ((impl, regime), pts) in enumerate(sorted(data.items(), key=lambda kv: (rank[kv[0][0]], kv[0][1]))):
+    for k, ((impl, regime), pts) in enumerate(data.items()):
         xs, ys = [p.x for p in pts], [p.y for p in pts]
         err = [[max(0.0, p.y - p.lo) if not math.isnan(p.lo) else 0.0 for p in pts],
                [max(0.0, p.hi - p.y) if not math.isnan(p.hi) else 0.0 for p in pts]]
         s = found.get((impl, regime))
         fit = f" {s.slope:.2f} [{s.ci_low:.2f}, {s.ci_high:.2f}]" if s else ""
-        name = regime if variants else f"{registry.record(impl).label}" + ("" if regime == "batched" else
-                                                                            f", {regime}")
         ax.errorbar(xs, ys, yerr=err, marker="o", ms=3, capsize=2, elinewidth=0.7, lw=1.1,
                     color=f"C{k % 10}" if variants else _color(impl),
                     ls=styles[k % len(styles)] if variants else ("-" if regime == "batched" else "--"),
-                    label=f"{name}{fit}")
+                    label=f"{_series_name(impl, regime, variants)}{fit}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     if family == "pool":
@@ -285,37 +263,83 @@ def _panel(ax, run: RunData, family: str, metric: str, found: dict[tuple[str, st
     ax.grid(which="both", alpha=0.25)
     ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False,
               title="slope [95 %]", title_fontsize=6.5)
-    return True
+
+
+def _chunks(data: dict[tuple[str, str], list[Point]], variants: bool) -> list[tuple[str, list[tuple[str, str]]]]:
+    """``data``'s series as (title, keys) panels of at most :data:`MAX_SERIES` (:func:`series_panels`)."""
+    keys = list(data)
+    if variants:
+        return [("", keys[k:k + MAX_SERIES]) for k in range(0, len(keys), MAX_SERIES)]
+    regimes = list(dict.fromkeys(r for _, r in keys))
+    if regimes == ["batched"] and len(keys) <= MAX_SERIES:
+        return [("", keys)]
+    return [(title if regime == "batched" else f"{regime}: {title}", [(i, regime) for i in members])
+            for regime in regimes
+            for title, members in series_panels([i for i, r in keys if r == regime])]
+
+
+def growth_panels(run: RunData) -> tuple[list[tuple[str, str, str, dict]], list[tuple[str, str, str]]]:
+    """The figure's panels (family, metric, title, {series: points}) and the series measured at one size only."""
+    panels, alone = [], []
+    for family in SWEEPS:
+        if len(family_sizes(run, family)) < 2:
+            continue
+        for metric in METRICS:
+            variants = metric == "table_copy_bytes_per_step"
+            data = series(run, family, metric)
+            alone += [(family, _series_name(i, r, variants), pts[0].scenario) for (i, r), pts in data.items()
+                      if len(pts) < 2]
+            rank = {impl: k for k, impl in enumerate(ordered(i for i, _ in data))}
+            grown = {k: v for k, v in sorted(data.items(), key=lambda kv: (rank[kv[0][0]], kv[0][1]))
+                     if len(v) >= 2}
+            panels += [(family, metric, title, {k: grown[k] for k in keys})
+                       for title, keys in _chunks(grown, variants)]
+    return panels, alone
+
+
+def _left_out(alone: list[tuple[str, str, str]]) -> str:
+    """The caption's sentence on the series measured at one size only."""
+    if not alone:
+        return ""
+    where = {}
+    for family, name, scenario in alone:
+        where.setdefault((family, scenario), []).append(name)
+    parts = [f"{len(names)} at {scenario} only ({family})" for (family, scenario), names in where.items()]
+    return "Left out, measured at one size only (no growth to show): " + "; ".join(parts) + "."
+
+
+def _share_y(axes, keys: list[tuple[str, str]]) -> None:
+    """One y range for the panels of the same family and metric, so that they read against each other."""
+    for key in dict.fromkeys(keys):
+        mine = [ax for ax, k in zip(axes, keys, strict=False) if k == key]
+        lows, highs = zip(*(ax.get_ylim() for ax in mine), strict=True)
+        for ax in mine:
+            ax.set_ylim(min(lows), max(highs))
 
 
 def fig_growth(run: RunData, found: list[Slope]):
-    """Families as rows, metrics as columns, log-log; ``None`` when the run has no scale-sweep points."""
-    from harness.output.drawing import finish as _finish
-    from harness.output.drawing import new_figure as _new_figure
-
-    families = [f for f in SWEEPS if len(family_sizes(run, f)) >= 2]
-    if not families:
+    """A log-log panel per family, metric and group of at most eight series; ``None`` without two sizes."""
+    panels, alone = growth_panels(run)
+    if not panels:
         log.warning("growth: no scale-sweep family with two sizes in this run")
         return None
-    # a metric no family measured (memory in a run without the sweeps' memory study) gets no column
-    metrics = {m: t for m, t in METRICS.items() if any(series(run, f, m) for f in families)}
-    fig, axes = _new_figure(6.4 * len(metrics), 4.2 * len(families), len(families), len(metrics))
-    for r, family in enumerate(families):
-        for c, (metric, (title, ylabel)) in enumerate(metrics.items()):
-            ax = axes[r * len(metrics) + c]
-            fits = {(s.impl, s.regime): s for s in found if s.family == family and s.metric == metric}
-            _panel(ax, run, family, metric, fits)
-            ax.set_title(f"{family}: {title}", fontsize=9)
-            ax.set_xlabel(f"{AXIS_LABELS[family]} (log scale)", fontsize=8)
-            ax.set_ylabel(f"{ylabel} (log scale)", fontsize=8)
-    return _finish(fig, run, "How cost and memory grow (error bars: 95 % intervals; legend: fitted log-log slope)")
+    nrows, ncols = grid(len(panels), 3)
+    fig, axes = new_figure(6.4 * ncols, 4.2 * nrows, nrows, ncols)
+    for ax, (family, metric, title, data) in zip(axes, panels, strict=False):
+        fits = {(s.impl, s.regime): s for s in found if s.family == family and s.metric == metric}
+        _panel(ax, family, data, fits, metric == "table_copy_bytes_per_step")
+        name, ylabel = METRICS[metric]
+        ax.set_title(f"{family}: {name}" + (f", {title}" if title else ""), fontsize=9)
+        ax.set_xlabel(f"{AXIS_LABELS[family]} (log scale)", fontsize=8)
+        ax.set_ylabel(f"{ylabel} (log scale)", fontsize=8)
+    hide_unused(axes, len(panels))
+    _share_y(axes, [(family, metric) for family, metric, _, _ in panels])
+    return finish(fig, run, "How cost and memory grow (error bars: 95 % intervals; legend: fitted log-log slope)",
+                   _left_out(alone))
 
 
 def render(run_dir: Path) -> list[Path]:
-    """``figures/growth.*``, ``growth_slopes.csv`` and ``growth_slopes.md`` of a run with scale-sweep points
-    (nothing for a run without); a failure is logged, never raised (the reports must not depend on it)."""
-    from harness.output.plots import save_figure
-
+    """``figures/growth.*`` and ``growth_slopes.csv|md`` of a run with scale-sweep points; failures only logged."""
     try:
         run = RunData.load(run_dir)
         found = slopes(run)
@@ -332,21 +356,19 @@ def render(run_dir: Path) -> list[Path]:
         return []
 
 
-# -- the README -------------------------------------------------------------------------------------------
 class GrowthReadmeError(InputError):
     """The README has no (or broken) growth markers, or the run has no slopes."""
 
 
 def growth_section(run_dir: Path, shown_as: str) -> str:
-    """The README's generated growth section: the run, its figure and its slopes (``shown_as``: the run
-    directory as the README links it)."""
+    """The README's generated growth section: the run (as ``shown_as``), its figure and its slopes."""
     path = Path(run_dir) / SLOPES_MD
     if not path.is_file():
         raise GrowthReadmeError(f"{path} does not exist: run `kvblock-bench report {run_dir}` first")
     run = RunData.load(run_dir)
     head = (f"Run `{run.run_id}` of `{run.meta.get('command_line', '?')}` at commit "
             f"`{run.meta.get('git_commit', '?')}`, started {run.meta.get('started', '?')}, took "
-            f"{_duration(run.meta)}.")
+            f"{run_duration(run.meta)}.")
     return "\n".join([head, "", f"![How cost and memory grow]({shown_as}/figures/growth.png)", "",
                       path.read_text().rstrip(), ""])
 
@@ -356,7 +378,7 @@ def write_growth_readme(readme: Path, run_dir: Path, shown_as: str | None = None
     text = readme.read_text()
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
         raise GrowthReadmeError(f"{readme} needs one {BEGIN} ... {END} pair")
-    if shown_as is None:  # the run as the README links it: relative to the README's folder
+    if shown_as is None:
         shown_as = Path(os.path.relpath(Path(run_dir).resolve(), readme.resolve().parent)).as_posix()
     section = growth_section(run_dir, shown_as)
     head, rest = text.split(BEGIN)

@@ -1,12 +1,5 @@
 """The headline figure, ``paper_vs_article``: the article's table measured, one regime per row of panels.
-
-Each row is one regime (batched first): lookup, alloc/free, CPU share (computed) and L1D misses per
-sequence-step of designs A, B and C, ours beside the article's C++ figures (hatched). Above each of our bars:
-its value and its ratio to ``flat`` measured in the same run and regime, with the paired interval (the figure
-the README quotes). Our C++ builds stand beside the Python/Numba designs in the batched row. L1D is drawn as
-misses per sequence-step, the comparable figure, with the instrument that measured it; a miss *rate* is drawn
-only where a PMU measured it (perf), beside the article's rates, and otherwise said in words.
-"""
+Design: docs/output.md#harnessoutputheadlinepy."""
 
 from __future__ import annotations
 
@@ -19,24 +12,26 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from harness.base.rows import ratio_metric
 from harness.output.drawing import (
     ARTICLE,
     NATIVE_OF,
-    PAPER,
     SCHEMES,
     color,
     finish,
     label,
     log_headroom,
     num,
+    reason_word,
     status_word,
     whisker,
     word_at,
 )
 from harness.output.formatting import fmt, interval_of
 from harness.output.report import article_table, regime_title
-from harness.output.results import ratio_metric
 from harness.output.rundata import RunData
+from impls.registry import RATIO_BASE
+from scenarios import PAPER
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +48,10 @@ PMU_SOURCE = "perf"
 
 
 def _ratio_label(run: RunData, impl: str, regime: str, ratio_of: str | None) -> str:
-    """``270× [194–299]`` (paired, same run and regime), ``1×`` for flat, "" where the run has no ratio."""
+    """``R× [low–high]`` (paired, same run and regime), ``1×`` for flat, "" where the run has no ratio."""
     if ratio_of is None:
         return ""
-    if impl == "flat":
+    if impl == RATIO_BASE:
         return "1× (base)"
     row = run.get(PAPER, impl, regime, ratio_metric(ratio_of))
     if row is None or row["status"] != "ok":
@@ -66,8 +61,7 @@ def _ratio_label(run: RunData, impl: str, regime: str, ratio_of: str | None) -> 
 
 
 def _bar(ax: Axes, run: RunData, impl: str, regime: str, metric: str, x: float, width: float) -> float:
-    """One of our bars with its whisker and its label (value, ratio to flat); the status word where it was not
-    measured. Returns the bar's height (NaN when none)."""
+    """One of our bars with its whisker and label, or its status word; returns its height (NaN when none)."""
     row = run.get(PAPER, impl, regime, metric)
     v = run.value(PAPER, impl, regime, metric)
     if math.isnan(v) or v <= 0:
@@ -135,11 +129,10 @@ def _panel(ax: Axes, run: RunData, art: pd.DataFrame, regime: str, metric: str) 
 
 
 def _l1d_missing_words(run: RunData, regime: str) -> str:
-    """Why a row has no L1D misses: the statuses of its rate's rows (``perf: unsupported``, ``callgrind-sim:
-    skipped``)."""
+    """Why a row has no L1D misses: the reasons of its rate's rows (``perf: no PMU``)."""
     df = run.df
     sel = df[(df.scenario == PAPER) & (df.metric == RATE) & (df.regime == regime) & df.impl.isin(SCHEMES.values())]
-    states = sorted({f"{r.source}: {r.status}" for r in sel.itertuples()})
+    states = sorted({f"{r['source']}: {reason_word(r, run.meta)}" for r in sel.to_dict("records")})
     return "not measured in this run\n" + ("\n".join(states) if states else "(no L1D rows: the L1D study did not run)")
 
 
@@ -186,16 +179,14 @@ def _rate_words(art: pd.DataFrame, meta: dict) -> str:
 
 
 def _has_operations(run: RunData, regime: str) -> bool:
-    """Whether the regime has per-operation figures for designs A/B/C (the step regime times whole steps only:
-    the article's per-operation table has nothing to set beside it; its rows are in the tables and op_latency)."""
+    """Whether the regime has per-operation figures for designs A/B/C (the step regime has none)."""
     return any(run.get(PAPER, i, regime, "seq_step_ns") is not None
                and run.get(PAPER, i, regime, "lookup_ns") is not None
                and run.get(PAPER, i, regime, "lookup_ns")["status"] != "skipped" for i in SCHEMES.values())
 
 
 def fig_paper_vs_article(run: RunData) -> Figure | None:
-    """The article's table measured, one regime per row (batched first), each of our bars labelled with its
-    ratio to ``flat`` in the same run [paired interval], the article's C++ figures beside."""
+    """The article's table measured, one regime per row, our bars labelled with their ratio to ``flat``."""
     regimes = [r for r in run.regimes(PAPER, "seq_step_ns") if _has_operations(run, r)]
     if not regimes:
         log.warning("paper_vs_article: no figures for designs A/B/C in the %s scenario", PAPER)

@@ -1,23 +1,18 @@
 """Do two runs agree? Their ratios on one scenario, interval against interval.
-
-Used by ``scripts/overlap_check.py`` (any two runs) and by the README's generated section (the reference run
-against the repeat kept beside it). A pair of 95 % intervals that do not overlap is either a real change
-between the runs or an interval too narrow for the machine's drift, and either is worth a look.
-"""
+Design: docs/output.md#harnessoutputoverlappy."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.output.results import Row, read_rows
+from harness.base.rows import Row, read_rows
 
 Key = tuple[str, str, str]  # (impl, regime, metric)
 
 
 def ratio_rows(results_csv: Path, scenario: str) -> dict[Key, Row]:
-    """The ratio rows (metric ``*_vs_*``) and the A/A control (``aa_ratio``) of ``scenario`` with status ``ok``
-    and an interval, by (impl, regime, metric)."""
+    """The ``ok`` ratio rows with an interval (and the A/A control) of ``scenario``, by (impl, regime, metric)."""
     return {(r.impl, r.regime, r.metric): r for r in read_rows(results_csv)
             if r.scenario == scenario and r.status == "ok" and ("_vs_" in r.metric or r.metric == "aa_ratio")
             and r.ci_low is not None and r.ci_high is not None}

@@ -1,17 +1,12 @@
 """The paced CPU share in words: the do-nothing floor, ``flat``'s whole step above it, and the target.
-
-A block manager entered once per step from a paced Python loop cannot cost less than a compiled call that does
-nothing (``paced_floor_pct``, impl ``-``: its arguments unboxed, the thread woken from its sleep). The target for
-``flat`` is stated against that floor, both measured in the same run: its paced whole step
-(``cpu_share_observed_whole_step_pct``) at most :data:`TARGET_ABOVE_FLOOR` points of a core above it, read from
-the paired per-repetition difference (``paced_above_floor_pct``) and its interval. See
-:mod:`harness.measure.paced`.
-"""
+Design: docs/output.md#harnessoutputpaced_reportpy."""
 
 from __future__ import annotations
 
 from harness.output.formatting import fmt, interval_of, interval_text
 from harness.output.rundata import RunData
+from impls.registry import RATIO_BASE
+from scenarios import PAPER
 
 TARGET_ABOVE_FLOOR = 1.5  # points of one core: flat's paced whole step over the do-nothing crossing, same run
 FLOOR, WHOLE, ABOVE = "paced_floor_pct", "cpu_share_observed_whole_step_pct", "paced_above_floor_pct"
@@ -29,9 +24,8 @@ def verdict(row: dict | None) -> str:
     return "not decided (the interval holds it)"
 
 
-def paced_sentence(run: RunData, scenario: str = "paper", impl: str = "flat") -> str:
-    """One paragraph: the floor, ``impl``'s paced whole step and its distance to the floor against the target;
-    "" when the run has no measured floor on ``scenario``."""
+def paced_sentence(run: RunData, scenario: str = PAPER, impl: str = RATIO_BASE) -> str:
+    """One paragraph: the floor, ``impl``'s paced whole step and its distance to the floor against the target."""
     floor = run.get(scenario, "-", "-", FLOOR)
     if floor is None or floor["status"] != "ok":
         return ""

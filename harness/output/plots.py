@@ -1,30 +1,16 @@
 """Figures of a run, rendered from ``results.csv``, ``meta.json`` and ``raw/`` into ``figures/`` (PNG and SVG).
-
-Each figure is one small function taking a :class:`RunData` and returning a matplotlib ``Figure``, or None
-(with a logged note) when the run holds nothing it could draw. A run with a subset of scenarios,
-implementations or metrics renders what it can. Only ``ok`` rows are drawn as numbers; other statuses are
-written on the figure as words, and a missing figure is never drawn as zero. Spread is drawn where it was
-measured: the rows' 95 % intervals (``ci_low``, ``ci_high``), else repetitions in ``raw/`` or step
-percentiles, and the figure says which.
-
-Figures with many implementations are small multiples (:func:`harness.output.drawing.series_panels`): at most
-eight series per axes, panels sharing their axis so that they can be compared, ``flat`` in every panel as the
-reference. The article's figures (``harness/data/paper_table.csv``, C++ on its author's machine) are overlaid
-as hollow black markers or hatched bars labelled "article (C++)". Every figure carries the machine and commit
-in its footer. The headline figure, ``paper_vs_article``, is :mod:`harness.output.headline`.
-"""
+Design: docs/output.md#harnessoutputplotspy."""
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import re
 import statistics
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib as mpl
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
@@ -33,21 +19,19 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import NullFormatter
 
+from harness.base.rows import ratio_metric
 from harness.errors import WriteError
-from harness.measure.matrix import SWEEP, matches
 from harness.output import growth
 from harness.output.cache_report import caching_scenarios
 from harness.output.drawing import (
     ARTICLE,
-    PAPER,
     SCHEMES,
     article_handles,
     article_marker,
     ci,
     color,
     finish,
-    grid,
-    hide_unused,
+    instrument_words,
     label,
     log_headroom,
     new_figure,
@@ -56,6 +40,7 @@ from harness.output.drawing import (
     regime_hatch,
     regime_style,
     reps_of,
+    save_figure,
     series_panels,
     status_word,
     whisker,
@@ -65,18 +50,17 @@ from harness.output.formatting import CACHE_BASE, fmt
 from harness.output.headline import fig_paper_vs_article
 from harness.output.paced_report import FLOOR, WHOLE
 from harness.output.report import article_table
-from harness.output.results import atomic_write_bytes, ratio_metric
-from harness.output.rundata import RunData, ordered
+from harness.output.rundata import RunData, ordered, ordered_regimes
+from harness.run.matrix import SWEEP, matches
+from harness.studies import idwidth
+from scenarios import PAPER
 
 __all__ = ["FIGURES", "RunData", "render_figures", "save_figure"]
 
 log = logging.getLogger(__name__)
 
-DTYPE_COLORS = {"uint16": "#1b9e77", "int32": "#e6ab02", "int64": "#d95f02"}  # id widths, not implementations
+DTYPE_COLORS = {"uint16": "#1b9e77", "int32": "#e6ab02", "int64": "#d95f02"}
 DEFAULT_RATE = 2000.0
-ARTICLE_RATE = 2000.0  # steps/s of the article's CPU-share column
-RATES = np.geomspace(100, 20_000, 121)
-PNG_DPI = 110
 
 # metric -> (axis label, raw kinds whose per-repetition totals it divides)
 OP_METRICS = {
@@ -97,8 +81,7 @@ def _rate_of(row: dict | None) -> float:
 
 
 def regime_panels(run: RunData, scenario: str, metrics, impls_of=None) -> list[tuple[str, str, list[str]]]:
-    """(regime, title, impls) per panel: each regime of the scenario (batched first) cut by
-    :func:`series_panels` into panels of at most eight implementations with a row of one of ``metrics``."""
+    """(regime, title, impls) per panel of at most eight implementations with a row of one of ``metrics``."""
     panels = []
     for regime in run.regimes(scenario, "seq_step_ns"):
         impls = list(dict.fromkeys(i for m in metrics for i in run.impls(scenario, m, regime)))
@@ -108,13 +91,8 @@ def regime_panels(run: RunData, scenario: str, metrics, impls_of=None) -> list[t
     return panels
 
 
-# -- per-operation latency ------------------------------------------------------------------------------
 def _rep_values(run: RunData, scenario: str, impl: str, regime: str, metric: str, value: float) -> list[float]:
-    """Per-repetition values of a per-operation figure, rebuilt from the raw per-kind totals.
-
-    The published figure is median(total_i) / work for a fixed work count, so each repetition's value is
-    value * total_i / median(total): no denominator needs to be stored.
-    """
+    """Per-repetition values of a per-operation figure, rebuilt from the raw per-kind totals."""
     kinds = OP_METRICS[metric][1]
     raw = run.raw(scenario, impl, regime)
     if not kinds or raw is None:
@@ -191,8 +169,7 @@ SPREAD_WORDS = {"ci": "whiskers: 95 % bootstrap interval", "reps": "per-op whisk
 
 
 def fig_op_latency(run: RunData) -> Figure | None:
-    """Per-operation latency, paper scenario: a panel per regime and family of implementations (at most eight
-    each), one shared log axis."""
+    """Per-operation latency, paper scenario: a panel per regime and family, one shared log axis."""
     panels = regime_panels(run, PAPER, OP_METRICS)
     if not panels:
         log.warning("op_latency: no per-operation rows for the %s scenario", PAPER)
@@ -217,7 +194,6 @@ def fig_op_latency(run: RunData) -> Figure | None:
     return finish(fig, run, "Per-operation latency, paper scenario (the article's workload): one shared axis")
 
 
-# -- step-time distribution -----------------------------------------------------------------------------
 def _cdf_curve(run: RunData, impl: str, regime: str) -> tuple[np.ndarray, str, int] | None:
     """Sorted per-step times of every repetition of a cell, its clock and repetition count, from ``raw/``."""
     raw = run.raw(PAPER, impl, regime) or {}
@@ -228,8 +204,7 @@ def _cdf_curve(run: RunData, impl: str, regime: str) -> tuple[np.ndarray, str, i
 
 
 def fig_step_cdf(run: RunData) -> Figure | None:
-    """Distribution of whole-step times, paper scenario, from the raw per-step samples: a panel per regime and
-    family of implementations (at most eight lines each), one shared time axis."""
+    """Distribution of whole-step times, paper scenario, from the raw per-step samples; one shared time axis."""
     curves = {(i, r): c for r in run.regimes(PAPER, "step_p50_ns") for i in run.impls(PAPER, "step_p50_ns", r)
               if (c := _cdf_curve(run, i, r)) is not None}
     panels = [(r, t, m) for r, t, m in regime_panels(run, PAPER, ("step_p50_ns",), lambda r, i: (i, r) in curves)
@@ -261,18 +236,20 @@ def fig_step_cdf(run: RunData) -> Figure | None:
     return finish(fig, run, "Step-time CDF, paper scenario (closed loop, all repetitions pooled)")
 
 
-# -- CPU share ------------------------------------------------------------------------------------------
-def _concurrency_lines(run: RunData, sweep: dict[int, str]) -> list[tuple[str, str, list[tuple[int, float]]]]:
-    """(impl, regime, [(running sequences, CPU share)]) of every cell the concurrency sweep measured."""
-    lines = []
-    for regime in run.regimes(next(iter(sweep.values()), ""), "cpu_share_pct"):
+def _concurrency_lines(run: RunData, sweep: dict[int, str]) -> tuple[list, list[str]]:
+    """(impl, regime, [(running sequences, CPU share)]) of cells swept at two sizes or more; those at one only."""
+    lines, alone = [], []
+    regimes = ordered_regimes(r for s in sweep.values() for r in run.regimes(s, "cpu_share_pct"))
+    for regime in regimes:
         impls = list(dict.fromkeys(i for s in sweep.values() for i in run.impls(s, "cpu_share_pct", regime)))
         for impl in ordered(impls):
             pts = [(n, run.value(sweep[n], impl, regime, "cpu_share_pct")) for n in sorted(sweep)]
             pts = [(n, v) for n, v in pts if not math.isnan(v) and v > 0]
-            if pts:
+            if len(pts) >= 2:
                 lines.append((impl, regime, pts))
-    return lines
+            elif pts:
+                alone.append(sweep[pts[0][0]])
+    return lines, alone
 
 
 def _concurrency_panel(ax: Axes, run: RunData, sweep: dict[int, str], lines: list) -> None:
@@ -304,14 +281,13 @@ def _concurrency_panel(ax: Axes, run: RunData, sweep: dict[int, str], lines: lis
 
 
 def fig_cpu_concurrency(run: RunData) -> Figure | None:
-    """Computed CPU share at 2,000 steps/s against the number of running sequences (concurrency sweep), in
-    panels of at most eight series on one shared axis."""
-    sweep = {}  # running sequences -> scenario, from the rows' seqs column
+    """Computed CPU share at 2,000 steps/s against running sequences (concurrency sweep), one shared axis."""
+    sweep = {}
     rows = run.df[(run.df.metric == "cpu_share_pct") & run.df.seqs.notna()]
     for scenario, seqs in zip(rows.scenario, rows.seqs, strict=True):
         if matches(str(scenario), (SWEEP,)):
             sweep[int(seqs)] = scenario
-    lines = _concurrency_lines(run, sweep)
+    lines, alone = _concurrency_lines(run, sweep)
     if not lines:
         log.warning("cpu_share_concurrency: no cpu_share_pct rows for concurrency-N scenarios")
         return None
@@ -326,124 +302,133 @@ def fig_cpu_concurrency(run: RunData) -> Figure | None:
         ax.set_ylabel(f"block-manager CPU share at {rate:,.0f} steps/s (%, log scale)", fontsize=8.5)
     note(axes[-1], "computed: closed-loop mean\nstep time x step rate\n(solid: batched, dashed: per-call)\n"
                    "error bars: 95 % bootstrap interval")
-    return finish(fig, run, f"CPU share vs concurrency (computed at {rate:,.0f} steps/s)")
+    counts = {scenario: alone.count(scenario) for scenario in alone}
+    caption = ("Left out, measured at one size only (no line to draw): "
+               + "; ".join(f"{n} cell(s) at {scenario} only" for scenario, n in counts.items()) + ".") if alone else ""
+    return finish(fig, run, f"CPU share vs concurrency (computed at {rate:,.0f} steps/s)", caption)
 
 
-def _log_errorbar(ax: Axes, x: float, v: float, bounds: tuple[float, float] | None, **style) -> None:
-    """A point with its interval on a log axis; an interval reaching below a quarter of the point (or below zero:
-    a paced share minus its idle loop can) is drawn to there with a downward arrow, not stretched down the axis."""
-    low, high = bounds or (v, v)
-    cut = low < v / 4
-    ax.errorbar([x], [v], yerr=[[v - (v / 4 if cut else low)], [max(high - v, 0.0)]], ls="", capsize=3,
-                elinewidth=0.9, **style)
-    if cut:
-        ax.plot([x], [v / 4], marker="v", color=style.get("color", "black"), ms=4, ls="")
+PACED_KINDS = {"cpu_share_observed_pct": "paced decode calls", WHOLE: "paced one step() call"}
+PACED_MARKERS = {("cpu_share_observed_pct", "batched"): "X", ("cpu_share_observed_pct", "per-call"): "P",
+                 ("cpu_share_observed_pct", "step"): "s", (WHOLE, "batched"): "o"}
 
 
-def _observed(ax: Axes, run: RunData, impl: str, regime: str, metric: str, rate: float, marker: str) -> bool:
-    """A paced (observed) CPU share at ``rate`` with its interval; whether one was drawn."""
-    v = run.value(PAPER, impl, regime, metric)
-    if math.isnan(v) or v <= 0:
-        return False
-    _log_errorbar(ax, rate, v, ci(run.get(PAPER, impl, regime, metric)), marker=marker, color=color(impl),
-                  mec="black", mew=0.6, ms=8)
-    return True
+@dataclass(frozen=True)
+class PacedPoint:
+    """A cell's observed paced share (``y``) against its computed share at the same rate (``x``), intervals."""
+
+    impl: str
+    regime: str
+    metric: str
+    x: float
+    y: float
+    x_ci: tuple[float, float] | None
+    y_ci: tuple[float, float] | None
+    rate: float
 
 
-def _floor_marker(ax: Axes, run: RunData, rate: float) -> bool:
-    """The paced do-nothing crossing (``paced_floor_pct``) at ``rate``, with its interval."""
+def paced_points(run: RunData) -> tuple[list[PacedPoint], int]:
+    """Paced shares of paper paired with their cells' computed shares at the paced rate; how many could not pair."""
+    points, unpaired = [], 0
+    for metric in PACED_KINDS:
+        for regime in run.regimes(PAPER, metric):
+            for impl in run.impls(PAPER, metric, regime):
+                obs, comp = run.get(PAPER, impl, regime, metric), run.get(PAPER, impl, regime, "cpu_share_pct")
+                y, x = run.value(PAPER, impl, regime, metric), run.value(PAPER, impl, regime, "cpu_share_pct")
+                if not (x > 0 and y > 0):
+                    unpaired += obs is not None and obs["status"] == "ok"
+                    continue
+                scale = _rate_of(obs) / _rate_of(comp)
+                x_ci = ci(comp)
+                points.append(PacedPoint(impl, regime, metric, x * scale, y,
+                                         (x_ci[0] * scale, x_ci[1] * scale) if x_ci else None, ci(obs),
+                                         _rate_of(obs)))
+    return points, unpaired
+
+
+def _paced_errorbars(ax: Axes, impl: str, pts: list[PacedPoint]) -> None:
+    """One implementation's points with both intervals (cut, with an arrow, below a quarter of the point)."""
+    def err(v: float, bounds: tuple[float, float] | None) -> tuple[float, float]:
+        lo, hi = bounds or (v, v)
+        return v - max(lo, v / 4), max(hi - v, 0.0)
+
+    xerr = np.array([err(p.x, p.x_ci) for p in pts]).T
+    yerr = np.array([err(p.y, p.y_ci) for p in pts]).T
+    ax.errorbar([p.x for p in pts], [p.y for p in pts], xerr=xerr, yerr=yerr, ls="", color=color(impl),
+                elinewidth=0.9, capsize=2.5, label=label(impl))
+    for p in pts:
+        ax.plot([p.x], [p.y], marker=PACED_MARKERS.get((p.metric, p.regime), "d"), color=color(impl),
+                mec="black", mew=0.6, ms=8, ls="")
+        if p.y_ci and p.y_ci[0] < p.y / 4:
+            ax.plot([p.x], [p.y / 4], marker="v", color=color(impl), ms=4, ls="")
+
+
+def _paced_floor(ax: Axes, run: RunData) -> Line2D | None:
+    """The do-nothing crossing (``paced_floor_pct``) as a line with its interval as a band; its legend handle."""
     v = run.value(PAPER, "-", "-", FLOOR)
-    if math.isnan(v) or v <= 0:
-        return False
-    _log_errorbar(ax, rate * 1.12, v, ci(run.get(PAPER, "-", "-", FLOOR)), marker="_", color="black", ms=14, mew=2)
-    ax.text(rate * 1.2, v, "paced floor: a compiled call\nthat does nothing", fontsize=6.5, va="center")
-    return True
-
-
-def _rate_panel(ax: Axes, run: RunData, regime: str, impls: list[str], rate: float) -> bool:
-    """Computed lines of one panel, observed paced points; whether any observed point was drawn."""
-    observed = False
-    for impl in impls:
-        mean_step = run.value(PAPER, impl, regime, "step_mean_ns")
-        if not mean_step > 0:
-            continue
-        ax.plot(RATES, mean_step * RATES / 1e9 * 100, ls=regime_style(regime), color=color(impl), lw=1.3,
-                label=label(impl))
-        marker = "X" if regime == "batched" else "P"
-        observed |= _observed(ax, run, impl, regime, "cpu_share_observed_pct", rate, marker)
-        observed |= _observed(ax, run, impl, regime, WHOLE, rate * 0.89, "o")
-    art = article_table()
-    for scheme, impl in SCHEMES.items():
-        if scheme in art.index and impl in impls:
-            a = art.loc[scheme]
-            ax.plot(ARTICLE_RATE, float(a.cpu_share_pct_at_2000_steps_s), marker=article_marker(a.bound)[0],
-                    mfc="none", mec=color(impl), mew=1.5, ms=9, ls="")
-    if "flat" in impls and regime == "batched":
-        observed |= _floor_marker(ax, run, rate)
-    ax.axvline(rate, color="0.3", lw=0.8, ls=":")
-    ax.axhline(100, color="black", lw=0.8, ls=":")
-    ax.text(RATES[0], 100, " 100 % = one core", va="bottom", fontsize=7.5)
-    return observed
-
-
-def fig_cpu_rate(run: RunData) -> Figure | None:
-    """CPU share against the step rate: computed lines (linear in the rate), observed paced points at 2,000 with
-    their intervals, the paced floor; a panel per regime and family (at most eight lines), one shared axis."""
-    panels = regime_panels(run, PAPER, ("step_mean_ns",), lambda r, i: run.value(PAPER, i, r, "step_mean_ns") > 0)
-    panels = [p for p in panels if p[2]]
-    if not panels:
-        log.warning("cpu_share_rate: no step_mean_ns rows for the %s scenario", PAPER)
+    if not v > 0:
         return None
-    first = panels[0]
-    rate = _rate_of(run.get(PAPER, first[2][0], first[0], "cpu_share_pct"))
-    nrows, ncols = grid(len(panels))
-    fig, axes = new_figure(6.6 * ncols + 1.5, 4.6 * nrows, nrows, ncols, sharex=True, sharey=True)
-    observed = False
-    for ax, (regime, title, impls) in zip(axes, panels, strict=False):
-        observed |= _rate_panel(ax, run, regime, impls, rate)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("decode step rate (steps/s, log)")
-        ax.set_ylabel("CPU share (% of one core, log)")
-        ax.set_title(f"{regime} regime: {title}", fontsize=9.5)
-        ax.grid(which="both", alpha=0.25)
-        ax.xaxis.set_tick_params(labelbottom=True)
-        ax.yaxis.set_tick_params(labelleft=True)
-        ax.legend(fontsize=7, loc="lower right", frameon=True, framealpha=0.9)
-    hide_unused(axes, len(panels))
-    handles = [Line2D([], [], marker="X", ls="", color="0.6", mec="black", label="observed, paced: decode calls"),
-               Line2D([], [], marker="o", ls="", color="0.6", mec="black", label="observed, paced: one step() call"),
-               Line2D([], [], marker="_", ls="", color="black", ms=12, mew=2, label="paced floor (do-nothing call)"),
-               Line2D([], [], marker="D", ls="", mfc="none", mec="black", label=f"{ARTICLE} (colour = design)")]
-    if len(axes) > len(panels):  # the grid's empty cell holds the markers' key, clear of titles and caption
-        key = axes[len(panels)]
-        key.set_visible(True)
-        key.axis("off")
-        key.legend(handles=handles, fontsize=8, loc="center", frameon=False, title="markers")
-    else:
-        fig.legend(handles=handles, fontsize=7.5, loc="outside right upper", frameon=False)
-    caption = (f"Lines: computed, closed-loop mean step time x rate. Markers at {rate:,.0f} steps/s: observed, an open "
-               "loop paced from Python (median over interleaved repetitions, 95 % interval; an arrow: the interval "
-               "reaches further down, below zero included)"
-               + ("." if observed else "; none in this run."))
-    return finish(fig, run, "CPU share vs step rate, paper scenario: computed lines, observed points", caption)
+    if bounds := ci(run.get(PAPER, "-", "-", FLOOR)):
+        ax.axhspan(max(bounds[0], v / 4), bounds[1], color="0.85", zorder=0)
+    return ax.axhline(v, color="black", lw=1.2, ls="-.", label="paced floor: a compiled call that does nothing")
+
+
+def _paced_panel(ax: Axes, run: RunData, pts: list[PacedPoint], limits: tuple[float, float]) -> None:
+    for impl in ordered(p.impl for p in pts):
+        _paced_errorbars(ax, impl, [p for p in pts if p.impl == impl])
+    ax.plot(limits, limits, color="0.4", lw=0.9, ls=":", label="observed = computed")
+    floor = _paced_floor(ax, run)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(*limits)
+    ax.set_ylim(*limits)
+    ax.set_aspect("equal")
+    ax.grid(which="both", alpha=0.25)
+    kinds = dict.fromkeys((p.metric, p.regime) for p in pts)
+    handles, _ = ax.get_legend_handles_labels()
+    handles = [h for h in handles if h is not floor] + ([floor] if floor is not None else [])
+    handles += [Line2D([], [], marker=PACED_MARKERS.get(k, "d"), ls="", color="0.6", mec="black",
+                       label=f"{PACED_KINDS[k[0]]}, {k[1]} cell") for k in kinds]
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False)
+
+
+def fig_cpu_paced(run: RunData) -> Figure | None:
+    """CPU share observed in a paced loop against the share computed from the closed loop, cell by cell."""
+    points, unpaired = paced_points(run)
+    if not points:
+        log.warning("cpu_share_paced: no paced CPU-share rows with a computed share in the %s scenario", PAPER)
+        return None
+    values = [v for p in points for v in (p.x, p.y, *(p.x_ci or ()), *(p.y_ci or ())) if v > 0]
+    floor = run.value(PAPER, "-", "-", FLOOR)
+    values += [floor] if floor > 0 else []
+    limits = (min(values) / 3, max(values) * 3)
+    panels = series_panels(ordered(p.impl for p in points))
+    fig, axes = new_figure(9.5, 6.2 * len(panels), len(panels), 1)
+    for ax, (title, members) in zip(axes, panels, strict=True):
+        _paced_panel(ax, run, [p for p in points if p.impl in members], limits)
+        ax.set_title(title, fontsize=9.5)
+        ax.set_xlabel(f"computed: closed-loop mean step time x {fmt(points[0].rate)} steps/s (% of one core, log)")
+        ax.set_ylabel(f"observed: paced at {fmt(points[0].rate)} steps/s (% of one core, log)")
+    caption = ("Each point: one cell's CPU share in an open loop paced from Python (median over interleaved "
+               "repetitions) against the share computed from its closed-loop mean step time at the same rate; "
+               "bars: 95 % intervals (an arrow: the interval reaches further down, below zero included). Above "
+               "the diagonal the paced loop costs more than its timed calls; no block manager entered once per step "
+               "goes below the floor.")
+    if unpaired:
+        caption += f" {unpaired} paced figure(s) without a computed share, or at zero, are not drawn."
+    return finish(fig, run, "CPU share, paper scenario: observed in a paced loop against computed", caption)
 
 
 def _grouped_values(run: RunData, metric: str, impls: list[str], regimes: list[str], width: float) -> Iterator:
-    """``(x, impl, regime, row, value)`` of ``metric`` in the paper scenario per implementation and regime, ``x``
-    the centre of its bar in a chart grouping bars ``width`` wide by implementation (group ``k`` centred on
-    ``k``, regimes in order)."""
+    """``(x, impl, regime, row, value)`` of ``metric`` in paper, ``x`` the bar's centre (group ``k`` at ``k``)."""
     for k, impl in enumerate(impls):
         for j, regime in enumerate(regimes):
             x = k - 0.4 + width * (j + 0.5)
             yield x, impl, regime, run.get(PAPER, impl, regime, metric), run.value(PAPER, impl, regime, metric)
 
 
-# -- L1D ------------------------------------------------------------------------------------------------
 def _l1d_bars(ax: Axes, run: RunData, metric: str, impls: list[str], regimes: list[str], article: bool) -> float:
-    """Bars of ``metric`` per implementation and regime it ran in, each labelled with its value and source (a
-    status word where it ran but was not measured); the article's rate beside where ``article``. Returns the
-    tallest bar."""
+    """Labelled bars of ``metric`` per implementation and regime (beside the article's); returns the tallest."""
     ran = set(run.cells(PAPER))
     width = 0.8 / (len(regimes) + (1 if article else 0))
     top = 0.0
@@ -451,7 +436,7 @@ def _l1d_bars(ax: Axes, run: RunData, metric: str, impls: list[str], regimes: li
     for x, impl, regime, row, v in _grouped_values(run, metric, impls, regimes, width):
         if math.isnan(v):
             if (impl, regime) in ran:
-                word_at(ax, x, status_word(row or run.get(PAPER, impl, regime, "l1d_miss_pct"), run.meta))
+                word_at(ax, x, instrument_words(run.rows(PAPER, impl, regime, "l1d_miss_pct"), run.meta))
             continue
         ax.bar(x, v, width, color=color(impl), hatch=regime_hatch(regime), edgecolor="white")
         ax.text(x, v, f" {v:.2g} {row['source']}", ha="center", va="bottom", fontsize=6.3, rotation=90)
@@ -472,20 +457,18 @@ def _l1d_bars(ax: Axes, run: RunData, metric: str, impls: list[str], regimes: li
 
 
 def fig_l1d(run: RunData) -> Figure | None:
-    """L1D misses per sequence-step (the comparable figure) and the miss rate beside the article's, per design
-    and regime, each bar labelled with its source."""
+    """L1D misses per sequence-step and the miss rate beside the article's, per design and regime, labelled."""
     rate = "l1d_miss_pct"
     regimes = run.regimes(PAPER, rate)
     impls = list(dict.fromkeys(i for r in regimes for i in run.impls(PAPER, rate, r)))
     if not impls:
-        # not measured at all: still show the article's figures beside the designs the run has, saying so
         regimes = run.regimes(PAPER, "seq_step_ns")
         impls = [i for i in SCHEMES.values() if i in run.impls(PAPER, "seq_step_ns")]
         if not impls:
             log.warning("l1d_miss: no %s rows and no design A/B/C in the %s scenario", rate, PAPER)
             return None
         log.warning("l1d_miss: no %s rows in this run; the figure shows the article's figures only", rate)
-    fig, axes = new_figure(14, 9, 2, 1)  # one panel per row: a bar per regime and its label fit side by side
+    fig, axes = new_figure(14, 9, 2, 1)
     top = _l1d_bars(axes[0], run, "l1d_misses_per_seq_step", impls, regimes, False)
     axes[0].set_ylim(0, max(top, 1.0) * 1.5)
     axes[0].set_ylabel("L1D misses per sequence-step")
@@ -507,7 +490,8 @@ def fig_l1d(run: RunData) -> Figure | None:
 
 def fig_allocs(run: RunData) -> Figure | None:
     """Allocation events per decode step per design and regime (symlog: flat allocates nothing)."""
-    metrics = [(m, t) for m, t in (("allocs_per_step", "all allocations (memray)"),
+    own = "the design's own allocations (exact: memray by its frames, NRT stats, C++ counter)"
+    metrics = [(m, t) for m, t in (("allocs_per_step", own),
                                    ("nrt_allocs_per_step", "Numba runtime allocations (NRT stats)"))
                if run.regimes(PAPER, m)]
     if not metrics:
@@ -529,7 +513,7 @@ def fig_allocs(run: RunData) -> Figure | None:
             top = max(top, v)
         ax.set_xlim(-0.5, len(impls) - 0.5)
         ax.set_yscale("symlog", linthresh=1)
-        ax.set_ylim(0, top * 40)  # room above the tallest bar for its vertical label
+        ax.set_ylim(0, top * 40)
         ax.set_xticks(range(len(impls)), [label(i) for i in impls], fontsize=8, rotation=30, ha="right")
         ax.set_ylabel("allocations per step (symlog)")
         ax.set_title(title, fontsize=10)
@@ -554,8 +538,8 @@ def _idwidth_panel(ax: Axes, run: RunData, metric: str, states: list[str], dtype
         for d, dtype in enumerate(dtypes):
             regime = f"{dtype}/{state}" if state else dtype
             x = s - 0.4 + width * (d + 0.5)
-            v = run.value(PAPER, "flat", regime, metric)
-            row = run.get(PAPER, "flat", regime, metric)
+            v = run.value(PAPER, idwidth.IMPL, regime, metric)
+            row = run.get(PAPER, idwidth.IMPL, regime, metric)
             if math.isnan(v):
                 if row is not None:
                     word_at(ax, x, status_word(row, run.meta))
@@ -600,7 +584,8 @@ def fig_idwidth(run: RunData) -> Figure | None:
                          ha="right", va="bottom", fontsize=7)
     ax = axes[1]
     for d, dtype in enumerate(dtypes):
-        vals = [run.value(PAPER, "flat", f"{dtype}/{st}" if st else dtype, "table_bytes_per_seq") for st in states]
+        vals = [run.value(PAPER, idwidth.IMPL, f"{dtype}/{st}" if st else dtype, "table_bytes_per_seq")
+                for st in states]
         vals = [v for v in vals if not math.isnan(v)]
         if vals:
             ax.bar(d, vals[0], 0.6, color=DTYPE_COLORS[dtype])
@@ -627,7 +612,6 @@ def _state_label(run: RunData, state: str) -> str:
     return f"{state}\n{int(seqs.iloc[0]):,} sequences" if len(seqs) else state
 
 
-# -- prefix caching -------------------------------------------------------------------------------------
 def _cache_tick(run: RunData, scenario: str) -> str:
     """A scenario's tick label: its name, hit rate (the same in every cell) and flat-pc's own time."""
     hit = run.df[(run.df.scenario == scenario) & (run.df.metric == "cache_hit_tokens_pct") & (run.df.status == "ok")]
@@ -660,8 +644,7 @@ def _cache_bar(ax: Axes, run: RunData, scenario: str, impl: str, regime: str, x:
 
 
 def fig_prefix_cache(run: RunData) -> Figure | None:
-    """Prefix caching on one shared axis: each design's seq-step time over ``flat-pc``'s in the same regime and
-    run [paired interval], scenario by scenario (hit rates are the same for all: the replays are checked)."""
+    """Prefix caching: each design's seq-step time over ``flat-pc``'s in the same regime and run, per scenario."""
     scenarios = caching_scenarios(run)
     if not scenarios:
         log.warning("prefix_cache: no caching scenario in this run")
@@ -673,7 +656,7 @@ def fig_prefix_cache(run: RunData) -> Figure | None:
     fig, (ax,) = new_figure(max(11.0, 2.1 * len(scenarios) + 4.5), 5.6)
     width = 0.84 / max(1, *map(len, present.values()))
     heights = []
-    for k, scenario in enumerate(scenarios):  # each scenario's own cells, centred on its tick
+    for k, scenario in enumerate(scenarios):
         left = k - width * len(present[scenario]) / 2
         for j, (impl, regime) in enumerate(present[scenario]):
             heights.append(_cache_bar(ax, run, scenario, impl, regime, left + width * (j + 0.5), width))
@@ -699,7 +682,7 @@ FIGURES: dict[str, Callable[[RunData], Figure | None]] = {
     "op_latency": fig_op_latency,
     "step_cdf": fig_step_cdf,
     "cpu_share_concurrency": fig_cpu_concurrency,
-    "cpu_share_rate": fig_cpu_rate,
+    "cpu_share_paced": fig_cpu_paced,
     "l1d_miss": fig_l1d,
     "allocs_per_step": fig_allocs,
     "idwidth": fig_idwidth,
@@ -708,43 +691,8 @@ FIGURES: dict[str, Callable[[RunData], Figure | None]] = {
 }
 
 
-def save_figure(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
-    """PNG and SVG of ``fig`` in ``out_dir``, each written to a temporary name and renamed into place."""
-    paths = []
-    # fixed ids and no date: re-rendering the same run gives the same SVG bytes
-    with mpl.rc_context({"svg.hashsalt": "kvblock-bench", "svg.fonttype": "none"}):
-        for fmt in ("png", "svg"):
-            buf = io.BytesIO()
-            fig.savefig(buf, format=fmt, dpi=PNG_DPI, metadata={"Date": None} if fmt == "svg" else {"Software": None})
-            path = out_dir / f"{stem}.{fmt}"
-            atomic_write_bytes(path, _small_png(buf.getvalue()) if fmt == "png" else buf.getvalue())
-            paths.append(path)
-            fig.set_layout_engine("none")  # laid out by the first save; the second reuses it (half the time)
-    return paths
-
-
-def _small_png(data: bytes) -> bytes:
-    """The PNG with a 256-colour palette: flat-coloured charts look the same at a third of the bytes, which
-    matters for the figures committed with reference runs."""
-    try:
-        from PIL import Image
-    except ImportError:  # pragma: no cover - Pillow comes with matplotlib
-        return data
-    out = io.BytesIO()
-    with Image.open(io.BytesIO(data)) as im:
-        im.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
-            out, format="PNG", optimize=True)
-    return out.getvalue()
-
-
 def render_figures(run_dir: Path | str | RunData | None = None) -> list[Path]:
-    """Render every figure the run allows into ``<run_dir>/figures/``; returns the files written.
-
-    A figure whose data the run lacks is skipped with a logged note; one that fails is logged with its
-    traceback and skipped, so that the tables of a report never depend on a figure. A figure that cannot be
-    written (a read-only run folder, a full disk) raises :class:`harness.errors.WriteError` at once: the others
-    would fail alike; the figures already written stay.
-    """
+    """Render every figure the run allows into ``<run_dir>/figures/``; returns the files written."""
     run = run_dir if isinstance(run_dir, RunData) else RunData.load(Path(run_dir) if run_dir is not None else None)
     out_dir = run.run_dir / "figures"
     written: list[Path] = []
@@ -757,5 +705,5 @@ def render_figures(run_dir: Path | str | RunData | None = None) -> list[Path]:
             raise
         except Exception:  # one broken figure must not cost the others
             log.exception("figure %s failed", stem)
-    written += growth.render(run.run_dir)  # the scale sweeps' figure and slopes (harness/output/growth.py)
+    written += growth.render(run.run_dir)
     return written

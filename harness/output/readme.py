@@ -1,15 +1,12 @@
 """The README's results section, generated from a committed run (``kvblock-bench report --readme``).
-
-Every figure between ``<!-- results:begin -->`` and ``<!-- results:end -->`` comes from the run's
-``results.csv`` and ``meta.json``; ``tests/test_readme_results.py`` regenerates the section from
-``results/reference/`` and fails when the README says anything else. Prose outside the markers cites no figure.
-"""
+Design: docs/output.md#harnessoutputreadmepy."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+from harness.base.files import atomic_write_text, os_reason, read_json
 from harness.errors import WriteError
 from harness.output import sections, times
 from harness.output.cache_report import caching_scenarios, hit_sentence
@@ -17,16 +14,17 @@ from harness.output.coverage import left_out_note
 from harness.output.formatting import (
     CACHE_BASE,
     aa_text,
-    duration_text,
     fmt,
     machine_line,
     ratio_text,
+    run_duration,
     run_seconds,
     value_text,
 )
 from harness.output.overlap import compare, figure, ratio_rows
 from harness.output.paced_report import paced_sentence
 from harness.output.report import (
+    DESIGN_ROLES,
     SHARING_COLUMNS,
     SHARING_SCENARIOS,
     article_table,
@@ -37,25 +35,19 @@ from harness.output.report import (
     sharing_rows,
     sharing_scenario,
 )
-from harness.output.results import atomic_write_text, os_reason, read_json
 from harness.output.rundata import RunData, ordered
 from impls import registry
+from scenarios import PAPER
 from scenarios.files import write_target
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-PAPER = "paper"
-TABLE_ROLES = ("design", "twin", "native")
 
 
 class ReadmeError(ValueError):
     """The README has no (or broken) results markers."""
 
 
-def _duration(meta: dict) -> str:
-    return duration_text(run_seconds(meta))
-
-
-REPEAT_CSV, REPEAT_META = "repeat_results.csv", "repeat_meta.json"  # a second run of the same code, kept beside
+REPEAT_CSV, REPEAT_META = "repeat_results.csv", "repeat_meta.json"
 
 
 def commit_text(meta: dict) -> str:
@@ -65,8 +57,7 @@ def commit_text(meta: dict) -> str:
 
 
 def _repeat_lines(run: RunData) -> list[str]:
-    """Reproducibility: the run against the repeat kept beside it, every `paper` ratio interval against
-    interval (:mod:`harness.output.overlap`), the pairs that do not overlap named."""
+    """Reproducibility: every `paper` ratio interval against the repeat run's, the pairs that do not overlap named."""
     repeat = run.run_dir / REPEAT_CSV
     if not repeat.is_file():
         return []
@@ -74,7 +65,7 @@ def _repeat_lines(run: RunData) -> list[str]:
     meta = meta if isinstance(meta, dict) else {}
     result = compare(ratio_rows(repeat, PAPER), ratio_rows(run.run_dir / "results.csv", PAPER))
     head = (f"Reproducibility: a second run of `make bench` ({REPEAT_CSV}, started {meta.get('started', '?')} at "
-            f"commit {commit_text(meta)}, took {_duration(meta)}) and this one agree on "
+            f"commit {commit_text(meta)}, took {run_duration(meta)}) and this one agree on "
             f"{result.overlap} of {len(result.pairs)} `paper` ratios (the A/A control included), interval against "
             "interval" + ("." if not result.misses else "; these do not (repeat, then this run):"))
     return [head, *(f"- `{k[0]}` {k[1]} `{k[2]}`: {figure(a)} against {figure(b)}" for k, a, b in result.misses),
@@ -82,8 +73,7 @@ def _repeat_lines(run: RunData) -> list[str]:
 
 
 def _time_lines(run: RunData) -> list[str]:
-    """Where the run's wall time went: each scenario's ``scenario_wall_s`` row, largest first, and the rest
-    (start-up, calibration, figures) as the difference to the run's duration."""
+    """Where the run's wall time went: each scenario's ``scenario_wall_s``, largest first, and the rest."""
     walls = run.df[(run.df.metric == "scenario_wall_s") & (run.df.status == "ok")]
     if walls.empty:
         return []
@@ -106,7 +96,7 @@ def _design_rows(run: RunData) -> list[tuple[list[str], list[str]]]:
     out = []
     ran = {i for i, r in run.cells(PAPER) if r == "batched"}
     for rec in registry.RECORDS:
-        if rec.role not in TABLE_ROLES or rec.name not in ran:
+        if rec.role not in DESIGN_ROLES or rec.name not in ran:
             continue
         timings = [f"{rec.label}"]
         for metric, column in (("lookup_ns", "lookup_ns_per_step"), ("alloc_free_ns", "alloc_free_ns_per_block")):
@@ -133,7 +123,7 @@ def _design_tables(run: RunData) -> list[str]:
 
 def _engine_rows(run: RunData) -> list[str]:
     out = []
-    notes = calibration_notes()  # results/calibration/: our contender's time over the engine's own code's
+    notes = calibration_notes()
     for rec in registry.RECORDS:
         if rec.role != "contender":
             continue
@@ -152,7 +142,7 @@ def section(run: RunData) -> str:
     versions = meta.get("versions", {})
     lines = [
         f"Run `{run.run_id}` of `{meta.get('command_line', '?')}` at commit {commit_text(meta)}, "
-        f"started {meta.get('started', '?')}, took {_duration(meta)}"
+        f"started {meta.get('started', '?')}, took {run_duration(meta)}"
         + ("" if meta.get("complete") else " (INCOMPLETE)") + ".",
         f"Machine: {machine_line(meta)}. Python {versions.get('python', '?')}, NumPy {versions.get('numpy', '?')}, "
         f"Numba {versions.get('numba', '?')}, torch {versions.get('torch', '?')}.",
@@ -169,7 +159,7 @@ def section(run: RunData) -> str:
         "",
         *_design_tables(run),
         "",
-        *_optional(left_out_note(run, PAPER, TABLE_ROLES)),
+        *_optional(left_out_note(run, PAPER, DESIGN_ROLES)),
         *_optional(paced_sentence(run, PAPER)),
     ]
     lines += _sharing_lines(run)
@@ -202,8 +192,7 @@ def _sharing_lines(run: RunData) -> list[str]:
 
 
 def _caching_lines(run: RunData) -> list[str]:
-    """Prefix caching: each caching scenario's hit rate (the same for every cell, checked) and each caching
-    implementation's ns per sequence-step, batched, as a ratio to `flat-pc`."""
+    """Prefix caching: each caching scenario's hit rate and each caching design's seq-step time over `flat-pc`."""
     scenarios = caching_scenarios(run)
     if not scenarios:
         return ["Prefix caching: this run measured no caching scenario.", ""]
@@ -222,8 +211,7 @@ def _caching_lines(run: RunData) -> list[str]:
 
 
 def replace_section(text: str, body: str, begin: str = BEGIN, end: str = END) -> str:
-    """``text`` with what lies between the markers (the results section's, or ``begin`` and ``end``) replaced
-    by ``body``."""
+    """``text`` with what lies between the markers (the results section's, or ``begin`` and ``end``) replaced."""
     if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
         raise ReadmeError(f"the README needs exactly one {begin} ... {end} pair, in that order")
     head, rest = text.split(begin)
@@ -233,14 +221,12 @@ def replace_section(text: str, body: str, begin: str = BEGIN, end: str = END) ->
 
 def current_section(text: str, begin: str = BEGIN, end: str = END) -> str:
     """What the README holds between the markers."""
-    replace_section(text, "", begin, end)  # validates the markers
+    replace_section(text, "", begin, end)
     return text.split(begin)[1].split(end)[0].strip("\n")
 
 
 def write_readme(readme: Path, run: RunData) -> None:
-    """Rewrite the README's results section from ``run`` and the time table (in the README, or in its file
-    beside it, :mod:`harness.output.sections`) from the times file, atomically (a symbolic link is followed; a
-    FIFO or a device node is refused, :class:`WriteError`, before it is read)."""
+    """Rewrite the README's results section from ``run`` and its time table from the times file, atomically."""
     text = _text_to_rewrite(readme)
     measured = times.read_times()
     atomic_write_text(readme, with_time_table(replace_section(text, section(run)), measured))

@@ -1,10 +1,5 @@
-"""Markdown reports of a run: the article's table reproduced, a per-scenario summary, the engines section, and
-the console summary printed at the end of ``kvblock-bench run`` and ``report``.
-
-Reports read only ``results.csv`` and ``meta.json``, so any run (or a committed reference run) can be
-re-reported; figures are never computed here beyond ratios of figures measured in the same run. Tables have
-rows only for the cells a run measured; what it left out is one line (:mod:`harness.output.coverage`).
-"""
+"""Markdown reports of a run (paper table, per-scenario summary, engines) and its console summary.
+Design: docs/output.md#harnessoutputreportpy."""
 
 from __future__ import annotations
 
@@ -13,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.base.files import atomic_write_text
 from harness.output.cache_report import caching_scenarios, prefix_cache_section
 from harness.output.coverage import left_out_note
 from harness.output.formatting import (
@@ -27,9 +23,10 @@ from harness.output.formatting import (
     value_text,
 )
 from harness.output.paced_report import paced_sentence
-from harness.output.results import atomic_write_text
 from harness.output.rundata import RunData
+from harness.studies.table_copy.variants import IMPL as TABLE_COPY_IMPL
 from impls import registry
+from scenarios import PAPER
 
 PAPER_CSV = Path(__file__).resolve().parents[1] / "data" / "paper_table.csv"
 # The article's designs, their compiled twins and their C++ builds: the rows of the paper table.
@@ -78,8 +75,7 @@ def design_cells(run: RunData, scenario: str, regime: str) -> list[registry.Impl
 
 
 def l1d_texts(run: RunData, scenario: str, impl: str, regime: str) -> tuple[str, str, str]:
-    """(misses per sequence-step, miss rate %, source) of a cell: the figure where measured, else why not
-    (the status of the rate's rows: ``skipped``, ``unsupported``); "—" where the run has no L1D row at all."""
+    """(misses per sequence-step, miss rate %, source) of a cell, else why not; "—" without any L1D row."""
     rate_row = run.get(scenario, impl, regime, "l1d_miss_pct")
     if rate_row is None:
         return "—", "—", ""
@@ -99,10 +95,10 @@ PAPER_INTRO = (
     "makes many cheap accesses, such as an interpreter), with their source. The article's figures are C++; ours "
     "are Python, Numba and C++ on the machine above. Dispatch floor (per-call regime, compiled designs): what the "
     "same calls cost over empty kernels, per sequence-step: the part of the per-call figure that is crossing into "
-    "compiled code, not the data structure's work. Brackets: 95 % intervals (block bootstrap over interleaved "
+    "compiled code, not the data structure's work. Allocs/step: the design's own allocations, an exact count; in the "
+    "step regime of a compiled design, with the floor of one do-nothing compiled call with the same arguments. "
+    "Brackets: 95 % intervals (block bootstrap over interleaved "
     "slices; for ratios, the same blocks for both designs).")
-# The paper table's columns by key, and the tables they are split into (each fits a screen); every table
-# starts with the design and the implementation.
 PAPER_COLUMNS = {
     "lookup": "lookup ns", "lookup_article": "article", "alloc_free": "alloc/free ns", "alloc_free_article": "article",
     "cpu_share": "CPU share % (computed)", "cpu_observed": "CPU % (observed, paced)", "cpu_article": "article",
@@ -117,9 +113,8 @@ PAPER_TABLES = (
 )
 
 
-def paper_table(run: RunData, scenario: str = "paper") -> str:
-    """The article's table, each cell measured next to the article's figure, ratios to C in the same run; a
-    row per design and regime the run measured, and one line for what it did not."""
+def paper_table(run: RunData, scenario: str = PAPER) -> str:
+    """The article's table, each measured cell beside the article's figure, ratios to C in the same run."""
     art = article_table()
     out = [f"# The article's table, reproduced on the `{scenario}` scenario", "",
            f"Machine: {machine_line(run.meta)}.", "", PAPER_INTRO, ""]
@@ -169,22 +164,32 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _paper_cells(run: RunData, scenario: str, regime: str, rec: registry.Impl, art: pd.DataFrame) -> dict[str, str]:
-    """One design's cells of the paper table by column key: each figure with its ratio to flat, beside the
-    article's."""
+    """One design's paper-table cells by column key: each figure with its ratio to flat, beside the article's."""
     cells = {"design": f"{rec.label} {rec.description}", "impl": f"`{rec.name}`"}
     for (metric, column), key, article in zip(ARTICLE_COLUMNS, ("lookup", "alloc_free", "cpu_share"),
                                               ("lookup_article", "alloc_free_article", "cpu_article"), strict=True):
-        ratio_of = "seq_step_ns" if metric == "cpu_share_pct" else metric  # same work: the same ratio
+        ratio_of = "seq_step_ns" if metric == "cpu_share_pct" else metric
         cells[key] = (f"{value_text(run, scenario, rec.name, regime, metric)} "
                       f"({ratio_text(run, scenario, rec.name, regime, ratio_of)})")
         cells[article] = _article_cell(art, rec, column)
     cells["cpu_observed"] = measured_text(run, scenario, rec.name, regime, "cpu_share_observed_pct")
     cells["l1d_misses"], cells["l1d_rate"], cells["l1d_source"] = l1d_texts(run, scenario, rec.name, regime)
-    cells["l1d_article"] = _article_cell(art, rec, "l1d_miss_pct").split(" (")[0]  # the figure and its bound
-    for key, metric in (("instructions", "instructions_per_seq_step"), ("allocs", "allocs_per_step"),
+    cells["l1d_article"] = _article_cell(art, rec, "l1d_miss_pct").split(" (")[0]
+    for key, metric in (("instructions", "instructions_per_seq_step"),
                         ("dispatch_floor", "dispatch_floor_seq_step_ns")):
         cells[key] = fmt(_get(run, scenario, rec.name, regime, metric)[0])
+    cells["allocs"] = allocs_text(run, scenario, rec.name, regime)
     return cells
+
+
+def allocs_text(run: RunData, scenario: str, impl: str, regime: str) -> str:
+    """Allocations per step; where the run has a floor (step regime, compiled designs), with it and the excess."""
+    text = fmt(_get(run, scenario, impl, regime, "allocs_per_step")[0])
+    if run.get(scenario, impl, regime, "allocs_above_floor_per_step") is None:
+        return text
+    floor = run.value(scenario, impl, regime, "allocs_floor_per_step")
+    above = run.value(scenario, impl, regime, "allocs_above_floor_per_step")
+    return f"{text} (floor {fmt(floor)}, {fmt(above)} above)"
 
 
 def _perf_note(run: RunData, scenario: str) -> list[str]:
@@ -200,8 +205,7 @@ SUMMARY_METRICS = [("seq_step_ns", "ns/seq-step"), ("step_p99_ns", "p99 step ns"
 
 
 def scenario_summary(run: RunData) -> str:
-    """One table per scenario, a row per cell the run measured: its main figures and its slowdown against the
-    scenario's base (``flat``, ``flat-pc`` on caching scenarios) batched."""
+    """One table per scenario, a row per measured cell: its main figures and slowdown against the batched base."""
     out = ["# Per-scenario summary", "", f"Machine: {machine_line(run.meta)}.", "",
            "× base: seq-step time relative to batched `flat` (`flat-pc` on the prefix-caching scenarios) in the "
            "same run (higher is slower), with its paired 95 % interval. Brackets: 95 % intervals. driver: the loop "
@@ -231,8 +235,7 @@ def driver_of(run: RunData, scenario: str, impl: str, regime: str) -> str:
     return str(driver) if isinstance(driver, str) and driver else "—"
 
 
-# The copy-on-write headline: the first of these scenarios the run has (each forks, and its forks cause
-# copy-on-writes: parallel sampling diverges through them, a shared prefix is forked by every request).
+# The copy-on-write headline: the first of these scenarios the run has (each forks, and its forks copy on write).
 SHARING_SCENARIOS = ("parallel-sampling", "shared-prefix", "beam-search")
 SHARING_COLUMNS = (("seq_step_ns", "ns/seq-step"), ("lookup_ns", "lookup ns"), ("alloc_free_ns", "alloc/free ns"),
                    ("cpu_share_pct", "CPU % at 2,000 steps/s"), ("allocs_per_step", "allocs/step"))
@@ -252,8 +255,7 @@ def sharing_counts(run: RunData, scenario: str) -> str:
 
 
 def sharing_rows(run: RunData, scenario: str, regimes: tuple[str, ...] | None = None) -> list[str]:
-    """One row per design (the article's, their twins, the C++ builds) and regime the run measured on
-    ``scenario``: each figure with its interval, seq-step time also as a ratio to flat in the same regime."""
+    """One row per design and regime measured on ``scenario``: each figure with its interval, ratio to flat."""
     out = []
     for rec in _rows_of(run, DESIGN_ROLES):
         for regime in run.regimes(scenario, "seq_step_ns") if regimes is None else regimes:
@@ -266,8 +268,7 @@ def sharing_rows(run: RunData, scenario: str, regimes: tuple[str, ...] | None = 
 
 
 def sharing_table(run: RunData) -> str:
-    """The headline's second table: every design on a scenario with sharing (forks and copy-on-write), from
-    the run's rows; a clear note when the run has no such scenario."""
+    """The headline's second table: every design on a scenario with sharing, or a note when the run has none."""
     scenario = sharing_scenario(run)
     if scenario is None:
         names = ", ".join(f"`{s}`" for s in SHARING_SCENARIOS)
@@ -289,10 +290,7 @@ CALIBRATION_CSV = Path(__file__).resolve().parents[2] / "results" / "calibration
 
 
 def calibration_notes(path: Path = CALIBRATION_CSV) -> dict[tuple[str, str], str]:
-    """(contender, regime) -> "calibrated: ours/real = X [low-high] (scenario), Y (other scenario)" from the
-    calibration figures, if present: the first row of each scenario, in the file's order, among the rows of the
-    baseline the contender models (column ``modelled``, written by ``kvblock-bench calibrate``; rows without it
-    are older and count as modelled)."""
+    """(contender, regime) -> "calibrated: ours/real = R [low-high] (scenario), ..." for the modelled baseline."""
     if not path.is_file():
         return {}
     frame = pd.read_csv(path)
@@ -308,7 +306,7 @@ def calibration_notes(path: Path = CALIBRATION_CSV) -> dict[tuple[str, str], str
 
 
 def _ratio_note(row: dict) -> str:
-    """``0.90 [0.85-0.95] (paper)``; the interval where the row has one."""
+    """``R [low-high] (scenario)``; the interval where the row has one."""
     if pd.isna(row["ratio"]):
         return ""
     low, high = row.get("ratio_low"), row.get("ratio_high")
@@ -316,9 +314,9 @@ def _ratio_note(row: dict) -> str:
     return f"{row['ratio']:.2f}{interval} ({row['scenario']})"
 
 
-def engines_section(run: RunData, scenario: str = "paper") -> str:
+def engines_section(run: RunData, scenario: str = PAPER) -> str:
     """Engine-style contenders (as engines run them: per call) beside batched flat, ratios in one run."""
-    flat = _get(run, scenario, "flat", "batched", "seq_step_ns")[0]
+    flat = _get(run, scenario, registry.RATIO_BASE, "batched", "seq_step_ns")[0]
     present = [r.name for r in _rows_of(run, ENGINE_ROLES)]
     if not present or math.isnan(flat):
         return ""
@@ -328,8 +326,8 @@ def engines_section(run: RunData, scenario: str = "paper") -> str:
            "| impl | regime | ns/seq-step | lookup ns | alloc/free ns | allocs/step | batched flat is × faster "
            "| vs the engine's code |",
            "|---|---|---|---|---|---|---|---|"]
-    notes = calibration_notes()  # results/calibration/README.md says how these ratios were measured
-    for impl in [*present, "flat"]:
+    notes = calibration_notes()
+    for impl in [*present, registry.RATIO_BASE]:
         for regime in ("per-call", "batched"):
             v = _get(run, scenario, impl, regime, "seq_step_ns")[0]
             if math.isnan(v):
@@ -355,7 +353,7 @@ def table_copy_section(run: RunData) -> str:
            "| scenario | variant | host ns/step | host ns/seq | bytes/step | device ns/step |",
            "|---|---|---|---|---|---|"]
     for (scenario, variant), _ in sub.groupby(["scenario", "regime"], sort=False):
-        vals = [_get(run, scenario, "flat", variant, m) for m in
+        vals = [_get(run, scenario, TABLE_COPY_IMPL, variant, m) for m in
                 ("table_copy_ns", "table_copy_ns_per_seq", "table_copy_bytes", "table_copy_device_ns")]
         cells = [fmt(v) if st == "ok" else st for v, _src, st in vals]
         out.append(f"| {scenario} | {variant} | " + " | ".join(cells) + " |")
@@ -364,7 +362,7 @@ def table_copy_section(run: RunData) -> str:
 
 def report_texts(data: RunData) -> dict[str, str]:
     """The run's reports by file name (``paper_table.md``, ``summary.md``), as text."""
-    paper = paper_table(data) if data.has("paper") else "# No `paper` scenario in this run\n"
+    paper = paper_table(data) if data.has(PAPER) else "# No `paper` scenario in this run\n"
     engines = engines_section(data)
     caching = prefix_cache_section(data)
     return {"paper_table.md": paper + "\n" + sharing_table(data) + ("\n" + engines if engines else "") + "\n"
@@ -373,9 +371,7 @@ def report_texts(data: RunData) -> dict[str, str]:
 
 
 def write_reports(run: str | Path | RunData | None = None, texts: dict[str, str] | None = None) -> Path:
-    """Write ``paper_table.md`` and ``summary.md`` (``texts``, else :func:`report_texts`) into the run directory;
-    returns it. :class:`harness.errors.WriteError` if the folder cannot be written (a read-only copy of a run,
-    a full disk): the files already there stay."""
+    """Write ``paper_table.md`` and ``summary.md`` into the run directory; :class:`WriteError` if it cannot."""
     data = run if isinstance(run, RunData) else RunData.load(run)
     for name, text in (texts or report_texts(data)).items():
         atomic_write_text(data.run_dir / name, text)

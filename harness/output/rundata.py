@@ -1,10 +1,5 @@
 """One finished (or interrupted) run as reports, figures and notebooks read it.
-
-:class:`RunData` loads ``results.csv`` (through :func:`harness.output.results.read_rows`, which refuses files
-it cannot trust), ``meta.json`` and, on demand, ``raw/``. Where a run holds two rows for the same figure from
-different instruments (perf unsupported, callgrind's simulation measured), the measured one is the figure:
-that rule lives here, in :meth:`RunData.load`, and nowhere else.
-"""
+Design: docs/output.md#harnessoutputrundatapy."""
 
 from __future__ import annotations
 
@@ -15,8 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.measure.replay import REGIMES
-from harness.output.results import COLUMNS, ResultsError, read_json, read_rows, resolve_run
+from harness.base.files import ResultsError, read_json, resolve_run
+from harness.base.replay import REGIMES
+from harness.base.rows import COLUMNS, read_rows
 from impls import registry
 
 log = logging.getLogger(__name__)
@@ -54,7 +50,7 @@ class RunData:
         meta_path = run_dir / "meta.json"
         try:
             meta = read_json(meta_path) if meta_path.exists() else {}
-        except (ValueError, OSError) as exc:  # JSON, gzip or UTF-8 errors: name the file
+        except (ValueError, OSError) as exc:
             raise ResultsError(f"{meta_path}: unreadable ({exc}); a run's meta.json is the JSON it wrote") from None
         index: dict[tuple[str, str, str, str], dict] = {}
         for r in df.to_dict("records"):
@@ -71,6 +67,12 @@ class RunData:
     def get(self, scenario: str, impl: str, regime: str, metric: str) -> dict | None:
         """The row as a dict, or None when the run has no such figure."""
         return self.index.get((scenario, impl, regime, metric))
+
+    def rows(self, scenario: str, impl: str, regime: str, metric: str) -> list[dict]:
+        """Every row of the figure, one per instrument that tried (perf's and callgrind's L1D rows)."""
+        df = self.df
+        sel = df[(df.scenario == scenario) & (df.impl == impl) & (df.regime == regime) & (df.metric == metric)]
+        return sel.to_dict("records")
 
     def value(self, scenario: str, impl: str, regime: str, metric: str) -> float:
         """The figure if it was measured (status ok, finite), else NaN."""
@@ -99,8 +101,7 @@ class RunData:
         return ordered_regimes(self.df[(self.df.scenario == scenario) & (self.df.metric == metric)].regime)
 
     def cells(self, scenario: str, metric: str = "seq_step_ns") -> list[tuple[str, str]]:
-        """The (impl, regime) cells with a row of ``metric`` in ``scenario``: the cells that ran, in the
-        registry's order, each implementation's regimes batched first."""
+        """The (impl, regime) cells that ran ``metric`` in ``scenario``, in registry order, batched first."""
         sel = self.df[(self.df.scenario == scenario) & (self.df.metric == metric)]
         pairs = set(zip(sel.impl, sel.regime, strict=True))
         return [(i, r) for i in ordered(sel.impl) for r in ordered_regimes(sel.regime) if (i, r) in pairs]

@@ -1,11 +1,5 @@
-"""How long each ``make`` target takes, as measured: the committed file ``results/times/times.json`` and the words
-``docs/time-budget.md`` and ``kvblock-bench --help`` quote from it.
-
-``scripts/make_times.py`` runs each target on a quiet machine and writes the file (machine, commit, date, and per
-target its wall and CPU time, exit status, load and cache state). Every time a user reads in
-``docs/time-budget.md`` or in ``--help`` is generated here from that file, and ``tests/test_times.py`` fails when
-either says anything else; a target that was not measured says so, never a guessed duration.
-"""
+"""How long each ``make`` target takes, as measured (``results/times/times.json``), and the words quoting it.
+Design: docs/output.md#harnessoutputtimespy."""
 
 from __future__ import annotations
 
@@ -14,8 +8,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.output.formatting import duration_text
-from harness.output.results import atomic_write_text
+from harness.base.files import atomic_write_text
+from harness.base.text import duration_text
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMES_JSON = ROOT / "results" / "times" / "times.json"
@@ -49,8 +43,8 @@ class TargetTime:
     cpu_s: float | None
     started: str
     commit: str
-    caches: str  # "cold" (Numba, C++ build and trace caches removed before it) or "warm"
-    load_1m: float | None = None  # the 1-minute load average when it started: a busy machine reads slower
+    caches: str
+    load_1m: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -89,8 +83,7 @@ def read_times(path: Path = TIMES_JSON) -> Times | None:
 
 
 def quoted_times(path: Path = TIMES_JSON) -> Times | None:
-    """The times file for words that quote it (``--help``): None when it is missing or unreadable, so that a
-    damaged file costs the quotes, never the command line (``tests/test_times.py`` keeps the committed one sound)."""
+    """The times file for words that quote it (``--help``); None when missing or unreadable."""
     try:
         return read_times(path)
     except TimesError:
@@ -104,7 +97,7 @@ def write_times(times: Times, path: Path = TIMES_JSON) -> None:
 
 
 def took(entry: TargetTime | None) -> str:
-    """``3 min 41 s`` (wall), or why there is no time."""
+    """``M min S s`` (wall), or why there is no time."""
     if entry is None:
         return "not timed yet"
     if not entry.ok:
@@ -113,7 +106,7 @@ def took(entry: TargetTime | None) -> str:
 
 
 def phrase(target: str, times: Times | None) -> str:
-    """``make bench-quick took 3 min 41 s on the reference machine (results/times/times.json)``."""
+    """``make TARGET took M min S s on the reference machine (results/times/times.json)``."""
     entry = times.get(target) if times else None
     if entry is None or not entry.ok:
         return f"`make {target}`: {took(entry)} (python scripts/make_times.py measures it into {RELATIVE})"

@@ -1,28 +1,4 @@
-"""Prefix-cache operations, one at a time: what a cached lookup, an insert and an eviction cost each design.
-
-A timed replay of a caching scenario gives the cost of whole admissions (``alloc``), where lookups, fresh takes,
-inserts and evictions are mixed in proportions the workload decides. This study separates them, per design, with
-admissions of a chain of :data:`CHAIN` full blocks (so the Python-to-compiled call of a compiled design is shared
-by that many blocks, and the figure is the data structure's, not the dispatch's), on pools of one size (room for
-every sample's chain), so that the cache's tables have the same footprint in every measure:
-
-- ``cache_hit_ns``: every block of the chain is cached and in use (a hit without leaving the evictable set);
-- ``cache_miss_insert_ns``: every block misses; fresh blocks come from never-cached free blocks and are inserted;
-- ``cache_miss_evict_ns``: every block misses and every fresh block is taken by evicting a cached one;
-- ``plain_allocate_ns``: the same number of blocks through plain ``allocate`` (no lookup, no insert): the floor.
-
-Each figure is ns per block: the median over :data:`SAMPLES` admissions (each timed alone with
-``perf_counter_ns`` and followed, untimed, by the ``free`` that restores the state), with its bootstrap 95 %
-interval (:func:`harness.measure.stats.median_estimate`) in ``ci_low``/``ci_high``. Derived rows name their
-subtraction: ``cache_insert_ns`` = miss-insert - plain, and ``cache_evict_ns`` = miss-evict - miss-insert
-(differences of medians, so they can be noisy near zero).
-
-``cache_bytes_per_block``: traced memory (``tracemalloc``, which sees NumPy's buffers too) of a manager built and
-then filled so that every block of its pool is cached, divided by its number of blocks.
-
-Hit counts are checked on every admission (a design whose answer differs from the contract's is refused here
-too, with the contract's expected answer in the message).
-"""
+"""Prefix-cache operations one at a time: cached lookup, insert and eviction. Design: docs/measurement.md#cache_ops."""
 
 from __future__ import annotations
 
@@ -33,12 +9,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harness.measure.stats import median_estimate
-from harness.output.results import Row
+from harness.base.rows import Row
+from harness.base.stats import median_estimate
 from impls.contract import supports_prefix_caching
 
-CHAIN = 32  # blocks per admission
-SAMPLES = 200  # timed admissions per figure
+CHAIN = 32
+SAMPLES = 200
 SOURCE = "perf_counter_ns"
 BLOCK_SIZE = 16
 MAX_SEQS = 4
@@ -76,20 +52,19 @@ def _timed_admissions(mgr, chains: Callable[[int], np.ndarray], expect_hits: int
 
 
 def _pool(samples: int) -> int:
-    """One pool size for every measure (the hash table's size, and so its cache footprint, must not differ
-    between them): room for ``samples`` new chains without eviction, plus two."""
+    """One pool size for every measure (the hash table's size, and so its cache footprint, must not differ between
+    them): room for ``samples`` new chains without eviction, plus two."""
     return (samples + 2) * CHAIN
 
 
 def _hit(cls: type, samples: int) -> list[float]:
     mgr = _new(cls, _pool(samples))
     chain = _chain(1)
-    mgr.allocate_cached(0, CHAIN * BLOCK_SIZE, chain)  # row 0 keeps the chain cached and in use
+    mgr.allocate_cached(0, CHAIN * BLOCK_SIZE, chain)
     return _timed_admissions(mgr, lambda i: chain, CHAIN, samples)
 
 
 def _miss_insert(cls: type, samples: int) -> list[float]:
-    # enough never-cached blocks that no admission evicts: each freed chain stays cached, the next one is new
     mgr = _new(cls, _pool(samples))
     return _timed_admissions(mgr, lambda i: _chain(1 + i * CHAIN), 0, samples)
 
@@ -149,7 +124,7 @@ def cache_ops_rows(cls: type, impl: str, scenario: str, samples: int = SAMPLES) 
     """The study's rows for one caching implementation (``impl`` its registry name)."""
     if not supports_prefix_caching(cls):
         raise CacheOpsError(f"{impl} does not implement prefix caching")
-    cls_warm = _new(cls, 2 * CHAIN)  # first calls (compile or cache load) outside every timed region
+    cls_warm = _new(cls, 2 * CHAIN)
     cls_warm.allocate_cached(0, CHAIN * BLOCK_SIZE, _chain(1))
     cls_warm.free(0)
     rows, medians = [], {}

@@ -1,32 +1,4 @@
-"""Hashing time on its own: what prefix caching costs before the block manager sees a hash.
-
-Real engines hash token ids, one full block at a time, chaining each block's hash to its parent's. The
-block-manager replays take the trace's ready-made 64-bit hashes (:class:`impls.contract.CachingBlockManager`),
-so hashing is measured here instead, with each engine's algorithm re-implemented from its documentation and
-source description using the same library calls:
-
-- ``vllm-sha256`` (vLLM 0.33 default, ``prefix_caching_hash_algo="sha256"``): ``hashlib.sha256`` over
-  ``pickle.dumps((parent_hash, tuple(block_token_ids), extra_keys), protocol=HIGHEST_PROTOCOL)``; the first
-  block's parent is ``NONE_HASH``, itself the hash of a seed string; digests are 32 bytes.
-- ``vllm-sha256_cbor``: the same tuple serialised with ``cbor2.dumps(..., canonical=True)`` (needs ``cbor2``).
-- ``vllm-xxhash``: the pickled tuple hashed with ``xxhash.xxh3_128_digest`` (needs ``xxhash``).
-- ``python-hash``: Python's builtin ``hash`` of the tuple, vLLM's default before it moved to SHA-256 (not an
-  option in 0.33; shown as the floor of a tuple hash in Python).
-- ``nano-vllm-xxh64`` (nano-vllm, always on): ``xxhash.xxh64`` updated with the parent hash as 8 little-endian
-  bytes (none for the first block) and the block's token ids as a NumPy array's bytes; ``intdigest()``.
-
-An algorithm whose library is not installed is reported as unavailable, never timed with a substitute
-(``pip install -e '.[hashing]'`` adds ``xxhash`` and ``cbor2``).
-
-Timing: ``perf_counter_ns`` around a loop that hashes :data:`CHAIN` blocks of 16 distinct token ids each,
-chained as a request's blocks are; the algorithms interleaved over :data:`RUNS` loops; the figure is the median
-loop over ``CHAIN`` (ns per block hashed), its spread the lowest and highest loop. Per sequence-step: that
-figure times the hashes a trace makes the engine compute per sequence-step (:func:`hashes_per_seq_step`).
-
-Rows (:func:`hashing_rows`, :class:`harness.output.results.Row`): impl = the algorithm's name above, regime
-``hash``; metrics ``hash_ns_per_block`` and ``hash_ns_per_seq_step`` (interval: lowest and highest run).
-``python -m harness.studies.hashing [scenario]`` prints them.
-"""
+"""Hashing time alone: what prefix caching costs before the manager sees a hash. Design: docs/measurement.md#hashing."""
 
 from __future__ import annotations
 
@@ -39,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.output.results import Row
+from harness.base.rows import Row
+from scenarios import PAPER
 from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, APPEND, FORK, Trace
 
 BLOCK = 16
@@ -139,7 +112,7 @@ def measure(chain: int = CHAIN, runs: int = RUNS) -> dict[str, dict]:
         except ImportError as exc:
             out[h.name] = {"unavailable": f"{exc.name or exc} not installed (pip install -e '.[hashing]')"}
     for name, (first, fn) in ready.items():
-        _time_chain(first, fn, blocks[:100])  # warm-up: imports, caches
+        _time_chain(first, fn, blocks[:100])
         out[name] = {"ns": []}
     names = list(ready)
     for r in range(runs):
@@ -150,9 +123,8 @@ def measure(chain: int = CHAIN, runs: int = RUNS) -> dict[str, dict]:
 
 
 def hashes_per_seq_step(trace: Trace) -> float:
-    """Block hashes an engine with prefix caching computes per sequence-step of ``trace``: every full block of
-    every admitted prompt (a forked child is a request with its parent's tokens) and every block a decode
-    append fills."""
+    """Block hashes an engine with prefix caching computes per sequence-step of ``trace``: every full block of every
+    admitted prompt (a forked child is a request with its parent's tokens) and every block a decode append fills."""
     bs = trace.config["block_size"]
     lens, op = trace.op_lengths(), trace.op
     admitted = (op == ALLOCATE) | (op == ALLOCATE_CACHED) | (op == FORK)
@@ -161,8 +133,7 @@ def hashes_per_seq_step(trace: Trace) -> float:
 
 
 def hashing_rows(trace: Trace, scenario: str, chain: int = CHAIN, runs: int = RUNS) -> list[Row]:
-    """Rows per algorithm: ``hash_ns_per_block`` (median, with the lowest and highest run as its interval) and
-    ``hash_ns_per_seq_step`` (that times :func:`hashes_per_seq_step`); unavailable algorithms as such."""
+    """Rows per algorithm (unavailable ones as such)."""
     per_step = hashes_per_seq_step(trace)
     rows = []
     for h in HASHERS:
@@ -203,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     from scenarios import generate
 
     args = sys.argv[1:] if argv is None else argv
-    scenario = args[0] if args else "paper"
+    scenario = args[0] if args else PAPER
     for row in hashing_rows(generate(scenario), scenario):
         value = "unavailable" if row.status != "ok" else f"{row.value:,.1f} ns [{row.ci_low:,.1f}, {row.ci_high:,.1f}]"
         print(f"{row.impl:18} {row.metric:22} {value}  ({row.how})")

@@ -1,27 +1,4 @@
-"""Block-id width, measured: the batched slot lookup over flat tables of uint16, int32 and int64 ids.
-
-The article's rule 2 stores block ids as uint16 (a 32-block table is one 64-byte cache line). This module
-measures what the width does to the lookup the attention kernel needs (newest token of each running
-sequence -> physical slot, ``slot = (block << shift) | (pos & mask)``, the arithmetic of
-:func:`impls.designs.flat.lookup` without its per-sequence liveness check) and to the table's size.
-
-States. ``paper``: the flat design's table after replaying the first steps of the ``paper`` trace (256
-sequences, 256 blocks per row), copied into each dtype. ``large``: the same rows tiled to many more
-sequences (default 32,768), so that the lines a lookup pass touches (one per sequence) no longer fit L1 or L2
-and rows of wider ids spread over more pages. Only the ids are tiled: lookups read, so sharing between tiled
-rows is harmless, and every id stays below 65,536, valid for all three dtypes.
-
-Timing. One compiled loop repeats the lookup pass ``reps`` times; ``perf_counter_ns`` around the call, reps
-chosen so one call lasts about :data:`TARGET_NS`; the three dtypes interleaved over :data:`RUNS` calls; the
-figure is the median call / (reps x sequences). The first call of each dtype (Numba compile or cache load)
-is timed apart (``idwidth_compile_s``). Every dtype's slots are checked against the design's own ``lookup``
-before anything is timed.
-
-Rows (:class:`harness.output.results.Row`): scenario ``paper``, impl ``flat``, regime ``<dtype>/<state>`` (e.g.
-``uint16/paper``, ``int64/large``); metrics ``idwidth_lookup_ns`` (per lookup), ``table_bytes_per_seq``
-(itemsize x max_blocks_per_seq), ``idwidth_table_bytes`` (the whole table) and, on the ``paper`` state rows,
-``idwidth_compile_s`` (the first call of each dtype).
-"""
+"""Block-id width: the batched slot lookup over uint16, int32 and int64 tables. Design: docs/measurement.md#idwidth."""
 
 from __future__ import annotations
 
@@ -31,11 +8,13 @@ import time
 import numpy as np
 from numba import njit
 
-from harness.measure.drivers import Prepared, step_runner
-from harness.measure.replay import apply_pool_op
-from harness.output.results import Row
+from harness.base.drivers import Prepared, step_runner
+from harness.base.replay import apply_pool_op
+from harness.base.rows import Row
 from impls.designs.flat import FlatBlockManager
-from scenarios import Trace, generate
+from scenarios import PAPER, Trace, generate
+
+IMPL = "flat"  # the design whose table is stored at each id width
 
 DTYPES = (np.uint16, np.int32, np.int64)
 STEPS = 200
@@ -61,15 +40,13 @@ def _lookup_loop(table, lens, seq_ids, shift, reps, slot_out):
 
 
 def paper_state(trace: Trace | None = None, steps: int = STEPS) -> tuple[FlatBlockManager, np.ndarray]:
-    """The flat manager after ``steps`` steps of ``trace`` (default: the ``paper`` scenario) and the row ids
-    of the next decode step, in decode order."""
+    """The flat manager after ``steps`` steps of ``trace`` and the row ids of the next decode step."""
     if trace is None:
-        trace = generate("paper", steps=steps + 1)
+        trace = generate(PAPER, steps=steps + 1)
     steps = min(steps, trace.num_steps - 1)
     prep = Prepared.from_trace(trace)
     mgr = FlatBlockManager(**trace.config)
     step_runner(prep, mgr, "batched")(0, steps)
-    # the next step's pool operations decide which rows decode in it: apply them too
     first, mid, _ = prep.bounds[steps]
     for i in range(first, mid):
         apply_pool_op(mgr, prep.op[i], prep.a0[i], prep.a1[i])
@@ -98,10 +75,7 @@ def _time_call(table: np.ndarray, lens: np.ndarray, ids: np.ndarray, shift: int,
 
 def measure(trace: Trace | None = None, steps: int = STEPS, large_seqs: int = LARGE_SEQS, runs: int = RUNS,
             target_ns: int = TARGET_NS) -> dict[str, dict]:
-    """Raw measurements per ``<dtype>/<state>``: ns per lookup of every run, reps, sizes, compile seconds.
-
-    ``large_seqs=0`` measures the paper state only.
-    """
+    """Raw measurements per ``<dtype>/<state>``: ns per lookup of every run, reps, sizes, compile seconds."""
     mgr, seq_ids = paper_state(trace, steps)
     if seq_ids.shape[0] == 0:
         raise ValueError(f"no sequence decodes at step {steps}: nothing to look up")
@@ -122,7 +96,6 @@ def measure(trace: Trace | None = None, steps: int = STEPS, large_seqs: int = LA
             table = base.astype(dtype)
             t0 = time.perf_counter()
             _lookup_loop(table, lens, ids, shift, 1, slots)
-            # only a dtype's first call compiles (or loads from cache); later states reuse it
             compile_s = time.perf_counter() - t0 if state == "paper" else None
             want = expected if num_seqs is None else expected[np.arange(num_seqs) % expected.shape[0]]
             if not np.array_equal(slots, want):
@@ -132,7 +105,7 @@ def measure(trace: Trace | None = None, steps: int = STEPS, large_seqs: int = LA
             cases[name] = {"table": table, "reps": reps, "ns": [], "compile_s": compile_s, "steps": steps,
                            "seqs": int(ids.shape[0]), "max_blocks_per_seq": int(table.shape[1]),
                            "itemsize": int(table.itemsize), "table_bytes": int(table.nbytes)}
-        for _ in range(runs):  # dtypes interleaved so that drift hits all alike
+        for _ in range(runs):
             for case in cases.values():
                 ns = _time_call(case["table"], lens, ids, shift, case["reps"], slots)
                 case["ns"].append(ns / (case["reps"] * case["seqs"]))
@@ -142,9 +115,9 @@ def measure(trace: Trace | None = None, steps: int = STEPS, large_seqs: int = LA
     return out
 
 
-def idwidth_rows(trace: Trace | None = None, scenario: str = "paper", steps: int = STEPS,
+def idwidth_rows(trace: Trace | None = None, scenario: str = PAPER, steps: int = STEPS,
                  large_seqs: int = LARGE_SEQS, runs: int = RUNS) -> list[Row]:
-    """The block-id width figures as rows (see the module docstring); about two seconds."""
+    """The block-id width figures as rows."""
     rows = []
     for regime, case in measure(trace, steps, large_seqs, runs).items():
         state = (f"{case['seqs']} sequences x {case['max_blocks_per_seq']} blocks"
@@ -153,14 +126,14 @@ def idwidth_rows(trace: Trace | None = None, scenario: str = "paper", steps: int
         how = (f"compiled batched lookup (newest token -> slot) over a {regime.split('/')[0]} flat table of {state}; "
                f"{case['reps']} passes per call, median of {len(case['ns'])} calls")
         rows += [
-            Row(scenario, "flat", regime, "idwidth_lookup_ns", statistics.median(case["ns"]), "ns", SOURCE,
+            Row(scenario, IMPL, regime, "idwidth_lookup_ns", statistics.median(case["ns"]), "ns", SOURCE,
                 how=how + "; per lookup", reps=len(case["ns"]), seqs=case["seqs"]),
-            Row(scenario, "flat", regime, "table_bytes_per_seq", case["itemsize"] * case["max_blocks_per_seq"], "B",
+            Row(scenario, IMPL, regime, "table_bytes_per_seq", case["itemsize"] * case["max_blocks_per_seq"], "B",
                 "dtype itemsize", how=f"{case['itemsize']} B x {case['max_blocks_per_seq']} blocks per row"),
-            Row(scenario, "flat", regime, "idwidth_table_bytes", case["table_bytes"], "B", "dtype itemsize",
+            Row(scenario, IMPL, regime, "idwidth_table_bytes", case["table_bytes"], "B", "dtype itemsize",
                 how=f"whole table: {state}", seqs=case["seqs"]),
         ]
         if case["compile_s"] is not None:
-            rows.append(Row(scenario, "flat", regime, "idwidth_compile_s", case["compile_s"], "s", "wall clock",
+            rows.append(Row(scenario, IMPL, regime, "idwidth_compile_s", case["compile_s"], "s", "wall clock",
                             how="first call of the lookup loop for this dtype (Numba compile or cache load)"))
     return rows

@@ -1,26 +1,4 @@
-"""Memory as a measured figure: each implementation's tables and metadata at the trace's peak.
-
-A design's ``memory_bytes()`` states what its constructor allocates (it refuses configurations the machine
-cannot hold); this study measures what the design holds once the trace has filled it. For each implementation
-among the scenario's cells, a fresh manager replays the trace from Python (pool operations per call, then one
-``decode_step`` per step) up to the step after which the most blocks are in use (found once per trace on C's
-``flat``, or ``flat-pc`` for prefix-caching traces: every conforming design has the same free count after every
-step), and what it holds there is measured:
-
-- ``nbytes``: designs whose whole state is NumPy arrays (``flat``, ``flat-rows``, ``flat-pc``): the sum of
-  their arrays' ``nbytes``, exact (they allocate nothing after construction);
-- ``memray``: every other design (Python objects, Numba typed containers and runtime arrays, C++ containers
-  behind the per-call bindings): the bytes of the allocations made from construction to the peak and still
-  live there, recorded by memray with Python's own allocators traced (so object sizes, not arenas), keeping
-  those whose Python stack passes through the implementation's code (``impls/``, or a plug-in's own folder;
-  the harness's buffers are left out). The same steps replay first, untracked, on a manager of their own, so
-  that what they compile (Numba) or cache on first use is in place before the tracked replay.
-
-Rows (impl and regime of the implementation's cell, batched where it has one): ``memory_bytes`` (B, ``source``
-``nbytes`` or ``memray``, ``steps`` the steps replayed, ``seqs`` its table rows) and ``memory_stated_bytes``
-(``memory_bytes()``, the constructor's own statement). A replay that disagrees with the trace or raises gives
-a ``failed`` row.
-"""
+"""Memory, measured: each design's tables and metadata at the trace's peak. Design: docs/measurement.md#memory."""
 
 from __future__ import annotations
 
@@ -34,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.base.failures import blamed_on
+from harness.base.replay import ReplayError, answered, answered_shown, apply_pool_op, check_step_hits, hash_args
+from harness.base.rows import Row
 from harness.errors import DesignFailure
-from harness.measure.failures import blamed_on
-from harness.measure.replay import ReplayError, answered, answered_shown, apply_pool_op, check_step_hits, hash_args
-from harness.output.results import Row
 from scenarios.trace import Trace, trace_uses_caching
 
 IMPLS_DIR = Path(inspect.getfile(Row)).resolve().parents[2] / "impls"
@@ -67,11 +45,12 @@ class Replayer:
 
 
 def peak_step(trace: Trace) -> int:
-    """How many steps to replay to stand at the trace's peak: the first step after which the most blocks are
-    in use (replayed on ``flat``, or ``flat-pc`` for a prefix-caching trace)."""
+    """How many steps to replay to stand at the trace's peak: the first step after which the most blocks are in use
+    (replayed on ``flat``, or ``flat-pc`` for a prefix-caching trace)."""
     from impls import REGISTRY
+    from impls.registry import CACHING_RATIO_BASE, RATIO_BASE
 
-    mgr = REGISTRY["flat-pc" if trace_uses_caching(trace) else "flat"](**trace.config)
+    mgr = REGISTRY[CACHING_RATIO_BASE if trace_uses_caching(trace) else RATIO_BASE](**trace.config)
     replayer, lowest, at = Replayer(trace), mgr.num_blocks + 1, 0
     for step in range(trace.num_steps):
         replayer.advance(mgr, step, step + 1)
@@ -91,7 +70,7 @@ def array_state(mgr) -> list[np.ndarray] | None:
 def code_roots(cls: type) -> tuple[str, ...]:
     """Folders whose code counts as the implementation's: ``impls/`` and, for a plug-in, its own folder."""
     roots = {str(IMPLS_DIR) + os.sep}
-    with contextlib.suppress(TypeError, OSError):  # a class without a source file: impls/ alone
+    with contextlib.suppress(TypeError, OSError):
         roots.add(str(Path(inspect.getfile(cls)).resolve().parent) + os.sep)
     return tuple(sorted(roots))
 
@@ -104,7 +83,7 @@ def live_bytes(build, roots: Iterable[str]) -> tuple[object, int]:
     roots = tuple(roots)
     fd, path = tempfile.mkstemp(suffix=".memray")
     os.close(fd)
-    os.unlink(path)  # memray refuses to overwrite
+    os.unlink(path)
     gc.collect()
     try:
         with memray.Tracker(path, trace_python_allocators=True, native_traces=False, follow_fork=False):
@@ -127,9 +106,7 @@ def measure_one(cls: type, trace: Trace, steps: int) -> tuple[int, str, int]:
         replayer.advance(mgr, 0, steps)
         return mgr
 
-    # The same steps untracked first, on a manager of their own: whatever the replay compiles (Numba) or caches
-    # on its way is then in place, and none of it counts as the design's state. (Still counted: Numba's dispatch
-    # caches that grow on the design's own call path, which make dict-jit's figure vary a little between runs.)
+    # The same steps untracked first: what the replay compiles or caches on its way is not the design's state.
     warm = cls(**trace.config)
     replayer.advance(warm, 0, steps)
     arrays = array_state(warm) is not None
@@ -142,8 +119,7 @@ def measure_one(cls: type, trace: Trace, steps: int) -> tuple[int, str, int]:
 
 
 def stated_bytes(mgr) -> int | None:
-    """What ``mgr.memory_bytes()`` states (None: the design has no such method); :class:`ReplayError` when it
-    answers anything but a byte count (an int, zero or more)."""
+    """What ``mgr.memory_bytes()`` states (None: no such method); :class:`ReplayError` unless an int >= 0."""
     method = getattr(type(mgr), "memory_bytes", None)
     if method is None:
         return None
@@ -164,8 +140,7 @@ def _regimes(cells: list[tuple[str, str]]) -> dict[str, str]:
 
 def memory_rows(scenario: str, trace: Trace, cells: list[tuple[str, str]], classes: dict[str, type],
                 enter: Callable[[tuple[str, str] | None], None] = lambda cell: None) -> list[Row]:
-    """``memory_bytes`` and ``memory_stated_bytes`` rows for each implementation among ``cells`` (``enter`` is told
-    whose code runs next, as a worker reports it); a design that fails gets a failed row."""
+    """Memory rows for each implementation among ``cells``; a design that fails gets a failed row."""
     steps = peak_step(trace)
     peak = trace.header["peak_blocks_in_use"]
     where = f"after step {steps} of {trace.num_steps}, the trace's peak ({peak:,} blocks in use)"

@@ -1,16 +1,10 @@
-"""What the scale sweeps sweep, as rows: each scenario's configuration, read from its trace.
-
-The growth figures (:mod:`harness.output.growth`) put every figure of a sweep's scenarios against the size
-that family sweeps (:data:`FAMILY_AXES`); reports read only results files, so that size is a row of its own,
-impl and regime ``-``, written for every scenario beside its trace counts.
-"""
+"""What the scale sweeps sweep, as rows: each scenario's configuration, read from its trace."""
 
 from __future__ import annotations
 
-from harness.output.results import Row
+from harness.base.rows import Row
 from scenarios.trace import Trace
 
-# metric -> (unit, what it is)
 CONFIG = {
     "trace_max_tokens": ("tokens", "the most tokens a sequence may hold (max_blocks_per_seq x block_size)"),
     "trace_num_blocks": ("blocks", "blocks in the pool"),
@@ -18,7 +12,6 @@ CONFIG = {
     "trace_peak_blocks": ("blocks", "the most blocks in use after any step"),
 }
 CONFIG_METRICS = tuple(CONFIG)
-# Each scale-sweep family (keys of harness.measure.matrix.SWEEPS) -> the row holding the size it sweeps.
 FAMILY_AXES = {"context": "trace_max_tokens", "pool": "trace_num_blocks", "concurrency": "trace_running"}
 
 

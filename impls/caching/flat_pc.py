@@ -1,37 +1,4 @@
-"""``flat-pc``: the flat design (:mod:`impls.designs.flat`) with prefix caching, still Numba kernels over preallocated
-arrays and still allocating nothing per step.
-
-The state is flat's two arrays, ``ints`` grown by a cache extension, plus one ``uint64`` array:
-
-- ``table`` and ``ints[:flat size]`` exactly as :mod:`impls.designs.flat` lays them out (so flat's read-only and fork
-  kernels run on them unchanged, and flat's allocate, append and free over this design's pool), the free-block
-  stack holding only *never-cached* free blocks;
-- ``ints[ext:]``: a header (:data:`FIELDS`: evictable count, LRU head and tail, cached count, log2 of the hash
-  table's capacity, log2 of the scratch set's, the scratch stamp, the detail of the last failure), the hash
-  table's values (block id per slot), the intrusive LRU of evictable blocks (int32 ``prev`` and ``next`` per
-  block, -1 = none; head = least recently freed, evicted first) and the scratch set's stamps;
-- ``keys`` (uint64): the hash table's keys (``2**cap_bits >= 2 * num_blocks`` slots, 0 = empty: the contract
-  reserves hash 0), the hash each block carries (0 = none), the scratch set's keys and, last, the number of
-  evictions so far (a statistic).
-
-The hash table is open addressing with linear probing and backward-shift deletion (no tombstones, so probe
-chains never lengthen with churn); slots come from Fibonacci hashing of the key (multiply by 2**64 / phi, keep
-the top ``cap_bits`` bits), which spreads small or sequential hashes too. At most ``num_blocks`` blocks carry a
-hash, so the load factor is at most 1/2 and every probe loop meets an empty slot. The scratch set (capacity
-``>= 2 * max_blocks_per_seq``, stamped per call instead of cleared) rejects a chain that holds a hash twice
-without allocating.
-
-Memory per cached block (what caching adds to flat, per block of the pool): 2 to 4 hash-table slots of 12 B
-(8 B key, 4 B value; 2 when ``num_blocks`` is a power of two), 8 B for the block's hash and 8 B for its LRU
-links: 40 B, at most 64 B.
-
-Every kernel checks its arguments in the contract's order and returns a status code; a failed call changes no
-observable state (capacity is checked before anything is taken). Compiled code stays inside its arrays by
-construction: sequence ids are range-checked, block ids only ever come from the stack, the table, the LRU or
-the hash table's values (all filled with ids below ``num_blocks``), hash-table and scratch indices are masked
-by their capacity, chains are read below their length, and a block is taken only after a capacity check has
-shown that the stack or the LRU holds one.
-"""
+"""``flat-pc``: ``flat`` with prefix caching, still Numba kernels over preallocated arrays."""
 
 from __future__ import annotations
 
@@ -56,20 +23,17 @@ from impls.core.validation import chain_problem, chain_shape_arg, hash_arg, look
 from impls.designs import flat
 from impls.designs.flat import BLOCK_SHIFT, HEADER, LEN, MARK, NUM_BLOCKS, ROW, SHARED, TOP, FlatBlockManager, offsets
 
-# The extension's header, at ``ext`` = flat's size of ``ints``.
 EVICT, HEAD, TAIL, CACHED, CAP_BITS, SCR_BITS, SCR_STAMP, DETAIL = range(8)
 FIELDS = 8
 NIL = -1
 SCR_STAMP_LIMIT = 2**31 - 2
 
 _u = np.uint64  # unsigned indices, as in flat: no wrap-around fix-up per index
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / phi, odd
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _ZERO = np.uint64(0)
 _ONE = np.uint64(1)
 _HASH_SIGN = 2**63
 
-# flat's kernels, inlined (same source, so the same rules): fork, lookup and last_slot read or write nothing
-# the cache owns, and flat's one-pass step is exact whenever the stack alone covers the step (no eviction).
 _flat_fork = njit(inline="always")(flat.fork.py_func)
 _flat_lookup = njit(inline="always")(flat.lookup.py_func)
 _flat_last_slot = njit(inline="always")(flat.last_slot.py_func)
@@ -85,7 +49,6 @@ def layout(max_seqs: int, num_blocks: int, max_blocks_per_seq: int) -> tuple[int
     return ext, cap_bits, scr_bits, ext + FIELDS + cap + 2 * num_blocks + scr, cap + num_blocks + scr + 1
 
 
-# -- helpers (inlined: see flat's note on array arguments) ---------------------------------------------------
 @njit(cache=True, inline="always")
 def _ext(table, ints):
     """Where the cache extension starts in ``ints`` (flat's size, from the same formula as flat.offsets)."""
@@ -136,8 +99,7 @@ def _insert(ints, keys, ext, h, block):
 
 @njit(cache=True, inline="always")
 def _delete(ints, keys, ext, i):
-    """Empty slot ``i`` by backward shift: each later entry of the probe run whose home is not cyclically in
-    ``(i, j]`` moves into the hole, so no lookup ever needs a tombstone."""
+    """Empty slot ``i`` by backward shift, so no lookup ever needs a tombstone."""
     bits = ints[ext + CAP_BITS]
     mask = (np.int64(1) << bits) - 1
     vals = ext + FIELDS
@@ -170,7 +132,6 @@ def _lru_push(ints, ext, prev, nxt, block):
 
 @njit(cache=True, inline="always")
 def _lru_unlink(ints, ext, prev, nxt, block):
-    """Take ``block`` (evictable) out of the LRU."""
     p, n = ints[_u(prev + block)], ints[_u(nxt + block)]
     if p < 0:
         ints[ext + HEAD] = n
@@ -185,8 +146,7 @@ def _lru_unlink(ints, ext, prev, nxt, block):
 
 @njit(cache=True, inline="always")
 def _take(ints, keys, ext, refs, stack):
-    """A fresh block with ref count 1: a never-cached one from the stack, else the least recently freed
-    evictable block, evicted (its hash dropped). Callers have checked ``TOP + EVICT`` covers every take."""
+    """A fresh block (ref 1): a never-cached one from the stack, else the least recently freed one, evicted."""
     top = ints[TOP]
     if top > 0:
         top -= 1
@@ -213,14 +173,13 @@ def _free_count(ints, ext):
 
 @njit(cache=True, inline="always")
 def _take_row(table, ints, keys, ext, refs, stack, seq, need):
-    """Row ``seq``'s first ``need`` blocks, each take in turn (any may evict)."""
     for j in range(need):
         table[_u(seq), _u(j)] = _take(ints, keys, ext, refs, stack)
+    return OK
 
 
 @njit(cache=True, inline="always")
 def _pool_context(ints, ext):
-    """The hash table's capacity and where the LRU's links start."""
     cap = np.int64(1) << ints[ext + CAP_BITS]
     prev = ext + FIELDS + cap
     return cap, prev, prev + ints[NUM_BLOCKS]
@@ -239,10 +198,9 @@ def _give_back(ints, keys, ext, context, stack, top, block):
 
 @njit(cache=True, inline="always")
 def _short_by(ints, ext, need):
-    ints[ext + DETAIL] = need  # the wrapper's message reads it
+    ints[ext + DETAIL] = need
 
 
-# flat's allocate, append and free made over this pool (see flat's note on the pool).
 _POOL = {"_extension": _ext, "_free_count": _free_count, "_take": _take, "_take_row": _take_row,
          "_pool_context": _pool_context, "_give_back": _give_back, "_short_by": _short_by}
 _flat_allocate = njit(inline="always")(specialise(flat._allocate_row.py_func, "flat_pc", **_POOL))
@@ -250,7 +208,6 @@ _flat_append = njit(inline="always")(specialise(flat._append_token.py_func, "fla
 _flat_free = njit(inline="always")(specialise(flat._release_row.py_func, "flat_pc", **_POOL))
 
 
-# -- the contract's kernels ----------------------------------------------------------------------------------
 @njit(cache=True)
 def can_allocate(table, ints, keys, n):
     if n < 0:
@@ -291,12 +248,12 @@ def lookup(table, ints, keys, seq_ids, slot_out):
 @njit(cache=True)
 def decode_step(table, ints, keys, seq_ids, cow_out, slot_out):
     n = seq_ids.shape[0]
-    if n <= ints[TOP]:  # the stack alone covers the step: nothing is evicted, flat's one-pass step is exact
+    if n <= ints[TOP]:
         return _flat_step(table, ints, seq_ids, cow_out, slot_out)
     if slot_out.shape[0] < n or cow_out.shape[0] < n:
         return E_BUFFER, n
     ext = _ext(table, ints)
-    rc, need = flat._reserve(table, ints, seq_ids)  # validates every id (marks only), then the need vs the stack
+    rc, need = flat._reserve(table, ints, seq_ids)
     if rc == E_NO_BLOCKS:
         if need > _free_count(ints, ext):
             return E_NO_BLOCKS, need
@@ -307,8 +264,7 @@ def decode_step(table, ints, keys, seq_ids, cow_out, slot_out):
 
 @njit(cache=True, inline="always")
 def _tight_appends(table, ints, keys, ext, seq_ids, cow_out, slot_out):
-    """The appends of a validated step whose need the stack and the LRU cover (takes may evict): nothing can
-    fail here, so nothing is saved for a rollback."""
+    """The appends of a validated step whose need the stack and the LRU cover: nothing can fail here."""
     sh = ints[BLOCK_SHIFT]
     mask = (1 << sh) - 1
     refs = HEADER + ROW * table.shape[0]
@@ -354,8 +310,7 @@ def _next_scratch_stamp(ints, ext):
 
 @njit(cache=True, inline="always")
 def _seen_before(ints, keys, ext, stamp, h):
-    """Add ``h`` to the call's scratch set; True if it was there (the chain holds it twice). The chain has at
-    most max_blocks_per_seq entries and the set twice as many slots: the probe meets a free slot."""
+    """Add ``h`` to the call's scratch set; True if it was there (the chain holds it twice)."""
     nb = np.int64(ints[NUM_BLOCKS])
     cap = np.int64(1) << ints[ext + CAP_BITS]
     bits = ints[ext + SCR_BITS]
@@ -374,9 +329,7 @@ def _seen_before(ints, keys, ext, stamp, h):
 
 @njit(cache=True, inline="always")
 def _check_chain(table, ints, keys, ext, seq, chain, write):
-    """Every entry non-zero and distinct (``E_HASH``, the entry's index in DETAIL), and the cached prefix:
-    returns ``(code, hits, evictable hits)``. With ``write`` (an inactive row, whose entries nothing reads) the
-    hit blocks go to the row's table as found, so that admission need not look them up again."""
+    """Check a chain's entries (non-zero, distinct) and find its cached prefix: ``(code, hits, evictable hits)``."""
     stamp = _next_scratch_stamp(ints, ext)
     refs = HEADER + ROW * table.shape[0]
     vals = ext + FIELDS
@@ -408,7 +361,7 @@ def allocate_cached(table, ints, keys, seq, num_tokens, chain):
     if rc != OK:
         return rc
     full = num_tokens >> sh
-    if chain.shape[0] != full:  # (the wrapper checked it; the replay calls here directly) so full <= columns
+    if chain.shape[0] != full:
         ints[ext + DETAIL] = -1
         return E_HASH
     rec = HEADER + ROW * seq
@@ -425,7 +378,7 @@ def allocate_cached(table, ints, keys, seq, num_tokens, chain):
     _admit(table, ints, keys, ext, seq, chain, hits, blocks)
     ints[_u(rec + LEN)] = num_tokens
     mark = ints[_u(rec + MARK)] & ~SHARED
-    ints[_u(rec + MARK)] = mark | SHARED if hits == blocks and hits > 0 else mark  # a hit last block may be shared
+    ints[_u(rec + MARK)] = mark | SHARED if hits == blocks and hits > 0 else mark
     return np.int64(hits) << sh
 
 
@@ -449,8 +402,7 @@ def _admit(table, ints, keys, ext, seq, chain, hits, blocks):
 
 @njit(cache=True)
 def seal(table, ints, keys, seq, block_hash):
-    """Give the row's full last block the hash ``block_hash`` (any 64-bit integer type; its bits are the
-    hash). Returns 1 when cached, 0 when another block carries the hash, or a code (<0)."""
+    """Give the row's full last block the hash ``block_hash`` (any 64-bit integer type; its bits are the hash)."""
     h = np.uint64(block_hash)
     if _u(seq) >= _u(table.shape[0]):
         return E_SEQ_RANGE
@@ -474,9 +426,7 @@ KERNELS = CachingKernels(can_allocate, allocate, append, fork, free, decode_step
 
 
 class FlatPcBlockManager(FlatBlockManager):
-    """``flat`` with prefix caching (``"flat-pc"``): open-addressing uint64 hash table and intrusive LRU in
-    preallocated arrays, Numba kernels, no allocation per step. Memory per cached block: 40 B to 64 B (see the
-    module docstring and :meth:`memory_bytes`)."""
+    """``flat`` with prefix caching (``"flat-pc"``): open-addressing hash table and intrusive LRU in arrays."""
 
     prefix_caching = True
     kernels = KERNELS
@@ -487,7 +437,7 @@ class FlatPcBlockManager(FlatBlockManager):
         s, n = self.max_seqs, self.num_blocks
         ext, cap_bits, scr_bits, size, key_size = layout(s, n, self.max_blocks_per_seq)
         ints = np.zeros(size, dtype=np.int32)
-        ints[:ext] = self.ints  # flat's state as its constructor left it
+        ints[:ext] = self.ints
         ints[ext + HEAD] = ints[ext + TAIL] = NIL
         ints[ext + CAP_BITS], ints[ext + SCR_BITS] = cap_bits, scr_bits
         records, refs, stack, _, _ = offsets(s, n)
@@ -498,9 +448,6 @@ class FlatPcBlockManager(FlatBlockManager):
         self.state = (self.table, self.ints, self.keys)
 
     def memory_bytes(self) -> int:
-        """flat's bytes (see :meth:`FlatBlockManager.memory_bytes`) plus the cache: per hash-table slot 12 B
-        (``2**cap_bits >= 2 * num_blocks`` slots), per block 16 B (its hash, its LRU links), the scratch set
-        (12 B per slot, ``>= 2 * max_blocks_per_seq`` slots) and 40 B of counters."""
         _, _, _, size, key_size = layout(self.max_seqs, self.num_blocks, self.max_blocks_per_seq)
         return super().memory_bytes() + 4 * (size - offsets(self.max_seqs, self.num_blocks)[-1]) + 8 * key_size
 
@@ -509,7 +456,6 @@ class FlatPcBlockManager(FlatBlockManager):
         return int(self.ints[TOP]) + int(self.ints[self._ext + EVICT])
 
     def num_cached_blocks(self) -> int:
-        """Blocks that carry a hash (in use or evictable)."""
         return int(self.ints[self._ext + CACHED])
 
     @property
@@ -517,19 +463,17 @@ class FlatPcBlockManager(FlatBlockManager):
         """Blocks evicted so far (a statistic, as ``ReferenceModel.evictions``)."""
         return int(self.keys[-1])
 
-    # -- introspection (tests and checks; not on any hot path) -----------------------------------------------
     def home_slot(self, block_hash: int) -> int:
         """The hash table slot where ``block_hash``'s probe starts."""
         bits = int(self.ints[self._ext + CAP_BITS])
-        return (int(block_hash) * int(_GOLDEN) % 2**64) >> (64 - bits)  # _home, in Python ints
+        return (int(block_hash) * int(_GOLDEN) % 2**64) >> (64 - bits)
 
     def slot_keys(self) -> list[int]:
         """The hash table's slots in order: the hash each holds, 0 for an empty slot."""
         return [int(k) for k in self.keys[: self._cap]]
 
     def cache_state(self) -> dict:
-        """The cache's own state: ``table`` hash -> block, ``carried`` block -> hash, ``lru`` the evictable
-        blocks from least to most recently freed (``AssertionError`` if its links disagree)."""
+        """The cache's state: hash -> block, block -> hash, and the LRU from least to most recently freed."""
         ext, cap, n = self._ext, self._cap, self.num_blocks
         keys, ints = self.keys, self.ints
         table = {int(keys[i]): int(ints[ext + FIELDS + i]) for i in range(cap) if keys[i]}
@@ -548,9 +492,7 @@ class FlatPcBlockManager(FlatBlockManager):
         return {"table": table, "carried": carried, "lru": lru}
 
     def check_invariants(self) -> None:
-        """``flat``'s invariants, then the cache's: the hash table and the per-block hashes say the same; every
-        key is reachable from its home slot without crossing an empty slot (what backward-shift deletion
-        keeps); the LRU is exactly the cached blocks with ref count 0; the free count is the stack plus them."""
+        """``flat``'s invariants, then the cache's: table and hashes agree, probe runs unbroken, LRU = ref 0."""
         super().check_invariants()
         state = self.cache_state()
         if state["table"] != {h: b for b, h in state["carried"].items()}:
@@ -578,9 +520,7 @@ class FlatPcBlockManager(FlatBlockManager):
             raise AssertionError("the free stack is not exactly the never-cached blocks no row holds")
 
     def allocate_cached(self, seq_id: int, num_tokens: int, hashes: np.ndarray) -> int:
-        """Admit a request through the prefix cache; returns the prompt tokens served from the cache.
-        The chain's entries are checked in the kernel (no allocation); see
-        :class:`impls.contract.CachingBlockManager`."""
+        """Admit a request through the prefix cache; returns the prompt tokens served from the cache."""
         if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:
             seq_id = seq_arg(seq_id, self.max_seqs)
         if type(num_tokens) is not int or not 0 < num_tokens <= self.max_tokens:
@@ -593,25 +533,20 @@ class FlatPcBlockManager(FlatBlockManager):
         return rc
 
     def seal(self, seq_id: int, block_hash: int) -> bool:
-        """Give the sequence's full last block its hash; True when it is now cached, False when another block
-        carries that hash."""
+        """Give the sequence's full last block its hash; False when another block already carries it."""
         if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:
             seq_id = seq_arg(seq_id, self.max_seqs)
         h = block_hash
-        if type(h) is not int or not 0 < h < _HASH_SIGN:  # (the hot path: a Python int the kernel can take)
-            self._active(seq_id)  # the contract checks the row's state before the hash
+        if type(h) is not int or not 0 < h < _HASH_SIGN:
+            self._active(seq_id)
             h = hash_arg(block_hash, seq_id)
-            h = h - 2**64 if h >= _HASH_SIGN else h  # the kernel takes int64; its bits are the hash
+            h = h - 2**64 if h >= _HASH_SIGN else h
         rc = self.kernels.seal(*self.state, seq_id, h)
         if rc < 0:
             self._fail(rc, seq_id, why="block hash 0 is reserved")
         return rc == 1
 
-    # Read-only batched kernels take flat's two arrays: one array argument less to dispatch per call. (Per-call
-    # last_slot goes through the base class's entry point, which types no argument: cheaper than the dispatcher
-    # with one array fewer, and the dispatch floor's empty kernel stands in for it.)
     def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
-        """Write the newest token's slot of each sequence to ``slot_out`` (flat's kernel)."""
         seq_ids = lookup_args(seq_ids, slot_out, self.max_seqs)
         rc, detail = flat.lookup(self.table, self.ints, seq_ids, slot_out)
         if rc < 0:

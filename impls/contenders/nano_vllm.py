@@ -1,41 +1,4 @@
-"""Contender ``"nano-vllm"``: the BlockManager of nano-vllm as its scheduler drives it, re-written from its design.
-
-Follows, in nano-vllm at commit bb823b3 (GitHub ``GeeeekExplorer/nano-vllm``, 2026-04-26; nano-vllm is not
-published on PyPI):
-
-* ``nanovllm/engine/block_manager.py``: ``Block`` (one preallocated object per physical block with its ref
-  count, hash and token ids; ``reset`` on allocation) and ``BlockManager``: ``free_block_ids: deque[int]``
-  (initially ``0, 1, 2, ...``; ``_allocate_block`` pops the left end, checks the block's ref count and whether
-  its hash still names it in ``hash_to_block_id``, resets it and adds it to ``used_block_ids``; a freed id is
-  appended on the right, so ids are reused first in, first out), ``allocate``, ``deallocate`` (the table walked
-  backwards, ref counts lowered, the table cleared), ``can_append`` and ``may_append`` (a free block, then a new
-  block, when the sequence's newest token opens a block: ``len(seq) % block_size == 1``) and ``hash_blocks``
-  (called by the scheduler's ``postprocess`` for every scheduled sequence every step: it returns at once
-  unless the step's tokens filled a block);
-* ``nanovllm/engine/sequence.py``: ``Sequence``, which the block manager reads: ``len(seq)`` (``__len__``),
-  ``block_table``, ``num_cached_tokens``, ``num_scheduled_tokens``, and the ``num_blocks`` /
-  ``last_block_num_tokens`` properties;
-* ``nanovllm/engine/scheduler.py``: ``schedule``'s decode branch (``can_append``, ``num_scheduled_tokens = 1``,
-  ``is_prefill = False``, ``may_append`` for every running sequence every step) and ``postprocess``
-  (``hash_blocks``, then the step's tokens counted as cached and the sampled token appended);
-* ``nanovllm/engine/model_runner.py``: ``prepare_decode``'s slot, ``block_table[-1] * block_size +
-  last_block_num_tokens - 1``.
-
-So every ``append_slot`` (and every sequence of a ``decode_step``) does, on a :class:`Sequence` of the row:
-the previous step's ``postprocess`` counters and the sampled token counted (the contender has no untimed moment
-for them: two counters), ``can_append``, the decode fields, ``may_append``, and ``hash_blocks``; the slot comes
-from ``prepare_decode``'s formula. How close that is to nano-vllm's own code, measured on the same traces:
-``results/calibration/``.
-
-Departures, to follow our contract: no prefix caching. nano-vllm keeps it always on: it hashes each full block
-with xxhash over its token ids (``compute_hash``) in ``hash_blocks`` and looks prompts up in ``can_allocate``
-and ``allocate``. Our contract carries no token ids, so nothing is hashed: ``hash_blocks`` makes its every-step
-test but records nothing when a block fills (no token ids, no hash, ``hash_to_block_id`` stays empty), and
-``can_allocate`` and ``allocate`` look nothing up (every block a miss); blocks keep hash -1. Sequences hold
-their number of tokens, not the tokens. nano-vllm has no fork or copy-on-write (blocks are shared only through
-its prefix cache), so ``fork`` raises ref counts and an append to a shared last block copies it, as in our
-contract; the per-step test for a shared last block starts with the first fork.
-"""
+"""Contender ``"nano-vllm"``: the BlockManager of nano-vllm as its scheduler drives it, re-written from its design."""
 
 from __future__ import annotations
 
@@ -64,8 +27,7 @@ class Block:
 
 
 class Sequence:
-    """What of nano-vllm's ``Sequence`` its block manager and scheduler read: the number of tokens (not the
-    tokens), the block table and the postprocess counters."""
+    """What nano-vllm's block manager and scheduler read of a ``Sequence``: length, table, postprocess counters."""
 
     def __init__(self, num_tokens: int, block_size: int) -> None:
         self.block_size = block_size
@@ -89,10 +51,11 @@ class Sequence:
 
 
 class BlockManager:
-    """nano-vllm's block manager, its prefix cache's lookups left out (the module docstring)."""
+    """nano-vllm's block manager, its prefix cache's lookups left out (docs/implementations.md)."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.block_size = block_size
+        self.opens = 1 % block_size  # ours: `1 % block_size`, not nano-vllm's `1`, for block size 1
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.hash_to_block_id: dict[int, int] = {}
         self.free_block_ids: deque[int] = deque(range(num_blocks))
@@ -121,7 +84,7 @@ class BlockManager:
 
     def allocate(self, seq: Sequence, num_cached_blocks: int) -> None:
         assert not seq.block_table
-        for _ in range(num_cached_blocks, seq.num_blocks):  # every block a miss (the module docstring)
+        for _ in range(num_cached_blocks, seq.num_blocks):
             seq.block_table.append(self._allocate_block())
         seq.num_cached_tokens = num_cached_blocks * self.block_size
 
@@ -135,15 +98,14 @@ class BlockManager:
         seq.block_table.clear()
 
     def can_append(self, seq: Sequence) -> bool:
-        return len(self.free_block_ids) >= (len(seq) % self.block_size == 1)
+        return len(self.free_block_ids) >= (len(seq) % self.block_size == self.opens)
 
     def may_append(self, seq: Sequence) -> None:
-        if len(seq) % self.block_size == 1:
+        if len(seq) % self.block_size == self.opens:
             seq.block_table.append(self._allocate_block())
 
     def hash_blocks(self, seq: Sequence) -> None:
-        """The blocks the step's tokens filled: nano-vllm hashes and records them here; without token ids there
-        is nothing to hash (the module docstring)."""
+        """nano-vllm's ``hash_blocks``: its every-step test; without token ids nothing is hashed."""
         start = seq.num_cached_tokens // self.block_size
         end = (seq.num_cached_tokens + seq.num_scheduled_tokens) // self.block_size
         if start == end:
@@ -161,11 +123,9 @@ class NanoVllmBlockManager(InterpretedBlockManager):
         self.free_block_ids = self.block_manager.free_block_ids
         self.used_block_ids = self.block_manager.used_block_ids
         self.seqs: list[Sequence | None] = [None] * self.max_seqs
-        self.forked = False  # until a fork, no block is shared and an append skips the copy-on-write test
+        self.forked = False
 
     def memory_bytes(self) -> int:
-        """Per block a ``Block`` object and its id, a list slot, and a deque slot with its own int object; per
-        row a length and a sequence slot."""
         per_block = 16 + sys.getsizeof(Block(0)) + 2 * int_object_bytes(self.num_blocks)
         return self.num_blocks * per_block + 16 * self.max_seqs
 
@@ -173,8 +133,7 @@ class NanoVllmBlockManager(InterpretedBlockManager):
         return len(self.free_block_ids)
 
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
-        """The scheduler's prefill: ``can_allocate``, ``allocate``, the prompt scheduled; then that step's
-        ``postprocess`` (``hash_blocks``, the prompt counted as cached)."""
+        """The scheduler's prefill: ``can_allocate``, ``allocate``, then that step's ``postprocess``."""
         bm = self.block_manager
         seq = Sequence(self._admit_tokens, self.block_size)
         if bm.can_allocate(seq) == -1:  # pragma: no cover - the contract checked the pool
@@ -192,16 +151,16 @@ class NanoVllmBlockManager(InterpretedBlockManager):
     def _append(self, seq_id: int) -> tuple[int, int] | None:
         seq = self.seqs[seq_id]
         bm = self.block_manager
-        seq.num_cached_tokens += seq.num_scheduled_tokens  # the previous step's postprocess (two counters)
-        seq.num_tokens += 1  # the token it sampled, whose KV this step writes
+        seq.num_cached_tokens += seq.num_scheduled_tokens
+        seq.num_tokens += 1
         if not bm.can_append(seq):  # pragma: no cover - the contract checked the pool first
             raise AssertionError("can_append failed after the contract's check")
         seq.num_scheduled_tokens = 1
         seq.is_prefill = False
         cow = None
-        if self.forked and seq.num_tokens % self.block_size != 1:
+        if self.forked and seq.num_tokens % self.block_size != bm.opens:
             src = self.blocks[seq.block_table[-1]]
-            if src.ref_count > 1:  # ours: copy-on-write of a shared last block (see the module docstring)
+            if src.ref_count > 1:
                 src.ref_count -= 1
                 dst = bm._allocate_block()
                 seq.block_table[-1] = dst
@@ -215,7 +174,7 @@ class NanoVllmBlockManager(InterpretedBlockManager):
         parent = self.seqs[parent_id]
         child = Sequence(parent.num_tokens, self.block_size)
         child.block_table = parent.block_table.copy()
-        child.num_cached_tokens = parent.num_cached_tokens + parent.num_scheduled_tokens  # not hashed twice
+        child.num_cached_tokens = parent.num_cached_tokens + parent.num_scheduled_tokens
         child.is_prefill = parent.is_prefill
         blocks = self.blocks
         for block_id in parent.block_table:
@@ -229,7 +188,6 @@ class NanoVllmBlockManager(InterpretedBlockManager):
         self.block_manager.deallocate(seq)
 
     def _table_nbytes(self, seq_id: int) -> int:
-        # The per-sequence list plus its int objects (Block objects belong to the pool, not the table).
         table = self.seqs[seq_id].block_table
         return sys.getsizeof(table) + sum(sys.getsizeof(b) for b in table)
 

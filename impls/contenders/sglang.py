@@ -1,60 +1,4 @@
-"""Contender ``"sglang"``: SGLang's batched paged allocator as its scheduler drives it, re-written from SGLang 0.5.23.
-
-Follows, in SGLang 0.5.23 (the ``sglang`` wheel on PyPI), with torch on the CPU (the native torch path: SGLang
-runs it where Triton is unsupported):
-
-* ``python/sglang/srt/mem_cache/allocator/paged.py``: ``PagedTokenToKVPoolAllocator`` (:class:`PagedAllocator`
-  here): ``clear`` (free page ids ``1 .. num_pages`` in an int64 tensor, page 0 kept for padded tokens);
-  ``alloc_extend`` and its native ``alloc_extend_naive`` (the bound on new pages checked against the free
-  tensor, the batch's tokens placed per token in three phases: the rest of the prefix's last page, whole new
-  pages, a last partial page, each computed for every token and merged with ``torch.where``; then the exact
-  number of new pages from the host lengths, ``get_num_new_pages``, sliced off the free tensor);
-  ``alloc_decode`` and ``alloc_decode_naive`` (the number of new pages from the host lengths, then one batched
-  computation: a page from the head of the free tensor for each request whose new token opens a page, ranked
-  by a ``cumsum``, else ``last_loc + 1``); ``alloc`` (whole pages from the head); ``free`` (inside a free
-  group: a copy of the token slots kept; outside: their pages, ``torch.unique``, put at the *front* of the free
-  tensor, as ``_release_page_ids`` does without ``need_sort``, SGLang's default); ``free_group_end`` (the
-  group joined with one ``torch.cat`` and freed);
-* ``python/sglang/srt/mem_cache/allocator/base.py``: ``free_group_begin`` / ``free_group_end``,
-  ``available_size`` (the free pages only: a group's pages count once the group has ended);
-* ``python/sglang/srt/utils/common.py``: ``get_num_new_pages`` (on host tensors, one ``.item()``);
-* ``python/sglang/srt/mem_cache/memory_pool.py``: ``ReqToTokenPool.req_to_token``, an int32 row of token slots
-  (``page * page_size + offset``) per request, written for every token;
-* ``python/sglang/srt/mem_cache/allocation.py`` and the scheduler: an extend batch's ``alloc_extend`` with its
-  lengths as tensors and ``last_loc`` -1 (no prefix); a decode batch's ``alloc_for_decode_default`` (``last_loc``
-  gathered from ``req_to_token``, lengths plus one, one ``alloc_decode``, the slots written back as int32); the
-  frees of a finished batch inside ``free_group_begin`` ... ``free_group_end``, which ends before the next
-  scheduling decision.
-
-How our contract maps onto it (:class:`PagedRows`, the scheduler's side, is the same code the calibration
-drives SGLang's own allocator with, ``harness/calibration/engine_sglang.py``):
-
-* ``decode_step`` is one ``alloc_decode`` for the whole batch, the slots (minus one page: contract block ids are
-  SGLang's page ids minus one, since page 0 is reserved, so ``num_free_blocks()`` is ``num_blocks``) written to
-  ``slot_out``;
-* ``allocate`` is an extend of one request with no prefix (SGLang batches a prefill's requests into one
-  ``alloc_extend``; our contract admits one sequence per call);
-* ``free`` frees the row's token slots inside a free group, begun by a step's first free and ended by the next
-  operation that changes state (an admission, a fork, the decode step), as the scheduler ends it after the
-  batch's frees; queries (``num_free_blocks``, ``ref_count``) count the open group's pages without ending it, so
-  asking never changes which pages later calls get;
-* ``append_slot`` (the per-call regime) is a decode batch of one: SGLang has no per-token call, so the
-  per-call figures are the batched code paid per sequence.
-
-Fork and copy-on-write (SGLang has neither: prefixes are shared through the radix cache, whose nodes hold a
-``lock_ref``, and the allocator keeps no per-page ref counts): pages shared by a fork are counted in a host
-dict (page -> references) that is empty unless the trace forks, so an unforked step pays one emptiness check.
-``fork`` copies the parent's row and counts its pages; before a step's ``alloc_decode``, the rows whose last page
-is shared and not full (in batch order; the last holder keeps the page) get new pages from one ``alloc`` (the
-copies cannot ride in ``alloc_decode``, which takes no "needs a page" input), their earlier tokens in that page
-re-pointed, and the pairs reported; ``free`` keeps pages that are still referenced. ``ref_count`` answers from
-that dict and from the free tensor (a scan: a query, not a hot path).
-
-Left out: the radix cache, eviction, ``need_sort`` (its staged pages and ``merge_and_sort_free``, a no-op
-without them), the Triton kernels, the debug checks (off by default), the KV tensors themselves,
-hierarchical/SWA/Mamba pools, and the request objects. How close this is to SGLang's own allocator, measured
-on the same traces: ``results/calibration/``.
-"""
+"""Contender ``"sglang"``: SGLang's batched paged allocator as its scheduler drives it (SGLang 0.5.23)."""
 
 from __future__ import annotations
 
@@ -70,11 +14,10 @@ _CPU = torch.device("cpu")
 
 def get_num_new_pages(seq_lens: torch.Tensor, page_size: int, prefix_lens: torch.Tensor | None = None,
                       decode: bool = False) -> int:
-    """Pages a batch takes, from its host (CPU) lengths: for decode, the requests whose new token opens a page;
-    for an extend, the pages after minus the pages before."""
+    """Pages a batch takes, from its host lengths (SGLang's ``get_num_new_pages``)."""
     assert seq_lens.device == _CPU
     if prefix_lens is None or decode:
-        return (seq_lens % page_size == 1).int().sum().item()
+        return (seq_lens % page_size == 1 % page_size).int().sum().item()  # ours: not `== 1` (block size 1)
     assert prefix_lens.device == _CPU
     pages_after = (seq_lens + page_size - 1) // page_size
     pages_before = (prefix_lens + page_size - 1) // page_size
@@ -83,9 +26,7 @@ def get_num_new_pages(seq_lens: torch.Tensor, page_size: int, prefix_lens: torch
 
 def _extend_slots(prefix_lens: torch.Tensor, seq_lens: torch.Tensor, last_loc: torch.Tensor,
                   free_pages: torch.Tensor, out: torch.Tensor, page_size: int) -> None:
-    """Every extended token's slot, computed per token on the native path: the token's request and its offset in
-    the extension, then its slot in each of the three phases (filling the prefix's last page after ``last_loc``,
-    whole new pages, the last partial page), the phase it is in chosen with ``torch.where``."""
+    """Every extended token's slot, per token in three phases merged with ``torch.where`` (the native path)."""
     extend_lens = seq_lens - prefix_lens
     ends = torch.cumsum(extend_lens, 0)
     starts = ends - extend_lens
@@ -121,8 +62,7 @@ def _extend_slots(prefix_lens: torch.Tensor, seq_lens: torch.Tensor, last_loc: t
 
 def _decode_slots(seq_lens: torch.Tensor, last_loc: torch.Tensor, free_pages: torch.Tensor, out: torch.Tensor,
                   page_size: int, num_new_pages: int) -> None:
-    """Every request's new slot on the native path: ``last_loc + 1``, or the start of a page from the head of the
-    free tensor (ranked by a ``cumsum``) for the requests whose new token opens a page."""
+    """Every request's new slot (native path): ``last_loc + 1``, or a fresh page ranked by a ``cumsum``."""
     if num_new_pages == 0:
         out.copy_(last_loc + 1)
         return
@@ -140,7 +80,7 @@ class PagedAllocator:
         self.num_pages = size // page_size
         self.device = _CPU
         self.debug_mode = False
-        self.staged_pages: list[torch.Tensor] = []  # need_sort's: always empty here
+        self.staged_pages: list[torch.Tensor] = []
         self.num_staged_pages = 0
         self.free_page_ids_group: list[torch.Tensor] = []
         self.free_pages = torch.arange(1, self.num_pages + 1, dtype=torch.int64)  # page 0: padded tokens
@@ -170,10 +110,10 @@ class PagedAllocator:
                      num_new_pages: int | None = None) -> torch.Tensor | None:
         """Slots for the batch's extensions (see :func:`_extend_slots`); None when the pool is short."""
         bs = len(prefix_lens)
-        bound = extend_num_tokens // self.page_size + bs + 1  # more than any batch of this size takes
+        bound = extend_num_tokens // self.page_size + bs + 1
         if bound > len(self.free_pages):
             self.merge_and_sort_free()
-        if bound > len(self.free_pages):  # the bound does not prove the pool deep enough: count exactly first
+        if bound > len(self.free_pages):
             if num_new_pages is None:
                 num_new_pages = get_num_new_pages(seq_lens_cpu, self.page_size, prefix_lens_cpu)
             if num_new_pages > len(self.free_pages):
@@ -205,7 +145,7 @@ class PagedAllocator:
         if self.free_group is None:
             self._release_page_ids(torch.unique(free_index // self.page_size))
         else:
-            self.free_group.append(free_index.clone())  # the caller may reuse the row at once
+            self.free_group.append(free_index.clone())
 
     def _release_page_ids(self, page_ids: torch.Tensor) -> None:
         self.free_pages = torch.cat((page_ids, self.free_pages))  # freed pages are reused first
@@ -225,11 +165,9 @@ class PagedAllocator:
 
 
 class PagedRows:
-    """The scheduler's side around a paged allocator (ours, or SGLang's own in the calibration): an int32
-    ``req_to_token`` row of token slots per request and the lengths, extend and decode batches, grouped frees,
-    and the emulated fork and copy-on-write (the module docstring). Before use: :meth:`_setup_rows`."""
+    """The scheduler's side around a paged allocator: ``req_to_token`` rows, batches, grouped frees, fork emulation."""
 
-    allocator: PagedAllocator  # or SGLang's PagedTokenToKVPoolAllocator, which has the same methods
+    allocator: PagedAllocator
     page_size: int
     _lens: list[int]
     _admit_tokens: int
@@ -237,17 +175,15 @@ class PagedRows:
     def _setup_rows(self, max_seqs: int, max_tokens: int) -> None:
         self.req_to_token = torch.zeros((max_seqs, max_tokens), dtype=torch.int32)
         self.seq_lens = torch.zeros(max_seqs, dtype=torch.int64)
-        self.grouping = False  # inside free_group_begin ... free_group_end
-        self.pending_pages = 0  # pages freed inside the open group, not yet back in the allocator
-        self.shared: dict[int, int] = {}  # page -> references, for pages shared by a fork (the emulation)
+        self.grouping = False
+        self.pending_pages = 0
+        self.shared: dict[int, int] = {}
         self._no_prefix = torch.zeros(1, dtype=torch.int64)
         self._no_loc = torch.full((1,), -1, dtype=torch.int64)
         self._offsets = torch.arange(self.page_size, dtype=torch.int64)
 
     def _end_frees(self) -> None:
-        """Close the open free group: the next batch's first call does it, as SGLang's scheduler closes the group
-        before it schedules. Only calls that change state close it, so a query between frees cannot change which
-        pages later calls get (the group releases its pages sorted, one by one they go back in free order)."""
+        """Close the open free group, as SGLang's scheduler does before it schedules."""
         if self.grouping:
             self.allocator.free_group_end()
             self.grouping = False
@@ -257,7 +193,6 @@ class PagedRows:
         """Free pages, counting those of the open free group (a query: it leaves the group open)."""
         return self.allocator.available_size() // self.page_size + self.pending_pages
 
-    # -- the scheduler's calls ---------------------------------------------------------------------------
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
         """An extend batch of one request with no prefix: one ``alloc_extend``, the slots written into its row."""
         self._end_frees()
@@ -270,8 +205,7 @@ class PagedRows:
         self.seq_lens[seq_id] = n
 
     def _decode(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """The decode batch: ``alloc_for_decode_default``, or with pages shared by a fork its emulation
-        (:meth:`_decode_sharing`, each side's own); the copy-on-write pairs to ``cow_out``, their number back."""
+        """The decode batch (with forked pages, its emulation); CoW pairs to ``cow_out``, their number back."""
         self._end_frees()
         if not ids:
             return 0
@@ -281,8 +215,7 @@ class PagedRows:
         return 0
 
     def _decode_batch(self, rows: torch.Tensor, ids: list[int], slot_out: np.ndarray) -> torch.Tensor:
-        """``alloc_for_decode_default``: ``last_loc`` gathered from the rows, one ``alloc_decode``, the slots
-        written back as int32 and to ``slot_out``, the lengths advanced; the batch's new slots back."""
+        """``alloc_for_decode_default``: one ``alloc_decode`` for the batch; its new slots back."""
         seq_lens = self.seq_lens[rows]
         last_loc = self.req_to_token[rows, seq_lens - 1]
         seq_lens_next = seq_lens + 1
@@ -292,7 +225,7 @@ class PagedRows:
         self.req_to_token[rows, seq_lens] = out.to(torch.int32)
         self.seq_lens[rows] = seq_lens_next
         lens = self._lens
-        for s in ids:  # the host copy of the lengths (SGLang's seq_lens_cpu)
+        for s in ids:
             lens[s] += 1
         slot_out[: len(ids)] = (out - self.page_size).numpy()
         return out
@@ -317,13 +250,12 @@ class PagedRows:
         if self.shared:
             kept = [page for page in self._pages(seq_id).tolist() if not self._unshare(page)]
             if kept:
-                self.allocator.free(torch.tensor(kept, dtype=torch.int64) * self.page_size)  # a slot per page
+                self.allocator.free(torch.tensor(kept, dtype=torch.int64) * self.page_size)
                 self.pending_pages += len(kept)
             return
         self.allocator.free(self.req_to_token[seq_id, :n])
         self.pending_pages += -(-n // self.page_size)
 
-    # -- fork and copy-on-write, emulated (the module docstring) ---------------------------------------------
     def _pages(self, seq_id: int) -> torch.Tensor:
         return self.req_to_token[seq_id, : self._lens[seq_id] : self.page_size].to(torch.int64) // self.page_size
 
@@ -348,8 +280,7 @@ class PagedRows:
             shared[page] = shared.get(page, 1) + 1
 
     def _shared_tails(self, ids: list[int]) -> list[tuple[int, int]]:
-        """(position in the batch, page) of the rows whose last page is shared and not full when their turn comes,
-        in batch order (an earlier copy in the batch may have left the page to this row alone)."""
+        """(position in the batch, page) of the rows whose last page is shared and not full when their turn comes."""
         ps, movers = self.page_size, []
         copied: dict[int, int] = {}
         for i, s in enumerate(ids):
@@ -363,8 +294,7 @@ class PagedRows:
         return movers
 
     def _copy_tail(self, seq_id: int, n: int, src: int, dst: int) -> tuple[int, int]:
-        """The row's tokens before ``n`` in its last page now live in page ``dst`` (the KV copy is the engine's);
-        the source page loses a reference; the (src, dst) pair in contract ids."""
+        """Move the row's tokens before ``n`` in its last page to page ``dst``; the (src, dst) pair in contract ids."""
         start = n // self.page_size * self.page_size
         self.req_to_token[seq_id, start:n] = (dst * self.page_size + self._offsets[: n - start]).to(torch.int32)
         self._unshare(src)
@@ -374,7 +304,6 @@ class PagedRows:
         return bool(self.shared) and int(self.req_to_token[seq_id, self._lens[seq_id] - 1]) // self.page_size \
             in self.shared
 
-    # -- queries --------------------------------------------------------------------------------------------
     def _table(self, seq_id: int) -> list[int]:
         return (self._pages(seq_id) - 1).tolist()
 
@@ -382,7 +311,7 @@ class PagedRows:
         page = block_id + 1
         if page in self.shared:
             return self.shared[page]
-        pending = self.allocator.free_group or []  # the open group's token slots (SGLang's attribute)
+        pending = self.allocator.free_group or []
         freed = (self.allocator.free_pages == page).any() or any((t // self.page_size == page).any() for t in pending)
         return 0 if bool(freed) else 1
 
@@ -402,9 +331,7 @@ class SGLangBlockManager(PagedRows, InterpretedBlockManager):
         self._admit_tokens = 0
 
     def _decode_sharing(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """Our fork emulation: a row whose shared last page is copied takes its new page in the same batched
-        computation as the rows whose token opens a page, in batch order (as one append after another would:
-        the contract's decode step equals its appends in order), then its earlier tokens move to that page."""
+        """Our fork emulation: copied pages taken in the same batched computation as new pages, in batch order."""
         ps, free_pages = self.page_size, self.allocator.free_pages
         rows = torch.as_tensor(seq_ids, dtype=torch.int64)
         seq_lens = self.seq_lens[rows] + 1
@@ -414,7 +341,7 @@ class SGLangBlockManager(PagedRows, InterpretedBlockManager):
         if movers:
             need[[i for i, _ in movers]] = True
         num_new_pages = int(need.sum())
-        new_page = last_loc  # unused without new pages
+        new_page = last_loc
         if num_new_pages:
             if num_new_pages > len(free_pages):
                 raise NoFreeBlocksError("the decode batch needs more pages than are free")
@@ -439,23 +366,19 @@ class SGLangBlockManager(PagedRows, InterpretedBlockManager):
         return self.allocator.free_pages
 
     def memory_bytes(self) -> int:
-        """Per block 8 B (an int64 free page id); per row an int32 slot per token of the longest sequence
-        (``req_to_token``: ``max_blocks_per_seq * block_size`` of them, as SGLang's rows hold token slots) and
-        16 B (lengths)."""
         tokens = self.max_blocks_per_seq * self.block_size
         return 8 * (self.num_blocks + 1) + self.max_seqs * (4 * tokens + 16)
 
     def _table_nbytes(self, seq_id: int) -> int:
-        # One preallocated row of the req_to_token tensor (a slot per token).
         return self.req_to_token.element_size() * self.req_to_token.shape[1]
 
     def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
         """The newest token's slot of each sequence, gathered from ``req_to_token`` in one operation."""
-        checked = lookup_args(seq_ids, slot_out, self.max_seqs)  # types, shapes, sizes first, as every design
+        checked = lookup_args(seq_ids, slot_out, self.max_seqs)
         ids = checked.tolist()
         n = len(ids)
         if any(s < 0 or s >= self.max_seqs or self._lens[s] == 0 for s in ids):
-            super().lookup(seq_ids, slot_out)  # the contract's error, named by the base class
+            super().lookup(seq_ids, slot_out)
             return
         rows = torch.as_tensor(checked, dtype=torch.int64)
         slot_out[:n] = (self.req_to_token[rows, self.seq_lens[rows] - 1] - self.page_size).numpy()

@@ -1,54 +1,4 @@
-"""Contender ``"vllm-v1"``: vLLM v1's KV-cache manager as its scheduler drives it, re-written from vLLM 0.33.0.
-
-Follows, in vLLM 0.33.0 (the ``vllm`` wheel on PyPI):
-
-* the block pool, :mod:`impls.contenders.vllm_v1_pool` (``vllm/v1/core/kv_cache_utils.py``'s ``KVCacheBlock``,
-  ``FreeKVCacheBlockQueue`` and ``trim_null_head``, ``vllm/v1/core/block_pool.py``'s ``BlockPool``);
-* ``vllm/v1/core/single_type_kv_cache_manager.py``: the abstract ``SingleTypeKVCacheManager`` and its
-  ``FullAttentionManager`` (``req_to_blocks``, ``num_cached_block``, ``get_num_blocks_to_allocate`` with its
-  admission-cap test, fast path and slow path, ``_get_num_evictable_blocks``, ``_has_partial_local_hit``,
-  ``remove_skipped_blocks``, ``allocate_new_blocks`` with its partial-hit test, ``pop_blocks_for_free``,
-  ``free``); ``CrossAttentionManager`` exists here, as there, for the coordinator's ``isinstance`` tests;
-* ``vllm/v1/core/kv_cache_coordinator.py``: the abstract ``KVCacheCoordinator`` and
-  ``KVCacheCoordinatorNoPrefixCache``: every call forwarded to every single-type manager, with the
-  retention-interval test, ``enumerate`` and an ``isinstance(manager, CrossAttentionManager)`` test per
-  manager (an ``ABC``: the test goes through ``ABCMeta.__instancecheck__``, as vLLM's does) in
-  ``get_num_blocks_to_allocate`` and ``allocate_new_blocks``; ``cache_blocks`` computing ``replay_boundaries``
-  and skipping managers without caching; keyword calls where vLLM makes keyword calls;
-* ``vllm/v1/core/kv_cache_manager.py``: ``KVCacheManager.get_computed_blocks`` (no lookup with caching off),
-  ``allocate_slots`` (its argument checks, watermark, ``prefill_end`` from ``request.num_tokens``, the
-  coordinator's four calls, the cap of the tokens to cache, ``create_kv_cache_blocks``), ``free``;
-* ``vllm/v1/request.py``: ``Request.num_tokens`` is a property (the length of its token list);
-* ``vllm/v1/core/sched/scheduler.py``: the scheduler calls ``get_computed_blocks`` then ``allocate_slots`` for a
-  waiting request, and ``allocate_slots(request, num_new_tokens)`` for every running request every step (one
-  new token in decode), not only when a block fills.
-
-So every ``append_slot`` (and every sequence of a ``decode_step``) does what one decode ``allocate_slots``
-does: the argument checks, the request-status check for the watermark, ``remove_skipped_blocks`` through the
-coordinator, the slow path of ``get_num_blocks_to_allocate`` (prefix caching is off, so ``num_cached_block``
-never holds the request), the free-block check, ``allocate_new_blocks`` through the coordinator (a tuple over
-the one manager), ``cache_blocks`` (a no-op after its boundaries with caching off) and the ``KVCacheBlocks``
-result. How close that is to vLLM's own code, measured on the same traces: ``results/calibration/``.
-
-Prefix caching is OFF: our contract carries no token contents, so there are no block hashes, no cache lookup
-and no eviction (:mod:`impls.contenders.vllm_v1_pc` is the same manager with caching on).
-
-Departures, to follow our contract:
-
-* the null block: the pool holds ``num_blocks + 1`` blocks and block 0 is reserved as vLLM's null block, so
-  ``num_free_blocks()`` starts at ``num_blocks`` as the contract and the trace checks require; contract block
-  ids are vLLM's minus one (vLLM id ``k`` is our block ``k - 1``), so they stay in ``[0, num_blocks)``;
-* fork and copy-on-write: vLLM v1 has neither for running requests (parallel sampling shares prefixes through
-  the prefix cache; 0.33.0 copies a block only for a partial prefix-cache hit, ``_apply_cow``). Here ``fork``
-  creates a request whose blocks are the parent's, touched (ref +1) as a prefix-cache hit would be, and
-  ``allocate_new_blocks`` copies a shared last block before a token is written to it (one block from the
-  pool, counted by ``get_num_blocks_to_allocate`` so the free check stays exact);
-* left out: the prefix cache (hashing, ``cached_block_hash_to_block``, eviction, KV events), the watermark
-  (0, vLLM's default), lookahead and speculative tokens, encoder/cross-attention, sliding-window and Mamba
-  managers, KV connectors, metrics collection, the scheduler's own bookkeeping and the ``Request`` object's
-  token lists (a request here holds the counters ``allocate_slots`` reads, and its number of tokens behind a
-  property as vLLM's).
-"""
+"""Contender ``"vllm-v1"``: vLLM v1's KV-cache manager as its scheduler drives it, re-written from vLLM 0.33.0."""
 
 from __future__ import annotations
 
@@ -77,11 +27,7 @@ class RequestStatus(enum.IntEnum):
 
 
 class Request:
-    """What of ``vllm.v1.request.Request`` the KV-cache manager reads: counters, the status, the block hashes.
-
-    ``num_tokens`` is a property, as vLLM's (``len`` of its token list); ``_num_tokens`` stands for that list's
-    length. ``block_hashes`` holds the hashes of the full blocks (``None`` where the trace gave none; empty with
-    caching off)."""
+    """What of ``vllm.v1.request.Request`` the KV-cache manager reads: counters, the status, the block hashes."""
 
     __slots__ = (
         "_num_tokens",
@@ -120,17 +66,17 @@ class SingleTypeKVCacheManager(ABC):
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.kv_cache_group_id = kv_cache_group_id
-        self.max_admission_blocks_per_request: int | None = None  # a cap only for recycling (windowed) specs
+        self.max_admission_blocks_per_request: int | None = None
         self.req_to_blocks: defaultdict[str, list[KVCacheBlock]] = defaultdict(list)
-        self.num_cached_block: dict[str, int] = {}  # stays empty with caching off: the slow path below
-        self._partial_hit_reqs: dict[str, tuple[int, KVCacheBlock]] = {}  # partial hits: none here
+        self.num_cached_block: dict[str, int] = {}
+        self._partial_hit_reqs: dict[str, tuple[int, KVCacheBlock]] = {}
         self.new_block_ids: list[int] = []
         self._record_new_block_ids = False
         self._null_block = block_pool.null_block
-        self.cow: tuple[int, int] | None = None  # the last copy-on-write (vLLM ids), read by the contender
+        self.cow: tuple[int, int] | None = None
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
-        return 0  # full attention skips nothing
+        return 0
 
     @classmethod
     def _get_num_evictable_blocks(cls, blocks) -> int:
@@ -148,11 +94,11 @@ class SingleTypeKVCacheManager(ABC):
             num_required_blocks = min(num_required_blocks, self.max_admission_blocks_per_request)
         req_blocks = self.req_to_blocks.get(request_id, ())
         num_req_blocks = len(req_blocks)
-        if request_id in self.num_cached_block:  # the fast path: a running request has no new hits
+        if request_id in self.num_cached_block:
             assert len(new_computed_blocks) == 0
             num_new_blocks = max(num_required_blocks - num_req_blocks, 0)
             if num_new_blocks == 0 and num_req_blocks and req_blocks[-1].ref_cnt > 1:
-                num_new_blocks = 1  # ours: the shared last block will be copied (see the module docstring)
+                num_new_blocks = 1  # ours: the shared last block will be copied
             return num_new_blocks
         num_skipped_tokens = self.get_num_skipped_tokens(total_computed_tokens)
         num_local_computed_blocks = len(new_computed_blocks) + num_req_blocks
@@ -168,7 +114,7 @@ class SingleTypeKVCacheManager(ABC):
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
                               num_prompt_tokens: int | None = None) -> None:
-        del num_prompt_tokens  # only a windowed manager with a gap reads it
+        del num_prompt_tokens
         num_skipped_tokens = self.get_num_skipped_tokens(processed_computed_tokens)
         if num_skipped_tokens <= 0:
             return
@@ -182,7 +128,7 @@ class SingleTypeKVCacheManager(ABC):
         num_new_blocks = cdiv(num_tokens, self.block_size) - len(req_blocks)
         if num_new_blocks <= 0:
             src = req_blocks[-1]
-            if src.ref_cnt == 1 or src.block_hash is not None:  # a cached block is full: nothing written to it
+            if src.ref_cnt == 1 or src.block_hash is not None:
                 return cow_blocks
             return [self._copy_on_write(req_blocks, src)]
         new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
@@ -210,7 +156,7 @@ class SingleTypeKVCacheManager(ABC):
 
     def _copy_on_write(self, req_blocks: list[KVCacheBlock], src: KVCacheBlock) -> KVCacheBlock:
         dst = self.block_pool.get_new_blocks(1)[0]
-        src.ref_cnt -= 1  # still referenced by the other request(s): it stays out of the queue
+        src.ref_cnt -= 1
         req_blocks[-1] = dst
         self.cow = (src.block_id, dst.block_id)
         return dst
@@ -227,7 +173,7 @@ class SingleTypeKVCacheManager(ABC):
         return trim_null_head(blocks)
 
     def free(self, request_id: str) -> None:
-        self.block_pool.free_blocks(reversed(self.pop_blocks_for_free(request_id)))  # tail first: reused first
+        self.block_pool.free_blocks(reversed(self.pop_blocks_for_free(request_id)))
 
     @abstractmethod
     def find_longest_cache_hit(self, *args, **kwargs):
@@ -264,7 +210,7 @@ class KVCacheCoordinator(ABC):
         self.block_pool = block_pool
         self.scheduler_block_size = block_size
         self.num_reprefillable_tokens = 0
-        self.retention_interval: int | None = None  # dense (no sparse retention)
+        self.retention_interval: int | None = None
         self.drop_eagle_group_ids: set[int] = set()
         self.single_type_managers = (self.manager_class(block_pool, block_size, enable_caching, 0),)
 
@@ -356,8 +302,8 @@ class KVCacheManager:
         self.watermark_blocks = 0
         self.coordinator = self._coordinator(num_gpu_blocks, block_size)
         self.block_pool = self.coordinator.block_pool
-        self.retained_hit_group_ids: tuple[int, ...] = ()  # groups that keep a longer hit (none: full attention)
-        self.empty_kv_cache_blocks = KVCacheBlocks(((),))  # immutable, shared by every empty result
+        self.retained_hit_group_ids: tuple[int, ...] = ()
+        self.empty_kv_cache_blocks = KVCacheBlocks(((),))
 
     def _coordinator(self, num_gpu_blocks: int, block_size: int) -> KVCacheCoordinator:
         return KVCacheCoordinatorNoPrefixCache(BlockPool(num_gpu_blocks, False, block_size), block_size)
@@ -370,8 +316,7 @@ class KVCacheManager:
 
     def get_computed_blocks(self, request: Request, max_cache_hit_length: int | None = None,
                             ) -> tuple[KVCacheBlocks, int, int]:
-        """The cached blocks heading the request's hash chain, the tokens they hold, and 0 (no shared-prefix
-        boundary: no sparse-retention group here)."""
+        """The cached blocks heading the request's hash chain, the tokens they hold, and 0 (no boundary)."""
         if not self.prefix_cache_lookup_enabled(request):
             return self.empty_kv_cache_blocks, 0, 0
         if max_cache_hit_length is None:
@@ -386,11 +331,7 @@ class KVCacheManager:
                        num_external_computed_tokens: int = 0, delay_cache_blocks: bool = False,
                        num_encoder_tokens: int = 0, full_sequence_must_fit: bool = False, reserved_blocks: int = 0,
                        has_scheduled_reqs: bool = True) -> KVCacheBlocks | None:
-        """Slots for ``num_new_tokens`` more tokens of ``request``, adopting ``new_computed_blocks`` (hits) first;
-        None when the pool is short.
-
-        vLLM's own keyword arguments and checks are kept (they are work it does on every call); the ones that
-        do nothing here (external tokens, delayed caching, the full-sequence gate) keep their defaults."""
+        """Slots for ``num_new_tokens`` more tokens, adopting the hits first; None when the pool is short."""
         if num_new_tokens == 0 and num_external_computed_tokens == 0 and num_new_computed_tokens == 0:
             raise ValueError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
         if new_computed_blocks is not None:
@@ -441,12 +382,11 @@ class KVCacheManager:
 class VllmV1BlockManager(InterpretedBlockManager):
     """Contender ``"vllm-v1"``: vLLM v1's ``KVCacheManager`` driven per request per step, as its scheduler does."""
 
-    kv_cache_manager_class = KVCacheManager  # the caching-on contender (impls.contenders.vllm_v1_pc) puts its own here
+    kv_cache_manager_class = KVCacheManager
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        # num_blocks + 1: vLLM's block 0 is the null block (see the module docstring)
         self.kv_cache_manager = self.kv_cache_manager_class(self.num_blocks + 1, self.block_size,
                                                             self.block_size * self.max_blocks_per_seq)
         pool = self.block_pool = self.kv_cache_manager.block_pool
@@ -459,7 +399,6 @@ class VllmV1BlockManager(InterpretedBlockManager):
         self._admit_tokens = 0
 
     def memory_bytes(self) -> int:
-        """Per block a ``KVCacheBlock`` object, its id (an int object) and a list slot; per row a length slot."""
         per_block = 8 + sys.getsizeof(KVCacheBlock(0)) + int_object_bytes(self.num_blocks)
         return self.num_blocks * per_block + 8 * self.max_seqs
 
@@ -472,8 +411,7 @@ class VllmV1BlockManager(InterpretedBlockManager):
         return request
 
     def _admit(self, request: Request, max_cache_hit_length: int | None = None) -> int:
-        """The scheduler's admission: the cache lookup (none with caching off), then ``allocate_slots`` adopting
-        the hits; the tokens the cache served."""
+        """The scheduler's admission: cache lookup, then ``allocate_slots`` adopting the hits; the tokens served."""
         kv = self.kv_cache_manager
         computed, num_computed, _ = kv.get_computed_blocks(request, max_cache_hit_length)
         if kv.allocate_slots(request, request.num_tokens - num_computed, num_computed, computed) is None:
@@ -490,7 +428,7 @@ class VllmV1BlockManager(InterpretedBlockManager):
 
     def _append(self, seq_id: int) -> tuple[int, int] | None:
         request = self.requests[seq_id]
-        request._num_tokens += 1  # the token sampled last step, whose KV this step writes (vLLM's token list)
+        request._num_tokens += 1
         if self.kv_cache_manager.allocate_slots(request, 1) is None:  # pragma: no cover
             raise AssertionError("the contract checked the pool before the append")
         request.num_computed_tokens += 1
@@ -504,7 +442,7 @@ class VllmV1BlockManager(InterpretedBlockManager):
 
     def _fork(self, parent_id: int, child_id: int) -> None:
         parent = self.requests[parent_id]
-        child = self._new_request(child_id, parent.num_tokens, parent.block_hashes.copy())  # the same tokens
+        child = self._new_request(child_id, parent.num_tokens, parent.block_hashes.copy())
         child.num_prompt_tokens = parent.num_prompt_tokens
         child.num_computed_tokens = parent.num_computed_tokens
         child.status = RequestStatus.RUNNING
@@ -516,7 +454,6 @@ class VllmV1BlockManager(InterpretedBlockManager):
         self.kv_cache_manager.free(request)
 
     def _table_nbytes(self, seq_id: int) -> int:
-        # The per-request list of block references (the block objects are the pool's, preallocated).
         return sys.getsizeof(self.req_to_blocks[self.requests[seq_id].request_id])
 
     def _table(self, seq_id: int) -> list[int]:

@@ -1,59 +1,4 @@
-"""Contender ``"vllm-v1-pc"``: :mod:`impls.contenders.vllm_v1` with prefix caching on, vLLM v1's default.
-
-Follows, in vLLM 0.33.0 (the ``vllm`` wheel on PyPI), beside what :mod:`impls.contenders.vllm_v1` follows:
-
-* ``vllm/v1/core/block_pool.py``: ``BlockHashToBlockMap`` (``get_one_block``, ``insert``, ``pop``),
-  ``BlockPool.get_cached_block``, ``cache_full_blocks``, ``_insert_block_hash``, ``_remove_cached_block_hashes``,
-  ``_maybe_evict_cached_block`` (called on every block ``get_new_blocks`` pops), ``touch`` and ``free_blocks``
-  (cached blocks to the *back* of the free queue, uncached ones to the front);
-* ``vllm/v1/core/kv_cache_utils.py``: ``make_block_hash_with_group_id`` (the hash bytes plus a 4-byte group id:
-  the map's keys are new ``bytes`` objects, hashed on every lookup);
-* ``vllm/v1/core/single_type_kv_cache_manager.py``: ``FullAttentionManager.find_longest_cache_hit`` (the chain
-  looked up from its start to the first miss), ``add_local_computed_blocks`` (touch, then ``num_cached_block``
-  set: from then on ``get_num_blocks_to_allocate`` takes its fast path), ``cache_blocks`` (called through the
-  coordinator by every ``allocate_slots``, every step; it returns early unless the request's hashes cover a
-  full block not yet cached);
-* ``vllm/v1/core/kv_cache_coordinator.py``: ``UnitaryKVCacheCoordinator`` (``find_longest_cache_hit``,
-  ``allocate_new_computed_blocks``, ``cache_blocks``);
-* ``vllm/v1/core/kv_cache_manager.py``: ``get_computed_blocks`` then ``allocate_slots(request, new tokens,
-  num_new_computed_tokens, new_computed_blocks)`` at admission, as ``Scheduler.schedule`` calls them, and
-  ``allocate_slots(request, 1)`` per running request per step.
-
-What the contract decides, and how the contender reproduces vLLM's cost while making the contract's choices
-(the reference model, :class:`impls.core.reference.ReferenceModel`, must see the same hits at every step):
-
-* **Free-block order.** vLLM keeps one queue: blocks without a hash are prepended when freed, cached ones
-  appended, and ``get_new_blocks`` pops the head, evicting the popped block's hash. Since no block gains a hash
-  while in the queue, the queue is always [never-cached blocks][cached blocks in the order freed], so popping the
-  head *is* the contract's rule (a never-cached block first, else the least recently freed cached one) and
-  ``free``'s reverse table order makes a prompt's tail evicted before its head, as the contract says. The
-  contender keeps vLLM's single queue unchanged.
-* **Hits.** vLLM caps a hit at ``num_tokens - 1`` tokens (the last prompt token is always recomputed), so a
-  prompt made of full blocks all cached hits one block less; the contract shares every full block it finds.
-  The contender passes ``max_cache_hit_length = num_tokens`` (the same lookup loop, one block longer at most).
-* **A hash already cached.** vLLM does not de-duplicate: a fresh block whose hash another block carries is
-  inserted beside it (the map's value becomes a dict of blocks). The contract keeps the first block's hash and
-  leaves the fresh block uncached (so it is freed to the front, never evicted). ``_insert_block_hash`` here
-  looks the key up once (vLLM's ``contain`` check) and skips the insert when it is taken.
-* **Sealing.** vLLM appends a new block hash to ``request.block_hashes`` when a sampled token fills a block
-  (``Request.append_output_token_ids`` runs the block hasher: hashing time, not the KV-cache manager's) and the
-  next ``allocate_slots`` caches it through ``cache_blocks``. The trace says when a block fills with
-  ``seal(seq, hash)``; the contender's ``seal`` appends the hash to the request's ``block_hashes`` and calls the
-  coordinator's ``cache_blocks`` as that ``allocate_slots`` would. Blocks of a row whose hashes the contract
-  never gave (a plain ``allocate``, full blocks never sealed) hold ``None`` in ``block_hashes``, which
-  ``cache_full_blocks`` skips as vLLM skips masked blocks.
-* **Hashes.** The trace's hashes are 64-bit integers standing for vLLM's 32-byte SHA-256 digests; the contender
-  keeps them as 8-byte ``bytes`` (converted once per admission, as vLLM's ``Request`` holds its hashes) and
-  builds vLLM's keys from them, so dictionary lookups hash ``bytes`` as vLLM's do (12 bytes instead of 36).
-  Computing the hashes from token ids is not here: it is measured on its own (:mod:`harness.studies.hashing`).
-* **Plain ``allocate``** (a request the trace gives no hashes) goes through ``get_computed_blocks`` with an
-  empty hash list, as a vLLM request shorter than a block does: no hit, no ``num_cached_block`` entry, so its
-  steps take ``get_num_blocks_to_allocate``'s slow path until a block of it is sealed.
-
-Left out, beside what :mod:`impls.contenders.vllm_v1` leaves out: KV-cache events, partial-block (fine-grained) hits,
-``cached_block_hashes_by_block`` entries (only partial hits make them), prefix-cache statistics and the
-metrics collector, EAGLE's dropped block, cache salts and extra keys (they are inside the hash).
-"""
+"""Contender ``"vllm-v1-pc"``: :mod:`impls.contenders.vllm_v1` with prefix caching on, vLLM v1's default."""
 
 from __future__ import annotations
 
@@ -86,10 +31,7 @@ def make_block_hash_with_group_id(block_hash: bytes, group_id: int) -> bytes:
 
 
 def cached_need(get_one_block, keys, num_tokens: int, block_size: int) -> int:
-    """Free blocks an admission with the hash chain ``keys`` consumes (the contract's check): fresh blocks for
-    what the cache does not serve plus the evictable hits (``ref_cnt == 0``: they leave the free queue), as
-    ``get_num_blocks_to_allocate`` counts them. ``get_one_block(key)`` is a vLLM block map's lookup; shared
-    with the calibration's adapter of vLLM's own manager."""
+    """Free blocks an admission of chain ``keys`` consumes, as ``get_num_blocks_to_allocate`` counts them."""
     hits = evictable = 0
     for key in keys:
         block = get_one_block(key)
@@ -123,7 +65,7 @@ class BlockHashToBlockMap:
         return next(iter(blocks.values()))  # pragma: no cover - several blocks per key never happen here
 
     def insert(self, key: bytes, block: KVCacheBlock) -> None:
-        self._cache[key] = block  # the key is free: _insert_block_hash checked it
+        self._cache[key] = block
 
     def pop(self, key: bytes, block_id: int) -> KVCacheBlock | None:
         blocks = self._cache.pop(key, None)
@@ -147,8 +89,8 @@ class CachingBlockPool(BlockPool):
         super().__init__(num_gpu_blocks, True, hash_block_size)
         self.enable_kv_cache_events = False
         self.cached_block_hash_to_block = BlockHashToBlockMap()
-        self.cached_block_hashes_by_block: dict[int, set[bytes]] = {}  # a block's extra keys: partial hits only
-        self.evictions = 0  # a statistic (the reference model counts them too)
+        self.cached_block_hashes_by_block: dict[int, set[bytes]] = {}
+        self.evictions = 0
 
     def get_cached_block(self, block_hash: bytes, kv_cache_group_ids: list[int]) -> list[KVCacheBlock] | None:
         cached_blocks = []
@@ -170,14 +112,14 @@ class CachingBlockPool(BlockPool):
         for i, blk in enumerate(new_full_blocks):
             block_hash = new_block_hashes[i]
             if blk.is_null or block_hash is None or blk.block_hash is not None:
-                continue  # no hash given (masked, in vLLM's terms), or already cached (a hit)
+                continue
             self._insert_block_hash(make_block_hash_with_group_id(block_hash, kv_cache_group_id), blk)
 
     def _insert_block_hash(self, key: bytes, block: KVCacheBlock) -> None:
         if block.block_hash == key:
             return  # pragma: no cover - skipped above
         if self.cached_block_hash_to_block.get_one_block(key) is not None:
-            return  # the contract: the block that carries the hash keeps it, this one stays uncached
+            return
         block.set_block_hash(key)
         self.cached_block_hash_to_block.insert(key, block)
 
@@ -197,13 +139,12 @@ class CachingBlockPool(BlockPool):
             self.metrics_collector.on_block_evicted(block)
         if not self._remove_cached_block_hashes(block):
             return False
-        self.evictions += 1  # (vLLM emits its KV events here: left out)
+        self.evictions += 1
         return True
 
 
 class CachingFullAttentionManager(FullAttentionManager):
-    """:class:`impls.contenders.vllm_v1.FullAttentionManager` with prefix caching: hits, ``num_cached_block``,
-    caching."""
+    """``FullAttentionManager`` with prefix caching: hits, ``num_cached_block``, caching."""
 
     def __init__(self, block_pool: CachingBlockPool, block_size: int, enable_caching: bool = True,
                  kv_cache_group_id: int = 0) -> None:
@@ -225,7 +166,7 @@ class CachingFullAttentionManager(FullAttentionManager):
             for computed, cached in zip(computed_blocks, cached_block, strict=True):
                 computed.append(cached)
         hit_length = len(computed_blocks[0]) * block_size
-        hit_length -= hit_length % block_size  # alignment to the block (a no-op at one block size)
+        hit_length -= hit_length % block_size
         num_blocks = cdiv(hit_length, block_size)
         for computed in computed_blocks:
             del computed[num_blocks:]
@@ -235,7 +176,7 @@ class CachingFullAttentionManager(FullAttentionManager):
     def reachable_block_mask(cls, start_block: int, end_block: int, alignment_tokens: int | None, kv_cache_spec,
                              use_eagle: bool, retention_interval: int | None = None,
                              reachable_boundaries=(), dcp_world_size: int = 1) -> None:
-        return None  # full attention caches every block
+        return None
 
     def cache_blocks(self, request: Request, num_tokens: int, retention_interval: int | None = None, *,
                      replay_boundaries: tuple[int, ...]) -> None:
@@ -254,7 +195,7 @@ class CachingFullAttentionManager(FullAttentionManager):
         num_hashed_tokens = len(request.block_hashes) * self.block_pool.hash_block_size
         num_full_blocks = min(num_tokens, num_hashed_tokens) // self.block_size
         if num_cached_blocks >= num_full_blocks:
-            return  # every step but the one after a block fills
+            return
         reachable_boundaries = [*replay_boundaries]
         if request.shared_prefix_boundary:
             reachable_boundaries.append(request.shared_prefix_boundary)  # pragma: no cover
@@ -310,7 +251,7 @@ class VllmV1CachingBlockManager(VllmV1BlockManager):
         seq_id = seq_arg(seq_id, self.max_seqs)
         num_tokens = tokens_arg(num_tokens, seq_id, self.max_blocks_per_seq, self.block_shift)
         raw = chain_arg(hashes, num_tokens, self.block_shift, seq_id).astype("<u8", copy=False).tobytes()
-        chain = [raw[i:i + 8] for i in range(0, len(raw), 8)]  # vLLM's Request holds its hashes as bytes
+        chain = [raw[i:i + 8] for i in range(0, len(raw), 8)]
         if self._lens[seq_id]:
             self._fail(E_ACTIVE, seq_id)
         need = cached_need(self.block_pool.cached_block_hash_to_block.get_one_block,
@@ -330,7 +271,7 @@ class VllmV1CachingBlockManager(VllmV1BlockManager):
         manager = self.single_type_manager
         num_full = n >> self.block_shift
         hashes = request.block_hashes
-        del hashes[num_full - 1:]  # the hash of the block that filled, in its place in the chain
+        del hashes[num_full - 1:]
         hashes.extend([None] * (num_full - 1 - len(hashes)))
         hashes.append(key_hash)
         cached = manager.num_cached_block
@@ -342,7 +283,6 @@ class VllmV1CachingBlockManager(VllmV1BlockManager):
         return self.req_to_blocks[self.requests[seq_id].request_id]
 
     def num_cached_blocks(self) -> int:
-        """Blocks that carry a hash (each hash maps to one block under the contract)."""
         return len(self.block_pool.cached_block_hash_to_block)
 
     def _fork(self, parent_id: int, child_id: int) -> None:
@@ -354,9 +294,7 @@ class VllmV1CachingBlockManager(VllmV1BlockManager):
 
 
 def sealable(mgr, seq_id: int, block_hash: int, blocks) -> tuple[int, int, int, KVCacheBlock]:
-    """The contract's checks of ``seal`` on a vLLM-shaped manager (``blocks(seq_id)``: the row's vLLM blocks):
-    an active row whose length ends a block whose block carries no hash yet; (row, hash, length, last block).
-    Shared with the calibration's adapter of vLLM's own manager."""
+    """The contract's checks of ``seal`` on a vLLM-shaped manager; (row, hash, length, last block)."""
     seq_id = mgr._active(seq_id)
     value = hash_arg(block_hash, seq_id)
     n = mgr._lens[seq_id]

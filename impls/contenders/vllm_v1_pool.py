@@ -1,32 +1,18 @@
-"""vLLM v1's block pool, re-written from vLLM 0.33.0, for the contenders :mod:`impls.contenders.vllm_v1` and
-:mod:`impls.contenders.vllm_v1_pc`.
-
-Follows, in vLLM 0.33.0 (the ``vllm`` wheel on PyPI):
-
-* ``vllm/v1/core/kv_cache_utils.py``: ``KVCacheBlock`` (preallocated, slotted, with ``ref_cnt``, the owning
-  ``pool``, the hash behind a ``block_hash`` property, free-list links and ``is_null``), ``FreeKVCacheBlockQueue``
-  (an intrusive doubly linked list between two sentinel blocks: ``popleft_n`` with its one-block fast path,
-  ``prepend_n``, ``append_n``, ``remove``) and ``trim_null_head``;
-* ``vllm/v1/core/block_pool.py``: ``BlockPool`` (``get_new_blocks``: its reuse-watcher check, then per popped
-  block, on the branch of ``enable_caching``, the ref-count assertion and increment; ``free_blocks``: the null
-  block skipped, the owning-pool check, blocks without a hash to the *front* of the queue; ``touch``,
-  ``get_num_free_blocks``; block 0 popped at construction as the ``null_block``). The prefix cache's part of the
-  pool (the hash -> block map, eviction) is :class:`impls.contenders.vllm_v1_pc.CachingBlockPool`.
-"""
+"""vLLM v1's block pool, re-written from vLLM 0.33.0, for the vLLM contenders."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 
-@dataclass(slots=True, eq=False)  # eq=False: a field-wise __eq__ would compare (and walk) the links
+@dataclass(slots=True, eq=False)  # a field-wise __eq__ would compare (and walk) the links
 class KVCacheBlock:
     """Metadata of one physical block; the links belong to :class:`FreeKVCacheBlockQueue` alone."""
 
     block_id: int
     ref_cnt: int = 0
     pool: BlockPool | None = field(default=None, repr=False, kw_only=True)
-    _block_hash: object = None  # the cache key (prefix caching on), else None
+    _block_hash: object = None
     prev_free_block: KVCacheBlock | None = None
     next_free_block: KVCacheBlock | None = None
     is_null: bool = False
@@ -44,11 +30,7 @@ class KVCacheBlock:
 
 
 class FreeKVCacheBlockQueue:
-    """Doubly linked free list over existing blocks, bounded by sentinels so no operation branches on ends.
-
-    Initially ordered by block id; ``popleft_n`` takes from the front, ``prepend_n`` returns blocks to the
-    front (blocks without a hash: reused first) and ``append_n`` to the back (cached blocks: evicted last).
-    """
+    """Doubly linked free list over existing blocks, bounded by sentinels so no operation branches on ends."""
 
     def __init__(self, blocks: list[KVCacheBlock]) -> None:
         self.num_free_blocks = len(blocks)
@@ -76,7 +58,7 @@ class FreeKVCacheBlockQueue:
         self.num_free_blocks -= n
         head = self.fake_free_list_head
         block = head.next_free_block
-        if n == 1:  # the decode path: one block, no loop
+        if n == 1:
             assert block is not None
             nxt = block.next_free_block
             block.prev_free_block = block.next_free_block = None
@@ -95,8 +77,6 @@ class FreeKVCacheBlockQueue:
         return out
 
     def remove(self, block: KVCacheBlock) -> None:
-        # O(1) removal from the middle is why vLLM does not use collections.deque (a prefix-cache hit
-        # revives a free block); with caching off only fork's touch calls it.
         prev, nxt = block.prev_free_block, block.next_free_block
         if prev is None or nxt is None:  # pragma: no cover - a block outside the queue
             raise RuntimeError(f"remove() of block {block.block_id}, which is not in the free queue")
@@ -144,10 +124,10 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.hash_block_size = hash_block_size
         self.metrics_collector = None
-        self._reuse_watchers: dict[int, object] = {}  # block id -> callback (offloading); none here
+        self._reuse_watchers: dict[int, object] = {}
         self.blocks = [KVCacheBlock(i, pool=self) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
-        self.null_block = self.free_block_queue.popleft()  # never handed out, never freed
+        self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
 
     def get_num_free_blocks(self) -> int:
@@ -159,7 +139,7 @@ class BlockPool:
         ret = self.free_block_queue.popleft_n(num_blocks)
         if self._reuse_watchers:  # pragma: no cover - no watcher is ever registered here
             raise AssertionError("reuse watchers are left out")
-        if self.enable_caching:  # one loop per branch, as vLLM writes it
+        if self.enable_caching:
             for block in ret:
                 self._maybe_evict_cached_block(block)
                 assert block.ref_cnt == 0
@@ -183,7 +163,7 @@ class BlockPool:
             if block.is_null:
                 continue
             if block.ref_cnt == 0:
-                self.free_block_queue.remove(block)  # an evictable hit leaves the queue (O(1): the links)
+                self.free_block_queue.remove(block)
             block.ref_cnt += 1
             if self.metrics_collector:  # pragma: no cover
                 self.metrics_collector.on_block_accessed(block)

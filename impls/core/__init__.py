@@ -1,3 +1,1 @@
-"""The core every implementation shares: argument validation, the base classes of interpreted and compiled
-designs (one place for the contract's checks and the whole-step entry point), the Numba cache, and the
-reference model (the contract's executable definition)."""
+"""The core every implementation shares: validation, base classes, the Numba cache, the reference model."""

@@ -1,13 +1,4 @@
-"""Contract plumbing shared by the compiled (Numba) designs.
-
-A compiled design keeps its whole state in NumPy arrays or Numba typed containers, exposed as the tuple
-``self.state``, and provides :class:`Kernels`: ``@njit`` functions taking ``*state`` first. The per-call
-methods below cross into compiled code once per contract call, through each kernel's compiled entry point
-bound to the state (Numba's dispatcher, which types every argument on every call, costs about as much again);
-``step`` crosses once per engine step; the harness's compiled replay calls the same kernels from compiled
-code with no crossing at all. Kernels validate their input and return status codes (see
-:mod:`impls.contract`), so both paths enforce the same rules.
-"""
+"""Contract plumbing shared by the compiled (Numba) designs."""
 
 from __future__ import annotations
 
@@ -62,12 +53,10 @@ class Kernels(NamedTuple):
     last_slot: Callable  # (seq) -> slot | <0
 
 
-# Bound per design by step_kernel(); the loop reads them as Numba globals, so that each design's step is a
-# module-level function of its own that Numba can cache (as harness.measure.drivers does for its replay loop).
 _k_can = _k_alloc = _k_fork = _k_free = _k_step = None
 
 
-RECHECK = -2  # _step_loop's second result when the buffers break a rule: nothing changed, check them in Python
+RECHECK = -2
 
 
 @njit(inline="always")
@@ -79,10 +68,7 @@ def _meet(a, b):
 
 @njit(inline="always")
 def _unfit(ops, a0, a1, seq_ids, status_out, cow_out, slot_out):
-    """Whether the step's buffers break a rule of :func:`impls.core.validation.step_args` that their Numba types do
-    not already carry (those carry dtype, dimensions, C layout and writeability): lengths, output sizes and
-    alignment, an output overlapping another buffer. Inlined: a call taking arrays would add reference counting
-    of each."""
+    """Whether the step's buffers break a rule that their Numba types do not already carry."""
     m, n = ops.shape[0], seq_ids.shape[0]
     if a0.shape[0] != m or a1.shape[0] != m or status_out.shape[0] < m + STEP_EXTRA:
         return True
@@ -98,18 +84,12 @@ def _unfit(ops, a0, a1, seq_ids, status_out, cow_out, slot_out):
 
 @njit(inline="always")
 def _meets_input(out, ops, a0, a1, seq_ids):
-    """Whether output ``out`` shares memory with one of the step's inputs."""
     return _meet(out, ops) or _meet(out, a0) or _meet(out, a1) or _meet(out, seq_ids)
 
 
-# One function on purpose: it is the whole step in one crossing, and each helper taking arrays would add
-# reference counting of its arguments per call.
+# One function on purpose: each helper taking arrays would add reference counting per call.
 def _step_loop(state, ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows, max_tokens, num_blocks):  # noqa: C901
-    """The whole-step entry point's kernel: returns ``(cows or the batch's code, -1)``, ``(code, i)`` for a
-    bad op code at ``i``, or ``(0, RECHECK)`` for buffers that break a rule (:func:`_unfit`), both found
-    before anything changes. Ids, counts and token counts are range-checked here, in the contract's order,
-    before a design's kernel sees them (as the per-call wrappers do in Python), so no value can wrap around
-    in a kernel's int32 state."""
+    """The whole-step kernel: ``(cows or code, -1)``, ``(code, i)`` for a bad op code, or ``(0, RECHECK)``."""
     if _unfit(ops, a0, a1, seq_ids, status_out, cow_out, slot_out):
         return 0, RECHECK
     m = ops.shape[0]
@@ -131,7 +111,7 @@ def _step_loop(state, ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows,
                 rc = E_TOO_LONG
             else:
                 rc = _k_alloc(*state, x, y)
-        else:  # FORK
+        else:
             rc = E_SEQ_RANGE if x < 0 or x >= rows or y < 0 or y >= rows else _k_fork(*state, x, y)
         status_out[i] = rc
     rc, detail = _k_step(*state, seq_ids, cow_out, slot_out)
@@ -140,7 +120,7 @@ def _step_loop(state, ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows,
         status_out[m + 1] = 0
         return rc, -1
     if rc != E_NO_BLOCKS and 0 <= detail < seq_ids.shape[0]:
-        detail = seq_ids[detail]  # the offending id, as the per-call path's exception names it
+        detail = seq_ids[detail]
     status_out[m] = rc
     status_out[m + 1] = detail
     return rc, -1
@@ -150,14 +130,13 @@ _STEP_KERNELS: dict[str, Callable] = {}
 _EXACT_STEP_KERNELS: dict[tuple, Callable] = {}
 
 
-_ENTRY_POINTS: dict[tuple, Callable] = {}  # (kernel, argument types) -> its compiled entry point
+_ENTRY_POINTS: dict[tuple, Callable] = {}
 _INT_TYPE = typeof(0)
 _ARRAY_TYPES: dict[tuple, object] = {}
 
 
 def _type_of(x: object) -> object:
-    """``numba.typeof(x)``; for an array, looked up by what its Numba type depends on (dtype, dimensions,
-    layout, writeability, alignment): typing an array afresh costs microseconds per array."""
+    """``numba.typeof(x)``, cached for arrays by what their Numba type depends on."""
     if type(x) is not np.ndarray:
         return typeof(x)
     f = x.flags
@@ -168,9 +147,7 @@ def _type_of(x: object) -> object:
 
 
 def _entry_point(kernel: Callable, sig: tuple) -> Callable:
-    """The compiled entry point of ``kernel`` for ``sig``, found once per kernel and signature: asking Numba's
-    dispatcher for it costs tens of microseconds, which a fresh manager's first call of each operation would
-    otherwise pay (a benchmark that builds managers would time it)."""
+    """The compiled entry point of ``kernel`` for ``sig``, found once per kernel and signature."""
     key = (kernel, sig)
     if key not in _ENTRY_POINTS:
         _ENTRY_POINTS[key] = kernel.compile(sig)
@@ -178,9 +155,7 @@ def _entry_point(kernel: Callable, sig: tuple) -> Callable:
 
 
 def _entry(op: str, ints: int) -> functools.cached_property:
-    """The entry point of kernel ``op`` (taking ``ints`` Python ints after the state), bound to the manager's
-    state, as a property computed once per state (see CompiledBlockManager's dispatch notes); the entry point
-    itself is compiled (or loaded) once per kernel and signature, not per manager."""
+    """The entry point of kernel ``op`` bound to the manager's state, computed once per state."""
     def bind(self: CompiledBlockManager) -> Callable:
         sig = (*self._ep_state_types, *([_INT_TYPE] * ints))
         return partial(_entry_point(getattr(self.kernels, op), sig), *self._state)
@@ -198,9 +173,7 @@ def step_kernel(kernels: Kernels) -> Callable:
 
 
 def exact_step_kernel(kernels: Kernels, state: tuple) -> Callable:
-    """The whole-step loop compiled for exactly one signature, ``state``'s types then plain int64 buffers (1-D,
-    ``cow_out`` 2-D; C-contiguous, writeable), with compilation disabled: Numba's dispatcher then checks each
-    buffer's type in C and raises ``TypeError`` for any other, instead of compiling a new version."""
+    """The whole-step loop compiled for exactly one signature; other buffers are a ``TypeError``."""
     key = (kernels.decode_step.py_func.__module__, typeof(state))
     if key not in _EXACT_STEP_KERNELS:
         vec, pairs, num = typeof(np.zeros(1, np.int64)), typeof(np.zeros((1, 2), np.int64)), typeof(0)
@@ -217,14 +190,10 @@ def _step_function(kernels: Kernels, module: str) -> types.FunctionType:
                       _k_fork=kernels.fork, _k_free=kernels.free, _k_step=kernels.decode_step)
 
 
-# Kernels that do nothing: a compiled design given these (:func:`with_empty_kernels`) pays exactly its per-call
-# path (argument checks, entry into compiled code, unboxing its state, boxing the result) and no data-structure
-# work: the dispatch floor of the per-call regime. Entry points are compiled for explicit signatures, so each
-# empty kernel takes exactly as many arguments as the kernel it stands for (made per state length).
 def _empty(arity: int, result: str) -> Callable:
     names = ", ".join(f"a{i}" for i in range(arity))
     env: dict = {}
-    exec(f"def empty({names}):\n    return {result}\n", env)  # a fixed template over an int: no input
+    exec(f"def empty({names}):\n    return {result}\n", env)
     return njit(env["empty"])
 
 
@@ -236,6 +205,18 @@ def empty_kernels(state_len: int) -> Kernels:
                    _empty(state_len + 2, "(0, 0)"), one)
 
 
+def empty_step_kernel(state: tuple) -> Callable:
+    """A compiled no-op with the step kernel's signature: one crossing into compiled code with a step's arguments."""
+    key = ("empty", typeof(state))
+    if key not in _EXACT_STEP_KERNELS:
+        vec, pairs, num = typeof(np.zeros(1, np.int64)), typeof(np.zeros((1, 2), np.int64)), typeof(0)
+        kernel = _empty(len(state) + 10, "(0, -1)")
+        kernel.compile((*key[1], vec, vec, vec, vec, vec, pairs, vec, num, num, num))
+        kernel.disable_compile()
+        _EXACT_STEP_KERNELS[key] = kernel
+    return _EXACT_STEP_KERNELS[key]
+
+
 def with_empty_kernels(mgr: CompiledBlockManager) -> CompiledBlockManager:
     """A copy of ``mgr`` (sharing its state) whose every kernel is empty, entered through the same path."""
     empty = copy.copy(mgr)
@@ -244,8 +225,7 @@ def with_empty_kernels(mgr: CompiledBlockManager) -> CompiledBlockManager:
     return empty
 
 class CachingKernels(NamedTuple):
-    """:class:`Kernels` plus the prefix-caching operations (:class:`impls.contract.CachingBlockManager`), for
-    designs whose kernels provide them (the compiled replay then runs caching traces)."""
+    """``Kernels`` plus the prefix-caching operations, for designs whose kernels provide them."""
 
     can_allocate: Callable
     allocate: Callable
@@ -264,17 +244,6 @@ class CompiledBlockManager(ManagerBase):
     kernels: Kernels
     _lens: np.ndarray
 
-    # -- dispatch -------------------------------------------------------------------------------------------
-    # Per call, the kernels are entered through their compiled entry points (Dispatcher.compile(signature),
-    # bound to this manager's state with functools.partial), not through Numba's dispatcher, which types every
-    # argument on every call (about twice the cost of the call itself). That is safe only because every
-    # argument is of exactly the compiled type: the state is the manager's own arrays or typed containers, made
-    # once, and the other arguments are Python ints the wrapper has range-checked. Buffers a caller passes
-    # (``decode_step``, ``lookup``, ``step``) keep a dispatcher, which checks their types in C; ``step``'s
-    # allows exactly one signature (:func:`exact_step_kernel`). Each entry point is bound on its first use (a
-    # cached property: later reads find it in the instance's dict, with no hook on other attributes) and
-    # forgotten whenever ``state`` or ``kernels`` is replaced (:meth:`rebind`), so a subclass may set the state
-    # twice while it is constructed.
     _ep_can_allocate = _entry("can_allocate", 1)
     _ep_allocate = _entry("allocate", 2)
     _ep_append = _entry("append", 1)
@@ -284,7 +253,6 @@ class CompiledBlockManager(ManagerBase):
 
     @functools.cached_property
     def _ep_state_types(self) -> tuple:
-        """The Numba types of the state, found once per state for every operation's entry point."""
         return tuple(_type_of(x) for x in self._state)
 
     @functools.cached_property
@@ -311,17 +279,13 @@ class CompiledBlockManager(ManagerBase):
             del self.__dict__[name]
 
     def can_allocate(self, num_blocks: int) -> bool:
-        """Whether the free pool holds at least ``num_blocks`` blocks."""
         if type(num_blocks) is not int or not 0 <= num_blocks <= self.num_blocks:
-            if count_arg(num_blocks) > self.num_blocks:  # never; and kept out of the kernel's int64
+            if count_arg(num_blocks) > self.num_blocks:
                 return False
             num_blocks = int(num_blocks)
         return self._ep_can_allocate(num_blocks) == 1
 
     def allocate(self, seq_id: int, num_tokens: int) -> None:
-        """Give a new sequence ``ceil(num_tokens / block_size)`` fresh blocks with ref count 1."""
-        # Only Python ints in range reach the kernel (Numba would type others, or wrap them); the hot path
-        # inlines the range checks of seq_arg and tokens_arg.
         if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:
             seq_id = seq_arg(seq_id, self.max_seqs)
         if type(num_tokens) is not int or not 0 < num_tokens <= self.max_tokens:
@@ -331,8 +295,7 @@ class CompiledBlockManager(ManagerBase):
             self._fail(rc, seq_id, num_tokens=num_tokens, need=blocks_for(num_tokens, self.block_size))
 
     def append_slot(self, seq_id: int) -> tuple[int, int] | None:
-        """Add one token; returns ``(src, dst)`` when the shared last block was copied, else None."""
-        if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:  # (the hot path inlines seq_arg)
+        if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:
             seq_id = seq_arg(seq_id, self.max_seqs)
         rc, src, dst = self._ep_append(seq_id)
         if rc < 0:
@@ -340,14 +303,12 @@ class CompiledBlockManager(ManagerBase):
         return (src, dst) if rc else None
 
     def fork(self, parent_id: int, child_id: int) -> None:
-        """The child gets the parent's table and length; every block's ref count rises by one."""
         parent_id, child_id = seq_arg(parent_id, self.max_seqs), seq_arg(child_id, self.max_seqs)
         rc = self._ep_fork(parent_id, child_id)
         if rc:
             self._fail(rc, fork_culprit(rc, parent_id, child_id, self.max_seqs))
 
     def free(self, seq_id: int) -> None:
-        """Drop one reference to each block; blocks reaching zero return to the pool."""
         if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:
             seq_id = seq_arg(seq_id, self.max_seqs)
         rc = self._ep_free(seq_id)
@@ -355,8 +316,7 @@ class CompiledBlockManager(ManagerBase):
             self._fail(rc, seq_id)
 
     def last_slot(self, seq_id: int) -> int:
-        """Physical KV slot (``block * block_size + offset``) of the sequence's newest token."""
-        if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:  # (the hot path inlines seq_arg)
+        if type(seq_id) is not int or not 0 <= seq_id < self.max_seqs:
             seq_id = seq_arg(seq_id, self.max_seqs)
         slot = self._ep_last_slot(seq_id)
         if slot < 0:
@@ -364,11 +324,7 @@ class CompiledBlockManager(ManagerBase):
         return slot
 
     def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """One decode step in one compiled call; same semantics as the interpreted designs' step.
-
-        ``seq_ids`` int64[n], ``cow_out`` int64[n, 2], ``slot_out`` int64[n]; returns the number of CoWs. The
-        buffers are checked here, once (the kernel trusts them): see :func:`impls.core.validation.batch_args`.
-        """
+        """One decode step in one compiled call; same semantics as the interpreted designs' step."""
         seq_ids = batch_args(seq_ids, cow_out, slot_out, self.max_seqs)
         rc, detail = self.kernels.decode_step(*self.state, seq_ids, cow_out, slot_out)
         if rc < 0:
@@ -377,21 +333,14 @@ class CompiledBlockManager(ManagerBase):
 
     def step(self, ops: np.ndarray, a0: np.ndarray, a1: np.ndarray, seq_ids: np.ndarray, status_out: np.ndarray,
              cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """One engine step in one compiled call (see :meth:`impls.contract.BlockManager.step`), its buffers
-        checked before anything changes.
-
-        An engine's usual buffers (native int64 ndarrays, C-contiguous, outputs writeable) are checked where it
-        costs least: byte order here (the one property Numba's types do not carry), the rest of their types by
-        Numba's dispatcher (in C, against the one signature compiled), lengths, alignment and overlap in the
-        kernel, which returns ``RECHECK`` before changing anything when one fails. Anything else goes through
-        :func:`impls.core.validation.step_args`, which names what is wrong, or converts the inputs."""
+        """One engine step in one compiled call, its buffers checked before anything changes."""
         rc, bad = 0, RECHECK
         try:
             if (ops.dtype is _INT64 and a0.dtype is _INT64 and a1.dtype is _INT64 and seq_ids.dtype is _INT64
                     and status_out.dtype is _INT64 and cow_out.dtype is _INT64 and slot_out.dtype is _INT64):
                 rc, bad = self._ep_step_exact(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self.max_seqs,
                                               self.max_tokens, self.num_blocks)
-        except (AttributeError, TypeError):  # no dtype, or Numba found types other than the compiled ones
+        except (AttributeError, TypeError):
             pass
         if bad == RECHECK:
             ops, a0, a1, ids = step_args(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self.max_seqs)
@@ -404,13 +353,11 @@ class CompiledBlockManager(ManagerBase):
         return rc
 
     def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
-        """Write the newest token's physical slot of each sequence to ``slot_out`` (read-only)."""
         seq_ids = lookup_args(seq_ids, slot_out, self.max_seqs)
         rc, detail = self.kernels.lookup(*self.state, seq_ids, slot_out)
         if rc < 0:
             self._fail_batch(rc, detail, seq_ids, len(slot_out))
 
-    # -- inspection (plain Python over the arrays: not on any hot path; see ManagerBase) ------------------------
     def _active(self, seq_id: object) -> int:
         seq_id = seq_arg(seq_id, self.max_seqs)
         rc = check_active(self._lens, seq_id)

@@ -1,12 +1,4 @@
-"""Contract plumbing shared by the interpreted (pure-Python) designs.
-
-A design subclasses :class:`InterpretedBlockManager` and writes only its data structure: the primitives
-``_allocate``, ``_append``, ``_last_shared``, ``_fork``, ``_free``, ``_table``, ``_ref`` and ``_last_slot``, over its
-tables and its ref counts ``_refs``. The free pool is here, a list used as a stack (``_free_list``, ``_take``,
-``num_free_blocks``), as both of the article's designs keep it; a design with more to it (a cache's evictable
-blocks) overrides those. Validation, error order and the batched step live here once, so the designs differ
-only where their data structures do.
-"""
+"""Contract plumbing shared by the interpreted (pure-Python) designs."""
 
 from __future__ import annotations
 
@@ -35,16 +27,15 @@ from impls.core.validation import (
 class InterpretedBlockManager(ManagerBase):
     """Base class: validates every call, then hands the work to the design's primitives."""
 
-    kernels = None  # interpreted designs have no compiled kernels for the harness's compiled replay
-    _refs: dict[int, int] | list[int]  # block id -> ref count: the design's container
+    kernels = None
+    _refs: dict[int, int] | list[int]
 
     def __init__(
         self, num_blocks: int, block_size: int = 16, max_seqs: int = 256, max_blocks_per_seq: int = 256
     ) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        # Length in tokens per sequence row; 0 marks an inactive row (an active sequence has >= 1 token).
-        self._lens = [0] * self.max_seqs
-        self._free_list = list(range(self.num_blocks - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
+        self._lens = [0] * self.max_seqs  # tokens per row; 0 marks an inactive row
+        self._free_list = list(range(self.num_blocks - 1, -1, -1))
 
     def num_free_blocks(self) -> int:
         return len(self._free_list)
@@ -57,7 +48,7 @@ class InterpretedBlockManager(ManagerBase):
 
     def _active(self, seq_id: object) -> int:
         """The id of an active sequence as a Python int, else the contract's exception."""
-        if type(seq_id) is not int:  # Python ints (the hot path) are range-checked by check_active
+        if type(seq_id) is not int:
             seq_id = seq_arg(seq_id, self.max_seqs)
         rc = check_active(self._lens, seq_id)
         if rc:
@@ -67,7 +58,6 @@ class InterpretedBlockManager(ManagerBase):
     def _needs_block(self, seq_id: int) -> bool:
         return self._lens[seq_id] % self.block_size == 0 or self._last_shared(seq_id)
 
-    # -- the contract -----------------------------------------------------------------------------------
     def can_allocate(self, num_blocks: int) -> bool:
         """Whether the free pool holds at least ``num_blocks`` blocks."""
         if type(num_blocks) is not int or num_blocks < 0:
@@ -76,7 +66,6 @@ class InterpretedBlockManager(ManagerBase):
 
     def allocate(self, seq_id: int, num_tokens: int) -> None:
         """Give a new sequence ``ceil(num_tokens / block_size)`` fresh blocks with ref count 1."""
-        # Python ints (the hot path) are range-checked by check_allocate, exactly: no NumPy arithmetic.
         if type(seq_id) is not int:
             seq_id = seq_arg(seq_id, self.max_seqs)
         if type(num_tokens) is not int:
@@ -87,13 +76,13 @@ class InterpretedBlockManager(ManagerBase):
         need = blocks_for(num_tokens, self.block_size)
         if need > self.num_free_blocks():
             self._fail(E_NO_BLOCKS, seq_id, need=need)
-        self._admit_tokens = num_tokens  # checked, a Python int: for designs whose admission wants tokens
+        self._admit_tokens = num_tokens
         self._allocate(seq_id, need)
         self._lens[seq_id] = num_tokens
 
     def append_slot(self, seq_id: int) -> tuple[int, int] | None:
         """Add one token; returns ``(src, dst)`` when the shared last block was copied, else None."""
-        if type(seq_id) is not int:  # Python ints (the hot path) are range-checked by check_append
+        if type(seq_id) is not int:
             seq_id = seq_arg(seq_id, self.max_seqs)
         rc = check_append(self._lens, self.max_blocks_per_seq, self.block_shift, seq_id)
         if rc:
@@ -114,7 +103,7 @@ class InterpretedBlockManager(ManagerBase):
 
     def free(self, seq_id: int) -> None:
         """Drop one reference to each block; blocks reaching zero return to the pool."""
-        if type(seq_id) is not int:  # (per call on the hot path: _active inlined)
+        if type(seq_id) is not int:
             seq_id = seq_arg(seq_id, self.max_seqs)
         rc = check_active(self._lens, seq_id)
         if rc:
@@ -124,22 +113,16 @@ class InterpretedBlockManager(ManagerBase):
 
     def last_slot(self, seq_id: int) -> int:
         """Physical KV slot (``block * block_size + offset``) of the sequence's newest token."""
-        if type(seq_id) is not int:  # (per call on the hot path: _active inlined)
+        if type(seq_id) is not int:
             seq_id = seq_arg(seq_id, self.max_seqs)
         rc = check_active(self._lens, seq_id)
         if rc:
             self._fail(rc, seq_id)
         return self._last_slot(seq_id)
 
-    # -- batched entry points ---------------------------------------------------------------------------
     def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """One decode step: append a token to each sequence in order and write its slot to ``slot_out``.
-
-        Copy-on-write pairs go to ``cow_out[:k]`` (k returned). The step is validated as a whole before
-        anything changes: it reserves its worst case, one free block per sequence at a block boundary or
-        with a shared last block (as vLLM's ``can_append_slots`` does), so it never fails half-way.
-        """
-        ids = batch_args(seq_ids, cow_out, slot_out, self.max_seqs).tolist()  # types, shapes, sizes first
+        """One decode step: append a token to each sequence in order and write its slot to ``slot_out``."""
+        ids = batch_args(seq_ids, cow_out, slot_out, self.max_seqs).tolist()
         n = len(ids)
         lens, max_blocks, shift = self._lens, self.max_blocks_per_seq, self.block_shift
         seen = set()
@@ -150,7 +133,7 @@ class InterpretedBlockManager(ManagerBase):
             if s in seen:
                 self._fail(E_DUPLICATE, s)
             seen.add(s)
-        if n > self.num_free_blocks():  # only a tight pool needs the exact worst case
+        if n > self.num_free_blocks():
             need = sum(self._needs_block(s) for s in ids)
             if need > self.num_free_blocks():
                 self._fail(E_NO_BLOCKS, need=need)

@@ -1,18 +1,4 @@
-"""Prefix-caching plumbing shared by the interpreted designs with a cache (``dict-pc``, ``radix-pc``).
-
-:class:`CachingPlumbing` is a mixin for an :class:`~impls.core.interpreted.InterpretedBlockManager` subclass: it adds
-the public ``allocate_cached``, ``seal`` and ``num_cached_blocks`` of :class:`impls.contract.CachingBlockManager`
-with the contract's checks in the contract's order, and leaves the data structure to the design's primitives:
-
-- ``_match(chain) -> list[int]``: the blocks the chain hits, from its start to its first miss (read-only);
-- ``_ref(block) -> int``: 0 for an evictable hit (it costs a free block);
-- ``_admit(seq_id, hits, num_blocks, chain)``: share the hits, take the fresh blocks (each may evict), insert
-  the fresh full blocks' hashes unless already carried, and make the row's table;
-- ``_last_hashed(seq_id) -> bool`` and ``_cache_last(seq_id, h) -> bool`` for ``seal``;
-- ``num_cached_blocks()``.
-
-Every check runs before any primitive that changes state, so a failed call leaves the manager as it was.
-"""
+"""Prefix-caching plumbing shared by the interpreted designs with a cache (``dict-pc``, ``radix-pc``)."""
 
 from __future__ import annotations
 
@@ -28,13 +14,11 @@ class CachingPlumbing:
     prefix_caching = True
 
     def allocate_cached(self, seq_id: int, num_tokens: int, hashes: np.ndarray) -> int:
-        """Admit a prompt of ``num_tokens`` tokens whose full blocks have the hash chain ``hashes``: share every
-        cached block of the chain's hit prefix, take fresh blocks for the rest. Returns the tokens served from
-        the cache (``hits * block_size``)."""
+        """Admit a prompt with hash chain ``hashes``: share its cached prefix, take fresh blocks for the rest."""
         seq_id = seq_arg(seq_id, self.max_seqs)
         num_tokens = tokens_arg(num_tokens, seq_id, self.max_blocks_per_seq, self.block_shift)
-        chain = chain_arg(hashes, num_tokens, self.block_shift, seq_id).tolist()  # a list: the caller's array
-        if self._lens[seq_id]:  # may change after we return, and Python ints hash fastest
+        chain = chain_arg(hashes, num_tokens, self.block_shift, seq_id).tolist()
+        if self._lens[seq_id]:
             self._fail(E_ACTIVE, seq_id)
         num_blocks = blocks_needed(num_tokens, self.block_shift)
         hits = self._match(chain)
@@ -46,8 +30,6 @@ class CachingPlumbing:
         return len(hits) << self.block_shift
 
     def seal(self, seq_id: int, block_hash: int) -> bool:
-        """Give the sequence's full last block the hash ``block_hash``. True when it is now cached, False when
-        another block already carries that hash (the block stays uncached)."""
         seq_id = self._active(seq_id)
         h = hash_arg(block_hash, seq_id)
         if self._lens[seq_id] & (self.block_size - 1):

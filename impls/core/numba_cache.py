@@ -1,16 +1,4 @@
-"""Where Numba caches compiled code, and why not beside the sources.
-
-Numba keys a cached function by its own source file only. Our kernels inline checks from
-:mod:`impls.core.validation` and call each other across modules, and code compiled elsewhere (a replay loop)
-inlines the kernels in turn, so an edit to one file could leave another file's cached machine code stale,
-silently. Caching under a folder named by a digest of every source that compiled code may inline makes any
-edit start a fresh cache. A ``NUMBA_CACHE_DIR`` set by the user is respected.
-
-Numba fixes a function's cache folder when the function is decorated, so :func:`pin_numba_cache` must run
-before the ``@njit(cache=True)`` functions it should cover are defined. ``impls`` pins a folder for its own
-sources; a package whose compiled code inlines ``impls`` kernels pins again, before defining its own, with its
-inlined modules added (``extra``): its folder's digest then covers both.
-"""
+"""Where Numba caches compiled code, and why not beside the sources."""
 
 from __future__ import annotations
 
@@ -44,8 +32,7 @@ def cache_root() -> Path:
 
 
 def pin_numba_cache(extra: Iterable[Path] = ()) -> None:
-    """Point Numba's cache, for functions defined from now on, at a folder for exactly these sources: every
-    ``impls`` module and ``extra`` (unless ``NUMBA_CACHE_DIR`` is set)."""
+    """Point Numba's cache, for functions defined from now on, at a folder keyed by these sources' digest."""
     import numba
 
     if os.environ.get("NUMBA_CACHE_DIR"):

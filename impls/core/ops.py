@@ -1,40 +1,31 @@
-"""The pool operations of a trace and of a whole step, as calls of the contract: the one switch over op codes.
-
-A trace (and the whole-step entry point ``step``) encodes each pool operation as ``(op, a0, a1)``, with the
-codes of :mod:`impls.contract`; a prefix-caching op also carries ``arg``, its hash chain (``ALLOCATE_CACHED``)
-or its hash (``SEAL``). :data:`POOL_OPS` says, per code, which contract method it calls, with which of those
-values, what its result means and which kind of pool work it is. Everything on the Python side that turns
-ops into calls reads this table: the designs' ``step`` (:mod:`impls.core.base`), the harness's replays and
-its timed driver, which binds the methods once and calls them with :func:`call_args` made before timing.
-Compiled code has its own loops over the same codes (Numba cannot call through a table).
-"""
+"""The pool operations of a trace and of a whole step, as calls of the contract: the one switch over op codes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from impls.contract import ALLOCATE, ALLOCATE_CACHED, CAN_ALLOCATE, FORK, FREE, SEAL
+from impls.contract import ALLOCATE, ALLOCATE_CACHED, CAN_ALLOCATE, FORK, FREE, OP_NAMES, SEAL
 
-ARGS = ("a0", "a1", "arg")  # what an op may pass to its method, in this order
+ARGS = ("a0", "a1", "arg")
 
 
 @dataclass(frozen=True)
 class PoolOp:
     """One op code as a contract call."""
 
-    method: str  # the contract method it calls
-    args: tuple[str, ...]  # which of ARGS it passes, in order
+    method: str
+    args: tuple[str, ...]
     result: str  # "answer": a yes/no the trace records in a1; "hits": prompt tokens served from the cache; ""
     kind: str  # the pool work it does: "alloc" (takes blocks), "free" (releases them), "other"
 
 
 POOL_OPS: dict[int, PoolOp] = {
-    CAN_ALLOCATE: PoolOp("can_allocate", ("a0",), "answer", "other"),
-    ALLOCATE: PoolOp("allocate", ("a0", "a1"), "", "alloc"),
-    ALLOCATE_CACHED: PoolOp("allocate_cached", ("a0", "a1", "arg"), "hits", "alloc"),
-    SEAL: PoolOp("seal", ("a0", "arg"), "answer", "other"),
-    FORK: PoolOp("fork", ("a0", "a1"), "", "other"),
-    FREE: PoolOp("free", ("a0",), "", "free"),
+    CAN_ALLOCATE: PoolOp(OP_NAMES[CAN_ALLOCATE], ("a0",), "answer", "other"),
+    ALLOCATE: PoolOp(OP_NAMES[ALLOCATE], ("a0", "a1"), "", "alloc"),
+    ALLOCATE_CACHED: PoolOp(OP_NAMES[ALLOCATE_CACHED], ("a0", "a1", "arg"), "hits", "alloc"),
+    SEAL: PoolOp(OP_NAMES[SEAL], ("a0", "arg"), "answer", "other"),
+    FORK: PoolOp(OP_NAMES[FORK], ("a0", "a1"), "", "other"),
+    FREE: PoolOp(OP_NAMES[FREE], ("a0",), "", "free"),
 }
 
 

@@ -1,10 +1,4 @@
-"""A tiny, obviously correct model of the contract.
-
-The tests hold every implementation to it, and the scenario generator simulates its scheduler against it.
-It re-states the rules on its own (it does not use :mod:`impls.core.validation`), so a mistake in the shared
-checks cannot hide from the tests. Block ids are handed out in the order 0, 1, 2, ... and come back in
-reverse table order; implementations may use any order (tests compare up to renaming of ids).
-"""
+"""A tiny, obviously correct model of the contract."""
 
 from __future__ import annotations
 
@@ -16,12 +10,7 @@ from impls.contract import NoFreeBlocksError, blocks_for
 
 
 class ReferenceModel:
-    """The contract, written for clarity rather than speed. Not a contender: not in the registry.
-
-    It implements prefix caching too (:class:`impls.contract.CachingBlockManager`): ``free_ids`` holds the
-    never-cached free blocks, ``evictable`` the cached blocks with ref 0 in the order they were freed (oldest
-    first), ``cache`` maps hash -> block and ``block_hash`` block -> hash.
-    """
+    """The contract, written for clarity rather than speed. Not a contender: not in the registry."""
 
     prefix_caching = True
 
@@ -38,9 +27,8 @@ class ReferenceModel:
         self.cache: dict[int, int] = {}
         self.block_hash: dict[int, int] = {}
         self.evictable: OrderedDict[int, None] = OrderedDict()
-        self.evictions = 0  # blocks evicted so far (a statistic, not part of the contract)
+        self.evictions = 0
 
-    # -- checks, in the contract's order --------------------------------------------------------------------
     def _in_range(self, seq: int) -> None:
         if not 0 <= seq < self.max_seqs:
             raise ValueError(f"sequence id {seq} out of range")
@@ -56,7 +44,7 @@ class ReferenceModel:
     def _take(self) -> int:
         if self.free_ids:
             block = self.free_ids.pop()
-        else:  # evict the least recently freed cached block
+        else:
             block, _ = self.evictable.popitem(last=False)
             del self.cache[self.block_hash.pop(block)]
             self.evictions += 1
@@ -101,7 +89,6 @@ class ReferenceModel:
         if n % self.block_size == 0 and n // self.block_size >= self.max_blocks_per_seq:
             raise ValueError("sequence full")
 
-    # -- the contract ---------------------------------------------------------------------------------------
     def can_allocate(self, num_blocks: int) -> bool:
         if num_blocks < 0:
             raise ValueError("negative count")
@@ -152,7 +139,7 @@ class ReferenceModel:
             self.refs[block] += 1
             self.evictable.pop(block, None)
         fresh = [self._take() for _ in range(self._blocks(num_tokens) - len(hits))]
-        for block, h in zip(fresh, chain[len(hits):], strict=False):  # stops at the full blocks
+        for block, h in zip(fresh, chain[len(hits):], strict=False):
             if h not in self.cache:
                 self.cache[h] = block
                 self.block_hash[block] = h
@@ -193,7 +180,7 @@ class ReferenceModel:
         src = table[-1]
         if self.refs[src] == 1:
             return None
-        self.refs[src] -= 1  # still >= 1: a shared block never reaches 0 here
+        self.refs[src] -= 1
         table[-1] = self._take()
         return src, table[-1]
 
@@ -237,10 +224,7 @@ class ReferenceModel:
         return self.tables[seq][n // self.block_size] * self.block_size + n % self.block_size
 
     def decode_step(self, seq_ids: list[int]) -> tuple[list[tuple[int, int]], list[int]]:
-        """The batched step: validate all, reserve the worst case, then append in order.
-
-        Returns (copy-on-write pairs, slots) rather than filling buffers: the model needs no speed.
-        """
+        """The batched step: validate all, reserve the worst case, then append in order."""
         seen = set()
         for seq in seq_ids:
             self._check_append(seq)

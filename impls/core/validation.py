@@ -1,13 +1,4 @@
-"""The contract's input checks, written once for both worlds.
-
-Each function takes ``lens`` (per sequence row: its length in tokens, 0 when inactive; a list or a NumPy
-array) and scalars (``shift`` is log2 of the block size: shifts and masks, not divisions, which cost a
-hardware divide each in compiled code), and returns a status code from :mod:`impls.contract`. The
-interpreted designs call these functions as they are; the compiled designs call the ``njit`` twins at
-the bottom of this module, built from the same source, so both worlds enforce identical rules in identical
-order. The twins are inlined into the kernels (``inline="always"``): a call that is not inlined passes
-arrays by reference count, and those atomic increments cost more than the checks themselves.
-"""
+"""The contract's input checks, written once for both worlds."""
 
 from __future__ import annotations
 
@@ -93,7 +84,6 @@ def slot_of(block, pos, shift):
 blocks_needed_jit = njit(cache=True, inline="always")(blocks_needed)
 slot_of_jit = njit(cache=True, inline="always")(slot_of)
 check_active_jit = njit(cache=True, inline="always")(check_active)
-# check_allocate calls blocks_needed: its twin calls the compiled one.
 check_allocate_jit = njit(cache=True, inline="always")(
     specialise(check_allocate, "jit", blocks_needed=blocks_needed_jit))
 check_append_jit = njit(cache=True, inline="always")(check_append)
@@ -102,11 +92,7 @@ check_fork_jit = njit(cache=True, inline="always")(check_fork)
 
 @njit(cache=True, inline="always")
 def check_batch_jit(lens, marks, stamp, max_blocks, shift, seq_ids):
-    """A compiled decode step's validation pass: every id valid for an append and listed once.
-
-    ``marks`` is a per-row scratch array and ``stamp`` a value no row holds yet, so duplicates are found
-    without allocating. Returns ``(code, index of the offending id)``.
-    """
+    """A compiled decode step's validation pass: every id valid for an append and listed once."""
     for i in range(seq_ids.shape[0]):
         seq = seq_ids[i]
         rc = check_append_jit(lens, max_blocks, shift, seq)
@@ -118,16 +104,9 @@ def check_batch_jit(lens, marks, stamp, max_blocks, shift, seq_ids):
     return OK, 0
 
 
-# -- arguments of the Python entry points --------------------------------------------------------------------
-# Every public method of every design passes its arguments through these once, in Python, before any state is
-# read or any kernel runs: the kernels are compiled for int64 scalars and C-contiguous int64 arrays and do not
-# check types, shapes or bounds of the buffers they are given (the compiled replay loop calls them directly,
-# with buffers the harness made). Python ints take the fast path (an identity test); NumPy integers become
-# Python ints before any arithmetic, so no value can wrap around.
 
 _INT64 = np.dtype(np.int64)
 _ndarray = np.ndarray
-# Bits of ``ndarray.flags.num`` (NumPy's NPY_ARRAY_* flags): one attribute read instead of one per flag.
 _C_CONTIGUOUS, _OWNDATA, _ALIGNED, _WRITEABLE = 0x1, 0x4, 0x100, 0x400
 _USABLE = _C_CONTIGUOUS | _ALIGNED | _WRITEABLE
 _INPUT = _C_CONTIGUOUS | _ALIGNED
@@ -135,8 +114,7 @@ _INT64_MAX = 2**63 - 1
 
 
 def as_int(value: object, name: str) -> int:
-    """``value`` as a Python int: ints and NumPy integers are accepted, bool (not a count) and anything else
-    is a ``TypeError``."""
+    """``value`` as a Python int; bool or anything but an integer is a ``TypeError``."""
     if type(value) is int:
         return value
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
@@ -145,7 +123,6 @@ def as_int(value: object, name: str) -> int:
 
 
 def seq_arg(value: object, max_seqs: int) -> int:
-    """A sequence id in ``[0, max_seqs)``."""
     seq = value if type(value) is int else as_int(value, "sequence id")
     if seq < 0 or seq >= max_seqs:
         raise_for(E_SEQ_RANGE, seq=seq, max_seqs=max_seqs)
@@ -163,7 +140,6 @@ def tokens_arg(value: object, seq: int, max_blocks: int, shift: int) -> int:
 
 
 def count_arg(value: object) -> int:
-    """A block count for ``can_allocate``: >= 0."""
     n = value if type(value) is int else as_int(value, "num_blocks")
     if n < 0:
         raise_for(E_COUNT, need=n)
@@ -171,7 +147,6 @@ def count_arg(value: object) -> int:
 
 
 def block_arg(value: object, num_blocks: int) -> int:
-    """A physical block id in ``[0, num_blocks)``."""
     block = value if type(value) is int else as_int(value, "block id")
     if block < 0 or block >= num_blocks:
         raise_for(E_BLOCK_RANGE, block=block, num_blocks=num_blocks)
@@ -179,10 +154,7 @@ def block_arg(value: object, num_blocks: int) -> int:
 
 
 def _int64_vector(values: object, name: str, max_seqs: int | None = None) -> np.ndarray:
-    """``values`` (the batch's ids when ``max_seqs`` is given, else one of the step's op arrays ``ops``, ``a0``,
-    ``a1``) as a C-contiguous int64 vector (a copy only when given another integer dtype or a strided view);
-    ``TypeError`` unless a 1-D integer array. A uint64 value beyond int64 is an id out of range, or a
-    ``ValueError``."""
+    """``values`` as a C-contiguous int64 vector; ``TypeError`` unless a 1-D integer array."""
     if not isinstance(values, _ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(values).__name__}")
     dtype = values.dtype
@@ -190,7 +162,7 @@ def _int64_vector(values: object, name: str, max_seqs: int | None = None) -> np.
         return values
     if values.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {values.shape}")
-    if dtype.kind not in "iu":  # bool ('b'), floats and objects are not ids, op codes or arguments
+    if dtype.kind not in "iu":
         raise TypeError(f"{name} must have an integer dtype, got {dtype}")
     if dtype.kind == "u" and dtype.itemsize == 8 and values.size and int(values.max()) > _INT64_MAX:
         if max_seqs is not None:
@@ -200,8 +172,7 @@ def _int64_vector(values: object, name: str, max_seqs: int | None = None) -> np.
 
 
 def _out_arg(buf: object, name: str, ndim: int, n: int) -> np.ndarray | None:
-    """Check an output buffer the kernels may write ``n`` rows of: an int64, C-contiguous, aligned, writeable
-    ndarray of ``ndim`` dimensions (``[rows, 2]`` when 2-D). Returns :func:`_owner` of it."""
+    """Check an output buffer the kernels may write ``n`` rows of (int64, C-contiguous, aligned, writeable)."""
     if not isinstance(buf, _ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(buf).__name__}")
     if buf.dtype is not _INT64 and buf.dtype != _INT64:
@@ -223,9 +194,7 @@ def _out_arg(buf: object, name: str, ndim: int, n: int) -> np.ndarray | None:
 
 
 def _owner(a: np.ndarray) -> np.ndarray | None:
-    """The array owning the memory ``a`` views, when NumPy allocated it; None for a foreign buffer. Views of
-    different owners cannot overlap, which decides the usual case without ``np.may_share_memory`` (several
-    times costlier)."""
+    """The array owning the memory ``a`` views, when NumPy allocated it; None for a foreign buffer."""
     base = a.base
     while isinstance(base, _ndarray):
         a, base = base, base.base
@@ -241,8 +210,7 @@ def _refuse_overlap(*arrays: np.ndarray) -> None:
 
 
 def batch_args(seq_ids: object, cow_out: object, slot_out: object, max_seqs: int) -> np.ndarray:
-    """Arguments of ``decode_step``; returns the ids as C-contiguous int64. Outputs must not overlap each
-    other or the ids (a kernel reads ids after writing outputs)."""
+    """Arguments of ``decode_step``; returns the ids as C-contiguous int64."""
     ids = _int64_vector(seq_ids, "seq_ids", max_seqs)
     n = ids.shape[0]
     c = _out_arg(cow_out, "cow_out", 2, n)
@@ -265,14 +233,7 @@ def lookup_args(seq_ids: object, slot_out: object, max_seqs: int) -> np.ndarray:
 
 def step_args(ops: object, a0: object, a1: object, seq_ids: object, status_out: object, cow_out: object,
               slot_out: object, max_seqs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Arguments of ``step`` (see :meth:`impls.contract.BlockManager.step`); returns ``ops``, ``a0``, ``a1`` and
-    the decode ids as C-contiguous int64. The op codes themselves are checked by the caller (the compiled
-    designs in their kernel's first pass, before anything changes). No output may overlap another output or
-    an input; inputs may overlap one another (a trace's ``a0`` holds the decode ids too).
-
-    An engine's usual call (plain int64 arrays, outputs it allocated itself) takes one fused test
-    (:func:`step_fast`) of a subset of what the full checks accept; anything else goes through them, which
-    name what is wrong."""
+    """Arguments of ``step``; returns ``ops``, ``a0``, ``a1`` and the decode ids as C-contiguous int64."""
     if step_fast(ops, a0, a1, seq_ids, status_out, cow_out, slot_out):
         return ops, a0, a1, seq_ids
     return _step_args(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, max_seqs)
@@ -280,19 +241,14 @@ def step_args(ops: object, a0: object, a1: object, seq_ids: object, status_out: 
 
 def step_fast(ops: object, a0: object, a1: object, seq_ids: object, status_out: object, cow_out: object,
               slot_out: object) -> bool:
-    """Whether ``step``'s buffers are an engine's usual ones: int64 ndarrays (not subclasses), inputs 1-D,
-    C-contiguous and aligned, outputs owning their memory, writeable, C-contiguous, aligned and large enough,
-    no input a view of an output. True only where the full checks pass too. (The compiled designs check
-    these in Numba's dispatcher and their kernel instead: see :meth:`impls.core.compiled.CompiledBlockManager.step`.)
-    """
+    """Whether ``step``'s buffers are an engine's usual ones, which the compiled step checks cheaply."""
     if (type(ops) is _ndarray and type(a0) is _ndarray and type(a1) is _ndarray and type(seq_ids) is _ndarray
             and type(status_out) is _ndarray and type(cow_out) is _ndarray and type(slot_out) is _ndarray
             and ops.dtype is _INT64 and a0.dtype is _INT64 and a1.dtype is _INT64 and seq_ids.dtype is _INT64
             and status_out.dtype is _INT64 and cow_out.dtype is _INT64 and slot_out.dtype is _INT64):
         shape, n = ops.shape, seq_ids.shape
         out_flags = status_out.flags.num & cow_out.flags.num & slot_out.flags.num
-        # Outputs that own their memory (base None) are distinct objects here, so they cannot overlap one
-        # another, and an input can overlap one of them only by being it or a view of it.
+        # Outputs owning their memory cannot overlap one another; an input overlaps one only by being (a view of) it.
         if (len(shape) == 1 and a0.shape == shape and a1.shape == shape and len(n) == 1
                 and ops.flags.num & a0.flags.num & a1.flags.num & seq_ids.flags.num & _INPUT == _INPUT
                 and out_flags & (_USABLE | _OWNDATA) == _USABLE | _OWNDATA
@@ -307,8 +263,7 @@ def step_fast(ops: object, a0: object, a1: object, seq_ids: object, status_out: 
 
 
 def _known_input(a: np.ndarray, outs: tuple) -> bool:
-    """Whether input ``a`` views memory that NumPy allocated for an array other than the outputs ``outs``
-    (owning their memory)."""
+    """Whether input ``a`` views memory NumPy allocated for an array other than the outputs ``outs``."""
     owner = _owner(a)
     return owner is not None and not any(owner is o for o in outs)
 
@@ -328,7 +283,7 @@ def _step_args(ops: object, a0: object, a1: object, seq_ids: object, status_out:
         raise ValueError(f"status_out holds {status_out.shape[0]} entries, the step needs {m + STEP_EXTRA} "
                          f"({m} ops, then the decode batch's status and detail)")
     so, co, lo = outs
-    ins = {id(_owner(ops)), id(_owner(a0)), id(_owner(a1)), id(_owner(ids))}  # id(None): a foreign buffer
+    ins = {id(_owner(ops)), id(_owner(a0)), id(_owner(a1)), id(_owner(ids))}
     if (so is None or co is None or lo is None or so is co or so is lo or co is lo or _NONE in ins
             or id(so) in ins or id(co) in ins or id(lo) in ins):
         _refuse_step_overlap((ops, a0, a1, ids), (status_out, cow_out, slot_out))
@@ -353,7 +308,7 @@ def check_step_ops(codes: list[int]) -> None:
 
 
 _STEP_OPS = frozenset(STEP_OPS)
-_NONE = id(None)  # an owner that is None: a foreign buffer, which may view any memory
+_NONE = id(None)
 
 
 def _refuse_step_overlap(ins: tuple[np.ndarray, ...], outs: tuple[np.ndarray, ...]) -> None:
@@ -364,28 +319,23 @@ def _refuse_step_overlap(ins: tuple[np.ndarray, ...], outs: tuple[np.ndarray, ..
                 raise ValueError("status_out, cow_out and slot_out must not overlap one another or the inputs")
 
 
-# -- prefix caching: block hashes and hash chains (see impls.contract.CachingBlockManager) ---------------------
 
 _UINT64 = np.dtype(np.uint64)
 _HASH_LIMIT = 2**64
 
 
 def hash_arg(value: object, seq: int) -> int:
-    """A block hash: a Python or NumPy integer in ``[1, 2**64)`` (0 is reserved), as a Python int; anything
-    else (bool included) is ``ValueError`` (``E_HASH``)."""
+    """A block hash in ``[1, 2**64)`` as a Python int; anything else is ``ValueError`` (``E_HASH``)."""
     if type(value) is int or (isinstance(value, (int, np.integer)) and not isinstance(value, bool)):
         h = int(value)
         if 0 < h < _HASH_LIMIT:
             return h
     raise_for(E_HASH, seq=seq, why=f"block hash {value!r} is not an integer in [1, 2**64)")
-    raise AssertionError  # unreachable: raise_for raises
+    raise AssertionError
 
 
 def chain_shape_arg(hashes: object, num_tokens: int, shift: int, seq: int) -> np.ndarray:
-    """The structure of a prompt's hash chain, without reading its entries: a 1-D, C-contiguous, aligned
-    ``uint64`` ndarray with one hash per full block (``num_tokens >> shift`` entries); else ``ValueError``
-    (``E_HASH``). Compiled designs check the entries (:func:`chain_problem`'s rules) in their kernels, where
-    it allocates nothing."""
+    """A hash chain's structure: 1-D, C-contiguous, aligned ``uint64``, a hash per full block; else ``E_HASH``."""
     if not isinstance(hashes, _ndarray):
         raise_for(E_HASH, seq=seq, why=f"hashes must be a numpy.ndarray, got {type(hashes).__name__}")
     if hashes.dtype is not _UINT64 and hashes.dtype != _UINT64:
@@ -401,8 +351,7 @@ def chain_shape_arg(hashes: object, num_tokens: int, shift: int, seq: int) -> np
 
 
 def chain_problem(hashes: np.ndarray) -> str:
-    """What is wrong with the entries of a well-shaped chain ("" when nothing): an entry 0 (reserved) or a
-    hash twice (a row holds a block once)."""
+    """What is wrong with a well-shaped chain's entries ("" when nothing): an entry 0 or a hash twice."""
     zeros = np.flatnonzero(hashes == 0)
     if zeros.size:
         return f"entry {int(zeros[0])} is 0 (reserved)"
@@ -413,8 +362,7 @@ def chain_problem(hashes: np.ndarray) -> str:
 
 
 def chain_arg(hashes: object, num_tokens: int, shift: int, seq: int) -> np.ndarray:
-    """A prompt's hash chain (see :class:`impls.contract.CachingBlockManager`): :func:`chain_shape_arg`, then
-    no entry 0 and no entry twice; else ``ValueError`` (``E_HASH``). Returns the array as given."""
+    """A prompt's hash chain, its structure and entries checked; else ``ValueError`` (``E_HASH``)."""
     chain = chain_shape_arg(hashes, num_tokens, shift, seq)
     why = chain_problem(chain)
     if why:
@@ -422,7 +370,6 @@ def chain_arg(hashes: object, num_tokens: int, shift: int, seq: int) -> np.ndarr
     return chain
 
 
-# -- memory a configuration needs ----------------------------------------------------------------------------
 
 
 def int_object_bytes(num_blocks: int) -> int:
@@ -431,8 +378,7 @@ def int_object_bytes(num_blocks: int) -> int:
 
 
 def available_memory() -> int | None:
-    """Bytes this machine can give a new allocation now: ``MemAvailable`` of /proc/meminfo (Linux), else the
-    free physical pages; None when neither can be read."""
+    """Bytes this machine can give a new allocation now (``MemAvailable``, else free pages); None when unknown."""
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
@@ -447,8 +393,7 @@ def available_memory() -> int | None:
 
 
 def check_memory(nbytes: int, what: str) -> None:
-    """``MemoryError`` before construction when the design's own estimate ``nbytes`` exceeds what the machine
-    has available (rather than thrashing, or being killed half-way through filling a pool)."""
+    """``MemoryError`` before construction when the design's estimate ``nbytes`` exceeds what is available."""
     available = available_memory()
     if available is not None and nbytes > available:
         raise MemoryError(

@@ -1,8 +1,4 @@
-"""Design A: a hash map per sequence (logical block index -> physical block id), as a prototype writes it.
-
-Pool and ref counts are plain Python containers too: the free pool a list, ref counts a dict holding only
-blocks in use. Every allocate builds a new dict; every block taken inserts a key.
-"""
+"""Design A: a hash map per sequence (logical block index -> physical block id), as a prototype writes it."""
 
 from __future__ import annotations
 
@@ -13,8 +9,7 @@ from impls.core.validation import int_object_bytes
 
 
 class HashMapTables:
-    """Reading design A's containers (its compiled twin keeps the same ones): per row a hash map from logical
-    block index to block id in ``_tables``, ref counts in a hash map ``_refs`` that holds only blocks in use."""
+    """Reading design A's containers (shared with its twin): a hash map per row, ref counts of blocks in use."""
 
     def _table(self, seq_id: int) -> list[int]:
         table = self._tables[seq_id]
@@ -34,8 +29,6 @@ class DictBlockManager(HashMapTables, InterpretedBlockManager):
         self._tables: dict[int, dict[int, int]] = {}
 
     def memory_bytes(self) -> int:
-        """Per block a free-list slot (8 B) and an int object (28-32 B); per row a length slot (8 B). Tables
-        and ref counts grow with the blocks in use."""
         return self.num_blocks * (8 + int_object_bytes(self.num_blocks)) + 8 * self.max_seqs
 
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
@@ -77,7 +70,6 @@ class DictBlockManager(HashMapTables, InterpretedBlockManager):
                 self._refs[block] -= 1
 
     def _table_nbytes(self, seq_id: int) -> int:
-        # The dict plus its key and value int objects (small ints are shared by CPython, counted anyway).
         table = self._tables[seq_id]
         return sys.getsizeof(table) + sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in table.items())
 

@@ -1,11 +1,4 @@
-"""Compiled twin of design A (``"dict-jit"``): a Numba typed.Dict per sequence, as C++ would use
-``std::unordered_map<int, int>``. Ref counts in a typed.Dict, the free pool a typed.List used as a stack.
-
-It exists so that the batched regime compares data structures under compilation (as the article's C++ did),
-not the interpreter against compiled code. Allocating a sequence builds a new hash map; taking a block
-inserts a key: both allocate, which is what design A costs. The kernels both twins share are in
-:mod:`impls.designs.twins`; A's containers are here.
-"""
+"""Compiled twin of design A (``"dict-jit"``): a Numba typed.Dict per sequence."""
 
 from __future__ import annotations
 
@@ -20,13 +13,11 @@ _i64 = types.int64
 
 @njit(cache=True, inline="always")
 def _new_table(need=0):
-    """An empty hash map (``need``, the blocks it will hold, does not size it)."""
     return typed.Dict.empty(key_type=_i64, value_type=_i64)
 
 
 @njit(cache=True, inline="always")
 def _take(refs, pool, meta=None):
-    """A block from the pool, ref count 1 (``meta``, where the twins keep counters, is not needed here)."""
     block = pool.pop()
     refs[block] = 1
     return block
@@ -37,8 +28,7 @@ def _pool_size(pool, meta):
     return len(pool)
 
 
-# Passes no ``meta`` on: in an inlined helper an array kept live across its branches costs reference counting
-# on every call.
+# Passes no ``meta`` on: an array kept live across an inlined helper's branches costs reference counting.
 @njit(cache=True, inline="always")
 def _append_token(tables, lens, refs, pool, meta, seq, sh):
     j, opens = next_token(lens, seq, sh)
@@ -84,7 +74,7 @@ def _build(num_blocks, max_seqs):
         tables.append(_new_table())
     refs = typed.Dict.empty(key_type=_i64, value_type=_i64)
     pool = typed.List()
-    for block in range(num_blocks - 1, -1, -1):  # pop() hands out 0, 1, 2, ...
+    for block in range(num_blocks - 1, -1, -1):
         pool.append(np.int64(block))
     return tables, refs, pool
 
@@ -103,13 +93,10 @@ class DictJitBlockManager(HashMapTables, TwinBlockManager):
         return tables, refs, pool, np.array([self.block_shift, self.max_blocks_per_seq, 0], dtype=np.int64)
 
     def memory_bytes(self) -> int:
-        """Per block 8 B (the pool's int64 slot), per row 16 B (int64 length and mark): a lower bound, as the
-        typed containers' headers and each row's empty hash map are not counted; ref counts and tables grow
-        with the blocks in use (a hash-map entry, >= 24 B, per reference)."""
         return 8 * self.num_blocks + 16 * self.max_seqs + 8 * 3
 
     def num_free_blocks(self) -> int:
         return len(self._pool)
 
     def _table_nbytes(self, seq_id: int) -> None:
-        return None  # a Numba typed.Dict does not expose its memory footprint
+        return None

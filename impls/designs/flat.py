@@ -1,23 +1,6 @@
 """Design C: a preallocated flat block table and a free-block stack, operated on by Numba kernels.
 
-Everything is allocated once, in the constructor, and never again:
-
-- ``table``: ``[max_seqs, max_blocks_per_seq]`` block ids, **uint16** while ``num_blocks <= 65536`` (the
-  article's rule 2: a 32-block table is one 64-byte cache line), uint32 above that (up to 2**31 - 1 blocks);
-- ``ints``: one int32 array holding a small header and, one after another, a record per row (length, a mark
-  used to reject duplicate ids in a decode step without allocating and to remember whether the last block
-  may be shared, and room to save the slot a step overwrites), the per-block ref counts, the free-block
-  stack (ids, ``top`` of them live) and room to save the CoW pairs a step overwrites.
-
-Lengths, ref counts and stack share one array because Numba's dispatch costs time per array argument (the
-per-call regime's ``empty_call_*_ns`` rows measure it): two arguments instead of five keep the per-call regime
-honest about what it measures.
-Kernels index ``ints`` by offset (:func:`offsets`), never through views, which would cost Numba a locked
-reference-count increment and decrement each.
-
-The batched step is one pass when the pool covers its worst case (validation, append and slot write fused,
-with a rollback of the appends already made on a bad id); a tight pool keeps the validate-then-reserve order.
-Either way a failed step leaves the state as it was.
+Design: docs/implementations.md#implsdesignsflatpy
 """
 
 from __future__ import annotations
@@ -110,7 +93,8 @@ def _take(ints, keys, ext, refs, stack):
 
 @njit(cache=True, inline="always")
 def _take_row(table, ints, keys, ext, refs, stack, seq, need):
-    """Row ``seq``'s first ``need`` blocks, fresh (the caller has checked that the pool holds them)."""
+    """Row ``seq``'s first ``need`` blocks, fresh (the caller has checked that the pool holds them); OK, or a
+    code and no change."""
     top = ints[TOP]
     for j in range(need):
         top -= 1
@@ -118,6 +102,7 @@ def _take_row(table, ints, keys, ext, refs, stack, seq, need):
         ints[_u(refs + block)] = 1
         table[_u(seq), _u(j)] = block
     ints[TOP] = top
+    return OK
 
 
 @njit(cache=True, inline="always")
@@ -138,6 +123,33 @@ def _short_by(ints, ext, need):
     """Where an allocation refused for want of ``need`` blocks says so (flat's wrapper knows the need)."""
 
 
+# -- the table, as allocate and append use it: what flat-rows makes different -----------------------------
+@njit(cache=True, inline="always")
+def _shape(table, ints):
+    """Rows (sequences) and columns (blocks per sequence) of the block table."""
+    return table.shape[0], table.shape[1]
+
+
+@njit(cache=True, inline="always")
+def _regions(table, ints):
+    """Where the ref counts and the free stack start in ``ints``."""
+    refs = HEADER + ROW * table.shape[0]
+    return refs, refs + ints[NUM_BLOCKS]
+
+
+@njit(cache=True, inline="always")
+def _cell(table, ints, rec, seq, j):
+    """Where row ``seq``'s last block, its ``j``-th, sits in ``table``."""
+    return _u(seq), _u(j)
+
+
+@njit(cache=True, inline="always")
+def _cell_to_write(table, ints, rec, seq, j, mark, boundary):
+    """``(code, row, column)`` where row ``seq`` writes its ``j``-th block (a new one at a block ``boundary``,
+    else a copy of a shared one): flat writes in place; a code means no room, and nothing changed."""
+    return OK, _u(seq), _u(j)
+
+
 @njit(cache=True, inline="always")
 def _fits(rows, cols, sh, seq, num_tokens):
     """``(code, blocks)`` of a new sequence of ``num_tokens`` tokens in row ``seq``, for ``rows`` rows of ``cols``
@@ -155,9 +167,9 @@ def _fits(rows, cols, sh, seq, num_tokens):
 @njit(cache=True, inline="always")
 def _allocate_row(table, ints, keys, seq, num_tokens):
     ext = _extension(table, ints)
-    refs = HEADER + ROW * table.shape[0]
-    stack = refs + ints[NUM_BLOCKS]
-    rc, need = _fits(table.shape[0], table.shape[1], ints[BLOCK_SHIFT], seq, num_tokens)
+    refs, stack = _regions(table, ints)
+    rows, cols = _shape(table, ints)
+    rc, need = _fits(rows, cols, ints[BLOCK_SHIFT], seq, num_tokens)
     if rc != OK:
         return rc
     rec = HEADER + ROW * seq
@@ -166,7 +178,9 @@ def _allocate_row(table, ints, keys, seq, num_tokens):
     if need > _free_count(ints, ext):
         _short_by(ints, ext, need)
         return E_NO_BLOCKS
-    _take_row(table, ints, keys, ext, refs, stack, seq, need)
+    rc = _take_row(table, ints, keys, ext, refs, stack, seq, need)
+    if rc != OK:
+        return rc
     ints[_u(rec + LEN)] = num_tokens
     ints[_u(rec + MARK)] &= ~SHARED  # fresh blocks: not shared
     return OK
@@ -175,36 +189,43 @@ def _allocate_row(table, ints, keys, seq, num_tokens):
 @njit(cache=True, inline="always")
 def _append_token(table, ints, keys, seq):
     ext = _extension(table, ints)
-    refs = HEADER + ROW * table.shape[0]
-    stack = refs + ints[NUM_BLOCKS]
+    refs, stack = _regions(table, ints)
+    rows, cols = _shape(table, ints)
     sh = ints[BLOCK_SHIFT]
-    if _u(seq) >= _u(table.shape[0]):
+    if _u(seq) >= _u(rows):
         return E_SEQ_RANGE, -1, -1
     rec = HEADER + ROW * seq
     n = ints[_u(rec + LEN)]
     if n == 0:
         return E_INACTIVE, -1, -1
-    us, j = _u(seq), _u(n >> sh)
+    j = n >> sh
     mark = ints[_u(rec + MARK)]
     if (n & ((1 << sh) - 1)) == 0:
-        if n >> sh >= table.shape[1]:
+        if j >= cols:
             return E_TOO_LONG, -1, -1
         if _free_count(ints, ext) == 0:
             return E_NO_BLOCKS, -1, -1
-        table[us, j] = _take(ints, keys, ext, refs, stack)
+        rc, r, c = _cell_to_write(table, ints, rec, seq, j, mark, True)
+        if rc != OK:
+            return rc, -1, -1
+        table[r, c] = _take(ints, keys, ext, refs, stack)
         ints[_u(rec + LEN)] = n + 1
         ints[_u(rec + MARK)] = mark & ~SHARED
         return 0, -1, -1
-    src = np.int64(table[us, j])
+    r, c = _cell(table, ints, rec, seq, j)
+    src = np.int64(table[r, c])
     if (mark & SHARED) == 0 or ints[_u(refs + src)] == 1:
         ints[_u(rec + LEN)] = n + 1
         ints[_u(rec + MARK)] = mark & ~SHARED
         return 0, -1, -1
     if _free_count(ints, ext) == 0:
         return E_NO_BLOCKS, -1, -1
+    rc, r, c = _cell_to_write(table, ints, rec, seq, j, mark, False)
+    if rc != OK:
+        return rc, -1, -1
     dst = _take(ints, keys, ext, refs, stack)  # (with a cache: a partial block is never cached, src stays in use)
     ints[_u(refs + src)] -= 1
-    table[us, j] = dst
+    table[r, c] = dst
     ints[_u(rec + LEN)] = n + 1
     ints[_u(rec + MARK)] = mark & ~SHARED
     return 1, src, dst
@@ -340,12 +361,7 @@ def _load(ints, at):
 
 @njit(cache=True, inline="always")
 def _fail(table, ints, seq_ids, cow_out, slot_out, count, cows, rc):
-    """Roll back the first ``count`` appends of a failed one-pass step, newest first, copy-on-writes
-    included, put back the slots and CoW pairs it overwrote, and return ``(rc, count)``.
-
-    Stack entries above ``top`` are never overwritten within a step, so giving a block back is ``top += 1``.
-    Every rolled-back row gets its shared bit set: a row that found its block unshared only because an
-    earlier row of the step copied away from it shares that block again once the copy is undone."""
+    """Roll back the first ``count`` appends of a failed one-pass step, newest first; returns ``(rc, count)``."""
     sh = ints[BLOCK_SHIFT]
     refs = HEADER + ROW * table.shape[0]
     saved_cows = refs + 2 * ints[NUM_BLOCKS]
@@ -470,11 +486,7 @@ def lookup(table, ints, seq_ids, slot_out):
 
 
 def check_table_buffer(table: object, max_seqs: int, max_blocks_per_seq: int, num_blocks: int) -> None:
-    """Raise ``ValueError`` unless ``table`` can serve as the flat design's block table.
-
-    The kernels are compiled for C-contiguous arrays of :func:`table_dtype`; any other buffer would either
-    compile a second, slower specialisation or silently write to a copy.
-    """
+    """Raise ``ValueError`` unless ``table`` can serve as the flat design's block table."""
     if not isinstance(table, np.ndarray):
         raise ValueError(f"table must be a numpy.ndarray, got {type(table).__name__}")
     shape, dtype = (max_seqs, max_blocks_per_seq), table_dtype(num_blocks)
@@ -498,10 +510,7 @@ class FlatBlockManager(CompiledBlockManager):
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256, *, table: np.ndarray | None = None) -> None:
-        """``table``, if given, becomes the block table (zeroed here) instead of a fresh array: e.g. the NumPy
-        view of a pinned torch tensor, so that the table can be copied to a GPU as it is (rule 3). It must be
-        exactly what the design would allocate: shape ``(max_seqs, max_blocks_per_seq)``, dtype
-        :func:`table_dtype` of ``num_blocks``, C-contiguous and writeable; else ``ValueError``."""
+        """``table``, if given (e.g. a pinned torch tensor's view, rule 3), becomes the block table, zeroed."""
         self._own_table = table is None
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
         s, n = self.max_seqs, self.num_blocks
@@ -520,10 +529,7 @@ class FlatBlockManager(CompiledBlockManager):
         self.state = (self.table, self.ints)
 
     def memory_bytes(self) -> int:
-        """Per block 12 B (ref count and stack slot, int32, plus the int32 ids the stack is filled from), per
-        row ``max_blocks_per_seq`` ids of :func:`table_dtype` (unless the table is given) and 32 B (length,
-        mark, and room for the slot and CoW pair a failed step restores). 2**31 - 1 blocks need 24 GiB while
-        the stack is filled, 16 GiB after."""
+        """Per block 12 B; per row the table's ids (unless the table is given) and 32 B."""
         n, s = self.num_blocks, self.max_seqs
         table = s * self.max_blocks_per_seq * table_dtype(n).itemsize if self._own_table else 0
         return table + 4 * offsets(s, n)[-1] + 4 * n

@@ -1,32 +1,6 @@
 """``flat-rows``: design C's flat table in two levels, with memory that follows the pool, not the longest sequence.
 
-Design C preallocates ``max_seqs x max_blocks_per_seq`` ids: at 1,024 sequences and a 1M-token context that is
-128 MiB of uint16 table before a token is stored. Here the article's rule 2 is read literally: block ids live
-in **64-byte rows** (32 uint16 ids, or 16 uint32 ids past 65,536 blocks) drawn from a preallocated row pool, and
-each sequence keeps a short **directory** of the rows it uses. Everything is allocated once, in the
-constructor, as in C; a step allocates nothing.
-
-- ``rows``: ``[num_rows, ids_per_row]`` block ids. ``num_rows`` is what the worst case can hold (see
-  :func:`row_count`): ``num_blocks // ids_per_row + 2 * max_seqs`` rows, or the flat table's own size if that
-  is smaller. Its bytes follow the pool (about 2 B per block), never ``max_seqs x max_blocks_per_seq``.
-- ``ints``: one int32 array (as in C, two array arguments per kernel call): a header, a 32-byte record per
-  sequence (length, mark, the slot a failed step restores, the row holding its last block, the row a failed
-  step's row copy restores), the directories (``max_seqs x ceil(max_blocks_per_seq / ids_per_row)`` row
-  indices: 1/16 of C's uint16 table, the one part still sized by the longest sequence), block ref counts, the
-  free-block stack, row ref counts, the free-row stack and room for the CoW pairs a failed step restores.
-
-Lookup stays one load from the table: the record keeps the row of the sequence's last block, so a decode
-append or a slot lookup reads the record (as C reads its length) and then ``rows[last, j % ids_per_row]``;
-only whole-table walks (``fork``, ``free``, ``block_table``) go through the directory.
-
-Forks share rows: a child's directory points at its parent's rows (row ref counts, as blocks have), and a
-sequence about to write into a shared row (its last: rows before the last never change) copies it first. That
-keeps the pool bounded by the blocks in use: the live rows form a trie over directory positions in which only
-sibling rows (copies of one another) share block ids, so with ``B`` blocks in use, ``L`` live sequences and
-``R`` ids per row there are at most ``B // R`` groups holding a full row, at most ``L`` groups of partial rows
-and at most ``L - 1`` extra siblings: ``B // R + 2L - 1`` rows. Block-level behaviour (stack order, ref
-counts, copy-on-write, rollbacks, error codes) is exactly C's, so both hand out the same block ids for the same
-calls (``tests/test_flat_rows.py`` checks it operation by operation).
+Design, and why the row pool covers any sequence of calls: docs/implementations.md#implsdesignsflat_rowspy
 """
 
 from __future__ import annotations
@@ -43,12 +17,13 @@ from impls.contract import (
     E_INACTIVE,
     E_NO_BLOCKS,
     E_SEQ_RANGE,
-    E_TOKENS,
     E_TOO_LONG,
     OK,
 )
 from impls.core.compiled import CompiledBlockManager, Kernels
+from impls.core.jit import specialise
 from impls.core.validation import slot_of_jit
+from impls.designs import flat
 from impls.designs.flat import SHARED, STAMP_LIMIT, _load, can_allocate, table_dtype
 
 ROW_BYTES = 64  # one cache line per row of ids
@@ -128,9 +103,7 @@ def _pop_row(ints):
 
 @njit(cache=True, inline="always")
 def _copy_row(rows, ints, rec, seq, row, k, used):
-    """Give ``seq`` a private copy of its shared last row ``row`` (directory position ``k``, ``used`` ids
-    live): the copy replaces it in the directory and the record, which keeps the original for a rollback.
-    Block ref counts do not change: the copy holds the blocks for this sequence as the original did."""
+    """Give ``seq`` a private copy of its shared last row ``row``; the record keeps the original for a rollback."""
     new = _pop_row(ints)
     for c in range(used):
         rows[_u(new), _u(c)] = rows[_u(row), _u(c)]
@@ -141,28 +114,57 @@ def _copy_row(rows, ints, rec, seq, row, k, used):
     return new
 
 
-@njit(cache=True)
-def allocate(rows, ints, seq, num_tokens):
-    sh, rs = ints[BLOCK_SHIFT], ints[ROW_SHIFT]
-    if _u(seq) >= _u(ints[MAX_SEQS]):
-        return E_SEQ_RANGE
-    if num_tokens < 1:
-        return E_TOKENS
-    need = (num_tokens + (1 << sh) - 1) >> sh
-    if need > ints[MAX_BLOCKS]:
-        return E_TOO_LONG
-    rec = HEADER + REC * seq
-    if ints[_u(rec + LEN)] != 0:
-        return E_ACTIVE
-    top = ints[TOP]
-    if need > top:
-        return E_NO_BLOCKS
+# -- flat's allocate and append, made over the rows (see flat's note on the table) ---------------------------
+@njit(cache=True, inline="always")
+def _shape(rows, ints):
+    """Sequences and blocks per sequence (flat's table shape)."""
+    return ints[MAX_SEQS], ints[MAX_BLOCKS]
+
+
+@njit(cache=True, inline="always")
+def _regions(rows, ints):
+    """Where the block ref counts and the free-block stack start in ``ints``."""
+    return np.int64(ints[REFS]), np.int64(ints[STACK])
+
+
+@njit(cache=True, inline="always")
+def _cell(rows, ints, rec, seq, j):
+    """The sequence's last block, its ``j``-th: in the row its record keeps."""
+    return _u(ints[_u(rec + LAST)]), _u(j & ((1 << ints[ROW_SHIFT]) - 1))
+
+
+@njit(cache=True, inline="always")
+def _cell_to_write(rows, ints, rec, seq, j, mark, boundary):
+    """Where the sequence writes its ``j``-th block: a fresh row when the block opens one, a private copy of
+    its last row when that is shared, else the last row; ``E_ROWS`` (nothing changed) if the row pool is empty."""
+    rs = ints[ROW_SHIFT]
+    col = np.int64(j) & ((1 << rs) - 1)
+    row = np.int64(ints[_u(rec + LAST)])
+    fresh = boundary and col == 0
+    if not fresh and ((mark & SHARED) == 0 or ints[_u(ints[RREFS] + row)] == 1):
+        return OK, _u(row), _u(col)
+    if ints[RTOP] == 0:
+        return E_ROWS, _u(0), _u(0)
+    if fresh:
+        row = _pop_row(ints)
+        ints[_u(ints[DIRS] + seq * np.int64(ints[DIR_LEN]) + (j >> rs))] = row
+        ints[_u(rec + LAST)] = row
+    else:
+        row = _copy_row(rows, ints, rec, seq, row, j >> rs, col if boundary else col + 1)
+    return OK, _u(row), _u(col)
+
+
+@njit(cache=True, inline="always")
+def _take_row(rows, ints, keys, ext, refs, stack, seq, need):
+    """The sequence's first ``need`` blocks, fresh, in fresh rows; ``E_ROWS`` (nothing changed) if the row
+    pool is short."""
+    rs = ints[ROW_SHIFT]
     if ((need + (1 << rs) - 1) >> rs) > ints[RTOP]:
         return E_ROWS
-    refs, stack = np.int64(ints[REFS]), np.int64(ints[STACK])
     at = np.int64(ints[DIRS]) + seq * np.int64(ints[DIR_LEN])
     mask = (1 << rs) - 1
     row = np.int64(0)
+    top = ints[TOP]
     for j in range(need):
         top -= 1
         block = ints[_u(stack + top)]
@@ -172,78 +174,24 @@ def allocate(rows, ints, seq, num_tokens):
             ints[_u(at + (j >> rs))] = row
         rows[_u(row), _u(j & mask)] = block
     ints[TOP] = top
-    ints[_u(rec + LEN)] = num_tokens
-    ints[_u(rec + LAST)] = row
-    ints[_u(rec + MARK)] &= ~SHARED  # fresh blocks: not shared
+    ints[_u(HEADER + REC * seq + LAST)] = row
     return OK
 
 
-@njit(cache=True, inline="always")
-def _append_boundary(rows, ints, rec, seq, n, mark):
-    """``append`` at a block boundary: a new block, in a fresh row when it opens one, else in the last row
-    (copied first when shared)."""
-    rs = ints[ROW_SHIFT]
-    j = np.int64(n >> ints[BLOCK_SHIFT])
-    col = j & ((1 << rs) - 1)
-    row = np.int64(ints[_u(rec + LAST)])
-    top = ints[TOP]
-    if j >= ints[MAX_BLOCKS]:
-        return E_TOO_LONG
-    if top == 0:
-        return E_NO_BLOCKS
-    copy = col != 0 and (mark & SHARED) != 0 and ints[_u(ints[RREFS] + row)] != 1
-    if (col == 0 or copy) and ints[RTOP] == 0:
-        return E_ROWS
-    block = ints[_u(ints[STACK] + top - 1)]
-    ints[_u(ints[REFS] + block)] = 1
-    ints[TOP] = top - 1
-    if col == 0:
-        row = _pop_row(ints)
-        ints[_u(ints[DIRS] + seq * np.int64(ints[DIR_LEN]) + (j >> rs))] = row
-        ints[_u(rec + LAST)] = row
-    elif copy:
-        row = _copy_row(rows, ints, rec, seq, row, j >> rs, col)
-    rows[_u(row), _u(col)] = block
-    ints[_u(rec + LEN)] = n + 1
-    ints[_u(rec + MARK)] = mark & ~SHARED
-    return OK
+_TABLE = {"HEADER": HEADER, "ROW": REC, "_shape": _shape, "_regions": _regions, "_cell": _cell,
+          "_cell_to_write": _cell_to_write, "_take_row": _take_row}
+_allocate_row = njit(inline="always")(specialise(flat._allocate_row.py_func, "flat_rows", **_TABLE))
+_append_token = njit(inline="always")(specialise(flat._append_token.py_func, "flat_rows", **_TABLE))
+
+
+@njit(cache=True)
+def allocate(rows, ints, seq, num_tokens):
+    return _allocate_row(rows, ints, None, seq, num_tokens)
 
 
 @njit(cache=True)
 def append(rows, ints, seq):
-    if _u(seq) >= _u(ints[MAX_SEQS]):
-        return E_SEQ_RANGE, -1, -1
-    rec = HEADER + REC * seq
-    n = ints[_u(rec + LEN)]
-    if n == 0:
-        return E_INACTIVE, -1, -1
-    mark = ints[_u(rec + MARK)]
-    if (n & ((1 << ints[BLOCK_SHIFT]) - 1)) == 0:
-        return _append_boundary(rows, ints, rec, seq, n, mark), -1, -1
-    refs, rs = np.int64(ints[REFS]), ints[ROW_SHIFT]
-    j = np.int64(n >> ints[BLOCK_SHIFT])
-    col = j & ((1 << rs) - 1)
-    row = np.int64(ints[_u(rec + LAST)])
-    src = np.int64(rows[_u(row), _u(col)])
-    if (mark & SHARED) == 0 or ints[_u(refs + src)] == 1:
-        ints[_u(rec + LEN)] = n + 1
-        ints[_u(rec + MARK)] = mark & ~SHARED
-        return 0, -1, -1
-    top = ints[TOP]
-    if top == 0:
-        return E_NO_BLOCKS, -1, -1
-    if ints[_u(ints[RREFS] + row)] != 1:
-        if ints[RTOP] == 0:
-            return E_ROWS, -1, -1
-        row = _copy_row(rows, ints, rec, seq, row, j >> rs, col + 1)
-    dst = np.int64(ints[_u(ints[STACK] + top - 1)])
-    ints[_u(refs + dst)] = 1
-    ints[_u(refs + src)] -= 1
-    rows[_u(row), _u(col)] = dst
-    ints[TOP] = top - 1
-    ints[_u(rec + LEN)] = n + 1
-    ints[_u(rec + MARK)] = mark & ~SHARED
-    return 1, src, dst
+    return _append_token(rows, ints, None, seq)
 
 
 @njit(cache=True)
@@ -387,11 +335,7 @@ def _undo_row_copy(ints, rec, seq, k, row, rtop):
 
 @njit(cache=True, inline="always")
 def _fail(rows, ints, seq_ids, cow_out, slot_out, count, cows, rc):
-    """Roll back the first ``count`` appends of a failed one-pass step, newest first (C's rollback, plus the
-    rows the step took: a fresh row at a row boundary, a row copy before writing into a shared row), put back
-    the slots and CoW pairs it overwrote, and return ``(rc, count)``. Stack entries above ``top`` and
-    ``rtop`` are never overwritten within a step, so giving a block or a row back is ``+= 1``; rows the step
-    took are exactly the free-row stack's entries from ``rtop`` up to the step's start (``RTOP0``)."""
+    """Roll back the first ``count`` appends of a failed one-pass step, newest first, rows included; ``(rc, count)``."""
     sh, rs = ints[BLOCK_SHIFT], ints[ROW_SHIFT]
     rmask = (1 << rs) - 1
     refs, saved_cows = np.int64(ints[REFS]), np.int64(ints[COWS])
@@ -577,11 +521,7 @@ class FlatRowsBlockManager(CompiledBlockManager):
         self.state = (self.rows, ints)
 
     def memory_bytes(self) -> int:
-        """``rows`` (64 B per row: :func:`row_count` rows, about 2 B per block plus 128 B per sequence, or C's
-        table size if smaller) and ``ints``: per sequence a 32 B record, a directory of ``ceil(max_blocks_per_seq
-        / ids_per_row)`` int32 row indices and 16 B for a failed step's CoW pairs; per block 12 B (ref count and
-        stack slot, plus the int32 ids the stack is filled from), per row 12 B likewise; and 64 B per array that
-        aligning it to a cache line may leave unused."""
+        """``rows`` (:func:`row_count` rows of 64 B) and ``ints``, plus 64 B per array for cache-line alignment."""
         lay = layout(self.num_blocks, self.max_seqs, self.max_blocks_per_seq)
         return lay.num_rows * ROW_BYTES + 4 * lay.size + 4 * (self.num_blocks + lay.num_rows) + 2 * ROW_BYTES
 

@@ -1,7 +1,4 @@
-"""Design B: a growable Python list per sequence, indexed by logical block; the free pool a list used as a
-stack and ref counts a list indexed by block id. Contiguous per sequence, but each append of a block may
-grow (reallocate and copy) the list.
-"""
+"""Design B: a growable Python list per sequence, indexed by logical block."""
 
 from __future__ import annotations
 
@@ -21,8 +18,6 @@ class ListBlockManager(InterpretedBlockManager):
         self._tables: list[list[int] | None] = [None] * self.max_seqs
 
     def memory_bytes(self) -> int:
-        """Per block a free-list slot, a ref-count slot (8 B each) and an int object (28-32 B); per row a
-        length and a table slot (8 B each). Tables grow with the blocks in use."""
         return self.num_blocks * (16 + int_object_bytes(self.num_blocks)) + 16 * self.max_seqs
 
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
@@ -66,7 +61,6 @@ class ListBlockManager(InterpretedBlockManager):
         return self._refs[block_id]
 
     def _table_nbytes(self, seq_id: int) -> int:
-        # The list (with its over-allocated capacity) plus its int objects.
         table = self._tables[seq_id]
         return sys.getsizeof(table) + sum(sys.getsizeof(b) for b in table)
 

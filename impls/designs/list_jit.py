@@ -1,11 +1,4 @@
-"""Compiled twin of design B (``"list-jit"``): per sequence an int64 array grown by doubling with a copy,
-as ``std::vector<int64_t>::push_back`` does. Ref counts an int64 array, the free pool an int64 array used as a
-stack (a vector reserved to the pool size).
-
-Against ``flat`` it isolates two things the article blames: per-sequence heap arrays that reallocate as they
-grow, and 8-byte block ids. The kernels both twins share are in :mod:`impls.designs.twins`; B's containers
-are here.
-"""
+"""Compiled twin of design B (``"list-jit"``): per sequence an int64 array grown by doubling."""
 
 from __future__ import annotations
 
@@ -16,12 +9,12 @@ from impls.contract import blocks_for
 from impls.core.validation import blocks_needed_jit
 from impls.designs.twins import BLOCK_SHIFT, TwinBlockManager, next_token, twin_kernels
 
-TOP = 3  # meta slot after the twins' own: the pool's live entries
+TOP = 3
 
 
 @njit(cache=True, inline="always")
 def _new_table(need):
-    return np.empty(need, dtype=np.int64)  # like std::vector<int64_t>(need)
+    return np.empty(need, dtype=np.int64)
 
 
 @njit(cache=True, inline="always")
@@ -103,13 +96,11 @@ class ListJitBlockManager(TwinBlockManager):
 
     def _containers(self) -> tuple:
         refs = np.zeros(self.num_blocks, dtype=np.int64)
-        pool = np.arange(self.num_blocks - 1, -1, -1, dtype=np.int64)  # the top hands out 0, 1, 2, ...
+        pool = np.arange(self.num_blocks - 1, -1, -1, dtype=np.int64)
         meta = np.array([self.block_shift, self.max_blocks_per_seq, 0, self.num_blocks], dtype=np.int64)
         return _build(self.max_seqs), refs, pool, meta
 
     def memory_bytes(self) -> int:
-        """Per block 16 B (int64 ref count and pool slot), per row 16 B (int64 length and mark); the rows' own
-        arrays start empty and grow with the sequence (by doubling: up to 16 B per block in use)."""
         return 16 * self.num_blocks + 16 * self.max_seqs + 8 * 4
 
     def num_free_blocks(self) -> int:
@@ -123,5 +114,4 @@ class ListJitBlockManager(TwinBlockManager):
         return int(self._refs[block_id])
 
     def _table_nbytes(self, seq_id: int) -> int:
-        # The row's data buffer at its current (doubled) capacity; array headers not counted.
         return int(self._tables[seq_id].nbytes)

@@ -1,15 +1,4 @@
-"""What the compiled twins of designs A and B (``dict_jit``, ``list_jit``) share: their state, the kernels that
-differ between them only in their containers, and the base class.
-
-Both keep ``(tables, lens, refs, pool, meta, marks)``: a table per sequence, int64 lengths, ref counts, a free
-pool, an int64 header (:data:`BLOCK_SHIFT`, :data:`MAX_BLOCKS`, :data:`STAMP`) and the marks a decode step uses
-to reject duplicate ids. A twin writes what its containers decide (a fresh table, adding a block to a row,
-taking a block from the pool, the pool's size) as inlined helpers, plus its ``fork`` and ``free``;
-:func:`twin_kernels` makes the other kernels from the code below, once per twin, with that twin's helpers as
-Numba globals (:func:`impls.core.jit.specialise`), so that each twin's compiled code is what it would be with
-these kernels written out in its own module. The helpers take only what both twins use: an inlined helper's
-unused container or array argument still costs reference counting.
-"""
+"""What the compiled twins of designs A and B share: their state, their common kernels, the base class."""
 
 from __future__ import annotations
 
@@ -31,25 +20,14 @@ from impls.core.validation import (
     slot_of_jit,
 )
 
-# meta slots
 BLOCK_SHIFT, MAX_BLOCKS, STAMP = 0, 1, 2
 
-# A twin's primitives, bound per twin by twin_kernels() (the kernels below read them as Numba globals); each
-# acts on an id the kernel has checked:
-# - _new_table(need): a table for ``need`` blocks;
-# - _take(refs, pool, meta): a block from the pool, ref count 1; _pool_size(pool, meta): the pool's blocks;
-# - _append_token(tables, lens, refs, pool, meta, seq, sh): one more token in ``seq``; ``(1, src, dst)`` when
-#   its shared last block was copied, else ``(0, -1, -1)``;
-# - _copy_table(tables, lens, refs, meta, parent): a copy of the parent's table, each block's ref count raised;
-# - _release_table(tables, lens, refs, pool, meta, seq): one reference to each block of ``seq`` dropped
-#   (last block first), blocks reaching zero returned to the pool.
 _new_table = _take = _pool_size = _append_token = _copy_table = _release_table = None
 
 
 @njit(cache=True, inline="always")
 def next_token(lens, seq, sh):
-    """Count one more token in row ``seq``: ``(index of the block it goes in, whether it opens that block)``
-    (for the twins' ``_append_token``)."""
+    """Count one more token in row ``seq``: ``(index of its block, whether it opens that block)``."""
     n = lens[seq]
     lens[seq] = n + 1
     return n >> sh, (n & ((1 << sh) - 1)) == 0
@@ -81,8 +59,7 @@ def _needs_block(tables, lens, refs, seq, sh):
     n = lens[seq]
     if (n & ((1 << sh) - 1)) == 0:
         return True
-    # (not `return a or b`: Numba lowers that form about 20x slower than the branch)
-    return refs[tables[seq][n >> sh]] > 1
+    return refs[tables[seq][n >> sh]] > 1  # not `return a or b`: Numba lowers that form far slower
 
 
 def append(tables, lens, refs, pool, meta, marks, seq):
@@ -129,10 +106,10 @@ def decode_step(tables, lens, refs, pool, meta, marks, seq_ids, cow_out, slot_ou
         return E_BUFFER, n
     meta[STAMP] += 1
     stamp = meta[STAMP]
-    rc, i = check_batch_jit(lens, marks, stamp, meta[MAX_BLOCKS], sh, seq_ids)  # before changing anything
+    rc, i = check_batch_jit(lens, marks, stamp, meta[MAX_BLOCKS], sh, seq_ids)
     if rc != OK:
         return rc, i
-    if n > _pool_size(pool, meta):  # only a tight pool needs the exact worst case (a ref-count read per sequence)
+    if n > _pool_size(pool, meta):
         need = 0
         for i in range(n):
             need += _needs_block(tables, lens, refs, seq_ids[i], sh)
@@ -167,13 +144,12 @@ def lookup(tables, lens, refs, pool, meta, marks, seq_ids, slot_out):
 
 
 def twin_kernels(module: str, **primitives: Callable) -> Kernels:
-    """A twin's kernels: the ones above, made for ``module`` (the twin's module, which names its compiled code
-    and keys its compiled loops) over its inlined ``primitives`` (each named as above, without the underscore)."""
+    """A twin's kernels, made for ``module`` over its inlined ``primitives``."""
     helpers = {"_" + name: fn for name, fn in primitives.items()}
 
     def made(fn: Callable) -> Callable:
         made_fn = specialise(fn, module, **helpers)
-        made_fn.__module__ = module  # the twin's kernels, as if written there (compiled loops key on it)
+        made_fn.__module__ = module
         return made_fn
 
     helpers["_needs_block"] = njit(cache=True, inline="always")(made(_needs_block))
@@ -183,8 +159,7 @@ def twin_kernels(module: str, **primitives: Callable) -> Kernels:
 
 
 class TwinBlockManager(CompiledBlockManager):
-    """Base class of the compiled twins: builds the state their kernels take. A twin sets ``kernels`` and
-    provides :meth:`_containers`."""
+    """Base class of the compiled twins: builds the state their kernels take."""
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
@@ -195,5 +170,4 @@ class TwinBlockManager(CompiledBlockManager):
         self.state = (self._tables, self._lens, self._refs, self._pool, self._meta, marks)
 
     def _containers(self) -> tuple:  # pragma: no cover - every twin overrides it
-        """``(tables, refs, pool, meta)`` of a fresh manager."""
         raise NotImplementedError

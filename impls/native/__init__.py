@@ -1,16 +1,4 @@
-"""The three designs in C++ (``cpp-dict``, ``cpp-list``, ``cpp-flat``), ``flat-rows`` in C++ (``cpp-flat-rows``)
-and their per-call bindings.
-
-Importing this package builds ``designs.cpp`` with the system C++ compiler on first use (cached by digest,
-see :mod:`impls.native.toolchain`) and loads it with ctypes. Without a compiler, or if the build fails, nothing
-raises: :data:`NATIVE` is empty and :data:`UNAVAILABLE_REASON` says why.
-
-- :data:`NATIVE`: name -> per-call wrapper class (the contract, one foreign call per operation: for tests and
-  checks, not for timing);
-- :func:`function_address`: where a C function of the library is, for the harness's C++ replay loop
-  (``harness/measure/native_replay.cpp``), which calls the designs directly;
-- :func:`build_info`: compiler, version, flags, digest and library path, for a run's metadata.
-"""
+"""The designs in C++ (``cpp-dict``, ``cpp-list``, ``cpp-flat``, ``cpp-flat-rows``) and their bindings."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The native classes, importable only where the C++ library was built (the registry's targets point here).
-
-Importing this module raises ``ImportError`` with the reason when there is no compiler or the build failed,
-which is how :func:`impls.registry.load_all` learns that the ``cpp-*`` implementations are unavailable.
-"""
+"""The native classes, importable only where the C++ library was built (the registry's targets point here)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""The ctypes binding of the native library and the per-call wrapper classes.
-
-The wrappers implement the contract one foreign call per operation: they exist for the tests and the harness's
-checks, not for timing (a ctypes call costs about a microsecond). Timed replays are the harness's: its C++
-replay loop (``harness/measure/native_replay.cpp``) calls the library's functions by address, one foreign call
-per slice of steps (:func:`function_address` gives it the addresses).
-
-Arguments are checked here before C++ sees them (integer types, int64 range by saturation, array dtypes,
-shapes and capacities); C++ checks the contract's rules itself and returns the codes of
-:mod:`impls.contract`, which become the same exceptions as in every other implementation.
-"""
+"""The ctypes binding of the native library and the per-call wrapper classes."""
 
 from __future__ import annotations
 
@@ -23,10 +13,10 @@ from impls.core.validation import batch_args, block_arg, count_arg, lookup_args,
 from impls.native import toolchain
 
 KIND_DICT, KIND_LIST, KIND_FLAT, KIND_FLAT_ROWS = 0, 1, 2, 3
-ROW_BYTES = 64  # cpp-flat-rows' rows: one cache line of ids
+ROW_BYTES = 64
 _I64, _I32P, _P = ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p
 
-_SIGNATURES = {  # name -> (restype, argtypes)
+_SIGNATURES = {
     "kvb_abi_version": (_I64, []),
     "kvb_create": (_P, [_I64] * 5),
     "kvb_destroy": (None, [_P]),
@@ -59,7 +49,7 @@ def load_library(path: Path) -> ctypes.CDLL:
     return toolchain.load(path, _SIGNATURES, "kvb_abi_version", ABI_VERSION)
 
 
-_LIB: list[ctypes.CDLL] = []  # set by impls.native once the library is loaded
+_LIB: list[ctypes.CDLL] = []
 
 
 def lib() -> ctypes.CDLL:
@@ -74,7 +64,7 @@ class NativeBlockManager(ManagerBase):
     """A C++ design behind the contract, one foreign call per operation (subclasses set ``kind``)."""
 
     kind: int
-    native = True  # replayed inside C++ by :func:`replay` (drivers look for this flag)
+    native = True
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
@@ -106,9 +96,6 @@ class NativeBlockManager(ManagerBase):
             raise MemoryError("std::bad_alloc in the native manager")
         super()._fail(code, seq, **context)
 
-    # -- the contract -----------------------------------------------------------------------------------
-    # Arguments are checked by the same helpers as every other design (impls.core.validation) before C++ sees them;
-    # C++ checks its own ranges again and never writes past the capacities it is given.
     def can_allocate(self, num_blocks: int) -> bool:
         n = count_arg(num_blocks)
         if n > self.num_blocks:
@@ -157,7 +144,6 @@ class NativeBlockManager(ManagerBase):
         if rc < 0:
             self._fail_batch(rc, int(self._detail[0]), ids, slot.shape[0])
 
-    # -- inspection -------------------------------------------------------------------------------------
     def num_free_blocks(self) -> int:
         return self._lib.kvb_num_free(self._h)
 
@@ -178,16 +164,12 @@ class NativeBlockManager(ManagerBase):
         return self._check(self._lib.kvb_ref_count(self._h, block), block=block)
 
     def table_nbytes(self, seq_id: int) -> int | None:
-        """Bytes of table state for the sequence: flat one preallocated row; flat-rows its directory and the
-        64-byte rows it points at (a shared row counts for each sequence, as ``flat-rows`` counts it); list the
-        vector object and its capacity; dict the map object, its bucket array and nodes (pointer + key/value),
-        before malloc's rounding."""
+        """Bytes of table state for the sequence, as each C++ design holds it (before malloc's rounding)."""
         seq = seq_arg(seq_id, self.max_seqs)
         return self._check(self._lib.kvb_table_nbytes(self._h, seq), seq)
 
     def id_bytes(self) -> int:
-        """Bytes per block id in the table (2 for ``cpp-flat`` and ``cpp-flat-rows`` up to 65,536 blocks, else
-        4)."""
+        """Bytes per block id in the table (2 for ``cpp-flat`` and ``cpp-flat-rows`` up to 65,536 blocks, else 4)."""
         return self._lib.kvb_id_bytes(self._h)
 
 
@@ -197,8 +179,6 @@ class CppDictBlockManager(NativeBlockManager):
     kind = KIND_DICT
 
     def memory_bytes(self) -> int:
-        """The constructor's allocations: the free stack (4 B per block) and per row a length and a mark (8 B);
-        tables and ref counts are hash maps that grow as blocks are used."""
         return 4 * self.num_blocks + 8 * self.max_seqs
 
 
@@ -208,8 +188,6 @@ class CppListBlockManager(NativeBlockManager):
     kind = KIND_LIST
 
     def memory_bytes(self) -> int:
-        """Ref counts and the free stack (8 B per block); per row an empty ``std::vector`` (24 B), a length and
-        a mark (8 B)."""
         return 8 * self.num_blocks + 32 * self.max_seqs
 
 
@@ -219,16 +197,12 @@ class CppFlatBlockManager(NativeBlockManager):
     kind = KIND_FLAT
 
     def memory_bytes(self) -> int:
-        """Ref counts and the free stack (8 B per block); per row ``max_blocks_per_seq`` ids (2 B up to 65,536
-        blocks, else 4 B), a length and a mark (8 B)."""
         ids = 2 if self.num_blocks <= 65536 else 4
         return 8 * self.num_blocks + self.max_seqs * (ids * self.max_blocks_per_seq + 8)
 
 
 class CppFlatRowsBlockManager(NativeBlockManager):
-    """``flat-rows`` in C++ (``"cpp-flat-rows"``): C's table in two levels, per sequence a directory of 64-byte
-    rows of 32 uint16 ids (16 uint32 above 65,536 blocks) from a preallocated row pool; the same block ids,
-    tables and ref counts as ``flat-rows`` for the same calls."""
+    """``flat-rows`` in C++ (``"cpp-flat-rows"``): the same block ids, tables and ref counts for the same calls."""
 
     kind = KIND_FLAT_ROWS
 
@@ -239,15 +213,11 @@ class CppFlatRowsBlockManager(NativeBlockManager):
         return ids, -(-self.max_blocks_per_seq // ids), num_rows
 
     def memory_bytes(self) -> int:
-        """The rows (64 B each: ``num_blocks / ids_per_row + 2 * max_seqs`` rows, or every directory full if that
-        is fewer); per block a ref count and a stack slot (8 B), per row likewise (8 B); per sequence a
-        directory of ``ceil(max_blocks_per_seq / ids_per_row)`` int32 row indices, a length and a mark (8 B)."""
         _, dir_len, num_rows = self._layout()
         return (ROW_BYTES + 8) * num_rows + 8 * self.num_blocks + self.max_seqs * (4 * dir_len + 8)
 
     @property
     def num_rows(self) -> int:
-        """Rows in the pool."""
         return self._layout()[2]
 
     def rows_in_use(self) -> int:

@@ -19,7 +19,7 @@
 // bytes in g_alloc_bytes). The extern
 // "C" functions never let an exception escape (E_OOM instead) and never write past a buffer whose capacity
 // they were given. The status codes (kvb::OK, kvb::E_*) come from impls/contract.py, in a prelude the build
-// puts before this file (impls/native/toolchain.py). Timed replays are the harness's (harness/measure/
+// puts before this file (impls/native/toolchain.py). Timed replays are the harness's (harness/base/
 // native_replay.cpp): it calls the kvb_* functions below through their addresses, one call per operation.
 
 #include <algorithm>

@@ -1,19 +1,4 @@
-"""Building a native library with the system C++ compiler, once per source, prelude, compiler and flags.
-
-A library is cached under a folder named by a digest of what is compiled (the contract prelude and the C++
-source), the compiler's version line, the flags and the machine: ``build/native/<digest>/<name>`` in a source
-checkout, else ``~/.cache/kvblock-bench/native/<digest>/`` (``KVB_NATIVE_CACHE`` overrides the root). An edit
-to the source or to the contract's codes, another compiler or other flags build a fresh library; the same
-ones load the cached file without compiling. What is compiled is fed to the compiler from the bytes that were
-digested, and the result is renamed into place atomically, so concurrent first uses cannot load a
-half-written library.
-
-Every source is compiled after :func:`contract_prelude`: the status and op codes of :mod:`impls.contract` as
-C++ constants, so the C++ code and the Python and Numba code read one table.
-
-Flags: ``-O2`` without ``-march=native``, so the code is the same on every x86-64 machine and results are
-comparable across machines (:data:`FLAGS`; :func:`impls.native.build_info` records them).
-"""
+"""Building a native library with the system C++ compiler, once per source, prelude, compiler and flags."""
 
 from __future__ import annotations
 
@@ -32,7 +17,7 @@ from impls.contract import OP_CODES, status_codes
 
 SOURCE = Path(__file__).with_name("designs.cpp")
 LIB_NAME = "libkvb_native.so"
-LIBRARY_ENV = "KVB_NATIVE_LIBRARY"  # the designs' library, already built (see :func:`build`)
+LIBRARY_ENV = "KVB_NATIVE_LIBRARY"
 FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden")
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,8 +35,8 @@ class Build:
     compiler: str
     compiler_version: str
     flags: tuple[str, ...]
-    compiled: bool  # False when the cached library was found
-    seconds: float  # compile time, 0 when cached
+    compiled: bool
+    seconds: float
 
 
 def contract_prelude() -> str:
@@ -64,9 +49,7 @@ def contract_prelude() -> str:
 
 
 def load(path: Path, signatures: dict[str, tuple], abi_function: str, abi: int) -> ctypes.CDLL:
-    """Open a built library, declare each function's ``(restype, argtypes)``, and check its ABI version
-    (``OSError`` when it differs). ``PyDLL``: calls keep the GIL, so no two Python threads run its code at once
-    (the managers and the allocation counter are not thread-safe)."""
+    """Open a built library, declare its functions' types, check its ABI version (``OSError`` when it differs)."""
     lib = ctypes.PyDLL(str(path))
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -90,7 +73,6 @@ def find_compiler() -> str:
 
 @cache
 def compiler_version(cxx: str) -> str:
-    """The first line of ``cxx --version``."""
     try:
         out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30, check=True)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -117,11 +99,7 @@ def cache_root() -> Path:
 
 def build(source: Path = SOURCE, root: Path | None = None, flags: tuple[str, ...] = FLAGS, name: str = LIB_NAME,
           library_env: str = LIBRARY_ENV, prelude: str = "") -> Build:
-    """The library ``name`` built from :func:`contract_prelude`, then ``prelude`` (more generated constants), then
-    ``source``: found in the cache, or compiled into it. ``$<library_env>`` names an already built library to
-    load as it is: the harness sets it for its valgrind processes, where running the compiler for its version
-    (a subprocess whose pipes are read in timing-dependent chunks) would shift the heap and make instruction
-    counts differ from run to run."""
+    """The library ``name`` from the contract prelude, ``prelude`` and ``source``: cached, or compiled."""
     given = os.environ.get(library_env)
     if given and Path(given).is_file():
         return Build(Path(given), Path(given).parent.name, "(prebuilt)", "(prebuilt)", flags, compiled=False,

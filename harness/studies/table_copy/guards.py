@@ -1,11 +1,4 @@
-"""Race guards for asynchronous copies from pinned buffers (no torch needed: anything with ``record()`` and
-``synchronize()`` is an event).
-
-An asynchronous copy reads its pinned source when the GPU gets to it, maybe after the host has moved on to
-the next step and written the buffer again. :class:`CopyGuard` (a buffer read in place: wait for the copy's
-event before the next write) and :class:`BufferRing` (staging buffers reused only after the copy that read
-them has finished) prevent it.
-"""
+"""Race guards for asynchronous copies from pinned buffers (an event: anything with ``record()``, ``synchronize()``)."""
 
 from __future__ import annotations
 
@@ -31,12 +24,7 @@ class DoneEvent:
 
 
 class CopyGuard:
-    """Protects a host buffer that asynchronous copies read in place (the manager's table in (a) and (c)).
-
-    Call :meth:`copied` right after enqueuing the copies that read the buffer and :meth:`before_write` before
-    the host writes it again: it waits for those copies, so the device gets what the buffer held when the
-    copy was issued, not what the host wrote afterwards.
-    """
+    """Protects a host buffer that asynchronous copies read in place (the manager's table in (a) and (c))."""
 
     def __init__(self, new_event: Callable[[], Event]) -> None:
         self._new_event = new_event
@@ -58,9 +46,7 @@ class CopyGuard:
 
 
 class BufferRing:
-    """``size`` staging buffers used in turn (double buffering for 2). :meth:`acquire` hands out the next
-    buffer's index only after the copy that last read that buffer has finished, so the host fills one buffer
-    while the device may still be reading the other."""
+    """``size`` staging buffers used in turn; :meth:`acquire` waits for the copy that last read the next one."""
 
     def __init__(self, size: int, new_event: Callable[[], Event]) -> None:
         if size < 1:

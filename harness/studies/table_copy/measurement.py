@@ -1,7 +1,4 @@
-"""Measuring the rule-3 variants on a trace, and turning the samples into rows.
-
-See :mod:`harness.studies.table_copy` for the method; ``kvblock-bench table-copy`` runs it on its own.
-"""
+"""Measuring the rule-3 variants on a trace, and turning the samples into rows."""
 
 from __future__ import annotations
 
@@ -15,9 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from harness.base.files import new_run_dir, write_json
+from harness.base.replay import ReplayError, apply_pool_op
+from harness.base.rows import Row, write_rows
 from harness.errors import InputError
-from harness.measure.replay import ReplayError, apply_pool_op
-from harness.output.results import Row, new_run_dir, write_json, write_rows
+from harness.studies.table_copy.rows import Copied
 from harness.studies.table_copy.variants import (
     COMPUTED,
     COPY_METRICS,
@@ -36,7 +35,6 @@ from harness.studies.table_copy.variants import (
     UNITS,
     VARIANTS,
     WIDEN,
-    Copied,
     Samples,
     StepState,
     TableCopyBench,
@@ -96,7 +94,7 @@ def _record(bench: TableCopyBench, st: StepState, results: dict, events: dict, s
         if name.startswith("widen:"):
             samples.add(f"{key}/table_widen_ns", ev_ns(events[name]) if key == "device" else ns)
             continue
-        if not _matches(copied, st, want):  # a copy variant always returns what it copied
+        if not _matches(copied, st, want):
             samples.mismatches[name] = samples.mismatches.get(name, 0) + 1
         samples.add(f"{key}/table_copy_ns", ns)
         samples.add(f"{key}/table_copy_ns_per_seq", ns / st.ids.size)
@@ -108,8 +106,7 @@ def _record(bench: TableCopyBench, st: StepState, results: dict, events: dict, s
 
 
 def _run_window(bench: TableCopyBench, trace: Trace, start: int, end: int, samples: Samples) -> None:
-    """Replay steps ``0..end-1``; time every task in steps ``start..end-1`` (and run them once, untimed, at
-    step ``start - 1`` to warm torch up)."""
+    """Replay steps ``0..end-1``, timing every task in ``start..end-1`` (after an untimed warm-up)."""
     torch, mgr = bench.torch, bench.mgr
     tasks = bench.tasks()
     names = list(tasks)
@@ -118,10 +115,10 @@ def _run_window(bench: TableCopyBench, trace: Trace, start: int, end: int, sampl
     seq_ids = trace.a0.astype(np.int64)
     events = {k: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for k in names} \
         if bench.cuda else {}
-    pool_rows: list[int] = []  # rows allocated or forked since the last step the variants ran on
+    pool_rows: list[int] = []
     for s in range(end):
-        bench.table_guard.before_write()  # an asynchronous copy may still be reading the table
-        if s == start:  # (d-changed-rows) tracks changes from here on
+        bench.table_guard.before_write()
+        if s == start:
             bench.sync_mirror()
             pool_rows = []
         _pool_ops(mgr, trace, s, pool_rows)
@@ -133,7 +130,7 @@ def _run_window(bench: TableCopyBench, trace: Trace, start: int, end: int, sampl
             continue
         st = step_state(mgr, ids, slot_out[: ids.size].copy(), cow_out[:cows, 1].copy(), pool_rows)
         pool_rows = []
-        order = names[s % len(names):] + names[: s % len(names)]  # rotate: no variant always runs cache-cold
+        order = names[s % len(names):] + names[: s % len(names)]
         results = _time_tasks(bench, tasks, order, st, samples, events)
         if s < start:
             continue
@@ -149,23 +146,18 @@ def ev_ns(pair: tuple[Any, Any]) -> float:
 
 
 def default_steps(trace: Trace) -> int:
-    """Steps to time by default: the per-sequence variants cost time in proportion to the batch, and the
-    whole-table ones to the table, so a fixed budget of sequence-steps (:data:`SEQ_STEPS`) and of table
-    entries (:data:`TABLE_ENTRIES`) keeps every scenario to a few seconds: 300 steps up to 256 sequences of the
-    paper's table, 75 at 1,024, and :data:`MIN_STEPS` for the scale sweeps' largest tables."""
+    """Steps to time by default: fixed budgets of sequence-steps and of table entries, at least :data:`MIN_STEPS`."""
     batch = max(1, int(trace.running_per_step().max(initial=0)))
     entries = max(1, trace.config["max_seqs"] * trace.config["max_blocks_per_seq"])
     return max(MIN_STEPS, min(MAX_STEPS, SEQ_STEPS // batch, TABLE_ENTRIES // entries))
 
 
 def _window(trace: Trace, steps: int, warmup: int) -> tuple[int, int]:
-    """Steps ``start..end-1`` to time: ``steps`` after ``warmup``; a shorter trace warms up on at most its
-    first half and times what is left, up to ``steps``."""
+    """Steps ``start..end-1`` to time."""
     start = min(warmup, trace.num_steps // 2)
     return start, min(trace.num_steps, start + steps)
 
 
-# The one figure that is a mean: bytes per step times the step rate is the copy bandwidth an engine needs.
 MEAN_METRICS = ("table_copy_bytes_per_step",)
 
 
@@ -222,13 +214,7 @@ def _rows(scenario: str, samples: Samples, cuda: bool, window: tuple[int, int], 
 
 def measure(trace: Trace, steps: int | None = None, warmup: int = DEFAULT_WARMUP,
             device: str = "auto") -> tuple[list[Row], dict[str, list[float]]]:
-    """Measure every variant on ``trace`` (the flat design); returns the tidy rows and the raw per-step samples.
-
-    ``steps`` decode steps are timed after ``warmup`` untimed ones (None: :func:`default_steps`); a trace too
-    short for both warms up on at most its first half. The rows' ``how`` names the steps timed.
-    ``device``: ``"auto"`` (CUDA when torch sees one), ``"cpu"``, or ``"cuda"`` (``RuntimeError`` without
-    one). Without torch, every row is ``unavailable`` and the samples are empty.
-    """
+    """Measure every variant on ``trace`` (the flat design); returns the tidy rows and the raw per-step samples."""
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
     steps = default_steps(trace) if steps is None else steps
@@ -248,8 +234,7 @@ def measure(trace: Trace, steps: int | None = None, warmup: int = DEFAULT_WARMUP
     window = _window(trace, steps, warmup)
     samples = Samples()
     threads = torch.get_num_threads()
-    # One intra-op thread: the CPU copy stands in for a DMA engine, not for host threads, and on a shared
-    # two-core machine a parallel copy of 128 KiB waited whole scheduler time slices (~8 ms) for its helper.
+    # One intra-op thread: the CPU copy stands in for a DMA engine, not for host threads.
     torch.set_num_threads(1)
     try:
         _run_window(bench, trace, *window, samples)
@@ -259,7 +244,9 @@ def measure(trace: Trace, steps: int | None = None, warmup: int = DEFAULT_WARMUP
     return _rows(scenario, samples, cuda, window, bench.widens, no_device), samples.values
 
 
-# -- command line -------------------------------------------------------------------------------------------
+FLAG_STEPS = 10_000  # the most steps --steps and --warmup may each ask for
+
+
 def _print_table(rows: Sequence[Row]) -> None:
     scenarios = list(dict.fromkeys(r.scenario for r in rows))
     cells = {(r.scenario, r.regime, r.metric): r for r in rows}
@@ -280,9 +267,12 @@ def _print_table(rows: Sequence[Row]) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``kvblock-bench table-copy``'s options."""
     parser.add_argument("--scenarios", nargs="+", default=list(DEFAULT_SCENARIOS), metavar="NAME")
-    parser.add_argument("--steps", type=int, help=f"decode steps timed per scenario (default: {SEQ_STEPS:,} "
-                        f"sequence-steps, {MIN_STEPS} to {MAX_STEPS} steps)")
-    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help="untimed steps before them")
+    from harness.base.args import count
+
+    parser.add_argument("--steps", type=count(1, FLAG_STEPS), help=f"decode steps timed per scenario (default: "
+                        f"{SEQ_STEPS:,} sequence-steps, {MIN_STEPS} to {MAX_STEPS} steps; at most {FLAG_STEPS:,})")
+    parser.add_argument("--warmup", type=count(0, FLAG_STEPS), default=DEFAULT_WARMUP,
+                        help=f"untimed steps before them (default {DEFAULT_WARMUP}, at most {FLAG_STEPS:,})")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--out", type=Path, help="run directory to write (default: a new results/<id>-table-copy)")
     parser.add_argument("--full-trace", action="store_true",

@@ -1,40 +1,26 @@
-"""Rule 3 for ``flat-rows``: only the 64-byte rows a step wrote cross to the device.
-
-``e-rows-changed``: the device keeps a mirror of flat-rows' row pool and of its directories. Each step, the rows
-written since the previous step (the last row of every sequence whose token opened a block or copied one on
-write, every row of a sequence allocated or forked) and the directory entries that may have changed with them
-are gathered into pinned staging buffers (double buffered), copied to the device (four copies: rows, their
-indices, directory entries, their indices) and scattered into the mirror with ``index_copy_``; a device gather
-then builds the attention's int32 ``[rows, blocks]`` table of the live rows from the mirror. The bytes copied
-follow the rows written, 64 B each (plus 8 B of index), whatever the longest context; a step that wrote no row
-copies nothing. Forked sequences' rows are copied although a fork writes none (their directory is new; the
-rows could be left out, at the cost of telling forks from allocations here).
-
-The flat-rows manager replays exactly the calls the study makes on ``flat`` (:class:`MirroredFlat`): both hand
-out the same block ids for the same calls (``tests/test_flat_rows.py``), so this variant's device table is
-checked against flat's host tables like every other variant's.
-"""
+"""Rule 3 for ``flat-rows``: only the 64-byte rows a step wrote go to the device. Design: docs/measurement.md#rows."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from harness.measure.replay import ReplayError
+from harness.base.replay import ReplayError
 from harness.studies.table_copy.guards import BufferRing
 from impls.designs.flat import FlatBlockManager
 from impls.designs.flat_rows import FlatRowsBlockManager
 
 VARIANT = "e-rows-changed"
-INDEX_BYTES = 8  # int64 row and directory indices, as index_copy_ takes them
-DIR_BYTES = 4  # int32 directory entries
+INDEX_BYTES = 8
+DIR_BYTES = 4
 
 
 class MirroredFlat(FlatBlockManager):
-    """``flat`` whose pool operations and decode steps also drive a ``flat-rows`` manager, :attr:`rows`; a
-    decode step on which the two disagree raises :class:`ReplayError`."""
+    """``flat`` whose pool operations and decode steps also drive a ``flat-rows`` manager, :attr:`rows`; a decode step
+    on which the two disagree raises :class:`ReplayError`."""
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256, max_blocks_per_seq: int = 256,
                  *, table: np.ndarray | None = None) -> None:
@@ -72,14 +58,14 @@ class RowsMirror:
         lay = rm.layout
         self.per_row, self.dir_len, s = lay.ids_per_row, lay.dir_len, rm.max_seqs
         self.row_shift = self.per_row.bit_length() - 1
-        self.dirs = rm._dirs.reshape(-1)  # the host directories, flat (a view of the manager's ints)
+        self.dirs = rm._dirs.reshape(-1)
 
         def dev(shape: tuple[int, ...], dtype: Any) -> Any:
             return torch.zeros(shape, dtype=dtype, device=bench.device)
 
         self.rows_dev = dev((lay.num_rows, self.per_row), bench.t16)
         self.dirs_dev = dev((s * lay.dir_len,), torch.int32)
-        self.out = dev((s, rm.max_blocks_per_seq), torch.int32)  # the attention's table, by row id
+        self.out = dev((s, rm.max_blocks_per_seq), torch.int32)
         self.stage = (dev((lay.num_rows, self.per_row), bench.t16), dev((lay.num_rows,), torch.int64),
                       dev((s * lay.dir_len,), torch.int32), dev((s * lay.dir_len,), torch.int64))
         self.ring = [tuple(bench._host(t.shape, t.dtype) for t in self.stage) for _ in range(2)]
@@ -102,7 +88,7 @@ class RowsMirror:
         last_k = ((rm._lens[seqs].astype(np.int64) - 1) >> (self.bench.shift + self.row_shift))
         rows, dirs = [rm._last[seqs].astype(np.int64)], [seqs * self.dir_len + last_k]
         for seq in st.pool_rows:
-            if rm._lens[seq]:  # still live (a sequence allocated and freed in one step holds nothing)
+            if rm._lens[seq]:
                 held = rm._row_ids(seq).astype(np.int64)
                 rows.append(held)
                 dirs.append(seq * self.dir_len + np.arange(held.size))
@@ -110,7 +96,6 @@ class RowsMirror:
 
     def copy(self, st: Any, mark: Callable[[], None]) -> Any:
         """The variant: changed rows and directory entries to the mirror, then the attention's table from it."""
-        from harness.studies.table_copy.variants import Copied
 
         rows, dirs = self.changed(st)
         k, m = rows.size, dirs.size
@@ -135,3 +120,13 @@ class RowsMirror:
         self.bench.widen(self.out[lo:hi, :width], self.rows_dev[where].reshape(hi - lo, -1)[:, :width])
         nbytes = k * (self.per_row * self.rm.rows.itemsize + INDEX_BYTES) + m * (DIR_BYTES + INDEX_BYTES)
         return Copied(self.out, "rows", nbytes, 4)
+
+
+@dataclass
+class Copied:
+    """What one variant did in one step: its device table, how to read it, and what crossed to the device."""
+
+    out: Any  # torch tensor on the device
+    layout: str  # "rows" or "batch" (see gather_tables)
+    nbytes: int
+    copies: int

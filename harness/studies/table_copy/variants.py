@@ -1,7 +1,4 @@
-"""The variants of the rule-3 study: how each turns a step's block tables into the device's int32 tensor.
-
-See :mod:`harness.studies.table_copy` for what each variant does and why.
-"""
+"""The variants of the rule-3 study: how each turns a step's block tables into the device's int32 tensor."""
 
 from __future__ import annotations
 
@@ -12,9 +9,10 @@ from typing import Any
 import numpy as np
 
 from harness.studies.table_copy.guards import BufferRing, CopyGuard, DoneEvent, Event
-from harness.studies.table_copy.rows import MirroredFlat, RowsMirror
+from harness.studies.table_copy.rows import Copied, MirroredFlat, RowsMirror
 from impls.contract import blocks_for
 from impls.designs.flat import FlatBlockManager, table_dtype
+from scenarios import PAPER
 
 VARIANTS = ("a-per-seq", "b-rebuild", "c-one-copy", "c-host-widen", "d-changed-rows", "d-live-cols",
             "e-rows-changed")
@@ -25,7 +23,7 @@ UNITS = {"table_copy_ns": "ns", "table_copy_ns_per_seq": "ns/seq", "table_copy_d
          "table_copy_bytes": "B", "table_copy_bytes_per_step": "B/step", "table_copies": "copies",
          "table_widen_ns": "ns"}
 IMPL = "flat"
-PAD = -1  # padding of (b)'s rows, as nano-vllm pads its block tables
+PAD = -1
 NEEDS_TORCH = "needs torch: pip install -e '.[torch]'"
 NO_CUDA = "no CUDA device"
 HOST_CPU = "perf_counter_ns, host (CPU tensor as device)"
@@ -34,23 +32,20 @@ CUDA_EVENTS = "cuda-events"
 COMPUTED = "computed from the copies issued"
 DEFAULT_WARMUP = 200
 MAX_STEPS, MIN_STEPS = 300, 50
-SEQ_STEPS = 300 * 256  # default budget of sequence-steps: 300 steps of the paper's 256 sequences
-TABLE_ENTRIES = 300 * 256 * 256  # and of table entries: 300 steps of the paper's 256 x 256 table
-DEFAULT_SCENARIOS = ("paper", "concurrency-64", "concurrency-128", "concurrency-256", "concurrency-512",
+SEQ_STEPS = 300 * 256
+TABLE_ENTRIES = 300 * 256 * 256
+DEFAULT_SCENARIOS = (PAPER, "concurrency-64", "concurrency-128", "concurrency-256", "concurrency-512",
                      "concurrency-1024")
 
 
 def gather_tables(out: np.ndarray, layout: str, ids: np.ndarray, nblocks: np.ndarray, pad: int = PAD) -> np.ndarray:
-    """The batch's block tables read from a variant's device table (as a host array): ``[len(ids),
-    max(nblocks)]`` int64, row ``i`` the table of row ``ids[i]``, ``pad`` past its block count.
-
-    ``layout`` is ``"rows"`` (indexed by row id, like the host table) or ``"batch"`` (in decode order)."""
+    """The batch's block tables read from a variant's device table (as a host array)."""
     if layout not in ("rows", "batch"):
         raise ValueError(f"unknown layout {layout!r}")
     width = int(nblocks.max(initial=0))
     rows = out[ids, :width] if layout == "rows" else out[: len(ids), :width]
     live = np.arange(width) < np.asarray(nblocks)[:, None]
-    return np.where(live, rows.astype(np.int64), pad)  # int64 first: a -1 pad would wrap in uint16
+    return np.where(live, rows.astype(np.int64), pad)
 
 
 def padded_lists(tables: Sequence[Sequence[int]], pad: int = PAD) -> np.ndarray:
@@ -59,32 +54,21 @@ def padded_lists(tables: Sequence[Sequence[int]], pad: int = PAD) -> np.ndarray:
     return np.array([list(t) + [pad] * (width - len(t)) for t in tables], dtype=np.int64).reshape(len(tables), width)
 
 
-# -- the measurement ----------------------------------------------------------------------------------------
-@dataclass
-class Copied:
-    """What one variant did in one step: its device table, how to read it, and what crossed to the device."""
-
-    out: Any  # torch tensor on the device
-    layout: str  # "rows" or "batch" (see gather_tables)
-    nbytes: int
-    copies: int
-
-
 @dataclass
 class StepState:
     """One decode step as the variants see it, built outside the timed regions."""
 
-    ids: np.ndarray  # int64 live rows, decode order
+    ids: np.ndarray
     ids_list: list[int]
-    nblocks: np.ndarray  # int64 blocks per live row after this step's appends
+    nblocks: np.ndarray
     nblocks_list: list[int]
-    lo: int  # rows lo..hi-1 span the live rows
+    lo: int
     hi: int
-    width: int  # most blocks of any live row
-    lists: list[list[int]]  # the tables as per-sequence Python lists, as a small engine keeps them
-    slots: np.ndarray  # this step's slot mapping (decode_step's slot_out)
-    cow_dst: np.ndarray  # blocks that copy-on-write gave a row this step
-    pool_rows: list[int]  # rows allocated or forked by this step's pool operations
+    width: int
+    lists: list[list[int]]
+    slots: np.ndarray
+    cow_dst: np.ndarray
+    pool_rows: list[int]
 
 
 @dataclass
@@ -92,17 +76,15 @@ class Samples:
     """Per-step raw samples of one measurement, and failures found by the checks."""
 
     values: dict[str, list[float]] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)  # regime -> why
-    mismatches: dict[str, int] = field(default_factory=dict)  # regime -> steps whose device table was wrong
+    failed: dict[str, str] = field(default_factory=dict)
+    mismatches: dict[str, int] = field(default_factory=dict)
 
     def add(self, key: str, value: float) -> None:
         self.values.setdefault(key, []).append(float(value))
 
 
 def _widen_mode(torch: Any, np_dtype: np.dtype, device: Any) -> str:
-    """How the table's ids become int32: ``"none"`` (uint32 tables: ids below 2**31 travel as int32),
-    ``"uint16"`` (a dtype-converting copy from a uint16 view of the int16 bits) or ``"mask"`` (int16 widened,
-    then ``& 0xFFFF``) where this torch cannot convert uint16 on ``device`` (a "limited support" dtype)."""
+    """How the table's ids become int32 on ``device``."""
     if np_dtype == np.uint32:
         return "none"
     try:
@@ -126,23 +108,20 @@ class TableCopyBench:
         self.block_size = config["block_size"]
         self.shift = self.block_size.bit_length() - 1
         np_table = table_dtype(n)
-        # The ids travel as int16 bits: a copy moves bytes, and torch's CPU copy of uint16 (no vectorised
-        # kernel for that dtype) is several times slower than int16's, which would skew the CPU figures.
+        # The ids travel as int16 bits: torch's CPU copy of uint16 has no vectorised kernel.
         self.widens = np_table == np.uint16
         self.t16 = torch.int16 if self.widens else torch.int32
         self.itemsize = np_table.itemsize
         self.widen_mode = _widen_mode(torch, np_table, self.device)
-        # The manager's table is a (pinned on CUDA) torch tensor's NumPy view: rule 3's persistent buffer.
         self.host16 = self._host((s, w), self.t16)
-        self.mgr = MirroredFlat(**config, table=self.host16.numpy().view(np_table))  # flat-rows in step, for (e)
+        self.mgr = MirroredFlat(**config, table=self.host16.numpy().view(np_table))
         self.table = self.mgr.table
 
         def dev(shape: tuple[int, ...], dtype: Any) -> Any:
             return torch.zeros(shape, dtype=dtype, device=self.device)
 
         i32 = torch.int32
-        # Each variant writes its own device tensors, so a variant that misses a row cannot be covered up
-        # by another one having copied it.
+        # Each variant writes its own device tensors: one that misses a row cannot be covered up by another.
         self.a16, self.a32 = dev((s, w), self.t16), dev((s, w), i32)
         self.c16, self.c32 = dev((s, w), self.t16), dev((s, w), i32)
         self.ch32 = dev((s, w), i32)
@@ -186,7 +165,6 @@ class TableCopyBench:
         self.widen(self.d32, self.host16.to(self.device))
         self.rows_mirror.sync()
 
-    # -- the variants: (state, mark) -> Copied; mark() is called right before the first device operation --
     def a_per_seq(self, st: StepState, mark: Callable[[], None]) -> Copied:
         src, dst = self.host16, self.a16
         mark()
@@ -201,7 +179,7 @@ class TableCopyBench:
         padded = [t + [PAD] * (width - len(t)) for t in st.lists]
         host = self.torch.tensor(padded, dtype=self.torch.int32, pin_memory=self.cuda)
         mark()
-        out = host.to(self.device, non_blocking=True, copy=True)  # copy=True: on CPU too, a new tensor
+        out = host.to(self.device, non_blocking=True, copy=True)
         return Copied(out, "batch", host.numel() * 4, 1)
 
     def c_one_copy(self, st: StepState, mark: Callable[[], None]) -> Copied:
@@ -224,7 +202,7 @@ class TableCopyBench:
     def d_changed_rows(self, st: StepState, mark: Callable[[], None]) -> Copied:
         dirty = self.dirty
         dirty[:] = False
-        dirty[st.ids[(st.slots & (self.block_size - 1)) == 0]] = True  # the token opened a new block
+        dirty[st.ids[(st.slots & (self.block_size - 1)) == 0]] = True
         if st.cow_dst.size:
             dirty[st.ids[np.isin(st.slots >> self.shift, st.cow_dst)]] = True
         if st.pool_rows:
@@ -255,7 +233,6 @@ class TableCopyBench:
         self.cols_ring.copied()
         return Copied(self.l32, "rows", size * self.itemsize, 1)
 
-    # -- widening alone, on the live rows -------------------------------------------------------------------
     def widen_host_numpy(self, st: StepState, mark: Callable[[], None]) -> None:
         np.copyto(self.host_w32[st.lo : st.hi], self.table[st.lo : st.hi])
 
@@ -282,8 +259,7 @@ class TableCopyBench:
 
 
 class _Marker:
-    """Records the CUDA start event when a variant reaches its first device operation, and keeps the cost of
-    recording it out of the host time."""
+    """Records the CUDA start event at a variant's first device operation, outside the host time."""
 
     def __init__(self, perf: Callable[[], int], event: Any) -> None:
         self.perf, self.event, self.excluded = perf, event, 0
@@ -297,9 +273,7 @@ class _Marker:
 
 def step_state(mgr: FlatBlockManager, ids: np.ndarray, slots: np.ndarray, cow_dst: np.ndarray,
                pool_rows: list[int]) -> StepState:
-    """The variants' view of the step ``mgr`` just decoded: ``ids`` its rows, ``slots`` and ``cow_dst`` what
-    ``decode_step`` wrote (its ``slot_out`` and the second column of ``cow_out``), ``pool_rows`` the rows
-    allocated or forked since the previous step the variants ran on."""
+    """The variants' view of the step ``mgr`` just decoded."""
     nblocks = blocks_for(mgr._lens[ids].astype(np.int64), mgr.block_size)
     width = int(nblocks.max())
     nb_list = nblocks.tolist()

@@ -1,0 +1,1 @@
+"""The floor every measurement stands on: replays, drivers, clocks, statistics, the row schema."""

@@ -1,0 +1,83 @@
+"""Clocks for the timed replays, and what they cost. Design: docs/measurement.md#clock."""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+@intrinsic
+def _readcyclecounter(typingctx):
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(64), [])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.readcyclecounter")
+        return builder.call(fn, [])
+
+    return types.int64(), codegen
+
+
+@njit(cache=True)
+def ticks():
+    """Time-stamp counter ticks (callable from compiled code)."""
+    return _readcyclecounter()
+
+
+@njit(cache=True)
+def _empty_regions(n, out):
+    for i in range(n):
+        t0 = ticks()
+        t1 = ticks()
+        out[i] = t1 - t0
+
+
+@cache
+def tsc_usable() -> bool:
+    """A constant-rate TSC on x86-64 Linux (read once per process: the answer cannot change, and reading /proc/cpuinfo
+    at every replay call would put that read inside what the gate counts)."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    try:
+        return "constant_tsc" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@cache
+def ns_per_tick() -> float:
+    """TSC period in nanoseconds: median of five 20 ms calibrations against ``perf_counter_ns``."""
+    ticks()
+    rates = []
+    for _ in range(5):
+        c0, t0 = ticks(), time.perf_counter_ns()
+        while time.perf_counter_ns() - t0 < 20_000_000:
+            pass
+        c1, t1 = ticks(), time.perf_counter_ns()
+        rates.append((t1 - t0) / (c1 - c0))
+    return statistics.median(rates)
+
+
+def python_timer_overhead_ns(n: int = 200_000) -> float:
+    """Median cost of an empty region timed with two ``perf_counter_ns`` reads (what one timed call adds)."""
+    perf = time.perf_counter_ns
+    samples = []
+    for _ in range(n):
+        t0 = perf()
+        t1 = perf()
+        samples.append(t1 - t0)
+    return float(statistics.median(samples))
+
+
+def compiled_timer_overhead_ns(n: int = 200_000) -> float:
+    """Median cost of an empty region timed with two TSC reads inside compiled code."""
+    out = np.empty(n, dtype=np.int64)
+    _empty_regions(n, out)
+    return float(np.median(out)) * ns_per_tick()

@@ -1,0 +1,198 @@
+"""Results files and run folders.
+
+A run lives in ``results/<run-id>/``:
+
+- ``results.csv``: one row per figure, long format, columns :data:`COLUMNS`; rewritten atomically after every
+  finished cell, so an interrupted run keeps every finished row;
+- ``meta.json``: machine, versions, command line, calibrations;
+- ``raw/<scenario>/<impl>__<regime>.json.gz``: raw samples (per-step times of every repetition);
+- reports (``paper_table.md``, ``summary.md``) and ``figures/``.
+
+``results/latest`` is a symbolic link to the newest run. Run ids are unique: no run overwrites another.
+
+Every write is atomic (:mod:`scenarios.atomic`); one that fails (disk full, a read-only folder, a path that names a
+device node) raises :class:`harness.errors.WriteError` naming the file, and the file it would have replaced stays.
+Text fields are cleaned when a row is made (:func:`clean_text`), so ``results.csv`` always reads back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import gzip
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+from harness.errors import InputError, WriteError
+from scenarios import atomic
+from scenarios.files import read_once
+
+RESULTS_DIR = Path("results")
+MAX_LABEL_CHARS = 64
+LABEL_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+class ResultsError(InputError):
+    """A results file that cannot be trusted; the message names the file and line."""
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (:mod:`scenarios.atomic`, the one implementation); a failure raises
+    :class:`WriteError` naming the file and the reason, and leaves the file as it was."""
+    try:
+        atomic.atomic_write_bytes(path, data)
+    except OSError as exc:
+        raise WriteError(f"{path}: cannot write it ({os_reason(exc)})") from None
+
+
+def os_reason(exc: OSError) -> str:
+    """An ``OSError``'s reason in a few words (its ``strerror``, else its text)."""
+    return exc.strerror or " ".join(str(exc).split()) or type(exc).__name__
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically; a failure raises :class:`WriteError`."""
+    atomic_write_bytes(path, text.encode())
+
+
+RUN_SUFFIXES = 1000  # run folders of one second and label: <stem>, <stem>-1, ... <stem>-999
+
+
+def check_label(label: str) -> str:
+    """``label`` if it can end a run folder's name: at most :data:`MAX_LABEL_CHARS` of ``A-Z a-z 0-9 _ . -``."""
+    if not label or (len(label) <= MAX_LABEL_CHARS and LABEL_CHARS.fullmatch(label)):
+        return label
+    shown = label if len(label) <= 40 else label[:37] + "..."
+    bad = sorted(set(LABEL_CHARS.sub("", label)))
+    what = f"{len(label)} characters" if len(label) > MAX_LABEL_CHARS else f"has {''.join(bad)!r}"
+    raise InputError(f"--label {shown!r}: {what}; a label is 1 to {MAX_LABEL_CHARS} characters of A-Z a-z 0-9 _ . - "
+                     "(it ends the run folder's name)")
+
+
+def _stem(label: str) -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + (f"-{check_label(label)}" if label else "")
+
+
+def new_run_dir(root: Path = RESULTS_DIR, label: str = "") -> Path:
+    """Create ``root/<timestamp>[-label][-N]``, never reusing an existing name; :class:`WriteError` if it cannot."""
+    stem = _stem(label)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for n in range(RUN_SUFFIXES):
+            path = root / (stem if n == 0 else f"{stem}-{n}")
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        raise WriteError(f"{root}: cannot create a run folder in it ({os_reason(exc)})") from None
+    raise WriteError(f"{root}: {RUN_SUFFIXES} run folders named {stem}[-N] exist already; try again in a second")
+
+
+def check_run_root(root: Path, label: str = "") -> None:
+    """Everything about ``root`` a run can check before it measures, so that nothing measured is lost to it:
+    the label; a run folder of the longest name this label gives can be created there (a read-only or full
+    file system, a name too long); ``root/latest`` is the link runs keep, not a real file or folder; the
+    folder's name is UTF-8 (it is printed). Removes temporary ``.latest.PID`` links of processes that are gone.
+    Raises :class:`InputError` (:class:`WriteError` for the file system) naming the fix."""
+    probe_name = f".{_stem(label)}-{RUN_SUFFIXES - 1}.probe"
+    try:
+        os.fsdecode(root).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"--results {os.fsdecode(root)!r}: the folder's name is not UTF-8; rename it or give "
+                         "another folder") from None
+    latest = root / "latest"
+    if latest.exists() and not latest.is_symlink():
+        raise InputError(f"{latest}: is a real {'folder' if latest.is_dir() else 'file'}, not the link to the newest "
+                         "run that kvblock-bench keeps there; move it away (or give another --results folder)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        (root / probe_name).mkdir()
+        (root / probe_name).rmdir()
+    except OSError as exc:
+        raise WriteError(f"{root}: cannot create a run folder in it ({os_reason(exc)}); give a --results folder "
+                         "you can write" + (" or a shorter --label" if exc.errno == errno.ENAMETOOLONG else "")
+                         ) from None
+    _remove_stale_latest_links(root)
+
+
+def _remove_stale_latest_links(root: Path) -> None:
+    for tmp in root.glob(".latest.*"):
+        pid = tmp.name.split(".")[2]
+        if tmp.is_symlink() and pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, owned by someone else
+        return True
+    return True
+
+
+def point_latest(run_dir: Path) -> None:
+    """Make ``<root>/latest`` a symbolic link to ``run_dir``, replacing the old link atomically (a temporary
+    link renamed over it). A ``latest`` that is a real file or folder is never replaced: :class:`WriteError`."""
+    link = run_dir.parent / "latest"
+    if link.exists() and not link.is_symlink():
+        raise WriteError(f"{link}: is a real {'folder' if link.is_dir() else 'file'}, not the link to the newest "
+                         f"run; not replaced (the run is in {run_dir})")
+    for n in range(100):
+        tmp = run_dir.parent / f".latest.{os.getpid()}.{n}"
+        try:
+            tmp.symlink_to(run_dir.name)
+            break
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise WriteError(f"{link}: cannot point it to {run_dir.name} ({os_reason(exc)})") from None
+    else:
+        raise WriteError(f"{link}: cannot make a temporary link beside it (100 .latest.{os.getpid()}.N exist)")
+    try:
+        os.replace(tmp, link)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise WriteError(f"{link}: cannot point it to {run_dir.name} ({os_reason(exc)})") from None
+
+
+def resolve_run(run: str | os.PathLike | None, root: Path = RESULTS_DIR) -> Path:
+    """A run directory from a path, a run id under ``root``, or None for ``root/latest``."""
+    if run is None:
+        path = root / "latest"
+    else:
+        path = Path(run)
+        if not path.exists() and (root / path).exists():
+            path = root / path
+    if not (path / "results.csv").is_file():
+        raise FileNotFoundError(f"{path}: not a run directory (no results.csv); run `kvblock-bench run` first")
+    return path.resolve()
+
+
+def write_json(path: Path, obj: object, compress: bool = False) -> None:
+    """JSON (optionally gzip-compressed), atomically; :class:`WriteError` if it cannot be written."""
+    data = json.dumps(obj, indent=None if compress else 2, sort_keys=True, default=str).encode()
+    atomic_write_bytes(path, gzip.compress(data, mtime=0) if compress else data)
+
+
+def read_json(path: Path) -> object:
+    """A JSON file (gzip-compressed if its name ends in ``.gz``); :class:`ResultsError` naming the file and what is
+    wrong if it cannot be read or parsed (a folder, not UTF-8, not JSON, nested too deep, a damaged gzip)."""
+    try:
+        with read_once(path) as fh:
+            data = fh.read()
+        return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+    except RecursionError:
+        raise ResultsError(f"{path}: JSON nested too deep to read; not a file kvblock-bench wrote") from None
+    except OSError as exc:  # gzip.BadGzipFile is one too
+        raise ResultsError(f"{path}: cannot read it ({os_reason(exc)})") from None
+    except (ValueError, EOFError) as exc:  # JSONDecodeError, UnicodeDecodeError, zlib's errors are ValueErrors
+        raise ResultsError(f"{path}: not valid JSON ({' '.join(str(exc).split())})") from None

@@ -1,0 +1,173 @@
+"""The gate's work on implementations, in supervised worker processes (:mod:`harness.run.workers`).
+
+The gate's own process never imports a plug-in nor runs a design's code: a plug-in is loaded, its allocations
+counted and its wall clock taken in a worker of its own; the registered designs share one. A design that
+exits, raises, hangs past the deadline or kills its worker fails only the cell it was in, with a one-line
+reason (:class:`Failed`); the next job starts a fresh worker.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from harness.base.clock import tsc_usable
+from harness.base.drivers import Prepared, compiled_driver, run_compiled, run_interpreted
+from harness.base.failures import blamed_on, short_reason, users_interrupt
+from harness.counters.regions import prepare_cell
+from harness.errors import DesignFailure, InputError
+from harness.run.alloc_cells import alloc_kind, cell_allocations
+from harness.run.jobs import ProbeJob, load_impl
+from harness.run.jobs import execute as execute_measure_job
+from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Events, Worker
+from impls import REGISTRY
+from scenarios import PAPER, generate, load
+
+Cell = tuple[str, str]
+
+
+@dataclass
+class Failed:
+    """A design's failure in a job: its cell (or its loading) is failed with this reason."""
+
+    reason: str
+
+
+@dataclass
+class AllocationsJob:
+    """Allocations per step of one cell on the trace at ``trace_path`` (an absolute path)."""
+
+    trace_path: str
+    cell: Cell
+    warm: int
+    steps: int
+
+
+@dataclass
+class WallJob:
+    """Median batched step time of ``slower`` and of ``faster``, one after the other in one process."""
+
+    slower: str
+    faster: str
+
+
+WALL_PARAMS = {"steps": 200, "running": 256}
+WALL_REPEATS = 3
+
+
+def allocations(prep: Prepared, impl: str, regime: str, warm: int, steps: int,
+                cls: type | None = None) -> tuple[float, float, str]:
+    """(the design's allocations per step, Numba runtime allocations per step, the first one's instrument) over
+    steps ``[warm, warm + steps)``: exact counts (:func:`harness.run.alloc_cells.cell_allocations`)."""
+    mgr, advance, _ = prepare_cell(prep, impl, regime, cls)
+    advance(0, warm)
+    figures = {f.metric: f for f in cell_allocations(alloc_kind(type(mgr), regime), regime, prep, mgr, advance,
+                                                     warm, warm + steps)}
+    design, nrt = figures["allocs_per_step"], figures["nrt_allocs_per_step"]
+    if design.status != "ok":
+        raise InputError(f"{impl} {regime}: allocations not counted ({design.how})")
+    return design.per_step, nrt.per_step, design.source
+
+
+def median_step_ns(cls: type, prep: Prepared) -> float:
+    """Median batched step time (ns) of ``cls`` on ``prep``, the median of :data:`WALL_REPEATS` replays."""
+    times = []
+    for _ in range(WALL_REPEATS):
+        mgr = cls(**prep.trace.config)
+        if getattr(cls, "kernels", None) is not None and tsc_usable():
+            result = run_compiled(prep, mgr, compiled_driver(cls.kernels), detail=False)
+        else:
+            result = run_interpreted(prep, mgr, "batched")
+        times.append(float(statistics.median(result.step_ns)))
+    return statistics.median(times)
+
+
+_PREPARED: dict[str, Prepared] = {}  # the trace this worker loaded last
+
+
+def run_allocations(job: AllocationsJob, events: Events) -> tuple[float, float, str] | Failed:
+    if job.trace_path not in _PREPARED:
+        _PREPARED.clear()
+        _PREPARED[job.trace_path] = Prepared.from_trace(load(job.trace_path))
+    impl, regime = job.cell
+    events.cell(job.cell)
+    cls = _load(impl)
+    if isinstance(cls, Failed):
+        return cls
+    try:
+        with blamed_on(impl, cls):
+            return allocations(_PREPARED[job.trace_path], impl, regime, job.warm, job.steps, cls)
+    except DesignFailure as exc:
+        return Failed(exc.reason)
+    finally:
+        events.cell(None)
+
+
+def _load(name: str) -> type | Failed:
+    """``name``'s class (loaded once already, in the probe: a plug-in may still raise or exit at a new import)."""
+    try:
+        return load_impl(name)
+    except BaseException as exc:
+        if users_interrupt(exc):
+            raise
+        return Failed(f"loading it: {short_reason(exc)}")
+
+
+def run_wall(job: WallJob, events: Events) -> tuple[float, float] | Failed:
+    prep = Prepared.from_trace(generate(PAPER, **WALL_PARAMS))
+    figures = []
+    for name in (job.slower, job.faster):
+        events.cell((name, "batched"))
+        cls = _load(name)
+        try:
+            if isinstance(cls, Failed):
+                raise DesignFailure(name, cls.reason)
+            with blamed_on(name, cls):
+                figures.append(median_step_ns(cls, prep))
+        except DesignFailure as exc:
+            return Failed(f"{name}: {exc.reason}")
+    events.cell(None)
+    return figures[0], figures[1]
+
+
+def execute(job: object, events: Events) -> object:
+    """Run a gate job in this process (a worker's entry point); a probe as ``run``'s workers do."""
+    if isinstance(job, AllocationsJob):
+        return run_allocations(job, events)
+    if isinstance(job, WallJob):
+        return run_wall(job, events)
+    return execute_measure_job(job, events)
+
+
+class GateWorkers:
+    """The gate's workers: one for the registered designs, one for each plug-in, started on first use."""
+
+    def __init__(self, deadline_s: float = DEFAULT_DEADLINE_S) -> None:
+        self.deadline_s = deadline_s
+        self.workers: dict[str, Worker] = {}
+
+    def run(self, impl: str, job: object) -> object:
+        """``job`` in ``impl``'s worker: its result, or :class:`Failed` when the worker hung or died."""
+        key = "" if impl in REGISTRY else impl
+        worker = self.workers.setdefault(key, Worker(execute, self.deadline_s))
+        try:
+            return worker.run(job)
+        except CellDied as died:
+            return Failed(f"the worker process {died.reason}")
+
+    def probe(self, name: str) -> str:
+        """Why the plug-in ``name`` cannot be loaded ("" when it can), found in its own worker."""
+        info = self.run(name, ProbeJob(name))
+        if isinstance(info, Failed):
+            return f"implementation {name!r}: loading it, {info.reason}"
+        return "" if info.ok else info.reason
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.stop()
+
+    def __enter__(self) -> GateWorkers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,1 @@
+"""The run: what is measured (matrix), in which worker processes, and figures assembled from them."""

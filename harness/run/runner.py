@@ -1,0 +1,582 @@
+"""A run: the matrix's scenarios, each measured, checked and written as it goes.
+
+For each scenario (:mod:`harness.run.matrix` says which cells and studies) the trace is generated (or read
+from the trace cache) here; the implementations run only in worker processes (:mod:`harness.run.workers`,
+:mod:`harness.run.jobs`), each implementation's in its own, one at a time. Each worker warms its cells up
+(Numba compilation or cache loading, timed as ``compile_s``) and replays its share of the repetitions, its cells
+interleaved in slices of steps (:mod:`harness.base.interleave`) and the workers of one share taking turns
+slice by slice (:mod:`harness.run.lockstep`), so that machine drift hits all alike; the repetitions spread
+over the workers, so the intervals include the variation between processes. The rows come from every worker's
+samples together (:mod:`harness.run.assemble`): ratios to ``flat`` and an A/A control with paired
+bootstrap intervals. Every replay is checked against the trace (copy-on-writes and slot digests per step, end
+state), so a fast wrong implementation never reaches a table; one that raises, exits, hangs or crashes fails
+its own cells, and the others are measured. After each scenario its rows are written (atomically) with the
+raw samples; an interrupted run keeps what finished. The run folder is created when the first scenario has
+figures, and ``results/latest`` moves to it only then: a run that fails before measuring leaves no trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from harness.base import clock
+from harness.base.failures import OUT_OF_MEMORY
+from harness.base.files import (
+    RESULTS_DIR,
+    ResultsError,
+    check_run_root,
+    new_run_dir,
+    point_latest,
+    read_json,
+    write_json,
+)
+from harness.base.interleave import FAST_REPS, slice_bounds
+from harness.base.metrics import Work
+from harness.base.replay import REGIMES
+from harness.base.rows import Row, clean_text, write_rows
+from harness.errors import InputError, WriteError
+from harness.run import metadata, progress
+from harness.run.assemble import ScenarioRows, merge
+from harness.run.interrupts import signal_name, sigterm_interrupts
+from harness.run.jobs import ImplInfo, ProbeJob, ScenarioJob, describe, execute
+from harness.run.lockstep import lockstep
+from harness.run.matrix import ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios
+from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug, WorkerSpec
+from harness.studies.scale import CONFIG_METRICS, config_rows
+from impls import REGISTRY, UNAVAILABLE, registry
+from scenarios import SCENARIOS, ScenarioError, Trace, TraceError, generate, load, save
+from scenarios.scheduler import GENERATOR_VERSION
+from scenarios.trace import FORMAT_VERSION, content_digest, trace_uses_caching
+
+Cell = tuple[str, str]
+
+
+MAX_REPS = 1_000  # repetitions per cell a run may ask for
+MAX_PROCESSES = 64  # worker processes a run may start (and never more than its repetitions)
+
+
+@dataclass
+class RunConfig:
+    """What to run. Empty ``scenarios`` / ``impls`` mean the default matrix (:func:`default_cells`)."""
+
+    scenarios: list[str] = field(default_factory=list)
+    impls: list[str] = field(default_factory=list)
+    regimes: list[str] = field(default_factory=lambda: list(REGIMES))
+    trace_file: Path | None = None
+    quick: bool = False
+    reps: int = 3
+    paced: bool = True
+    l1d: bool = True
+    allocations: bool = True
+    table_copy: bool = True
+    memory: bool = False  # the memory study (on in scale sweeps)
+    sweep: list[str] = field(default_factory=list)  # scale-sweep families (matrix.SWEEPS), the default's rules
+    root: Path = RESULTS_DIR
+    label: str = ""
+    progress: bool = True
+    processes: int = 0  # worker processes the repetitions spread over (0: one per repetition)
+    deadline_s: float = DEFAULT_DEADLINE_S  # a worker silent this long is killed, and its cell failed
+
+
+# -- traces ---------------------------------------------------------------------------------------------
+def _claim(name: str, overrides: dict, cache_dir: Path) -> tuple[dict, Path]:
+    """What a trace cache entry claims to hold, and where it lives (named by a hash of the claim)."""
+    claim = json.loads(json.dumps({"scenario": name, "params": SCENARIOS[name].params(overrides),
+                                   "format_version": FORMAT_VERSION, "generator_version": GENERATOR_VERSION},
+                                  sort_keys=True, default=str))
+    key = hashlib.sha256(json.dumps(claim, sort_keys=True).encode()).hexdigest()[:16]
+    return claim, cache_dir / f"{name}-{key}.npz"
+
+
+def trace_cache_path(name: str, overrides: dict, cache_dir: Path) -> Path:
+    """Where the trace cache keeps a scenario's trace (see :func:`cached_trace`)."""
+    return _claim(name, overrides, cache_dir)[1]
+
+
+def cached_trace(name: str, overrides: dict, cache_dir: Path) -> tuple[Trace, float]:
+    """Generate a scenario's trace, or read it from the cache; returns (trace, seconds).
+
+    An entry is two files named by a hash of what was asked: the trace (``.npz``) and its claim (``.json``: the
+    scenario, its parameters, the format and generator versions, and the trace's checksum). It is used only when
+    its content checks out: the trace loads (its own checksum over header and arrays), its claim is exactly
+    what is asked, and the claim's checksum and scenario are the trace's. Anything else (a damaged or edited
+    file, another trace under the name) is regenerated and rewritten. Only regular files are read or written
+    there (a link, FIFO or folder in their place is left alone); a cache that cannot be written costs the
+    caching only, with a one-line note.
+    """
+    claim, path = _claim(name, overrides, cache_dir)
+    t0 = time.perf_counter()
+    trace = _cache_entry(path, claim)
+    if trace is None:
+        trace = generate(name, **overrides)
+        _cache_store(path, claim, trace)
+    return trace, time.perf_counter() - t0
+
+
+def _plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def _cache_entry(path: Path, claim: dict) -> Trace | None:
+    """The cached trace at ``path`` if its content is what ``claim`` asks for (see :func:`cached_trace`)."""
+    claim_path = path.with_suffix(".json")
+    if not (_plain_file(path) and _plain_file(claim_path)):
+        return None
+    try:
+        stored, trace = read_json(claim_path), load(path)
+    except (ResultsError, TraceError):
+        return None
+    ok = stored == {**claim, "checksum": trace.header["checksum"]} and trace.header["scenario"] == claim["scenario"]
+    return trace if ok else None
+
+
+def _cache_store(path: Path, claim: dict, trace: Trace) -> None:
+    claim_path = path.with_suffix(".json")
+    try:
+        for entry in (path, claim_path):
+            if entry.is_symlink() or (entry.exists() and not entry.is_file()):
+                raise WriteError(f"{entry}: not a regular file; left alone")
+        save(trace, path)
+        write_json(claim_path, {**claim, "checksum": trace.header["checksum"]})
+    except (TraceError, WriteError) as exc:
+        print(f"kvblock-bench: note: the trace cache is not written ({exc}); the trace is used uncached",
+              file=sys.stderr)
+
+
+def base_impl(trace: Trace) -> str:
+    """The implementation every ratio of ``trace``'s cells is taken against."""
+    return registry.CACHING_RATIO_BASE if trace_uses_caching(trace) else registry.RATIO_BASE
+
+
+# -- one scenario, measured in the worker processes ---------------------------------------------------------
+@dataclass
+class Shared:
+    """What every scenario of a run uses: the timers' calibration, the implementations, the workers."""
+
+    calib: dict
+    infos: dict[str, ImplInfo]
+    pool: Pool
+    bar: progress.Progress
+    spool: Path  # a private folder for trace files the workers load when the trace cache cannot hold them
+    torch_threads: int | None = None  # torch's intra-op threads in the workers, as they reported it
+    pids: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+
+
+def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: RunConfig,
+                     shared: Shared) -> tuple[list[Row], dict]:
+    """Every figure of one scenario: per share, each implementation's cells in its own worker, in lockstep; then
+    the studies. Returns (rows, raw files)."""
+    base, failed, digest = base_impl(trace), {}, content_digest(trace)
+    trace_path = trace_path.resolve()
+    caps = {c: plan.reps_of(c, cfg.reps) for c in plan.cells if plan.reps_of(c, cfg.reps) < cfg.reps}
+    impls = list(dict.fromkeys(i for i, _ in plan.cells))
+    control = base if base in impls else impls[0] if impls else ""
+    shares = len(shared.pool)
+    results = []
+    for w in range(shares):
+        only = list(range(w, cfg.reps * FAST_REPS, shares))
+
+        def job(impl: str, cells: list[Cell], only=only, w=w) -> ScenarioJob:
+            return ScenarioJob("timing", plan.scenario, str(trace_path), cells, cfg.reps, shared.calib, base, caps,
+                               only, record=w == 0, digest=digest, control=impl == control, lockstep=True)
+
+        results += _in_lockstep(shared, w, plan.cells, job, failed)
+    merged = merge(results, failed)
+    shared.pids[plan.scenario] = merged.pids
+    if merged.torch_threads is not None:  # what the workers held torch to (README, "One host thread")
+        shared.torch_threads = max(shared.torch_threads or 0, merged.torch_threads)
+    rows, raw = ScenarioRows(plan.scenario, trace, Work.of_trace(trace), slice_bounds(trace.num_steps), base,
+                             shared.calib).build(plan.cells, merged)
+    if plan.studies:
+        late = dict(failed)
+        rows += _studies(plan, trace_path, digest, [c for c in plan.cells if c not in merged.failed], cfg, shared,
+                         base, late, raw)
+        rows += [Row(plan.scenario, *c, "correctness", float("nan"), "", "trace check", "failed",
+                     f"in the studies: {reason}") for c, reason in late.items() if c not in merged.failed]
+    return rows, raw
+
+
+def _studies(plan: ScenarioPlan, trace_path: Path, digest: str, cells: list[Cell], cfg: RunConfig, shared: Shared,
+             base: str, failed: dict[Cell, str], raw: dict) -> list[Row]:
+    """The studies' rows: each implementation's in its own worker, then those of no implementation."""
+    impls = sorted(dict.fromkeys(i for i, _ in cells), key=lambda i: i != base)
+    rows: list[Row] = []
+    for impl in [*impls, ""]:
+        mine = [c for c in cells if c[0] == impl]
+        if impl and not mine:
+            continue
+        spec = WorkerSpec(impl, 0)
+        result = _supervised(shared, spec, mine, lambda live, impl=impl: _studies_job(
+            plan, trace_path, digest, live, impl, cfg, shared, base), failed, empty_ok=not impl)
+        if result is not None:
+            seen = {(r.impl, r.regime, r.metric) for r in rows}
+            rows += [r for r in result.rows if r.impl != "-" or (r.impl, r.regime, r.metric) not in seen]
+            raw.update(result.raw)
+            failed.update(result.failed)
+    return rows
+
+
+OWN_STUDIES = ("idwidth", "hashing", "table_copy")
+
+
+def _studies_job(plan: ScenarioPlan, trace_path: Path, digest: str, cells: list[Cell], impl: str, cfg: RunConfig,
+                 shared: Shared, base: str) -> ScenarioJob:
+    studies = [s for s in plan.studies if (s in OWN_STUDIES) == (not impl)]
+    study_cells = {s: plan.study_cells(s, cells) for s in studies}
+    return ScenarioJob("studies", plan.scenario, str(trace_path), cells, cfg.reps, shared.calib, base,
+                       studies=studies, study_cells=study_cells, quick=cfg.quick, digest=digest)
+
+
+def _in_lockstep(shared: Shared, share: int, cells: list[Cell], make_job, failed: dict[Cell, str]) -> list:
+    """One share: each implementation's job in its own worker, in lockstep, again without a cell that failed."""
+    results = []
+    pending = list(dict.fromkeys(i for i, _ in cells))
+    while pending:
+        live = {i: [c for c in cells if c[0] == i and c not in failed] for i in pending}
+        jobs = {WorkerSpec(i, share): make_job(i, mine) for i, mine in live.items() if mine}
+        outcome = lockstep(shared.pool, jobs, shared.bar, shared.bar.status)
+        pending = []
+        for spec, value in outcome.items():
+            if isinstance(value, (CellDied, WorkerBug)):
+                _blame(shared, spec, value, live[spec.impl], failed)
+                pending.append(spec.impl)
+            else:
+                results.append(value)
+                if any(reason.startswith(OUT_OF_MEMORY) for reason in value.failed.values()):
+                    shared.pool.close_worker(spec)
+    return results
+
+
+def _blame(shared: Shared, spec: WorkerSpec, exc: CellDied | WorkerBug, live: list[Cell],
+           failed: dict[Cell, str]) -> None:
+    """Record the cell a worker died, hung or failed in (our exception in a plug-in's worker: its answers); raise
+    what is ours."""
+    cell = tuple(exc.cell) if getattr(exc, "cell", None) else None
+    if isinstance(exc, WorkerBug):
+        if cell not in live or spec.impl in REGISTRY:
+            shared.pool.close_worker(spec)
+            raise exc
+        reason = f"the harness could not use its answers ({exc.last_line()})"
+    elif cell is None or cell not in live:
+        raise WorkerBug(str(exc)) from None
+    else:
+        reason = f"its worker process {exc.reason}"
+    shared.pool.close_worker(spec)
+    failed[cell] = reason
+    shared.bar.status(f"{cell[0]} {cell[1]}: {reason}; measuring the others again")
+
+
+def _supervised(shared: Shared, worker: WorkerSpec, cells: list[Cell], make_job, failed: dict[Cell, str],
+                empty_ok: bool = False):
+    """``make_job(cells)``'s result from ``worker``, again without each cell that failed (see :func:`_blame`)."""
+    while True:
+        live = [c for c in cells if c not in failed]
+        if not live and not empty_ok:
+            return None
+        try:
+            return shared.pool.run(worker, make_job(live), shared.bar, shared.bar.status)
+        except (CellDied, WorkerBug) as exc:
+            if isinstance(exc, WorkerBug):
+                exc.cell = shared.pool.worker(worker).last_cell
+            _blame(shared, worker, exc, live, failed)
+
+
+def _finite(x: float) -> float | None:
+    return None if x != x else x
+
+
+STUDY_FLAGS = {"allocations": "allocations", "paced": "paced", "l1d": "l1d", "table_copy": "table_copy",
+               "memory": "memory"}
+
+
+def enabled_studies(cfg: RunConfig) -> list[str]:
+    """The studies this configuration runs (each ``--no-X`` flag switches one off; id width, the cache
+    operations and hashing always run: seconds each)."""
+    return ["idwidth", "cache_ops", "hashing", *(study for study, flag in STUDY_FLAGS.items() if getattr(cfg, flag))]
+
+
+def resolve_impls(cfg: RunConfig, pool: Pool) -> tuple[dict[str, ImplInfo], dict[str, str]]:
+    """(name -> what it is, name -> why it is skipped) for the configuration's implementations. Registered ones
+    are described here; a plug-in is loaded in a worker process (its import never runs in this one), and one
+    that cannot be loaded is bad input, named in one line."""
+    if len(set(cfg.impls)) != len(cfg.impls):
+        raise InputError(f"--impl names an implementation twice: {','.join(cfg.impls)}")
+    infos: dict[str, ImplInfo] = {}
+    for name in cfg.impls or list(REGISTRY):
+        if name in REGISTRY:
+            infos[name] = describe(name, REGISTRY[name])
+        elif name not in UNAVAILABLE:
+            infos[name] = _probe(pool, name)
+    skipped = {i: UNAVAILABLE[i] for i in (cfg.impls or UNAVAILABLE) if i in UNAVAILABLE}
+    return infos, skipped
+
+
+def _probe(pool: Pool, name: str) -> ImplInfo:
+    try:
+        info = pool.run(WorkerSpec(name, 0), ProbeJob(name))
+    except CellDied as died:
+        info = ImplInfo(name, False, f"implementation {name!r}: loading it, the worker process {died.reason}")
+    if not info.ok:
+        raise InputError(f"{info.reason}; built in: {', '.join([*REGISTRY, *UNAVAILABLE])}")
+    return info
+
+
+def check_config(cfg: RunConfig) -> None:
+    """Refuse a configuration before anything is created: unknown scenarios or regimes, bad counts."""
+    bad = [s for s in cfg.scenarios if s not in SCENARIOS]
+    if bad:
+        raise InputError(f"unknown scenario(s) {bad}; see `kvblock-bench scenarios`")
+    bad = [r for r in cfg.regimes if r not in REGIMES]
+    if bad or not cfg.regimes:
+        raise InputError(f"unknown regime(s) {bad or cfg.regimes}; choose from {', '.join(REGIMES)}")
+    check_counts(cfg)
+    if cfg.trace_file and cfg.scenarios:
+        raise InputError("give --scenario or --trace, not both")
+    if cfg.sweep and (cfg.scenarios or cfg.trace_file):
+        raise InputError("give --sweep or --scenario/--trace, not both")
+
+
+def check_counts(cfg: RunConfig) -> None:
+    """Repetitions and worker processes within their bounds: no more processes than repetitions."""
+    if not 1 <= cfg.reps <= MAX_REPS:
+        raise InputError(f"--reps {cfg.reps}: give from 1 to {MAX_REPS:,} repetitions")
+    if not 0 <= cfg.processes <= MAX_PROCESSES:
+        raise InputError(f"--processes {cfg.processes}: give from 1 to {MAX_PROCESSES} worker processes")
+    if cfg.processes > cfg.reps:
+        raise InputError(f"--processes {cfg.processes}: more worker processes than repetitions (--reps {cfg.reps}); "
+                         f"give at most {cfg.reps}: each runs whole repetitions")
+
+
+def build_plan(cfg: RunConfig, infos: dict[str, ImplInfo]) -> list[tuple[ScenarioPlan, Trace | None]]:
+    """The run's scenarios in order, each with its cells and studies (and the trace, for --trace)."""
+    explicit = bool(cfg.scenarios or cfg.impls or cfg.trace_file)
+    studies = enabled_studies(cfg)
+    impls = list(infos)
+
+    def caching(impl: str) -> bool:
+        return infos[impl].prefix_caching
+
+    if cfg.trace_file:
+        trace = load(cfg.trace_file)  # refused here, before any run folder exists
+        name = "trace:" + Path(cfg.trace_file).name
+        return [(plan_scenario(name, impls, cfg.regimes, explicit=True, quick=cfg.quick, enabled=studies,
+                               caching=caching), trace)]
+    names = cfg.scenarios or (sweep_scenarios(cfg.sweep, SCENARIOS) if cfg.sweep else default_scenarios(SCENARIOS))
+    return [(plan_scenario(name, impls, cfg.regimes, explicit=explicit, quick=cfg.quick, enabled=studies,
+                           caching=caching), None) for name in names]
+
+
+class RunWriter:
+    """The run folder, created when the first figure is ready; ``latest`` moves to it only once it has rows.
+
+    Made before anything is measured, it checks then what can be checked (:func:`check_run_root`: the label,
+    that a run folder can be created, ``latest``). A write that still fails (disk full, the folder made
+    read-only) raises :class:`WriteError` saying what the run folder keeps: every earlier write stays.
+    """
+
+    def __init__(self, cfg: RunConfig, meta: dict) -> None:
+        self.cfg, self.meta = cfg, meta
+        self.label = cfg.label or ("quick" if cfg.quick else "")
+        check_run_root(cfg.root, self.label)
+        self.run_dir: Path | None = None
+        self.rows: list[Row] = []
+        self.saved = 0  # rows in the results.csv on disk
+        self.write_failed = False
+
+    def folder(self) -> Path:
+        if self.run_dir is None:
+            self.run_dir = new_run_dir(self.cfg.root, self.label)
+            write_json(self.run_dir / "meta.json", self.meta)
+        return self.run_dir
+
+    def add(self, rows: list[Row], raw: dict[str, object] | None = None) -> None:
+        """Keep ``rows`` and rewrite results.csv (atomically), point ``latest`` to the run, then write the raw
+        files (by relative path, cleaned as the rows' scenario names are)."""
+        self.rows += rows
+        try:
+            run_dir = self.folder()
+            write_rows(run_dir / "results.csv", self.rows)
+            self.saved = len(self.rows)
+            if self.rows:
+                point_latest(run_dir)
+            for rel, obj in (raw or {}).items():
+                write_json(run_dir / clean_text(rel), obj, compress=True)
+        except WriteError as exc:
+            self.write_failed = True
+            raise WriteError(f"{exc}; {self.kept()}") from None
+
+    def kept(self) -> str:
+        """What the run folder keeps, in words."""
+        if self.run_dir is None or not self.saved:
+            return f"nothing of this run was saved ({self.cfg.root / 'latest'} is unchanged)"
+        return f"{self.run_dir} keeps the {self.saved} rows saved before"
+
+    def interrupted(self, exc: KeyboardInterrupt) -> None:
+        """Record an interruption (Ctrl-C or SIGTERM, which signal) in meta.json."""
+        self.finish(interrupted=time.strftime("%Y-%m-%dT%H:%M:%S%z"), interrupted_by=signal_name(exc))
+
+    def finish(self, **fields: object) -> None:
+        """Stamp meta.json (``finished`` and ``fields``). After a failed write, a second failure is not reported:
+        the first one is what the run ends with."""
+        self.meta.update(fields, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        if self.run_dir is None:
+            return
+        try:
+            write_json(self.run_dir / "meta.json", self.meta)
+        except WriteError as exc:
+            if not self.write_failed:
+                self.write_failed = True
+                raise WriteError(f"{exc}; {self.kept()}") from None
+
+
+def _calibrate() -> dict:
+    usable = clock.tsc_usable()
+    return {
+        "python_timer_ns": clock.python_timer_overhead_ns(),
+        "compiled_timer_ns": clock.compiled_timer_overhead_ns() if usable else None,
+        "tsc_ns_per_tick": clock.ns_per_tick() if usable else None,
+    }
+
+
+def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
+    """Run the matrix; returns the run directory (also pointed to by ``results/latest``), None if nothing ran."""
+    check_config(cfg)
+    bar = progress.Progress(cfg.progress)
+    with Pool(processes_of(cfg), execute, cfg.deadline_s) as pool, tempfile.TemporaryDirectory(
+            prefix="kvblock-bench-") as spool:
+        bar.status("loading the implementations (the C++ designs build on first use; plug-ins load in a worker)")
+        infos, skipped = resolve_impls(cfg, pool)
+        pool.limit = worker_limit(len(infos), len(pool))
+        plan = build_plan(cfg, infos)
+        bar.status("calibrating the timers (the compiled timing loop compiles on first use)")
+        shared = Shared(_calibrate(), infos, pool, bar, Path(spool))
+        natives = [name for name, info in infos.items() if info.native]
+        meta = {**metadata.collect(argv, described={n: i.described for n, i in infos.items()}, natives=natives),
+                "config": {k: str(v) for k, v in vars(cfg).items()}, "processes": len(pool),
+                "calibration": shared.calib, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "complete": False,
+                "skipped_impls": skipped, "plan": [vars(p) for p, _ in plan]}
+        writer = RunWriter(cfg, meta)
+        meta["worker_pids"] = shared.pids
+        weights = planned_work(plan)
+        bar.start(sum(p.units(cfg.reps) for p, _ in plan),
+                  sum(w * p.units(cfg.reps) for w, (p, _) in zip(weights, plan, strict=True)))
+        try:
+            with sigterm_interrupts():
+                _run_plan(plan, cfg, shared, writer, weights)
+            writer.finish(complete=True, torch_intra_op_threads=shared.torch_threads)
+        except KeyboardInterrupt as exc:
+            writer.interrupted(exc)
+            where = writer.run_dir or "no run folder (nothing had finished)"
+            print(f"\ninterrupted: {where} keeps every finished scenario", file=sys.stderr)
+            raise
+        except BaseException:
+            writer.finish()
+            raise
+        finally:
+            bar.close()
+    return writer.run_dir
+
+
+WORKER_BYTES = 256 << 20
+
+
+def worker_limit(impls: int, shares: int) -> int:
+    """Worker processes kept alive at once: as many as available memory allows, at least one share's."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as info:
+            available = next(int(line.split()[1]) << 10 for line in info if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        available = 0
+    return max(impls + 1, min(impls * shares + 1, available // WORKER_BYTES))
+
+
+def processes_of(cfg: RunConfig) -> int:
+    """Worker processes the run's repetitions spread over: ``cfg.processes``, else one per repetition."""
+    return cfg.processes or cfg.reps
+
+
+TRACE_METRICS = ("trace_s", "trace_forks", "trace_cows", "scenario_wall_s", *CONFIG_METRICS)  # never copied
+
+
+def trace_count_rows(name: str, trace: Trace) -> list[Row]:
+    """What the scenario's trace asks for beyond appends, as rows the reports read: its forks and the
+    copy-on-writes they cause (the trace's own counts, which every replay is checked against)."""
+    how = "counted in the trace (every replay is checked against its copy-on-writes per step)"
+    forks = int(trace.header["ops_by_kind"].get("fork", 0))
+    return [Row(name, "-", "-", "trace_forks", forks, "forks", "trace header", how=how, steps=trace.num_steps),
+            Row(name, "-", "-", "trace_cows", int(trace.header["cow_count"]), "copy-on-writes", "trace header",
+                how=how, steps=trace.num_steps), *config_rows(name, trace)]
+
+
+def _worker_copy(trace: Trace, cached: Path, spool: Path) -> Path:
+    """A trace file the workers load: the cache entry, or where the cache could not be written, a copy in the
+    run's spool folder (the workers check its content against the trace's digest)."""
+    if cached.is_file() and not cached.is_symlink():
+        return cached
+    return save(trace, spool / f"{clean_text(trace.header['scenario']).replace('/', '_')}.npz")
+
+
+def seq_steps(plan: ScenarioPlan, trace: Trace | None) -> float | None:
+    """The scenario's sequence-steps: its trace's when given, else its parameters' steps x running; None when its
+    parameters do not say (a replayed production trace) or are refused (its generation will say why)."""
+    if trace is not None:
+        return float(trace.running_per_step().sum())
+    scenario = SCENARIOS.get(plan.scenario)
+    try:
+        params = scenario.params(plan.overrides) if scenario is not None else {}
+    except ScenarioError:
+        return None
+    return float(params["steps"] * params["running"]) if {"steps", "running"} <= params.keys() else None
+
+
+def planned_work(plan: list[tuple[ScenarioPlan, Trace | None]]) -> list[float]:
+    """What each progress unit of each scenario weighs in the time-left estimate before its trace exists: its
+    sequence-steps (:func:`seq_steps`), where unknown the mean of the others' (1 when none is known)."""
+    known = [seq_steps(p, t) for p, t in plan]
+    values = [k for k in known if k is not None]
+    fill = sum(values) / len(values) if values else 1.0
+    return [fill if k is None else k for k in known]
+
+
+def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, shared: Shared,
+              writer: RunWriter, weights: list[float] | None = None) -> None:
+    seen: dict[str, str] = {}  # trace content digest -> the scenario that measured it
+    cache_dir = cfg.root / ".trace-cache"
+    tick = shared.bar
+    weights = weights or [1.0] * len(plan)
+    for (scenario_plan, given), planned in zip(plan, weights, strict=True):
+        name, started = scenario_plan.scenario, time.perf_counter()
+        trace, trace_rows, path = given, [], cfg.trace_file
+        if trace is None:
+            progress.status(tick, f"{name}: the trace (generated, or read from the trace cache)")
+            trace, gen_s = cached_trace(name, scenario_plan.overrides, cache_dir)
+            path = _worker_copy(trace, trace_cache_path(name, scenario_plan.overrides, cache_dir), shared.spool)
+            trace_rows = [Row(name, "-", "-", "trace_s", gen_s, "s", "wall clock",
+                              how="generate (or load from the trace cache) the scenario's trace")]
+        trace_rows += trace_count_rows(name, trace)
+        checksum = content_digest(trace)
+        writer.meta.setdefault("traces", {})[name] = checksum  # what `kvblock-bench compare` checks per scenario
+        units = scenario_plan.units(cfg.reps)
+        if checksum in seen:  # the same trace twice (concurrency-256 is paper): measure once, say so
+            first = seen[checksum]
+            writer.add(trace_rows + [replace(r, scenario=name, how=f"{r.how}; same trace as {first}")
+                                     for r in writer.rows if r.scenario == first and r.metric not in TRACE_METRICS])
+            tick.scenario(units, planned, 0.0)  # nothing left to measure: its share of the work is none
+            for _ in range(units):  # its share of the bar is done
+                tick(f"{name}: same trace as {seen[checksum]}")
+            tick.scenario_done(name, time.perf_counter() - started, f" (same trace as {first}: its rows copied)")
+            continue
+        seen[checksum] = name
+        tick.scenario(units, planned, float(trace.running_per_step().sum()))
+        rows, raw = measure_scenario(scenario_plan, trace, Path(path), cfg, shared)
+        wall_s = time.perf_counter() - started
+        rows.append(Row(name, "-", "-", "scenario_wall_s", wall_s, "s", "wall clock",
+                        how="the scenario's whole share of the run: trace, timed replays and studies"))
+        writer.add(trace_rows + rows, raw)
+        tick.scenario_done(name, wall_s)

@@ -1,0 +1,286 @@
+"""Worker processes: where every implementation's code runs during a run, supervised.
+
+A run's measurements run in worker processes (spawned, so each is a fresh interpreter that places its arrays
+anew), one job at a time: nothing is ever timed while another job runs. A worker tells the main process which
+cell it is working on before it runs that cell's code (:meth:`Events.cell`), reports progress
+(:meth:`Events.tick`), and sends the job's result. The main process supervises it:
+
+- no message for ``deadline`` seconds: the worker is killed, and the cell it was in is blamed (a hang);
+- the worker dies (a signal such as SIGSEGV from a plug-in's C code, ``os._exit``, the out-of-memory killer):
+  the cell it was in is blamed (a crash);
+- an exception of ours in the worker comes back with its traceback (:class:`WorkerBug`), never blamed on a
+  design.
+
+:class:`CellDied` names the cell and the reason; the caller records the cell as failed and runs the job again
+without it, in a fresh worker. Repetitions spread over several workers make the intervals include the
+variation between processes, as pyperf spreads its values over processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import resource
+import signal
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.base.args import DEFAULT_DEADLINE_S
+
+OWN_CODE_DEADLINE_S = 3600.0  # outside any cell: our own code (a callgrind study is one silent call of minutes)
+Cell = tuple[str, str]  # (impl, regime)
+REASON_CHARS = 300
+Position = tuple[int, ...]  # (pass, repetition, slice)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """A worker: the one implementation it runs ("": none), its share of the repetitions, its code ("": this
+    checkout; the seam for code versions or engine releases in workers of their own)."""
+
+    impl: str = ""
+    share: int = 0
+    code: str = ""
+
+
+class WorkerBug(RuntimeError):
+    """An exception of ours inside a worker; the message carries the worker's traceback."""
+
+    cell: Cell | None = None
+
+    def last_line(self) -> str:
+        """The traceback's last line: ``Type: message``."""
+        lines = [line for line in str(self).splitlines() if line.strip()]
+        return lines[-1].strip()[:REASON_CHARS] if lines else "an exception"
+
+
+@dataclass
+class CellDied(Exception):
+    """The worker died or hung while running ``cell``'s code (None: outside any cell, which is ours)."""
+
+    cell: Cell | None
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"{self.cell[0]} {self.cell[1]}" if self.cell else "outside any cell"
+        return f"a worker {self.reason} ({where})"
+
+
+class Events:
+    """What a job tells the main process while it runs (in the worker: over the pipe; in tests: callbacks)."""
+
+    def __init__(self, send: Callable[[tuple], None], receive: Callable[[], object] | None = None) -> None:
+        self._send, self._receive = send, receive
+
+    def cell(self, cell: Cell | None) -> None:
+        """The job is about to run ``cell``'s code (None: its own code again)."""
+        self._send(("cell", cell))
+
+    def tick(self, what: str) -> None:
+        """One unit of progress (the progress bar's)."""
+        self._send(("tick", what))
+
+    def status(self, what: str) -> None:
+        """What is under way now (no unit of progress)."""
+        self._send(("status", what))
+
+    def pause(self, position: Position) -> None:
+        """Wait at ``position`` until the main process says go (:mod:`harness.run.lockstep`)."""
+        if self._receive is not None:
+            self._send(("ready", position))
+            if self._receive() != "go":
+                raise SystemExit(0)
+
+
+def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the worker
+    """The worker's loop: receive a job, run it, send its result (or our exception's traceback). Ctrl-C is the
+    main process's to handle: it stops the workers. The worker leads a process group of its own, so that
+    stopping it stops whatever it started too (a plug-in's helper processes, valgrind or perf)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.setpgrp()
+    limit_memory()
+    events = Events(conn.send, conn.recv)
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        try:
+            result = execute(job, events)
+        except MemoryError:  # after a design's allocations: the worker is spent
+            conn.send(("oom", traceback.format_exc(limit=-1)))
+            return
+        except BaseException:
+            conn.send(("bug", traceback.format_exc()))
+            continue
+        conn.send(("result", result))
+
+
+def memory_limit() -> int:
+    """A worker's address space: the machine's physical memory, at least 8 GiB (torch's and Numba's reservations)."""
+    try:
+        return max(8 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError):
+        return 0
+
+
+def limit_memory() -> None:
+    """Hold this process to :func:`memory_limit` (where the system allows a limit)."""
+    limit = memory_limit()
+    if limit:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+
+class Worker:
+    """One supervised worker process, started on first use and again after it died or was killed."""
+
+    def __init__(self, execute: Callable[[Any, Events], Any], deadline_s: float = DEFAULT_DEADLINE_S) -> None:
+        self.execute, self.deadline_s = execute, deadline_s
+        self._proc = self._conn = None
+        self.cell: Cell | None = None
+        self.last_cell: Cell | None = None
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, self.execute), daemon=True)
+        self._proc.start()
+        child.close()
+        self.pid = self._proc.pid
+        self._conn = parent
+
+    def run(self, job: Any, on_tick: Callable[[str], None] = lambda what: None,
+            on_status: Callable[[str], None] = lambda what: None) -> Any:
+        """Run ``job`` in the worker and return its result; :class:`CellDied` when the worker hung or died (it
+        is then stopped, and the next job starts a fresh one), :class:`WorkerBug` for an exception of ours."""
+        self.submit(job)
+        while True:
+            kind, value = self.advance(on_tick, on_status)
+            if kind == "result":
+                return value
+            self.go()
+
+    def submit(self, job: Any) -> None:
+        """Send ``job``, starting the worker if needed."""
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        self.cell = self.last_cell = None
+        self._conn.send(job)
+
+    def go(self) -> None:
+        """Let a paused job go on."""
+        self._conn.send("go")
+
+    def advance(self, on_tick: Callable[[str], None] = lambda what: None,
+                on_status: Callable[[str], None] = lambda what: None) -> tuple[str, Any]:
+        """The job's next pause ``("ready", position)`` or its end ``("result", value)``; raises as :meth:`run`."""
+        while True:
+            kind, value = self._receive(self.cell)
+            if kind == "cell":
+                self.cell = tuple(value) if value is not None else None
+                self.last_cell = self.cell or self.last_cell
+            elif kind == "tick":
+                on_tick(value)
+            elif kind == "status":
+                on_status(value)
+            elif kind == "bug":
+                raise WorkerBug(f"an exception in a worker process:\n{value}")
+            elif kind == "oom":
+                self.stop()
+                raise CellDied(self.last_cell, f"ran out of memory (its limit: {memory_limit() / 2**30:.1f} GiB of "
+                                               "address space)")
+            else:
+                return kind, value
+
+    def _receive(self, cell: Cell | None) -> tuple:
+        """The worker's next message. The deadline is the design's: it runs while the worker is inside a cell.
+        Outside any cell the worker runs our own code (starting, loading a trace, a callgrind study that is one
+        call of minutes), which only :data:`OWN_CODE_DEADLINE_S` bounds: a worker silent that long is our bug."""
+        started = time.monotonic()
+        limit = self.deadline_s if cell is not None else max(self.deadline_s, OWN_CODE_DEADLINE_S)
+        while not self._conn.poll(1.0):
+            if not self._proc.is_alive():
+                raise self._died(cell)
+            if time.monotonic() - started > limit:
+                self.stop()
+                raise CellDied(cell, f"made no progress for {limit:g} s (the deadline) and was killed")
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            raise self._died(cell) from None
+
+    def _died(self, cell: Cell | None) -> CellDied:
+        self._proc.join(5)
+        code = self._proc.exitcode
+        self.stop()
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+            return CellDied(cell, f"was killed by signal {name}")
+        return CellDied(cell, f"exited with status {code} before its job was done")
+
+    def stop(self) -> None:
+        """Stop the worker process (killed if it does not end at once)."""
+        if self._proc is None:
+            return
+        if self._proc.is_alive():
+            with contextlib.suppress(OSError):
+                self._conn.send(None)
+            self._proc.join(2)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+        with contextlib.suppress(OSError, TypeError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        self._conn.close()
+        self._proc = self._conn = None
+
+
+class Pool:
+    """Workers by key (a :class:`WorkerSpec` or share index), started on first use; ``size`` shares, ``limit``
+    processes at once."""
+
+    def __init__(self, size: int, execute: Callable[[Any, Events], Any],
+                 deadline_s: float = DEFAULT_DEADLINE_S, limit: int = 0) -> None:
+        self.size, self.execute, self.deadline_s = max(1, size), execute, deadline_s
+        self.limit = limit or self.size
+        self.workers: dict[Any, Worker] = {}
+
+    def __len__(self) -> int:
+        return self.size
+
+    def worker(self, key: Any, keep: Iterable[Any] = ()) -> Worker:
+        """The worker of ``key``; over the limit, the most recently used others not in ``keep`` stop (runs cycle)."""
+        worker = self.workers.pop(key, None) or Worker(self.execute, self.deadline_s)
+        keep = {key, *keep}
+        spare = [k for k in self.workers if k not in keep]
+        for old in spare[::-1][: max(0, len(self.workers) + 1 - self.limit)]:
+            self.workers.pop(old).stop()
+        self.workers[key] = worker
+        return worker
+
+    def run(self, key: Any, job: Any, on_tick: Callable[[str], None] = lambda what: None,
+            on_status: Callable[[str], None] = lambda what: None) -> Any:
+        return self.worker(key).run(job, on_tick, on_status)
+
+    def close_worker(self, key: Any) -> None:
+        """Stop ``key``'s worker."""
+        if key in self.workers:
+            self.workers[key].stop()
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.stop()
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

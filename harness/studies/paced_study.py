@@ -1,0 +1,182 @@
+"""Paced CPU shares: every paced loop repeated, interleaved, and the floor. Design: docs/measurement.md#paced_study."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+
+from harness.base.drivers import Prepared
+from harness.base.failures import blamed_on
+from harness.base.rows import Row
+from harness.base.stats import median_estimate
+from harness.errors import DesignFailure
+from harness.studies.paced import floor_runner, paced_loop, paced_runner, whole_step_paced
+
+PACED_REPS = 5
+FLOOR = ("-", "-")
+Starter = Callable[[], tuple[Callable[[int, int], None] | None, Callable[[int], None]]]
+
+
+def _unchecked(steps: int) -> None:
+    """Loops whose checks run inside them (hits per step) or that have nothing to check."""
+
+
+@dataclass
+class PacedKind:
+    """One kind of paced loop: ``start()`` builds a fresh one, ``(run(lo, hi), check(steps))``."""
+
+    impl: str
+    regime: str
+    what: str
+    start: Starter
+    cpu_ns: list[int] = field(default_factory=list)
+    wall_ns: list[int] = field(default_factory=list)
+    misses: list[int] = field(default_factory=list)
+    error: BaseException | None = None
+    cls: type | None = None
+
+    def guarded(self, fn: Callable[[], object]) -> object:
+        """``fn()``; an implementation's failure becomes the kind's error (None), anything else propagates."""
+        if self.cls is None:
+            return fn()
+        try:
+            with blamed_on(self.impl, self.cls):
+                return fn()
+        except DesignFailure as exc:
+            self.error = exc
+            return None
+
+
+def kinds_of(prep: Prepared, makers: dict[tuple[str, str], Callable], whole_step: set[tuple[str, str]],
+             classes: dict[tuple[str, str], type] | None = None) -> list[PacedKind]:
+    """The study's loops: idle, each cell's decode calls, the whole step of the cells in ``whole_step``, the floor."""
+    classes = classes or {}
+    kinds = [PacedKind("-", "-", "idle", lambda: (None, _unchecked))]
+    for (impl, regime), make in makers.items():
+        cls, own = classes.get((impl, regime)), prep.private()
+        kinds.append(PacedKind(impl, regime, "calls", partial(paced_runner, own, make, regime), cls=cls))
+        if (impl, regime) in whole_step:
+            kinds.append(PacedKind(impl, regime, "step", lambda make=make, own=own: whole_step_paced(own, make),
+                                   cls=cls))
+    kinds.append(PacedKind(*FLOOR, "floor", lambda: (floor_runner(prep), _unchecked)))
+    return kinds
+
+
+def run_interleaved(kinds: list[PacedKind], rate: float, steps: int, reps: int,
+                    on_repetition: Callable[[int], None] | None = None,
+                    enter: Callable[[tuple[str, str] | None], None] = lambda cell: None) -> None:
+    """``reps`` repetitions of every kind, rotated by one each repetition so that no kind always runs first or after the
+    same one; each kind's first steps are run once before, outside every measurement (compilation)."""
+    for kind in kinds:
+        enter((kind.impl, kind.regime) if kind.cls is not None else None)
+        kind.guarded(lambda kind=kind: _first_steps(kind, steps))
+    for rep in range(reps):
+        live = [k for k in kinds if k.error is None]
+        for kind in live[rep % len(live):] + live[:rep % len(live)] if live else []:
+            enter((kind.impl, kind.regime) if kind.cls is not None else None)
+            measured = kind.guarded(lambda kind=kind: _measured_loop(kind, rate, steps))
+            if measured is None:
+                continue
+            cpu, wall, misses = measured
+            kind.cpu_ns.append(cpu)
+            kind.wall_ns.append(wall)
+            kind.misses.append(misses)
+        if on_repetition is not None:
+            on_repetition(rep)
+
+
+def _first_steps(kind: PacedKind, steps: int) -> None:
+    run, _ = kind.start()
+    if run is not None:
+        run(0, min(2, steps))
+
+
+def _measured_loop(kind: PacedKind, rate: float, steps: int) -> tuple[int, int, int]:
+    run, check = kind.start()
+    measured = paced_loop(run, rate, steps)
+    check(steps)
+    return measured
+
+
+def shares(kind: PacedKind, idle: PacedKind) -> np.ndarray:
+    """The kind's CPU share per repetition: thread CPU time minus the idle loop's, over wall time."""
+    n = min(len(kind.cpu_ns), len(idle.cpu_ns))
+    cpu, wall, base = (np.asarray(x[:n], dtype=float) for x in (kind.cpu_ns, kind.wall_ns, idle.cpu_ns))
+    return (cpu - base) / wall * 100
+
+
+METRICS = {"calls": ("cpu_share_observed_pct", "deadline_misses"),
+           "step": ("cpu_share_observed_whole_step_pct", "deadline_misses_whole_step"),
+           "floor": ("paced_floor_pct", None)}
+CALLS_HOW = {"per-call": "the contract's calls per step from Python (one per operation and sequence); compiled "
+                         "designs pay one dispatch per call",
+             "batched": "one decode_step call per step from Python, pool operations per call; compiled designs pay "
+                        "one dispatch per call",
+             "step": "one step() call per step (the step regime's path), as an engine would call it"}
+HOW = {"step": "one step() call per step (pool operations and decode batch), as an engine would call it",
+       "floor": "a compiled function that does nothing, called once per step with the step kernel's arguments: "
+                "the floor of any block manager entered once per step"}
+
+
+def study_rows(scenario: str, kinds: list[PacedKind], rate: float, steps: int) -> list[Row]:
+    """The study's rows from the kinds' repetitions."""
+    idle = next(k for k in kinds if k.what == "idle")
+    floor = next(k for k in kinds if k.what == "floor")
+    floor_shares = shares(floor, idle)
+    rows: list[Row] = []
+    for kind in kinds:
+        if kind.what == "idle":
+            continue
+        share_metric, miss_metric = METRICS[kind.what]
+        common = {"step_rate": rate, "steps": steps, "driver": "python"}
+        path = CALLS_HOW[kind.regime] if kind.what == "calls" else HOW[kind.what]
+        how = (f"open loop paced at {rate:g} steps/s from Python ({steps} steps), {path}; thread CPU time "
+               f"minus the same repetition's idle paced loop, median of interleaved repetitions, 95 % bootstrap "
+               f"interval")
+        if kind.error is not None or not kind.cpu_ns or idle.error is not None:
+            why = kind.error or idle.error or "no repetition finished"
+            rows.append(Row(scenario, kind.impl, kind.regime, share_metric, float("nan"), "%", "thread_time_ns",
+                            "failed", why.reason if isinstance(why, DesignFailure) else str(why)))
+            continue
+        per_rep = shares(kind, idle)
+        est = median_estimate(per_rep)
+        rows.append(Row(scenario, kind.impl, kind.regime, share_metric, est.value, "%", "thread_time_ns", "ok", how,
+                        reps=len(per_rep), ci_low=_finite(est.low), ci_high=_finite(est.high), **common))
+        if miss_metric:
+            misses = median_estimate(np.asarray(kind.misses, dtype=float))
+            rows.append(Row(scenario, kind.impl, kind.regime, miss_metric, misses.value, "steps", "perf_counter_ns",
+                            "ok", f"steps whose work ended after the next step was due, of {steps}; median of "
+                            "interleaved repetitions", reps=len(kind.misses), ci_low=_finite(misses.low),
+                            ci_high=_finite(misses.high), steps=steps, driver="python"))
+        if kind.what == "step" and floor.error is None and floor_shares.size:
+            n = min(per_rep.size, floor_shares.size)
+            above = median_estimate(per_rep[:n] - floor_shares[:n])
+            rows.append(Row(scenario, kind.impl, kind.regime, "paced_above_floor_pct", above.value, "%",
+                            "thread_time_ns", "ok", "the whole step's paced share minus the do-nothing crossing's, "
+                            "paired repetition by repetition (the same run, the same machine state); median, 95 % "
+                            "bootstrap interval", reps=n, ci_low=_finite(above.low), ci_high=_finite(above.high),
+                            **common))
+    return rows
+
+
+def _finite(x: float) -> float | None:
+    return None if x != x else x
+
+
+def paced_study_rows(scenario: str, prep: Prepared, makers: dict[tuple[str, str], Callable],
+                     classes: dict[tuple[str, str], type], rate: float, caching: bool,
+                     reps: int = PACED_REPS, steps: int | None = None,
+                     on_repetition: Callable[[int], None] | None = None,
+                     enter: Callable[[tuple[str, str] | None], None] = lambda cell: None) -> list[Row]:
+    """Every paced figure of a scenario."""
+    steps = min(steps or prep.num_steps, prep.num_steps)
+    stepped = {c for c in makers if c[1] == "batched" and callable(getattr(classes.get(c), "step", None))}
+    unsupported = sorted(stepped) if caching else []
+    rows = [Row(scenario, impl, regime, METRICS["step"][0], float("nan"), "%", "thread_time_ns", "unsupported",
+                "step() does not take the prefix-caching ops yet") for impl, regime in unsupported]
+    kinds = kinds_of(prep, makers, set() if caching else stepped, classes)
+    run_interleaved(kinds, rate, steps, reps, on_repetition, enter)
+    return rows + study_rows(scenario, kinds, rate, steps)
