@@ -123,7 +123,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def check_output_file(path: Path) -> None:
     """Refuse an output path that cannot be written, before minutes of simulation."""
-    from scenarios.trace import check_writable
+    from scenarios.trace_files import check_writable
 
     if path.is_dir():
         raise UsageError(f"-o {path}: is a folder; give a file name such as {path / 'trace.npz'}")

@@ -26,7 +26,7 @@ E_TRACE = -20
 E_OOM = -21
 
 
-# Op codes of step and of trace files (scenarios.trace imports them); a0/a1 per op: docs/contract.md.
+# Op codes of step and of trace files (scenarios.trace re-exports them); a0/a1 per op: docs/contract.md.
 CAN_ALLOCATE = 0
 ALLOCATE = 1
 FORK = 2

@@ -29,6 +29,7 @@ class Impl:
     color: str
     letter: str | None = None
     needs: str = ""  # what to install when the module cannot be imported here
+    untimed_hook: bool = False  # may define untimed_after_step, the Python drivers' untimed per-step hook
 
     @property
     def compares_with_article(self) -> bool:

@@ -19,7 +19,8 @@ import numpy as np
 from .hashing import UNIQUE, TokenChain
 from .realtrace import REAL_TRACES, build_real_trace
 from .scheduler import Request, ScenarioError, Scheduler, Seq, TraceBuilder
-from .trace import MAX_POOL_BLOCKS, Trace
+from .trace import Trace
+from .trace_format import MAX_POOL_BLOCKS
 
 PAPER = "paper"  # the article's workload: every headline figure and ratio is judged on it
 

@@ -35,7 +35,7 @@ import pandas as pd
 
 from impls.contract import blocks_for
 
-from .files import NotRegularFileError, read_once
+from .files.kinds import NotRegularFileError, read_once
 from .hashing import ROOT, UNIQUE, TokenChain, block_hash
 from .scheduler import Request, ScenarioError, Scheduler, TraceBuilder
 from .trace import Trace
@@ -93,7 +93,7 @@ def read_requests_csv(path: str | Path, hash_tokens: int | None = None) -> pd.Da
     arrival, with a ``line`` column (the 1-based line of the file each request came from). With ``hash_tokens``
     (prefix caching) the file must have a ``hash_ids`` column, returned as one int64 array per request. The path
     is opened once: a named pipe (``<(zcat requests.csv.gz)``) is read once into a spool, a device node is
-    refused (:func:`scenarios.files.read_once`).
+    refused (:func:`scenarios.files.kinds.read_once`).
     """
     path = Path(path)
     if not path.is_absolute() and not path.exists() and (DATA_DIR / path).exists():

@@ -44,8 +44,8 @@ from .trace import (
     SEAL,
     Trace,
     canonical_tables,
-    finalize,
 )
+from .trace_files import finalize
 
 # Bump when a change to the scheduler or the scenarios changes the traces they generate for the same parameters.
 GENERATOR_VERSION = 1

@@ -242,3 +242,22 @@ def test_the_checks_see_function_local_imports_and_circles() -> None:
     bad = upward_imports(graph, place)
     assert bad == ["harness.base.stats (floor 1) imports harness.cli (floor 6)"]
     assert circles(graph) == [["harness.base.stats", "harness.cli"]]
+
+
+def test_file_plumbing_stands_below_everything_of_the_project() -> None:
+    """``scenarios/files/`` (atomic writes, the non-regular-file rule) imports nothing of the project, relative
+    imports included, so that ``scenarios`` and ``harness`` alike can stand on it."""
+    modules = sorted((ROOT / "scenarios" / "files").glob("*.py"))
+    assert {p.name for p in modules} >= {"__init__.py", "atomic.py", "kinds.py"}
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                names = [] if node.level == 1 else [f"{'.' * node.level}{node.module or ''}"]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            bad = [n for n in names if n.startswith(".") or n.split(".")[0] in ("impls", "harness", "scenarios")]
+            assert not bad, f"{path.relative_to(ROOT)} imports {bad}: file plumbing stands on nothing of the project"

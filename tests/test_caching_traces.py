@@ -15,16 +15,8 @@ from impls.contract import supports_prefix_caching
 from impls.core.reference import ReferenceModel
 from scenarios import SCENARIOS, ScenarioError, TraceError, generate, load, save
 from scenarios.realtrace import DATA_DIR, hash_id_chain
-from scenarios.trace import (
-    ALLOCATE_CACHED,
-    OP_NAMES,
-    SEAL,
-    V2_ARRAYS,
-    V2_HEADER_KEYS,
-    _checksum,
-    cache_totals,
-    trace_uses_caching,
-)
+from scenarios.trace import ALLOCATE_CACHED, OP_NAMES, SEAL, trace_uses_caching
+from scenarios.trace_format import V2_ARRAYS, V2_HEADER_KEYS, cache_totals, checksum
 from tests.one_line import one_line
 
 CACHING = sorted(name for name, sc in SCENARIOS.items() if sc.caching)
@@ -89,7 +81,7 @@ def _v2_file(path, trace, **header_changes) -> None:
     header["ops_by_kind"] = {k: v for k, v in header["ops_by_kind"].items() if k not in ("allocate_cached", "seal")}
     header.update(version=2, **header_changes)
     arrays = {name: trace.arrays[name] for name in V2_ARRAYS}
-    header["checksum"] = _checksum(header, arrays, V2_ARRAYS)
+    header["checksum"] = checksum(header, arrays, V2_ARRAYS)
     np.savez(path, header=np.frombuffer(json.dumps(header).encode(), np.uint8), **arrays)
 
 
@@ -125,7 +117,7 @@ def _edited(trace, header=None, **arrays):
     h = json.loads(json.dumps(trace.header))
     h.update(cache_totals(payload, trace.config["block_size"]))
     h.update(header or {})
-    h["checksum"] = _checksum(h, payload)
+    h["checksum"] = checksum(h, payload)
     return h, payload
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness.base.drivers import Prepared
-from harness.ci import gate
+from harness.ci import gate_jobs
 from harness.counters.allocations import region_allocations
 from harness.counters.regions import prepare_cell
 from harness.run.alloc_cells import alloc_kind, cell_allocations, design_files
@@ -63,7 +63,7 @@ def test_compiled_batched_reads_exactly_zero(prep: Prepared, impl: str) -> None:
     found = figures(prep, impl, "batched")
     assert found["allocs_per_step"].source == "nrt-stats"
     assert found["allocs_per_step"].per_step == 0.0 and found["nrt_allocs_per_step"].events == 0
-    assert gate.allocations(prep, impl, "batched", LO, HI - LO) == (0.0, 0.0, "nrt-stats")
+    assert gate_jobs.allocations(prep, impl, "batched", LO, HI - LO) == (0.0, 0.0, "nrt-stats")
 
 
 def test_compiled_growth_is_counted(prep: Prepared) -> None:
@@ -86,7 +86,7 @@ def test_native_preallocated_reads_exactly_zero(prep: Prepared, impl: str) -> No
     found = figures(prep, impl, "batched")
     assert found["allocs_per_step"].source == "counting allocator"
     assert found["allocs_per_step"].events == 0 and found["nrt_allocs_per_step"].events == 0
-    assert gate.allocations(prep, impl, "batched", LO, HI - LO) == (0.0, 0.0, "counting allocator")
+    assert gate_jobs.allocations(prep, impl, "batched", LO, HI - LO) == (0.0, 0.0, "counting allocator")
 
 
 def test_native_growth_is_counted(prep: Prepared) -> None:

@@ -21,6 +21,7 @@ import os
 import numpy as np
 import pytest
 
+from impls.core.ids import table_dtype
 from impls.designs import flat
 from impls.designs.flat import FlatBlockManager
 from tests import flat_reference_kernels as ref
@@ -32,7 +33,7 @@ OPS = 120
 
 def _old_state(num_blocks: int, block_size: int, rows: int, cols: int) -> tuple:
     """A fresh state in the old kernels' layout: header, lengths, ref counts, stack, marks."""
-    table = np.zeros((rows, cols), dtype=flat.table_dtype(num_blocks))
+    table = np.zeros((rows, cols), dtype=table_dtype(num_blocks))
     ints = np.zeros(ref.HEADER + 2 * rows + 2 * num_blocks, dtype=np.int32)
     ints[ref.TOP], ints[ref.NUM_BLOCKS], ints[ref.BLOCK_SHIFT] = num_blocks, num_blocks, block_size.bit_length() - 1
     at = ref.HEADER + rows + num_blocks

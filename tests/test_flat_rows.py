@@ -198,10 +198,10 @@ def test_failed_step_gives_back_a_row_copy() -> None:
 
 
 def test_allocate_and_append_are_flats_code() -> None:
-    """flat-rows runs flat's allocate and append, made over its rows (as flat-pc over its pool): one body
-    each, not a copy."""
-    for name in ("_allocate_row", "_append_token"):
-        assert getattr(fr, name).py_func.__code__ is getattr(flat, name).py_func.__code__, name
+    """flat-rows runs flat's allocate, append and a tight step's reserve loop, made over its rows (as flat-pc
+    over its pool): one body each, not a copy."""
+    for name in ("allocate_row", "append_token", "reserve_rows"):
+        assert getattr(fr, "_" + name).py_func.__code__ is getattr(flat, name).py_func.__code__, name
 
 
 @pytest.mark.parametrize("block_size, tokens, fork", [(1, 32, False), (1, 5, True), (2, 3, True)])

@@ -9,7 +9,7 @@ import pytest
 
 from harness.base.drivers import Prepared
 from harness.base.replay import REGIMES, check_end_state
-from harness.ci import gate, gate_config
+from harness.ci import gate, gate_config, gate_jobs
 from harness.counters import callgrind
 from harness.counters import regions as callgrind_region
 from scenarios import load
@@ -45,7 +45,7 @@ def test_regions_replay_the_trace_exactly(prep: Prepared, impl: str, regime: str
 
 
 def test_flat_batched_region_allocates_nothing(prep: Prepared) -> None:
-    assert gate.allocations(prep, "flat", "batched", 4, 8) == (0.0, 0.0, "nrt-stats")
+    assert gate_jobs.allocations(prep, "flat", "batched", 4, 8) == (0.0, 0.0, "nrt-stats")
 
 
 def test_region_script_runs_natively(prep: Prepared, capsys: pytest.CaptureFixture[str]) -> None:

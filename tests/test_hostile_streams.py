@@ -129,10 +129,10 @@ def test_prefix_caching_csv_from_a_fifo_reads_its_hash_ids_from_the_same_stream(
 
 
 def test_endless_fifo_is_refused_not_spooled_for_ever(tmp_path: Path, monkeypatch) -> None:
-    from scenarios import files
+    from scenarios.files import kinds
     from scenarios.scheduler import ScenarioError
 
-    monkeypatch.setattr(files, "MAX_STREAM_BYTES", 1 << 20)
+    monkeypatch.setattr(kinds, "MAX_STREAM_BYTES", 1 << 20)
     path = fifo(tmp_path)
     with feeding(path, b"timestamp,prompt_tokens,output_tokens\n" + b"0,1,1\n" * 400_000), \
             pytest.raises(ScenarioError, match="more than 1 MiB"):

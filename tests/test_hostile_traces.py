@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from scenarios import TraceError, generate, load, save
-from scenarios.trace import MAX_TRACE_BYTES, _checksum, check_writable
+from scenarios.trace_files import check_writable
+from scenarios.trace_format import MAX_TRACE_BYTES, checksum
 from tests.one_line import one_line
 
 
@@ -43,7 +44,7 @@ def _edited(trace, **changes) -> dict:
         else:
             where[key] = value
     if isinstance(header, dict) and isinstance(header.get("checksum"), str):
-        header["checksum"] = _checksum(header, trace.arrays)
+        header["checksum"] = checksum(header, trace.arrays)
     return header
 
 
@@ -96,7 +97,7 @@ def test_edited_array_with_recomputed_checksum(tmp_path, trace) -> None:
     a1 = trace.a1.copy()
     a1[trace.op == 1] = 10**6  # allocations larger than a sequence
     arrays = {**trace.arrays, "a1": a1}
-    header = dict(trace.header, checksum=_checksum(trace.header, arrays))
+    header = dict(trace.header, checksum=checksum(trace.header, arrays))
     _npz(tmp_path / "t.npz", header, arrays)
     _refused(tmp_path / "t.npz", "allocations outside")
 

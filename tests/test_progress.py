@@ -28,11 +28,13 @@ def test_on_a_terminal_status_lines_then_a_bar_with_the_estimate_and_scenario_li
     bar.start(4)
     progress.status(bar, "paper: the trace")
     bar("paper flat batched")
+    assert bar.left() is None  # the first unit's start-up is no rate
+    bar("paper dict batched")
     bar.scenario_done("paper", 83.0)
     bar.close()
     text = out.getvalue()
-    assert "now: paper: the trace" in text and "1/4 units" in text and "done: paper flat batched" in text
-    assert " left; done: paper flat batched" in text  # the estimate from the work done (time_left)
+    assert "now: paper: the trace" in text and "2/4 units" in text
+    assert " left; done: paper dict batched" in text  # the estimate from the work done since (time_left)
     assert "kvblock-bench: paper done in 1 min 23 s" in text
 
 
@@ -40,6 +42,13 @@ def test_the_time_left_is_the_measured_time_per_work_done_times_the_work_left() 
     assert progress.time_left(10.0, 0.0, 100.0) is None  # nothing done: nothing measured to go by
     assert progress.time_left(10.0, 25.0, 100.0) == 30.0
     assert progress.time_left(10.0, 100.0, 100.0) == 0.0
+    assert progress.time_left(10.0, 4.0, 100.0) is None  # under MIN_FRACTION of the work: no estimate yet
+
+
+def test_the_first_units_start_up_is_left_out_of_the_rate() -> None:
+    # 600 s for the first unit (compilation), then 10 s per unit of work: 70 units left take 700 s, not 6,000
+    assert progress.time_left(900.0, 30.0, 100.0, since=(600.0, 1.0)) == 70 * 300.0 / 29.0
+    assert progress.time_left(600.0, 1.0, 10.0, since=(600.0, 1.0)) is None
 
 
 def test_units_weigh_their_scenarios_work_not_one_each() -> None:
@@ -80,7 +89,7 @@ def test_a_log_gets_plain_lines_at_a_bounded_rate_and_one_line_per_scenario_end(
     assert lines == ["kvblock-bench: loading the implementations",
                      "kvblock-bench: paper done in 3 s (3/6 units, about 3 s left)",
                      "kvblock-bench: concurrency-64: the trace",
-                     "kvblock-bench: 4/6 units, 18 s elapsed, about 9 s left; done: concurrency-64 unit 0",
+                     "kvblock-bench: 4/6 units, 18 s elapsed, about 11 s left; done: concurrency-64 unit 0",
                      "kvblock-bench: 6/6 units, 18 s elapsed; done: concurrency-64 unit 2",
                      "kvblock-bench: concurrency-64 done in 15 s (6/6 units)"]
 

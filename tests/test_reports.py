@@ -193,3 +193,14 @@ def test_cpu_share_from_one_core_up_reads_in_cores_and_durations_read_in_minutes
     assert cpu_text(math.nan) == "—"
     assert duration_text(42.0) == "42 s" and duration_text(221.0) == "3 min 41 s"
     assert duration_text(3725.0) == "1 h 02 min" and duration_text(math.nan) == "unknown"
+
+
+def test_the_machine_line_says_the_load_the_run_was_measured_under() -> None:
+    from harness.output.formatting import machine_line
+    from harness.run.metadata import collect
+
+    meta = collect([])
+    assert len(meta["load_average"]) == 3 and all(x >= 0 for x in meta["load_average"])
+    line = machine_line({**meta, "load_average": [0.41, 0.5, 0.6], "load_average_end": [2.9, 1.0, 1.0]})
+    assert line.endswith("; load average 0.41 at the start, 2.9 at the end")
+    assert "load average" not in machine_line({"cpu_model": "x"})  # runs from before it was recorded

@@ -9,7 +9,7 @@ import pytest
 
 from harness.base.files import new_run_dir, point_latest, resolve_run
 from harness.base.rows import Row, read_rows, write_rows
-from scenarios import atomic
+from scenarios.files import atomic
 
 
 def test_row_refuses_numbers_for_unmeasured_figures() -> None:

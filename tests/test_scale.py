@@ -107,10 +107,9 @@ def test_memory_rows_for_every_implementation(small_trace) -> None:
     measured = {r.impl: r for r in rows if r.metric == "memory_bytes"}
     assert set(measured) == {"dict", "flat", "flat-rows", "list-jit"} and measured["dict"].regime == "batched"
     assert all(r.status == "ok" and r.value > 0 and r.unit == "B" and r.how for r in rows)
-    assert {i: r.source for i, r in measured.items()} == {"dict": "memray", "flat": "nbytes", "flat-rows": "nbytes",
-                                                          "list-jit": "memray"}
+    assert {r.source for r in measured.values()} == {"memray"}  # what the process allocated, for every design
     flat = REGISTRY["flat"](**small_trace.config)
-    assert measured["flat"].value == flat.table.nbytes + flat.ints.nbytes
+    assert measured["flat"].value >= flat.table.nbytes + flat.ints.nbytes
     stated = {r.impl: r.value for r in rows if r.metric == "memory_stated_bytes"}
     assert stated["flat"] == flat.memory_bytes() and measured["flat"].steps == memory.peak_step(small_trace)
 

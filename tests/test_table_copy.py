@@ -14,7 +14,8 @@ import pytest
 
 from harness.base.replay import replay
 from harness.studies import table_copy as tc
-from impls.designs.flat import FlatBlockManager, table_dtype
+from impls.core.ids import table_dtype
+from impls.designs.flat import FlatBlockManager
 from scenarios import generate
 
 SMALL = {"num_blocks": 256, "block_size": 4, "max_seqs": 8, "max_blocks_per_seq": 16}

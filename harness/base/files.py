@@ -1,19 +1,4 @@
-"""Results files and run folders.
-
-A run lives in ``results/<run-id>/``:
-
-- ``results.csv``: one row per figure, long format, columns :data:`COLUMNS`; rewritten atomically after every
-  finished cell, so an interrupted run keeps every finished row;
-- ``meta.json``: machine, versions, command line, calibrations;
-- ``raw/<scenario>/<impl>__<regime>.json.gz``: raw samples (per-step times of every repetition);
-- reports (``paper_table.md``, ``summary.md``) and ``figures/``.
-
-``results/latest`` is a symbolic link to the newest run. Run ids are unique: no run overwrites another.
-
-Every write is atomic (:mod:`scenarios.atomic`); one that fails (disk full, a read-only folder, a path that names a
-device node) raises :class:`harness.errors.WriteError` naming the file, and the file it would have replaced stays.
-Text fields are cleaned when a row is made (:func:`clean_text`), so ``results.csv`` always reads back.
-"""
+"""Run folders and atomic writes: ``results/<run-id>/``, ``results/latest``; layout in docs/results-folder.md."""
 
 from __future__ import annotations
 
@@ -27,8 +12,8 @@ import time
 from pathlib import Path
 
 from harness.errors import InputError, WriteError
-from scenarios import atomic
-from scenarios.files import read_once
+from scenarios.files import atomic
+from scenarios.files.kinds import read_once
 
 RESULTS_DIR = Path("results")
 MAX_LABEL_CHARS = 64
@@ -40,8 +25,7 @@ class ResultsError(InputError):
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (:mod:`scenarios.atomic`, the one implementation); a failure raises
-    :class:`WriteError` naming the file and the reason, and leaves the file as it was."""
+    """Write ``data`` to ``path`` atomically; a failure raises :class:`WriteError` and leaves the file as it was."""
     try:
         atomic.atomic_write_bytes(path, data)
     except OSError as exc:
@@ -94,11 +78,7 @@ def new_run_dir(root: Path = RESULTS_DIR, label: str = "") -> Path:
 
 
 def check_run_root(root: Path, label: str = "") -> None:
-    """Everything about ``root`` a run can check before it measures, so that nothing measured is lost to it:
-    the label; a run folder of the longest name this label gives can be created there (a read-only or full
-    file system, a name too long); ``root/latest`` is the link runs keep, not a real file or folder; the
-    folder's name is UTF-8 (it is printed). Removes temporary ``.latest.PID`` links of processes that are gone.
-    Raises :class:`InputError` (:class:`WriteError` for the file system) naming the fix."""
+    """Check before measuring that ``root`` takes this run's folder and link; :class:`InputError` naming the fix."""
     probe_name = f".{_stem(label)}-{RUN_SUFFIXES - 1}.probe"
     try:
         os.fsdecode(root).encode("utf-8")
@@ -139,8 +119,7 @@ def _alive(pid: int) -> bool:
 
 
 def point_latest(run_dir: Path) -> None:
-    """Make ``<root>/latest`` a symbolic link to ``run_dir``, replacing the old link atomically (a temporary
-    link renamed over it). A ``latest`` that is a real file or folder is never replaced: :class:`WriteError`."""
+    """Point ``<root>/latest`` at ``run_dir`` atomically; a real file or folder named ``latest`` is never replaced."""
     link = run_dir.parent / "latest"
     if link.exists() and not link.is_symlink():
         raise WriteError(f"{link}: is a real {'folder' if link.is_dir() else 'file'}, not the link to the newest "
@@ -184,8 +163,7 @@ def write_json(path: Path, obj: object, compress: bool = False) -> None:
 
 
 def read_json(path: Path) -> object:
-    """A JSON file (gzip-compressed if its name ends in ``.gz``); :class:`ResultsError` naming the file and what is
-    wrong if it cannot be read or parsed (a folder, not UTF-8, not JSON, nested too deep, a damaged gzip)."""
+    """A JSON file (gzip if its name ends in ``.gz``); :class:`ResultsError` naming the file if it cannot be read."""
     try:
         with read_once(path) as fh:
             data = fh.read()

@@ -172,8 +172,10 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
                 done: Callable[[Key], None] = lambda key: None, out: Replays | None = None,
                 caps: dict[Key, int] | None = None, only: Iterable[int] | None = None,
                 enter: Callable[[Key], None] = lambda key: None,
+                mark: Callable[[Key | None], None] = lambda key: None,
                 pause: Callable[[tuple[int, ...]], None] = lambda position: None) -> Replays:
     """``reps`` repetitions of every driver (``caps[key]`` for a key it names), interleaved slice by slice;
+    ``mark(key)`` before each slice and ``mark(None)`` after a repetition's last (the supervisor's bound);
     ``pause((detail, rep, slice))`` before each slice (other designs' workers take their turn: ``lockstep``)."""
     out = out or Replays()
     caps = caps or {}
@@ -197,7 +199,9 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
                 for k in order:
                     if k in parts and k not in out.failed:
                         enter(k)
+                        mark(k)
                         _slice(drivers[k], mgrs[k], detail, lo, hi, parts[k], out, k)
+            mark(None)
         finally:
             gc.unfreeze()
         for k in (k for k in keys if k in parts):

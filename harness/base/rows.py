@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.base.files import ResultsError, atomic_write_text, os_reason
 from impls.registry import RATIO_BASE
-from scenarios.files import read_once
+from scenarios.files.kinds import read_once
 
 STATUSES = ("ok", "unsupported", "unavailable", "skipped", "failed")
 SCHEMA_VERSION = 3

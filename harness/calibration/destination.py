@@ -10,7 +10,7 @@ from pathlib import Path
 from harness.base.files import RUN_SUFFIXES, check_label, new_run_dir, os_reason
 from harness.calibration.table import read_rows
 from harness.errors import InputError, WriteError
-from scenarios.files import write_target
+from scenarios.files.kinds import write_target
 
 
 @dataclass

@@ -25,7 +25,7 @@ from harness.errors import InputError
 from harness.run.metadata import cpu_model, versions
 from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug
 from scenarios import SCENARIOS
-from scenarios.atomic import atomic_write_bytes
+from scenarios.files.atomic import atomic_write_bytes
 
 
 @dataclass

@@ -9,7 +9,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from scenarios.atomic import atomic_write_bytes
+from scenarios.files.atomic import atomic_write_bytes
 
 DEFAULT_CSV = Path("results") / "calibration" / "calibration.csv"
 

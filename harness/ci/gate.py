@@ -1,28 +1,6 @@
-"""The CI gate: figures that do not vary between identical runs, held to rules that fail the build.
+"""The CI gate (``kvblock-bench gate``): exact allocation and instruction counts, held to configured rules.
 
-``kvblock-bench gate`` (``make gate``) measures, on a small committed trace (:data:`TRACE`), the cells of the
-implementations it gates (``--impl``, registry names and plug-ins; else the configuration's ``impls``; else the
-article's designs and their compiled twins in both regimes and the C++ designs batched), always with batched
-``flat``, the base of every ratio:
-
-1. allocations per step of every cell: exact integer counts of the design's own allocations, by the
-   instrument its loop allows (:mod:`harness.run.alloc_cells`), and Numba runtime allocations;
-2. instructions: callgrind counts per sequence-step of every cell, from two independent valgrind runs that
-   must agree exactly;
-3. optionally, wall clock: one batched step of two implementations in one process.
-
-The designs run in worker processes (:mod:`harness.ci.gate_jobs`), each plug-in in its own, under the design's
-deadline (``--deadline``): one that exits, raises, hangs or crashes fails its cells, with the reason.
-
-What it demands is configuration, not code (:mod:`harness.ci.gate_config`: ``[tool.kvblock-bench.gate]`` in the
-closest ``pyproject.toml``, or ``--config FILE``): per cell a ceiling on instructions per sequence-step, a floor
-on instructions over batched ``flat``'s, zero allocations; a wide wall-clock floor. ``--save-baseline FILE``
-keeps the figures; ``--against FILE`` fails a cell whose instructions rose beyond the tolerance since
-(:mod:`harness.ci.gate_baseline`). The figures (``--json``, ``--save-baseline``) record the commit, the machine
-and the software they were measured with.
-
-Exit status: 0 when every check passes, 1 when one fails (a design failing a cell included), 2 when a figure
-cannot be measured here (or for bad input).
+Design: docs/ci.md#the-gate-as-the-code-has-it; exit status 0 pass, 1 a check failed, 2 a figure could not be measured.
 """
 
 from __future__ import annotations

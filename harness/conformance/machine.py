@@ -14,6 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from impls import NoFreeBlocksError
 from impls.contract import supports_prefix_caching, table_nbytes_problem
+from impls.core.ids import UINT16_LIMIT
 from impls.core.reference import ReferenceModel
 
 from .idmap import IdMap
@@ -26,7 +27,7 @@ CONFIGS = (
     CONFIG,
     {"num_blocks": 12, "block_size": 16, "max_seqs": 6, "max_blocks_per_seq": 5},
     {"num_blocks": 5, "block_size": 64, "max_seqs": 6, "max_blocks_per_seq": 3},
-    {"num_blocks": 65536, "block_size": 1, "max_seqs": 6, "max_blocks_per_seq": 8},
+    {"num_blocks": UINT16_LIMIT, "block_size": 1, "max_seqs": 6, "max_blocks_per_seq": 8},
 )
 # Larger pools: ref counts of in-use and end blocks per call, invariants after the last call.
 FULL_SWEEP = 1024

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from impls.contract import NoFreeBlocksError
+from impls.core.ids import UINT16_LIMIT
 
-POOL = {"num_blocks": 65536, "block_size": 16, "max_seqs": 257, "max_blocks_per_seq": 256}
+POOL = {"num_blocks": UINT16_LIMIT, "block_size": 16, "max_seqs": 257, "max_blocks_per_seq": 256}
 BLOCK_SIZES = (1, 2, 4, 16, 64)
 
 
@@ -23,7 +24,7 @@ def _pool_problems(cls: type, pool: dict[str, int]) -> list[str]:
     problems = []
     ids = sorted(block for seq in range(rows) for block in mgr.block_table(seq))
     if ids != list(range(pool["num_blocks"])):
-        problems.append("the full pool's tables do not hold every block id 0..65535 exactly once")
+        problems.append(f"the full pool's tables do not hold every block id 0..{pool['num_blocks'] - 1} exactly once")
     if mgr.num_free_blocks() != 0 or mgr.can_allocate(1):
         problems.append(f"a full pool reports {mgr.num_free_blocks()} free blocks")
     try:
@@ -34,5 +35,6 @@ def _pool_problems(cls: type, pool: dict[str, int]) -> list[str]:
     for seq in range(rows):
         mgr.free(seq)
     if mgr.num_free_blocks() != pool["num_blocks"]:
-        problems.append(f"after freeing everything the pool has {mgr.num_free_blocks()} free blocks, not 65536")
+        problems.append(f"after freeing everything the pool has {mgr.num_free_blocks()} free blocks, "
+                        f"not {pool['num_blocks']}")
     return problems

@@ -98,7 +98,15 @@ def machine_line(meta: dict) -> str:
     """CPU model, count and caches, the PMU, the commit: the machine a run's figures belong to."""
     caches = ", ".join(f"{k} {v}" for k, v in meta.get("caches", {}).items())
     return (f"{meta.get('cpu_model', '?')} ({meta.get('cpu_count', '?')} CPUs; {caches}); "
-            f"PMU: {meta.get('pmu', '?')}; commit {meta.get('git_commit', '?')}")
+            f"PMU: {meta.get('pmu', '?')}; commit {meta.get('git_commit', '?')}{load_text(meta)}")
+
+
+def load_text(meta: dict) -> str:
+    """"; load average 0.4 at the start, 2.9 at the end" (1-minute), or "" for a run that did not record it."""
+    start, end = meta.get("load_average"), meta.get("load_average_end")
+    if not start:
+        return ""
+    return f"; load average {start[0]:g} at the start" + (f", {end[0]:g} at the end" if end else "")
 
 
 def source_text(run: RunData, scenario: str, impl: str, regime: str, metric: str) -> str:

@@ -21,6 +21,7 @@ from harness.output.rundata import RunData, ordered
 from harness.run.matrix import SWEEPS, matches
 from harness.studies.scale import FAMILY_AXES
 from impls import registry
+from impls.core.ids import UINT16_LIMIT
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,6 @@ METRICS = {  # metric -> (panel title, axis label)
 }
 AXIS_LABELS = {"context": "largest context a sequence may reach (tokens)", "pool": "blocks in the pool",
                "concurrency": "running sequences"}
-UINT16_LIMIT = 65536  # pool sizes past this widen flat's ids to uint32 (marked on the pool family's axes)
 BEGIN, END = "<!-- growth:begin -->", "<!-- growth:end -->"
 SLOPES_CSV, SLOPES_MD = "growth_slopes.csv", "growth_slopes.md"
 

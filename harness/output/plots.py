@@ -433,14 +433,16 @@ def _l1d_bars(ax: Axes, run: RunData, metric: str, impls: list[str], regimes: li
     width = 0.8 / (len(regimes) + (1 if article else 0))
     top = 0.0
     art = article_table()
+    missing: list[tuple[float, str]] = []
     for x, impl, regime, row, v in _grouped_values(run, metric, impls, regimes, width):
         if math.isnan(v):
             if (impl, regime) in ran:
-                word_at(ax, x, instrument_words(run.rows(PAPER, impl, regime, "l1d_miss_pct"), run.meta))
+                missing.append((x, instrument_words(run.rows(PAPER, impl, regime, "l1d_miss_pct"), run.meta)))
             continue
         ax.bar(x, v, width, color=color(impl), hatch=regime_hatch(regime), edgecolor="white")
         ax.text(x, v, f" {v:.2g} {row['source']}", ha="center", va="bottom", fontsize=6.3, rotation=90)
         top = max(top, v)
+    _missing_words(ax, missing, measured=top > 0)
     for k, impl in enumerate(impls):
         scheme = next((s for s, i in SCHEMES.items() if i == impl), None)
         if article and scheme in art.index:
@@ -454,6 +456,17 @@ def _l1d_bars(ax: Axes, run: RunData, metric: str, impls: list[str], regimes: li
     ax.set_xlim(-0.5, len(impls) - 0.5)
     ax.grid(axis="y", alpha=0.25)
     return top
+
+
+def _missing_words(ax: Axes, missing: list[tuple[float, str]], measured: bool) -> None:
+    """Why cells have no bar: once for the whole panel when no cell was measured for one reason, else per bar."""
+    reasons = {words for _, words in missing}
+    if missing and not measured and len(reasons) == 1:
+        ax.text(0.5, 0.5, f"no cell measured in this run: {reasons.pop()}", transform=ax.transAxes, ha="center",
+                va="center", fontsize=9, color="0.35")
+        return
+    for x, words in missing:
+        word_at(ax, x, words)
 
 
 def fig_l1d(run: RunData) -> Figure | None:

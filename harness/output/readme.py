@@ -38,7 +38,7 @@ from harness.output.report import (
 from harness.output.rundata import RunData, ordered
 from impls import registry
 from scenarios import PAPER
-from scenarios.files import write_target
+from scenarios.files.kinds import write_target
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 

@@ -64,6 +64,8 @@ class TimingResult:
     rows: list[Row] = field(default_factory=list)  # compile time, table bytes, dispatch floor
     info: dict[Cell, CellInfo] = field(default_factory=dict)
     torch_threads: int | None = None  # torch's intra-op threads in the worker (None: torch not loaded)
+    supervised: dict | None = None  # CPU time per key, set by the main process (harness.run.bound), not here
+    floor_claimed: dict[str, float] = field(default_factory=dict)  # the floor's timed ns (harness.run.floor)
     pid: int = 0
 
 
@@ -80,12 +82,13 @@ class CellBench:
     def __init__(self, scenario: str, trace: Trace, prep: Prepared, cells: list[Cell], classes: dict[str, type],
                  calib: dict, loops: dict, enter: Callable[[Cell | None], None] = lambda cell: None,
                  tick: Callable[[str], None] = lambda what: None,
-                 status: Callable[[str], None] = lambda what: None) -> None:
+                 status: Callable[[str], None] = lambda what: None,
+                 mark: Callable[[tuple | None], None] = lambda key: None) -> None:
         self.scenario, self.trace, self.prep, self.calib = scenario, trace, prep, calib
         self.cells = list(cells)
         self.drivers = {(i, r, ""): Driver(prep, classes[i], r, loops, i) for i, r in self.cells}
         self.slices = slice_bounds(prep.num_steps)
-        self.enter, self.tick, self.status = enter, tick, status
+        self.enter, self.tick, self.status, self.mark = enter, tick, status, mark
         self.pause: Callable[[tuple[int, ...]], None] = lambda position: None
         self.failed: dict[Cell, str] = {}
         self.rows: list[Row] = []
@@ -156,10 +159,10 @@ class CellBench:
                 self.tick(f"{self.scenario} {key[0]} {key[1]}")
 
         steps = interleaved(timed, reps, False, self.slices, done, caps=rep_caps, only=only, enter=enter,
-                            pause=self.pause)
+                            mark=self.mark, pause=self.pause)
         detailed = {k: d for k, d in self.drivers.items() if d.separate_detail and k not in steps.failed}
         details = interleaved(detailed, reps, True, self.slices, caps=rep_caps, only=only, enter=enter,
-                              pause=self.pause)
+                              mark=self.mark, pause=self.pause)
         self.enter(None)
         for key, exc in {**steps.failed, **details.failed}.items():
             if not key[2]:

@@ -20,14 +20,16 @@ from pathlib import Path
 
 from harness.base.drivers import Prepared
 from harness.base.failures import blamed_on, short_reason, users_interrupt
+from harness.base.hook import hook_problem
 from harness.base.rows import Row
 from harness.base.threads import pin_one_thread
 from harness.errors import DesignFailure
 from harness.run.cells import CellBench, TimingResult
+from harness.run.floor import measure_fast_floor, measure_floor
 from harness.run.workers import Events
 from impls import registry
 from scenarios import Trace, load
-from scenarios.trace import content_digest
+from scenarios.trace_format import content_digest
 
 Cell = tuple[str, str]
 
@@ -144,17 +146,21 @@ def _bench(job: ScenarioJob, events: Events) -> CellBench:
     pin_one_thread()  # torch arrives with the designs that need it: held to one thread before anything runs
     cells = [c for c in job.cells if c[0] in classes]
     bench = CellBench(job.scenario, trace, prep, cells, classes, job.calib, _LOOPS, events.cell, events.tick,
-                      events.status)
+                      events.status, events.mark)
     bench.failed.update({c: failed[c[0]] for c in job.cells if c[0] in failed})
     return bench
 
 
 def run_timing(job: ScenarioJob, events: Events) -> TimingResult:
+    prep = _prepared(job.trace_path, job.digest)[1]
+    floor = measure_floor(prep, {r for _, r in job.cells}, events.mark, events.cell)  # before any design's import
     bench = _bench(job, events)
+    floor.update(measure_fast_floor(prep, {d.kind for d in bench.drivers.values()}, _LOOPS, events.mark, events.cell))
     bench.warm_up(record=job.record)
     if job.lockstep:
         bench.pause = events.pause
     result = bench.time(job.reps, job.caps, job.only, job.base, read_off=job.record, control=job.control)
+    result.floor_claimed = floor
     result.pid = os.getpid()
     result.torch_threads = pin_one_thread()
     return result
@@ -269,6 +275,8 @@ def run_check(job: CheckJob, events: Events) -> CheckResult:
     if not info.ok:
         return CheckResult(False, info.reason, False)
     cls = load_impl(job.name)
+    if hook_problem(cls):  # refused by every run's drivers (harness.base.hook)
+        return CheckResult(False, f"{job.name}: FAILS: {hook_problem(cls)}", supports_prefix_caching(cls))
     try:
         with blamed_on(job.name, cls):  # an exit or an exception Hypothesis does not catch is the verdict too
             verdict = check(cls, seeds=range(job.seeds), max_examples=job.examples, step_count=job.ops,

@@ -124,7 +124,13 @@ def collect(argv: list[str] | None = None, classes: dict[str, type] | None = Non
         "git_commit": git_commit(),
         "git_changed_files": git_changed_files(),
         "command_line": shlex.join(argv if argv is not None else sys.argv),
+        "load_average": load_average(),
     }
+
+
+def load_average() -> list[float]:
+    """The machine's 1, 5 and 15-minute load averages now: whether figures were measured idle or under load."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 # What makes timings of two runs comparable: the machine and the software that compiles and runs the code.

@@ -13,11 +13,17 @@ WIDTH = 70
 PLAIN_EVERY_S = 15.0
 
 
-def time_left(elapsed_s: float, done_work: float, total_work: float) -> float | None:
-    """Seconds left at the rate measured so far (``elapsed_s`` per ``done_work``); None before any work."""
-    if done_work <= 0:
+MIN_FRACTION = 0.05  # no estimate before this share of the work is done
+
+
+def time_left(elapsed_s: float, done_work: float, total_work: float,
+              since: tuple[float, float] = (0.0, 0.0)) -> float | None:
+    """Seconds left at the rate measured since ``since`` (seconds, work): the first unit's start-up and
+    compilation are no measure of the rest. None until the rate is measured and MIN_FRACTION of the work done."""
+    t0, w0 = since
+    if done_work <= w0 or done_work < MIN_FRACTION * total_work:
         return None
-    return max(0.0, total_work - done_work) * elapsed_s / done_work
+    return max(0.0, total_work - done_work) * (elapsed_s - t0) / (done_work - w0)
 
 
 def left_text(seconds: float | None) -> str:
@@ -37,10 +43,11 @@ class Progress:
         self.n = self.total = 0
         self.done_work = self.total_work = 0.0
         self.unit_work, self.started, self.last_line = 1.0, 0.0, 0.0
+        self.since = (0.0, 0.0)
 
     def start(self, total: int, work: float | None = None) -> None:
         """``total`` units, none done, weighing ``work`` in all (default: one each)."""
-        self.n, self.total, self.done_work = 0, total, 0.0
+        self.n, self.total, self.done_work, self.since = 0, total, 0.0, (0.0, 0.0)
         self.total_work = float(total if work is None else work)
         self.started = self.last_line = self.clock()
         if self.enabled and self.tty:
@@ -58,7 +65,7 @@ class Progress:
 
     def left(self) -> float | None:
         """Seconds left, estimated from the work done so far (:func:`time_left`)."""
-        return time_left(self.clock() - self.started, self.done_work, self.total_work)
+        return time_left(self.clock() - self.started, self.done_work, self.total_work, self.since)
 
     def _line(self, text: str) -> None:
         if self.bar is not None:
@@ -79,6 +86,8 @@ class Progress:
         """One unit done: ``what`` (a cell's repetition, a study)."""
         self.n += 1
         self.done_work += self.unit_work
+        if self.n == 1:
+            self.since = (self.clock() - self.started, self.done_work)
         if not self.enabled:
             return
         if self.bar is not None:

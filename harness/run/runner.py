@@ -43,6 +43,7 @@ from harness.base.rows import Row, clean_text, write_rows
 from harness.errors import InputError, WriteError
 from harness.run import metadata, progress
 from harness.run.assemble import ScenarioRows, merge
+from harness.run.bound import violations
 from harness.run.interrupts import signal_name, sigterm_interrupts
 from harness.run.jobs import ImplInfo, ProbeJob, ScenarioJob, describe, execute
 from harness.run.lockstep import lockstep
@@ -52,7 +53,8 @@ from harness.studies.scale import CONFIG_METRICS, config_rows
 from impls import REGISTRY, UNAVAILABLE, registry
 from scenarios import SCENARIOS, ScenarioError, Trace, TraceError, generate, load, save
 from scenarios.scheduler import GENERATOR_VERSION
-from scenarios.trace import FORMAT_VERSION, content_digest, trace_uses_caching
+from scenarios.trace import trace_uses_caching
+from scenarios.trace_format import FORMAT_VERSION, content_digest
 
 Cell = tuple[str, str]
 
@@ -247,6 +249,7 @@ def _in_lockstep(shared: Shared, share: int, cells: list[Cell], make_job, failed
                 _blame(shared, spec, value, live[spec.impl], failed)
                 pending.append(spec.impl)
             else:
+                value.failed.update(violations(value))  # the supervisor's bound on what it claims
                 results.append(value)
                 if any(reason.startswith(OUT_OF_MEMORY) for reason in value.failed.values()):
                     shared.pool.close_worker(spec)
@@ -424,7 +427,8 @@ class RunWriter:
     def finish(self, **fields: object) -> None:
         """Stamp meta.json (``finished`` and ``fields``). After a failed write, a second failure is not reported:
         the first one is what the run ends with."""
-        self.meta.update(fields, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        self.meta.update(fields, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                         load_average_end=metadata.load_average())
         if self.run_dir is None:
             return
         try:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.base.args import DEFAULT_DEADLINE_S
+from harness.run.bound import Meter
 
 OWN_CODE_DEADLINE_S = 3600.0  # outside any cell: our own code (a callgrind study is one silent call of minutes)
 Cell = tuple[str, str]  # (impl, regime)
@@ -75,6 +76,13 @@ class Events:
 
     def __init__(self, send: Callable[[tuple], None], receive: Callable[[], object] | None = None) -> None:
         self._send, self._receive = send, receive
+
+    def mark(self, key: tuple | None) -> None:
+        """A timed slice of ``key`` starts (None: it ended); returns once the main process has read this
+        worker's CPU time (:mod:`harness.run.bound`). Nothing without a main process to answer."""
+        if self._receive is not None:
+            self._send(("mark", key))
+            self._receive()
 
     def cell(self, cell: Cell | None) -> None:
         """The job is about to run ``cell``'s code (None: its own code again)."""
@@ -147,6 +155,7 @@ class Worker:
         self._proc = self._conn = None
         self.cell: Cell | None = None
         self.last_cell: Cell | None = None
+        self.meter = Meter()  # the worker's CPU time at each of its marks, read here
 
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
@@ -174,6 +183,7 @@ class Worker:
             self._start()
         self.cell = self.last_cell = None
         self._conn.send(job)
+        self.meter.reset()
 
     def go(self) -> None:
         """Let a paused job go on."""
@@ -191,6 +201,9 @@ class Worker:
                 on_tick(value)
             elif kind == "status":
                 on_status(value)
+            elif kind == "mark":
+                self.meter.mark(self._proc.pid, value)
+                self._conn.send(True)
             elif kind == "bug":
                 raise WorkerBug(f"an exception in a worker process:\n{value}")
             elif kind == "oom":
@@ -198,7 +211,7 @@ class Worker:
                 raise CellDied(self.last_cell, f"ran out of memory (its limit: {memory_limit() / 2**30:.1f} GiB of "
                                                "address space)")
             else:
-                return kind, value
+                return kind, (self.meter.attach(value) if kind == "result" else value)
 
     def _receive(self, cell: Cell | None) -> tuple:
         """The worker's next message. The deadline is the design's: it runs while the worker is inside a cell.

@@ -11,6 +11,7 @@ from numba import njit
 from harness.base.drivers import Prepared, step_runner
 from harness.base.replay import apply_pool_op
 from harness.base.rows import Row
+from impls.core.ids import UINT16_LIMIT
 from impls.designs.flat import FlatBlockManager
 from scenarios import PAPER, Trace, generate
 
@@ -79,7 +80,7 @@ def measure(trace: Trace | None = None, steps: int = STEPS, large_seqs: int = LA
     mgr, seq_ids = paper_state(trace, steps)
     if seq_ids.shape[0] == 0:
         raise ValueError(f"no sequence decodes at step {steps}: nothing to look up")
-    if mgr.num_blocks > 2**16:
+    if mgr.num_blocks > UINT16_LIMIT:
         raise ValueError(f"{mgr.num_blocks} blocks: uint16 ids cannot name them (the paper scenario has 65,536)")
     steps = min(steps, (trace.num_steps - 1) if trace is not None else steps)
     shift = int(mgr.block_shift)

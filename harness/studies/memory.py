@@ -59,14 +59,6 @@ def peak_step(trace: Trace) -> int:
     return at
 
 
-def array_state(mgr) -> list[np.ndarray] | None:
-    """The manager's state if it is NumPy arrays only (its ``state`` tuple), else None."""
-    state = getattr(mgr, "state", None)
-    if isinstance(state, tuple) and state and all(isinstance(a, np.ndarray) for a in state):
-        return list(state)
-    return None
-
-
 def code_roots(cls: type) -> tuple[str, ...]:
     """Folders whose code counts as the implementation's: ``impls/`` and, for a plug-in, its own folder."""
     roots = {str(IMPLS_DIR) + os.sep}
@@ -109,11 +101,7 @@ def measure_one(cls: type, trace: Trace, steps: int) -> tuple[int, str, int]:
     # The same steps untracked first: what the replay compiles or caches on its way is not the design's state.
     warm = cls(**trace.config)
     replayer.advance(warm, 0, steps)
-    arrays = array_state(warm) is not None
     del warm
-    if arrays:
-        mgr = build()
-        return sum(a.nbytes for a in array_state(mgr) or ()), "nbytes", stated_bytes(mgr)
     mgr, total = live_bytes(build, code_roots(cls))
     return total, "memray", stated_bytes(mgr)
 
@@ -155,8 +143,7 @@ def memory_rows(scenario: str, trace: Trace, cells: list[tuple[str, str]], class
             rows.append(Row(scenario, impl, regime, "memory_bytes", float("nan"), "B", "replay", "failed",
                             exc.reason))
             continue
-        how = ("sum of the design's arrays' nbytes (its whole state)" if source == "nbytes" else
-               "live bytes allocated from construction on, from implementation code (memray, Python allocators "
+        how = ("live bytes allocated from construction on, from implementation code (memray, Python allocators "
                "traced)")
         rows.append(Row(scenario, impl, regime, "memory_bytes", float(value), "B", source, how=f"{how}; {where}",
                         steps=steps, seqs=seqs, driver="python"))

@@ -203,9 +203,9 @@ def _short_by(ints, ext, need):
 
 _POOL = {"_extension": _ext, "_free_count": _free_count, "_take": _take, "_take_row": _take_row,
          "_pool_context": _pool_context, "_give_back": _give_back, "_short_by": _short_by}
-_flat_allocate = njit(inline="always")(specialise(flat._allocate_row.py_func, "flat_pc", **_POOL))
-_flat_append = njit(inline="always")(specialise(flat._append_token.py_func, "flat_pc", **_POOL))
-_flat_free = njit(inline="always")(specialise(flat._release_row.py_func, "flat_pc", **_POOL))
+_flat_allocate = njit(inline="always")(specialise(flat.allocate_row.py_func, "flat_pc", **_POOL))
+_flat_append = njit(inline="always")(specialise(flat.append_token.py_func, "flat_pc", **_POOL))
+_flat_free = njit(inline="always")(specialise(flat.release_row.py_func, "flat_pc", **_POOL))
 
 
 @njit(cache=True)
@@ -253,7 +253,7 @@ def decode_step(table, ints, keys, seq_ids, cow_out, slot_out):
     if slot_out.shape[0] < n or cow_out.shape[0] < n:
         return E_BUFFER, n
     ext = _ext(table, ints)
-    rc, need = flat._reserve(table, ints, seq_ids)
+    rc, need = flat.reserve(table, ints, seq_ids)  # validates every id (marks only), then the need vs the stack
     if rc == E_NO_BLOCKS:
         if need > _free_count(ints, ext):
             return E_NO_BLOCKS, need
@@ -357,7 +357,7 @@ def allocate_cached(table, ints, keys, seq, num_tokens, chain):
     """Admission with the prefix cache; returns the tokens served from the cache, or a code (<0)."""
     ext = _ext(table, ints)
     sh = ints[BLOCK_SHIFT]
-    rc, blocks = flat._fits(table.shape[0], table.shape[1], sh, seq, num_tokens)
+    rc, blocks = flat.fits(table.shape[0], table.shape[1], sh, seq, num_tokens)
     if rc != OK:
         return rc
     full = num_tokens >> sh

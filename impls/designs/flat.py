@@ -22,12 +22,12 @@ from impls.contract import (
     blocks_for,
 )
 from impls.core.compiled import CompiledBlockManager, Kernels
+from impls.core.ids import table_dtype
 from impls.core.validation import blocks_needed_jit, slot_of_jit
 
 # Header slots at the start of ``ints``.
 TOP, NUM_BLOCKS, BLOCK_SHIFT, STAMP = 0, 1, 2, 3
 HEADER = 4
-UINT16_LIMIT = 65536
 # Each row owns a record of ROW int32s after the header: its length, its mark and, as an int32 pair, the
 # slot_out entry the current decode step overwrote for it (restored when the step fails). One record, one
 # base pointer and one cache line for everything a decode step touches per row besides the table.
@@ -39,11 +39,6 @@ SHARED = 1
 STAMP_LIMIT = 2**30 - 1  # stamp << 1 | 1 must fit the int32 marks
 
 _u = np.uint64  # indices are cast to unsigned: Numba adds a wrap-around fix-up to every signed index
-
-
-def table_dtype(num_blocks: int) -> np.dtype:
-    """uint16 ids while they fit (rule 2), else uint32."""
-    return np.dtype(np.uint16) if num_blocks <= UINT16_LIMIT else np.dtype(np.uint32)
 
 
 def offsets(max_seqs: int, num_blocks: int) -> tuple[int, int, int, int, int]:
@@ -65,7 +60,7 @@ def can_allocate(table, ints, n):
 
 
 # -- the pool, as the kernels below use it: what flat-pc makes different -------------------------------------
-# allocate, append and free are written once (_allocate_row, _append_token, _release_row) over these operations
+# allocate, append and free are written once (allocate_row, append_token, release_row) over these operations
 # on the pool; flat-pc makes the same code again over its own (a stack of never-cached blocks, takes that may
 # evict a cached block, freed cached blocks kept for reuse), which read its cache (``keys``, and ``ext``: its
 # part of ``ints``); flat has none (``keys`` is None here).
@@ -151,7 +146,7 @@ def _cell_to_write(table, ints, rec, seq, j, mark, boundary):
 
 
 @njit(cache=True, inline="always")
-def _fits(rows, cols, sh, seq, num_tokens):
+def fits(rows, cols, sh, seq, num_tokens):
     """``(code, blocks)`` of a new sequence of ``num_tokens`` tokens in row ``seq``, for ``rows`` rows of ``cols``
     blocks: E_SEQ_RANGE, E_TOKENS or E_TOO_LONG in the contract's order, else OK and the blocks it needs."""
     if _u(seq) >= _u(rows):
@@ -165,11 +160,11 @@ def _fits(rows, cols, sh, seq, num_tokens):
 
 
 @njit(cache=True, inline="always")
-def _allocate_row(table, ints, keys, seq, num_tokens):
+def allocate_row(table, ints, keys, seq, num_tokens):
     ext = _extension(table, ints)
     refs, stack = _regions(table, ints)
     rows, cols = _shape(table, ints)
-    rc, need = _fits(rows, cols, ints[BLOCK_SHIFT], seq, num_tokens)
+    rc, need = fits(rows, cols, ints[BLOCK_SHIFT], seq, num_tokens)
     if rc != OK:
         return rc
     rec = HEADER + ROW * seq
@@ -187,7 +182,7 @@ def _allocate_row(table, ints, keys, seq, num_tokens):
 
 
 @njit(cache=True, inline="always")
-def _append_token(table, ints, keys, seq):
+def append_token(table, ints, keys, seq):
     ext = _extension(table, ints)
     refs, stack = _regions(table, ints)
     rows, cols = _shape(table, ints)
@@ -232,7 +227,7 @@ def _append_token(table, ints, keys, seq):
 
 
 @njit(cache=True, inline="always")
-def _release_row(table, ints, keys, seq):
+def release_row(table, ints, keys, seq):
     ext = _extension(table, ints)
     refs = HEADER + ROW * table.shape[0]
     stack = refs + ints[NUM_BLOCKS]
@@ -258,12 +253,12 @@ def _release_row(table, ints, keys, seq):
 
 @njit(cache=True)
 def allocate(table, ints, seq, num_tokens):
-    return _allocate_row(table, ints, None, seq, num_tokens)
+    return allocate_row(table, ints, None, seq, num_tokens)
 
 
 @njit(cache=True)
 def append(table, ints, seq):
-    return _append_token(table, ints, None, seq)
+    return append_token(table, ints, None, seq)
 
 
 @njit(cache=True)
@@ -291,7 +286,7 @@ def fork(table, ints, parent, child):
 
 @njit(cache=True)
 def free(table, ints, seq):
-    return _release_row(table, ints, None, seq)
+    return release_row(table, ints, None, seq)
 
 
 @njit(cache=True)
@@ -318,13 +313,19 @@ def _next_stamp(ints, rows):
 
 
 @njit(cache=True, inline="always")
-def _reserve(table, ints, seq_ids):
+def reserve(table, ints, seq_ids):
     """A tight pool's step keeps the validate-then-reserve order: every id valid for an append and listed
     once (as :func:`impls.core.validation.check_batch_jit`), then the exact need against the pool: a block per row
     at a boundary or whose last block is shared. Returns ``(code, detail)``; changes only marks."""
     rows, cols, sh = _u(table.shape[0]), table.shape[1], ints[BLOCK_SHIFT]
     refs = HEADER + ROW * table.shape[0]
     stamp2 = _next_stamp(ints, table.shape[0])
+    return reserve_rows(table, ints, seq_ids, rows, cols, sh, refs, stamp2)
+
+
+@njit(cache=True, inline="always")
+def reserve_rows(table, ints, seq_ids, rows, cols, sh, refs, stamp2):
+    """:func:`reserve` for ``rows`` sequences of ``cols`` blocks, ref counts at ``refs``, a fresh ``stamp2``."""
     for i in range(seq_ids.shape[0]):
         seq = seq_ids[_u(i)]
         if _u(seq) >= rows:
@@ -347,14 +348,15 @@ def _reserve(table, ints, seq_ids):
         if (n & ((1 << sh) - 1)) == 0:
             need += 1
         elif ints[_u(rec + MARK)] & SHARED:
-            need += ints[_u(refs + table[_u(seq), _u(n >> sh)])] > 1
+            r, c = _cell(table, ints, rec, seq, n >> sh)
+            need += ints[_u(refs + table[r, c])] > 1
     if need > ints[TOP]:
         return E_NO_BLOCKS, need
     return OK, 0
 
 
 @njit(cache=True, inline="always")
-def _load(ints, at):
+def load(ints, at):
     """The int64 kept as an int32 pair at ``ints[at : at + 2]``."""
     return (np.int64(ints[_u(at + 1)]) << 32) | (np.int64(ints[_u(at)]) & 0xFFFFFFFF)
 
@@ -384,11 +386,11 @@ def _fail(table, ints, seq_ids, cow_out, slot_out, count, cows, rc):
             ints[_u(refs + src)] += 1
             ints[_u(refs + block)] = 0
             top += 1
-        slot_out[_u(k)] = _load(ints, rec + SAVED)
+        slot_out[_u(k)] = load(ints, rec + SAVED)
     ints[TOP] = top
     for c in range(cows):
-        cow_out[_u(c), 0] = _load(ints, saved_cows + 4 * c)
-        cow_out[_u(c), 1] = _load(ints, saved_cows + 4 * c + 2)
+        cow_out[_u(c), 0] = load(ints, saved_cows + 4 * c)
+        cow_out[_u(c), 1] = load(ints, saved_cows + 4 * c + 2)
     return rc, count
 
 
@@ -422,7 +424,7 @@ def decode_step(table, ints, seq_ids, cow_out, slot_out):  # noqa: C901
     if slot_out.shape[0] < n or cow_out.shape[0] < n:
         return E_BUFFER, n
     if n > ints[TOP]:  # a tight pool: validate and count the exact need first, change nothing on failure
-        rc, detail = _reserve(table, ints, seq_ids)
+        rc, detail = reserve(table, ints, seq_ids)
         if rc != OK:
             return rc, detail
     # One pass: the pool covers the step now, so only a bad id can stop it, and _fail undoes what was done.

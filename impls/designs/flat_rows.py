@@ -15,18 +15,17 @@ from impls.contract import (
     E_BUFFER,
     E_DUPLICATE,
     E_INACTIVE,
-    E_NO_BLOCKS,
     E_SEQ_RANGE,
     E_TOO_LONG,
     OK,
 )
 from impls.core.compiled import CompiledBlockManager, Kernels
+from impls.core.ids import ROW_BYTES, table_dtype
 from impls.core.jit import specialise
 from impls.core.validation import slot_of_jit
 from impls.designs import flat
-from impls.designs.flat import SHARED, STAMP_LIMIT, _load, can_allocate, table_dtype
+from impls.designs.flat import SHARED, STAMP_LIMIT, can_allocate, load
 
-ROW_BYTES = 64  # one cache line per row of ids
 # Header slots at the start of ``ints``: counters, sizes, and where each region starts (int32 offsets: the
 # constructor refuses a layout whose ints would not fit them). The first four are C's (flat's can_allocate
 # reads TOP).
@@ -180,8 +179,8 @@ def _take_row(rows, ints, keys, ext, refs, stack, seq, need):
 
 _TABLE = {"HEADER": HEADER, "ROW": REC, "_shape": _shape, "_regions": _regions, "_cell": _cell,
           "_cell_to_write": _cell_to_write, "_take_row": _take_row}
-_allocate_row = njit(inline="always")(specialise(flat._allocate_row.py_func, "flat_rows", **_TABLE))
-_append_token = njit(inline="always")(specialise(flat._append_token.py_func, "flat_rows", **_TABLE))
+_allocate_row = njit(inline="always")(specialise(flat.allocate_row.py_func, "flat_rows", **_TABLE))
+_append_token = njit(inline="always")(specialise(flat.append_token.py_func, "flat_rows", **_TABLE))
 
 
 @njit(cache=True)
@@ -282,41 +281,15 @@ def _next_stamp(ints):
     return np.int64(ints[STAMP]) << 1
 
 
+_reserve_rows = njit(inline="always")(specialise(flat.reserve_rows.py_func, "flat_rows", **_TABLE))
+
+
 @njit(cache=True, inline="always")
 def _reserve(rows, ints, seq_ids):
-    """A tight pool's step keeps the validate-then-reserve order (as C's): every id valid for an append and
-    listed once, then the exact need of blocks against the pool (rows need no count: the row pool holds the
+    """flat's :func:`~impls.designs.flat.reserve` over the rows (rows need no count: the row pool holds the
     worst case). Returns ``(code, detail)``; changes only marks."""
-    nseq, cols, sh, rs = _u(ints[MAX_SEQS]), ints[MAX_BLOCKS], ints[BLOCK_SHIFT], ints[ROW_SHIFT]
-    refs = np.int64(ints[REFS])
-    rmask = (1 << rs) - 1
-    stamp2 = _next_stamp(ints)
-    for i in range(seq_ids.shape[0]):
-        seq = seq_ids[_u(i)]
-        if _u(seq) >= nseq:
-            return E_SEQ_RANGE, i
-        rec = HEADER + REC * seq
-        n = ints[_u(rec + LEN)]
-        if n == 0:
-            return E_INACTIVE, i
-        if (n & ((1 << sh) - 1)) == 0 and (n >> sh) >= cols:
-            return E_TOO_LONG, i
-        mark = ints[_u(rec + MARK)]
-        if (mark | SHARED) == (stamp2 | SHARED):
-            return E_DUPLICATE, i
-        ints[_u(rec + MARK)] = stamp2 | (mark & SHARED)
-    need = 0
-    for i in range(seq_ids.shape[0]):
-        seq = seq_ids[_u(i)]
-        rec = HEADER + REC * seq
-        n = ints[_u(rec + LEN)]
-        if (n & ((1 << sh) - 1)) == 0:
-            need += 1
-        elif ints[_u(rec + MARK)] & SHARED:
-            need += ints[_u(refs + rows[_u(ints[_u(rec + LAST)]), _u((n >> sh) & rmask)])] > 1
-    if need > ints[TOP]:
-        return E_NO_BLOCKS, need
-    return OK, 0
+    nseq, cols, sh = _u(ints[MAX_SEQS]), ints[MAX_BLOCKS], ints[BLOCK_SHIFT]
+    return _reserve_rows(rows, ints, seq_ids, nseq, cols, sh, np.int64(ints[REFS]), _next_stamp(ints))
 
 
 @njit(cache=True, inline="always")
@@ -369,11 +342,11 @@ def _fail(rows, ints, seq_ids, cow_out, slot_out, count, cows, rc):
             rtop = _undo_row_copy(ints, rec, seq, j >> rs, row, rtop)
             if rtop == before:  # the row was the sequence's own: write the shared block back
                 rows[_u(row), _u(col)] = src
-        slot_out[_u(k)] = _load(ints, rec + SAVED)
+        slot_out[_u(k)] = load(ints, rec + SAVED)
     ints[TOP], ints[RTOP] = top, rtop
     for c in range(cows):
-        cow_out[_u(c), 0] = _load(ints, saved_cows + 4 * c)
-        cow_out[_u(c), 1] = _load(ints, saved_cows + 4 * c + 2)
+        cow_out[_u(c), 0] = load(ints, saved_cows + 4 * c)
+        cow_out[_u(c), 1] = load(ints, saved_cows + 4 * c + 2)
     return rc, count
 
 

@@ -9,11 +9,11 @@ import numpy as np
 
 from impls.contract import E_INACTIVE, E_OOM, blocks_for, fork_culprit
 from impls.core.base import ManagerBase
+from impls.core.ids import ROW_BYTES, id_bytes
 from impls.core.validation import batch_args, block_arg, count_arg, lookup_args, seq_arg, tokens_arg
 from impls.native import toolchain
 
 KIND_DICT, KIND_LIST, KIND_FLAT, KIND_FLAT_ROWS = 0, 1, 2, 3
-ROW_BYTES = 64
 _I64, _I32P, _P = ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p
 
 _SIGNATURES = {
@@ -197,7 +197,7 @@ class CppFlatBlockManager(NativeBlockManager):
     kind = KIND_FLAT
 
     def memory_bytes(self) -> int:
-        ids = 2 if self.num_blocks <= 65536 else 4
+        ids = id_bytes(self.num_blocks)
         return 8 * self.num_blocks + self.max_seqs * (ids * self.max_blocks_per_seq + 8)
 
 
@@ -208,7 +208,7 @@ class CppFlatRowsBlockManager(NativeBlockManager):
 
     def _layout(self) -> tuple[int, int, int]:
         """(ids per row, directory entries per sequence, rows in the pool), as the constructor sizes them."""
-        ids = ROW_BYTES // (2 if self.num_blocks <= 65536 else 4)
+        ids = ROW_BYTES // id_bytes(self.num_blocks)
         num_rows = lib().kvb_row_count(self.num_blocks, self.max_seqs, self.max_blocks_per_seq)
         return ids, -(-self.max_blocks_per_seq // ids), num_rows
 

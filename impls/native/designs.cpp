@@ -340,12 +340,11 @@ struct FlatDesign : Common {
 };
 
 // ---- flat-rows: C's table in two levels, 64-byte rows from a preallocated row pool -----------------------
-constexpr int64_t ROW_BYTES = 64;
 
 // The pool's rows (impls/designs/flat_rows.py, row_count: its docstring proves they cover any sequence of calls):
 // num_blocks / ids_per_row + 2 * max_seqs, or every directory full if that is fewer.
 int64_t row_count(int64_t num_blocks, int64_t max_seqs, int64_t max_blocks) {
-    int64_t ids = ROW_BYTES / (num_blocks <= 65536 ? 2 : 4);
+    int64_t ids = ROW_BYTES / (num_blocks <= UINT16_LIMIT ? 2 : 4);
     return std::min(max_seqs * ((max_blocks + ids - 1) / ids), num_blocks / ids + 2 * max_seqs);
 }
 
@@ -630,12 +629,12 @@ KVB_API void* kvb_create(int64_t kind, int64_t num_blocks, int64_t block_size, i
             h->kind = 0, h->p = new MDict(cfg);
         } else if (kind == KIND_LIST) {
             h->kind = 1, h->p = new MList(cfg);
-        } else if (kind == KIND_FLAT && num_blocks <= 65536) {
+        } else if (kind == KIND_FLAT && num_blocks <= UINT16_LIMIT) {
             h->kind = 2, h->p = new MFlat16(cfg);
         } else if (kind == KIND_FLAT) {
             h->kind = 3, h->p = new MFlat32(cfg);
         } else if (kind == KIND_FLAT_ROWS && row_count(num_blocks, max_seqs, max_blocks) <= INT32_MAX) {
-            if (num_blocks <= 65536) {
+            if (num_blocks <= UINT16_LIMIT) {
                 h->kind = 4, h->p = new MRows16(cfg);
             } else {
                 h->kind = 5, h->p = new MRows32(cfg);

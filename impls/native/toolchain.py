@@ -14,6 +14,7 @@ from functools import cache
 from pathlib import Path
 
 from impls.contract import OP_CODES, status_codes
+from impls.core.ids import ROW_BYTES, UINT16_LIMIT
 
 SOURCE = Path(__file__).with_name("designs.cpp")
 LIB_NAME = "libkvb_native.so"
@@ -40,11 +41,13 @@ class Build:
 
 
 def contract_prelude() -> str:
-    """The contract's status codes and op codes as C++ constants (``kvb::E_NO_BLOCKS``, ``kvb::ALLOCATE``, …)."""
-    lines = ["// Generated from impls/contract.py by impls/native/toolchain.py: the one table of codes.",
+    """The contract's status codes and op codes, and the id-width rule (:mod:`impls.core.ids`), as C++ constants
+    (``kvb::E_NO_BLOCKS``, ``kvb::ALLOCATE``, ``kvb::UINT16_LIMIT``, …)."""
+    lines = ["// Generated from impls/contract.py and impls/core/ids.py by impls/native/toolchain.py.",
              "#include <cstdint>", "namespace kvb {"]
     lines += [f"constexpr int64_t {name} = {value};" for name, value in status_codes().items()]
     lines += [f"constexpr uint8_t {name} = {value};" for name, value in OP_CODES.items()]
+    lines += [f"constexpr int64_t UINT16_LIMIT = {UINT16_LIMIT};", f"constexpr int64_t ROW_BYTES = {ROW_BYTES};"]
     return "\n".join([*lines, "}  // namespace kvb", ""])
 
 

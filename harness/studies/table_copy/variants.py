@@ -11,7 +11,8 @@ import numpy as np
 from harness.studies.table_copy.guards import BufferRing, CopyGuard, DoneEvent, Event
 from harness.studies.table_copy.rows import Copied, MirroredFlat, RowsMirror
 from impls.contract import blocks_for
-from impls.designs.flat import FlatBlockManager, table_dtype
+from impls.core.ids import table_dtype
+from impls.designs.flat import FlatBlockManager
 from scenarios import PAPER
 
 VARIANTS = ("a-per-seq", "b-rebuild", "c-one-copy", "c-host-widen", "d-changed-rows", "d-live-cols",

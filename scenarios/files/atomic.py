@@ -1,11 +1,10 @@
-"""Atomic file writes, the one implementation: trace files here, and every result file of the harness.
+"""Atomic file writes, the one implementation: trace files and every result file of the harness.
 
 A file is written to a temporary name in its own folder, flushed to disk, then renamed over the target, so a
 reader sees the old file or the new one, never half of one, and an interrupted or failed write (disk full, a
 read-only folder) leaves the old file and no temporary behind. Only a regular file is ever replaced: a symbolic
 link is followed (its target is written, the link stays) and a device node, FIFO, socket or folder is refused
-(:mod:`scenarios.files` states the rule). Lives in ``scenarios`` because data flows one way: the harness imports
-from here.
+(:mod:`scenarios.files.kinds` states the rule).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from .files import refuse_non_regular, write_target
+from .kinds import refuse_non_regular, write_target
 
 TEMP_PREFIX_CHARS = 100  # of the target's name in the temporary's: a long (valid) name must not overflow NAME_MAX
 
@@ -30,7 +29,7 @@ def _umask() -> int:
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -> Path:
     """Call ``write(fh)`` on a temporary file beside ``path`` (beside a symbolic link's target), fsync it, rename
-    it into place; returns ``path``. Raises :class:`scenarios.files.NotRegularFileError` (an ``OSError``) before
+    it into place; returns ``path``. Raises :class:`scenarios.files.kinds.NotRegularFileError` (an ``OSError``) before
     anything is written when the target is not a regular file, and the ``OSError`` of a failed write."""
     path = Path(path)
     target = write_target(path)

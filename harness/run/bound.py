@@ -1,0 +1,105 @@
+"""The supervisor's bound: a cell's timed regions against its worker's CPU time, read from the main process.
+
+Per marked slice the main process reads the worker's CPU clock (:class:`Meter`); a cell whose timed regions
+claim under :data:`FRACTION` of its slices' CPU time beyond the harness's own work (a do-nothing design's CPU
+time outside its timed regions, :mod:`harness.run.floor`) fails. It catches clocks slowed or stopped
+several-fold; work in a constructor or handed to another process is not bounded.
+"""
+
+from __future__ import annotations
+
+import time
+
+Cell = tuple[str, str]
+FRACTION = 0.25  # of the CPU time beyond the floor that a cell's timed regions must claim
+SLACK_NS = 50_000  # per slice: the harness's work that differs between cells (first calls, caches)
+FLOOR_FACTOR = 1.5  # the floor's slices run alone; a cell's run among others, their caches colder
+
+
+def process_cpu_ns(pid: int) -> int | None:
+    """CPU time of process ``pid`` (all threads) in nanoseconds, from its kernel clock; None where unreadable."""
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | 2)  # Linux: the process's CPU clock (CPUCLOCK_SCHED)
+    except (AttributeError, OSError):
+        return None
+
+
+class Meter:
+    """CPU time and slices per key, from the main process's readings at each of a worker's marks."""
+
+    def __init__(self) -> None:
+        self.readings: dict[tuple, tuple[int, int]] = {}
+        self.usable = True
+        self._key: tuple | None = None
+        self._at = 0
+
+    def mark(self, pid: int, key: tuple | None) -> None:
+        """The worker starts ``key``'s slice (None: work of no key); what it spent since the last mark goes to
+        the last mark's key."""
+        now = process_cpu_ns(pid)
+        if now is None:
+            self.usable = False
+            return
+        if self._key is not None:
+            cpu, slices = self.readings.get(self._key, (0, 0))
+            self.readings[self._key] = (cpu + now - self._at, slices + 1)
+        self._key, self._at = (tuple(key) if key is not None else None), now
+
+    def attach(self, result: object) -> object:
+        """``result`` with the readings since the job started in its ``supervised`` field (when it has one),
+        set here, whatever the worker put there; the meter starts afresh."""
+        if hasattr(result, "supervised"):
+            result.supervised = dict(self.readings) if self.usable else None
+        self.reset()
+        return result
+
+    def reset(self) -> None:
+        """Forget every reading (a job starts)."""
+        self.readings, self._key, self.usable = {}, None, True
+
+
+def claimed_ns(result) -> dict[tuple, float]:
+    """Per key, the nanoseconds all of its timed regions claim, over its samples (whole steps and details)."""
+    out: dict[tuple, float] = {}
+    for samples in (result.steps, result.details):
+        for key, pairs in samples.items():
+            out[key] = out.get(key, 0.0) + sum(float(times.ns.sum()) for _, times in pairs)
+    return out
+
+
+def violations(result) -> dict[Cell, str]:
+    """The cells of a timing result (:class:`harness.run.cells.TimingResult`) whose timed regions claim
+    less than the bound allows, each with a one-line reason; none when the worker's CPU time was unreadable."""
+    readings = result.supervised
+    if readings is None:
+        return {}
+    floor = {key[1]: max(0.0, cpu - result.floor_claimed.get(key[1], 0.0)) / slices  # its work outside its regions
+             for key, (cpu, slices) in readings.items() if len(key) == 2 and slices}
+    out: dict[Cell, str] = {}
+    for key, claimed in claimed_ns(result).items():
+        cell = tuple(key[:2])
+        if cell not in result.failed and cell not in out:
+            info = result.info.get(cell)
+            reason = judge(claimed, readings.get(tuple(key), (0, 0)), floor, "python" if info is None else
+                           info.driver, key[1])
+            if reason:
+                out[cell] = reason
+    return out
+
+
+def judge(claimed: float, reading: tuple[int, int], floor: dict[str, float], driver: str, regime: str) -> str:
+    """Why one key's claimed nanoseconds break the bound, given its (CPU ns, slices) and the floors per slice
+    (by regime for the Python driver, else by driver); "" when they do not, or no floor was measured for a
+    compiled or C++ driver (its design could not be loaded)."""
+    cpu, slices = reading
+    kind = regime if driver == "python" else driver
+    if slices == 0:
+        return "its worker reported samples of replays it never marked to the supervisor"
+    if kind not in floor:
+        return "" if driver != "python" else "its worker measured no floor of the harness's own work"
+    spent = cpu - FLOOR_FACTOR * slices * floor[kind]
+    if claimed >= FRACTION * spent - SLACK_NS * slices:
+        return ""
+    return (f"its timed regions claim {claimed / 1e6:.2f} ms, under {FRACTION:.0%} of the {spent / 1e6:.2f} ms of "
+            "CPU time its worker spent in them beyond the harness's own work (a clock the design changed, or work "
+            "done outside the timed calls)")

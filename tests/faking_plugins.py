@@ -1,0 +1,56 @@
+"""Plug-ins that fake their figures (issue 36, item 2), loaded with ``--impl tests.faking_plugins:Name``.
+
+Each is the ``dict`` design, correct on every trace check, with one way of reading faster or smaller than it is.
+The clock patches act when the class's module is imported, as a plug-in's would, in the worker that imports it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from impls.designs.dict_design import DictBlockManager
+
+SLOWDOWN = 1000  # the patched clocks run this many times slower than the real one
+_real = time.perf_counter_ns
+
+
+def _slow_clock() -> int:
+    return _real() // SLOWDOWN
+
+
+class PatchesPerfCounter(DictBlockManager):
+    """Replaces ``time.perf_counter_ns`` with a clock 1000 times slower on first construction."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        time.perf_counter_ns = _slow_clock
+
+
+class PatchesHarnessClock(DictBlockManager):
+    """Replaces the clock the harness bound (every module's ``perf_ns``) with one 1000 times slower."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for module in list(sys.modules.values()):
+            if getattr(module, "__name__", "").startswith("harness.") and hasattr(module, "perf_ns"):
+                module.perf_ns = _slow_clock
+
+
+class WorksInHook(DictBlockManager):
+    """Does work of its steps in the untimed per-step hook (as a design doing the next step's work before it is
+    timed would): a copy of its own tables, rebuilt after every step."""
+
+    def untimed_after_step(self, step: int) -> None:
+        self._shadow = {seq: dict(table) for seq, table in self._tables.items()}
+
+
+class FakeMemory(DictBlockManager):
+    """Says it holds one byte: a one-byte ``state`` and ``memory_bytes()`` of 1."""
+
+    state = (np.zeros(1, dtype=np.uint8),)
+
+    def memory_bytes(self) -> int:
+        return 1

@@ -1,0 +1,228 @@
+"""Figures a design cannot bend (issue 36, item 2): through the command line, and the pieces one by one.
+
+A plug-in that patches ``time.perf_counter_ns`` reads what it costs (the drivers' clock was bound before it was
+imported); one that patches the harness's own clock name is failed by the supervisor's bound on its timed
+regions against its worker's CPU time; one that defines the untimed per-step hook is refused, by ``run`` and by
+``check``; one that says it holds one byte is measured by the allocator. Honest designs pass the bound. The
+plug-ins: ``tests/faking_plugins.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.base import drivers, hook
+from harness.base.drivers import Prepared, run_interpreted
+from harness.base.replay import ReplayError
+from harness.base.rows import read_rows
+from harness.base.steptimes import StepTimes
+from harness.run import bound, floor
+from harness.run.cells import CellInfo, TimingResult
+from impls import REGISTRY, registry
+from scenarios import generate
+
+ROOT = Path(__file__).resolve().parents[1]
+P = "tests.faking_plugins:"
+QUICK = ["--scenario", "paper", "--quick", "--no-l1d", "--no-paced", "--no-table-copy", "--processes", "1",
+         "--no-progress"]
+BOUND_WORDS = "timed regions claim"
+linux_only = pytest.mark.skipif(bound.process_cpu_ns(os.getpid()) is None, reason="needs a process CPU clock")
+
+
+def kvb(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@dataclass
+class Run:
+    proc: subprocess.CompletedProcess
+    rows: list = field(default_factory=list)
+
+    def failed(self, impl: str) -> dict[str, str]:
+        return {r.regime: r.how for r in self.rows if r.impl == impl and r.metric == "correctness"
+                and r.status == "failed"}
+
+    def value(self, impl: str, regime: str, metric: str = "seq_step_ns") -> float | None:
+        found = [r for r in self.rows if (r.impl, r.regime, r.metric, r.status) == (impl, regime, metric, "ok")]
+        return found[0].value if found else None
+
+
+def run(tmp: Path, impls: str, regimes: str = "per-call,batched,step", *extra: str) -> Run:
+    proc = kvb("run", "--impl", impls, "--regime", regimes, *QUICK, "--results", str(tmp), *extra)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    latest = tmp / "latest" / "results.csv"
+    return Run(proc, read_rows(latest) if latest.exists() else [])
+
+
+# -- through the command line ---------------------------------------------------------------------------------
+@linux_only
+def test_a_plugin_patching_perf_counter_reads_what_it_costs(tmp_path) -> None:
+    """It runs its clock 1000 times slower; its figures stay within a loose bound of ``dict``'s (the same code,
+    measured in a run of its own: a patched clock would slow every cell of its worker), or its cells fail with the
+    bound's reason."""
+    fake = P + "PatchesPerfCounter"
+    honest, got = run(tmp_path / "honest", "dict"), run(tmp_path / "faked", fake)
+    for regime in ("per-call", "batched", "step"):
+        if regime in got.failed(fake):
+            assert BOUND_WORDS in got.failed(fake)[regime]
+            continue
+        reference, faked = honest.value("dict", regime), got.value(fake, regime)
+        assert reference and faked and faked > 0.3 * reference, (regime, reference, faked)
+
+
+@linux_only
+def test_a_plugin_patching_the_harness_clock_is_failed_by_the_bound(tmp_path) -> None:
+    fake = P + "PatchesHarnessClock"
+    got = run(tmp_path, f"dict,{fake}")
+    failed = got.failed(fake)
+    assert set(failed) == {"per-call", "batched", "step"}, got.proc.stderr[-3000:]
+    assert all(BOUND_WORDS in reason and "\n" not in reason for reason in failed.values())
+    assert got.proc.returncode == 3  # (dict shares its worker, and the patched clock, until item 1's layout)
+
+
+@linux_only
+def test_a_plugin_doing_work_in_the_untimed_hook_is_refused_by_run_and_check(tmp_path) -> None:
+    fake = P + "WorksInHook"
+    got = run(tmp_path, f"dict,{fake}")
+    assert set(got.failed(fake)) == {"per-call", "batched", "step"}
+    assert all("untimed_after_step" in reason for reason in got.failed(fake).values())
+    assert not got.failed("dict") and got.value("dict", "batched")
+    check = kvb("check", fake, "--seeds", "1", "--examples", "5")
+    assert check.returncode != 0 and "untimed_after_step" in check.stdout + check.stderr
+    assert "Traceback" not in check.stderr
+
+
+def test_memory_comes_from_the_allocator_not_from_the_design(tmp_path) -> None:
+    """A design with a one-byte ``state`` and ``memory_bytes()`` of 1 measures as what it allocated: ``dict``'s."""
+    fake = P + "FakeMemory"
+    got = run(tmp_path, f"dict,{fake}", "batched", "--memory")
+    honest, faked = got.value("dict", "batched", "memory_bytes"), got.value(fake, "batched", "memory_bytes")
+    assert honest and faked and faked > 0.5 * honest, (honest, faked)
+    assert {r.source for r in got.rows if r.metric == "memory_bytes"} == {"memray"}
+
+
+@linux_only
+def test_honest_designs_pass_the_bound(tmp_path) -> None:
+    got = run(tmp_path, "flat,dict,list,vllm-v1")
+    assert got.proc.returncode == 0, got.proc.stderr[-3000:]
+    assert not [r for r in got.rows if r.status == "failed"]
+
+
+# -- the pieces ------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trace():
+    return generate("paper", steps=30, running=8, num_blocks=512)
+
+
+def test_the_drivers_clock_was_bound_before_any_design(trace, monkeypatch) -> None:
+    monkeypatch.setattr(time, "perf_counter_ns", lambda: 0)  # a stopped clock, patched after the import
+    mgr = REGISTRY["dict"](**trace.config)
+    times = run_interpreted(Prepared.from_trace(trace), mgr, "batched")
+    assert drivers.perf_ns is not time.perf_counter_ns and times.step_ns.min() > 0
+
+
+def _result(claimed_ns: float, cpu_ns: int, slices: int, floor_ns: int = 0, driver: str = "python") -> TimingResult:
+    ns = np.zeros((10, 5))
+    ns[:, 3] = claimed_ns / 10
+    times = StepTimes(ns, np.zeros(10, np.int64), ns[:, 3].copy(), 1.0, "perf_counter_ns")
+    result = TimingResult(steps={("x", "batched", ""): [(0, times)]},
+                          info={("x", "batched"): CellInfo(driver, "", 0.0, False)})
+    result.supervised = {("x", "batched", ""): (cpu_ns, slices), ("floor", "batched"): (floor_ns * 4, 4)}
+    return result
+
+
+def test_the_bound_fails_a_cell_claiming_much_less_than_its_cpu_time() -> None:
+    slices, ms = 20, 1_000_000
+    assert bound.violations(_result(50 * ms, 100 * ms, slices)) == {}  # an honest cell
+    assert bound.violations(_result(100 * ms, 100 * ms, slices, floor_ns=3 * ms)) == {}  # most of it the floor's
+    faked = bound.violations(_result(2 * ms, 100 * ms, slices))
+    assert BOUND_WORDS in faked[("x", "batched")] and "\n" not in faked[("x", "batched")]
+    assert bound.violations(_result(2 * ms, 100 * ms, slices, floor_ns=int(3.3 * ms))) == {}  # within the floor
+    assert ("x", "batched") in bound.violations(_result(2 * ms, 0, 0))  # samples of unmarked replays
+    unread = _result(2 * ms, 100 * ms, slices)
+    unread.supervised = None
+    assert bound.violations(unread) == {}  # no process clock: nothing bounded
+
+
+def test_the_floor_is_the_harness_work_outside_the_do_nothing_designs_timed_regions() -> None:
+    ms = 1_000_000
+    result = _result(2 * ms, 100 * ms, 20, floor_ns=int(3.3 * ms))
+    assert bound.violations(result) == {}
+    result.floor_claimed = {"batched": 4 * 3.0 * ms}  # most of the floor was the do-nothing design's own calls
+    assert ("x", "batched") in bound.violations(result)
+
+
+def test_a_cell_without_a_floor_fails_from_python_and_is_not_bounded_compiled() -> None:
+    result = _result(2 * 1_000_000, 100 * 1_000_000, 20)
+    del result.supervised[("floor", "batched")]
+    assert "no floor" in bound.violations(result)[("x", "batched")]
+    result.info[("x", "batched")] = CellInfo("compiled", "", 0.0, True)
+    assert bound.violations(result) == {}
+
+
+def test_the_bound_leaves_failed_cells_to_their_reason() -> None:
+    result = _result(1, 100_000_000, 20)
+    result.failed[("x", "batched")] = "its own reason"
+    assert bound.violations(result) == {}
+
+
+@linux_only
+def test_the_meter_adds_cpu_time_per_marked_key_and_overwrites_what_the_worker_said() -> None:
+    meter, pid = bound.Meter(), os.getpid()
+    meter.mark(pid, ("a", "batched", ""))
+    sum(range(200_000))
+    meter.mark(pid, ("b", "batched", ""))
+    meter.mark(pid, ("a", "batched", ""))
+    meter.mark(pid, None)
+    cpu, slices = meter.readings[("a", "batched", "")]
+    assert slices == 2 and cpu > 0 and meter.readings[("b", "batched", "")][1] == 1
+    result = TimingResult(supervised={("a", "batched", ""): (10**12, 1)})  # what a worker might claim
+    assert meter.attach(result).supervised[("a", "batched", "")] == (cpu, 2)
+    assert meter.readings == {}
+
+
+def test_a_meter_without_the_process_clock_bounds_nothing(monkeypatch) -> None:
+    monkeypatch.setattr(bound, "process_cpu_ns", lambda pid: None)
+    meter = bound.Meter()
+    meter.mark(1, ("a", "batched", ""))
+    assert meter.attach(TimingResult()).supervised is None
+
+
+def test_the_untimed_hook_is_only_for_adapters_and_records_that_allow_it(monkeypatch) -> None:
+    from harness.calibration.adapter import EngineAdapter
+    from tests.faking_plugins import WorksInHook
+
+    with pytest.raises(ReplayError, match="untimed_after_step"):
+        hook.untimed_hook(WorksInHook(64))
+    assert hook.hook_problem(WorksInHook) and not hook.hook_problem(REGISTRY["dict"])
+
+    class Adapter(EngineAdapter):
+        def untimed_after_step(self, step: int) -> None:
+            pass
+
+    assert hook.untimed_hook(Adapter(64)) is not None
+    marked = registry.Impl("hooked", "tests.faking_plugins:WorksInHook", "contender", "", "", "#000000",
+                           untimed_hook=True)
+    monkeypatch.setattr(registry, "RECORDS", (*registry.RECORDS, marked))
+    assert hook.untimed_hook(WorksInHook(64)) is not None
+
+
+@pytest.mark.parametrize("scenario", ["paper", "beam-search", "shared-prefix", "chat-multiturn"])
+def test_the_floor_replays_every_regime_from_the_trace_alone(scenario) -> None:
+    """The do-nothing design passes every check of every Python regime (and the end state): its replay is the
+    harness's own work; each slice is marked."""
+    prep = Prepared.from_trace(generate(scenario, steps=40))
+    marks: list = []
+    floor.measure_floor(prep, ["per-call", "batched", "step"], marks.append)
+    regimes = {m[1] for m in marks if m}
+    assert regimes <= {"per-call", "batched", "step"} and {"per-call", "batched"} <= regimes
+    assert len([m for m in marks if m is None]) == floor.FLOOR_REPS
