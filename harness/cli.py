@@ -267,8 +267,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Contract conformance of one implementation, run in a worker process (a plug-in that exits, hangs or
     crashes there gets a verdict too); exit 0 only when it conforms."""
     from harness.run.jobs import CheckJob, ProbeJob, execute
-    from harness.run.workers import CellDied, Worker
-    from impls import UNAVAILABLE
+    from harness.run.workers import CellDied, Worker, WorkerBug
+    from impls import REGISTRY, UNAVAILABLE
 
     if args.impl in UNAVAILABLE:
         raise UsageError(f"{args.impl} cannot run here: {UNAVAILABLE[args.impl]}")
@@ -285,6 +285,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         ok, text = result.ok, result.text
     except CellDied as died:
         ok, text = False, f"{args.impl}: FAILS: the checking process {died.reason}"
+    except WorkerBug as bug:  # in a plug-in's own process: its answers made the checker fail
+        if args.impl in REGISTRY:
+            raise
+        ok, text = False, f"{args.impl}: FAILS: the checker could not use its answers ({bug.last_line()})"
     finally:
         worker.stop()
     print(text)

@@ -191,3 +191,113 @@ class Spy(DictBlockManager):
 def ids_digest(seq_ids) -> str:
     """A digest of a batch's ids (as int64, in order)."""
     return hashlib.sha256(np.ascontiguousarray(seq_ids, dtype=np.int64).tobytes()).hexdigest()[:16]
+
+
+# -- issue 36, item 3: answers the harness cannot use, memory, the process's state ------------------------------
+class ReturnsNone(DictBlockManager):
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        super().decode_step(seq_ids, cow_out, slot_out)
+
+
+class ReturnsText(DictBlockManager):
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        super().decode_step(seq_ids, cow_out, slot_out)
+        return "no copies"
+
+
+class ReturnsHuge(DictBlockManager):
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        super().decode_step(seq_ids, cow_out, slot_out)
+        return 2**70
+
+
+class ReturnsArray(DictBlockManager):
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        return np.full(3, super().decode_step(seq_ids, cow_out, slot_out))
+
+
+class ExitsWithThree(DictBlockManager):
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        sys.exit(3)
+
+
+class ExitsWithText(DictBlockManager):
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        sys.exit("leaving now")
+
+
+_HOARD: list = []  # what ExhaustsMemory keeps
+
+
+class ExhaustsMemory(DictBlockManager):
+    """Reserves address space (untouched, so no memory is used) until none is left, keeps it, and answers as
+    ``dict``: what fails next is the harness's own allocation."""
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        cows = super().decode_step(seq_ids, cow_out, slot_out)
+        size = 1 << 30
+        while size >= 4096:
+            try:
+                _HOARD.append(np.empty(size, dtype=np.uint8))
+            except MemoryError:
+                size //= 2
+        return cows
+
+
+class ChangesCwdAndEnv(DictBlockManager):
+    """Moves its process to the file system's root and changes its environment, after each step's work."""
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        cows = super().decode_step(seq_ids, cow_out, slot_out)
+        os.chdir("/")
+        os.environ["PYTHONPATH"] = "/nowhere"
+        return cows
+
+
+def _sabotaged(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+    raise RuntimeError("dict sabotaged by PatchesDict")
+
+
+_DICT_DECODE = DictBlockManager.decode_step
+
+
+class PatchesDict(DictBlockManager):
+    """Replaces the registered ``dict`` class's ``decode_step`` with one that raises (in whatever process builds
+    it), writes its process id to ``$KVB_PID_LOG``, and itself behaves."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        DictBlockManager.decode_step = _sabotaged
+        path = os.environ.get("KVB_PID_LOG")
+        if path:
+            with open(path, "a", encoding="ascii") as log:
+                log.write(f"{os.getpid()}\n")
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        return _DICT_DECODE(self, seq_ids, cow_out, slot_out)
+
+
+class _StatesOnceBuilt(DictBlockManager):
+    """Answers ``memory_bytes`` as ``dict`` while its constructor runs (which checks it), then :meth:`stated`."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._built = True
+
+    def memory_bytes(self) -> int:
+        return self.stated() if getattr(self, "_built", False) else super().memory_bytes()
+
+
+class StatesText(_StatesOnceBuilt):
+    def stated(self) -> int:
+        return "a few bytes"
+
+
+class StatesNegative(_StatesOnceBuilt):
+    def stated(self) -> int:
+        return -1
+
+
+class ExitsInMemoryBytes(_StatesOnceBuilt):
+    def stated(self) -> int:
+        sys.exit(1)

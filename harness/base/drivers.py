@@ -11,7 +11,15 @@ from numba import njit
 
 from harness.base.clock import ns_per_tick, perf_ns, ticks
 from harness.base.hook import untimed_hook
-from harness.base.replay import ReplayError, check_replayable, check_step_hits, hash_args
+from harness.base.replay import (
+    INT64,
+    ReplayError,
+    answered,
+    answered_shown,
+    check_replayable,
+    check_step_hits,
+    hash_args,
+)
 from harness.base.steptimes import KINDS, StepTimes, concat
 from impls.contract import blocks_for
 from impls.core.base import step_by_calls
@@ -129,8 +137,12 @@ def _bound(mgr, prep: Prepared) -> dict:
 def _check_result(prep: Prepared, s: int, i: int, result: str, got) -> int:
     """A pool op's result against the trace (outside the timed regions); the prompt tokens it served."""
     if result == "hits":
-        return got
-    if bool(got) != bool(prep.a1[i]):
+        return got if type(got) is int else answered(got, prep.calls[i][0], s)
+    try:
+        truth = bool(got)
+    except Exception:
+        truth = None
+    if truth != bool(prep.a1[i]):
         method, args = prep.calls[i][:2]
         shown = ", ".join(str(a) if isinstance(a, int) else "<chain>" for a in args)
         raise ReplayError(f"step {s}: {method}({shown}) answered {got}, the trace expects {bool(prep.a1[i])}")
@@ -173,8 +185,11 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
         if batched:
             slot_out[:n] = -1  # a step that skips its slot writes must not pass on the previous step's
             t0 = perf()
-            cows[s - lo] = mgr.decode_step(ids, cow_out, slot_out)
+            rc = mgr.decode_step(ids, cow_out, slot_out)
             t1 = perf()
+            if type(rc) is not int or not -INT64 <= rc < INT64:
+                rc = answered(rc, "decode_step", s)
+            cows[s - lo] = rc
             digests[s - lo] = ((slot_out[:n] & mask) + 1).sum()
             slot_out[:n] = -1
             t1b = perf()
@@ -196,7 +211,7 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
             slots = [last_slot(seq) for seq in seqs]
             t2 = perf()
             cows[s - lo] = count
-            digests[s - lo] = sum((slot & mask) + 1 for slot in slots)
+            digests[s - lo] = _slots_digest(slots, mask, s)
             row[_LOOKUP] = t2 - t1
         row[_DECODE] = t1 - t0
         regions += mid - first + (1 if batched else 2)
@@ -206,6 +221,15 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
     if not batched:
         step_ns = step_ns + ns[:, _LOOKUP]
     return StepTimes(ns, cows, step_ns, regions / max(1, hi - lo), "perf_counter_ns", digests)
+
+
+def _slots_digest(slots: list, mask: int, s: int) -> int:
+    """The digest of ``last_slot``'s answers at step ``s`` (:class:`ReplayError` for one that is no slot)."""
+    try:
+        return int(sum((slot & mask) + 1 for slot in slots))
+    except (TypeError, ValueError, OverflowError):
+        bad = next((x for x in slots if type(x) is not int), None)
+        raise ReplayError(f"step {s}: last_slot returned {answered_shown(bad)}, not a slot") from None
 
 
 def apply_calls(prep: Prepared, mgr, s: int, methods: dict | None = None) -> None:
@@ -243,7 +267,12 @@ def _batched_runner(prep: Prepared, mgr, cows: np.ndarray):
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
             apply_calls(prep, mgr, s, methods)
-            cows[s] = decode_step(decode_ids[s], cow_out, slot_out)
+            rc = decode_step(decode_ids[s], cow_out, slot_out)
+            try:
+                cows[s] = rc
+            except (TypeError, ValueError, OverflowError):
+                answered(rc, "decode_step", s)
+                raise
             if after is not None:
                 after(s)
 
@@ -286,7 +315,12 @@ def whole_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None, check
     def run(lo: int, hi: int) -> None:
         for s in range(lo, hi):
             ops, x, y, ids = steps[s]
-            cows[s] = step(ops, x, y, ids, status_out, cow_out, slot_out)
+            rc = step(ops, x, y, ids, status_out, cow_out, slot_out)
+            try:
+                cows[s] = rc
+            except (TypeError, ValueError, OverflowError):
+                answered(rc, "step", s)
+                raise
             if check:
                 _check_statuses(prep, s, status_out, int(cows[s]))
             if after is not None:
@@ -324,7 +358,9 @@ def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> 
         rc = step(ops, x, y, ids, status_out, cow_out, slot_out)
         t1 = perf()
         ns[s - lo, _DECODE] = t1 - t0
-        _check_statuses(prep, s, status_out, int(rc))
+        if type(rc) is not int or not -INT64 <= rc < INT64:
+            rc = answered(rc, "step", s)
+        _check_statuses(prep, s, status_out, rc)
         cows[s - lo] = rc
         digests[s - lo] = ((slot_out[: end - mid] & mask) + 1).sum()
         if after is not None:

@@ -13,6 +13,7 @@ from harness.base.replay import ReplayError
 from harness.errors import DesignFailure
 
 REASON_CHARS = 400
+OUT_OF_MEMORY = "out of memory"
 
 
 def short_reason(exc: BaseException) -> str:
@@ -67,6 +68,8 @@ def blamed_on(impl: str, cls: type) -> Iterator[None]:
     except DesignFailure:
         raise
     except BaseException as exc:
+        if isinstance(exc, MemoryError):  # the design's own worker, held to a memory limit
+            raise DesignFailure(impl, f"{OUT_OF_MEMORY} ({short_reason(exc)})") from exc
         if users_interrupt(exc) or not is_design_failure(exc, cls):
             raise
         raise DesignFailure(impl, short_reason(exc)) from exc

@@ -172,9 +172,11 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
                 done: Callable[[Key], None] = lambda key: None, out: Replays | None = None,
                 caps: dict[Key, int] | None = None, only: Iterable[int] | None = None,
                 enter: Callable[[Key], None] = lambda key: None,
-                mark: Callable[[Key | None], None] = lambda key: None) -> Replays:
+                mark: Callable[[Key | None], None] = lambda key: None,
+                pause: Callable[[tuple[int, ...]], None] = lambda position: None) -> Replays:
     """``reps`` repetitions of every driver (``caps[key]`` for a key it names), interleaved slice by slice;
-    ``mark(key)`` before each slice and ``mark(None)`` after a repetition's last (the supervisor's bound)."""
+    ``mark(key)`` before each slice and ``mark(None)`` after a repetition's last (the supervisor's bound);
+    ``pause((detail, rep, slice))`` before each slice (other designs' workers take their turn: ``lockstep``)."""
     out = out or Replays()
     caps = caps or {}
     total = max([reps, *caps.values()])
@@ -192,7 +194,8 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
         gc.collect()
         gc.freeze()
         try:
-            for (lo, hi), order in zip(bounds, orders, strict=True):
+            for k_slice, ((lo, hi), order) in enumerate(zip(bounds, orders, strict=True)):
+                pause((int(detail), rep, k_slice))
                 for k in order:
                     if k in parts and k not in out.failed:
                         enter(k)

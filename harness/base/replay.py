@@ -16,6 +16,21 @@ class ReplayError(Exception):
     failure, never the harness's)."""
 
 
+INT64 = 1 << 63
+
+
+def answered(value: object, call: str, s: int) -> int:
+    """The count ``call`` answered at step ``s`` as an int; :class:`ReplayError` unless an integer of 64 bits."""
+    if isinstance(value, (int, np.integer, np.bool_)) and -INT64 <= int(value) < INT64:
+        return int(value)
+    raise ReplayError(f"step {s}: {call} returned {answered_shown(value)}, not an integer count")
+
+
+def answered_shown(value: object) -> str:
+    """A design's answer in a reason: its repr when short and plain, else its type."""
+    return repr(value)[:80] if isinstance(value, (int, float, str, bytes, type(None))) else f"a {type(value).__name__}"
+
+
 def check_replayable(trace: Trace, mgr, driver: str = "python") -> None:
     """Refuse a prefix-caching trace that ``mgr`` (or a non-Python ``driver``) cannot replay, before it starts."""
     if not trace_uses_caching(trace):
@@ -77,7 +92,8 @@ def replay(trace: Trace, mgr, regime: str = "per-call") -> int:
         hits = sum(apply_pool_op(mgr, op[i], a0[i], a1[i], args.get(i)) for i in range(lo, mid))
         check_step_hits(trace, step, hits)
         if regime == "batched":
-            step_cows = mgr.decode_step(trace.a0[mid:hi].astype(np.int64), cow_out, slot_out)
+            step_cows = answered(mgr.decode_step(trace.a0[mid:hi].astype(np.int64), cow_out, slot_out), "decode_step",
+                                 step)
         else:
             step_cows = sum(mgr.append_slot(a0[i]) is not None for i in range(mid, hi))
         if step_cows != trace.step_cows[step]:

@@ -1,4 +1,4 @@
-"""The batched entry points' inputs are read-only, and ``table_nbytes`` answers a byte count: one fixed probe."""
+"""The batched entry points' inputs are read-only; ``table_nbytes`` and ``memory_bytes`` answer byte counts."""
 
 from __future__ import annotations
 
@@ -27,7 +27,19 @@ def input_problems(cls: type) -> list[str]:
         problems.append(_changed("step", inputs, lambda: mgr.step(ops, a0, a1, ids, status_out, cow_out, slot_out)))
     problems += [f"{problem} for sequence {seq}" for seq in BATCH
                  if (problem := table_nbytes_problem(mgr.table_nbytes(seq)))]
+    problems.append(memory_bytes_problem(mgr))
     return [problem for problem in problems if problem]
+
+
+def memory_bytes_problem(mgr) -> str:
+    """What is wrong with ``mgr.memory_bytes()``'s answer ("" if nothing or no such method)."""
+    if getattr(type(mgr), "memory_bytes", None) is None:
+        return ""
+    value = mgr.memory_bytes()
+    if type(value) is int and value >= 0:
+        return ""
+    shown = repr(value)[:80] if isinstance(value, (int, float, str, bytes, type(None))) else type(value).__name__
+    return f"memory_bytes() returned {shown}, not a byte count (an int, 0 or more)"
 
 
 def _changed(call: str, inputs: dict[str, np.ndarray], run) -> str:

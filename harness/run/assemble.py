@@ -29,6 +29,7 @@ class Merged:
     info: dict[Cell, CellInfo] = field(default_factory=dict)
     reps: dict[Key, int] = field(default_factory=dict)
     torch_threads: int | None = None
+    pids: dict[str, list[int]] = field(default_factory=dict)  # impl -> its workers' process ids
 
 
 def merge(results: list[TimingResult], failed: dict[Cell, str]) -> Merged:
@@ -40,6 +41,8 @@ def merge(results: list[TimingResult], failed: dict[Cell, str]) -> Merged:
         out.info.update(result.info)
         if result.torch_threads is not None:
             out.torch_threads = max(out.torch_threads or 0, result.torch_threads)
+        for impl in dict.fromkeys(c[0] for c in result.info):
+            out.pids.setdefault(impl, []).append(result.pid)
     for name, target in (("steps", out.steps), ("details", out.details)):
         collected: dict[Key, list[tuple[int, StepTimes]]] = {}
         for result in results:

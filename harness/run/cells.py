@@ -66,6 +66,7 @@ class TimingResult:
     torch_threads: int | None = None  # torch's intra-op threads in the worker (None: torch not loaded)
     supervised: dict | None = None  # CPU time per key, set by the main process (harness.run.bound), not here
     floor_claimed: dict[str, float] = field(default_factory=dict)  # the floor's timed ns (harness.run.floor)
+    pid: int = 0
 
 
 def reps_of(cell_driver: Driver, reps: int, cap: int | None) -> int:
@@ -88,6 +89,7 @@ class CellBench:
         self.drivers = {(i, r, ""): Driver(prep, classes[i], r, loops, i) for i, r in self.cells}
         self.slices = slice_bounds(prep.num_steps)
         self.enter, self.tick, self.status, self.mark = enter, tick, status, mark
+        self.pause: Callable[[tuple[int, ...]], None] = lambda position: None
         self.failed: dict[Cell, str] = {}
         self.rows: list[Row] = []
 
@@ -142,10 +144,10 @@ class CellBench:
         return (*key[:2], "aa")
 
     def time(self, reps: int, caps: dict[Cell, int], only: list[int], base: str,
-             read_off: bool = False) -> TimingResult:
-        """The repetitions ``only`` of every cell (and the A/A control), whole steps then, for the compiled and
-        C++ drivers, per operation; with ``read_off``, the figures read off each cell's last manager too."""
-        aa = self.aa_key(base)
+             read_off: bool = False, control: bool = True) -> TimingResult:
+        """The repetitions ``only`` of every cell (with ``control``, the A/A control), whole steps then, for the
+        compiled and C++ drivers, per operation; with ``read_off``, the figures read off each cell's last manager."""
+        aa = self.aa_key(base) if control else None
         timed = {**self.drivers, **({aa: self.drivers[(*aa[:2], "")]} if aa else {})}
         rep_caps = {k: reps_of(self.drivers[(*k[:2], "")], reps, caps.get(k[:2])) for k in timed}
 
@@ -157,10 +159,10 @@ class CellBench:
                 self.tick(f"{self.scenario} {key[0]} {key[1]}")
 
         steps = interleaved(timed, reps, False, self.slices, done, caps=rep_caps, only=only, enter=enter,
-                            mark=self.mark)
+                            mark=self.mark, pause=self.pause)
         detailed = {k: d for k, d in self.drivers.items() if d.separate_detail and k not in steps.failed}
         details = interleaved(detailed, reps, True, self.slices, caps=rep_caps, only=only, enter=enter,
-                              mark=self.mark)
+                              mark=self.mark, pause=self.pause)
         self.enter(None)
         for key, exc in {**steps.failed, **details.failed}.items():
             if not key[2]:

@@ -1,8 +1,8 @@
 """The jobs a worker process runs (:mod:`harness.run.workers`): every place a run executes an implementation.
 
-- :class:`ScenarioJob` ``timing``: one worker's share of a scenario's repetitions (:class:`harness.run.cells.
-  CellBench`), the samples sent back whole; ``studies``: the scenario's allocation counts, paced runs and
-  studies.
+- :class:`ScenarioJob` ``timing``: one implementation's cells, one share of a scenario's repetitions
+  (:class:`harness.run.cells.CellBench`), the samples sent back whole; ``studies``: its allocation counts,
+  paced runs and studies (or, with no cells, the studies of no implementation).
 - :class:`ProbeJob`: load an implementation by name (a plug-in's import runs here, never in the main process)
   and say what it is (:class:`ImplInfo`), or why it cannot be loaded.
 - :class:`CheckJob`: ``kvblock-bench check``'s conformance run.
@@ -14,6 +14,7 @@ or exits, at import or later, costs only its own cells (or its own verdict).
 from __future__ import annotations
 
 import importlib.metadata as importlib_metadata
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,6 +103,8 @@ class ScenarioJob:
     study_cells: dict[str, list[Cell]] = field(default_factory=dict)
     quick: bool = False
     digest: str = ""  # the trace's content digest: the file the worker loads must hold that trace
+    control: bool = True  # the A/A control
+    lockstep: bool = False  # pause between slices (harness.run.lockstep)
 
 
 @dataclass
@@ -154,8 +157,11 @@ def run_timing(job: ScenarioJob, events: Events) -> TimingResult:
     bench = _bench(job, events)
     floor.update(measure_fast_floor(prep, {d.kind for d in bench.drivers.values()}, _LOOPS, events.mark, events.cell))
     bench.warm_up(record=job.record)
-    result = bench.time(job.reps, job.caps, job.only, job.base, read_off=job.record)
+    if job.lockstep:
+        bench.pause = events.pause
+    result = bench.time(job.reps, job.caps, job.only, job.base, read_off=job.record, control=job.control)
     result.floor_claimed = floor
+    result.pid = os.getpid()
     result.torch_threads = pin_one_thread()
     return result
 
@@ -205,8 +211,10 @@ def scenario_studies(job: ScenarioJob, bench: CellBench, cells: list[Cell], even
 
         events.status(f"{scenario}: memory at the trace's peak")
         classes = {impl: bench.drivers[(impl, regime, "")].cls for impl, regime in cells}
-        rows += memory_rows(scenario, trace, cells, classes, events.cell)
+        memory = memory_rows(scenario, trace, cells, classes, events.cell)
         events.cell(None)
+        rows += memory
+        bench.failed.update({(r.impl, r.regime): r.how for r in memory if r.status == "failed"})
         events.tick(f"{scenario} memory")
     if "table_copy" in job.studies:
         from harness.studies.table_copy import measure as measure_table_copy
@@ -283,8 +291,24 @@ def run_check(job: CheckJob, events: Events) -> CheckResult:
     return CheckResult(verdict.ok and not inputs and not problems, "\n".join(lines), supports_prefix_caching(cls))
 
 
+_START: list[tuple[str, dict[str, str]]] = []
+
+
+def restore_start() -> None:
+    """Back to the working folder and environment this worker started with."""
+    if not _START:
+        _START.append((os.getcwd(), dict(os.environ)))
+        return
+    cwd, env = _START[0]
+    os.chdir(cwd)
+    if dict(os.environ) != env:
+        os.environ.clear()
+        os.environ.update(env)
+
+
 def execute(job: object, events: Events) -> object:
-    """Run a job in this process (a worker's entry point), with torch held to one intra-op thread."""
+    """Run a job in this process (a worker's entry point), torch held to one thread, from the worker's start."""
+    restore_start()
     pin_one_thread()
     if isinstance(job, ScenarioJob):
         return run_timing(job, events) if job.kind == "timing" else run_studies(job, events)

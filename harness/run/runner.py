@@ -2,10 +2,11 @@
 
 For each scenario (:mod:`harness.run.matrix` says which cells and studies) the trace is generated (or read
 from the trace cache) here; the implementations run only in worker processes (:mod:`harness.run.workers`,
-:mod:`harness.run.jobs`), one job at a time. Each worker warms every cell up (Numba compilation or cache
-loading, timed as ``compile_s``) and replays its share of the repetitions, the cells interleaved in slices of
-steps (:mod:`harness.base.interleave`) so that machine drift hits all alike; the repetitions spread over
-the workers, so the intervals include the variation between processes. The rows come from every worker's
+:mod:`harness.run.jobs`), each implementation's in its own, one at a time. Each worker warms its cells up
+(Numba compilation or cache loading, timed as ``compile_s``) and replays its share of the repetitions, its cells
+interleaved in slices of steps (:mod:`harness.base.interleave`) and the workers of one share taking turns
+slice by slice (:mod:`harness.run.lockstep`), so that machine drift hits all alike; the repetitions spread
+over the workers, so the intervals include the variation between processes. The rows come from every worker's
 samples together (:mod:`harness.run.assemble`): ratios to ``flat`` and an A/A control with paired
 bootstrap intervals. Every replay is checked against the trace (copy-on-writes and slot digests per step, end
 state), so a fast wrong implementation never reaches a table; one that raises, exits, hangs or crashes fails
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.base import clock
+from harness.base.failures import OUT_OF_MEMORY
 from harness.base.files import (
     RESULTS_DIR,
     ResultsError,
@@ -44,8 +46,9 @@ from harness.run.assemble import ScenarioRows, merge
 from harness.run.bound import violations
 from harness.run.interrupts import signal_name, sigterm_interrupts
 from harness.run.jobs import ImplInfo, ProbeJob, ScenarioJob, describe, execute
+from harness.run.lockstep import lockstep
 from harness.run.matrix import ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios
-from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug
+from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug, WorkerSpec
 from harness.studies.scale import CONFIG_METRICS, config_rows
 from impls import REGISTRY, UNAVAILABLE, registry
 from scenarios import SCENARIOS, ScenarioError, Trace, TraceError, generate, load, save
@@ -164,68 +167,127 @@ class Shared:
     bar: progress.Progress
     spool: Path  # a private folder for trace files the workers load when the trace cache cannot hold them
     torch_threads: int | None = None  # torch's intra-op threads in the workers, as they reported it
+    pids: dict[str, dict[str, list[int]]] = field(default_factory=dict)
 
 
 def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: RunConfig,
                      shared: Shared) -> tuple[list[Row], dict]:
-    """Every figure of one scenario: each worker replays its share of the repetitions of every cell (all the
-    cells together, so ratios stay paired), then worker 0 runs the studies; the rows come from every worker's
-    samples together. A cell whose worker died or hung is recorded as failed and its job run again without it.
-    Returns (rows, raw files)."""
+    """Every figure of one scenario: per share, each implementation's cells in its own worker, in lockstep; then
+    the studies. Returns (rows, raw files)."""
     base, failed, digest = base_impl(trace), {}, content_digest(trace)
+    trace_path = trace_path.resolve()
     caps = {c: plan.reps_of(c, cfg.reps) for c in plan.cells if plan.reps_of(c, cfg.reps) < cfg.reps}
-    workers = len(shared.pool)
+    impls = list(dict.fromkeys(i for i, _ in plan.cells))
+    control = base if base in impls else impls[0] if impls else ""
+    shares = len(shared.pool)
     results = []
-    for w in range(workers):
-        only = list(range(w, cfg.reps * FAST_REPS, workers))
+    for w in range(shares):
+        only = list(range(w, cfg.reps * FAST_REPS, shares))
 
-        def job(cells: list[Cell], only=only, w=w) -> ScenarioJob:
+        def job(impl: str, cells: list[Cell], only=only, w=w) -> ScenarioJob:
             return ScenarioJob("timing", plan.scenario, str(trace_path), cells, cfg.reps, shared.calib, base, caps,
-                               only, record=w == 0, digest=digest)
+                               only, record=w == 0, digest=digest, control=impl == control, lockstep=True)
 
-        result = _supervised(shared, w, plan.cells, job, failed)
-        if result is not None:
-            result.failed.update(violations(result))  # the supervisor's bound on what it claims
-            results.append(result)
+        results += _in_lockstep(shared, w, plan.cells, job, failed)
     merged = merge(results, failed)
+    shared.pids[plan.scenario] = merged.pids
     if merged.torch_threads is not None:  # what the workers held torch to (README, "One host thread")
         shared.torch_threads = max(shared.torch_threads or 0, merged.torch_threads)
     rows, raw = ScenarioRows(plan.scenario, trace, Work.of_trace(trace), slice_bounds(trace.num_steps), base,
                              shared.calib).build(plan.cells, merged)
     if plan.studies:
-        studies = _supervised(shared, 0, [c for c in plan.cells if c not in merged.failed],
-                              lambda cells: _studies_job(plan, trace_path, digest, cells, cfg, shared, base), failed)
-        if studies is not None:
-            rows += studies.rows
-            raw.update(studies.raw)
-        late = {**failed, **(studies.failed if studies is not None else {})}  # cells that failed in the studies
+        late = dict(failed)
+        rows += _studies(plan, trace_path, digest, [c for c in plan.cells if c not in merged.failed], cfg, shared,
+                         base, late, raw)
         rows += [Row(plan.scenario, *c, "correctness", float("nan"), "", "trace check", "failed",
                      f"in the studies: {reason}") for c, reason in late.items() if c not in merged.failed]
     return rows, raw
 
 
-def _studies_job(plan: ScenarioPlan, trace_path: Path, digest: str, cells: list[Cell], cfg: RunConfig,
+def _studies(plan: ScenarioPlan, trace_path: Path, digest: str, cells: list[Cell], cfg: RunConfig, shared: Shared,
+             base: str, failed: dict[Cell, str], raw: dict) -> list[Row]:
+    """The studies' rows: each implementation's in its own worker, then those of no implementation."""
+    impls = sorted(dict.fromkeys(i for i, _ in cells), key=lambda i: i != base)
+    rows: list[Row] = []
+    for impl in [*impls, ""]:
+        mine = [c for c in cells if c[0] == impl]
+        if impl and not mine:
+            continue
+        spec = WorkerSpec(impl, 0)
+        result = _supervised(shared, spec, mine, lambda live, impl=impl: _studies_job(
+            plan, trace_path, digest, live, impl, cfg, shared, base), failed, empty_ok=not impl)
+        if result is not None:
+            seen = {(r.impl, r.regime, r.metric) for r in rows}
+            rows += [r for r in result.rows if r.impl != "-" or (r.impl, r.regime, r.metric) not in seen]
+            raw.update(result.raw)
+            failed.update(result.failed)
+    return rows
+
+
+OWN_STUDIES = ("idwidth", "hashing", "table_copy")
+
+
+def _studies_job(plan: ScenarioPlan, trace_path: Path, digest: str, cells: list[Cell], impl: str, cfg: RunConfig,
                  shared: Shared, base: str) -> ScenarioJob:
-    study_cells = {s: plan.study_cells(s, cells) for s in plan.studies}
+    studies = [s for s in plan.studies if (s in OWN_STUDIES) == (not impl)]
+    study_cells = {s: plan.study_cells(s, cells) for s in studies}
     return ScenarioJob("studies", plan.scenario, str(trace_path), cells, cfg.reps, shared.calib, base,
-                       studies=list(plan.studies), study_cells=study_cells, quick=cfg.quick, digest=digest)
+                       studies=studies, study_cells=study_cells, quick=cfg.quick, digest=digest)
 
 
-def _supervised(shared: Shared, worker: int, cells: list[Cell], make_job, failed: dict[Cell, str]):
-    """``make_job(cells)``'s result from ``worker``, run again without a cell each time a worker dies or hangs
-    in that cell (recorded in ``failed``); None when no cell is left. A worker that dies outside any cell is our
-    bug."""
+def _in_lockstep(shared: Shared, share: int, cells: list[Cell], make_job, failed: dict[Cell, str]) -> list:
+    """One share: each implementation's job in its own worker, in lockstep, again without a cell that failed."""
+    results = []
+    pending = list(dict.fromkeys(i for i, _ in cells))
+    while pending:
+        live = {i: [c for c in cells if c[0] == i and c not in failed] for i in pending}
+        jobs = {WorkerSpec(i, share): make_job(i, mine) for i, mine in live.items() if mine}
+        outcome = lockstep(shared.pool, jobs, shared.bar, shared.bar.status)
+        pending = []
+        for spec, value in outcome.items():
+            if isinstance(value, (CellDied, WorkerBug)):
+                _blame(shared, spec, value, live[spec.impl], failed)
+                pending.append(spec.impl)
+            else:
+                value.failed.update(violations(value))  # the supervisor's bound on what it claims
+                results.append(value)
+                if any(reason.startswith(OUT_OF_MEMORY) for reason in value.failed.values()):
+                    shared.pool.close_worker(spec)
+    return results
+
+
+def _blame(shared: Shared, spec: WorkerSpec, exc: CellDied | WorkerBug, live: list[Cell],
+           failed: dict[Cell, str]) -> None:
+    """Record the cell a worker died, hung or failed in (our exception in a plug-in's worker: its answers); raise
+    what is ours."""
+    cell = tuple(exc.cell) if getattr(exc, "cell", None) else None
+    if isinstance(exc, WorkerBug):
+        if cell not in live or spec.impl in REGISTRY:
+            shared.pool.close_worker(spec)
+            raise exc
+        reason = f"the harness could not use its answers ({exc.last_line()})"
+    elif cell is None or cell not in live:
+        raise WorkerBug(str(exc)) from None
+    else:
+        reason = f"its worker process {exc.reason}"
+    shared.pool.close_worker(spec)
+    failed[cell] = reason
+    shared.bar.status(f"{cell[0]} {cell[1]}: {reason}; measuring the others again")
+
+
+def _supervised(shared: Shared, worker: WorkerSpec, cells: list[Cell], make_job, failed: dict[Cell, str],
+                empty_ok: bool = False):
+    """``make_job(cells)``'s result from ``worker``, again without each cell that failed (see :func:`_blame`)."""
     while True:
         live = [c for c in cells if c not in failed]
-        if not live:
+        if not live and not empty_ok:
             return None
         try:
             return shared.pool.run(worker, make_job(live), shared.bar, shared.bar.status)
-        except CellDied as died:
-            if died.cell is None or tuple(died.cell) not in live:
-                raise WorkerBug(str(died)) from None
-            failed[tuple(died.cell)] = f"its worker process {died.reason}"
-            shared.bar.status(f"{died.cell[0]} {died.cell[1]}: {died.reason}; measuring the others again")
+        except (CellDied, WorkerBug) as exc:
+            if isinstance(exc, WorkerBug):
+                exc.cell = shared.pool.worker(worker).last_cell
+            _blame(shared, worker, exc, live, failed)
 
 
 def _finite(x: float) -> float | None:
@@ -260,7 +322,7 @@ def resolve_impls(cfg: RunConfig, pool: Pool) -> tuple[dict[str, ImplInfo], dict
 
 def _probe(pool: Pool, name: str) -> ImplInfo:
     try:
-        info = pool.run(0, ProbeJob(name))
+        info = pool.run(WorkerSpec(name, 0), ProbeJob(name))
     except CellDied as died:
         info = ImplInfo(name, False, f"implementation {name!r}: loading it, the worker process {died.reason}")
     if not info.ok:
@@ -394,6 +456,7 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
             prefix="kvblock-bench-") as spool:
         bar.status("loading the implementations (the C++ designs build on first use; plug-ins load in a worker)")
         infos, skipped = resolve_impls(cfg, pool)
+        pool.limit = worker_limit(len(infos), len(pool))
         plan = build_plan(cfg, infos)
         bar.status("calibrating the timers (the compiled timing loop compiles on first use)")
         shared = Shared(_calibrate(), infos, pool, bar, Path(spool))
@@ -403,6 +466,7 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
                 "calibration": shared.calib, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "complete": False,
                 "skipped_impls": skipped, "plan": [vars(p) for p, _ in plan]}
         writer = RunWriter(cfg, meta)
+        meta["worker_pids"] = shared.pids
         weights = planned_work(plan)
         bar.start(sum(p.units(cfg.reps) for p, _ in plan),
                   sum(w * p.units(cfg.reps) for w, (p, _) in zip(weights, plan, strict=True)))
@@ -421,6 +485,19 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
         finally:
             bar.close()
     return writer.run_dir
+
+
+WORKER_BYTES = 256 << 20
+
+
+def worker_limit(impls: int, shares: int) -> int:
+    """Worker processes kept alive at once: as many as available memory allows, at least one share's."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as info:
+            available = next(int(line.split()[1]) << 10 for line in info if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        available = 0
+    return max(impls + 1, min(impls * shares + 1, available // WORKER_BYTES))
 
 
 def processes_of(cfg: RunConfig) -> int:

@@ -21,10 +21,11 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import resource
 import signal
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,10 +34,29 @@ from harness.run.bound import Meter
 
 OWN_CODE_DEADLINE_S = 3600.0  # outside any cell: our own code (a callgrind study is one silent call of minutes)
 Cell = tuple[str, str]  # (impl, regime)
+REASON_CHARS = 300
+Position = tuple[int, ...]  # (pass, repetition, slice)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """A worker: the one implementation it runs ("": none), its share of the repetitions, its code ("": this
+    checkout; the seam for code versions or engine releases in workers of their own)."""
+
+    impl: str = ""
+    share: int = 0
+    code: str = ""
 
 
 class WorkerBug(RuntimeError):
     """An exception of ours inside a worker; the message carries the worker's traceback."""
+
+    cell: Cell | None = None
+
+    def last_line(self) -> str:
+        """The traceback's last line: ``Type: message``."""
+        lines = [line for line in str(self).splitlines() if line.strip()]
+        return lines[-1].strip()[:REASON_CHARS] if lines else "an exception"
 
 
 @dataclass
@@ -76,6 +96,13 @@ class Events:
         """What is under way now (no unit of progress)."""
         self._send(("status", what))
 
+    def pause(self, position: Position) -> None:
+        """Wait at ``position`` until the main process says go (:mod:`harness.run.lockstep`)."""
+        if self._receive is not None:
+            self._send(("ready", position))
+            if self._receive() != "go":
+                raise SystemExit(0)
+
 
 def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the worker
     """The worker's loop: receive a job, run it, send its result (or our exception's traceback). Ctrl-C is the
@@ -84,6 +111,7 @@ def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         os.setpgrp()
+    limit_memory()
     events = Events(conn.send, conn.recv)
     while True:
         try:
@@ -94,10 +122,29 @@ def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the 
             return
         try:
             result = execute(job, events)
+        except MemoryError:  # after a design's allocations: the worker is spent
+            conn.send(("oom", traceback.format_exc(limit=-1)))
+            return
         except BaseException:
             conn.send(("bug", traceback.format_exc()))
             continue
         conn.send(("result", result))
+
+
+def memory_limit() -> int:
+    """A worker's address space: the machine's physical memory, at least 8 GiB (torch's and Numba's reservations)."""
+    try:
+        return max(8 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError):
+        return 0
+
+
+def limit_memory() -> None:
+    """Hold this process to :func:`memory_limit` (where the system allows a limit)."""
+    limit = memory_limit()
+    if limit:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
 
 class Worker:
@@ -106,6 +153,8 @@ class Worker:
     def __init__(self, execute: Callable[[Any, Events], Any], deadline_s: float = DEFAULT_DEADLINE_S) -> None:
         self.execute, self.deadline_s = execute, deadline_s
         self._proc = self._conn = None
+        self.cell: Cell | None = None
+        self.last_cell: Cell | None = None
         self.meter = Meter()  # the worker's CPU time at each of its marks, read here
 
     def _start(self) -> None:
@@ -114,22 +163,40 @@ class Worker:
         self._proc = ctx.Process(target=_serve, args=(child, self.execute), daemon=True)
         self._proc.start()
         child.close()
+        self.pid = self._proc.pid
         self._conn = parent
 
     def run(self, job: Any, on_tick: Callable[[str], None] = lambda what: None,
             on_status: Callable[[str], None] = lambda what: None) -> Any:
         """Run ``job`` in the worker and return its result; :class:`CellDied` when the worker hung or died (it
         is then stopped, and the next job starts a fresh one), :class:`WorkerBug` for an exception of ours."""
+        self.submit(job)
+        while True:
+            kind, value = self.advance(on_tick, on_status)
+            if kind == "result":
+                return value
+            self.go()
+
+    def submit(self, job: Any) -> None:
+        """Send ``job``, starting the worker if needed."""
         if self._proc is None or not self._proc.is_alive():
             self._start()
+        self.cell = self.last_cell = None
         self._conn.send(job)
         self.meter.reset()
-        cell: Cell | None = None
+
+    def go(self) -> None:
+        """Let a paused job go on."""
+        self._conn.send("go")
+
+    def advance(self, on_tick: Callable[[str], None] = lambda what: None,
+                on_status: Callable[[str], None] = lambda what: None) -> tuple[str, Any]:
+        """The job's next pause ``("ready", position)`` or its end ``("result", value)``; raises as :meth:`run`."""
         while True:
-            message = self._receive(cell)
-            kind, value = message
+            kind, value = self._receive(self.cell)
             if kind == "cell":
-                cell = tuple(value) if value is not None else None
+                self.cell = tuple(value) if value is not None else None
+                self.last_cell = self.cell or self.last_cell
             elif kind == "tick":
                 on_tick(value)
             elif kind == "status":
@@ -139,8 +206,12 @@ class Worker:
                 self._conn.send(True)
             elif kind == "bug":
                 raise WorkerBug(f"an exception in a worker process:\n{value}")
+            elif kind == "oom":
+                self.stop()
+                raise CellDied(self.last_cell, f"ran out of memory (its limit: {memory_limit() / 2**30:.1f} GiB of "
+                                               "address space)")
             else:
-                return self.meter.attach(value)
+                return kind, (self.meter.attach(value) if kind == "result" else value)
 
     def _receive(self, cell: Cell | None) -> tuple:
         """The worker's next message. The deadline is the design's: it runs while the worker is inside a cell.
@@ -179,28 +250,46 @@ class Worker:
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join(5)
-        with contextlib.suppress(OSError):  # what the worker started, if any of it still runs
+        with contextlib.suppress(OSError, TypeError):
             os.killpg(self._proc.pid, signal.SIGKILL)
         self._conn.close()
         self._proc = self._conn = None
 
 
 class Pool:
-    """``size`` workers (at least one); jobs run one at a time, each in the worker it names."""
+    """Workers by key (a :class:`WorkerSpec` or share index), started on first use; ``size`` shares, ``limit``
+    processes at once."""
 
     def __init__(self, size: int, execute: Callable[[Any, Events], Any],
-                 deadline_s: float = DEFAULT_DEADLINE_S) -> None:
-        self.workers = [Worker(execute, deadline_s) for _ in range(max(1, size))]
+                 deadline_s: float = DEFAULT_DEADLINE_S, limit: int = 0) -> None:
+        self.size, self.execute, self.deadline_s = max(1, size), execute, deadline_s
+        self.limit = limit or self.size
+        self.workers: dict[Any, Worker] = {}
 
     def __len__(self) -> int:
-        return len(self.workers)
+        return self.size
 
-    def run(self, index: int, job: Any, on_tick: Callable[[str], None] = lambda what: None,
+    def worker(self, key: Any, keep: Iterable[Any] = ()) -> Worker:
+        """The worker of ``key``; over the limit, the most recently used others not in ``keep`` stop (runs cycle)."""
+        worker = self.workers.pop(key, None) or Worker(self.execute, self.deadline_s)
+        keep = {key, *keep}
+        spare = [k for k in self.workers if k not in keep]
+        for old in spare[::-1][: max(0, len(self.workers) + 1 - self.limit)]:
+            self.workers.pop(old).stop()
+        self.workers[key] = worker
+        return worker
+
+    def run(self, key: Any, job: Any, on_tick: Callable[[str], None] = lambda what: None,
             on_status: Callable[[str], None] = lambda what: None) -> Any:
-        return self.workers[index % len(self.workers)].run(job, on_tick, on_status)
+        return self.worker(key).run(job, on_tick, on_status)
+
+    def close_worker(self, key: Any) -> None:
+        """Stop ``key``'s worker."""
+        if key in self.workers:
+            self.workers[key].stop()
 
     def close(self) -> None:
-        for worker in self.workers:
+        for worker in self.workers.values():
             worker.stop()
 
     def __enter__(self) -> Pool:

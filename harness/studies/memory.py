@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.base.failures import blamed_on
-from harness.base.replay import ReplayError, apply_pool_op, check_step_hits, hash_args
+from harness.base.replay import ReplayError, answered, answered_shown, apply_pool_op, check_step_hits, hash_args
 from harness.base.rows import Row
 from harness.errors import DesignFailure
 from scenarios.trace import Trace, trace_uses_caching
@@ -39,7 +39,7 @@ class Replayer:
             a, mid, b = int(t.step_offsets[step]), int(t.decode_offsets[step]), int(t.step_offsets[step + 1])
             hits = sum(apply_pool_op(mgr, self.op[i], self.a0[i], self.a1[i], self.args.get(i)) for i in range(a, mid))
             check_step_hits(t, step, hits)
-            cows = mgr.decode_step(self.ids[mid:b], self.cow_out, self.slot_out)
+            cows = answered(mgr.decode_step(self.ids[mid:b], self.cow_out, self.slot_out), "decode_step", step)
             if cows != t.step_cows[step]:
                 raise ReplayError(f"step {step}: {cows} copy-on-writes, the trace expects {t.step_cows[step]}")
 
@@ -103,7 +103,18 @@ def measure_one(cls: type, trace: Trace, steps: int) -> tuple[int, str, int]:
     replayer.advance(warm, 0, steps)
     del warm
     mgr, total = live_bytes(build, code_roots(cls))
-    return total, "memray", mgr.memory_bytes()
+    return total, "memray", stated_bytes(mgr)
+
+
+def stated_bytes(mgr) -> int | None:
+    """What ``mgr.memory_bytes()`` states (None: no such method); :class:`ReplayError` unless an int >= 0."""
+    method = getattr(type(mgr), "memory_bytes", None)
+    if method is None:
+        return None
+    value = mgr.memory_bytes()
+    if type(value) is not int or value < 0:
+        raise ReplayError(f"memory_bytes() returned {answered_shown(value)}, not a byte count (an int, 0 or more)")
+    return value
 
 
 def _regimes(cells: list[tuple[str, str]]) -> dict[str, str]:
@@ -136,6 +147,10 @@ def memory_rows(scenario: str, trace: Trace, cells: list[tuple[str, str]], class
                "traced)")
         rows.append(Row(scenario, impl, regime, "memory_bytes", float(value), "B", source, how=f"{how}; {where}",
                         steps=steps, seqs=seqs, driver="python"))
+        if stated is None:
+            rows.append(Row(scenario, impl, regime, "memory_stated_bytes", float("nan"), "B", "memory_bytes()",
+                            "unavailable", "the design has no memory_bytes()", seqs=seqs))
+            continue
         rows.append(Row(scenario, impl, regime, "memory_stated_bytes", float(stated), "B", "memory_bytes()",
                         how="what the constructor allocates, as the design states it (refuses configurations "
                             "larger than the machine's available memory)", seqs=seqs))
