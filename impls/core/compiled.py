@@ -28,7 +28,7 @@ from impls.contract import (
 from impls.core.base import ManagerBase
 from impls.core.jit import specialise
 from impls.core.validation import (
-    _INT64,  # native int64: byte order is the one buffer property Numba's types lack
+    INT64,  # native int64: byte order is the one buffer property Numba's types lack
     batch_args,
     check_active,
     count_arg,
@@ -336,8 +336,8 @@ class CompiledBlockManager(ManagerBase):
         """One engine step in one compiled call, its buffers checked before anything changes."""
         rc, bad = 0, RECHECK
         try:
-            if (ops.dtype is _INT64 and a0.dtype is _INT64 and a1.dtype is _INT64 and seq_ids.dtype is _INT64
-                    and status_out.dtype is _INT64 and cow_out.dtype is _INT64 and slot_out.dtype is _INT64):
+            if (ops.dtype is INT64 and a0.dtype is INT64 and a1.dtype is INT64 and seq_ids.dtype is INT64
+                    and status_out.dtype is INT64 and cow_out.dtype is INT64 and slot_out.dtype is INT64):
                 rc, bad = self._ep_step_exact(ops, a0, a1, seq_ids, status_out, cow_out, slot_out, self.max_seqs,
                                               self.max_tokens, self.num_blocks)
         except (AttributeError, TypeError):

@@ -105,7 +105,7 @@ def check_batch_jit(lens, marks, stamp, max_blocks, shift, seq_ids):
 
 
 
-_INT64 = np.dtype(np.int64)
+INT64 = np.dtype(np.int64)
 _ndarray = np.ndarray
 _C_CONTIGUOUS, _OWNDATA, _ALIGNED, _WRITEABLE = 0x1, 0x4, 0x100, 0x400
 _USABLE = _C_CONTIGUOUS | _ALIGNED | _WRITEABLE
@@ -158,7 +158,7 @@ def _int64_vector(values: object, name: str, max_seqs: int | None = None) -> np.
     if not isinstance(values, _ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(values).__name__}")
     dtype = values.dtype
-    if dtype is _INT64 and values.ndim == 1 and values.flags.c_contiguous:
+    if dtype is INT64 and values.ndim == 1 and values.flags.c_contiguous:
         return values
     if values.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {values.shape}")
@@ -168,14 +168,14 @@ def _int64_vector(values: object, name: str, max_seqs: int | None = None) -> np.
         if max_seqs is not None:
             raise_for(E_SEQ_RANGE, seq=int(values.max()), max_seqs=max_seqs)
         raise ValueError(f"{name} holds {int(values.max())}, beyond int64")
-    return np.ascontiguousarray(values, dtype=_INT64)
+    return np.ascontiguousarray(values, dtype=INT64)
 
 
 def _out_arg(buf: object, name: str, ndim: int, n: int) -> np.ndarray | None:
     """Check an output buffer the kernels may write ``n`` rows of (int64, C-contiguous, aligned, writeable)."""
     if not isinstance(buf, _ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(buf).__name__}")
-    if buf.dtype is not _INT64 and buf.dtype != _INT64:
+    if buf.dtype is not INT64 and buf.dtype != INT64:
         raise TypeError(f"{name} must have dtype int64 (native byte order), got {buf.dtype}")
     shape = buf.shape
     if len(shape) != ndim or (ndim == 2 and shape[1] != 2):
@@ -244,8 +244,8 @@ def step_fast(ops: object, a0: object, a1: object, seq_ids: object, status_out: 
     """Whether ``step``'s buffers are an engine's usual ones, which the compiled step checks cheaply."""
     if (type(ops) is _ndarray and type(a0) is _ndarray and type(a1) is _ndarray and type(seq_ids) is _ndarray
             and type(status_out) is _ndarray and type(cow_out) is _ndarray and type(slot_out) is _ndarray
-            and ops.dtype is _INT64 and a0.dtype is _INT64 and a1.dtype is _INT64 and seq_ids.dtype is _INT64
-            and status_out.dtype is _INT64 and cow_out.dtype is _INT64 and slot_out.dtype is _INT64):
+            and ops.dtype is INT64 and a0.dtype is INT64 and a1.dtype is INT64 and seq_ids.dtype is INT64
+            and status_out.dtype is INT64 and cow_out.dtype is INT64 and slot_out.dtype is INT64):
         shape, n = ops.shape, seq_ids.shape
         out_flags = status_out.flags.num & cow_out.flags.num & slot_out.flags.num
         # Outputs owning their memory cannot overlap one another; an input overlaps one only by being (a view of) it.

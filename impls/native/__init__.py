@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from impls.native.binding import (
-    _LIB,
+    LIB,
     CppDictBlockManager,
     CppFlatBlockManager,
     CppFlatRowsBlockManager,
@@ -24,7 +24,7 @@ _CLASSES = {"cpp-dict": CppDictBlockManager, "cpp-list": CppListBlockManager, "c
 def _load() -> tuple[Build | None, str | None]:
     try:
         result = build()
-        _LIB[:] = [load_library(result.path)]
+        LIB[:] = [load_library(result.path)]
     except (BuildError, OSError) as exc:
         return None, f"native C++ designs unavailable: {exc}"
     return result, None

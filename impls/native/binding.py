@@ -49,15 +49,15 @@ def load_library(path: Path) -> ctypes.CDLL:
     return toolchain.load(path, _SIGNATURES, "kvb_abi_version", ABI_VERSION)
 
 
-_LIB: list[ctypes.CDLL] = []
+LIB: list[ctypes.CDLL] = []
 
 
 def lib() -> ctypes.CDLL:
-    if not _LIB:
+    if not LIB:
         from impls.native import UNAVAILABLE_REASON
 
         raise RuntimeError(f"the native designs are unavailable: {UNAVAILABLE_REASON}")
-    return _LIB[0]
+    return LIB[0]
 
 
 class NativeBlockManager(ManagerBase):

@@ -35,10 +35,10 @@ from harness.studies.table_copy.variants import (
     UNITS,
     VARIANTS,
     WIDEN,
+    Marker,
     Samples,
     StepState,
     TableCopyBench,
-    _Marker,
     gather_tables,
     step_state,
 )
@@ -70,7 +70,7 @@ def _time_tasks(bench: TableCopyBench, tasks: dict, order: list[str], st: StepSt
         if name in samples.failed:
             continue
         ev = events.get(name)
-        mark = _Marker(perf, ev[0] if ev else None)
+        mark = Marker(perf, ev[0] if ev else None)
         try:
             t0 = perf()
             copied = tasks[name](st, mark)

@@ -259,7 +259,7 @@ class TableCopyBench:
         return out
 
 
-class _Marker:
+class Marker:
     """Records the CUDA start event at a variant's first device operation, outside the host time."""
 
     def __init__(self, perf: Callable[[], int], event: Any) -> None:
