@@ -143,7 +143,8 @@ def test_growing_designs_hold_more_at_a_bigger_peak() -> None:
     assert value["big"]["dict"] > 2 * value["small"]["dict"]
     for name, trace in (("small", small), ("big", big)):  # flat holds its constructor's arrays, nothing more
         fresh = REGISTRY["flat"](**trace.config)
-        assert value[name]["flat"] == fresh.table.nbytes + fresh.ints.nbytes
+        arrays = fresh.table.nbytes + fresh.ints.nbytes  # memray also sees the objects around them: a few KiB
+        assert arrays <= value[name]["flat"] <= arrays + 8192, (name, value[name]["flat"], arrays)
 
 
 # -- growth slopes and the figure -------------------------------------------------------------------------
