@@ -65,6 +65,7 @@ def run(tmp: Path, impls: str, regimes: str = "per-call,batched,step", *extra: s
 
 # -- through the command line ---------------------------------------------------------------------------------
 @linux_only
+@pytest.mark.slow  # a CLI run each (make test-slow, .ci/run)
 def test_a_plugin_patching_perf_counter_reads_what_it_costs(tmp_path) -> None:
     """It runs its clock 1000 times slower; its figures stay within a loose bound of ``dict``'s (the same code,
     measured in a run of its own: a patched clock would slow every cell of its worker), or its cells fail with the
@@ -80,6 +81,7 @@ def test_a_plugin_patching_perf_counter_reads_what_it_costs(tmp_path) -> None:
 
 
 @linux_only
+@pytest.mark.slow  # a CLI run each (make test-slow, .ci/run)
 def test_a_plugin_patching_the_harness_clock_is_failed_by_the_bound(tmp_path) -> None:
     fake = P + "PatchesHarnessClock"
     got = run(tmp_path, f"dict,{fake}")
@@ -90,6 +92,7 @@ def test_a_plugin_patching_the_harness_clock_is_failed_by_the_bound(tmp_path) ->
 
 
 @linux_only
+@pytest.mark.slow  # a CLI run each (make test-slow, .ci/run)
 def test_a_plugin_doing_work_in_the_untimed_hook_is_refused_by_run_and_check(tmp_path) -> None:
     fake = P + "WorksInHook"
     got = run(tmp_path, f"dict,{fake}")
@@ -101,6 +104,7 @@ def test_a_plugin_doing_work_in_the_untimed_hook_is_refused_by_run_and_check(tmp
     assert "Traceback" not in check.stderr
 
 
+@pytest.mark.slow  # a CLI run each (make test-slow, .ci/run)
 def test_memory_comes_from_the_allocator_not_from_the_design(tmp_path) -> None:
     """A design with a one-byte ``state`` and ``memory_bytes()`` of 1 measures as what it allocated: ``dict``'s."""
     fake = P + "FakeMemory"
@@ -111,6 +115,7 @@ def test_memory_comes_from_the_allocator_not_from_the_design(tmp_path) -> None:
 
 
 @linux_only
+@pytest.mark.slow  # a CLI run each (make test-slow, .ci/run)
 def test_honest_designs_pass_the_bound(tmp_path) -> None:
     got = run(tmp_path, "flat,dict,list,vllm-v1")
     assert got.proc.returncode == 0, got.proc.stderr[-3000:]

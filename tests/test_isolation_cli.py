@@ -92,10 +92,12 @@ def bad_answers_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return run
 
 
+@pytest.mark.slow  # one shared CLI run of 14 designs (make test-slow, .ci/run)
 def test_bad_answers_exits_and_exhausted_memory_cost_only_the_plugins_cells(bad_answers_run: Run) -> None:
     assert_only_plugins_failed(bad_answers_run, {**BAD_ANSWERS, "PatchesDict": ("", set()), TOY: ("", set())})
 
 
+@pytest.mark.slow  # one shared CLI run of 14 designs (make test-slow, .ci/run)
 def test_memory_bytes_that_fails_or_lies_fails_its_memory_row_and_a_missing_one_is_unavailable(
         bad_answers_run: Run) -> None:
     memory = {(r.impl, r.metric): r.status for r in bad_answers_run.rows if r.metric.startswith("memory_")}
@@ -106,6 +108,7 @@ def test_memory_bytes_that_fails_or_lies_fails_its_memory_row_and_a_missing_one_
     assert bad_answers_run.measured(TOY) == bad_answers_run.regimes
 
 
+@pytest.mark.slow  # one shared CLI run of 14 designs (make test-slow, .ci/run)
 def test_a_plugin_patching_dict_does_not_reach_dicts_cells(bad_answers_run: Run) -> None:
     """PatchesDict makes the ``dict`` class raise in every process that builds a PatchesDict: dict's cells run in
     other processes (meta.json's worker ids), so dict is measured, and PatchesDict itself too."""
