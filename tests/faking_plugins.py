@@ -15,6 +15,7 @@ from impls.designs.dict_design import DictBlockManager
 
 SLOWDOWN = 1000  # the patched clocks run this many times slower than the real one
 _real = time.perf_counter_ns
+_real_thread = time.thread_time_ns
 
 
 def _slow_clock() -> int:
@@ -37,6 +38,15 @@ class PatchesHarnessClock(DictBlockManager):
         for module in list(sys.modules.values()):
             if getattr(module, "__name__", "").startswith("harness.") and hasattr(module, "perf_ns"):
                 module.perf_ns = _slow_clock
+
+
+class PatchesThreadClock(DictBlockManager):
+    """Replaces ``time.thread_time_ns`` (the paced loops' CPU clock) with one 1000 times slower."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        real = _real_thread
+        time.thread_time_ns = lambda: real() // 1000
 
 
 class WorksInHook(DictBlockManager):

@@ -135,49 +135,54 @@ def test_the_drivers_clock_was_bound_before_any_design(trace, monkeypatch) -> No
     assert drivers.perf_ns is not time.perf_counter_ns and times.step_ns.min() > 0
 
 
-def _result(claimed_ns: float, cpu_ns: int, slices: int, floor_ns: int = 0, driver: str = "python") -> TimingResult:
+def _result(claimed_ns: float, cpu_ns: int, slices: int, driver: str = "python") -> TimingResult:
     ns = np.zeros((10, 5))
     ns[:, 3] = claimed_ns / 10
     times = StepTimes(ns, np.zeros(10, np.int64), ns[:, 3].copy(), 1.0, "perf_counter_ns")
     result = TimingResult(steps={("x", "batched", ""): [(0, times)]},
                           info={("x", "batched"): CellInfo(driver, "", 0.0, False)})
-    result.supervised = {("x", "batched", ""): (cpu_ns, slices), ("floor", "batched"): (floor_ns * 4, 4)}
+    result.supervised = {("x", "batched", ""): (cpu_ns, slices)}
     return result
+
+
+def _floor(floor_ns: int = 0, claimed: float = 0.0) -> dict[str, float]:
+    """The floor per slice from a floor worker's readings: four slices of ``floor_ns`` CPU each."""
+    return bound.floor_per_slice({("floor", "batched"): (floor_ns * 4, 4)}, {"batched": claimed} if claimed else {})
 
 
 def test_the_bound_fails_a_cell_claiming_much_less_than_its_cpu_time() -> None:
     slices, ms = 20, 1_000_000
-    assert bound.violations(_result(50 * ms, 100 * ms, slices)) == {}  # an honest cell
-    assert bound.violations(_result(100 * ms, 100 * ms, slices, floor_ns=3 * ms)) == {}  # most of it the floor's
-    faked = bound.violations(_result(2 * ms, 100 * ms, slices))
+    assert bound.violations(_result(50 * ms, 100 * ms, slices), _floor()) == {}  # an honest cell
+    assert bound.violations(_result(100 * ms, 100 * ms, slices), _floor(3 * ms)) == {}  # most of it the floor's
+    faked = bound.violations(_result(2 * ms, 100 * ms, slices), _floor())
     assert BOUND_WORDS in faked[("x", "batched")] and "\n" not in faked[("x", "batched")]
-    assert bound.violations(_result(2 * ms, 100 * ms, slices, floor_ns=int(3.3 * ms))) == {}  # within the floor
-    assert ("x", "batched") in bound.violations(_result(2 * ms, 0, 0))  # samples of unmarked replays
+    assert bound.violations(_result(2 * ms, 100 * ms, slices), _floor(int(3.3 * ms))) == {}  # within the floor
+    assert ("x", "batched") in bound.violations(_result(2 * ms, 0, 0), _floor())  # samples of unmarked replays
     unread = _result(2 * ms, 100 * ms, slices)
     unread.supervised = None
-    assert bound.violations(unread) == {}  # no process clock: nothing bounded
+    assert bound.violations(unread, _floor()) == {}  # no process clock: nothing bounded
 
 
 def test_the_floor_is_the_harness_work_outside_the_do_nothing_designs_timed_regions() -> None:
     ms = 1_000_000
-    result = _result(2 * ms, 100 * ms, 20, floor_ns=int(3.3 * ms))
-    assert bound.violations(result) == {}
-    result.floor_claimed = {"batched": 4 * 3.0 * ms}  # most of the floor was the do-nothing design's own calls
-    assert ("x", "batched") in bound.violations(result)
+    result = _result(2 * ms, 100 * ms, 20)
+    assert bound.violations(result, _floor(int(3.3 * ms))) == {}
+    # most of the floor was the do-nothing design's own calls
+    assert ("x", "batched") in bound.violations(result, _floor(int(3.3 * ms), claimed=4 * 3.0 * ms))
+    assert bound.floor_per_slice(None, {}) == {}  # the floor worker's clock unreadable: no floor
 
 
 def test_a_cell_without_a_floor_fails_from_python_and_is_not_bounded_compiled() -> None:
     result = _result(2 * 1_000_000, 100 * 1_000_000, 20)
-    del result.supervised[("floor", "batched")]
-    assert "no floor" in bound.violations(result)[("x", "batched")]
+    assert "no floor" in bound.violations(result, {})[("x", "batched")]
     result.info[("x", "batched")] = CellInfo("compiled", "", 0.0, True)
-    assert bound.violations(result) == {}
+    assert bound.violations(result, {}) == {}
 
 
 def test_the_bound_leaves_failed_cells_to_their_reason() -> None:
     result = _result(1, 100_000_000, 20)
     result.failed[("x", "batched")] = "its own reason"
-    assert bound.violations(result) == {}
+    assert bound.violations(result, _floor()) == {}
 
 
 @linux_only
@@ -231,3 +236,41 @@ def test_the_floor_replays_every_regime_from_the_trace_alone(scenario) -> None:
     regimes = {m[1] for m in marks if m}
     assert regimes <= {"per-call", "batched", "step"} and {"per-call", "batched"} <= regimes
     assert len([m for m in marks if m is None]) == floor.FLOOR_REPS
+
+
+@linux_only
+def test_a_plugin_faking_its_clock_fails_the_gates_wall_clock_rule_by_the_bound(tmp_path) -> None:
+    """Once 82 ns against dict's 1,385, and the rule passed: now the supervisor's reading of the plug-in's CPU time,
+    against the do-nothing design's replays in the registered designs' worker, fails it with the reason."""
+    fake = P + "PatchesHarnessClock"
+    config = tmp_path / "gate.toml"
+    config.write_text(f'[tool.kvblock-bench.gate.wall]\nslower = "dict"\nfaster = "{fake}"\nmin_ratio = 1.0\n')
+    proc = kvb("gate", "--config", str(config), "--no-callgrind", "--impl", fake)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("FAIL: wall clock")]
+    assert line.startswith(f"FAIL: wall clock: {fake}: ") and BOUND_WORDS in line, line
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_the_gates_wall_clock_rule_passes_honest_designs(tmp_path) -> None:
+    config = tmp_path / "gate.toml"
+    config.write_text('[tool.kvblock-bench.gate.wall]\nslower = "dict"\nfaster = "flat"\nmin_ratio = 1.0\n')
+    proc = kvb("gate", "--config", str(config), "--no-callgrind", "--impl", "dict")
+    assert "wall clock, batched step" in proc.stdout and "FAIL" not in proc.stdout, proc.stdout[-3000:] + proc.stderr
+    assert proc.returncode == 2 and "gate incomplete" in proc.stdout  # (no instruction counts: --no-callgrind)
+
+
+@linux_only
+@pytest.mark.slow  # a CLI run (make test-slow, .ci/run)
+def test_a_plugin_faking_the_paced_cpu_clock_has_its_paced_rows_failed(tmp_path) -> None:
+    """Its paced loops claim a thousandth of the CPU time the supervisor reads: its paced rows and its cell fail
+    with the reason; dict's paced share is measured."""
+    fake = P + "PatchesThreadClock"
+    proc = kvb("run", "--impl", f"dict,{fake}", "--regime", "batched", "--scenario", "paper", "--quick", "--no-l1d",
+               "--no-table-copy", "--no-allocations", "--processes", "1", "--no-progress", "--results",
+               str(tmp_path))
+    rows = read_rows(tmp_path / "latest" / "results.csv")
+    shares = {r.impl: r for r in rows if r.metric == "cpu_share_observed_pct"}
+    assert shares[fake].status == "failed" and "paced loops claim" in shares[fake].how, proc.stderr[-3000:]
+    assert shares["dict"].status == "ok" and shares["dict"].value > 0
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr

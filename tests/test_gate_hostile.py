@@ -300,3 +300,4 @@ def test_with_callgrind_a_failed_cell_is_left_out_and_no_baseline_is_saved(tmp_p
     for cell in (("flat", "batched"), (P + "ExitsInDecode", "per-call")):
         counts = cells[cell]["instructions"]
         assert len(counts) == 2 and counts[0] == counts[1] > 0, cell
+

@@ -17,6 +17,8 @@ from harness.base.failures import blamed_on, short_reason, users_interrupt
 from harness.counters.regions import prepare_cell
 from harness.errors import DesignFailure, InputError
 from harness.run.alloc_cells import alloc_kind, cell_allocations
+from harness.run.bound import floor_per_slice, judge
+from harness.run.floor import oracle_class
 from harness.run.jobs import ProbeJob, load_impl
 from harness.run.jobs import execute as execute_measure_job
 from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Events, Worker
@@ -45,10 +47,23 @@ class AllocationsJob:
 
 @dataclass
 class WallJob:
-    """Median batched step time of ``slower`` and of ``faster``, one after the other in one process."""
+    """Median batched step time of ``slower`` and of ``faster``, one after the other in one process; with
+    ``floor``, the do-nothing design's replays instead (:mod:`harness.run.floor`), for the supervisor's bound."""
 
-    slower: str
-    faster: str
+    slower: str = ""
+    faster: str = ""
+    floor: bool = False
+
+
+@dataclass
+class WallResult:
+    """Per design (or "floor"): its median step (ns), all its timed regions together (ns), whether a Python
+    driver timed it; ``supervised``: the worker's CPU time per replay key, set by the main process."""
+
+    step_ns: dict[str, float]
+    claimed: dict[str, float]
+    python: dict[str, bool]
+    supervised: dict | None = None
 
 
 WALL_PARAMS = {"steps": 200, "running": 256}
@@ -69,17 +84,26 @@ def allocations(prep: Prepared, impl: str, regime: str, warm: int, steps: int,
     return design.per_step, nrt.per_step, design.source
 
 
-def median_step_ns(cls: type, prep: Prepared) -> float:
-    """Median batched step time (ns) of ``cls`` on ``prep``, the median of :data:`WALL_REPEATS` replays."""
-    times = []
+def compiled_wall(cls: type) -> bool:
+    """Whether the wall clock replays ``cls`` through the compiled driver (its clock out of the design's reach)."""
+    return getattr(cls, "kernels", None) is not None and tsc_usable()
+
+
+def median_step_ns(cls: type, prep: Prepared, mark=lambda key: None, key: tuple = ()) -> tuple[float, float]:
+    """(median batched step time in ns, all timed ns) of ``cls`` on ``prep`` over :data:`WALL_REPEATS` replays
+    (the median of their medians); ``mark(key)`` before each replay and ``mark(None)`` after it."""
+    times, claimed = [], 0.0
     for _ in range(WALL_REPEATS):
         mgr = cls(**prep.trace.config)
-        if getattr(cls, "kernels", None) is not None and tsc_usable():
+        mark(key or None)
+        if compiled_wall(cls):
             result = run_compiled(prep, mgr, compiled_driver(cls.kernels), detail=False)
         else:
             result = run_interpreted(prep, mgr, "batched")
+        mark(None)
         times.append(float(statistics.median(result.step_ns)))
-    return statistics.median(times)
+        claimed += float(result.step_ns.sum())
+    return statistics.median(times), claimed
 
 
 _PREPARED: dict[str, Prepared] = {}  # the trace this worker loaded last
@@ -113,9 +137,13 @@ def _load(name: str) -> type | Failed:
         return Failed(f"loading it: {short_reason(exc)}")
 
 
-def run_wall(job: WallJob, events: Events) -> tuple[float, float] | Failed:
+def run_wall(job: WallJob, events: Events) -> WallResult | Failed:
     prep = Prepared.from_trace(generate(PAPER, **WALL_PARAMS))
-    figures = []
+    out = WallResult({}, {}, {})
+    if job.floor:
+        out.step_ns["floor"], out.claimed["floor"] = median_step_ns(oracle_class(prep), prep, events.mark,
+                                                                    ("floor", "batched"))
+        return out
     for name in (job.slower, job.faster):
         events.cell((name, "batched"))
         cls = _load(name)
@@ -123,11 +151,27 @@ def run_wall(job: WallJob, events: Events) -> tuple[float, float] | Failed:
             if isinstance(cls, Failed):
                 raise DesignFailure(name, cls.reason)
             with blamed_on(name, cls):
-                figures.append(median_step_ns(cls, prep))
+                out.step_ns[name], out.claimed[name] = median_step_ns(cls, prep, events.mark, (name, "batched", ""))
+            out.python[name] = not compiled_wall(cls)
         except DesignFailure as exc:
             return Failed(f"{name}: {exc.reason}")
     events.cell(None)
-    return figures[0], figures[1]
+    return out
+
+
+def wall_bound(wall: WallResult, floor: WallResult) -> dict[str, str]:
+    """Per design timed from Python, why its figures break the supervisor's bound (:func:`harness.run.bound.judge`)
+    given the do-nothing design's replays in a worker of no plug-in; compiled replays are not bounded."""
+    if wall.supervised is None:
+        return {}
+    per_replay = floor_per_slice(floor.supervised, floor.claimed)
+    out = {}
+    for name, python in wall.python.items():
+        reading = wall.supervised.get((name, "batched", ""), (0, 0))
+        reason = judge(wall.claimed[name], reading, per_replay, "python", "batched") if python else ""
+        if reason:
+            out[name] = reason
+    return out
 
 
 def execute(job: object, events: Events) -> object:

@@ -29,8 +29,7 @@ class Meter:
 
     def __init__(self) -> None:
         self.readings: dict[tuple, tuple[int, int]] = {}
-        self.usable = True
-        self._key: tuple | None = None
+        self.reset()
         self._at = 0
 
     def mark(self, pid: int, key: tuple | None) -> None:
@@ -40,22 +39,28 @@ class Meter:
         if now is None:
             self.usable = False
             return
+        wall = time.monotonic_ns()
         if self._key is not None:
             cpu, slices = self.readings.get(self._key, (0, 0))
             self.readings[self._key] = (cpu + now - self._at, slices + 1)
-        self._key, self._at = (tuple(key) if key is not None else None), now
+            self.walls[self._key] = self.walls.get(self._key, 0) + wall - self._wall_at
+        self._key, self._at, self._wall_at = (tuple(key) if key is not None else None), now, wall
 
     def attach(self, result: object) -> object:
         """``result`` with the readings since the job started in its ``supervised`` field (when it has one),
         set here, whatever the worker put there; the meter starts afresh."""
         if hasattr(result, "supervised"):
             result.supervised = dict(self.readings) if self.usable else None
+        if hasattr(result, "supervised_wall"):
+            result.supervised_wall = dict(self.walls) if self.usable else None
         self.reset()
         return result
 
     def reset(self) -> None:
         """Forget every reading (a job starts)."""
         self.readings, self._key, self.usable = {}, None, True
+        self.walls: dict[tuple, int] = {}  # wall time per key, read here (the paced loops' bound)
+        self._wall_at = 0
 
 
 def claimed_ns(result) -> dict[tuple, float]:
@@ -67,14 +72,20 @@ def claimed_ns(result) -> dict[tuple, float]:
     return out
 
 
-def violations(result) -> dict[Cell, str]:
+def floor_per_slice(readings: dict | None, claimed: dict[str, float]) -> dict[str, float]:
+    """The harness's own CPU ns per slice, by regime or driver, from the floor's readings (keys ``("floor", kind)``)
+    and what its timed regions claimed (the do-nothing design's own calls)."""
+    return {key[1]: max(0.0, cpu - claimed.get(key[1], 0.0)) / slices
+            for key, (cpu, slices) in (readings or {}).items() if len(key) == 2 and key[0] == "floor" and slices}
+
+
+def violations(result, floor: dict[str, float]) -> dict[Cell, str]:
     """The cells of a timing result (:class:`harness.run.cells.TimingResult`) whose timed regions claim
-    less than the bound allows, each with a one-line reason; none when the worker's CPU time was unreadable."""
+    less than the bound allows given ``floor`` (:func:`floor_per_slice`), each with a one-line reason; none when
+    the worker's CPU time was unreadable."""
     readings = result.supervised
     if readings is None:
         return {}
-    floor = {key[1]: max(0.0, cpu - result.floor_claimed.get(key[1], 0.0)) / slices  # its work outside its regions
-             for key, (cpu, slices) in readings.items() if len(key) == 2 and slices}
     out: dict[Cell, str] = {}
     for key, claimed in claimed_ns(result).items():
         cell = tuple(key[:2])
@@ -103,3 +114,23 @@ def judge(claimed: float, reading: tuple[int, int], floor: dict[str, float], dri
     return (f"its timed regions claim {claimed / 1e6:.2f} ms, under {FRACTION:.0%} of the {spent / 1e6:.2f} ms of "
             "CPU time its worker spent in them beyond the harness's own work (a clock the design changed, or work "
             "done outside the timed calls)")
+
+
+def paced_violations(claims: dict[tuple, tuple[int, int]], cpu: dict | None, wall: dict | None) -> dict[Cell, str]:
+    """The cells whose paced loops (key ``(impl, regime, "paced:<what>")``: the thread CPU and wall ns the loops
+    claimed, summed) claim under :data:`FRACTION` of the CPU time, or more wall time than passed, by the
+    supervisor's readings of the same loops; none when its clocks were unreadable."""
+    if cpu is None or wall is None:
+        return {}
+    out: dict[Cell, str] = {}
+    for key, (cpu_claim, wall_claim) in claims.items():
+        cpu_read, loops = cpu.get(key, (0, 0))
+        if not loops:
+            out[key[:2]] = "its worker reported paced loops it never marked to the supervisor"
+        elif cpu_claim < FRACTION * cpu_read - SLACK_NS * loops:
+            out[key[:2]] = (f"its paced loops claim {cpu_claim / 1e6:.2f} ms of CPU time, under {FRACTION:.0%} of the "
+                            f"{cpu_read / 1e6:.2f} ms its worker spent in them (a clock the design changed)")
+        elif wall_claim > wall.get(key, 0) + SLACK_NS * loops:
+            out[key[:2]] = (f"its paced loops claim {wall_claim / 1e6:.1f} ms of wall time, more than the "
+                            f"{wall.get(key, 0) / 1e6:.1f} ms that passed (a clock the design changed)")
+    return out

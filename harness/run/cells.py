@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.base import clock
 from harness.base.drivers import Prepared
 from harness.base.failures import blamed_on
 from harness.base.interleave import (
@@ -65,7 +66,6 @@ class TimingResult:
     info: dict[Cell, CellInfo] = field(default_factory=dict)
     torch_threads: int | None = None  # torch's intra-op threads in the worker (None: torch not loaded)
     supervised: dict | None = None  # CPU time per key, set by the main process (harness.run.bound), not here
-    floor_claimed: dict[str, float] = field(default_factory=dict)  # the floor's timed ns (harness.run.floor)
     pid: int = 0
 
 
@@ -92,6 +92,7 @@ class CellBench:
         self.pause: Callable[[tuple[int, ...]], None] = lambda position: None
         self.failed: dict[Cell, str] = {}
         self.rows: list[Row] = []
+        self.paced_claims: dict[tuple, tuple[int, int]] = {}  # harness.studies.paced_study.paced_claims
 
     def row(self, impl: str, regime: str, metric: str, value: float, unit: str, source: str, how: str = "",
             status: str = "ok", **columns) -> None:
@@ -127,6 +128,8 @@ class CellBench:
             if record and (driver.kind != "python" or getattr(driver.cls, "kernels", None) is not None):
                 self.row(key[0], key[1], "compile_s", time.perf_counter() - t0, "s", "wall clock",
                          f"first steps through the {driver.kind} driver (compile or cache load)", driver=driver.kind)
+        if any(d.kind != "python" for d in self.drivers.values()):
+            clock.ns_per_tick()  # the tick's calibration (100 ms, once per process) outside the first timed slice
 
     def _first_steps(self, driver: Driver) -> bool:
         steps = min(WARM_STEPS, self.prep.num_steps)
@@ -233,7 +236,7 @@ class CellBench:
         self.rows += paced_study_rows(
             self.scenario, self.prep, {c: self.drivers[(*c, "")].new for c in cells},
             {c: self.drivers[(*c, "")].cls for c in cells}, self.trace.header["params"].get("step_rate", 2000),
-            trace_uses_caching(self.trace), enter=self.enter)
+            trace_uses_caching(self.trace), enter=self.enter, mark=self.mark, claims=self.paced_claims)
         self.enter(None)
         for impl, regime in cells:
             self.tick(f"{self.scenario} {impl} {regime} paced")

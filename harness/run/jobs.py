@@ -3,6 +3,8 @@
 - :class:`ScenarioJob` ``timing``: one implementation's cells, one share of a scenario's repetitions
   (:class:`harness.run.cells.CellBench`), the samples sent back whole; ``studies``: its allocation counts,
   paced runs and studies (or, with no cells, the studies of no implementation).
+- :class:`FloorJob`: the harness's own work per slice (a do-nothing design's replays), once per scenario, in a
+  worker that runs no plug-in, for the supervisor's bound on every cell (:mod:`harness.run.bound`).
 - :class:`ProbeJob`: load an implementation by name (a plug-in's import runs here, never in the main process)
   and say what it is (:class:`ImplInfo`), or why it cannot be loaded.
 - :class:`CheckJob`: ``kvblock-bench check``'s conformance run.
@@ -25,7 +27,7 @@ from harness.base.rows import Row
 from harness.base.threads import pin_one_thread
 from harness.errors import DesignFailure
 from harness.run.cells import CellBench, TimingResult
-from harness.run.floor import measure_fast_floor, measure_floor
+from harness.run.floor import FAST_FLOOR, measure_fast_floor, measure_floor
 from harness.run.workers import Events
 from impls import registry
 from scenarios import Trace, load
@@ -112,6 +114,9 @@ class StudiesResult:
     rows: list[Row]
     raw: dict[str, object]
     failed: dict[Cell, str]
+    paced_claims: dict[tuple, tuple[int, int]] = field(default_factory=dict)
+    supervised: dict | None = None  # CPU and wall time per marked key, set by the main process (harness.run.bound)
+    supervised_wall: dict | None = None
 
 
 _TRACE: dict[tuple[str, str], tuple[Trace, Prepared]] = {}  # the last trace this worker loaded, prepared
@@ -152,18 +157,38 @@ def _bench(job: ScenarioJob, events: Events) -> CellBench:
 
 
 def run_timing(job: ScenarioJob, events: Events) -> TimingResult:
-    prep = _prepared(job.trace_path, job.digest)[1]
-    floor = measure_floor(prep, {r for _, r in job.cells}, events.mark, events.cell)  # before any design's import
     bench = _bench(job, events)
-    floor.update(measure_fast_floor(prep, {d.kind for d in bench.drivers.values()}, _LOOPS, events.mark, events.cell))
     bench.warm_up(record=job.record)
     if job.lockstep:
         bench.pause = events.pause
     result = bench.time(job.reps, job.caps, job.only, job.base, read_off=job.record, control=job.control)
-    result.floor_claimed = floor
     result.pid = os.getpid()
     result.torch_threads = pin_one_thread()
     return result
+
+
+# -- the harness's own work per slice -------------------------------------------------------------------------
+@dataclass
+class FloorJob:
+    """The do-nothing replays of one scenario's trace (:mod:`harness.run.floor`), in a worker of no design."""
+
+    trace_path: str
+    digest: str
+    regimes: list[str]
+
+
+@dataclass
+class FloorResult:
+    claimed: dict[str, float]  # what the floor's timed regions claimed, per regime or driver
+    supervised: dict | None = None  # its worker's CPU time per key, set by the main process (harness.run.bound)
+
+
+def run_floor(job: FloorJob, events: Events) -> FloorResult:
+    """The floor of every regime in ``job`` and of the compiled and C++ drivers, once per scenario."""
+    prep = _prepared(job.trace_path, job.digest)[1]
+    claimed = measure_floor(prep, job.regimes, events.mark)
+    claimed.update(measure_fast_floor(prep, FAST_FLOOR, _LOOPS, events.mark))
+    return FloorResult(claimed)
 
 
 def run_studies(job: ScenarioJob, events: Events) -> StudiesResult:
@@ -178,7 +203,7 @@ def run_studies(job: ScenarioJob, events: Events) -> StudiesResult:
     live = [c for c in job.cells if c not in bench.failed]
     raw: dict[str, object] = {}
     rows = bench.rows + scenario_studies(job, bench, live, events, raw)
-    return StudiesResult(rows, raw, dict(bench.failed))
+    return StudiesResult(rows, raw, dict(bench.failed), bench.paced_claims)
 
 
 def scenario_studies(job: ScenarioJob, bench: CellBench, cells: list[Cell], events: Events,
@@ -319,4 +344,6 @@ def execute(job: object, events: Events) -> object:
         return info
     if isinstance(job, CheckJob):
         return run_check(job, events)
+    if isinstance(job, FloorJob):
+        return run_floor(job, events)
     raise TypeError(f"not a job: {job!r}")

@@ -43,12 +43,13 @@ from harness.base.rows import Row, clean_text, write_rows
 from harness.errors import InputError, WriteError
 from harness.run import metadata, progress
 from harness.run.assemble import ScenarioRows, merge
-from harness.run.bound import violations
+from harness.run.bound import floor_per_slice, paced_violations, violations
 from harness.run.interrupts import signal_name, sigterm_interrupts
-from harness.run.jobs import ImplInfo, ProbeJob, ScenarioJob, describe, execute
+from harness.run.jobs import FloorJob, ImplInfo, ProbeJob, ScenarioJob, describe, execute
 from harness.run.lockstep import lockstep
 from harness.run.matrix import ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios
 from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug, WorkerSpec
+from harness.studies.paced_study import PACED_METRICS
 from harness.studies.scale import CONFIG_METRICS, config_rows
 from impls import REGISTRY, UNAVAILABLE, registry
 from scenarios import SCENARIOS, ScenarioError, Trace, TraceError, generate, load, save
@@ -180,6 +181,7 @@ def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: Ru
     impls = list(dict.fromkeys(i for i, _ in plan.cells))
     control = base if base in impls else impls[0] if impls else ""
     shares = len(shared.pool)
+    floor = _floor(shared, trace_path, digest, plan.cells)
     results = []
     for w in range(shares):
         only = list(range(w, cfg.reps * FAST_REPS, shares))
@@ -188,7 +190,7 @@ def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: Ru
             return ScenarioJob("timing", plan.scenario, str(trace_path), cells, cfg.reps, shared.calib, base, caps,
                                only, record=w == 0, digest=digest, control=impl == control, lockstep=True)
 
-        results += _in_lockstep(shared, w, plan.cells, job, failed)
+        results += _in_lockstep(shared, w, plan.cells, job, failed, floor)
     merged = merge(results, failed)
     shared.pids[plan.scenario] = merged.pids
     if merged.torch_threads is not None:  # what the workers held torch to (README, "One host thread")
@@ -217,11 +219,21 @@ def _studies(plan: ScenarioPlan, trace_path: Path, digest: str, cells: list[Cell
         result = _supervised(shared, spec, mine, lambda live, impl=impl: _studies_job(
             plan, trace_path, digest, live, impl, cfg, shared, base), failed, empty_ok=not impl)
         if result is not None:
+            _bound_paced(result)
             seen = {(r.impl, r.regime, r.metric) for r in rows}
             rows += [r for r in result.rows if r.impl != "-" or (r.impl, r.regime, r.metric) not in seen]
             raw.update(result.raw)
             failed.update(result.failed)
     return rows
+
+
+def _bound_paced(result) -> None:
+    """The paced rows of a cell whose paced loops break the supervisor's bound: failed, with the reason; the cell
+    too (:func:`harness.run.bound.paced_violations`)."""
+    bent = paced_violations(result.paced_claims, result.supervised, result.supervised_wall)
+    result.rows = [replace(r, value=float("nan"), status="failed", how=bent[(r.impl, r.regime)])
+                   if (r.impl, r.regime) in bent and r.metric in PACED_METRICS else r for r in result.rows]
+    result.failed.update(bent)
 
 
 OWN_STUDIES = ("idwidth", "hashing", "table_copy")
@@ -235,8 +247,22 @@ def _studies_job(plan: ScenarioPlan, trace_path: Path, digest: str, cells: list[
                        studies=studies, study_cells=study_cells, quick=cfg.quick, digest=digest)
 
 
-def _in_lockstep(shared: Shared, share: int, cells: list[Cell], make_job, failed: dict[Cell, str]) -> list:
-    """One share: each implementation's job in its own worker, in lockstep, again without a cell that failed."""
+def _floor(shared: Shared, trace_path: Path, digest: str, cells: list[Cell]) -> dict[str, float]:
+    """The harness's own CPU time per slice on this trace (:func:`harness.run.bound.floor_per_slice`), measured once
+    in the worker of no design; a failure there is ours."""
+    job = FloorJob(str(trace_path), digest, sorted({r for _, r in cells}))
+    shared.bar.status("the harness's own work per slice (a do-nothing design's replays)")
+    try:
+        result = shared.pool.run(WorkerSpec("", 0), job, shared.bar, shared.bar.status)
+    except CellDied as exc:
+        raise WorkerBug(str(exc)) from None
+    return floor_per_slice(result.supervised, result.claimed)
+
+
+def _in_lockstep(shared: Shared, share: int, cells: list[Cell], make_job, failed: dict[Cell, str],
+                 floor: dict[str, float]) -> list:
+    """One share: each implementation's job in its own worker, in lockstep, again without a cell that failed;
+    each result bounded by ``floor`` (:mod:`harness.run.bound`)."""
     results = []
     pending = list(dict.fromkeys(i for i, _ in cells))
     while pending:
@@ -249,7 +275,7 @@ def _in_lockstep(shared: Shared, share: int, cells: list[Cell], make_job, failed
                 _blame(shared, spec, value, live[spec.impl], failed)
                 pending.append(spec.impl)
             else:
-                value.failed.update(violations(value))  # the supervisor's bound on what it claims
+                value.failed.update(violations(value, floor))  # the supervisor's bound on what it claims
                 results.append(value)
                 if any(reason.startswith(OUT_OF_MEMORY) for reason in value.failed.values()):
                     shared.pool.close_worker(spec)

@@ -38,6 +38,9 @@ class PacedKind:
     error: BaseException | None = None
     cls: type | None = None
 
+    def key(self) -> tuple[str, str, str]:
+        return self.impl, self.regime, f"paced:{self.what}"
+
     def guarded(self, fn: Callable[[], object]) -> object:
         """``fn()``; an implementation's failure becomes the kind's error (None), anything else propagates."""
         if self.cls is None:
@@ -67,9 +70,11 @@ def kinds_of(prep: Prepared, makers: dict[tuple[str, str], Callable], whole_step
 
 def run_interleaved(kinds: list[PacedKind], rate: float, steps: int, reps: int,
                     on_repetition: Callable[[int], None] | None = None,
-                    enter: Callable[[tuple[str, str] | None], None] = lambda cell: None) -> None:
+                    enter: Callable[[tuple[str, str] | None], None] = lambda cell: None,
+                    mark: Callable[[tuple | None], None] = lambda key: None) -> None:
     """``reps`` repetitions of every kind, rotated by one each repetition so that no kind always runs first or after the
-    same one; each kind's first steps are run once before, outside every measurement (compilation)."""
+    same one; each kind's first steps are run once before, outside every measurement (compilation). Each measured
+    loop is marked ``(impl, regime, "paced:<what>")`` for the supervisor's bound (:mod:`harness.run.bound`)."""
     for kind in kinds:
         enter((kind.impl, kind.regime) if kind.cls is not None else None)
         kind.guarded(lambda kind=kind: _first_steps(kind, steps))
@@ -77,7 +82,7 @@ def run_interleaved(kinds: list[PacedKind], rate: float, steps: int, reps: int,
         live = [k for k in kinds if k.error is None]
         for kind in live[rep % len(live):] + live[:rep % len(live)] if live else []:
             enter((kind.impl, kind.regime) if kind.cls is not None else None)
-            measured = kind.guarded(lambda kind=kind: _measured_loop(kind, rate, steps))
+            measured = kind.guarded(lambda kind=kind: _measured_loop(kind, rate, steps, mark))
             if measured is None:
                 continue
             cpu, wall, misses = measured
@@ -94,11 +99,19 @@ def _first_steps(kind: PacedKind, steps: int) -> None:
         run(0, min(2, steps))
 
 
-def _measured_loop(kind: PacedKind, rate: float, steps: int) -> tuple[int, int, int]:
+def _measured_loop(kind: PacedKind, rate: float, steps: int,
+                   mark: Callable[[tuple | None], None]) -> tuple[int, int, int]:
     run, check = kind.start()
+    mark(kind.key())
     measured = paced_loop(run, rate, steps)
+    mark(None)
     check(steps)
     return measured
+
+
+def paced_claims(kinds: list[PacedKind]) -> dict[tuple, tuple[int, int]]:
+    """Per marked loop key, the thread CPU and wall ns its repetitions claimed, summed."""
+    return {kind.key(): (sum(kind.cpu_ns), sum(kind.wall_ns)) for kind in kinds if kind.cpu_ns}
 
 
 def shares(kind: PacedKind, idle: PacedKind) -> np.ndarray:
@@ -111,6 +124,7 @@ def shares(kind: PacedKind, idle: PacedKind) -> np.ndarray:
 METRICS = {"calls": ("cpu_share_observed_pct", "deadline_misses"),
            "step": ("cpu_share_observed_whole_step_pct", "deadline_misses_whole_step"),
            "floor": ("paced_floor_pct", None)}
+PACED_METRICS = frozenset({m for pair in METRICS.values() for m in pair if m} | {"paced_above_floor_pct"})
 CALLS_HOW = {"per-call": "the contract's calls per step from Python (one per operation and sequence); compiled "
                          "designs pay one dispatch per call",
              "batched": "one decode_step call per step from Python, pool operations per call; compiled designs pay "
@@ -170,13 +184,17 @@ def paced_study_rows(scenario: str, prep: Prepared, makers: dict[tuple[str, str]
                      classes: dict[tuple[str, str], type], rate: float, caching: bool,
                      reps: int = PACED_REPS, steps: int | None = None,
                      on_repetition: Callable[[int], None] | None = None,
-                     enter: Callable[[tuple[str, str] | None], None] = lambda cell: None) -> list[Row]:
-    """Every paced figure of a scenario."""
+                     enter: Callable[[tuple[str, str] | None], None] = lambda cell: None,
+                     mark: Callable[[tuple | None], None] = lambda key: None,
+                     claims: dict | None = None) -> list[Row]:
+    """Every paced figure of a scenario; ``claims`` (when given) receives :func:`paced_claims`."""
     steps = min(steps or prep.num_steps, prep.num_steps)
     stepped = {c for c in makers if c[1] == "batched" and callable(getattr(classes.get(c), "step", None))}
     unsupported = sorted(stepped) if caching else []
     rows = [Row(scenario, impl, regime, METRICS["step"][0], float("nan"), "%", "thread_time_ns", "unsupported",
                 "step() does not take the prefix-caching ops yet") for impl, regime in unsupported]
     kinds = kinds_of(prep, makers, set() if caching else stepped, classes)
-    run_interleaved(kinds, rate, steps, reps, on_repetition, enter)
+    run_interleaved(kinds, rate, steps, reps, on_repetition, enter, mark)
+    if claims is not None:
+        claims.update(paced_claims(kinds))
     return rows + study_rows(scenario, kinds, rate, steps)
