@@ -189,7 +189,7 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
             continue
         bounds = replay_slices(slices, rep, total)
         orders = [[keys[j] for j in order] for order in schedule(len(keys), rep, len(bounds))]
-        mgrs = _new_managers(drivers, orders[0], out, enter)
+        mgrs = _new_managers(drivers, orders[0], out, enter, mark)
         parts: dict[Key, list[StepTimes]] = {k: [] for k in mgrs}
         gc.collect()
         gc.freeze()
@@ -213,18 +213,22 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
 
 
 def _new_managers(drivers: dict[Key, Driver], keys: list[Key], out: Replays,
-                  enter: Callable[[Key], None] = lambda key: None) -> dict:
-    """A fresh manager per key, in ``keys``' order; a constructor that fails fails its key."""
+                  enter: Callable[[Key], None] = lambda key: None,
+                  mark: Callable[[Key | None], None] = lambda key: None) -> dict:
+    """A fresh manager per key, in ``keys``' order; a constructor that fails fails its key. Each constructor is
+    marked as its key's (the supervisor's bound counts work a design does there, such as a replay done ahead)."""
     mgrs = {}
     for k in keys:
         if k in out.failed:
             continue
         enter(k)
+        mark(k)
         try:
             with blamed_on(drivers[k].impl, drivers[k].cls):
                 mgrs[k] = drivers[k].new()
         except DesignFailure as exc:
             out.failed[k] = exc
+    mark(None)
     return mgrs
 
 

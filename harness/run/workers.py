@@ -131,12 +131,27 @@ def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the 
         conn.send(("result", result))
 
 
-def memory_limit() -> int:
-    """A worker's address space: the machine's physical memory, at least 8 GiB (torch's and Numba's reservations)."""
+def _meminfo_bytes(path: str, field: str) -> int:
+    """A ``field:  N kB`` line of a /proc file, in bytes (0 where unreadable)."""
     try:
-        return max(8 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        with open(path, encoding="ascii") as info:
+            return next((int(line.split()[1]) << 10 for line in info if line.startswith(field + ":")), 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def memory_limit() -> int:
+    """A worker's address space: what it has mapped at its start (torch's and Numba's reservations) plus three
+    quarters of the memory then available, at least 8 GiB, at most the machine's physical memory; so a design
+    that exhausts memory meets its own limit (MemoryError) before the kernel's out-of-memory killer picks a
+    process."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         return 0
+    mapped, available = _meminfo_bytes("/proc/self/status", "VmSize"), _meminfo_bytes("/proc/meminfo", "MemAvailable")
+    room = mapped + available * 3 // 4 if available else physical
+    return max(8 << 30, min(physical, room))
 
 
 def limit_memory() -> None:
@@ -208,8 +223,8 @@ class Worker:
                 raise WorkerBug(f"an exception in a worker process:\n{value}")
             elif kind == "oom":
                 self.stop()
-                raise CellDied(self.last_cell, f"ran out of memory (its limit: {memory_limit() / 2**30:.1f} GiB of "
-                                               "address space)")
+                raise CellDied(self.last_cell, "ran out of memory (its limit: the address space it started with "
+                                               "plus three quarters of the memory then available)")
             else:
                 return kind, (self.meter.attach(value) if kind == "result" else value)
 
