@@ -208,6 +208,7 @@ def _calibrate(capsys, *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_calibrate_runs_the_stand_in_engine_beside_the_contender_and_writes_every_baseline(tmp_path, capsys) -> None:
     source = write_standin(tmp_path / "nano-src")
     out = tmp_path / "results" / "calibration.csv"
@@ -252,6 +253,7 @@ def _worker_pids(runs: Path, scenario: str) -> dict[str, int]:
         return json.load(fh)["worker_pid_of_repetition"]
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_calibrate_writes_a_new_folder_by_default_and_leaves_the_committed_rows_alone(tmp_path, capsys,
                                                                                        monkeypatch) -> None:
     source = write_standin(tmp_path / "nano-src")
@@ -273,6 +275,7 @@ def test_calibrate_writes_a_new_folder_by_default_and_leaves_the_committed_rows_
     assert all("spread over 3 worker processes" in r["how"] for r in rows)
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_update_committed_replaces_the_engine_s_measured_rows_only(tmp_path, capsys, monkeypatch) -> None:
     source = write_standin(tmp_path / "nano-src")
     committed = _committed_copy(tmp_path, monkeypatch)
@@ -300,6 +303,7 @@ def test_an_engine_that_disagrees_with_the_trace_is_named_and_writes_no_row(tmp_
     assert not out.exists()
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_a_worker_that_dies_in_the_engine_s_code_fails_those_replays_and_measures_the_rest(tmp_path, capsys) -> None:
     source = write_standin(tmp_path / "nano-src")  # hash_blocks exits the process; the "bare" baseline skips it
     path = source / "nanovllm/engine/block_manager.py"
@@ -475,6 +479,7 @@ def test_a_wheel_whose_files_disagree_with_its_record_is_refused(tmp_path) -> No
         fetch.unpack(wheel, ("nanovllm",), cache)
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_calibrate_unpacks_a_changed_cached_file_again_before_importing_it(tmp_path, capsys, monkeypatch) -> None:
     from dataclasses import replace
 

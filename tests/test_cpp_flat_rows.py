@@ -117,6 +117,7 @@ def test_same_calls_same_answers_and_state_as_flat_rows() -> None:
     fuzz(CASES, seed=0)
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_same_calls_with_uint32_ids() -> None:
     """Past 65,536 blocks ids are uint32 and a 64-byte row holds 16 of them."""
     assert CppFlatRowsBlockManager(65537, 1, 2, 4).id_bytes() == 4

@@ -238,6 +238,7 @@ def test_the_floor_replays_every_regime_from_the_trace_alone(scenario) -> None:
     assert len([m for m in marks if m is None]) == 2 * floor.FLOOR_REPS  # after the constructors, after the slices
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 @linux_only
 def test_a_plugin_faking_its_clock_fails_the_gates_wall_clock_rule_by_the_bound(tmp_path) -> None:
     """Once 82 ns against dict's 1,385, and the rule passed: now the supervisor's reading of the plug-in's CPU time,
@@ -252,6 +253,7 @@ def test_a_plugin_faking_its_clock_fails_the_gates_wall_clock_rule_by_the_bound(
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_the_gates_wall_clock_rule_passes_honest_designs(tmp_path) -> None:
     config = tmp_path / "gate.toml"
     config.write_text('[tool.kvblock-bench.gate.wall]\nslower = "dict"\nfaster = "flat"\nmin_ratio = 1.0\n')

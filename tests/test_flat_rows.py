@@ -129,6 +129,7 @@ def test_differential_fuzz_against_flat() -> None:
     fuzz(CASES)
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_differential_fuzz_with_uint32_ids() -> None:
     """Past 65,536 blocks ids are uint32 and a 64-byte row holds 16 of them."""
     a, b = _pair(65537, 1, 2, 4)

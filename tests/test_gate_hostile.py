@@ -77,6 +77,7 @@ def test_a_count_at_its_bound_is_taken() -> None:
     assert arg_types.count(1, MAX_REPS)(str(MAX_REPS)) == MAX_REPS and arg_types.count(0, 5)("0") == 0
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_more_processes_than_repetitions_is_refused_before_anything_starts(tmp_path: Path) -> None:
     """``--processes`` above ``--reps`` would start workers that never get a repetition: one line, no run."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -249,6 +250,7 @@ def assert_fails_alone(proc: subprocess.CompletedProcess, failed: dict[str, str]
     assert proc.stdout.strip().splitlines()[-1].startswith("gate failed in ")
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_a_plugin_exiting_0_fails_its_cell_and_the_gate(tmp_path: Path) -> None:
     """``sys.exit(0)`` in decode_step: once the gate's exit status 0 with no verdict; now its batched cell fails
     and the gate exits 1, batched flat and the plug-in's per-call cell (no decode_step) measured."""
@@ -273,6 +275,7 @@ def test_plugins_that_exit_raise_crash_or_hang_fail_only_their_cells(tmp_path: P
 @pytest.mark.parametrize(("source", "words"), [("import sys\nsys.exit(0)\n", "SystemExit: 0"),
                                                ("import os\nos._exit(0)\n", "exited with status 0")],
                          ids=["sys.exit", "os._exit"])
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_a_plugin_failing_at_import_is_refused_in_one_line_by_the_gate(source: str, words: str, tmp_path: Path) -> None:
     """Its import runs in its worker, never in the gate's process: exit 2, one line, nothing measured."""
     name = f"gate_at_import_{uuid.uuid4().hex[:8]}"

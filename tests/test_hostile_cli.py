@@ -72,6 +72,7 @@ def test_corrupt_trace_is_refused_naming_the_file(results_with_a_run: Path, tmp_
     assert os.readlink(results_with_a_run / "latest") == "20200101-000000"
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_results_path_that_is_a_file(tmp_path: Path) -> None:
     target = tmp_path / "results.txt"
     target.write_text("not a folder")
@@ -134,6 +135,7 @@ def run_past_its_first_scenario(results: Path, *args: str) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_is_one_line_and_keeps_what_finished(tmp_path: Path, sig: signal.Signals) -> None:
     """Interrupted while its second scenario runs, a run says so in one line, exits with 130, keeps the first

@@ -332,6 +332,7 @@ def test_read_only_results_folder(tiny_run: Path, read_only_view, capsys) -> Non
 
 
 # -- writes that fail mid-run ---------------------------------------------------------------------------------
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_disk_full_mid_run_keeps_the_first_scenario(tiny_run: Path, monkeypatch, capsys) -> None:
     inject(monkeypatch, errno.ENOSPC, "results.csv", after=1)  # the first scenario's rows are written
     code = main(["run", "--results", str(tiny_run), *QUICK, "--scenario", "long-context,paper"])
@@ -351,6 +352,7 @@ def test_disk_full_before_anything_was_saved_keeps_latest(tiny_run: Path, monkey
     assert os.readlink(tiny_run / "latest") == "20200101-000000"
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_disk_really_full_mid_run(small_disk: Path) -> None:
     """A run on a 2 MiB tmpfs filled up once its first scenario is saved: one line, the first scenario kept."""
     results = small_disk / "r"
@@ -434,6 +436,7 @@ def reference_copy(tmp_path: Path) -> Path:
     return tmp_path / "results"
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 @pytest.mark.parametrize("name", ["paper_table.md", "*.png"])
 def test_report_that_cannot_write_prints_the_tables(reference_copy: Path, monkeypatch, capsys, name: str) -> None:
     run = reference_copy / "reference"

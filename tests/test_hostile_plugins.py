@@ -156,6 +156,7 @@ def in_process_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return run_with(tmp, *IN_PROCESS, env={SPY_LOG: str(tmp / "spy.log")})
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_failing_plugins_cost_only_their_own_cells(in_process_run: Run) -> None:
     assert_cells_fail_alone(in_process_run, IN_PROCESS)
 
@@ -190,6 +191,7 @@ DYING = {
 }
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_plugins_that_crash_or_exit_their_worker_cost_only_their_own_cells(tmp_path: Path) -> None:
     """Workers killed by a segfault or ``os._exit`` in a call, in the timed replays or in the studies: those cells
     fail naming the signal or the status, the others are measured and saved (allocation counts included)."""
@@ -199,6 +201,7 @@ def test_plugins_that_crash_or_exit_their_worker_cost_only_their_own_cells(tmp_p
     assert set(GOOD) <= counted
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_a_hanging_plugin_is_killed_at_the_deadline_and_costs_only_its_cells(in_process_run: Run,
                                                                             tmp_path: Path) -> None:
     """An endless loop in decode_step: killed after --deadline seconds of silence, its cells failed saying so.
@@ -297,6 +300,7 @@ def test_check_still_passes_a_design_that_behaves(monkeypatch, capfd) -> None:
 
 
 # -- Ctrl-C while a plug-in hangs in a worker -----------------------------------------------------------------
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_ctrl_c_while_a_plugin_hangs_in_a_worker_is_an_interruption_and_leaves_no_process(tmp_path: Path) -> None:
     """SIGINT while the worker is stuck in a plug-in's endless loop (the worker ignores SIGINT): exit 130,
     "interrupted", the scenario finished before kept, and the worker killed, not left spinning."""

@@ -122,6 +122,7 @@ def test_a_plugin_patching_dict_does_not_reach_dicts_cells(bad_answers_run: Run)
 
 
 # -- a working folder and environment changed, with a relative --results -----------------------------------------
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_a_plugin_changing_its_working_folder_and_environment_spoils_nothing(tmp_path: Path) -> None:
     """The plug-in moves its process to / after every step: the second scenario still runs (its workers get
     absolute paths, and each job starts from the worker's own folder and environment); everything is measured."""

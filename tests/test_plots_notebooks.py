@@ -37,6 +37,7 @@ def _stems(paths: list[Path]) -> set[str]:
     return {p.stem for p in paths}
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_sample_run_renders_every_figure(sample_run: Path) -> None:
     written = plots.render_figures(sample_run)
     assert _stems(written) == SAMPLE_FIGURES
@@ -50,6 +51,7 @@ def test_sample_run_renders_every_figure(sample_run: Path) -> None:
     assert "<svg" in svg and "commit" in svg  # the footer names the commit
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_partial_run_renders_what_it_can(sample_run: Path, caplog: pytest.LogCaptureFixture) -> None:
     """No raw samples, no sweep, no paced runs, no id-width rows: the rest still renders, the rest is noted."""
     shutil.rmtree(sample_run / "raw")
@@ -141,6 +143,7 @@ def this_python_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return "kvb-test"
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_executes_against_the_sample(path: Path, sample_run: Path, this_python_kernel: str,
                                               monkeypatch: pytest.MonkeyPatch) -> None:

@@ -53,6 +53,7 @@ def test_the_broken_variant_fails_with_a_runnable_reproduction(site: Path) -> No
     assert replay.returncode != 0 and "AssertionError" in replay.stderr
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_run_compares_the_plugin_with_built_in_designs(site: Path, tmp_path: Path) -> None:
     proc = cli(site, "run", "--impl", "toy,flat", "--scenario", "paper", "--quick", "--no-l1d", "--no-paced",
                "--no-table-copy", "--no-allocations", "--no-progress", "--results", str(tmp_path))

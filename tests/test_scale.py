@@ -101,6 +101,7 @@ def test_peak_step_is_where_the_most_blocks_are_in_use(small_trace) -> None:
     assert max(in_use) == small_trace.header["peak_blocks_in_use"]
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_memory_rows_for_every_implementation(small_trace) -> None:
     cells = [(i, "batched") for i in ("dict", "flat", "flat-rows", "list-jit")] + [("dict", "per-call")]
     rows = memory.memory_rows("paper", small_trace, cells, REGISTRY)
@@ -132,6 +133,7 @@ def test_memray_agrees_with_nbytes_and_leaves_the_harness_out(small_trace) -> No
     assert exact <= live < exact + 64 * 1024  # the arrays, plus the manager's few Python objects
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_growing_designs_hold_more_at_a_bigger_peak() -> None:
     """Positive control: the dict design's measured bytes follow the blocks it holds; flat's do not."""
     small = generate("context-4096", steps=30)

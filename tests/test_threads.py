@@ -28,6 +28,7 @@ def test_without_torch_loaded_nothing_is_imported(monkeypatch) -> None:
     assert "torch" not in sys.modules
 
 
+@pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_a_run_holds_torch_to_one_thread_in_its_workers(tmp_path) -> None:
     """torch arrives in a worker with the design that needs it, after the job starts: it is pinned then too."""
     import json
