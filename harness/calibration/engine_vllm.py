@@ -14,6 +14,7 @@ import numpy as np
 from harness.base.replay import ReplayError
 from harness.calibration.adapter import EngineAdapter
 from harness.calibration.engines import Baseline
+from harness.calibration.eras import Era, era_of
 from harness.calibration.loader import ImportPlan, Piece
 from harness.calibration.traces import fan_out_forks
 from impls.contenders.vllm_v1_pc import cached_need, sealable
@@ -40,8 +41,50 @@ class _StructuredOutputRequest:
         return None
 
 
-def plan() -> ImportPlan:
-    """How vLLM's modules are imported: :data:`REAL` from the wheel, the rest stand-ins."""
+def _two(computed: tuple) -> tuple:
+    """``get_computed_blocks``' answer up to 0.25: (blocks, hits)."""
+    blocks, hits = computed
+    return blocks, hits
+
+
+def _three(computed: tuple) -> tuple:
+    """``get_computed_blocks``' answer from 0.26: (blocks, hits, shared-prefix boundary)."""
+    blocks, hits, _boundary = computed
+    return blocks, hits
+
+
+_OLD = {"vllm.utils.mem_utils": {}}  # format_gib, for the KV-cache planning's messages (not a replay's code)
+_RETAINED = {**_OLD, "vllm.envs": {"VLLM_PREFIX_CACHE_RETENTION_INTERVAL": None}}  # its default: not set
+ERAS = (
+    Era("0.21.0", "0.22.1", "the first release the plan drives", _OLD,
+        drive={"scheduler_block_size": False, "computed": _two}),
+    Era("0.23.0", "0.25.1", "KVCacheManager takes scheduler_block_size; the coordinator reads "
+        "vllm.envs.VLLM_PREFIX_CACHE_RETENTION_INTERVAL", _RETAINED,
+        drive={"scheduler_block_size": True, "computed": _two}),
+    Era("0.26.0", "0.28.0", "get_computed_blocks answers a third value (the shared-prefix boundary)", _RETAINED,
+        drive={"scheduler_block_size": True, "computed": _three}),
+    Era("0.29.0", "0.29.0", "the retention interval is read from KVCacheConfig, no longer from vllm.envs", _OLD,
+        drive={"scheduler_block_size": True, "computed": _three}),
+    Era("0.30.0", "0.32.0", "kv_cache_utils imports vllm.v1.hisparse.layout (the KV-cache planning's)",
+        {**_OLD, "vllm.v1.hisparse.layout": {}}, drive={"scheduler_block_size": True, "computed": _three}),
+    Era("0.33.0", "0.33.0", "the KV-cache planning moved out of kv_cache_utils (kv_cache_planning, not imported)",
+        drive={"scheduler_block_size": True, "computed": _three}),
+    Era("0.34.0", "0.34.0", "requests keep their tokens in vllm.v1.token_buffer; the block pool and requests untrack "
+        "their objects from the garbage collector (vllm.utils.gc_utils)",
+        real=("vllm.utils.gc_utils", "vllm.v1.token_buffer", "vllm.utils.collection_utils"),
+        drive={"scheduler_block_size": True, "computed": _three}),
+)
+BEFORE = "releases before 0.21.0 are not read against the plan yet"
+
+
+def era(version: str | None = None) -> Era:
+    """The era of :data:`ERAS` that drives ``version`` (None: the newest); :class:`InputError` when none does."""
+    return era_of(ERAS, "vllm", version, BEFORE)
+
+
+def plan(version: str | None = None) -> ImportPlan:
+    """How vLLM's modules are imported: :data:`REAL` from the wheel, the rest stand-ins (by ``version``'s era)."""
+    e = era(version)
     off_path = ("vllm.envs", "vllm.distributed.kv_events", "vllm.multimodal.inputs", "vllm.multimodal.utils",
                 "vllm.pooling_params", "vllm.sampling_params", "vllm.utils.hashing", "vllm.utils.torch_utils",
                 "vllm.v1.attention.backends.registry", "vllm.v1.engine", "vllm.v1.kv_hints")
@@ -52,15 +95,17 @@ def plan() -> ImportPlan:
         "vllm.platforms": {"current_platform": SimpleNamespace(register_custom_kv_cache_specs=lambda config: None)},
         "vllm.v1.metrics.stats": {"PrefillStats": _PrefillStats},
         "vllm.v1.structured_output.request": {"StructuredOutputRequest": _StructuredOutputRequest},
+        **e.stubs,
     })
     typing_names = {"TypeVar": typing.TypeVar, "Generic": typing.Generic, "Sequence": abc.Sequence,
                     "overload": typing.overload}
-    return ImportPlan(packages=("vllm",), real=REAL, stubs=stubs,
+    return ImportPlan(packages=("vllm",), real=REAL + e.real, stubs=stubs,
                       pieces={"vllm.v1.utils": Piece("vllm.v1.utils", ("T", "ConstantList"), typing_names)})
 
 
-def load() -> SimpleNamespace:
-    """The engine's classes the adapter uses (inside :func:`harness.calibration.loader.engine_imports`)."""
+def load(version: str | None = None) -> SimpleNamespace:
+    """The engine's classes the adapter uses (inside :func:`harness.calibration.loader.engine_imports`), and how
+    ``version``'s era is driven."""
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -68,7 +113,8 @@ def load() -> SimpleNamespace:
 
     return SimpleNamespace(KVCacheManager=KVCacheManager, FullAttentionSpec=FullAttentionSpec,
                            KVCacheConfig=KVCacheConfig, KVCacheGroupSpec=KVCacheGroupSpec, Request=Request,
-                           RequestStatus=RequestStatus, make_block_hash_with_group_id=make_block_hash_with_group_id)
+                           RequestStatus=RequestStatus, make_block_hash_with_group_id=make_block_hash_with_group_id,
+                           **era(version).drive)
 
 
 class VllmEngine(EngineAdapter):
@@ -88,12 +134,15 @@ class VllmEngine(EngineAdapter):
         spec = v.FullAttentionSpec(block_size=self.block_size, num_kv_heads=1, head_size=1, dtype=torch.float16)
         config = v.KVCacheConfig(num_blocks=self.num_blocks + 1, kv_cache_tensors=[],
                                  kv_cache_groups=[v.KVCacheGroupSpec(["layer.0"], spec)])
-        self.manager = v.KVCacheManager(config, max_model_len=self.max_tokens, scheduler_block_size=self.block_size,
-                                        hash_block_size=self.block_size, enable_caching=self.enable_caching)
+        sizes = {"scheduler_block_size": self.block_size} if v.scheduler_block_size else {}
+        self.manager = v.KVCacheManager(config, max_model_len=self.max_tokens, hash_block_size=self.block_size,
+                                        enable_caching=self.enable_caching, **sizes)
+        self._computed = v.computed
         self.pool = self.manager.block_pool
         self.req_to_blocks = self.manager.coordinator.single_type_managers[0].req_to_blocks
         self.requests: list = [None] * self.max_seqs
-        self.params = SimpleNamespace(max_tokens=self.max_tokens, extra_args=None, skip_reading_prefix_cache=None)
+        self.params = SimpleNamespace(max_tokens=self.max_tokens, extra_args=None, skip_reading_prefix_cache=None,
+                                      prompt_logprobs=None, prompt_logprob_token_ids=None, prompt_logprob_start=None)
         self._ids = itertools.count(1)
         self._digests = itertools.count(1)
         self._given: dict[str, list[bytes]] = {}
@@ -122,7 +171,7 @@ class VllmEngine(EngineAdapter):
         hasher = self._plain_hasher if chain is None else self._cached_hasher
         request = v.Request(request_id, [0] * num_tokens, self.params, None, block_hasher=hasher)
         self.requests[seq_id] = request
-        blocks, hits, _ = self.manager.get_computed_blocks(request)
+        blocks, hits = self._computed(self.manager.get_computed_blocks(request))
         if self.manager.allocate_slots(request, num_tokens - hits, hits, blocks) is None:
             raise NoFreeBlocksError(f"vLLM's allocate_slots refused the admission of row {seq_id}")
         request.status = v.RequestStatus.RUNNING
