@@ -3,8 +3,9 @@
 a package ``__init__`` that must never run), with the interface ``harness.calibration.engine_vllm`` drives. Written for
 the tests, not taken from vLLM: a free deque of blocks (block 0 the null block), a block list per request.
 
-Two things moved between vLLM's releases and move here with :func:`write_vllm`'s flags: whether ``KVCacheManager``
-takes ``scheduler_block_size`` (from 0.23.0) and whether ``get_computed_blocks`` answers a third value (from 0.26.0).
+Three things moved between vLLM's releases and move here with :func:`write_vllm`'s flags: whether ``Request`` takes
+``eos_token_id`` (up to 0.16.0), whether ``KVCacheManager`` takes ``scheduler_block_size`` (from 0.23.0) and whether
+``get_computed_blocks`` answers a third value (from 0.26.0).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class RequestStatus(enum.IntEnum):
 
 
 class Request:
-    def __init__(self, request_id, prompt_token_ids, sampling_params, pooling_params, block_hasher=None):
+    def __init__(self, request_id, prompt_token_ids, sampling_params, pooling_params, {EOS}block_hasher=None):
         self.request_id = request_id
         self.all_token_ids = list(prompt_token_ids)
         self.num_computed_tokens = 0
@@ -145,12 +146,13 @@ class KVCacheManager:
 '''
 
 
-def write_vllm(root: Path, scheduler_block_size: bool, three: bool) -> Path:
+def write_vllm(root: Path, scheduler_block_size: bool, three: bool, eos: bool = False) -> Path:
     """The stand-in under ``root``: ``scheduler_block_size`` taken or not, two or three values from
-    ``get_computed_blocks``."""
+    ``get_computed_blocks``, ``Request`` with ``eos_token_id`` (up to 0.16) or without."""
     sizes = "scheduler_block_size, hash_block_size, " if scheduler_block_size else "hash_block_size, "
     manager = MANAGER.replace("{SIZES}", sizes).replace("{COMPUTED}", "[], 0, 0" if three else "[], 0")
-    files = {"vllm/__init__.py": INIT, "vllm/v1/kv_cache_interface.py": INTERFACE, "vllm/v1/request.py": REQUEST,
+    request = REQUEST.replace("{EOS}", "eos_token_id, " if eos else "")
+    files = {"vllm/__init__.py": INIT, "vllm/v1/kv_cache_interface.py": INTERFACE, "vllm/v1/request.py": request,
              "vllm/v1/core/kv_cache_utils.py": UTILS, "vllm/v1/core/kv_cache_manager.py": manager}
     for name, text in files.items():
         path = root / name
@@ -159,13 +161,14 @@ def write_vllm(root: Path, scheduler_block_size: bool, three: bool) -> Path:
     return root
 
 
-# (scheduler_block_size, three values) as each stand-in release has them: the eras' layouts (engine_vllm.ERAS)
-LAYOUTS = {"0.22.1": (False, False), "0.25.1": (True, False), "0.26.0": (True, True)}
+# (scheduler_block_size, three values, eos_token_id) as each stand-in release has them (engine_vllm.ERAS' layouts)
+LAYOUTS = {"0.16.0": (False, False, True), "0.22.1": (False, False, False), "0.25.1": (True, False, False),
+           "0.26.0": (True, True, False)}
 
 
-def vllm_wheels(tmp: Path, layouts: dict[str, tuple[bool, bool]] = LAYOUTS) -> Path:
+def vllm_wheels(tmp: Path, layouts: dict[str, tuple[bool, bool, bool]] = LAYOUTS) -> Path:
     """A folder of stand-in vLLM wheels, one per release of ``layouts`` (for ``--find-links``)."""
     dist = tmp / "dist"
-    for version, (sizes, three) in layouts.items():
-        build_wheel(write_vllm(tmp / f"src-{version}", sizes, three), "vllm", version, dist)
+    for version, flags in layouts.items():
+        build_wheel(write_vllm(tmp / f"src-{version}", *flags), "vllm", version, dist)
     return dist

@@ -45,8 +45,8 @@ def test_bad_versions_are_one_line_naming_the_part(text, words) -> None:
 
 
 def test_a_range_is_every_release_the_index_lists_between_its_ends(tmp_path) -> None:
-    links = vllm_wheels(tmp_path, {"0.22.1": (False, False), "0.25.1": (True, False), "0.26.0": (True, True),
-                                   "0.27.0": (True, True)})
+    links = vllm_wheels(tmp_path, {"0.22.1": (False, False, False), "0.25.1": (True, False, False),
+                                   "0.26.0": (True, True, False), "0.27.0": (True, True, False)})
     assert resolve("0.22.1..0.26.0", "vllm", links) == ["0.22.1", "0.25.1", "0.26.0"]
     assert resolve("0.26.0,0.22.1", "vllm", links) == ["0.22.1", "0.26.0"]  # a list is not looked up
     with pytest.raises(InputError, match=re.escape("0.23.0 is not a published release")):
@@ -66,6 +66,8 @@ def test_the_eras_are_ordered_and_disjoint_and_each_release_finds_its_own(module
 
 
 def test_the_vllm_eras_drive_what_moved_between_releases() -> None:
+    assert engine_vllm.era("0.16.0").drive["eos_token_id"] and not engine_vllm.era("0.17.0").drive["eos_token_id"]
+    assert "vllm.utils.mem_constants" in engine_vllm.plan("0.13.0").stubs
     assert engine_vllm.era("0.22.1").drive["scheduler_block_size"] is False
     assert engine_vllm.era("0.23.0").drive["scheduler_block_size"] is True
     assert engine_vllm.era("0.25.1").drive["computed"]((["b"], 16)) == (["b"], 16)
@@ -79,7 +81,7 @@ def test_the_vllm_eras_drive_what_moved_between_releases() -> None:
 
 
 @pytest.mark.parametrize("engine, version, words", [
-    ("vllm", "0.20.2", "older than the plans drive (0.21.0..0.34.0)"),
+    ("vllm", "0.11.2", "older than the plans drive (0.12.0..0.34.0): before 0.12.0 KVCacheManager takes no"),
     ("vllm", "0.35.0", "newer than 0.34.0, the last release the import plans were checked against"),
     ("sglang", "0.5.21", "launch Triton kernels"),
 ])
@@ -138,9 +140,9 @@ def _history(capsys, *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_history_drives_three_ranges_of_releases_in_lockstep_and_checks_each_replay(tmp_path, capsys) -> None:
+def test_history_drives_four_ranges_of_releases_in_lockstep_and_checks_each_replay(tmp_path, capsys) -> None:
     links, out = vllm_wheels(tmp_path), tmp_path / "out"
-    code, stdout, err = _history(capsys, "vllm", "0.22.1..0.26.0", "--scenario", "paper", "--reps", "2", "--out",
+    code, stdout, err = _history(capsys, "vllm", "0.16.0..0.26.0", "--scenario", "paper", "--reps", "2", "--out",
                                  str(out), "--cache", str(tmp_path / "cache"), "--find-links", str(links), *SMALL)
     assert code == 0, err
     rows = read_history(out / "history.csv")
@@ -152,11 +154,11 @@ def test_history_drives_three_ranges_of_releases_in_lockstep_and_checks_each_rep
         assert "lockstep" in r.how and "vllm.v1.core.kv_cache_manager" in r.how
     assert "vllm 0.25.1 -> 0.26.0" in stdout and "releases (" in stdout
     assert (out / "runs" / "vllm-0.25.1__paper.json.gz").is_file() and (out / "history-vllm.png").is_file()
-    assert "3 releases in the cache" in err
+    assert "4 releases in the cache" in err
 
 
 def test_a_release_whose_code_moved_from_its_era_fails_its_replays_and_is_not_guessed(tmp_path, capsys) -> None:
-    links = vllm_wheels(tmp_path, {"0.25.1": (True, False), "0.26.0": (True, False)})  # 0.26.0 as 0.25.1 is laid out
+    links = vllm_wheels(tmp_path, {"0.25.1": (True, False, False), "0.26.0": (True, False, False)})  # as 0.25.1
     out = tmp_path / "out"
     code, stdout, err = _history(capsys, "vllm", "0.25.1,0.26.0", "--scenario", "paper", "--reps", "1", "--out",
                                  str(out), "--cache", str(tmp_path / "cache"), "--find-links", str(links), *SMALL)
@@ -170,7 +172,7 @@ def test_a_release_whose_code_moved_from_its_era_fails_its_replays_and_is_not_gu
 
 @pytest.mark.parametrize("args, message", [
     (["nano-vllm", "0.1.0"], "history compares published releases of vllm or sglang"),
-    (["vllm", "0.20.2,0.21.0"], "vllm 0.20.2: older than the plans drive"),
+    (["vllm", "0.11.2,0.12.0"], "vllm 0.11.2: older than the plans drive"),
     (["sglang", "0.5.21,0.5.22"], "sglang 0.5.21: older than the plans drive (0.5.22..0.5.23): before 0.5.22"),
     (["vllm", "latest"], "VERSIONS latest: 'latest' is not a release number"),
     (["vllm", "0.23.0,0.24.0", "--scenario", "nope"], "--scenario nope: unknown scenario"),

@@ -55,26 +55,51 @@ def _three(computed: tuple) -> tuple:
 
 _OLD = {"vllm.utils.mem_utils": {}}  # format_gib, for the KV-cache planning's messages (not a replay's code)
 _RETAINED = {**_OLD, "vllm.envs": {"VLLM_PREFIX_CACHE_RETENTION_INTERVAL": None}}  # its default: not set
+
+
+def _update(request) -> None:
+    """A request's hashes of its newly full blocks, from 0.16: ``update_block_hashes``."""
+    request.update_block_hashes()
+
+
+def _extend(request) -> None:
+    """Up to 0.15, as ``append_output_token_ids`` updates them: ``get_hash_new_full_blocks`` appended."""
+    request.block_hashes.extend(request.get_hash_new_full_blocks())
+
+
+def _drive(scheduler_block_size: bool, computed, eos_token_id: bool = False, update_hashes=_update) -> dict:
+    """How the adapter calls an era's code: KVCacheManager's keywords, get_computed_blocks' answer, Request's."""
+    return {"scheduler_block_size": scheduler_block_size, "computed": computed, "eos_token_id": eos_token_id,
+            "update_hashes": update_hashes}
+
+
+_EOS = _drive(False, _two, eos_token_id=True, update_hashes=_extend)
 ERAS = (
-    Era("0.21.0", "0.22.1", "the first release the plan drives", _OLD,
-        drive={"scheduler_block_size": False, "computed": _two}),
+    Era("0.12.0", "0.13.0", "the first release the plan drives", {"vllm.utils.mem_constants": {}}, drive=_EOS),
+    Era("0.14.0", "0.15.0", "kv_cache_utils takes its sizes from vllm.utils.mem_utils, not mem_constants", _OLD,
+        drive=_EOS),
+    Era("0.16.0", "0.16.0", "Request.update_block_hashes hashes its newly full blocks", _OLD,
+        drive=_drive(False, _two, eos_token_id=True)),
+    Era("0.17.0", "0.22.1", "Request no longer takes eos_token_id", _OLD,
+        drive=_drive(False, _two)),
     Era("0.23.0", "0.25.1", "KVCacheManager takes scheduler_block_size; the coordinator reads "
         "vllm.envs.VLLM_PREFIX_CACHE_RETENTION_INTERVAL", _RETAINED,
-        drive={"scheduler_block_size": True, "computed": _two}),
+        drive=_drive(True, _two)),
     Era("0.26.0", "0.28.0", "get_computed_blocks answers a third value (the shared-prefix boundary)", _RETAINED,
-        drive={"scheduler_block_size": True, "computed": _three}),
+        drive=_drive(True, _three)),
     Era("0.29.0", "0.29.0", "the retention interval is read from KVCacheConfig, no longer from vllm.envs", _OLD,
-        drive={"scheduler_block_size": True, "computed": _three}),
+        drive=_drive(True, _three)),
     Era("0.30.0", "0.32.0", "kv_cache_utils imports vllm.v1.hisparse.layout (the KV-cache planning's)",
-        {**_OLD, "vllm.v1.hisparse.layout": {}}, drive={"scheduler_block_size": True, "computed": _three}),
+        {**_OLD, "vllm.v1.hisparse.layout": {}}, drive=_drive(True, _three)),
     Era("0.33.0", "0.33.0", "the KV-cache planning moved out of kv_cache_utils (kv_cache_planning, not imported)",
-        drive={"scheduler_block_size": True, "computed": _three}),
+        drive=_drive(True, _three)),
     Era("0.34.0", "0.34.0", "requests keep their tokens in vllm.v1.token_buffer; the block pool and requests untrack "
         "their objects from the garbage collector (vllm.utils.gc_utils)",
         real=("vllm.utils.gc_utils", "vllm.v1.token_buffer", "vllm.utils.collection_utils"),
-        drive={"scheduler_block_size": True, "computed": _three}),
+        drive=_drive(True, _three)),
 )
-BEFORE = "releases before 0.21.0 are not read against the plan yet"
+BEFORE = ("before 0.12.0 KVCacheManager takes no hash_block_size (0.11.x: the block size is the KV-cache spec's), "
+          "and 0.11.0's vllm/utils/__init__.py, which the plan runs, imports cachetools")
 
 
 def era(version: str | None = None) -> Era:
@@ -138,6 +163,7 @@ class VllmEngine(EngineAdapter):
         self.manager = v.KVCacheManager(config, max_model_len=self.max_tokens, hash_block_size=self.block_size,
                                         enable_caching=self.enable_caching, **sizes)
         self._computed = v.computed
+        self._request_kw = {"eos_token_id": None} if v.eos_token_id else {}
         self.pool = self.manager.block_pool
         self.req_to_blocks = self.manager.coordinator.single_type_managers[0].req_to_blocks
         self.requests: list = [None] * self.max_seqs
@@ -169,7 +195,7 @@ class VllmEngine(EngineAdapter):
         if chain is not None:
             self._given[request_id] = chain
         hasher = self._plain_hasher if chain is None else self._cached_hasher
-        request = v.Request(request_id, [0] * num_tokens, self.params, None, block_hasher=hasher)
+        request = v.Request(request_id, [0] * num_tokens, self.params, None, block_hasher=hasher, **self._request_kw)
         self.requests[seq_id] = request
         blocks, hits = self._computed(self.manager.get_computed_blocks(request))
         if self.manager.allocate_slots(request, num_tokens - hits, hits, blocks) is None:
@@ -267,7 +293,7 @@ class VllmCachingEngine(VllmEngine):
                               f"seals block {n >> self.block_shift} after {len(request.block_hashes)}")
         taken = self.pool.cached_block_hash_to_block.get_one_block(self._key(digest)) is not None
         self._given[request.request_id] = [digest]
-        request.update_block_hashes()
+        self.vllm.update_hashes(request)
         self.manager.cache_blocks(request, n)
         return not taken
 
