@@ -348,14 +348,14 @@ def cmd_history(args: argparse.Namespace) -> int:
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         raise UsageError(f"--scenario {unknown[0]}: unknown scenario; `{PROG} scenarios` lists them")
-    out = writable_dir(Path(args.out), "--out")
+    out = writable_dir(Path(args.out), "--out") if args.out else None
     opts = HistoryOptions(engine, args.versions, scenarios, {s: scenario_params(s, args) for s in scenarios}, out,
                           reps=args.reps, find_links=Path(args.find_links) if args.find_links else None,
                           deadline_s=args.deadline, command=shlex.join([PROG, *sys.argv[1:]]))
     if args.cache:
         opts.cache = Path(args.cache)
     outcome = history(opts)
-    for line in render(out, figures=not args.no_figures):
+    for line in render(outcome.written.parent, figures=not args.no_figures):
         print(line)
     for failure in outcome.failures:
         print(f"failed: {failure}", file=sys.stderr)
@@ -496,7 +496,8 @@ def _add_history(sub) -> None:
                         "resolved with `pip index versions`")
     p.add_argument("--scenario", type=csv_list, metavar="S,...",
                    help="scenarios (default: the engine's calibration scenarios without forks)")
-    p.add_argument("--out", default="history", metavar="DIR", help="where the tables and figures go (default: history)")
+    p.add_argument("--out", metavar="DIR",
+                   help="where the tables and figures go (default: a new folder results/<timestamp>-history-ENGINE/)")
     p.add_argument("--reps", type=count(1, MAX_CALIBRATE_REPS), default=5,
                    help=f"interleaved repetitions per release (default 5, at most {MAX_CALIBRATE_REPS:,})")
     p.add_argument("--cache", metavar="DIR", help="where wheels are kept (default: ~/.cache/kvblock-bench/engines, "

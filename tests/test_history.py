@@ -157,12 +157,14 @@ def test_history_drives_four_ranges_of_releases_in_lockstep_and_checks_each_repl
     assert "4 releases in the cache" in err
 
 
-def test_a_release_whose_code_moved_from_its_era_fails_its_replays_and_is_not_guessed(tmp_path, capsys) -> None:
+def test_a_release_whose_code_moved_from_its_era_fails_its_replays_and_is_not_guessed(tmp_path, capsys,
+                                                                                       monkeypatch) -> None:
     links = vllm_wheels(tmp_path, {"0.25.1": (True, False, False), "0.26.0": (True, False, False)})  # as 0.25.1
-    out = tmp_path / "out"
-    code, stdout, err = _history(capsys, "vllm", "0.25.1,0.26.0", "--scenario", "paper", "--reps", "1", "--out",
-                                 str(out), "--cache", str(tmp_path / "cache"), "--find-links", str(links), *SMALL)
+    monkeypatch.chdir(tmp_path)  # without --out: a new folder in results/
+    code, stdout, err = _history(capsys, "vllm", "0.25.1,0.26.0", "--scenario", "paper", "--reps", "1", "--cache",
+                                 str(tmp_path / "cache"), "--find-links", str(links), *SMALL)
     assert code == 1
+    [out] = (tmp_path / "results").glob("*-history-vllm")
     assert "not enough values to unpack" in err and "0.26.0" in err
     rows = read_history(out / "history.csv")
     assert {r.status for r in rows if r.version == "0.26.0"} == {"failed"}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base.args import DEFAULT_DEADLINE_S
-from harness.base.files import write_json
+from harness.base.files import RESULTS_DIR, new_run_dir, write_json
 from harness.base.history_rows import HISTORY_CSV, HistoryRow, write_history
 from harness.calibration import fetch
 from harness.calibration.engines import Engine
@@ -34,7 +34,7 @@ class HistoryOptions:
     versions: str
     scenarios: list[str]
     params: dict[str, dict[str, str]]
-    out: Path
+    out: Path | None = None  # None: a new folder results/<timestamp>-history-ENGINE/
     reps: int = 5
     cache: Path = field(default_factory=fetch.default_cache)
     find_links: Path | None = None
@@ -82,6 +82,8 @@ def history(opts: HistoryOptions) -> HistoryOutcome:
     """Fetch every release, replay each scenario on all of them in lockstep, write ``history.csv`` and ``meta.json``."""
     started = time.monotonic()
     versions = check(opts)
+    if opts.out is None:
+        opts.out = new_run_dir(RESULTS_DIR, f"history-{opts.engine.name}")
     opts.out.mkdir(parents=True, exist_ok=True)
     outcome = HistoryOutcome(releases=[fetched(opts, v) for v in versions])
     disk = sum(r.disk for r in outcome.releases)
