@@ -1,9 +1,9 @@
 """The ``kvblock-bench`` command line: one entry point, one subcommand per job.
 
-``scenarios``, ``trace``, ``run``, ``report``, ``compare``, ``gate``, ``table-copy``, ``baseline``, ``check`` and
-``calibrate`` share this parser and its error handling: bad input ends as one line on stderr naming the flag,
-file or line and the fix, with exit status 2, never a traceback. An interrupted command says so and exits with
-130.
+``scenarios``, ``trace``, ``run``, ``report``, ``compare``, ``gate``, ``table-copy``, ``baseline``, ``check``,
+``calibrate`` and ``history`` share this parser and its error handling: bad input ends as one line on stderr naming
+the flag, file or line and the fix, with exit status 2, never a traceback. An interrupted command says so and exits
+with 130.
 """
 
 from __future__ import annotations
@@ -332,6 +332,39 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 1 if outcome.failures else 0
 
 
+def cmd_history(args: argparse.Namespace) -> int:
+    """An engine's block manager release by release (DIR/history.csv, verdicts, figures); exit 1 when a replay
+    failed."""
+    import shlex
+
+    from harness.calibration.engines import ENGINES
+    from harness.calibration.history import HistoryOptions, history
+    from harness.output.history import render
+
+    if args.engine not in ("vllm", "sglang"):
+        raise UsageError(f"ENGINE {args.engine!r}: history compares published releases of vllm or sglang")
+    engine = ENGINES[args.engine]
+    scenarios = args.scenario or [s for s in engine.scenarios if s != "parallel-sampling"]
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        raise UsageError(f"--scenario {unknown[0]}: unknown scenario; `{PROG} scenarios` lists them")
+    out = writable_dir(Path(args.out), "--out") if args.out else None
+    opts = HistoryOptions(engine, args.versions, scenarios, {s: scenario_params(s, args) for s in scenarios}, out,
+                          reps=args.reps, find_links=Path(args.find_links) if args.find_links else None,
+                          deadline_s=args.deadline, command=shlex.join([PROG, *sys.argv[1:]]))
+    if args.cache:
+        opts.cache = Path(args.cache)
+    outcome = history(opts)
+    for line in render(outcome.written.parent, figures=not args.no_figures):
+        print(line)
+    for failure in outcome.failures:
+        print(f"failed: {failure}", file=sys.stderr)
+    disk = sum(r.disk for r in outcome.releases)
+    print(f"{len(outcome.releases)} releases ({disk / 1e6:,.0f} MB in the cache {opts.cache}) in "
+          f"{outcome.seconds:,.0f} s; rows in {outcome.written}")
+    return 1 if outcome.failures else 0
+
+
 def calibration_destination(args: argparse.Namespace, engine: str):
     """Where ``calibrate`` writes: a new folder in --results, or the table --out or --update-committed names."""
     from harness.calibration.destination import Destination
@@ -445,6 +478,38 @@ def _add_calibrate(sub) -> None:
         group.add_argument(f"--{key.replace('_', '-')}", dest=PARAM_PREFIX + key, metavar="VALUE")
 
 
+def _add_history(sub) -> None:
+    from harness.output.compare import DEFAULT_THRESHOLD_PCT
+
+    p = sub.add_parser(
+        "history", help="an engine's block manager release by release, on the same traces in one run",
+        description=f"{PROG} history ENGINE VERSIONS [--scenario S,...] [--out DIR]. Fetches each release's wheel "
+                    "with this Python's pip (--no-deps) into the cache outside the repository (reused when there), "
+                    "imports its block-manager modules unmodified by the plan of its range of releases "
+                    "(harness/calibration/engine_ENGINE.py: ERAS), replays each scenario on every release with the "
+                    "same driver, each release in a worker process of its own, in lockstep, checks every replay "
+                    "against its trace, and writes DIR/history.csv, DIR/verdicts.csv (each release against the one "
+                    f"before: compare's verdict at {DEFAULT_THRESHOLD_PCT:g} %), DIR/history.md and a figure.")
+    p.add_argument("engine", help="vllm or sglang")
+    p.add_argument("versions", metavar="VERSIONS",
+                   help="published releases: a comma list (0.23.0,0.24.0) or a range FIRST..LAST (0.21.0..0.33.0), "
+                        "resolved with `pip index versions`")
+    p.add_argument("--scenario", type=csv_list, metavar="S,...",
+                   help="scenarios (default: the engine's calibration scenarios without forks)")
+    p.add_argument("--out", metavar="DIR",
+                   help="where the tables and figures go (default: a new folder results/<timestamp>-history-ENGINE/)")
+    p.add_argument("--reps", type=count(1, MAX_CALIBRATE_REPS), default=5,
+                   help=f"interleaved repetitions per release (default 5, at most {MAX_CALIBRATE_REPS:,})")
+    p.add_argument("--cache", metavar="DIR", help="where wheels are kept (default: ~/.cache/kvblock-bench/engines, "
+                                                  "or $KVBLOCK_BENCH_CACHE); never inside the repository")
+    p.add_argument("--find-links", metavar="DIR", help="fetch the wheels from this folder only (pip --no-index)")
+    p.add_argument("--no-figures", action="store_true", help="tables only")
+    add_deadline(p)
+    group = p.add_argument_group("scenario parameters (e.g. --steps 200 for a short smoke run)")
+    for key in dict.fromkeys(key for sc in SCENARIOS.values() for key in sc.defaults if key != "csv"):
+        group.add_argument(f"--{key.replace('_', '-')}", dest=PARAM_PREFIX + key, metavar="VALUE")
+
+
 def build_parser() -> Parser:
     from harness.ci import baseline, gate
     from harness.output import times
@@ -476,6 +541,7 @@ def build_parser() -> Parser:
     baseline.add_arguments(sub.add_parser("baseline", parents=[results],
                                           help="save a run as a committed baseline for `kvblock-bench compare`"))
     _add_calibrate(sub)
+    _add_history(sub)
     p = sub.add_parser("check", help="is an implementation correct? contract conformance against the reference model",
                        description="Random valid and invalid call sequences on IMPL and on the reference model "
                                    "(impls/core/reference.py), compared after every call up to a renaming of block "
@@ -500,7 +566,7 @@ def build_parser() -> Parser:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "scenarios": cmd_scenarios, "trace": cmd_trace, "run": cmd_run, "report": cmd_report, "compare": cmd_compare,
     "gate": cmd_gate, "table-copy": cmd_table_copy, "baseline": cmd_baseline, "check": cmd_check,
-    "calibrate": cmd_calibrate,
+    "calibrate": cmd_calibrate, "history": cmd_history,
 }
 # What a command may raise for bad input: shown as one line, exit status 2. Anything else is a bug of ours and
 # keeps its traceback (exit status 1); a design's failure is a failed cell, never an exception here.

@@ -50,6 +50,8 @@ BOUNDED = [  # (argv before the value, the value, words of the one-line error)
     (["run", "--processes"], HUGE, ["--processes", f"from 1 to {MAX_PROCESSES}"]),
     (["calibrate", "vllm", "--reps"], arg_types.MAX_CALIBRATE_REPS + 1,
      ["--reps", f"to {arg_types.MAX_CALIBRATE_REPS:,}"]),
+    (["history", "vllm", "0.23.0", "--reps"], arg_types.MAX_CALIBRATE_REPS + 1,
+     ["--reps", f"to {arg_types.MAX_CALIBRATE_REPS:,}"]),
     (["check", "flat", "--seeds"], arg_types.MAX_CHECK_SEEDS + 1, ["--seeds", f"to {arg_types.MAX_CHECK_SEEDS:,}"]),
     (["check", "flat", "--examples"], arg_types.MAX_CHECK_EXAMPLES + 1,
      ["--examples", f"to {arg_types.MAX_CHECK_EXAMPLES:,}"]),

@@ -22,12 +22,12 @@ def have_xxhash() -> bool:
     return importlib.util.find_spec("xxhash") is not None
 
 
-def plan() -> ImportPlan:
+def plan(version: str | None = None) -> ImportPlan:
     """How nano-vllm's modules are imported: three from the source folder (xxhash, or a stand-in without it)."""
     return ImportPlan(packages=("nanovllm",), real=REAL, external_stubs=() if have_xxhash() else ("xxhash",))
 
 
-def load() -> SimpleNamespace:
+def load(version: str | None = None) -> SimpleNamespace:
     from nanovllm.engine.block_manager import BlockManager
     from nanovllm.engine.sequence import Sequence
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from harness.calibration.adapter import EngineAdapter
 from harness.calibration.engines import Baseline
+from harness.calibration.eras import Era, era_of
 from harness.calibration.loader import ImportPlan, Piece
 from impls.contenders.sglang import PagedRows
 from impls.contract import NoFreeBlocksError
@@ -21,9 +22,22 @@ REAL = ("sglang.srt.mem_cache.allocator.base", "sglang.srt.mem_cache.allocator.p
 UTILS = ("is_hip", "_warned_bool_env_var_keys", "get_bool_env_var", "next_power_of_2", "get_num_new_pages")
 
 
-def plan() -> ImportPlan:
+ERAS = (Era("0.5.22", "0.5.23", "the first release the plan drives"),)
+BEFORE = ("before 0.5.22 PagedTokenToKVPoolAllocator's alloc_extend and alloc_decode launch Triton kernels "
+          "(alloc_extend_kernel, alloc_decode_kernel) with no CPU path; the native torch path (use_triton_kernels, "
+          "from current_platform.capabilities.supports_triton) arrived in 0.5.22")
+
+
+def era(version: str | None = None) -> Era:
+    """The era of :data:`ERAS` that drives ``version`` (None: the newest); :class:`InputError` when none does."""
+    return era_of(ERAS, "sglang", version, BEFORE)
+
+
+def plan(version: str | None = None) -> ImportPlan:
     """How SGLang's modules are imported: the allocator from the wheel, four utilities compiled from theirs."""
     import torch
+
+    era(version)
 
     cpu = SimpleNamespace(capabilities=SimpleNamespace(supports_triton=False))
     return ImportPlan(
@@ -35,7 +49,7 @@ def plan() -> ImportPlan:
                                            "logger": logging.getLogger("sglang")})})
 
 
-def load() -> SimpleNamespace:
+def load(version: str | None = None) -> SimpleNamespace:
     from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
 
     return SimpleNamespace(PagedTokenToKVPoolAllocator=PagedTokenToKVPoolAllocator)

@@ -14,6 +14,7 @@ import numpy as np
 from harness.base.replay import ReplayError
 from harness.calibration.adapter import EngineAdapter
 from harness.calibration.engines import Baseline
+from harness.calibration.eras import Era, era_of
 from harness.calibration.loader import ImportPlan, Piece
 from harness.calibration.traces import fan_out_forks
 from impls.contenders.vllm_v1_pc import cached_need, sealable
@@ -40,8 +41,75 @@ class _StructuredOutputRequest:
         return None
 
 
-def plan() -> ImportPlan:
-    """How vLLM's modules are imported: :data:`REAL` from the wheel, the rest stand-ins."""
+def _two(computed: tuple) -> tuple:
+    """``get_computed_blocks``' answer up to 0.25: (blocks, hits)."""
+    blocks, hits = computed
+    return blocks, hits
+
+
+def _three(computed: tuple) -> tuple:
+    """``get_computed_blocks``' answer from 0.26: (blocks, hits, shared-prefix boundary)."""
+    blocks, hits, _boundary = computed
+    return blocks, hits
+
+
+_OLD = {"vllm.utils.mem_utils": {}}  # format_gib, for the KV-cache planning's messages (not a replay's code)
+_RETAINED = {**_OLD, "vllm.envs": {"VLLM_PREFIX_CACHE_RETENTION_INTERVAL": None}}  # its default: not set
+
+
+def _update(request) -> None:
+    """A request's hashes of its newly full blocks, from 0.16: ``update_block_hashes``."""
+    request.update_block_hashes()
+
+
+def _extend(request) -> None:
+    """Up to 0.15, as ``append_output_token_ids`` updates them: ``get_hash_new_full_blocks`` appended."""
+    request.block_hashes.extend(request.get_hash_new_full_blocks())
+
+
+def _drive(scheduler_block_size: bool, computed, eos_token_id: bool = False, update_hashes=_update) -> dict:
+    """How the adapter calls an era's code: KVCacheManager's keywords, get_computed_blocks' answer, Request's."""
+    return {"scheduler_block_size": scheduler_block_size, "computed": computed, "eos_token_id": eos_token_id,
+            "update_hashes": update_hashes}
+
+
+_EOS = _drive(False, _two, eos_token_id=True, update_hashes=_extend)
+ERAS = (
+    Era("0.12.0", "0.13.0", "the first release the plan drives", {"vllm.utils.mem_constants": {}}, drive=_EOS),
+    Era("0.14.0", "0.15.0", "kv_cache_utils takes its sizes from vllm.utils.mem_utils, not mem_constants", _OLD,
+        drive=_EOS),
+    Era("0.16.0", "0.16.0", "Request.update_block_hashes hashes its newly full blocks", _OLD,
+        drive=_drive(False, _two, eos_token_id=True)),
+    Era("0.17.0", "0.22.1", "Request no longer takes eos_token_id", _OLD,
+        drive=_drive(False, _two)),
+    Era("0.23.0", "0.25.1", "KVCacheManager takes scheduler_block_size; the coordinator reads "
+        "vllm.envs.VLLM_PREFIX_CACHE_RETENTION_INTERVAL", _RETAINED,
+        drive=_drive(True, _two)),
+    Era("0.26.0", "0.28.0", "get_computed_blocks answers a third value (the shared-prefix boundary)", _RETAINED,
+        drive=_drive(True, _three)),
+    Era("0.29.0", "0.29.0", "the retention interval is read from KVCacheConfig, no longer from vllm.envs", _OLD,
+        drive=_drive(True, _three)),
+    Era("0.30.0", "0.32.0", "kv_cache_utils imports vllm.v1.hisparse.layout (the KV-cache planning's)",
+        {**_OLD, "vllm.v1.hisparse.layout": {}}, drive=_drive(True, _three)),
+    Era("0.33.0", "0.33.0", "the KV-cache planning moved out of kv_cache_utils (kv_cache_planning, not imported)",
+        drive=_drive(True, _three)),
+    Era("0.34.0", "0.34.0", "requests keep their tokens in vllm.v1.token_buffer; the block pool and requests untrack "
+        "their objects from the garbage collector (vllm.utils.gc_utils)",
+        real=("vllm.utils.gc_utils", "vllm.v1.token_buffer", "vllm.utils.collection_utils"),
+        drive=_drive(True, _three)),
+)
+BEFORE = ("before 0.12.0 KVCacheManager takes no hash_block_size (0.11.x: the block size is the KV-cache spec's), "
+          "and 0.11.0's vllm/utils/__init__.py, which the plan runs, imports cachetools")
+
+
+def era(version: str | None = None) -> Era:
+    """The era of :data:`ERAS` that drives ``version`` (None: the newest); :class:`InputError` when none does."""
+    return era_of(ERAS, "vllm", version, BEFORE)
+
+
+def plan(version: str | None = None) -> ImportPlan:
+    """How vLLM's modules are imported: :data:`REAL` from the wheel, the rest stand-ins (by ``version``'s era)."""
+    e = era(version)
     off_path = ("vllm.envs", "vllm.distributed.kv_events", "vllm.multimodal.inputs", "vllm.multimodal.utils",
                 "vllm.pooling_params", "vllm.sampling_params", "vllm.utils.hashing", "vllm.utils.torch_utils",
                 "vllm.v1.attention.backends.registry", "vllm.v1.engine", "vllm.v1.kv_hints")
@@ -52,15 +120,17 @@ def plan() -> ImportPlan:
         "vllm.platforms": {"current_platform": SimpleNamespace(register_custom_kv_cache_specs=lambda config: None)},
         "vllm.v1.metrics.stats": {"PrefillStats": _PrefillStats},
         "vllm.v1.structured_output.request": {"StructuredOutputRequest": _StructuredOutputRequest},
+        **e.stubs,
     })
     typing_names = {"TypeVar": typing.TypeVar, "Generic": typing.Generic, "Sequence": abc.Sequence,
                     "overload": typing.overload}
-    return ImportPlan(packages=("vllm",), real=REAL, stubs=stubs,
+    return ImportPlan(packages=("vllm",), real=REAL + e.real, stubs=stubs,
                       pieces={"vllm.v1.utils": Piece("vllm.v1.utils", ("T", "ConstantList"), typing_names)})
 
 
-def load() -> SimpleNamespace:
-    """The engine's classes the adapter uses (inside :func:`harness.calibration.loader.engine_imports`)."""
+def load(version: str | None = None) -> SimpleNamespace:
+    """The engine's classes the adapter uses (inside :func:`harness.calibration.loader.engine_imports`), and how
+    ``version``'s era is driven."""
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -68,7 +138,8 @@ def load() -> SimpleNamespace:
 
     return SimpleNamespace(KVCacheManager=KVCacheManager, FullAttentionSpec=FullAttentionSpec,
                            KVCacheConfig=KVCacheConfig, KVCacheGroupSpec=KVCacheGroupSpec, Request=Request,
-                           RequestStatus=RequestStatus, make_block_hash_with_group_id=make_block_hash_with_group_id)
+                           RequestStatus=RequestStatus, make_block_hash_with_group_id=make_block_hash_with_group_id,
+                           **era(version).drive)
 
 
 class VllmEngine(EngineAdapter):
@@ -88,12 +159,16 @@ class VllmEngine(EngineAdapter):
         spec = v.FullAttentionSpec(block_size=self.block_size, num_kv_heads=1, head_size=1, dtype=torch.float16)
         config = v.KVCacheConfig(num_blocks=self.num_blocks + 1, kv_cache_tensors=[],
                                  kv_cache_groups=[v.KVCacheGroupSpec(["layer.0"], spec)])
-        self.manager = v.KVCacheManager(config, max_model_len=self.max_tokens, scheduler_block_size=self.block_size,
-                                        hash_block_size=self.block_size, enable_caching=self.enable_caching)
+        sizes = {"scheduler_block_size": self.block_size} if v.scheduler_block_size else {}
+        self.manager = v.KVCacheManager(config, max_model_len=self.max_tokens, hash_block_size=self.block_size,
+                                        enable_caching=self.enable_caching, **sizes)
+        self._computed = v.computed
+        self._request_kw = {"eos_token_id": None} if v.eos_token_id else {}
         self.pool = self.manager.block_pool
         self.req_to_blocks = self.manager.coordinator.single_type_managers[0].req_to_blocks
         self.requests: list = [None] * self.max_seqs
-        self.params = SimpleNamespace(max_tokens=self.max_tokens, extra_args=None, skip_reading_prefix_cache=None)
+        self.params = SimpleNamespace(max_tokens=self.max_tokens, extra_args=None, skip_reading_prefix_cache=None,
+                                      prompt_logprobs=None, prompt_logprob_token_ids=None, prompt_logprob_start=None)
         self._ids = itertools.count(1)
         self._digests = itertools.count(1)
         self._given: dict[str, list[bytes]] = {}
@@ -120,9 +195,9 @@ class VllmEngine(EngineAdapter):
         if chain is not None:
             self._given[request_id] = chain
         hasher = self._plain_hasher if chain is None else self._cached_hasher
-        request = v.Request(request_id, [0] * num_tokens, self.params, None, block_hasher=hasher)
+        request = v.Request(request_id, [0] * num_tokens, self.params, None, block_hasher=hasher, **self._request_kw)
         self.requests[seq_id] = request
-        blocks, hits, _ = self.manager.get_computed_blocks(request)
+        blocks, hits = self._computed(self.manager.get_computed_blocks(request))
         if self.manager.allocate_slots(request, num_tokens - hits, hits, blocks) is None:
             raise NoFreeBlocksError(f"vLLM's allocate_slots refused the admission of row {seq_id}")
         request.status = v.RequestStatus.RUNNING
@@ -218,7 +293,7 @@ class VllmCachingEngine(VllmEngine):
                               f"seals block {n >> self.block_shift} after {len(request.block_hashes)}")
         taken = self.pool.cached_block_hash_to_block.get_one_block(self._key(digest)) is not None
         self._given[request.request_id] = [digest]
-        request.update_block_hashes()
+        self.vllm.update_hashes(request)
         self.manager.cache_blocks(request, n)
         return not taken
 

@@ -43,6 +43,7 @@ class Engine:
     module: str  # harness.calibration.<module>: PLAN, load(), baselines(), REGIMES
     regimes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     scenarios: tuple[str, ...] = ("paper", "parallel-sampling")
+    history: dict[str, str] = field(default_factory=dict)  # ``history``'s baselines and their caching mode
 
     def code(self) -> ModuleType:
         return importlib.import_module(f"harness.calibration.{self.module}")
@@ -54,8 +55,9 @@ class Engine:
 ENGINES = {
     "vllm": Engine("vllm", "vLLM", "vllm", ("vllm",), "engine_vllm",
                    {"vllm-v1": ("per-call", "batched"), "vllm-v1-pc": ("per-call", "batched")},
-                   (PAPER, "parallel-sampling", "system-prompt-256")),
-    "sglang": Engine("sglang", "SGLang", "sglang", ("sglang",), "engine_sglang", {"sglang": ("batched",)}),
+                   (PAPER, "parallel-sampling", "system-prompt-256"), {"caching off": "off", "caching on": "on"}),
+    "sglang": Engine("sglang", "SGLang", "sglang", ("sglang",), "engine_sglang", {"sglang": ("batched",)},
+                     history={"one torch thread": "off"}),
     "nano-vllm": Engine("nano-vllm", "nano-vllm", None, ("nanovllm",), "engine_nano_vllm",
                         {"nano-vllm": ("per-call", "batched")}),
 }

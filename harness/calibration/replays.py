@@ -41,6 +41,9 @@ class CalibrationJob:
     reps: int
     only: list[int]
     skip: list[Key] = field(default_factory=list)
+    contenders: bool = True  # False: the engine's baselines alone (``history``)
+    baselines: tuple[str, ...] = ()  # the baselines replayed (none named: all)
+    lockstep: bool = False  # pause between slices (harness.run.lockstep: releases in workers of their own)
 
 
 @dataclass
@@ -102,7 +105,7 @@ def _measure(job: CalibrationJob, events: Events) -> Measured:
     engine = ENGINES[job.engine]
     with missing_packages(engine):
         module = engine.code()
-        plan = module.plan()
+        plan = module.plan(job.version)
     with engine_imports(plan, Path(job.root)) as imports:
         events.cell(IMPORTING)
         baselines = _load(engine, module, job)
@@ -118,7 +121,7 @@ def _load(engine: Engine, module: ModuleType, job: CalibrationJob) -> list[Basel
     """The engine's modules imported by the plan and its baselines made; a failure there is an :class:`InputError`."""
     with missing_packages(engine):
         try:
-            return module.baselines(module.load(), job.version)
+            baselines = module.baselines(module.load(job.version), job.version)
         except ModuleNotFoundError:
             raise
         except (ImportError, SyntaxError) as exc:  # PlanError included: a newer release imports more
@@ -129,6 +132,7 @@ def _load(engine: Engine, module: ModuleType, job: CalibrationJob) -> list[Basel
                 raise  # ours: a traceback
             raise InputError(f"{engine.name} {job.version}: its code failed while its modules were imported: "
                              f"{short_reason(exc)}") from None
+    return [b for b in baselines if not job.baselines or b.name in job.baselines]
 
 
 def raised_in(exc: BaseException, root: Path) -> bool:
@@ -153,6 +157,8 @@ class Context:
         self.failed: dict[Key, str] = {}
 
     def contenders(self, baselines: list[Baseline]) -> list[str]:
+        if not self.job.contenders:
+            return []
         caching = trace_uses_caching(self.trace)
         names = dict.fromkeys(c for b in baselines for c in b.calibrates)
         return [c for c in names if c in REGISTRY and (not caching or supports_prefix_caching(REGISTRY[c]))]
@@ -193,8 +199,9 @@ class Context:
         with one_intra_op_thread() as threads:
             self.warm_up()
             try:
+                pause = self.events.pause if self.job.lockstep else lambda position: None
                 replays = interleaved(self.drivers, self.job.reps, False, self.slices, only=self.job.only,
-                                      enter=self.events.cell) if self.drivers else None
+                                      enter=self.events.cell, pause=pause) if self.drivers else None
             except (StubTouched, PlanError) as exc:
                 raise RuntimeError(f"{self.job.scenario}: the engine's code left the import plan during a replay: "
                                    f"{exc}") from exc

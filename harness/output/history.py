@@ -1,0 +1,32 @@
+"""A ``history`` folder rendered: the verdicts (``verdicts.csv``, ``history.md``), a figure per engine, the summary.
+Design: docs/output.md#harnessoutputhistorypy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.base.files import atomic_write_text, read_json
+from harness.base.history_rows import HISTORY_CSV, read_history
+from harness.output import history_figure
+from harness.output.history_report import DEFAULT_THRESHOLD, console_lines, steps, table, write_steps
+
+
+def render(folder: Path, figures: bool = True) -> list[str]:
+    """Write the folder's verdicts, table and figures from its ``history.csv`` and ``meta.json``; the summary."""
+    rows = read_history(folder / HISTORY_CSV)
+    meta_path = folder / "meta.json"
+    meta = read_json(meta_path) if meta_path.is_file() else {}
+    found = steps(rows)
+    write_steps(folder, found)
+    lines = [f"# {', '.join(sorted({r.engine for r in rows}))} by release", "",
+             f"Figures: `{HISTORY_CSV}`; machine: {meta.get('machine', '?')}; load average at the start "
+             f"{meta.get('load_average', '?')}; command: `{meta.get('command', '?')}`.", "",
+             f"Each release over the one before, per metric: NEW/BASE, its 95 % interval, and `compare`'s verdict at "
+             f"{DEFAULT_THRESHOLD * 100:g} % (SLOWER, faster, = no difference, n/c not comparable).", "",
+             *table(found), ""]
+    atomic_write_text(folder / "history.md", "\n".join(lines))
+    drawn = []
+    if figures:
+        for engine in sorted({r.engine for r in rows}):
+            drawn += history_figure.draw(engine, rows, found, meta, folder)
+    return [*console_lines(found), *(f"figure: {p}" for p in drawn if p.suffix == ".png")]

@@ -1,0 +1,207 @@
+"""``kvblock-bench history``: the VERSIONS parser, the plans' release table and its refusals, the verdicts, and whole
+runs on stand-in vLLM wheels laid out as three ranges of releases are (``tests/history_standin.py``).
+
+The real releases (downloads of 300 MB each for vLLM) run in the slow test at the end."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import math
+import re
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from harness.base.history_rows import METRICS, HistoryRow, read_history, write_history
+from harness.calibration import engine_sglang, engine_vllm
+from harness.calibration.eras import Era, era_of
+from harness.calibration.releases import parse_versions, resolve
+from harness.cli import main
+from harness.errors import InputError
+from harness.output.history import render
+from harness.output.history_report import step, steps
+from tests.history_standin import LAYOUTS, vllm_wheels
+
+SMALL = ["--steps", "24", "--running", "12", "--num-blocks", "2048", "--prompt-mean", "40", "--output-mean", "30"]
+
+
+# -- VERSIONS ----------------------------------------------------------------------------------------------
+def test_a_comma_list_is_sorted_by_release_and_a_range_keeps_its_ends() -> None:
+    assert parse_versions("0.24.0, 0.23.0,0.24.0,0.9.2") == (["0.9.2", "0.23.0", "0.24.0"], None)
+    assert parse_versions("0.21.0..0.33.0") == ([], ("0.21.0", "0.33.0"))
+    assert parse_versions("0.5.15.post1") == (["0.5.15.post1"], None)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("0.21..", "'' is not a release number"), ("latest", "'latest' is not a release number"),
+    ("0.3..0.2", "runs backwards"), ("0.1,,0.2", "'' is not a release number"),
+    ("0.21.0..0.22.0,0.3", "'0.22.0,0.3' is not a release number"), ("0.2 3", "not a release number"),
+])
+def test_bad_versions_are_one_line_naming_the_part(text, words) -> None:
+    with pytest.raises(InputError, match=re.escape(words)):
+        parse_versions(text)
+
+
+def test_a_range_is_every_release_the_index_lists_between_its_ends(tmp_path) -> None:
+    links = vllm_wheels(tmp_path, {"0.22.1": (False, False, False), "0.25.1": (True, False, False),
+                                   "0.26.0": (True, True, False), "0.27.0": (True, True, False)})
+    assert resolve("0.22.1..0.26.0", "vllm", links) == ["0.22.1", "0.25.1", "0.26.0"]
+    assert resolve("0.26.0,0.22.1", "vllm", links) == ["0.22.1", "0.26.0"]  # a list is not looked up
+    with pytest.raises(InputError, match=re.escape("0.23.0 is not a published release")):
+        resolve("0.23.0..0.26.0", "vllm", links)
+
+
+# -- the plans' table of releases --------------------------------------------------------------------------
+@pytest.mark.parametrize("module", [engine_vllm, engine_sglang])
+def test_the_eras_are_ordered_and_disjoint_and_each_release_finds_its_own(module) -> None:
+    eras = module.ERAS
+    for era in eras:
+        assert Version(era.first) <= Version(era.last) and era.moved
+        assert module.era(era.first) is era and module.era(era.last) is era
+    for a, b in itertools.pairwise(eras):
+        assert Version(a.last) < Version(b.first)
+    assert module.era(None) is eras[-1] and module.era("0123abcd" * 5) is eras[-1]  # a checkout: the newest
+
+
+def test_the_vllm_eras_drive_what_moved_between_releases() -> None:
+    assert engine_vllm.era("0.16.0").drive["eos_token_id"] and not engine_vllm.era("0.17.0").drive["eos_token_id"]
+    assert "vllm.utils.mem_constants" in engine_vllm.plan("0.13.0").stubs
+    assert engine_vllm.era("0.22.1").drive["scheduler_block_size"] is False
+    assert engine_vllm.era("0.23.0").drive["scheduler_block_size"] is True
+    assert engine_vllm.era("0.25.1").drive["computed"]((["b"], 16)) == (["b"], 16)
+    with pytest.raises(ValueError):  # a third value where the era expects two: never read past it
+        engine_vllm.era("0.25.1").drive["computed"]((["b"], 16, 0))
+    assert engine_vllm.era("0.26.0").drive["computed"]((["b"], 16, 0)) == (["b"], 16)
+    assert engine_vllm.plan("0.27.0").stubs["vllm.envs"] == {"VLLM_PREFIX_CACHE_RETENTION_INTERVAL": None}
+    assert engine_vllm.plan("0.29.0").stubs["vllm.envs"] == {}
+    assert "vllm.utils.gc_utils" in engine_vllm.plan("0.34.0").real
+    assert "vllm.utils.gc_utils" not in engine_vllm.plan("0.33.0").real
+
+
+@pytest.mark.parametrize("engine, version, words", [
+    ("vllm", "0.11.2", "older than the plans drive (0.12.0..0.34.0): before 0.12.0 KVCacheManager takes no"),
+    ("vllm", "0.35.0", "newer than 0.34.0, the last release the import plans were checked against"),
+    ("sglang", "0.5.21", "launch Triton kernels"),
+])
+def test_a_release_outside_the_plans_is_refused_saying_why(engine, version, words) -> None:
+    module = {"vllm": engine_vllm, "sglang": engine_sglang}[engine]
+    with pytest.raises(InputError, match=re.escape(words)):
+        module.era(version)
+
+
+def test_a_gap_between_eras_is_refused() -> None:
+    eras = (Era("1.0", "1.2", "first"), Era("2.0", "2.1", "second"))
+    assert era_of(eras, "x", "1.1", "old").first == "1.0"
+    with pytest.raises(InputError, match="between the plans' ranges"):
+        era_of(eras, "x", "1.5", "old")
+
+
+# -- verdicts and the figure -------------------------------------------------------------------------------
+def _row(version: str, value: float, metric: str = "seq_step_ns", caching: str = "off", width: float = 0.02,
+         status: str = "ok") -> HistoryRow:
+    return HistoryRow("vllm", version, caching, "paper", metric, value, value * (1 - width), value * (1 + width),
+                      status, 5, 100, "sha256:x", "machine", "0.1-0.1", "now", "cmd", "how")
+
+
+def test_each_release_is_compared_with_the_one_before_as_compare_judges() -> None:
+    rows = [_row("0.24.0", 130.0), _row("0.10.0", 100.0), _row("0.23.0", 100.0), _row("0.25.0", 100.0),
+            _row("0.26.0", 103.0)]
+    found = steps(rows)
+    assert [(s.base, s.new, s.verdict) for s in found] == [
+        ("0.10.0", "0.23.0", "no difference"), ("0.23.0", "0.24.0", "slower"), ("0.24.0", "0.25.0", "faster"),
+        ("0.25.0", "0.26.0", "no difference")]
+    assert math.isclose(found[1].ratio, 1.3) and found[1].ci_low > 1.1
+    assert "less than the 10 % threshold" in found[3].note
+    wide = step(_row("1.0", 100.0), _row("1.1", 130.0, width=0.3))
+    assert wide.verdict == "no difference" and "inconclusive" in wide.note
+    failed = step(_row("1.0", 100.0), _row("1.1", math.nan, status="failed"))
+    assert failed.verdict == "not comparable" and "1.1" in failed.note
+
+
+def test_render_writes_the_verdicts_the_table_and_a_figure(tmp_path) -> None:
+    rows = [_row(v, x, m, c) for m in METRICS for c in ("off", "on") for v, x in (("0.23.0", 100.0), ("0.24.0", 150.0))]
+    write_history(tmp_path / "history.csv", rows)
+    assert read_history(tmp_path / "history.csv") == rows
+    lines = render(tmp_path)
+    with (tmp_path / "verdicts.csv").open() as fh:
+        verdicts = list(csv.DictReader(fh))
+    assert len(verdicts) == 2 * len(METRICS) and {v["verdict"] for v in verdicts} == {"slower"}
+    assert "| vllm 0.23.0 -> 0.24.0 | on | paper | 1.50" in (tmp_path / "history.md").read_text()
+    assert (tmp_path / "history-vllm.png").stat().st_size > 0 and (tmp_path / "history-vllm.svg").is_file()
+    assert any(line.startswith("slower: vllm 0.24.0 (off, paper, seq_step_ns x1.50)") for line in lines)
+
+
+# -- whole runs on stand-in wheels -------------------------------------------------------------------------
+def _history(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["history", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_history_drives_four_ranges_of_releases_in_lockstep_and_checks_each_replay(tmp_path, capsys) -> None:
+    links, out = vllm_wheels(tmp_path), tmp_path / "out"
+    code, stdout, err = _history(capsys, "vllm", "0.16.0..0.26.0", "--scenario", "paper", "--reps", "2", "--out",
+                                 str(out), "--cache", str(tmp_path / "cache"), "--find-links", str(links), *SMALL)
+    assert code == 0, err
+    rows = read_history(out / "history.csv")
+    assert {(r.version, r.caching, r.metric) for r in rows} == {
+        (v, c, m) for v in LAYOUTS for c in ("off", "on") for m in METRICS}
+    for r in rows:
+        assert r.status == "ok" and r.reps == 2 and r.steps == 24 and r.digest.startswith("sha256:")
+        assert 0 < r.ci_low <= r.value <= r.ci_high or r.metric == "alloc_ns"
+        assert "lockstep" in r.how and "vllm.v1.core.kv_cache_manager" in r.how
+    assert "vllm 0.25.1 -> 0.26.0" in stdout and "releases (" in stdout
+    assert (out / "runs" / "vllm-0.25.1__paper.json.gz").is_file() and (out / "history-vllm.png").is_file()
+    assert "4 releases in the cache" in err
+
+
+def test_a_release_whose_code_moved_from_its_era_fails_its_replays_and_is_not_guessed(tmp_path, capsys,
+                                                                                       monkeypatch) -> None:
+    links = vllm_wheels(tmp_path, {"0.25.1": (True, False, False), "0.26.0": (True, False, False)})  # as 0.25.1
+    monkeypatch.chdir(tmp_path)  # without --out: a new folder in results/
+    code, stdout, err = _history(capsys, "vllm", "0.25.1,0.26.0", "--scenario", "paper", "--reps", "1", "--cache",
+                                 str(tmp_path / "cache"), "--find-links", str(links), *SMALL)
+    assert code == 1
+    [out] = (tmp_path / "results").glob("*-history-vllm")
+    assert "not enough values to unpack" in err and "0.26.0" in err
+    rows = read_history(out / "history.csv")
+    assert {r.status for r in rows if r.version == "0.26.0"} == {"failed"}
+    assert {r.status for r in rows if r.version == "0.25.1"} == {"ok"}
+    assert "n/c" in stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nano-vllm", "0.1.0"], "history compares published releases of vllm or sglang"),
+    (["vllm", "0.11.2,0.12.0"], "vllm 0.11.2: older than the plans drive"),
+    (["sglang", "0.5.21,0.5.22"], "sglang 0.5.21: older than the plans drive (0.5.22..0.5.23): before 0.5.22"),
+    (["vllm", "latest"], "VERSIONS latest: 'latest' is not a release number"),
+    (["vllm", "0.23.0,0.24.0", "--scenario", "nope"], "--scenario nope: unknown scenario"),
+    (["vllm", "0.23.0,0.24.0", "--reps", "0"], "--reps"),
+])
+def test_bad_history_input_is_one_line_and_exit_status_2(tmp_path, capsys, args, message) -> None:
+    code, _, err = _history(capsys, *args, "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"))
+    assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+# -- the real releases -------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("engine, versions, cachings", [
+    ("vllm", "0.23.0,0.24.0", {"off", "on"}),
+    ("sglang", "0.5.22,0.5.23", {"off"}),
+])
+def test_history_runs_two_published_releases_end_to_end(tmp_path, capsys, engine, versions, cachings) -> None:
+    """The published wheels (fetched once into the user's cache), on a short trace. Skipped when the package index
+    cannot be reached."""
+    out = tmp_path / "out"
+    code, stdout, err = _history(capsys, engine, versions, "--scenario", "paper", "--reps", "2", "--out", str(out),
+                                 "--steps", "40", "--running", "32")
+    if code == 2 and "pip download" in err:
+        pytest.skip(f"the package index is not reachable: {err.strip()}")
+    assert code == 0, err
+    rows = read_history(out / "history.csv")
+    assert {r.version for r in rows} == set(versions.split(",")) and {r.caching for r in rows} == cachings
+    assert all(r.status == "ok" and r.digest.startswith("sha256:") for r in rows)
+    assert f"{engine} {versions.replace(',', ' -> ')}" in stdout
+    assert isinstance(Path(out / "history.md").read_text(), str)
