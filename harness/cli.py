@@ -188,6 +188,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     from harness.output.report import report_texts, write_reports
     from harness.output.rundata import RunData
 
+    if args.history_readme:
+        from harness.output.history_readme import write_history_readme
+
+        engine = write_history_readme(Path(args.history_readme), Path(args.run or "."))
+        print(f"rewrote the {engine} history section of {args.history_readme} from {args.run}", file=sys.stderr)
+        return 0
     data = RunData.load(resolve_run(args.run, Path(args.results)))
     texts = report_texts(data)
     unwritten = None
@@ -531,6 +537,9 @@ def build_parser() -> Parser:
     p.add_argument("--growth-readme", metavar="FILE",
                    help="rewrite FILE's growth section (<!-- growth:begin/end -->) from this scale-sweep run "
                         "(e.g. docs/scale.md from results/scale)")
+    p.add_argument("--history-readme", metavar="FILE",
+                   help="only rewrite FILE's section <!-- history-ENGINE:begin/end --> from the history folder RUN "
+                        "(e.g. README.md from results/history/vllm)")
     p.add_argument("--readme", metavar="FILE",
                    help="also rewrite FILE's section between <!-- results:begin --> and <!-- results:end --> "
                         "(e.g. README.md from results/reference), and the time table of docs/time-budget.md beside it")

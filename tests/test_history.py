@@ -205,3 +205,31 @@ def test_history_runs_two_published_releases_end_to_end(tmp_path, capsys, engine
     assert all(r.status == "ok" and r.digest.startswith("sha256:") for r in rows)
     assert f"{engine} {versions.replace(',', ' -> ')}" in stdout
     assert isinstance(Path(out / "history.md").read_text(), str)
+
+
+def _row(version: str, value: float) -> "HistoryRow":
+    from harness.base.history_rows import HistoryRow
+
+    return HistoryRow("vllm", version, "off", "paper", "seq_step_ns", value, value * 0.99, value * 1.01, "ok", 5, 100,
+                      "sha256:x", "m", "1.0", "t", "kvblock-bench history vllm 0.1.0..0.3.0", "")
+
+
+def test_the_readme_section_names_the_releases_a_verdict_moved(tmp_path) -> None:
+    import json
+
+    from harness.base.history_rows import HISTORY_CSV, write_history
+    from harness.output.history_readme import markers, write_history_readme
+
+    folder = tmp_path / "results" / "history" / "vllm"
+    folder.mkdir(parents=True)
+    write_history(folder / HISTORY_CSV, [_row("0.1.0", 100.0), _row("0.2.0", 101.0), _row("0.3.0", 150.0)])
+    (folder / "meta.json").write_text(json.dumps({"command": "kvblock-bench history vllm 0.1.0..0.3.0",
+                                                  "machine": "m", "load_average_by_scenario": {"paper": [0.5, 1.5]}}))
+    readme = tmp_path / "README.md"
+    begin, end = markers("vllm")
+    readme.write_text(f"# x\n{begin}\nold\n{end}\ntail\n")
+    assert write_history_readme(readme, folder) == "vllm"
+    text = readme.read_text()
+    assert "old" not in text and text.endswith(f"{end}\ntail\n") and "`paper` at load average 0.5 to 1.5" in text
+    assert "0.2.0 -> **0.3.0**" in text and "slower" in text and "0.1.0 -> **0.2.0**" not in text
+    assert "(results/history/vllm/history.md)" in text

@@ -1,0 +1,48 @@
+"""The README's history section of one engine, generated from a ``history`` folder (``report DIR --history-readme``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness.base.files import atomic_write_text, read_json
+from harness.base.history_rows import HISTORY_CSV, read_history
+from harness.output.history_report import DEFAULT_THRESHOLD, Step, steps
+from harness.output.readme import replace_section
+
+
+def markers(engine: str) -> tuple[str, str]:
+    return f"<!-- history-{engine}:begin -->", f"<!-- history-{engine}:end -->"
+
+
+def _moved(s: Step) -> str:
+    return (f"- {s.base} -> **{s.new}** ({s.caching}, `{s.scenario}`, {s.metric}): {s.ratio:.2f}x "
+            f"[{s.ci_low:.2f}-{s.ci_high:.2f}], {s.verdict}")
+
+
+def section(folder: Path, shown_as: str) -> tuple[str, str]:
+    """(engine, the section's markdown) from ``folder``'s ``history.csv`` and ``meta.json``."""
+    rows = read_history(folder / HISTORY_CSV)
+    meta = read_json(folder / "meta.json") if (folder / "meta.json").is_file() else {}
+    engine = sorted({r.engine for r in rows})[0]
+    versions = sorted({r.version for r in rows}, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
+    found = steps(rows)
+    moved = [s for s in found if s.verdict in ("slower", "faster")]
+    load = "; ".join(f"`{name}` at load average {start:g} to {end:g}" for name, (start, end) in
+                     meta.get("load_average_by_scenario", {}).items()) or "load not recorded"
+    lines = [f"`{shown_as}/`: {engine} {versions[0]} to {versions[-1]} ({len(versions)} releases), "
+             f"`{meta.get('command', '?')}` on {meta.get('machine', '?')}, {load}. Each release over the one before, "
+             f"`compare`'s verdict at {DEFAULT_THRESHOLD * 100:g} % ({len(found)} comparisons; every one in "
+             f"[`history.md`]({shown_as}/history.md), the figure "
+             f"[`history-{engine}.png`]({shown_as}/history-{engine}.png)):",
+             "", *(map(_moved, moved) if moved else ["- no release slower or faster than the one before"]), ""]
+    return engine, "\n".join(lines)
+
+
+def write_history_readme(readme: Path, folder: Path) -> str:
+    """Rewrite ``readme``'s section of the folder's engine (between its markers); returns the engine."""
+    shown_as = Path(os.path.relpath(folder.resolve(), readme.resolve().parent)).as_posix()
+    engine, body = section(folder, shown_as)
+    begin, end = markers(engine)
+    atomic_write_text(readme, replace_section(readme.read_text(), body, begin, end))
+    return engine
