@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.base.files import ResultsError, read_json
+from harness.base.files import PAIRED_FILE, ResultsError, read_json
 from harness.base.rows import RATIO_METRICS
 from harness.base.stats import Estimate, independent_ratio
 from harness.errors import InputError
@@ -22,7 +22,6 @@ DEFAULT_THRESHOLD = DEFAULT_THRESHOLD_PCT / 100
 VERDICTS = ("slower", "faster", "no difference", "not comparable")
 SIDES = ("BASE", "NEW")
 CONFIG_IGNORED = ("root", "label", "progress")
-PAIRED_FILE = "ab.json"  # written by kvblock-bench ab into NEW's run folder (harness.run.ab)
 Key = tuple[str, str, str, str]
 
 

@@ -4,13 +4,14 @@ paired slice by slice. Design: docs/measurement.md#ab."""
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from harness.base.files import write_json
+from harness.base.files import PAIRED_FILE, write_json
 from harness.base.interleave import slice_bounds
 from harness.base.metrics import Work
 from harness.base.stats import Estimate
@@ -40,7 +41,7 @@ from harness.run.workers import CellDied, Pool, WorkerSpec
 from scenarios import Trace
 from scenarios.trace_format import content_digest
 
-PAIRED_FILE = "ab.json"  # in NEW's run folder: the paired NEW/BASE of every figure, and where BASE's rows are
+NATIVE_CACHE_ENV = "KVB_NATIVE_CACHE"  # impls/native/toolchain.py's
 SIDES = ("BASE", "NEW")
 Key = tuple[str, str, str, str]
 
@@ -124,6 +125,14 @@ def _plans(cfg: RunConfig, sides: list[Side]) -> list[tuple[ScenarioPlan, Trace 
     return out
 
 
+def share_native_cache() -> None:
+    """Both versions' C++ designs build into this checkout's cache (keyed by their source's digest: a version
+    whose C++ is unchanged loads the library built already), unless ``KVB_NATIVE_CACHE`` names one."""
+    from impls.native import toolchain
+
+    os.environ.setdefault(NATIVE_CACHE_ENV, str(toolchain.cache_root()))
+
+
 def _units(plan: ScenarioPlan, cells: dict[str, list], reps: int) -> int:
     """Progress units of a scenario: one per cell and repetition of each side."""
     return sum(plan.reps_of(c, reps) for mine in cells.values() for c in mine)
@@ -133,6 +142,7 @@ def run_ab(cfg: RunConfig, sides: list[Side], argv: list[str] | None = None) -> 
     """Measure ``sides`` (BASE, NEW) in one run: each side's rows in a run folder of its own under ``cfg.root``."""
     cfg = replace(cfg, paced=False, l1d=False, allocations=False, table_copy=False, memory=False, studies=False)
     check_config(cfg)
+    share_native_cache()
     if cfg.sweep:
         raise InputError("--sweep: ab measures named scenarios (or the default matrix), not the scale sweeps")
     bar = progress.Progress(cfg.progress)
