@@ -16,7 +16,7 @@ from harness.run.metadata import TIMING_IDENTITY, identity_differences
 
 # The timed headline figures, one per kind of work; the others are these scaled, parts of them, or without interval.
 DEFAULT_METRICS = RATIO_METRICS
-# Provisional: scripts/compare_pairs.py measures the false-alarm rate per threshold (results/compare_pairs/).
+# From scripts/compare_pairs.py's pairs (results/compare_pairs/; docs/ci.md, "Threshold").
 DEFAULT_THRESHOLD_PCT = 10.0
 DEFAULT_THRESHOLD = DEFAULT_THRESHOLD_PCT / 100
 VERDICTS = ("slower", "faster", "no difference", "not comparable")
