@@ -1,9 +1,9 @@
 """The ``kvblock-bench`` command line: one entry point, one subcommand per job.
 
-``scenarios``, ``trace``, ``run``, ``report``, ``compare``, ``gate``, ``table-copy``, ``baseline``, ``check``,
-``calibrate`` and ``history`` share this parser and its error handling: bad input ends as one line on stderr naming
-the flag, file or line and the fix, with exit status 2, never a traceback. An interrupted command says so and exits
-with 130.
+``scenarios``, ``trace``, ``run``, ``report``, ``compare``, ``ab``, ``gate``, ``table-copy``, ``baseline``,
+``check``, ``calibrate`` and ``history`` share this parser and its error handling: bad input ends as one line on
+stderr naming the flag, file or line and the fix, with exit status 2, never a traceback. An interrupted command says
+so and exits with 130.
 """
 
 from __future__ import annotations
@@ -223,29 +223,42 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rules(args: argparse.Namespace):
+    from harness.output.compare import Rules
+
+    return Rules(fail_on_inconclusive=args.fail_on_inconclusive, allow_lost=args.allow_lost)
+
+
+def _no_comparable(result) -> None:
+    if result.exit_status == EXIT_USAGE:
+        print(f"{PROG}: error: no figure of the runs is comparable (see the rows' reasons above); compare runs that "
+              "measured the same scenarios and implementations", file=sys.stderr)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
-    """NEW over BASE for every figure both runs hold; exit 1 when one is slower beyond the threshold."""
-    from harness.output.compare import compare_runs, load_run
+    """NEW over BASE for every figure both runs hold; exit 1 when the comparison fails, 2 when nothing compares."""
+    from harness.output.compare import Allowed, compare_runs, load_run
     from harness.output.compare_report import RENDER
 
     root = Path(args.results)
     base, new = load_run("BASE", args.base, root), load_run("NEW", args.new, root)
-    result = compare_runs(base, new, tuple(args.metric), args.threshold / 100, args.allow_other_machine)
+    result = compare_runs(base, new, tuple(args.metric), args.threshold / 100,
+                          Allowed(args.allow_other_machine, args.allow_quick_mismatch), _rules(args))
     print(RENDER[args.format](result), end="")
+    _no_comparable(result)
     return result.exit_status
 
 
-def _add_compare(sub, results: argparse.ArgumentParser) -> None:
+EXIT_STATUSES = ("Exit status: 0 when nothing is slower beyond the threshold and NEW lost no figure BASE has, 1 "
+                 "when something is slower (or lost, or inconclusive with --fail-on-inconclusive), 2 for bad input "
+                 "or when no figure is comparable")
+
+
+def _add_verdict_options(p: argparse.ArgumentParser) -> None:
+    """The options ``compare`` and ``ab`` share: metrics, threshold, format, what fails."""
     from harness.output.compare import DEFAULT_METRICS, DEFAULT_THRESHOLD_PCT
     from harness.output.compare_report import FORMATS
 
-    p = sub.add_parser("compare", parents=[results], help="NEW over BASE for every figure two runs share, with "
-                       "a 95 %% interval and a verdict; exit 1 when one is slower beyond the threshold",
-                       description="Exit status: 0 when nothing is slower beyond the threshold, 1 when something "
-                                   "is, 2 for bad input (including runs from different machines, unless "
-                                   "--allow-other-machine).")
-    p.add_argument("base", help="the run compared against: a run folder, or a run id under --results")
-    p.add_argument("new", help="the run being judged: a run folder, or a run id under --results")
     p.add_argument("--metric", type=csv_list, metavar="M,...", default=list(DEFAULT_METRICS),
                    help=f"figures to compare (default: {','.join(DEFAULT_METRICS)})")
     p.add_argument("--threshold", type=percentage, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
@@ -253,8 +266,77 @@ def _add_compare(sub, results: argparse.ArgumentParser) -> None:
                         f"{DEFAULT_THRESHOLD_PCT:g})")
     p.add_argument("--format", choices=FORMATS, default="text", help="text (default), markdown (a pull-request "
                    "comment) or json")
+    p.add_argument("--fail-on-inconclusive", action="store_true",
+                   help="also fail when a row's interval reaches past the threshold (it cannot rule out a slowdown)")
+    p.add_argument("--allow-lost", action="store_true",
+                   help="pass although NEW lost figures BASE has (dropped, renamed, skipped, unavailable or failed)")
+
+
+def _add_compare(sub, results: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("compare", parents=[results], help="NEW over BASE for every figure two runs share, with "
+                       "a 95 %% interval and a verdict; exit 1 when one is slower beyond the threshold",
+                       description=f"Two runs made apart (kvblock-bench ab measures both versions in one run). "
+                                   f"{EXIT_STATUSES}, including runs from different machines (unless "
+                                   "--allow-other-machine) and a --quick run beside a full one (unless "
+                                   "--allow-quick-mismatch).")
+    p.add_argument("base", help="the run compared against: a run folder, or a run id under --results")
+    p.add_argument("new", help="the run being judged: a run folder, or a run id under --results")
+    _add_verdict_options(p)
     p.add_argument("--allow-other-machine", action="store_true",
                    help="compare runs of different machines or software anyway (every row then says so)")
+    p.add_argument("--allow-quick-mismatch", action="store_true",
+                   help="compare a --quick run with a full one anyway (their traces differ: little compares)")
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    """BASE_REF and NEW_REF (or the working tree) measured in one run and compared."""
+    from harness.base.replay import REGIMES
+    from harness.ci.ab import AbOptions
+    from harness.ci.ab import run as run_ab
+    from harness.output.compare_report import RENDER
+    from harness.run.runner import RunConfig
+
+    cfg = RunConfig(scenarios=args.scenario or [], impls=args.impl or [], regimes=args.regime or list(REGIMES),
+                    trace_file=Path(args.trace) if args.trace else None, quick=args.quick,
+                    reps=args.reps if args.reps is not None else (1 if args.quick else 3),
+                    root=writable_dir(Path(args.results), "--results"), label=args.label or "",
+                    progress=not args.no_progress, processes=args.processes or 0, deadline_s=args.deadline)
+    opts = AbOptions(args.base_ref, args.new_ref, cfg, tuple(args.metric), args.threshold / 100, _rules(args),
+                     counts=not args.no_counts, deadline_s=args.deadline)
+    result, folder = run_ab(opts, argv=[PROG, *sys.argv[1:]])
+    print(RENDER[args.format](result), end="")
+    print(f"both runs and the comparison (compare.txt, .md, .json) are in {folder.parent}: {folder.name} and "
+          f"{result.base.data.run_id}", file=sys.stderr)
+    _no_comparable(result)
+    return result.exit_status
+
+
+def _add_ab(sub, results: argparse.ArgumentParser) -> None:
+    from harness.run.runner import MAX_PROCESSES, MAX_REPS
+
+    p = sub.add_parser("ab", parents=[results], help="two git refs (or a ref and the working tree) measured in "
+                       "one run, side by side, and compared; exit 1 when NEW is slower beyond the threshold",
+                       description="BASE_REF (and NEW_REF) are checked out into temporary git worktrees; each "
+                                   "implementation's two versions replay every slice side by side, under this "
+                                   "checkout's harness, so NEW/BASE is paired slice by slice; the gate's counts of "
+                                   f"both stand beside it. Timed cells only (no study). {EXIT_STATUSES}.")
+    p.add_argument("base_ref", help="the version compared against: a branch, tag or commit (e.g. origin/main)")
+    p.add_argument("new_ref", nargs="?", help="the version judged (default: this working tree, as it is)")
+    p.add_argument("--scenario", type=csv_list, metavar="S,...", help="scenarios (default: as `run`)")
+    p.add_argument("--trace", metavar="FILE", help="replay a trace file instead of named scenarios")
+    p.add_argument("--impl", type=csv_list, metavar="I,...", help="implementations (default: each side's registry)")
+    p.add_argument("--regime", type=csv_list, metavar="R,...", help="per-call, batched, step (default: all)")
+    p.add_argument("--quick", action="store_true", help="short traces, one repetition")
+    p.add_argument("--reps", type=count(1, MAX_REPS), help="repetitions per cell (default 3, --quick 1)")
+    p.add_argument("--processes", type=count(1, MAX_PROCESSES),
+                   help="worker processes per side the repetitions spread over (default: one per repetition)")
+    p.add_argument("--label", help="appended to both run ids")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-counts", action="store_true", help="leave out the gate's counts of both versions")
+    for flag in ("--no-paced", "--no-l1d", "--no-allocations", "--no-table-copy"):
+        p.add_argument(flag, action="store_true", help="accepted as in `run` (ab runs no study)")
+    _add_verdict_options(p)
+    add_deadline(p)
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
@@ -544,6 +626,7 @@ def build_parser() -> Parser:
                    help="also rewrite FILE's section between <!-- results:begin --> and <!-- results:end --> "
                         "(e.g. README.md from results/reference), and the time table of docs/time-budget.md beside it")
     _add_compare(sub, results)
+    _add_ab(sub, results)
     gate.add_arguments(sub.add_parser("gate", help="the CI gate: allocations, instruction counts, wall-clock floor",
                                       description=gate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     table_copy.add_arguments(sub.add_parser("table-copy", help="rule 3 alone: block tables to the device"))
@@ -574,7 +657,7 @@ def build_parser() -> Parser:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "scenarios": cmd_scenarios, "trace": cmd_trace, "run": cmd_run, "report": cmd_report, "compare": cmd_compare,
-    "gate": cmd_gate, "table-copy": cmd_table_copy, "baseline": cmd_baseline, "check": cmd_check,
+    "ab": cmd_ab, "gate": cmd_gate, "table-copy": cmd_table_copy, "baseline": cmd_baseline, "check": cmd_check,
     "calibrate": cmd_calibrate, "history": cmd_history,
 }
 # What a command may raise for bad input: shown as one line, exit status 2. Anything else is a bug of ours and

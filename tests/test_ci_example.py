@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -41,23 +42,28 @@ def test_the_ci_profile_is_a_valid_run() -> None:
 
 
 def test_a_base_that_cannot_be_checked_out_is_exit_2(tmp_path: Path) -> None:
-    env = {**os.environ, "KVB_CI_OUT": str(tmp_path / "out"), "KVB_CI_SKIP_GATE": "1", "KVB_CI_RUN_ARGS": TINY}
+    env = {**os.environ, "KVB_CI_OUT": str(tmp_path / "out"), "KVB_CI_SKIP_GATE": "1", "KVB_CI_RUN_ARGS": TINY,
+           "PY": sys.executable}
     proc = subprocess.run([str(SCRIPT), "no-such-ref-anywhere"], cwd=ROOT, env=env, capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "BASE_REF no-such-ref-anywhere: not a commit" in (tmp_path / "out" / "comment.md").read_text()
 
 
 @pytest.mark.slow
 def test_the_script_runs_a_same_commit_pair_end_to_end(tmp_path: Path) -> None:
-    """Without a base: the profile twice on this checkout, compared, the comment written; its exit status is
-    compare's (0, or 1 should this loaded machine make a false alarm of a one-repetition run)."""
+    """Without a base: ab of HEAD against this checkout, one run, the comment written; its exit status is ab's
+    (0, or 1 should this loaded machine make a false alarm of a one-repetition run)."""
     out = tmp_path / "out"
-    env = {**os.environ, "KVB_CI_OUT": str(out), "KVB_CI_SKIP_GATE": "1", "KVB_CI_RUN_ARGS": TINY}
+    env = {**os.environ, "KVB_CI_OUT": str(out), "KVB_CI_SKIP_GATE": "1", "KVB_CI_RUN_ARGS": TINY,
+           "KVB_CI_AB_ARGS": "--no-counts", "PY": sys.executable}
     proc = subprocess.run([str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     comment = (out / "comment.md").read_text()
-    assert comment.startswith("### kvblock-bench compare:") and "`flat` | batched | `seq_step_ns`" in comment
-    assert (out / "base" / "latest" / "results.csv").is_file() and (out / "new" / "latest" / "results.csv").is_file()
+    assert comment.startswith("### kvblock-bench compare:") and "measured in one run, side by side" in comment
+    assert "`flat` | batched | `seq_step_ns`" in comment
+    folders = sorted(p.name for p in (out / "runs").glob("*-ab-*"))
+    assert [f.rsplit("-", 1)[1] for f in folders] == ["base", "new"]
 
 
 # -- the slowed plug-in ------------------------------------------------------------------------------------------

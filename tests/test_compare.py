@@ -14,7 +14,7 @@ from harness.base.metrics import Work, cell_blocks
 from harness.base.rows import Row, write_rows
 from harness.base.stats import Estimate, independent_ratio, ratio_of_sums, rep_draws
 from harness.cli import main
-from harness.output.compare import compare_runs, load_run, verdict
+from harness.output.compare import Rules, compare_runs, load_run, verdict
 
 MACHINE = {"cpu_model": "Test CPU", "cpu_count": 2, "caches": {"L1d": "32K (8-way)"},
            "versions": {"python": "3.11.7", "numpy": "2.4.6", "numba": "0.68.1", "llvmlite": "0.50.0"}}
@@ -186,7 +186,11 @@ def test_not_comparable_rows_say_why(tmp_path: Path) -> None:
     assert by[("beam-search", "flat", "per-call", "lookup_ns")].why == "no interval in BASE"
     assert by[("beam-search", "flat", "batched", "seq_step_ns")].verdict == "no difference"
     assert all(r.verdict == "not comparable" for r in c.rows if r.why)
-    assert c.exit_status == 0
+    # what BASE measured and NEW did not (failed, dropped, skipped) is lost: it fails the comparison unless allowed
+    assert {(r.impl, r.regime) for r in c.lost} == {("list", "batched"), ("gone", "batched"), ("flat", "per-call")}
+    assert c.exit_status == 1 and c.failures() == ["NEW lost 7 figures BASE has"]
+    allowed = compare_runs(load_run("BASE", a, tmp_path), load_run("NEW", b, tmp_path), rules=Rules(allow_lost=True))
+    assert allowed.exit_status == 0 and allowed.lost
 
 
 def test_figures_neither_run_measured_are_left_out_with_a_note(tmp_path: Path) -> None:
@@ -211,11 +215,15 @@ def test_figures_neither_run_measured_are_left_out_with_a_note(tmp_path: Path) -
     assert by[("step", "lookup_ns")].why == "skipped in BASE" and ("step", "alloc_free_ns") not in by
 
 
-def test_a_different_trace_is_not_comparable(tmp_path: Path, capsys) -> None:
+def test_a_quick_run_beside_a_full_one_is_refused_unless_allowed_and_then_nothing_compares(tmp_path: Path,
+                                                                                            capsys) -> None:
     a = make_run(tmp_path / "a", three())
     b = make_run(tmp_path / "b", three(), traces={"paper": "c" * 64}, quick="True", reps="1")
-    status, out, _ = run_cli(capsys, str(a), str(b))
-    assert status == 0 and out.count("not comparable: different trace") == 3
+    status, out, err = run_cli(capsys, str(a), str(b))
+    assert status == 2 and not out and len(err.strip().splitlines()) == 1 and "--allow-quick-mismatch" in err
+    status, out, err = run_cli(capsys, str(a), str(b), "--allow-quick-mismatch")
+    assert status == 2 and out.count("not comparable: different trace") == 3
+    assert "no figure comparable" in out.splitlines()[0] and "no figure of the runs is comparable" in err
     assert "made with other options: quick False (BASE) -> True (NEW)" in out
     assert "made with other options: reps 3 (BASE) -> 1 (NEW)" in out
 
@@ -257,7 +265,7 @@ def test_markdown_puts_the_verdict_first_and_folds_the_rest(tmp_path: Path, caps
     b = make_run(tmp_path / "b", [*three(1.5)[:1], *three()[1:]])
     status, out, _ = run_cli(capsys, str(a), str(b), "--format", "markdown")
     assert status == 1
-    assert out.startswith("### kvblock-bench compare: ❌ slower beyond the threshold")
+    assert out.startswith("### kvblock-bench compare: ❌ FAILED: 1 slower beyond the threshold")
     table, folded = out.split("<details>")
     assert "| **slower** | `paper` | `flat` | batched | `seq_step_ns` |" in table
     assert "2 figures with no difference" in folded and folded.rstrip().endswith("</details>")
@@ -288,3 +296,60 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys, argv: list[str
     argv = [x.format(a=a, bad=bad, badcsv=badcsv) for x in argv]
     status, _, err = run_cli(capsys, *argv)
     assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+# -- the headline: inconclusive is not "nothing slower"; interleaved or apart ------------------------------------
+def test_the_headline_counts_inconclusive_rows_and_the_smallest_slowdown_it_could_detect(tmp_path: Path,
+                                                                                          capsys) -> None:
+    a = make_run(tmp_path / "a", three())
+    b = make_run(tmp_path / "b", [*three(1.1, half=0.2)[:1], *three()[1:]])  # seq_step_ns 1.1x, wide
+    status, out, _ = run_cli(capsys, str(a), str(b))
+    lines = out.splitlines()
+    assert status == 0 and "1 of 3 rows inconclusive" in lines[0] and "nothing slower" in lines[0]
+    assert "3 no difference (1 of them inconclusive" in lines[1]
+    # the widest row needs NEW/BASE beyond 1.1 x 1.1 / low to lie wholly past the threshold
+    row = compare_runs(load_run("BASE", a, tmp_path), load_run("NEW", b, tmp_path)).rows[0]
+    need = 1.1 * row.ratio / row.ci_low - 1
+    assert f"could detect in every comparable row: {need * 100:+.1f} % (the least precise row: flat batched " \
+           "seq_step_ns)" in lines[2]
+    assert "runs made apart, not interleaved" in lines[3]
+    status, out, _ = run_cli(capsys, str(a), str(b), "--fail-on-inconclusive", "--format", "markdown")
+    assert status == 1 and out.startswith("### kvblock-bench compare: ❌ FAILED: 1 inconclusive")
+    _, out, _ = run_cli(capsys, str(a), str(b), "--format", "markdown")
+    assert out.startswith("### kvblock-bench compare: ⚠️ nothing slower beyond the threshold, but 1 of 3 rows")
+    _, out, _ = run_cli(capsys, str(a), str(a), "--format", "markdown")
+    assert out.startswith("### kvblock-bench compare: ✅ nothing slower beyond the threshold (every comparable row "
+                          "conclusive)")
+
+
+def test_a_dropped_implementation_is_named_in_the_headline_and_fails_unless_allowed(tmp_path: Path, capsys) -> None:
+    a = make_run(tmp_path / "a", [*three(), *three(impl="dict")])
+    b = make_run(tmp_path / "b", three())
+    status, out, _ = run_cli(capsys, str(a), str(b))
+    assert status == 1 and out.splitlines()[0] == "kvblock-bench compare: FAILED: NEW lost 3 figures BASE has"
+    lost = next(line for line in out.splitlines() if line.startswith("NEW lost figures BASE has"))
+    assert "dict (batched seq_step_ns: missing in NEW, batched lookup_ns: missing in NEW" in lost
+    assert "--allow-lost accepts it" in lost
+    status, out, _ = run_cli(capsys, str(a), str(b), "--allow-lost", "--format", "json")
+    doc = json.loads(out)
+    assert status == doc["exit_status"] == 0 and doc["counts"]["lost"] == 3
+    status, out, _ = run_cli(capsys, str(b), str(a))  # a figure NEW gained is not a loss
+    assert status == 0 and "lost" not in out
+
+
+def test_runs_of_one_ab_compare_with_their_paired_intervals(tmp_path: Path, capsys) -> None:
+    """NEW's ab.json (written by kvblock-bench ab) pairs NEW/BASE: compare uses it, and says the runs were
+    interleaved; a figure it lacks keeps the independent interval, said so."""
+    a = make_run(tmp_path / "a", three())
+    b = make_run(tmp_path / "b", [*three(1.05)[:1], *three()[1:]])
+    paired = [{"scenario": "paper", "impl": "flat", "regime": "batched", "metric": "seq_step_ns", "ratio": 1.05,
+               "ci_low": 1.03, "ci_high": 1.07}]
+    write_json(b / "ab.json", {"sides": {"BASE": {"run_id": "a"}, "NEW": {"run_id": "b"}}, "paired": paired})
+    c = compare_runs(load_run("BASE", a, tmp_path), load_run("NEW", b, tmp_path))
+    assert c.interleaved and (c.rows[0].ci_low, c.rows[0].ci_high) == (1.03, 1.07)
+    assert c.rows[0].notes == ["changed by less than the 10 % threshold"]
+    assert c.rows[1].notes == ["independent interval (not paired)"]
+    _, out, _ = run_cli(capsys, str(a), str(b))
+    assert "measured in one run, side by side slice by slice (kvblock-bench ab): intervals paired" in out
+    c = compare_runs(load_run("BASE", b, tmp_path), load_run("NEW", b, tmp_path))  # another BASE: not paired
+    assert not c.interleaved

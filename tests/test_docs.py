@@ -13,7 +13,8 @@ from harness.output import sections
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
-MARKERS = {"results": "results", "times": "times", "growth": "growth", "compare-pairs": "compare-pairs"}
+MARKERS = {"results": "results", "times": "times", "growth": "growth", "compare-pairs": "compare-pairs",
+           "compare-pairs-summary": "compare-pairs-summary"}
 FRONT_PAGE_LINES = 400
 
 

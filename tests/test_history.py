@@ -207,7 +207,7 @@ def test_history_runs_two_published_releases_end_to_end(tmp_path, capsys, engine
     assert isinstance(Path(out / "history.md").read_text(), str)
 
 
-def _row(version: str, value: float) -> "HistoryRow":
+def _row(version: str, value: float):
     from harness.base.history_rows import HistoryRow
 
     return HistoryRow("vllm", version, "off", "paper", "seq_step_ns", value, value * 0.99, value * 1.01, "ok", 5, 100,

@@ -18,6 +18,7 @@ from scenarios.files.kinds import read_once
 RESULTS_DIR = Path("results")
 MAX_LABEL_CHARS = 64
 LABEL_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
+PAIRED_FILE = "ab.json"  # in the NEW run folder of `kvblock-bench ab`: NEW/BASE of every figure, paired
 
 
 class ResultsError(InputError):

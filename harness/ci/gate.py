@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.base.args import add_deadline, csv_list, percentage
+from harness.base.args import DEFAULT_DEADLINE_S, add_deadline, csv_list, percentage
 from harness.base.files import atomic_write_text
 from harness.ci import gate_baseline
 from harness.ci.gate_config import GateConfig, Rule, load_config
@@ -162,18 +162,42 @@ def table(cells: dict[tuple[str, str], CellFigures], config: GateConfig | None =
     return "\n".join(lines)
 
 
-def measure_instructions(trace: Path, cells: dict[tuple[str, str], CellFigures]) -> str:
-    """Fill each cell's instruction counts from two callgrind runs; returns why they are missing, or ""."""
+def measure_instructions(trace: Path, cells: dict[tuple[str, str], CellFigures], runs: int = 2,
+                         code: str = "") -> str:
+    """Fill each cell's instruction counts from ``runs`` callgrind runs (``code``: another checkout's designs);
+    returns why they are missing, or ""."""
     ok, why = callgrind.available()
     if not ok:
         return f"instruction counts unavailable: {why}"
-    runs = callgrind.measure_runs(trace, list(cells), WARM_STEPS, STEPS, cache_sim=False, runs=2, timeout=600,
-                                  import_plugins=False)  # loaded in their workers: never in this process
+    counted = callgrind.measure_runs(trace, list(cells), WARM_STEPS, STEPS, cache_sim=False, runs=runs, timeout=600,
+                                     import_plugins=False, code=code)  # plug-ins load in their workers only
     for key, cell in cells.items():
-        cell.instructions = [run[key].ir for run in runs]
-        cell.seq_steps = runs[0][key].seq_steps
-    print(f"instruction counts: callgrind, 2 runs, PYTHONHASHSEED=0, ASLR off; {why}", flush=True)
+        cell.instructions = [run[key].ir for run in counted]
+        cell.seq_steps = counted[0][key].seq_steps
+    print(f"instruction counts: callgrind, {runs} run{'s' * (runs != 1)}, ASLR off; {why}", flush=True)
+    print(f"callgrind's environment: the run's, except {environment_note()}", flush=True)
     return ""
+
+
+def environment_note() -> str:
+    """What callgrind's processes set otherwise than the run's environment, in words."""
+    env = callgrind.environment(callgrind.numba_cache_dir())
+    return "; ".join(callgrind.environment_differences(env)) or "nothing"
+
+
+def count_cells(trace: Path, keys: list[tuple[str, str]], code: str = "",
+                deadline_s: float = DEFAULT_DEADLINE_S) -> tuple[dict[tuple[str, str], CellFigures], list[str]]:
+    """The gate's counts of ``keys`` (allocations per step, instructions from one callgrind run) with ``code``'s
+    designs, no rule applied (``kvblock-bench ab``); returns the figures and what could not be counted."""
+    cells = {key: CellFigures(*key) for key in keys}
+    problems: list[str] = []
+    with GateWorkers(deadline_s, code) as workers:
+        kept = _allocations(trace, cells, workers, problems)
+    try:
+        why = measure_instructions(trace, kept, runs=1, code=code)
+    except callgrind.CallgrindError as exc:
+        why = f"callgrind measurement failed: {exc}"
+    return cells, [*problems, *filter(None, [why])]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -186,14 +186,14 @@ def execute(job: object, events: Events) -> object:
 class GateWorkers:
     """The gate's workers: one for the registered designs, one for each plug-in, started on first use."""
 
-    def __init__(self, deadline_s: float = DEFAULT_DEADLINE_S) -> None:
-        self.deadline_s = deadline_s
+    def __init__(self, deadline_s: float = DEFAULT_DEADLINE_S, code: str = "") -> None:
+        self.deadline_s, self.code = deadline_s, code  # code: another checkout's designs (harness.base.coderoot)
         self.workers: dict[str, Worker] = {}
 
     def run(self, impl: str, job: object) -> object:
         """``job`` in ``impl``'s worker: its result, or :class:`Failed` when the worker hung or died."""
         key = "" if impl in REGISTRY else impl
-        worker = self.workers.setdefault(key, Worker(execute, self.deadline_s))
+        worker = self.workers.setdefault(key, Worker(execute, self.deadline_s, self.code))
         try:
             return worker.run(job)
         except CellDied as died:

@@ -27,8 +27,9 @@ CACHE_GEOMETRY = "callgrind cache simulation: D1 48 KiB 12-way, I1 32 KiB 8-way,
 
 EVENTS = ("Ir", "Dr", "Dw", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")
 CACHE_WARM_STEPS = 2  # zeroed after: the simulated caches then hold the working set
-# Only these pass: a user's PYTHON* or NUMBA_* settings cannot change the counts.
-_PASSED_ENV = ("PATH", "HOME", "TMPDIR", "LD_LIBRARY_PATH", "VALGRIND_LIB")
+# What callgrind's processes set apart from the run's environment, which they otherwise see whole (a design whose
+# work depends on a variable is counted as it is timed): each needed for counts that repeat exactly.
+PINNED_ENV = {"PYTHONHASHSEED": "0", "LC_ALL": "C", "NUMBA_CPU_NAME": "generic", "OMP_NUM_THREADS": "1"}
 
 
 class CallgrindError(RuntimeError):
@@ -164,27 +165,32 @@ def available() -> tuple[bool, str]:
     return True, f"{version}, client requests from {lib.name}"
 
 
-def environment(numba_cache: Path, plugins: bool = False) -> dict[str, str]:
-    """The pinned environment of both the native warm-up and the valgrind run."""
-    env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+def environment(numba_cache: Path, code: str = "") -> dict[str, str]:
+    """The environment of both the native warm-up and the valgrind run: the run's, with :data:`PINNED_ENV`, the
+    callgrind runs' own Numba cache, this checkout first on ``PYTHONPATH`` and the C++ libraries already built
+    (the designs' only for this checkout's code: another ``code`` root builds its own)."""
     pythonpath = [str(_REPO)] if (_REPO / "pyproject.toml").is_file() else []
-    if plugins and os.environ.get("PYTHONPATH"):
-        pythonpath.append(os.environ["PYTHONPATH"])
-    env.update(
-        PYTHONHASHSEED="0",
-        LC_ALL="C",
-        NUMBA_CPU_NAME="generic",
-        NUMBA_CACHE_DIR=str(numba_cache),
-        OMP_NUM_THREADS="1",
-        PYTHONPATH=os.pathsep.join(pythonpath),
-    )
+    env = {**os.environ, **PINNED_ENV, "NUMBA_CACHE_DIR": str(numba_cache),
+           "PYTHONPATH": os.pathsep.join(_python_path(pythonpath))}
     native = sys.modules.get("impls.native")
     if native is not None and native.BUILD is not None:
         from harness.base import native as native_driver
 
-        env[native.toolchain.LIBRARY_ENV] = str(native.BUILD.path)
+        if not code:
+            env[native.toolchain.LIBRARY_ENV] = str(native.BUILD.path)
         env[native_driver.LIBRARY_ENV] = str(native_driver.build().path)
     return env
+
+
+def _python_path(first: list[str]) -> list[str]:
+    """``first``, then the run's ``PYTHONPATH`` entries not among them."""
+    return list(dict.fromkeys([*first, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
+
+
+def environment_differences(env: dict[str, str]) -> list[str]:
+    """What ``env`` sets otherwise than this process's environment, in words (``NAME=value (the run: ...)``)."""
+    return [f"{name}={value} (the run: {os.environ.get(name, 'unset')})"
+            for name, value in env.items() if os.environ.get(name) != value]
 
 
 def valgrind_command(out_file: Path, cache_sim: bool) -> list[str]:
@@ -197,9 +203,12 @@ def valgrind_command(out_file: Path, cache_sim: bool) -> list[str]:
 
 
 def region_args(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int, cache_warm: int,
-                lib: Path) -> list[str]:
-    """Command line of :mod:`harness.counters.regions` for these cells."""
-    args = [sys.executable, "-m", "harness.counters.regions", "--trace", str(trace_path), "--lib", str(lib),
+                lib: Path, code: str = "") -> list[str]:
+    """Command line of :mod:`harness.counters.regions` for these cells (with another ``code`` root's designs)."""
+    from harness.base import coderoot
+
+    start = ([str(Path(coderoot.__file__)), code, str(coderoot.repository())] if code else ["-m"])
+    args = [sys.executable, *start, "harness.counters.regions", "--trace", str(trace_path), "--lib", str(lib),
             "--warm", str(warm_steps), "--steps", str(steps), "--cache-warm", str(cache_warm)]
     for impl, regime in cells:
         args += ["--cell", impl, regime]
@@ -261,28 +270,27 @@ def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: i
 
 def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], warm_steps: int, steps: int,
                  cache_sim: bool = True, runs: int = 1, timeout: float = 1800.0, split: int = 1,
-                 import_plugins: bool = True) -> list[dict[tuple[str, str], Counts]]:
-    """Measure ``cells`` in ``runs`` independent valgrind processes (in parallel); one result per run."""
+                 import_plugins: bool = True, code: str = "") -> list[dict[tuple[str, str], Counts]]:
+    """Measure ``cells`` in ``runs`` independent valgrind processes (in parallel); one result per run (``code``:
+    another checkout's designs, :mod:`harness.base.coderoot`)."""
     ok, why = available()
     if not ok:
         raise CallgrindUnavailable(why)
     trace_path = Path(trace_path).resolve()
-    running = _check_request(trace_path, cells, warm_steps, steps, import_plugins)
+    running = _check_request(trace_path, cells, warm_steps, steps, import_plugins and not code)
     cache_warm = min(CACHE_WARM_STEPS, warm_steps - 1) if cache_sim else 0
     numba_cache = numba_cache_dir()
     numba_cache.mkdir(parents=True, exist_ok=True)
-    from impls import REGISTRY
-
-    env = environment(numba_cache, plugins=any(impl not in REGISTRY for impl, _ in cells))
+    env = environment(numba_cache, code)
     lib = region_library()
-    _run(region_args(trace_path, cells, warm_steps, steps, cache_warm, lib), env, timeout,
+    _run(region_args(trace_path, cells, warm_steps, steps, cache_warm, lib, code), env, timeout,
          "native warm-up of the region script")
     groups = [g for g in (cells[i :: max(1, split)] for i in range(max(1, split))) if g]
 
     def one_process(job: tuple[int, Path, list[tuple[str, str]]]) -> dict[tuple[str, str], Counts]:
         _, out_dir, group = job
         out_file = out_dir / "callgrind.out"
-        args = region_args(trace_path, group, warm_steps, steps, cache_warm, lib)
+        args = region_args(trace_path, group, warm_steps, steps, cache_warm, lib, code)
         _run([*valgrind_command(out_file, cache_sim), *args], env, timeout, "callgrind run")
         dumps = parse_dumps(out_file)
         result = {}

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base.files import PAIRED_FILE, ResultsError, read_json
 from harness.base.rows import RATIO_METRICS
 from harness.base.stats import Estimate, independent_ratio
 from harness.errors import InputError
@@ -15,12 +16,13 @@ from harness.run.metadata import TIMING_IDENTITY, identity_differences
 
 # The timed headline figures, one per kind of work; the others are these scaled, parts of them, or without interval.
 DEFAULT_METRICS = RATIO_METRICS
-# Provisional: scripts/compare_pairs.py measures the false-alarm rate per threshold (results/compare_pairs/).
+# From scripts/compare_pairs.py's pairs (results/compare_pairs/; docs/ci.md, "Threshold").
 DEFAULT_THRESHOLD_PCT = 10.0
 DEFAULT_THRESHOLD = DEFAULT_THRESHOLD_PCT / 100
 VERDICTS = ("slower", "faster", "no difference", "not comparable")
 SIDES = ("BASE", "NEW")
 CONFIG_IGNORED = ("root", "label", "progress")
+Key = tuple[str, str, str, str]
 
 
 @dataclass
@@ -67,6 +69,41 @@ class Compared:
     ci_low: float | None = None
     ci_high: float | None = None
     notes: list[str] = field(default_factory=list)
+    inconclusive: bool = False  # no difference, but the interval reaches past the threshold
+    lost: bool = False  # BASE measured it, NEW did not (missing, failed, skipped or unavailable there)
+
+    def detectable(self, threshold: float) -> float | None:
+        """The smallest slowdown (a fraction) this row would have reported at ``threshold``: the NEW/BASE at which
+        its interval, moved along with it, would lie wholly beyond the threshold; None without an interval."""
+        if self.ratio is None or not self.ci_low or not math.isfinite(self.ci_low):
+            return None
+        return (1 + threshold) * self.ratio / self.ci_low - 1
+
+
+@dataclass
+class Counted:
+    """The gate's deterministic counts of one cell in both versions (``kvblock-bench ab``); None where unmeasured."""
+
+    impl: str
+    regime: str
+    instructions: tuple[float | None, float | None]  # per sequence-step, BASE and NEW
+    allocations: tuple[float | None, float | None]  # the design's allocations per step, BASE and NEW
+
+    @property
+    def change(self) -> float | None:
+        """NEW's instructions over BASE's, minus 1."""
+        base, new = self.instructions
+        return None if not base or new is None else new / base - 1
+
+    def words(self, tolerance_pct: float = 0.0) -> str:
+        """"more work: +x % instructions" (or less) beyond ``tolerance_pct``, and allocations when they differ;
+        "" when neither changed."""
+        change, (base, new) = self.change, self.allocations
+        parts = [] if change is None or abs(change) * 100 <= tolerance_pct else [
+            f"{'more' if change > 0 else 'less'} work: {change * 100:+.1f} % instructions"]
+        if base is not None and new is not None and base != new:
+            parts.append(f"allocations per step {base:g} -> {new:g}")
+        return "; ".join(parts)
 
 
 @dataclass
@@ -100,8 +137,17 @@ class Run:
 
 
 @dataclass
+class Rules:
+    """What fails a comparison beyond a slower row: inconclusive rows (``--fail-on-inconclusive``), figures NEW
+    lost (unless ``--allow-lost``)."""
+
+    fail_on_inconclusive: bool = False
+    allow_lost: bool = False
+
+
+@dataclass
 class Comparison:
-    """Everything ``kvblock-bench compare`` reports."""
+    """Everything ``kvblock-bench compare`` (and ``ab``) reports."""
 
     base: Run
     new: Run
@@ -110,6 +156,10 @@ class Comparison:
     other_machine: list[str]
     run_notes: list[str]
     rows: list[Compared]
+    interleaved: bool = False  # both versions measured in one run, side by side (ab): paired intervals
+    rules: Rules = field(default_factory=Rules)
+    counted: list[Counted] = field(default_factory=list)
+    counted_notes: list[str] = field(default_factory=list)
 
     def count(self, verdict: str) -> int:
         return sum(r.verdict == verdict for r in self.rows)
@@ -119,14 +169,57 @@ class Comparison:
         return [r for r in self.rows if r.verdict == "slower"]
 
     @property
+    def inconclusive(self) -> list[Compared]:
+        return [r for r in self.rows if r.inconclusive]
+
+    @property
+    def lost(self) -> list[Compared]:
+        return [r for r in self.rows if r.lost]
+
+    @property
+    def comparable(self) -> list[Compared]:
+        return [r for r in self.rows if r.verdict != "not comparable"]
+
+    @property
+    def detectable(self) -> tuple[float, Compared] | None:
+        """The smallest slowdown every comparable row would have reported, and the row that needs it."""
+        found = [(r.detectable(self.threshold), r) for r in self.comparable
+                 if r.detectable(self.threshold) is not None]
+        return max(found, key=lambda pair: pair[0]) if found else None
+
+    def failures(self) -> list[str]:
+        """Why the comparison fails, in words (empty when it passes)."""
+        why = [f"{len(self.slower)} slower beyond the threshold"] if self.slower else []
+        if self.lost and not self.rules.allow_lost:
+            why.append(f"NEW lost {len(self.lost)} figure{'s' * (len(self.lost) != 1)} BASE has")
+        if self.inconclusive and self.rules.fail_on_inconclusive:
+            why.append(f"{len(self.inconclusive)} inconclusive (--fail-on-inconclusive)")
+        return why
+
+    @property
     def exit_status(self) -> int:
-        """1 when a figure is slower beyond the threshold, else 0."""
-        return 1 if self.slower else 0
+        """2 when no figure is comparable; 1 when the comparison fails (:meth:`failures`); else 0."""
+        if not self.comparable:
+            return 2
+        return 1 if self.failures() else 0
 
 
 def load_run(side: str, run: str | Path, root: Path) -> Run:
     """A run folder, or a run id under ``root``, as one side of the comparison."""
     return Run(side, RunData.load(run, root))
+
+
+def paired_from(base: Run, new: Run) -> dict[Key, Estimate] | None:
+    """NEW/BASE paired slice by slice, when NEW's run folder says ``kvblock-bench ab`` measured it beside BASE's."""
+    path = new.data.run_dir / PAIRED_FILE
+    try:
+        doc = read_json(path) if path.is_file() else None
+    except (ResultsError, ValueError, OSError):
+        return None
+    if not isinstance(doc, dict) or doc.get("sides", {}).get("BASE", {}).get("run_id") != base.data.run_id:
+        return None
+    return {(r["scenario"], r["impl"], r["regime"], r["metric"]): Estimate(
+        r["ratio"], *(float("nan") if r[k] is None else r[k] for k in ("ci_low", "ci_high"))) for r in doc["paired"]}
 
 
 def verdict(est: Estimate, threshold: float) -> tuple[str, list[str]]:
@@ -175,24 +268,29 @@ def _not_comparable(base: Run, new: Run, key: tuple[str, str, str, str], b: dict
     return ""
 
 
-def compare_figure(base: Run, new: Run, key: tuple[str, str, str, str], threshold: float) -> Compared:
-    """One figure of both runs compared."""
+def compare_figure(base: Run, new: Run, key: Key, threshold: float,
+                   paired: dict[Key, Estimate] | None = None) -> Compared:
+    """One figure of both runs compared (NEW/BASE from ``paired`` where it holds the figure)."""
     b, n = base.data.get(*key), new.data.get(*key)
     unit = (b or n or {}).get("unit", "")
     fb = Figure.of(b) if b is not None and b["status"] == "ok" else None
     fn = Figure.of(n) if n is not None and n["status"] == "ok" else None
     why = _not_comparable(base, new, key, b, n)
     if why:
-        return Compared(*key, unit, fb, fn, "not comparable", why)
-    est = independent_ratio(fn.estimate, fb.estimate)
+        return Compared(*key, unit, fb, fn, "not comparable", why, lost=fb is not None and fn is None)
+    est = paired[key] if paired and key in paired else independent_ratio(fn.estimate, fb.estimate)
     if not (math.isfinite(est.low) and math.isfinite(est.high)):
         return Compared(*key, unit, fb, fn, "not comparable", "not a positive figure in both runs")
     name, notes = verdict(est, threshold)
+    if paired is not None and key not in paired:
+        notes.append("independent interval (not paired)")
     if fb.reps != fn.reps:
         notes.append(f"repetitions {fb.reps} -> {fn.reps}")
     if fb.driver != fn.driver:
         notes.append(f"driver {fb.driver or '?'} -> {fn.driver or '?'}")
-    return Compared(*key, unit, fb, fn, name, "", est.value, est.low, est.high, notes)
+    return Compared(*key, unit, fb, fn, name, "", est.value, est.low, est.high, notes,
+                    inconclusive=name == "no difference" and not (1 / (1 + threshold) <= est.low
+                                                                   and est.high <= 1 + threshold))
 
 
 def figure_keys(base: Run, new: Run, metrics: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
@@ -233,25 +331,47 @@ def check_metrics(base: Run, new: Run, metrics: tuple[str, ...]) -> None:
                          f"{', '.join(m for m in DEFAULT_METRICS if m in held) or ', '.join(sorted(held)[:5])}")
 
 
-def compare_runs(base: Run, new: Run, metrics: tuple[str, ...] = DEFAULT_METRICS,
-                 threshold: float = DEFAULT_THRESHOLD, allow_other_machine: bool = False) -> Comparison:
-    """Compare ``new`` against ``base``; :class:`InputError` for other machines (unless allowed) or unknown metrics."""
-    if not (0 <= threshold < 10):
-        raise InputError(f"--threshold {threshold * 100:g}: give a percentage from 0 to 1000, e.g. 10")
+@dataclass
+class Allowed:
+    """What a comparison is asked to accept: runs of other machines, a ``--quick`` run beside a full one."""
+
+    other_machine: bool = False
+    quick_mismatch: bool = False
+
+
+def check_runs(base: Run, new: Run, allowed: Allowed) -> list[str]:
+    """Refuse runs of other machines or of other lengths (unless allowed); returns the machines' differences."""
     differences = identity_differences(base.meta, new.meta, TIMING_IDENTITY)
-    if differences and not allow_other_machine:
+    if differences and not allowed.other_machine:
         raise InputError(f"{base.data.run_id} and {new.data.run_id} ran on different machines or software "
                          f"({'; '.join(differences)}): timings compare only on one machine; pass "
                          "--allow-other-machine to compare anyway")
+    quick = [str(run.config.get("quick", "False")) == "True" for run in (base, new)]
+    if quick[0] != quick[1] and not allowed.quick_mismatch:
+        raise InputError(f"{'BASE' if quick[0] else 'NEW'} is a --quick run and the other a full one: their traces "
+                         "differ and no figure would compare; run both alike, or pass --allow-quick-mismatch")
+    return differences
+
+
+def compare_runs(base: Run, new: Run, metrics: tuple[str, ...] = DEFAULT_METRICS,
+                 threshold: float = DEFAULT_THRESHOLD, allowed: Allowed | None = None, rules: Rules | None = None,
+                 paired: dict[Key, Estimate] | None = None) -> Comparison:
+    """Compare ``new`` against ``base`` (NEW/BASE paired where ``paired``, or NEW's ``ab.json``, holds it);
+    :class:`InputError` for other machines or lengths (unless allowed) or unknown metrics."""
+    if not (0 <= threshold < 10):
+        raise InputError(f"--threshold {threshold * 100:g}: give a percentage from 0 to 1000, e.g. 10")
+    differences = check_runs(base, new, allowed or Allowed())
     check_metrics(base, new, metrics)
+    paired = paired if paired is not None else paired_from(base, new)
     keys = figure_keys(base, new, metrics)
     unmeasured = [key for key in keys if _unmeasured_in_both(base, new, key)]
-    rows = [compare_figure(base, new, key, threshold) for key in keys if key not in unmeasured]
+    rows = [compare_figure(base, new, key, threshold, paired) for key in keys if key not in unmeasured]
     if differences:
         for row in rows:
             row.notes.append("other machine")
     notes = run_notes(base, new) + unmeasured_note(base, unmeasured)
-    return Comparison(base, new, threshold, metrics, differences, notes, rows)
+    return Comparison(base, new, threshold, metrics, differences, notes, rows, paired is not None,
+                      rules or Rules())
 
 
 def _unmeasured_in_both(base: Run, new: Run, key: tuple[str, str, str, str]) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from harness.output.compare import VERDICTS, Compared, Comparison, Figure
+from harness.output.compare import VERDICTS, Compared, Comparison, Counted, Figure
 from harness.output.formatting import fmt
 
 FORMATS = ("text", "markdown", "json")
@@ -30,9 +30,49 @@ def _outcome(r: Compared) -> str:
 
 
 def summary_line(c: Comparison) -> str:
-    """``N slower, N faster, N no difference, N not comparable`` at the threshold."""
-    counts = ", ".join(f"{c.count(v)} {v}" for v in VERDICTS)
-    return f"{counts} (threshold {c.threshold * 100:g} %, 95 % intervals of NEW/BASE)"
+    """``N slower, N faster, N no difference (N of them inconclusive), N not comparable`` at the threshold."""
+    counts = [f"{c.count(v)} {v}" + (f" ({len(c.inconclusive)} of them inconclusive: the interval reaches past "
+                                     "the threshold)" if v == "no difference" and c.inconclusive else "")
+              for v in VERDICTS]
+    return f"{', '.join(counts)} (threshold {c.threshold * 100:g} %, 95 % intervals of NEW/BASE)"
+
+
+def title(c: Comparison) -> str:
+    """The verdict in a few words: what fails, else whether every row was conclusive."""
+    if c.exit_status == 2:
+        return "no figure comparable: nothing was judged"
+    if c.failures():
+        return "FAILED: " + "; ".join(c.failures())
+    if c.inconclusive:
+        return (f"nothing slower beyond the threshold, but {len(c.inconclusive)} of {len(c.comparable)} rows "
+                "inconclusive: they cannot rule out a slowdown beyond it")
+    return "nothing slower beyond the threshold (every comparable row conclusive)"
+
+
+def _lost_line(c: Comparison) -> str:
+    by_impl: dict[str, list[str]] = {}
+    for r in c.lost:
+        by_impl.setdefault(r.impl, []).append(f"{r.regime} {r.metric}: {r.why}")
+    shown = "; ".join(f"{impl} ({', '.join(what)})" for impl, what in by_impl.items())
+    allowed = " (allowed: --allow-lost)" if c.rules.allow_lost else " (fails the comparison; --allow-lost accepts it)"
+    return f"NEW lost figures BASE has: {shown}{allowed}"
+
+
+def headline(c: Comparison) -> list[str]:
+    """The lines under the title: counts, the smallest slowdown the comparison could detect, how the runs were
+    made (interleaved or apart), what NEW lost."""
+    lines = [summary_line(c)]
+    found = c.detectable
+    if found is not None:
+        need, row = found
+        lines.append(f"smallest slowdown this comparison could detect in every comparable row: {need * 100:+.1f} % "
+                     f"(the least precise row: {row.impl} {row.regime} {row.metric})")
+    lines.append("BASE and NEW measured in one run, side by side slice by slice (kvblock-bench ab): intervals "
+                 "paired" if c.interleaved else "BASE and NEW are runs made apart, not interleaved: a change of load "
+                 "between them is not in the intervals (kvblock-bench ab measures both in one run)")
+    if c.lost:
+        lines.append(_lost_line(c))
+    return lines
 
 
 def _run_line(side: str, d: dict) -> str:
@@ -55,10 +95,35 @@ def render_text(c: Comparison) -> str:
     body = [[r.scenario, r.impl, r.regime, r.metric, _figure(r.base), _figure(r.new), _ratio(r), _outcome(r)
              + (f" ({'; '.join(r.notes)})" if r.notes else "")] for r in _sorted(c.rows)]
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head) - 1)]
-    lines = [*header_lines(c), ""]
+    lines = [f"kvblock-bench compare: {title(c)}", *headline(c), *header_lines(c), ""]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
               for row in [head, *body]]
+    lines += counted_text(c)
     return "\n".join([*lines, "", summary_line(c)]) + "\n"
+
+
+def _count(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _counted_cells(k: Counted) -> list[str]:
+    return [k.impl, k.regime, _count(k.instructions[0], ",.1f"), _count(k.instructions[1], ",.1f"),
+            _count(None if k.change is None else k.change * 100, "+.2f"), _count(k.allocations[0], "g"),
+            _count(k.allocations[1], "g")]
+
+
+COUNTED_HEAD = ["impl", "regime", "instr/seq-step BASE", "NEW", "change %", "allocs/step BASE", "NEW"]
+
+
+def counted_text(c: Comparison) -> list[str]:
+    """The gate's counts of both versions (ab), aligned, with their notes."""
+    if not c.counted and not c.counted_notes:
+        return []
+    body = [COUNTED_HEAD, *map(_counted_cells, c.counted)]
+    widths = [max(len(x[i]) for x in body) for i in range(len(COUNTED_HEAD))]
+    return ["", "deterministic counts (the gate's: callgrind instructions, allocations per step):",
+            *("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in body),
+            *(f"note: {n}" for n in c.counted_notes)]
 
 
 def _sorted(rows: list[Compared]) -> list[Compared]:
@@ -76,11 +141,14 @@ MD_HEAD = ("| verdict | scenario | impl | regime | metric | BASE | NEW | NEW/BAS
            "|---|---|---|---|---|---|---|---|---|")
 
 
+def _mark(c: Comparison) -> str:
+    return "❌" if c.exit_status else "⚠️" if c.inconclusive else "✅"
+
+
 def render_markdown(c: Comparison) -> str:
     """A pull-request comment: the verdict first, the rows that need a look in a table, the rest folded."""
-    title = ("❌ slower beyond the threshold" if c.exit_status else "✅ nothing slower beyond the threshold")
-    lines = [f"### kvblock-bench compare: {title}", "", summary_line(c) + ".", ""]
-    lines += [f"- {line}" for line in header_lines(c)]
+    lines = [f"### kvblock-bench compare: {_mark(c)} {title(c)}", ""]
+    lines += [f"- {line}" for line in [*headline(c), *header_lines(c)]]
     shown = [r for r in _sorted(c.rows) if r.verdict != "no difference"]
     folded = [r for r in c.rows if r.verdict == "no difference"]
     if shown:
@@ -88,6 +156,10 @@ def render_markdown(c: Comparison) -> str:
     if folded:
         lines += ["", f"<details><summary>{len(folded)} figures with no difference</summary>", "", MD_HEAD,
                   *map(_md_row, folded), "", "</details>"]
+    if c.counted:
+        lines += ["", "Deterministic counts (the gate's):", "", "| " + " | ".join(COUNTED_HEAD) + " |",
+                  "|" + "---|" * len(COUNTED_HEAD), *("| " + " | ".join(_counted_cells(k)) + " |" for k in c.counted)]
+    lines += [f"- note: {n}" for n in c.counted_notes]
     return "\n".join(lines) + "\n"
 
 
@@ -95,9 +167,11 @@ def render_json(c: Comparison) -> str:
     """Everything, for tools: runs, threshold (a fraction), notes, counts, exit status and every row."""
     doc = {
         "base": c.base.describe(), "new": c.new.describe(), "threshold": c.threshold, "metrics": list(c.metrics),
-        "other_machine": c.other_machine, "run_notes": c.run_notes,
-        "counts": {v: c.count(v) for v in VERDICTS}, "exit_status": c.exit_status,
-        "rows": [asdict(r) for r in c.rows],
+        "other_machine": c.other_machine, "run_notes": c.run_notes, "interleaved": c.interleaved,
+        "counts": {**{v: c.count(v) for v in VERDICTS}, "inconclusive": len(c.inconclusive), "lost": len(c.lost)},
+        "detectable": None if c.detectable is None else c.detectable[0], "failures": c.failures(),
+        "exit_status": c.exit_status, "rows": [asdict(r) for r in c.rows],
+        "counted": [{**asdict(k), "change": k.change} for k in c.counted], "counted_notes": c.counted_notes,
     }
     return json.dumps(doc, indent=1) + "\n"
 

@@ -10,7 +10,8 @@ FILES = {
     "results": "README.md",  # kvblock-bench report RUN --readme README.md
     "times": "docs/time-budget.md",  # the same command, and scripts/make_times.py
     "growth": "docs/scale.md",  # kvblock-bench report results/scale --growth-readme docs/scale.md
-    "compare-pairs": "docs/ci.md",  # python scripts/compare_pairs.py --readme docs/ci.md
+    "compare-pairs": "docs/ci.md",  # python scripts/compare_pairs.py --readme
+    "compare-pairs-summary": "README.md",  # the same command
 }
 
 

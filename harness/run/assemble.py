@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from harness.base.interleave import Key
 from harness.base.metrics import Work, cell_blocks, timing_rows
 from harness.base.rows import RATIO_METRICS, Row, ratio_metric
-from harness.base.stats import paired_ratio
+from harness.base.stats import Estimate, paired_ratio
 from harness.base.steptimes import KINDS, StepTimes
 from harness.run.cells import CellInfo, TimingResult
 from scenarios import Trace
@@ -162,3 +162,21 @@ class ScenarioRows:
 
 def _finite(x: float) -> float | None:
     return None if x != x else x
+
+
+def paired_sides(scenario: str, work: Work, slices: list[tuple[int, int]], base: Merged, new: Merged,
+                 metrics: tuple[str, ...] = RATIO_METRICS) -> dict[tuple[str, str, str, str], Estimate]:
+    """NEW over BASE of every cell both sides measured, by ``metrics``: the two code versions replayed each slice
+    of each repetition side by side (``kvblock-bench ab``), so the same slices and repetitions are drawn for
+    both, as for the ratios to the base and the A/A control."""
+    out = {}
+    for key in new.steps:
+        if key[2] or key not in base.steps:
+            continue
+        mine = cell_blocks(work, new.steps[key], new.details.get(key, new.steps[key]), slices)
+        theirs = cell_blocks(work, base.steps[key], base.details.get(key, base.steps[key]), slices)
+        for metric in metrics:
+            (time_new, work_new), (time_base, work_base) = mine[metric], theirs[metric]
+            if work_new.sum() and work_base.sum():
+                out[(scenario, key[0], key[1], metric)] = paired_ratio(time_new, time_base, work_new, work_base)
+    return out

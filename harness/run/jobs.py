@@ -86,6 +86,30 @@ def probe(name: str) -> ImplInfo:
     return describe(name, cls)
 
 
+@dataclass
+class RegistryJob:
+    """The registry of the worker's code: each registered implementation described, or why it cannot run here."""
+
+
+@dataclass
+class RegistryResult:
+    infos: dict[str, ImplInfo]
+    unavailable: dict[str, str]
+    native_build: dict | None
+
+
+def registry_of_code(events: Events) -> RegistryResult:
+    """:class:`RegistryJob`: every registered name of this code described (its import in the name's cell)."""
+    from impls import REGISTRY, UNAVAILABLE, native
+
+    infos = {}
+    for name, cls in REGISTRY.items():
+        events.cell((name, "load"))
+        infos[name] = describe(name, cls)
+    events.cell(None)
+    return RegistryResult(infos, dict(UNAVAILABLE), native.build_info())
+
+
 # -- a scenario's share of work --------------------------------------------------------------------------
 @dataclass
 class ScenarioJob:
@@ -346,4 +370,6 @@ def execute(job: object, events: Events) -> object:
         return run_check(job, events)
     if isinstance(job, FloorJob):
         return run_floor(job, events)
+    if isinstance(job, RegistryJob):
+        return registry_of_code(events)
     raise TypeError(f"not a job: {job!r}")

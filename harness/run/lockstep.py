@@ -6,13 +6,33 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from harness.run.workers import CellDied, Pool, Position, Worker, WorkerBug
+from harness.run.workers import CellDied, Pool, Position, Worker, WorkerBug, WorkerSpec
+
+Order = Callable[[list, int], list]
+
+
+def rotated(ready: list, turn: int) -> list:
+    """The keys ready at a position, rotated by one more each turn."""
+    return ready[turn % len(ready):] + ready[: turn % len(ready)]
+
+
+def alternating(codes: list[str]) -> Order:
+    """An order for workers keyed by :class:`WorkerSpec` of several code versions: each implementation's versions
+    side by side (A B, then B A at the next turn), the implementations rotated (``kvblock-bench ab``)."""
+
+    def order(ready: list[WorkerSpec], turn: int) -> list[WorkerSpec]:
+        impls = rotated(list(dict.fromkeys(spec.impl for spec in ready)), turn)
+        flip = -1 if turn % 2 else 1
+        return [spec for impl in impls for spec in sorted((s for s in ready if s.impl == impl),
+                                                          key=lambda s: flip * codes.index(s.code))]
+
+    return order
 
 
 def lockstep(pool: Pool, jobs: dict[Any, Any], on_tick: Callable[[str], None] = lambda what: None,
-             on_status: Callable[[str], None] = lambda what: None) -> dict[Any, Any]:
+             on_status: Callable[[str], None] = lambda what: None, order: Order = rotated) -> dict[Any, Any]:
     """Each key's result, or the :class:`CellDied` or :class:`WorkerBug` (with ``cell``) it ended with. Jobs start
-    one at a time; then at each earliest position every job there goes in turn, in a rotated order."""
+    one at a time; then at each earliest position every job there goes in turn, in ``order`` (default rotated)."""
     results: dict[Any, Any] = {}
     waiting: dict[Any, tuple[Position, Worker]] = {}
     for key, job in jobs.items():
@@ -22,8 +42,7 @@ def lockstep(pool: Pool, jobs: dict[Any, Any], on_tick: Callable[[str], None] = 
     turn = 0
     while waiting:
         position = min(pos for pos, _ in waiting.values())
-        ready = [key for key in jobs if key in waiting and waiting[key][0] == position]
-        ready = ready[turn % len(ready):] + ready[: turn % len(ready)]
+        ready = order([key for key in jobs if key in waiting and waiting[key][0] == position], turn)
         turn += 1
         for key in ready:
             worker = waiting.pop(key)[1]

@@ -42,11 +42,11 @@ from harness.base.replay import REGIMES
 from harness.base.rows import Row, clean_text, write_rows
 from harness.errors import InputError, WriteError
 from harness.run import metadata, progress
-from harness.run.assemble import ScenarioRows, merge
+from harness.run.assemble import Merged, ScenarioRows, merge
 from harness.run.bound import floor_per_slice, paced_violations, violations
 from harness.run.interrupts import signal_name, sigterm_interrupts
 from harness.run.jobs import FloorJob, ImplInfo, ProbeJob, ScenarioJob, describe, execute
-from harness.run.lockstep import lockstep
+from harness.run.lockstep import Order, lockstep, rotated
 from harness.run.matrix import ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios
 from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug, WorkerSpec
 from harness.studies.paced_study import PACED_METRICS
@@ -79,6 +79,7 @@ class RunConfig:
     allocations: bool = True
     table_copy: bool = True
     memory: bool = False  # the memory study (on in scale sweeps)
+    studies: bool = True  # False: the timed cells only, no study at all (kvblock-bench ab)
     sweep: list[str] = field(default_factory=list)  # scale-sweep families (matrix.SWEEPS), the default's rules
     root: Path = RESULTS_DIR
     label: str = ""
@@ -175,35 +176,51 @@ def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: Ru
                      shared: Shared) -> tuple[list[Row], dict]:
     """Every figure of one scenario: per share, each implementation's cells in its own worker, in lockstep; then
     the studies. Returns (rows, raw files)."""
-    base, failed, digest = base_impl(trace), {}, content_digest(trace)
-    trace_path = trace_path.resolve()
-    caps = {c: plan.reps_of(c, cfg.reps) for c in plan.cells if plan.reps_of(c, cfg.reps) < cfg.reps}
-    impls = list(dict.fromkeys(i for i, _ in plan.cells))
-    control = base if base in impls else impls[0] if impls else ""
-    shares = len(shared.pool)
-    floor = _floor(shared, trace_path, digest, plan.cells)
-    results = []
-    for w in range(shares):
-        only = list(range(w, cfg.reps * FAST_REPS, shares))
-
-        def job(impl: str, cells: list[Cell], only=only, w=w) -> ScenarioJob:
-            return ScenarioJob("timing", plan.scenario, str(trace_path), cells, cfg.reps, shared.calib, base, caps,
-                               only, record=w == 0, digest=digest, control=impl == control, lockstep=True)
-
-        results += _in_lockstep(shared, w, plan.cells, job, failed, floor)
-    merged = merge(results, failed)
+    ((merged, rows, raw),) = measure_timings(plan, trace, trace_path, cfg, shared, {"": plan.cells}).values()
     shared.pids[plan.scenario] = merged.pids
     if merged.torch_threads is not None:  # what the workers held torch to (README, "One host thread")
         shared.torch_threads = max(shared.torch_threads or 0, merged.torch_threads)
-    rows, raw = ScenarioRows(plan.scenario, trace, Work.of_trace(trace), slice_bounds(trace.num_steps), base,
-                             shared.calib).build(plan.cells, merged)
     if plan.studies:
-        late = dict(failed)
-        rows += _studies(plan, trace_path, digest, [c for c in plan.cells if c not in merged.failed], cfg, shared,
-                         base, late, raw)
+        base, digest, late = base_impl(trace), content_digest(trace), dict(merged.failed)
+        rows += _studies(plan, trace_path.resolve(), digest, [c for c in plan.cells if c not in merged.failed], cfg,
+                         shared, base, late, raw)
         rows += [Row(plan.scenario, *c, "correctness", float("nan"), "", "trace check", "failed",
                      f"in the studies: {reason}") for c, reason in late.items() if c not in merged.failed]
     return rows, raw
+
+
+Sides = dict[str, list[Cell]]  # code ("": this checkout, else another checkout's folder) -> its cells
+
+
+def measure_timings(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: RunConfig, shared: Shared,
+                    sides: Sides, order: Order = rotated) -> dict[str, tuple[Merged, list[Row], dict]]:
+    """The timed cells of every side (code version) of one scenario, all sides' workers of a share in one lockstep
+    (in ``order``); per side its merged samples, rows and raw files."""
+    base, digest = base_impl(trace), content_digest(trace)
+    trace_path = trace_path.resolve()
+    every = list(dict.fromkeys(c for cells in sides.values() for c in cells))
+    caps = {c: plan.reps_of(c, cfg.reps) for c in every if plan.reps_of(c, cfg.reps) < cfg.reps}
+    impls = {code: list(dict.fromkeys(i for i, _ in cells)) for code, cells in sides.items()}
+    control = {code: base if base in mine else mine[0] if mine else "" for code, mine in impls.items()}
+    floor = _floor(shared, trace_path, digest, every)
+    failed: dict[str, dict[Cell, str]] = {code: {} for code in sides}
+    results: dict[str, list] = {code: [] for code in sides}
+    for w in range(len(shared.pool)):
+        only = list(range(w, cfg.reps * FAST_REPS, len(shared.pool)))
+
+        def job(code: str, impl: str, cells: list[Cell], only=only, w=w) -> ScenarioJob:
+            return ScenarioJob("timing", plan.scenario, str(trace_path), cells, cfg.reps, shared.calib, base, caps,
+                               only, record=w == 0, digest=digest, control=impl == control[code], lockstep=True)
+
+        for code, got in _in_lockstep(shared, w, sides, job, failed, floor, order).items():
+            results[code] += got
+    out = {}
+    for code, cells in sides.items():
+        merged = merge(results[code], failed[code])
+        rows, raw = ScenarioRows(plan.scenario, trace, Work.of_trace(trace), slice_bounds(trace.num_steps), base,
+                                 shared.calib).build(cells, merged)
+        out[code] = (merged, rows, raw)
+    return out
 
 
 def _studies(plan: ScenarioPlan, trace_path: Path, digest: str, cells: list[Cell], cfg: RunConfig, shared: Shared,
@@ -259,24 +276,24 @@ def _floor(shared: Shared, trace_path: Path, digest: str, cells: list[Cell]) -> 
     return floor_per_slice(result.supervised, result.claimed)
 
 
-def _in_lockstep(shared: Shared, share: int, cells: list[Cell], make_job, failed: dict[Cell, str],
-                 floor: dict[str, float]) -> list:
-    """One share: each implementation's job in its own worker, in lockstep, again without a cell that failed;
-    each result bounded by ``floor`` (:mod:`harness.run.bound`)."""
-    results = []
-    pending = list(dict.fromkeys(i for i, _ in cells))
+def _in_lockstep(shared: Shared, share: int, sides: Sides, make_job, failed: dict[str, dict[Cell, str]],
+                 floor: dict[str, float], order: Order = rotated) -> dict[str, list]:
+    """One share: each side's implementations' jobs each in its own worker, all in lockstep, again without a cell
+    that failed; each result bounded by ``floor`` (:mod:`harness.run.bound`). Per side, its results."""
+    results: dict[str, list] = {code: [] for code in sides}
+    pending = [(code, i) for code, cells in sides.items() for i in dict.fromkeys(i for i, _ in cells)]
     while pending:
-        live = {i: [c for c in cells if c[0] == i and c not in failed] for i in pending}
-        jobs = {WorkerSpec(i, share): make_job(i, mine) for i, mine in live.items() if mine}
-        outcome = lockstep(shared.pool, jobs, shared.bar, shared.bar.status)
+        live = {(code, i): [c for c in sides[code] if c[0] == i and c not in failed[code]] for code, i in pending}
+        jobs = {WorkerSpec(i, share, code): make_job(code, i, mine) for (code, i), mine in live.items() if mine}
+        outcome = lockstep(shared.pool, jobs, shared.bar, shared.bar.status, order)
         pending = []
         for spec, value in outcome.items():
             if isinstance(value, (CellDied, WorkerBug)):
-                _blame(shared, spec, value, live[spec.impl], failed)
-                pending.append(spec.impl)
+                _blame(shared, spec, value, live[(spec.code, spec.impl)], failed[spec.code])
+                pending.append((spec.code, spec.impl))
             else:
                 value.failed.update(violations(value, floor))  # the supervisor's bound on what it claims
-                results.append(value)
+                results[spec.code].append(value)
                 if any(reason.startswith(OUT_OF_MEMORY) for reason in value.failed.values()):
                     shared.pool.close_worker(spec)
     return results
@@ -288,7 +305,7 @@ def _blame(shared: Shared, spec: WorkerSpec, exc: CellDied | WorkerBug, live: li
     what is ours."""
     cell = tuple(exc.cell) if getattr(exc, "cell", None) else None
     if isinstance(exc, WorkerBug):
-        if cell not in live or spec.impl in REGISTRY:
+        if cell not in live or (spec.impl in REGISTRY and not spec.code):  # another version's: its cell fails
             shared.pool.close_worker(spec)
             raise exc
         reason = f"the harness could not use its answers ({exc.last_line()})"
@@ -326,7 +343,9 @@ STUDY_FLAGS = {"allocations": "allocations", "paced": "paced", "l1d": "l1d", "ta
 
 def enabled_studies(cfg: RunConfig) -> list[str]:
     """The studies this configuration runs (each ``--no-X`` flag switches one off; id width, the cache
-    operations and hashing always run: seconds each)."""
+    operations and hashing run unless every study is off: seconds each)."""
+    if not cfg.studies:
+        return []
     return ["idwidth", "cache_ops", "hashing", *(study for study, flag in STUDY_FLAGS.items() if getattr(cfg, flag))]
 
 
@@ -465,7 +484,7 @@ class RunWriter:
                 raise WriteError(f"{exc}; {self.kept()}") from None
 
 
-def _calibrate() -> dict:
+def calibrate_timers() -> dict:
     usable = clock.tsc_usable()
     return {
         "python_timer_ns": clock.python_timer_overhead_ns(),
@@ -485,7 +504,7 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
         pool.limit = worker_limit(len(infos), len(pool))
         plan = build_plan(cfg, infos)
         bar.status("calibrating the timers (the compiled timing loop compiles on first use)")
-        shared = Shared(_calibrate(), infos, pool, bar, Path(spool))
+        shared = Shared(calibrate_timers(), infos, pool, bar, Path(spool))
         natives = [name for name, info in infos.items() if info.native]
         meta = {**metadata.collect(argv, described={n: i.described for n, i in infos.items()}, natives=natives),
                 "config": {k: str(v) for k, v in vars(cfg).items()}, "processes": len(pool),
@@ -574,39 +593,58 @@ def planned_work(plan: list[tuple[ScenarioPlan, Trace | None]]) -> list[float]:
     return [fill if k is None else k for k in known]
 
 
+def scenario_trace(scenario_plan: ScenarioPlan, given: Trace | None, cfg: RunConfig,
+                   shared: Shared) -> tuple[Trace, list[Row], Path]:
+    """The scenario's trace (given, generated or read from the trace cache), its rows, and the file workers load."""
+    name, trace, trace_rows, path = scenario_plan.scenario, given, [], cfg.trace_file
+    if trace is None:
+        progress.status(shared.bar, f"{name}: the trace (generated, or read from the trace cache)")
+        cache_dir = cfg.root / ".trace-cache"
+        trace, gen_s = cached_trace(name, scenario_plan.overrides, cache_dir)
+        path = _worker_copy(trace, trace_cache_path(name, scenario_plan.overrides, cache_dir), shared.spool)
+        trace_rows = [Row(name, "-", "-", "trace_s", gen_s, "s", "wall clock",
+                          how="generate (or load from the trace cache) the scenario's trace")]
+    return trace, trace_rows + trace_count_rows(name, trace), Path(path)
+
+
+def same_trace_rows(writer: RunWriter, name: str, first: str) -> list[Row]:
+    """The rows of ``first`` (which measured the same trace) as ``name``'s, said so."""
+    return [replace(r, scenario=name, how=f"{r.how}; same trace as {first}")
+            for r in writer.rows if r.scenario == first and r.metric not in TRACE_METRICS]
+
+
+def skip_scenario(tick: progress.Progress, name: str, first: str, units: int, planned: float, started: float) -> None:
+    """The progress of a scenario whose trace was measured already (as ``first``): its share of the bar done."""
+    tick.scenario(units, planned, 0.0)  # nothing left to measure: its share of the work is none
+    for _ in range(units):
+        tick(f"{name}: same trace as {first}")
+    tick.scenario_done(name, time.perf_counter() - started, f" (same trace as {first}: its rows copied)")
+
+
+def wall_row(name: str, started: float) -> Row:
+    """The scenario's ``scenario_wall_s`` row: the time since ``started``."""
+    return Row(name, "-", "-", "scenario_wall_s", time.perf_counter() - started, "s", "wall clock",
+               how="the scenario's whole share of the run: trace, timed replays and studies")
+
+
 def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, shared: Shared,
               writer: RunWriter, weights: list[float] | None = None) -> None:
     seen: dict[str, str] = {}  # trace content digest -> the scenario that measured it
-    cache_dir = cfg.root / ".trace-cache"
     tick = shared.bar
     weights = weights or [1.0] * len(plan)
     for (scenario_plan, given), planned in zip(plan, weights, strict=True):
         name, started = scenario_plan.scenario, time.perf_counter()
-        trace, trace_rows, path = given, [], cfg.trace_file
-        if trace is None:
-            progress.status(tick, f"{name}: the trace (generated, or read from the trace cache)")
-            trace, gen_s = cached_trace(name, scenario_plan.overrides, cache_dir)
-            path = _worker_copy(trace, trace_cache_path(name, scenario_plan.overrides, cache_dir), shared.spool)
-            trace_rows = [Row(name, "-", "-", "trace_s", gen_s, "s", "wall clock",
-                              how="generate (or load from the trace cache) the scenario's trace")]
-        trace_rows += trace_count_rows(name, trace)
+        trace, trace_rows, path = scenario_trace(scenario_plan, given, cfg, shared)
         checksum = content_digest(trace)
         writer.meta.setdefault("traces", {})[name] = checksum  # what `kvblock-bench compare` checks per scenario
         units = scenario_plan.units(cfg.reps)
         if checksum in seen:  # the same trace twice (concurrency-256 is paper): measure once, say so
-            first = seen[checksum]
-            writer.add(trace_rows + [replace(r, scenario=name, how=f"{r.how}; same trace as {first}")
-                                     for r in writer.rows if r.scenario == first and r.metric not in TRACE_METRICS])
-            tick.scenario(units, planned, 0.0)  # nothing left to measure: its share of the work is none
-            for _ in range(units):  # its share of the bar is done
-                tick(f"{name}: same trace as {seen[checksum]}")
-            tick.scenario_done(name, time.perf_counter() - started, f" (same trace as {first}: its rows copied)")
+            writer.add(trace_rows + same_trace_rows(writer, name, seen[checksum]))
+            skip_scenario(tick, name, seen[checksum], units, planned, started)
             continue
         seen[checksum] = name
         tick.scenario(units, planned, float(trace.running_per_step().sum()))
-        rows, raw = measure_scenario(scenario_plan, trace, Path(path), cfg, shared)
-        wall_s = time.perf_counter() - started
-        rows.append(Row(name, "-", "-", "scenario_wall_s", wall_s, "s", "wall clock",
-                        how="the scenario's whole share of the run: trace, timed replays and studies"))
+        rows, raw = measure_scenario(scenario_plan, trace, path, cfg, shared)
+        rows.append(wall_row(name, started))
         writer.add(trace_rows + rows, raw)
-        tick.scenario_done(name, wall_s)
+        tick.scenario_done(name, rows[-1].value)

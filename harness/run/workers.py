@@ -19,6 +19,7 @@ variation between processes, as pyperf spreads its values over processes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 import os
 import resource
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from harness.base import coderoot
 from harness.base.args import DEFAULT_DEADLINE_S
 from harness.run.bound import Meter
 
@@ -40,12 +42,19 @@ Position = tuple[int, ...]  # (pass, repetition, slice)
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    """A worker: the one implementation it runs ("": none), its share of the repetitions, its code ("": this
-    checkout; the seam for code versions or engine releases in workers of their own)."""
+    """A worker: the one implementation it runs ("": none), its share of the repetitions, its code: "" this
+    checkout, else the absolute path of another checkout whose designs it imports under this checkout's harness
+    (:mod:`harness.base.coderoot`, which lists the forms)."""
 
     impl: str = ""
     share: int = 0
     code: str = ""
+
+
+@functools.cache
+def _repository():
+    """The repository whose modules a worker of another code root imports from that root."""
+    return coderoot.repository()
 
 
 class WorkerBug(RuntimeError):
@@ -131,6 +140,13 @@ def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the 
         conn.send(("result", result))
 
 
+def _serve_in(conn, execute: str, code: str, repo: str) -> None:  # runs in the worker
+    """:func:`_serve` with ``code``'s designs: the modules imported so far (the harness, this checkout's ``impls``,
+    loaded to unpickle this call) are dropped before ``execute`` (``module:function``) is imported again."""
+    coderoot.enter(code, repo)
+    _serve(conn, coderoot.resolve(execute))
+
+
 def _meminfo_bytes(path: str, field: str) -> int:
     """A ``field:  N kB`` line of a /proc file, in bytes (0 where unreadable)."""
     try:
@@ -165,8 +181,9 @@ def limit_memory() -> None:
 class Worker:
     """One supervised worker process, started on first use and again after it died or was killed."""
 
-    def __init__(self, execute: Callable[[Any, Events], Any], deadline_s: float = DEFAULT_DEADLINE_S) -> None:
-        self.execute, self.deadline_s = execute, deadline_s
+    def __init__(self, execute: Callable[[Any, Events], Any], deadline_s: float = DEFAULT_DEADLINE_S,
+                 code: str = "") -> None:
+        self.execute, self.deadline_s, self.code = execute, deadline_s, coderoot.check(code)
         self._proc = self._conn = None
         self.cell: Cell | None = None
         self.last_cell: Cell | None = None
@@ -175,7 +192,12 @@ class Worker:
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, self.execute), daemon=True)
+        if self.code:
+            ref = f"{self.execute.__module__}:{self.execute.__qualname__}"
+            target, args = _serve_in, (child, ref, self.code, str(_repository()))
+        else:
+            target, args = _serve, (child, self.execute)
+        self._proc = ctx.Process(target=target, args=args, daemon=True)
         self._proc.start()
         child.close()
         self.pid = self._proc.pid
@@ -286,7 +308,8 @@ class Pool:
 
     def worker(self, key: Any, keep: Iterable[Any] = ()) -> Worker:
         """The worker of ``key``; over the limit, the most recently used others not in ``keep`` stop (runs cycle)."""
-        worker = self.workers.pop(key, None) or Worker(self.execute, self.deadline_s)
+        code = key.code if isinstance(key, WorkerSpec) else ""
+        worker = self.workers.pop(key, None) or Worker(self.execute, self.deadline_s, code)
         keep = {key, *keep}
         spare = [k for k in self.workers if k not in keep]
         for old in spare[::-1][: max(0, len(self.workers) + 1 - self.limit)]:
