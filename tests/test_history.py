@@ -207,7 +207,7 @@ def test_history_runs_two_published_releases_end_to_end(tmp_path, capsys, engine
     assert isinstance(Path(out / "history.md").read_text(), str)
 
 
-def _row(version: str, value: float):
+def _history_row(version: str, value: float):
     from harness.base.history_rows import HistoryRow
 
     return HistoryRow("vllm", version, "off", "paper", "seq_step_ns", value, value * 0.99, value * 1.01, "ok", 5, 100,
@@ -222,7 +222,8 @@ def test_the_readme_section_names_the_releases_a_verdict_moved(tmp_path) -> None
 
     folder = tmp_path / "results" / "history" / "vllm"
     folder.mkdir(parents=True)
-    write_history(folder / HISTORY_CSV, [_row("0.1.0", 100.0), _row("0.2.0", 101.0), _row("0.3.0", 150.0)])
+    releases = [_history_row("0.1.0", 100.0), _history_row("0.2.0", 101.0), _history_row("0.3.0", 150.0)]
+    write_history(folder / HISTORY_CSV, releases)
     (folder / "meta.json").write_text(json.dumps({"command": "kvblock-bench history vllm 0.1.0..0.3.0",
                                                   "machine": "m", "load_average_by_scenario": {"paper": [0.5, 1.5]}}))
     readme = tmp_path / "README.md"

@@ -23,7 +23,7 @@ from harness.calibration.run import machine
 from harness.errors import InputError
 from harness.run.lockstep import lockstep
 from harness.run.metadata import collect, load_average
-from harness.run.workers import CellDied, Pool, WorkerBug, WorkerSpec
+from harness.run.workers import CellDied, Pool, WorkerBug
 from scenarios import SCENARIOS
 from scenarios.files.atomic import atomic_write_bytes
 
@@ -95,9 +95,10 @@ def history(opts: HistoryOptions) -> HistoryOutcome:
             outcome.rows += rows
             meta["load_average_by_scenario"][name] = load
             outcome.written = write_history(opts.out / HISTORY_CSV, outcome.rows)
+            write_json(opts.out / "meta.json", {**meta, "complete": False})  # an interrupted run keeps its meta too
     outcome.seconds = time.monotonic() - started
     meta["seconds"] = round(outcome.seconds, 1)
-    write_json(opts.out / "meta.json", meta)
+    write_json(opts.out / "meta.json", {**meta, "complete": True})
     return outcome
 
 
@@ -131,8 +132,10 @@ class Scenario:
         self.failed: dict[str, dict[tuple, str]] = {r.version: {} for r in releases}
         self.results: dict[str, Measured | Refused] = {}
 
-    def spec(self, release: Release) -> WorkerSpec:
-        return WorkerSpec(code=f"{self.opts.engine.name}=={release.version}")
+    def spec(self, release: Release) -> tuple[str, str]:
+        """The release's worker key: its own process (the job imports the release's code from the cache, so the
+        worker runs this checkout's code, not a code root's)."""
+        return "release", f"{self.opts.engine.name}=={release.version}"
 
     def job(self, release: Release) -> CalibrationJob:
         o = self.opts

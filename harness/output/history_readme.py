@@ -29,13 +29,15 @@ def section(folder: Path, shown_as: str) -> tuple[str, str]:
     found = steps(rows)
     moved = [s for s in found if s.verdict in ("slower", "faster")]
     load = "; ".join(f"`{name}` at load average {start:g} to {end:g}" for name, (start, end) in
-                     meta.get("load_average_by_scenario", {}).items()) or "load not recorded"
+                     meta.get("load_average_by_scenario", {}).items())
+    load = load or "load average " + ", ".join(sorted({f"{r.load} (`{r.scenario}`)" for r in rows}))
+    meta = {"command": rows[0].command, "machine": rows[0].machine, **meta}  # a run cut short wrote no meta.json
     lines = [f"`{shown_as}/`: {engine} {versions[0]} to {versions[-1]} ({len(versions)} releases), "
              f"`{meta.get('command', '?')}` on {meta.get('machine', '?')}, {load}. Each release over the one before, "
              f"`compare`'s verdict at {DEFAULT_THRESHOLD * 100:g} % ({len(found)} comparisons; every one in "
              f"[`history.md`]({shown_as}/history.md), the figure "
              f"[`history-{engine}.png`]({shown_as}/history-{engine}.png)):",
-             "", *(map(_moved, moved) if moved else ["- no release slower or faster than the one before"]), ""]
+             *(map(_moved, moved) if moved else ["- no release slower or faster than the one before"])]
     return engine, "\n".join(lines)
 
 
