@@ -12,3 +12,18 @@ def specialise(fn: types.FunctionType, key: str, **bindings: object) -> types.Fu
     made = types.FunctionType(fn.__code__, {**fn.__globals__, **bindings}, name)
     made.__qualname__ = name
     return made
+
+
+def spread_state(kernel: object, extra: int) -> object:
+    """``kernel`` (a compiled function of a state's items then ``extra`` arguments) as an inlined function of
+    ``(state, *extra)`` that passes the state tuple's items one by one: ``kernel(*state, ...)`` makes Numba
+    build a tuple, and count a reference to every array in it, at each call."""
+    from numba import njit
+
+    arity = kernel.py_func.__code__.co_argcount - extra
+    xs = [f"x{i}" for i in range(extra)]
+    items = [f"state[{i}]" for i in range(arity)]
+    env: dict = {}
+    exec(f"def spread(state, {', '.join(xs)}):\n    return kernel({', '.join(items + xs)})\n",  # noqa: S102
+         {"kernel": kernel}, env)
+    return njit(inline="always")(env["spread"])
