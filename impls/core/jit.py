@@ -26,7 +26,7 @@ def spread_state(kernel: object, extra: int) -> object:
     xs = [f"x{i}" for i in range(extra)]
     items = [f"state[{i}]" for i in range(arity)]
     env: dict = {}
-    exec(f"def spread(state, {', '.join(xs)}):\n    return kernel({', '.join(items + xs)})\n",  # noqa: S102
+    exec(f"def spread(state, {', '.join(xs)}):\n    return kernel({', '.join(items + xs)})\n",
          {"kernel": kernel}, env)
     if kernel.targetoptions.get("_nrt", True) is False:
         return njit(_nrt=False)(env["spread"])
