@@ -632,6 +632,20 @@ class FlatBlockManager(CompiledBlockManager):
             partial = self._lens[seq] % self.block_size != 0
             if partial and refs[last] > 1 and not self.ints[rec + MARK] & SHARED:
                 raise AssertionError(f"row {seq}: its last block {last} is shared and its mark says it is not")
+        self._check_next(refs)
+
+    def _check_next(self, refs: list[int]) -> None:
+        """A row's NEXT with offset bits set is the slot of its next token in a last block it holds alone; an
+        inactive row's NEXT is 0."""
+        nexts = self.ints[HEADER + NEXT : HEADER + ROW * self.max_seqs : ROW].astype(np.int64) & 0xFFFFFFFF
+        nexts |= self.ints[HEADER + NEXT + 1 : HEADER + ROW * self.max_seqs : ROW].astype(np.int64) << 32
+        for seq, (length, nxt) in enumerate(zip(self._lens.tolist(), nexts.tolist(), strict=True)):
+            if length == 0 and nxt != 0:
+                raise AssertionError(f"row {seq}: inactive, and its NEXT is {nxt}, not 0")
+            if length and nxt % self.block_size:
+                block = self._table(seq)[-1]
+                if nxt != block * self.block_size + length % self.block_size or refs[block] != 1:
+                    raise AssertionError(f"row {seq}: NEXT {nxt} is not the next slot of a block it holds alone")
 
     def _check_free(self, held: dict[int, int]) -> None:
         """The free stack is exactly the blocks no row holds (a design with a cache narrows this)."""

@@ -198,7 +198,7 @@ class CppFlatBlockManager(NativeBlockManager):
 
     def memory_bytes(self) -> int:
         ids = id_bytes(self.num_blocks)
-        return 8 * self.num_blocks + self.max_seqs * (ids * self.max_blocks_per_seq + 8)
+        return 8 * self.num_blocks + self.max_seqs * (ids * self.max_blocks_per_seq + 28)
 
 
 class CppFlatRowsBlockManager(NativeBlockManager):

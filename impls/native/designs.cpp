@@ -112,6 +112,9 @@ struct Common {
         return lens[child] != 0 ? E_ACTIVE : OK;
     }
     int64_t rows_in_use() const { return 0; }  // designs without a row pool (flat-rows has one)
+    static constexpr bool FUSED_STEP = false;  // true: the design's own one-pass decode step (C's)
+    void allocated(int64_t) {}  // after allocate set the row's length
+    void forked(int64_t) {}     // after fork shared the parent's blocks
     int32_t next_stamp() {
         if (stamp == INT32_MAX) {
             std::fill(marks.begin(), marks.end(), 0);
@@ -293,33 +296,106 @@ template <class Id>
 struct FlatDesign : Common {
     Vec<Id> table;  // [max_seqs * max_blocks], row-major
     Pool blocks;
+    // Per row, as flat's NEXT (impls/designs/flat.py): the slot of its next token while that token needs no new
+    // block and no copy, else a value with the offset bits clear (0 for an inactive row).
+    Vec<int64_t> next;
+    Vec<int64_t> step_slots;  // a decode step's slots, copied out when it succeeds (a failed one writes none)
+    Vec<int32_t> queue;       // a decode step's positions whose rows need the pool, for its second pass
+    static constexpr bool FUSED_STEP = true;
 
     explicit FlatDesign(const Config& cfg)
-        : Common(cfg), table(cfg.max_seqs * cfg.max_blocks, 0), blocks(cfg.num_blocks) {}
+        : Common(cfg), table(cfg.max_seqs * cfg.max_blocks, 0), blocks(cfg.num_blocks), next(cfg.max_seqs, 0),
+          step_slots(cfg.max_seqs, 0), queue(cfg.max_seqs, 0) {}
     Id* row(int64_t seq) { return table.data() + seq * c.max_blocks; }
     int64_t num_free() const { return blocks.top; }
     void take_table(int64_t seq, int64_t need) {
         Id* r = row(seq);
         for (int64_t j = 0; j < need; ++j) r[j] = static_cast<Id>(blocks.take());
     }
+    // The row's NEXT for its length, its last block its own.
+    void keep_next(int64_t seq) {
+        int64_t n = lens[seq], off = n & (c.block_size - 1);
+        next[seq] = off != 0 ? (static_cast<int64_t>(row(seq)[n >> c.shift]) << c.shift) | off : 0;
+    }
+    void allocated(int64_t seq) { keep_next(seq); }
+    void forked(int64_t parent) { next[parent] = 0; }  // its last block is shared now (the child's NEXT is 0)
     bool last_shared(int64_t seq) { return blocks.refs[row(seq)[(lens[seq] - 1) >> c.shift]] > 1; }
     int64_t append_unchecked(int64_t seq, int64_t* src_out, int64_t* dst_out) {
-        int64_t n = lens[seq];
-        lens[seq] = static_cast<int32_t>(n + 1);
+        int64_t b = append_block(seq, lens[seq], src_out, dst_out);
+        lens[seq] += 1;
+        keep_next(seq);
+        return b < 0 ? 1 : 0;
+    }
+    // Row seq's block for its token m (a new one at a boundary, a copy of a shared one): the block, or -block - 1
+    // after a copy-on-write (the pair written).
+    int64_t append_block(int64_t seq, int64_t m, int64_t* src_out, int64_t* dst_out) {
         Id* r = row(seq);
-        int64_t j = n >> c.shift;
-        if ((n & (c.block_size - 1)) == 0) {
-            r[j] = static_cast<Id>(blocks.take());
-            return 0;
-        }
+        int64_t j = m >> c.shift;
+        if ((m & (c.block_size - 1)) == 0) return r[j] = static_cast<Id>(blocks.take());
         int32_t src = r[j];
-        if (blocks.refs[src] == 1) return 0;
+        if (blocks.refs[src] == 1) return src;
         blocks.refs[src] -= 1;
         int32_t dst = blocks.take();
         r[j] = static_cast<Id>(dst);
         *src_out = src;
         *dst_out = dst;
-        return 1;
+        return -static_cast<int64_t>(dst) - 1;
+    }
+    // The batched step in one pass, validation, append and slot fused (the caller has checked the buffers and
+    // that the pool holds n blocks): a row whose NEXT holds costs its checks and its writes; the others are
+    // validated here and get their blocks in a second pass, in the batch's order, which cannot fail. A bad id
+    // undoes the pass's appends (no block is taken before the second pass); slots reach the caller's buffer
+    // only when the step succeeds.
+    template <class I>
+    int64_t fused_step(const I* ids, int64_t n, int64_t* cow, int64_t* slots, int64_t* detail) {
+        const int32_t mark = next_stamp();
+        const int64_t mask = c.block_size - 1, rows = c.max_seqs;
+        int32_t *len = lens.data(), *mk = marks.data(), *q = queue.data();
+        int64_t *nx = next.data(), *out = step_slots.data();
+        int64_t queued = 0, i = 0, rc = OK;
+        for (; i < n; ++i) {
+            int64_t seq = ids[i];
+            if (__builtin_expect(static_cast<uint64_t>(seq) >= static_cast<uint64_t>(rows), 0)) {
+                rc = E_SEQ_RANGE;
+                break;
+            }
+            if (__builtin_expect(mk[seq] == mark, 0)) {
+                rc = E_DUPLICATE;
+                break;
+            }
+            int64_t slot = nx[seq];
+            if (__builtin_expect((slot & mask) == 0, 0)) {
+                rc = check_append(seq);  // a boundary (empty and full rows too), a shared block, another op's row
+                if (rc != OK) break;
+                q[queued++] = static_cast<int32_t>(i);
+            }
+            mk[seq] = mark;
+            len[seq] += 1;
+            nx[seq] = slot + 1;
+            out[i] = slot;
+        }
+        if (rc != OK) {
+            for (int64_t k = 0; k < i; ++k) {
+                int64_t seq = ids[k];
+                len[seq] -= 1;
+                nx[seq] = 0;
+            }
+            *detail = i;
+            return rc;
+        }
+        int64_t cows = 0;
+        for (int64_t k = 0; k < queued; ++k) {
+            int64_t at = q[k], seq = ids[at], m = len[seq] - 1;
+            int64_t b = append_block(seq, m, &cow[2 * cows], &cow[2 * cows + 1]);
+            if (b < 0) {
+                b = -b - 1;
+                ++cows;
+            }
+            out[at] = (b << c.shift) | (m & mask);
+            nx[seq] = out[at] + 1;
+        }
+        std::copy(out, out + n, slots);
+        return cows;
     }
     void fork_table(int64_t parent, int64_t child) {
         const Id* p = row(parent);
@@ -332,6 +408,7 @@ struct FlatDesign : Common {
     void free_table(int64_t seq) {
         const Id* r = row(seq);
         for (int64_t j = blocks_for(lens[seq]) - 1; j >= 0; --j) blocks.release(r[j]);
+        next[seq] = 0;
     }
     int64_t block_at(int64_t seq, int64_t j) { return row(seq)[j]; }
     int64_t ref(int64_t b) const { return blocks.refs[b]; }
@@ -478,6 +555,7 @@ struct Manager : D {
         if (need > this->num_free()) return E_NO_BLOCKS;
         this->take_table(seq, need);
         this->lens[seq] = static_cast<int32_t>(tokens);
+        this->allocated(seq);
         return OK;
     }
     // 1 on copy-on-write (src, dst written), 0 otherwise, < 0 an error.
@@ -492,6 +570,7 @@ struct Manager : D {
         if (rc != OK) return rc;
         this->fork_table(parent, child);
         this->lens[child] = this->lens[parent];
+        this->forked(parent);
         return OK;
     }
     int64_t free(int64_t seq) {
@@ -517,6 +596,9 @@ struct Manager : D {
         if (slot_cap < n || cow_cap < n) {
             *detail = n;
             return E_BUFFER;
+        }
+        if constexpr (D::FUSED_STEP) {
+            if (n <= this->num_free()) return this->fused_step(ids, n, cow, slots, detail);
         }
         int32_t mark = this->next_stamp();
         for (int64_t i = 0; i < n; ++i) {  // the whole step first, before changing anything
