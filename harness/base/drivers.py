@@ -590,11 +590,24 @@ def native_arrays(prep: Prepared):
 
 
 def native_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None):
-    """An untimed ``run(lo, hi)`` inside C++; copy-on-write counts per step to ``cows`` when given."""
-    cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
+    """An untimed ``run(lo, hi)`` inside C++; copy-on-write counts per step to ``cows`` when given. Its buffers
+    are made once, for every step: a call makes no array."""
+    from harness.base import native
+
+    check_replayable(prep.trace, mgr, "native")
+    t = native_arrays(prep)
+    out = native.buffers(t, prep.num_steps)
+    if cows is not None and cows.dtype == np.int64 and cows.flags.c_contiguous and len(cows) == prep.num_steps:
+        out = out._replace(cows=cows)  # written in place
+    copy_to = None if cows is None or out.cows is cows else cows
 
     def run(lo: int, hi: int) -> None:
-        cows[lo:hi] = _native_replay(prep, mgr, False, lo, hi).cows
+        try:
+            native.replay_untimed(mgr, t, lo, hi, out)
+        except native.NativeReplayError as exc:
+            raise ReplayError(str(exc)) from None
+        if copy_to is not None:
+            copy_to[lo:hi] = out.cows[lo:hi]
 
     return run
 
