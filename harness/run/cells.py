@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.base.builds import build_of
 from harness.base.drivers import Prepared
 from harness.base.failures import blamed_on
 from harness.base.interleave import (
@@ -52,6 +53,7 @@ class CellInfo:
     how: str
     timer_overhead_ns: float
     separate_detail: bool
+    build: str = ""  # the rows' build column (harness.base.builds)
 
 
 @dataclass
@@ -126,7 +128,8 @@ class CellBench:
                 continue
             if record and (driver.kind != "python" or getattr(driver.cls, "kernels", None) is not None):
                 self.row(key[0], key[1], "compile_s", time.perf_counter() - t0, "s", "wall clock",
-                         f"first steps through the {driver.kind} driver (compile or cache load)", driver=driver.kind)
+                         f"first steps through the {driver.kind} driver (compile or cache load)", driver=driver.kind,
+                         build=driver.build)
 
     def _first_steps(self, driver: Driver) -> bool:
         steps = min(WARM_STEPS, self.prep.num_steps)
@@ -173,7 +176,7 @@ class CellBench:
                             list(self.rows), self.info())
 
     def info(self) -> dict[Cell, CellInfo]:
-        return {key[:2]: CellInfo(d.kind, d.how(), d.timer_overhead(self.calib), d.separate_detail)
+        return {key[:2]: CellInfo(d.kind, d.how(), d.timer_overhead(self.calib), d.separate_detail, d.build)
                 for key, d in self.drivers.items()}
 
     def read_off(self, replays: Replays) -> None:
@@ -189,7 +192,7 @@ class CellBench:
         cls = self.drivers[(impl, regime, "")].cls
         if regime == "per-call" and has_dispatch(cls):  # the per-call figure's dispatch, apart
             for row in dispatch_rows(self.scenario, impl, empty_call_ns(mgr), calls_per_trace(self.trace)):
-                row.driver = "python"
+                row.driver, row.build = "python", build_of(cls)
                 self.rows.append(row)
         sizes = [mgr.table_nbytes(row) for row in np.flatnonzero(self.trace.final_lens).tolist()]
         problem = next(filter(None, map(table_nbytes_problem, sizes)), "")
@@ -224,7 +227,7 @@ class CellBench:
         driver.check_inputs(0, hi)
         for fig in figures:
             self.row(impl, regime, fig.metric, fig.per_step, "allocs/step", fig.source, fig.how, steps=fig.steps,
-                     driver=driver.kind, status=fig.status)
+                     driver=driver.kind, build=driver.build, status=fig.status)
 
     def measure_paced(self, cells: list[Cell]) -> None:
         """The paced study (:mod:`harness.studies.paced_study`): every cell's paced loops and the floor, repeated
