@@ -19,9 +19,11 @@ from harness.counters.symbols import names
 KINDS = ("replay loop", "decode step", "pool ops", "containers", "runtime", "interpreter", "other")
 RULES = (
     (r"replay_loop|\.spread\b|kvb_replay|check_slice|pool_op|kvb_alloc_count|libffi", "replay loop"),
-    (r"decode_step|fused_step|slow_slot", "decode step"),
-    (r"kvb_(can_allocate|allocate|free|fork)\b|::(can_allocate|allocate|free|fork)\(", "pool ops"),
-    (r"numba\.typed|numba_(dict|list)|_helperlib|memcmp|unordered_map|_Hashtable|_Prime_rehash", "containers"),
+    (r"decode_step|fused_step|slow_slot|append_unchecked|last_slot", "decode step"),
+    (r"kvb_(can_allocate|allocate|free|fork)\b|::(can_allocate|allocate|free|fork)\(|"
+     r"\.(can_allocate|allocate|free|fork)$", "pool ops"),
+    (r"numba\.typed|numba_(dict|list)|_helperlib|memcmp|std::(__detail|_Hashtable|vector)|_Prime_rehash",
+     "containers"),
     (r"NRT_|mem(cpy|move|set)|malloc|_int_free|\bfree\b|cfree|operator (new|delete)", "runtime"),
     (r"Python-3|libpython|numpy", "interpreter"),
 )

@@ -66,7 +66,6 @@ class NativeBlockManager(ManagerBase):
 
     kind: int
     native = True
-    build_flags = " ".join(toolchain.OPT_FLAGS)  # the optimisation and architecture flags it was compiled with
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
