@@ -16,7 +16,7 @@ from impls.registry import RATIO_BASE
 from scenarios.files.kinds import read_once
 
 STATUSES = ("ok", "unsupported", "unavailable", "skipped", "failed")
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 3
 DRIVERS = ("python", "compiled", "native")
 # Figures that may be negative: allocations under a floor, differences of medians, paced minus idle time.
 SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "allocs_above_floor_per_step",
@@ -28,7 +28,7 @@ MAX_ABS_VALUE = 1e15
 
 MAX_TEXT_CHARS = 2000
 MAX_READ_FIELD_BYTES = 1 << 24
-_TEXT_FIELDS = ("scenario", "impl", "regime", "metric", "unit", "source", "status", "how", "driver", "build")
+_TEXT_FIELDS = ("scenario", "impl", "regime", "metric", "unit", "source", "status", "how", "driver")
 
 
 @dataclass
@@ -51,7 +51,6 @@ class Row:
     ci_low: float | None = None
     ci_high: float | None = None
     driver: str = ""
-    build: str = ""  # how the measured code was compiled: C++ flags, Numba's target CPU ("" when interpreted)
 
     def __post_init__(self) -> None:
         for name in _TEXT_FIELDS:
@@ -110,11 +109,9 @@ def _checked(metric: str, value: object, what: str = "value") -> float:
 
 
 COLUMNS = [f.name for f in fields(Row)]
-# Older schemas still read, with the later columns empty: 1 (before the structured columns), 2 (before driver), 3
-# (before build).
+# Older schemas still read, with the later columns empty: 1 (before the structured columns), 2 (before driver).
 COLUMNS_V1 = COLUMNS[:9]
 COLUMNS_V2 = COLUMNS[:15]
-COLUMNS_V3 = COLUMNS[:16]
 _INTS = ("reps", "steps", "seqs")
 _FLOATS = ("step_rate", "ci_low", "ci_high")
 
@@ -159,7 +156,7 @@ def read_rows(path: Path) -> list[Row]:
         with io.TextIOWrapper(read_once(path), encoding="utf-8-sig", newline="") as fh:
             reader = csv.reader(fh)
             header = next(reader, None)
-            if header not in (COLUMNS, COLUMNS_V3, COLUMNS_V2, COLUMNS_V1):
+            if header not in (COLUMNS, COLUMNS_V2, COLUMNS_V1):
                 raise ResultsError(f"{path}:1: not a kvblock-bench results header (schema {SCHEMA_VERSION} has "
                                    f"columns {','.join(COLUMNS)}); was the file written by another tool?")
             return _read_records(path, reader, header)

@@ -28,8 +28,8 @@ class Rule:
     regime: str
     max_instructions_per_seq_step: float | None = None
     min_instructions_vs_base: float | None = None
-    max_instructions_vs_base: float | None = None
     zero_allocations: bool = False
+    max_instructions_vs_base: float | None = None
 
     @property
     def cell(self) -> tuple[str, str]:

@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     from pathlib import Path
 
-    from harness.base.drivers import Prepared
+    from harness.base.drivers import Prepared, compiled_step_runner, driver_for
     from harness.base.files import write_json
-    from harness.counters.regions import prepare_cell
+    from impls import REGISTRY
     from scenarios import load
 
     parser = argparse.ArgumentParser(description=main.__doc__)
@@ -100,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     prep = Prepared.from_trace(load(args.trace))
     for impl, regime in args.cell:
-        prepare_cell(prep, impl, regime)[1](0, 1)
+        cls = REGISTRY[impl]
+        if regime == "batched" and getattr(cls, "kernels", None) is not None:  # a compiled replay loop
+            compiled_step_runner(prep, cls(**prep.trace.config), driver_for(cls.kernels, prep.trace))(0, 1)
     write_json(Path(args.out), layouts())
     return 0
 

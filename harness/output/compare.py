@@ -32,7 +32,6 @@ class Figure:
     ci_high: float | None
     reps: int | None
     driver: str
-    build: str = ""
 
     @classmethod
     def of(cls, row: dict) -> Figure:
@@ -42,7 +41,7 @@ class Figure:
 
         reps = number("reps")
         return cls(float(row["value"]), number("ci_low"), number("ci_high"), None if reps is None else int(reps),
-                   row.get("driver") or "", row.get("build") or "")
+                   row.get("driver") or "")
 
     @property
     def estimate(self) -> Estimate | None:
@@ -193,8 +192,6 @@ def compare_figure(base: Run, new: Run, key: tuple[str, str, str, str], threshol
         notes.append(f"repetitions {fb.reps} -> {fn.reps}")
     if fb.driver != fn.driver:
         notes.append(f"driver {fb.driver or '?'} -> {fn.driver or '?'}")
-    if fb.build != fn.build:
-        notes.append(f"build {fb.build or '?'} -> {fn.build or '?'}")
     return Compared(*key, unit, fb, fn, name, "", est.value, est.low, est.high, notes)
 
 

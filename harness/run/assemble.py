@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.base.builds import with_build
 from harness.base.interleave import Key
 from harness.base.metrics import Work, cell_blocks, timing_rows
 from harness.base.rows import RATIO_METRICS, Row, ratio_metric
@@ -93,7 +94,7 @@ class ScenarioRows:
                             self.trace.header["params"].get("step_rate", 2000), info.timer_overhead_ns, info.how,
                             self.slices, whole_steps=cell[1] == "step")
         for row in timed:
-            row.driver, row.build = info.driver, info.build
+            row.driver, row.how = info.driver, with_build(row.how, info.build)
         self.rows += timed
         self.raw[f"raw/{self.scenario}/{cell[0]}__{cell[1]}.json.gz"] = {
             "clock": step_samples[0].clock,
@@ -129,7 +130,7 @@ class ScenarioRows:
                  f"time per unit of work over {self.base}'s (each step's median over repetitions); 95 % paired "
                  "bootstrap interval, the same slices and repetitions drawn for both", ci_low=_finite(est.low),
                  ci_high=_finite(est.high), reps=merged.reps[(*cell, "")], steps=self.work.steps,
-                 driver=merged.info[cell].driver, build=merged.info[cell].build)
+                 driver=merged.info[cell].driver)
 
     def _cache_rows(self, cells: list[Cell]) -> None:
         """Hit rates and evictions of a caching trace for every cell whose hits matched the trace's."""
@@ -157,8 +158,7 @@ class ScenarioRows:
         self.row(aa[0], aa[1], "aa_ratio", est.value, "x", "ratio",
                  f"A/A control: the same cell replayed twice, interleaved as two cells; seq-step time of the copy "
                  f"over the original; {verdict}", ci_low=_finite(est.low), ci_high=_finite(est.high),
-                 reps=merged.reps[aa], steps=self.work.steps, driver=merged.info[aa[:2]].driver,
-                 build=merged.info[aa[:2]].build)
+                 reps=merged.reps[aa], steps=self.work.steps, driver=merged.info[aa[:2]].driver)
 
 
 def _finite(x: float) -> float | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.base.builds import build_of
+from harness.base.builds import build_of, with_build
 from harness.base.drivers import Prepared
 from harness.base.failures import blamed_on
 from harness.base.interleave import (
@@ -53,7 +53,7 @@ class CellInfo:
     how: str
     timer_overhead_ns: float
     separate_detail: bool
-    build: str = ""  # the rows' build column (harness.base.builds)
+    build: str = ""  # how the design's code was compiled, ending its rows' how (harness.base.builds)
 
 
 @dataclass
@@ -96,8 +96,9 @@ class CellBench:
         self.rows: list[Row] = []
 
     def row(self, impl: str, regime: str, metric: str, value: float, unit: str, source: str, how: str = "",
-            status: str = "ok", **columns) -> None:
-        self.rows.append(Row(self.scenario, impl, regime, metric, value, unit, source, status, how, **columns))
+            status: str = "ok", build: str = "", **columns) -> None:
+        self.rows.append(Row(self.scenario, impl, regime, metric, value, unit, source, status,
+                             with_build(how, build), **columns))
 
     def _fail(self, cell: Cell, exc: DesignFailure) -> None:
         self.failed.setdefault(cell, exc.reason)
@@ -192,7 +193,7 @@ class CellBench:
         cls = self.drivers[(impl, regime, "")].cls
         if regime == "per-call" and has_dispatch(cls):  # the per-call figure's dispatch, apart
             for row in dispatch_rows(self.scenario, impl, empty_call_ns(mgr), calls_per_trace(self.trace)):
-                row.driver, row.build = "python", build_of(cls)
+                row.driver, row.how = "python", with_build(row.how, build_of(cls))
                 self.rows.append(row)
         sizes = [mgr.table_nbytes(row) for row in np.flatnonzero(self.trace.final_lens).tolist()]
         problem = next(filter(None, map(table_nbytes_problem, sizes)), "")

@@ -8,7 +8,7 @@ from functools import partial
 
 import numpy as np
 
-from harness.base.builds import build_of
+from harness.base.builds import build_of, with_build
 from harness.base.drivers import Prepared
 from harness.base.failures import blamed_on
 from harness.base.rows import Row
@@ -132,12 +132,12 @@ def study_rows(scenario: str, kinds: list[PacedKind], rate: float, steps: int) -
         if kind.what == "idle":
             continue
         share_metric, miss_metric = METRICS[kind.what]
-        common = {"step_rate": rate, "steps": steps, "driver": "python",
-                  "build": build_of(kind.cls) if kind.cls is not None else ""}
+        common = {"step_rate": rate, "steps": steps, "driver": "python"}
         path = CALLS_HOW[kind.regime] if kind.what == "calls" else HOW[kind.what]
         how = (f"open loop paced at {rate:g} steps/s from Python ({steps} steps), {path}; thread CPU time "
                f"minus the same repetition's idle paced loop, median of interleaved repetitions, 95 % bootstrap "
                f"interval")
+        how = with_build(how, build_of(kind.cls))
         if kind.error is not None or not kind.cpu_ns or idle.error is not None:
             why = kind.error or idle.error or "no repetition finished"
             rows.append(Row(scenario, kind.impl, kind.regime, share_metric, float("nan"), "%", "thread_time_ns",
@@ -152,7 +152,7 @@ def study_rows(scenario: str, kinds: list[PacedKind], rate: float, steps: int) -
             rows.append(Row(scenario, kind.impl, kind.regime, miss_metric, misses.value, "steps", "perf_counter_ns",
                             "ok", f"steps whose work ended after the next step was due, of {steps}; median of "
                             "interleaved repetitions", reps=len(kind.misses), ci_low=_finite(misses.low),
-                            ci_high=_finite(misses.high), steps=steps, driver="python", build=common["build"]))
+                            ci_high=_finite(misses.high), steps=steps, driver="python"))
         if kind.what == "step" and floor.error is None and floor_shares.size:
             n = min(per_rep.size, floor_shares.size)
             above = median_estimate(per_rep[:n] - floor_shares[:n])

@@ -22,7 +22,7 @@ LIBRARY_ENV = "KVB_NATIVE_LIBRARY"
 OPT_FLAGS = ("-O2",)  # the article's likely build: no architecture flags, the code runs on any x86-64
 BASE_FLAGS = ("-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden")
 FLAGS = (*OPT_FLAGS, *BASE_FLAGS)
-OPT_FLAGS_ENV = "KVB_NATIVE_FLAGS"  # e.g. "-O3 -march=native": a build of its own, its rows' build column says so
+OPT_FLAGS_ENV = "KVB_NATIVE_FLAGS"  # e.g. "-O3 -march=native": a build of its own, its rows' how says so
 
 
 def opt_flags() -> tuple[str, ...]:
