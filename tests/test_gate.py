@@ -146,6 +146,33 @@ def test_gate_fails_above_its_instruction_ceiling() -> None:
     assert gate.check(unmeasured, None, config) == []  # not measured here: the gate reports it apart
 
 
+def test_our_ceilings_fail_flat_above_30_and_cpp_flat_above_flat() -> None:
+    """The committed rules: batched flat at most 30 instructions per sequence-step, batched cpp-flat at most
+    batched flat's; one instruction over either fails the gate, exactly on either passes."""
+    def cells(flat_ir: int, cpp_ir: int) -> dict:
+        made = figures(flat_ir, 80_000)
+        made[("cpp-flat", "batched")] = gate.CellFigures("cpp-flat", "batched", [cpp_ir, cpp_ir], 100, 0.0, 0.0)
+        return made
+
+    assert OURS.rule(("flat", "batched")).max_instructions_per_seq_step == 30
+    assert OURS.rule(("cpp-flat", "batched")).max_instructions_vs_base == 1
+    assert gate.check(cells(3_000, 3_000), None, OURS) == []
+    assert gate.check(cells(3_001, 2_900), None, OURS) == [
+        "flat batched needs 30.0 instructions per sequence-step; the ceiling is 30"]
+    assert gate.check(cells(2_900, 2_901), None, OURS) == [
+        "cpp-flat batched needs 29.01 instructions per sequence-step, 1.000x batched flat's 29.00; the ceiling "
+        "is 1x"]
+    assert gate.table(cells(2_900, 2_901), OURS).splitlines()[-1].split()[5] == "1x"
+
+
+def test_a_ratio_ceiling_needs_batched_flat_measured() -> None:
+    """Without batched flat's count a ratio ceiling checks nothing (the missing figure is reported apart)."""
+    config = gate_config.parse({"rule": [{"impl": "cpp-flat", "regime": "batched",
+                                          "max_instructions_vs_base": 1.0}]}, "test")
+    alone = {("cpp-flat", "batched"): gate.CellFigures("cpp-flat", "batched", [5_000, 5_000], 100, 0.0, 0.0)}
+    assert gate.check(alone, None, config) == []
+
+
 def test_the_committed_ceiling_holds_the_flat_kernels() -> None:
     """Our ceiling sits just above what batched flat needs in the committed gate figures (within 5 %)."""
     cells = json.loads((ROOT / "results" / "gate" / "gate.json").read_text())["cells"]

@@ -58,6 +58,8 @@ def test_no_table_anywhere_means_no_rules(tmp_path: Path, monkeypatch: pytest.Mo
     ("[[tool.kvblock-bench.gate.rule]]\nimpl = 'flat'\nregime = 'batched'\n", "a rule needs"),
     ("[[tool.kvblock-bench.gate.rule]]\nimpl = 'flat'\nregime = 'batched'\nmax_instructions_per_seq_step = '45'\n",
      "must be a non-negative number"),
+    ("[[tool.kvblock-bench.gate.rule]]\nimpl = 'cpp-flat'\nregime = 'batched'\nmax_instructions_vs_base = -1\n",
+     "max_instructions_vs_base must be a non-negative number"),
     ("[[tool.kvblock-bench.gate.rule]]\nimpl = 'flat'\nregime = 'batched'\nzero_allocations = 1\n",
      "true or false"),
     ("[tool.kvblock-bench.gate.wall]\nslower = 'dict'\n", "faster is required"),

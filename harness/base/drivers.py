@@ -23,7 +23,7 @@ from harness.base.replay import (
 from harness.base.steptimes import KINDS, StepTimes, concat
 from impls.contract import blocks_for
 from impls.core.base import step_by_calls
-from impls.core.jit import specialise
+from impls.core.jit import specialise, spread_state
 from impls.core.ops import POOL_OPS, call_args
 from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, APPEND, CAN_ALLOCATE, FREE, SEAL, Trace, trace_uses_caching
 
@@ -402,30 +402,30 @@ def _replay_loop(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_o
             kind = _OTHER
             if _CACHING and o == ALLOCATE_CACHED:
                 at = op_hash[i]
-                rc = _k_alloc_cached(*state, a0[i], a1[i], hashes[at : at + (a1[i] >> shift)])
+                rc = _k_alloc_cached(state, a0[i], a1[i], hashes[at : at + (a1[i] >> shift)])
                 if rc >= 0:
                     hits += rc
                     rc = 0
                 kind = _ALLOC
             elif _CACHING and o == SEAL:
-                rc = _k_seal(*state, a0[i], hashes[op_hash[i]])
+                rc = _k_seal(state, a0[i], hashes[op_hash[i]])
                 if rc >= 0:
                     if rc != a1[i]:
                         return 1, s, i
                     rc = 0
             elif o == CAN_ALLOCATE:
-                rc = _k_can(*state, a0[i])
+                rc = _k_can(state, a0[i])
                 if rc != a1[i]:
                     return 1, s, i
                 rc = 0
             elif o == ALLOCATE:
-                rc = _k_alloc(*state, a0[i], a1[i])
+                rc = _k_alloc(state, a0[i], a1[i])
                 kind = _ALLOC
             elif o == FREE:
-                rc = _k_free(*state, a0[i])
+                rc = _k_free(state, a0[i])
                 kind = _FREE
             else:
-                rc = _k_fork(*state, a0[i], a1[i])
+                rc = _k_fork(state, a0[i], a1[i])
             if detail:
                 ticks_out[s, kind] += ticks() - t0
             if rc != 0:
@@ -433,7 +433,7 @@ def _replay_loop(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_o
         ids = seq_ids[decode_offsets[s] : step_offsets[s + 1]]
         if detail:
             t0 = ticks()
-        rc, _ = _k_step(*state, ids, cow_out, slot_out)
+        rc, _ = _k_step(state, ids, cow_out, slot_out)
         t1 = ticks()
         if rc < 0:
             return rc, s, decode_offsets[s]
@@ -445,7 +445,7 @@ def _replay_loop(state, op, a0, a1, seq_ids, step_offsets, decode_offsets, cow_o
         if detail:
             ticks_out[s, _DECODE] = t1 - t0
             t0 = ticks()
-            _k_lookup(*state, ids, slot_out)
+            _k_lookup(state, ids, slot_out)
             ticks_out[s, _LOOKUP] = ticks() - t0
             if digest and _digest_and_reset(slot_out, ids.shape[0], mask) != digests_out[s]:
                 digests_out[s] = -1
@@ -480,10 +480,13 @@ def compiled_driver(kernels, caching: bool = False):
         raise ValueError("these kernels have no prefix-caching operations (allocate_cached, seal)")
     module = kernels.decode_step.py_func.__module__
     if (module, caching) not in COMPILED_DRIVERS:
-        extra = {"_k_alloc_cached": kernels.allocate_cached, "_k_seal": kernels.seal} if caching else {}
+        extra = {"_k_alloc_cached": spread_state(kernels.allocate_cached, 3),
+                 "_k_seal": spread_state(kernels.seal, 2)} if caching else {}
         fn = specialise(_replay_loop, ("caching_" if caching else "") + module, _CACHING=caching,
-                        _k_can=kernels.can_allocate, _k_alloc=kernels.allocate, _k_fork=kernels.fork,
-                        _k_free=kernels.free, _k_step=kernels.decode_step, _k_lookup=kernels.lookup, **extra)
+                        _k_can=spread_state(kernels.can_allocate, 1), _k_alloc=spread_state(kernels.allocate, 2),
+                        _k_fork=spread_state(kernels.fork, 2), _k_free=spread_state(kernels.free, 1),
+                        _k_step=spread_state(kernels.decode_step, 3), _k_lookup=spread_state(kernels.lookup, 2),
+                        **extra)
         COMPILED_DRIVERS[(module, caching)] = njit(cache=True)(fn)
     return COMPILED_DRIVERS[(module, caching)]
 
@@ -587,11 +590,24 @@ def native_arrays(prep: Prepared):
 
 
 def native_step_runner(prep: Prepared, mgr, cows: np.ndarray | None = None):
-    """An untimed ``run(lo, hi)`` inside C++; copy-on-write counts per step to ``cows`` when given."""
-    cows = np.zeros(prep.num_steps, dtype=np.int64) if cows is None else cows
+    """An untimed ``run(lo, hi)`` inside C++; copy-on-write counts per step to ``cows`` when given. Its buffers
+    are made once, for every step: a call makes no array."""
+    from harness.base import native
+
+    check_replayable(prep.trace, mgr, "native")
+    t = native_arrays(prep)
+    out = native.buffers(t, prep.num_steps)
+    if cows is not None and cows.dtype == np.int64 and cows.flags.c_contiguous and len(cows) == prep.num_steps:
+        out = out._replace(cows=cows)  # written in place
+    copy_to = None if cows is None or out.cows is cows else cows
 
     def run(lo: int, hi: int) -> None:
-        cows[lo:hi] = _native_replay(prep, mgr, False, lo, hi).cows
+        try:
+            native.replay_untimed(mgr, t, lo, hi, out)
+        except native.NativeReplayError as exc:
+            raise ReplayError(str(exc)) from None
+        if copy_to is not None:
+            copy_to[lo:hi] = out.cows[lo:hi]
 
     return run
 

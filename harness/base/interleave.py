@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.base import clock
+from harness.base.builds import build_of
 from harness.base.drivers import (
     Prepared,
     StepTimes,
@@ -124,6 +125,11 @@ class Driver:
         if self.kind == "compiled":
             return compiled_step_runner(self.inputs, mgr, self.loop(), cows)
         return step_runner(self.inputs, mgr, self.regime, cows)
+
+    @property
+    def build(self) -> str:
+        """How the implementation's code was compiled (the rows' ``build`` column)."""
+        return build_of(self.cls)
 
     def how(self) -> str:
         if self.regime == "step":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import weakref
 from functools import cache
 from pathlib import Path
 from typing import NamedTuple
@@ -36,8 +37,6 @@ class DesignOps(ctypes.Structure):
                 ("can_allocate", "allocate", "fork", "free", "decode_step", "lookup", "alloc_count")]
 
 
-_DESIGN_FUNCTIONS = ("kvb_can_allocate", "kvb_allocate", "kvb_fork", "kvb_free", "kvb_decode_step_i32",
-                     "kvb_lookup_i32", "kvb_alloc_count")
 
 
 def kinds_prelude() -> str:
@@ -58,10 +57,15 @@ def lib() -> ctypes.CDLL:
     return toolchain.load(build().path, _SIGNATURES, "kvb_replay_abi_version", ABI_VERSION)
 
 
-@cache
-def design_ops() -> DesignOps:
-    """The designs' library functions, by address (the library is the one :mod:`impls.native` loaded)."""
-    return DesignOps(*(binding.function_address(name) for name in _DESIGN_FUNCTIONS))
+_OPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def design_ops(mgr: binding.NativeBlockManager) -> DesignOps:
+    """The functions the replay calls for ``mgr``, by address: those made for its kind of manager (no dispatch
+    on the kind per call), and the allocation counter; found once per manager."""
+    if mgr not in _OPS:
+        _OPS[mgr] = DesignOps(*binding.kind_function_addresses(mgr), binding.function_address("kvb_alloc_count"))
+    return _OPS[mgr]
 
 
 def build_info() -> dict:
@@ -148,6 +152,47 @@ def _slice(num_steps: int, lo: int, hi: int | None) -> tuple[int, int]:
     return lo, hi
 
 
+class Buffers(NamedTuple):
+    """What a replay writes, for steps ``[0, steps)``: ticks per kind, CoW counts, allocations, scratch, status."""
+
+    ticks: np.ndarray
+    cows: np.ndarray
+    allocs: np.ndarray
+    cow_buf: np.ndarray
+    slot_buf: np.ndarray
+    status: np.ndarray
+
+
+def buffers(t: NativeTrace, steps: int) -> Buffers:
+    """Zeroed :class:`Buffers` for ``steps`` steps of ``t``."""
+    return Buffers(np.zeros((steps, len(KINDS)), dtype=np.int64), np.zeros(steps, dtype=np.int64),
+                   np.zeros(steps, dtype=np.int64), np.zeros((t.max_batch, 2), dtype=np.int64),
+                   np.zeros(t.max_batch, dtype=np.int64), np.zeros(3, dtype=np.int64))
+
+
+def _run(mgr: binding.NativeBlockManager, t: NativeTrace, lo: int, hi: int, detail: bool, b: Buffers,
+         at: int) -> None:
+    """Steps ``[lo, hi)`` inside C++, their figures written to rows ``at`` onward of ``b``."""
+    k = b.ticks.itemsize
+    lib().kvb_replay(ctypes.byref(design_ops(mgr)), mgr._h, t.op.ctypes.data, t.a0.ctypes.data, t.a1.ctypes.data,
+                     len(t.op), t.step_offsets.ctypes.data, t.decode_offsets.ctypes.data, t.num_steps, lo, hi,
+                     int(bool(detail)), int(tsc_usable()), b.cow_buf.ctypes.data, b.slot_buf.ctypes.data,
+                     t.max_batch, b.ticks.ctypes.data + at * len(KINDS) * k, b.cows.ctypes.data + at * k,
+                     b.allocs.ctypes.data + at * k, len(b.cows) - at, b.status.ctypes.data)
+    if b.status[0]:
+        raise NativeReplayError(f"native replay failed at step {b.status[1]}, op {b.status[2]}: status "
+                                f"{b.status[0]}")
+
+
+def replay_untimed(mgr: binding.NativeBlockManager, t: NativeTrace, lo: int, hi: int, b: Buffers) -> None:
+    """Steps ``[lo, hi)`` of ``t`` (:func:`prepare`'s result) inside C++, untimed: their figures go to rows
+    ``[lo, hi)`` of ``b`` (made once for every step of the trace), and no array is made per call."""
+    if not isinstance(mgr, binding.NativeBlockManager):
+        raise TypeError(f"replay needs a native manager, got {type(mgr).__name__}")
+    lo, hi = _slice(min(t.num_steps, len(b.cows)), lo, hi)
+    _run(mgr, t, lo, hi, False, b, lo)
+
+
 def replay(mgr: binding.NativeBlockManager, trace, detail: bool = False, lo: int = 0,
            hi: int | None = None) -> NativeReplay:
     """Replay steps ``[lo, hi)`` of ``trace`` (a Trace or :func:`prepare`'s result) on ``mgr`` inside C++."""
@@ -156,21 +201,13 @@ def replay(mgr: binding.NativeBlockManager, trace, detail: bool = False, lo: int
     t = prepare(trace)
     lo, hi = _slice(t.num_steps, lo, hi)
     steps, use_tsc = hi - lo, tsc_usable()
-    ticks = np.zeros((steps, len(KINDS)), dtype=np.int64)
-    cows, allocs = np.zeros(steps, dtype=np.int64), np.zeros(steps, dtype=np.int64)
-    cow_buf, slot_buf = np.zeros((t.max_batch, 2), dtype=np.int64), np.zeros(t.max_batch, dtype=np.int64)
-    status = np.zeros(3, dtype=np.int64)
-    lib().kvb_replay(ctypes.byref(design_ops()), mgr._h, t.op.ctypes.data, t.a0.ctypes.data, t.a1.ctypes.data,
-                     len(t.op), t.step_offsets.ctypes.data, t.decode_offsets.ctypes.data, t.num_steps, lo, hi,
-                     int(bool(detail)), int(use_tsc), cow_buf.ctypes.data, slot_buf.ctypes.data, t.max_batch,
-                     ticks.ctypes.data, cows.ctypes.data, allocs.ctypes.data, steps, status.ctypes.data)
-    if status[0]:
-        raise NativeReplayError(f"native replay failed at step {status[1]}, op {status[2]}: status {status[0]}")
-    ns = ticks * (ns_per_tick() if use_tsc else 1.0)
+    b = buffers(t, steps)
+    _run(mgr, t, lo, hi, detail, b, 0)
+    ns = b.ticks * (ns_per_tick() if use_tsc else 1.0)
     if detail:
         step_ns = ns[:, _ALLOC] + ns[:, _FREE] + ns[:, _OTHER] + ns[:, _DECODE]
         pool_ops = t.decode_offsets[lo:hi] - t.step_offsets[lo:hi]
         regions = float(pool_ops.mean()) + 1 if steps else 1.0
     else:
         step_ns, regions = ns[:, _DECODE].copy(), 1.0
-    return NativeReplay(ns, cows, step_ns, regions, "rdtsc" if use_tsc else "steady_clock", allocs)
+    return NativeReplay(ns, b.cows, step_ns, regions, "rdtsc" if use_tsc else "steady_clock", b.allocs)

@@ -95,7 +95,8 @@ int64_t check_slice(const TraceView& t, int64_t lo, int64_t hi, const ReplayOut&
     return OK;
 }
 
-int64_t pool_op(const DesignOps& d, void* h, const TraceView& t, int64_t i, int* kind) {
+inline __attribute__((always_inline)) int64_t pool_op(const DesignOps& d, void* h, const TraceView& t, int64_t i,
+                                                       int* kind) {
     switch (t.op[i]) {
         case CAN_ALLOCATE: {
             *kind = K_OTHER;

@@ -114,6 +114,10 @@ def rule_failures(rule: Rule, cell: CellFigures, base_ir: float | None) -> list[
                         f"the floor is {floor:g}x")
     if ceiling is not None and ir is not None and ir > ceiling:
         failures.append(f"{name} needs {ir:.1f} instructions per sequence-step; the ceiling is {ceiling:g}")
+    most = rule.max_instructions_vs_base
+    if most is not None and ir is not None and base_ir and ir > most * base_ir:
+        failures.append(f"{name} needs {ir:.2f} instructions per sequence-step, {ir / base_ir:.3f}x batched flat's "
+                        f"{base_ir:.2f}; the ceiling is {most:g}x")
     return failures
 
 
@@ -138,6 +142,15 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
+def _ceiling(rule: Rule | None) -> str:
+    """A rule's ceiling for the table: instructions per sequence-step, or ``<ratio>x`` batched flat's."""
+    if rule is None or (rule.max_instructions_per_seq_step is None and rule.max_instructions_vs_base is None):
+        return "-"
+    if rule.max_instructions_per_seq_step is not None:
+        return format(rule.max_instructions_per_seq_step, "g")
+    return f"{rule.max_instructions_vs_base:g}x"
+
+
 def table(cells: dict[tuple[str, str], CellFigures], config: GateConfig | None = None) -> str:
     """The gate's table: instructions per sequence-step, ratio to batched flat, the cell's floor and ceiling,
     allocations per step."""
@@ -153,10 +166,10 @@ def table(cells: dict[tuple[str, str], CellFigures], config: GateConfig | None =
         ratio = ir / base_ir if ir is not None and base_ir else None
         rule = config.rule(key)
         floor = rule.min_instructions_vs_base if rule else None
-        ceiling = rule.max_instructions_per_seq_step if rule else None
+        ceiling = _ceiling(rule)
         lines.append(
             f"{cell.impl:<{width}} {cell.regime:<9} {_fmt(ir, ',.1f'):>14} {_fmt(ratio, '.1f'):>14} "
-            f"{_fmt(floor, 'g'):>6} {_fmt(ceiling, 'g'):>7} {_fmt(cell.memray_per_step, '.2f'):>18} "
+            f"{_fmt(floor, 'g'):>6} {ceiling:>7} {_fmt(cell.memray_per_step, '.2f'):>18} "
             f"{_fmt(cell.nrt_per_step, '.2f'):>15}  {cell.alloc_source or '-'}"
         )
     return "\n".join(lines)

@@ -29,6 +29,7 @@ class Rule:
     max_instructions_per_seq_step: float | None = None
     min_instructions_vs_base: float | None = None
     zero_allocations: bool = False
+    max_instructions_vs_base: float | None = None
 
     @property
     def cell(self) -> tuple[str, str]:
@@ -118,6 +119,9 @@ def _known_keys(where: str, table: object, known: tuple[str, ...]) -> dict:
     return table
 
 
+LIMITS = ("max_instructions_per_seq_step", "min_instructions_vs_base", "max_instructions_vs_base")
+
+
 def parse_rule(where: str, table: object) -> Rule:
     """One ``[[...gate.rule]]`` table."""
     known = tuple(f.name for f in fields(Rule))
@@ -131,11 +135,9 @@ def parse_rule(where: str, table: object) -> Rule:
     zero = table.get("zero_allocations", False)
     if not isinstance(zero, bool):
         raise InputError(f"{where}: zero_allocations must be true or false, got {zero!r}")
-    limits = {k: _number(where, k, table[k]) for k in ("max_instructions_per_seq_step", "min_instructions_vs_base")
-              if k in table}
+    limits = {k: _number(where, k, table[k]) for k in LIMITS if k in table}
     if not limits and not zero:
-        raise InputError(f"{where}: a rule needs max_instructions_per_seq_step, min_instructions_vs_base or "
-                         "zero_allocations = true")
+        raise InputError(f"{where}: a rule needs {', '.join(LIMITS)} or zero_allocations = true")
     return Rule(_name(where, "impl", table["impl"]), regime, zero_allocations=zero, **limits)
 
 

@@ -220,10 +220,20 @@ _EVENTS = re.compile(r"^events: (.*)$", re.MULTILINE)
 _TOTALS = re.compile(r"^totals: (.*)$", re.MULTILINE)
 
 
+def dump_files(out_file: Path) -> dict[str, Path]:
+    """Every client-request dump (``<out_file>.<n>``) by its label."""
+    files = {}
+    for path in sorted(out_file.parent.glob(out_file.name + ".*")):
+        trigger = _TRIGGER.search(path.read_text(errors="replace"))
+        if trigger:
+            files[trigger.group(1)] = path
+    return files
+
+
 def parse_dumps(out_file: Path) -> dict[str, dict[str, int]]:
     """Totals of every client-request dump (``<out_file>.<n>``), by label."""
     dumps: dict[str, dict[str, int]] = {}
-    for path in sorted(out_file.parent.glob(out_file.name + ".*")):
+    for path in dump_files(out_file).values():
         text = path.read_text(errors="replace")
         trigger, events, totals = _TRIGGER.search(text), _EVENTS.search(text), _TOTALS.search(text)
         if not (trigger and events and totals):
@@ -311,6 +321,31 @@ def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], wa
     for (run, _, _), part in zip(jobs, parts, strict=True):
         results[run].update(part)
     return [{cell: r[cell] for cell in cells} for r in results]
+
+
+def dump_regions(trace_path: str | os.PathLike, cells: list[tuple[str, str]], warm_steps: int, steps: int,
+                 out_dir: Path, timeout: float = 1800.0) -> int:
+    """One valgrind run of ``cells`` (no cache simulation) whose dumps stay in ``out_dir``: ``callgrind.out.<n>``,
+    one per region (:func:`parse_dumps`' labels), and where the compiled functions sit (``layouts.json``,
+    ``starts.json``: :mod:`harness.counters.symbols`).
+    Returns the sequence-steps each cell's region covers."""
+    ok, why = available()
+    if not ok:
+        raise CallgrindUnavailable(why)
+    trace_path = Path(trace_path).resolve()
+    running = _check_request(trace_path, cells, warm_steps, steps)
+    numba_cache = numba_cache_dir()
+    numba_cache.mkdir(parents=True, exist_ok=True)
+    env = environment(numba_cache)
+    args = region_args(trace_path, cells, warm_steps, steps, 0, region_library())
+    _run(args, env, timeout, "native warm-up of the region script")
+    _run([*valgrind_command(out_dir / "callgrind.out", False), *args, "--symbols", str(out_dir / "starts.json")],
+         env, timeout, "callgrind run")
+    with tempfile.TemporaryDirectory(prefix="kvb-numba-") as fresh:  # compiled as the measured cache was filled
+        layout = [sys.executable, "-m", "harness.counters.symbols", "--trace", str(trace_path),
+                  "--out", str(out_dir / "layouts.json"), *(x for cell in cells for x in ("--cell", *cell))]
+        _run(layout, {**env, "NUMBA_CACHE_DIR": fresh}, timeout, "the compiled functions' layout")
+    return int(sum(running))
 
 
 def measure(trace_path: str | os.PathLike, cells: list[tuple[str, str]], warm_steps: int, steps: int,

@@ -16,6 +16,7 @@ import argparse
 import ctypes
 import gc
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -27,7 +28,9 @@ from harness.base.drivers import (
     native_step_runner,
     step_runner,
 )
+from harness.base.files import write_json
 from harness.base.replay import REGIMES, ReplayError
+from harness.counters import symbols
 from harness.counters.allocations import QUICKEN_CALLS
 from impls import REGISTRY
 from impls.registry import load_plugin
@@ -148,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--cache-warm", type=int, default=0)
     parser.add_argument("--cell", nargs=2, action="append", metavar=("IMPL", "REGIME"), required=True)
+    parser.add_argument("--symbols", help="write where the compiled replay loops start to this JSON file")
     args = parser.parse_args(argv)
 
     if bool(args.lib) == bool(args.perf):
@@ -161,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         measure_cell(regions, prep, impl, regime, args.warm, args.steps, args.cache_warm)
         gc.collect()
         print(f"{impl}|{regime}: ok", flush=True)
+    if args.symbols:
+        write_json(Path(args.symbols), symbols.starts())
     compiled = compiled_here()
     # A compile under valgrind shifts the heap and the counts: the native run must have filled the cache.
     if regions.on_valgrind and compiled:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.base.builds import with_build
 from harness.base.interleave import Key
 from harness.base.metrics import Work, cell_blocks, timing_rows
 from harness.base.rows import RATIO_METRICS, Row, ratio_metric
@@ -93,7 +94,7 @@ class ScenarioRows:
                             self.trace.header["params"].get("step_rate", 2000), info.timer_overhead_ns, info.how,
                             self.slices, whole_steps=cell[1] == "step")
         for row in timed:
-            row.driver = info.driver
+            row.driver, row.how = info.driver, with_build(row.how, info.build)
         self.rows += timed
         self.raw[f"raw/{self.scenario}/{cell[0]}__{cell[1]}.json.gz"] = {
             "clock": step_samples[0].clock,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.base import clock
+from harness.base.builds import build_of, with_build
 from harness.base.drivers import Prepared
 from harness.base.failures import blamed_on
 from harness.base.interleave import (
@@ -53,6 +54,7 @@ class CellInfo:
     how: str
     timer_overhead_ns: float
     separate_detail: bool
+    build: str = ""  # how the design's code was compiled, ending its rows' how (harness.base.builds)
 
 
 @dataclass
@@ -95,8 +97,9 @@ class CellBench:
         self.paced_claims: dict[tuple, tuple[int, int]] = {}  # harness.studies.paced_study.paced_claims
 
     def row(self, impl: str, regime: str, metric: str, value: float, unit: str, source: str, how: str = "",
-            status: str = "ok", **columns) -> None:
-        self.rows.append(Row(self.scenario, impl, regime, metric, value, unit, source, status, how, **columns))
+            status: str = "ok", build: str = "", **columns) -> None:
+        self.rows.append(Row(self.scenario, impl, regime, metric, value, unit, source, status,
+                             with_build(how, build), **columns))
 
     def _fail(self, cell: Cell, exc: DesignFailure) -> None:
         self.failed.setdefault(cell, exc.reason)
@@ -127,7 +130,8 @@ class CellBench:
                 continue
             if record and (driver.kind != "python" or getattr(driver.cls, "kernels", None) is not None):
                 self.row(key[0], key[1], "compile_s", time.perf_counter() - t0, "s", "wall clock",
-                         f"first steps through the {driver.kind} driver (compile or cache load)", driver=driver.kind)
+                         f"first steps through the {driver.kind} driver (compile or cache load)", driver=driver.kind,
+                         build=driver.build)
         if any(d.kind != "python" for d in self.drivers.values()):
             clock.ns_per_tick()  # the tick's calibration (100 ms, once per process) outside the first timed slice
 
@@ -176,7 +180,7 @@ class CellBench:
                             list(self.rows), self.info())
 
     def info(self) -> dict[Cell, CellInfo]:
-        return {key[:2]: CellInfo(d.kind, d.how(), d.timer_overhead(self.calib), d.separate_detail)
+        return {key[:2]: CellInfo(d.kind, d.how(), d.timer_overhead(self.calib), d.separate_detail, d.build)
                 for key, d in self.drivers.items()}
 
     def read_off(self, replays: Replays) -> None:
@@ -192,7 +196,7 @@ class CellBench:
         cls = self.drivers[(impl, regime, "")].cls
         if regime == "per-call" and has_dispatch(cls):  # the per-call figure's dispatch, apart
             for row in dispatch_rows(self.scenario, impl, empty_call_ns(mgr), calls_per_trace(self.trace)):
-                row.driver = "python"
+                row.driver, row.how = "python", with_build(row.how, build_of(cls))
                 self.rows.append(row)
         sizes = [mgr.table_nbytes(row) for row in np.flatnonzero(self.trace.final_lens).tolist()]
         problem = next(filter(None, map(table_nbytes_problem, sizes)), "")
@@ -227,7 +231,7 @@ class CellBench:
         driver.check_inputs(0, hi)
         for fig in figures:
             self.row(impl, regime, fig.metric, fig.per_step, "allocs/step", fig.source, fig.how, steps=fig.steps,
-                     driver=driver.kind, status=fig.status)
+                     driver=driver.kind, build=driver.build, status=fig.status)
 
     def measure_paced(self, cells: list[Cell]) -> None:
         """The paced study (:mod:`harness.studies.paced_study`): every cell's paced loops and the floor, repeated

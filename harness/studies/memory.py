@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.base.builds import build_of, with_build
 from harness.base.failures import blamed_on
 from harness.base.replay import ReplayError, answered, answered_shown, apply_pool_op, check_step_hits, hash_args
 from harness.base.rows import Row
@@ -145,8 +146,9 @@ def memory_rows(scenario: str, trace: Trace, cells: list[tuple[str, str]], class
             continue
         how = ("live bytes allocated from construction on, from implementation code (memray, Python allocators "
                "traced)")
-        rows.append(Row(scenario, impl, regime, "memory_bytes", float(value), "B", source, how=f"{how}; {where}",
-                        steps=steps, seqs=seqs, driver="python"))
+        rows.append(Row(scenario, impl, regime, "memory_bytes", float(value), "B", source,
+                        how=with_build(f"{how}; {where}", build_of(classes[impl])), steps=steps, seqs=seqs,
+                        driver="python"))
         if stated is None:
             rows.append(Row(scenario, impl, regime, "memory_stated_bytes", float("nan"), "B", "memory_bytes()",
                             "unavailable", "the design has no memory_bytes()", seqs=seqs))

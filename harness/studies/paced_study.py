@@ -8,6 +8,7 @@ from functools import partial
 
 import numpy as np
 
+from harness.base.builds import build_of, with_build
 from harness.base.drivers import Prepared
 from harness.base.failures import blamed_on
 from harness.base.rows import Row
@@ -150,6 +151,7 @@ def study_rows(scenario: str, kinds: list[PacedKind], rate: float, steps: int) -
         how = (f"open loop paced at {rate:g} steps/s from Python ({steps} steps), {path}; thread CPU time "
                f"minus the same repetition's idle paced loop, median of interleaved repetitions, 95 % bootstrap "
                f"interval")
+        how = with_build(how, build_of(kind.cls))
         if kind.error is not None or not kind.cpu_ns or idle.error is not None:
             why = kind.error or idle.error or "no repetition finished"
             rows.append(Row(scenario, kind.impl, kind.regime, share_metric, float("nan"), "%", "thread_time_ns",

@@ -21,7 +21,21 @@ from impls.core.compiled import CachingKernels
 from impls.core.jit import specialise
 from impls.core.validation import chain_problem, chain_shape_arg, hash_arg, lookup_args, seq_arg, tokens_arg
 from impls.designs import flat
-from impls.designs.flat import BLOCK_SHIFT, HEADER, LEN, MARK, NUM_BLOCKS, ROW, SHARED, TOP, FlatBlockManager, offsets
+from impls.designs.flat import (
+    BLOCK_SHIFT,
+    HEADER,
+    LEN,
+    MARK,
+    NEXT,
+    NUM_BLOCKS,
+    ROW,
+    SAVED,
+    SHARED,
+    TOP,
+    FlatBlockManager,
+    offsets,
+    store,
+)
 
 EVICT, HEAD, TAIL, CACHED, CAP_BITS, SCR_BITS, SCR_STAMP, DETAIL = range(8)
 FIELDS = 8
@@ -52,7 +66,7 @@ def layout(max_seqs: int, num_blocks: int, max_blocks_per_seq: int) -> tuple[int
 @njit(cache=True, inline="always")
 def _ext(table, ints):
     """Where the cache extension starts in ``ints`` (flat's size, from the same formula as flat.offsets)."""
-    return HEADER + ROW * table.shape[0] + 2 * np.int64(ints[NUM_BLOCKS]) + 4 * table.shape[0]
+    return HEADER + ROW * table.shape[0] + 2 * np.int64(ints[NUM_BLOCKS]) + SAVED * table.shape[0]
 
 
 @njit(cache=True, inline="always")
@@ -292,6 +306,7 @@ def _tight_appends(table, ints, keys, ext, seq_ids, cow_out, slot_out):
         ints[_u(rec + MARK)] &= ~SHARED
         ints[_u(rec + LEN)] = length + 1
         slot_out[_u(i)] = (block << sh) | off
+        store(ints, rec + NEXT, ((block << sh) | off) + 1)  # flat's NEXT: the block is the row's own now
     return cows, 0
 
 

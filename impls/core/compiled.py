@@ -26,7 +26,7 @@ from impls.contract import (
     fork_culprit,
 )
 from impls.core.base import ManagerBase
-from impls.core.jit import specialise
+from impls.core.jit import specialise, spread_state
 from impls.core.validation import (
     INT64,  # native int64: byte order is the one buffer property Numba's types lack
     batch_args,
@@ -99,9 +99,9 @@ def _step_loop(state, ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows,
     for i in range(m):
         o, x, y = ops[i], a0[i], a1[i]
         if o == CAN_ALLOCATE:
-            rc = E_COUNT if x < 0 else (0 if x > num_blocks else _k_can(*state, x))
+            rc = E_COUNT if x < 0 else (0 if x > num_blocks else _k_can(state, x))
         elif o == FREE:
-            rc = E_SEQ_RANGE if x < 0 or x >= rows else _k_free(*state, x)
+            rc = E_SEQ_RANGE if x < 0 or x >= rows else _k_free(state, x)
         elif o == ALLOCATE:
             if x < 0 or x >= rows:
                 rc = E_SEQ_RANGE
@@ -110,11 +110,11 @@ def _step_loop(state, ops, a0, a1, seq_ids, status_out, cow_out, slot_out, rows,
             elif y > max_tokens:
                 rc = E_TOO_LONG
             else:
-                rc = _k_alloc(*state, x, y)
+                rc = _k_alloc(state, x, y)
         else:
-            rc = E_SEQ_RANGE if x < 0 or x >= rows or y < 0 or y >= rows else _k_fork(*state, x, y)
+            rc = E_SEQ_RANGE if x < 0 or x >= rows or y < 0 or y >= rows else _k_fork(state, x, y)
         status_out[i] = rc
-    rc, detail = _k_step(*state, seq_ids, cow_out, slot_out)
+    rc, detail = _k_step(state, seq_ids, cow_out, slot_out)
     if rc >= 0:
         status_out[m] = 0
         status_out[m + 1] = 0
@@ -186,8 +186,9 @@ def exact_step_kernel(kernels: Kernels, state: tuple) -> Callable:
 
 def _step_function(kernels: Kernels, module: str) -> types.FunctionType:
     """:func:`_step_loop` as a function of its own for one design, reading that design's kernels as globals."""
-    return specialise(_step_loop, module, _k_can=kernels.can_allocate, _k_alloc=kernels.allocate,
-                      _k_fork=kernels.fork, _k_free=kernels.free, _k_step=kernels.decode_step)
+    return specialise(_step_loop, module, _k_can=spread_state(kernels.can_allocate, 1),
+                      _k_alloc=spread_state(kernels.allocate, 2), _k_fork=spread_state(kernels.fork, 2),
+                      _k_free=spread_state(kernels.free, 1), _k_step=spread_state(kernels.decode_step, 3))
 
 
 def _empty(arity: int, result: str) -> Callable:

@@ -28,10 +28,11 @@ from impls.core.validation import blocks_needed_jit, slot_of_jit
 # Header slots at the start of ``ints``.
 TOP, NUM_BLOCKS, BLOCK_SHIFT, STAMP = 0, 1, 2, 3
 HEADER = 4
-# Each row owns a record of ROW int32s after the header: its length, its mark and, as an int32 pair, the
-# slot_out entry the current decode step overwrote for it (restored when the step fails). One record, one
-# base pointer and one cache line for everything a decode step touches per row besides the table.
-ROW, LEN, MARK, SAVED = 4, 0, 1, 2
+# Each row owns a record of ROW int32s after the header: its length, its mark and, as an int32 pair, NEXT: the
+# slot its next token takes when that token needs no new block and no copy, else a value with its offset bits
+# clear. One record, one base pointer: a decode step's common path reads and writes only it and slot_out.
+ROW, LEN, MARK, NEXT = 4, 0, 1, 2
+SAVED = 6  # int32s per row after the stack: a step's overwritten CoW pair (4) and slot (2), for a rollback
 # A row's mark is ``stamp << 1 | shared``: the stamp of the last decode step that listed the row (duplicate
 # detection) and a "last block may be shared" bit. A clear bit promises that the row's last block has ref
 # count 1, so an append inside a block skips the ref-count read; fork sets it (sharing begins only there).
@@ -39,20 +40,23 @@ SHARED = 1
 STAMP_LIMIT = 2**30 - 1  # stamp << 1 | 1 must fit the int32 marks
 
 _u = np.uint64  # indices are cast to unsigned: Numba adds a wrap-around fix-up to every signed index
+# The kernels are compiled without Numba's runtime: they cannot allocate, and they take their arrays without the
+# locked reference-count increments and decrements Numba otherwise leaves in a function as large as decode_step.
+kernel = njit(cache=True, _nrt=False)
 
 
 def offsets(max_seqs: int, num_blocks: int) -> tuple[int, int, int, int, int]:
-    """Where the row records, the ref counts, the free stack and the saved CoW pairs start in ``ints``, and
-    its size."""
+    """Where the row records, the ref counts, the free stack and the saved entries (CoW pairs, then slots) of
+    ``cow_out`` and ``slot_out`` start in ``ints``, and its size."""
     refs = HEADER + ROW * max_seqs
-    return HEADER, refs, refs + num_blocks, refs + 2 * num_blocks, refs + 2 * num_blocks + 4 * max_seqs
+    return HEADER, refs, refs + num_blocks, refs + 2 * num_blocks, refs + 2 * num_blocks + SAVED * max_seqs
 
 
 # The kernels index ``ints`` by offset (a record's fields at HEADER + ROW * seq, ref counts and stack after
 # the records) rather than slicing it into views: each view costs Numba a locked reference-count increment
 # and decrement per call. Helpers that take arrays are inlined: a call to a compiled function that takes
 # arrays keeps the caller's reference counting of its own arguments, which Numba otherwise prunes.
-@njit(cache=True)
+@kernel
 def can_allocate(table, ints, n):
     if n < 0:
         return E_COUNT
@@ -146,6 +150,22 @@ def _cell_to_write(table, ints, rec, seq, j, mark, boundary):
 
 
 @njit(cache=True, inline="always")
+def _keep_next(table, ints, rec, seq, length):
+    """Row ``seq``'s NEXT for ``length`` tokens, its last block its own."""
+    sh = ints[BLOCK_SHIFT]
+    off = length & ((1 << sh) - 1)
+    store(ints, rec + NEXT, (np.int64(table[_u(seq), _u(length >> sh)]) << sh) | off if off else 0)
+
+
+@njit(cache=True, inline="always")
+def _appended(table, ints, rec, seq, n, mark):
+    """Row ``seq`` holds ``n + 1`` tokens now, its last block its own (flat-rows' records have no NEXT)."""
+    ints[_u(rec + LEN)] = n + 1
+    ints[_u(rec + MARK)] = mark & ~SHARED
+    _keep_next(table, ints, rec, seq, n + 1)
+
+
+@njit(cache=True, inline="always")
 def fits(rows, cols, sh, seq, num_tokens):
     """``(code, blocks)`` of a new sequence of ``num_tokens`` tokens in row ``seq``, for ``rows`` rows of ``cols``
     blocks: E_SEQ_RANGE, E_TOKENS or E_TOO_LONG in the contract's order, else OK and the blocks it needs."""
@@ -176,8 +196,7 @@ def allocate_row(table, ints, keys, seq, num_tokens):
     rc = _take_row(table, ints, keys, ext, refs, stack, seq, need)
     if rc != OK:
         return rc
-    ints[_u(rec + LEN)] = num_tokens
-    ints[_u(rec + MARK)] &= ~SHARED  # fresh blocks: not shared
+    _appended(table, ints, rec, seq, num_tokens - 1, ints[_u(rec + MARK)])  # fresh blocks: not shared
     return OK
 
 
@@ -204,14 +223,12 @@ def append_token(table, ints, keys, seq):
         if rc != OK:
             return rc, -1, -1
         table[r, c] = _take(ints, keys, ext, refs, stack)
-        ints[_u(rec + LEN)] = n + 1
-        ints[_u(rec + MARK)] = mark & ~SHARED
+        _appended(table, ints, rec, seq, n, mark)
         return 0, -1, -1
     r, c = _cell(table, ints, rec, seq, j)
     src = np.int64(table[r, c])
     if (mark & SHARED) == 0 or ints[_u(refs + src)] == 1:
-        ints[_u(rec + LEN)] = n + 1
-        ints[_u(rec + MARK)] = mark & ~SHARED
+        _appended(table, ints, rec, seq, n, mark)
         return 0, -1, -1
     if _free_count(ints, ext) == 0:
         return E_NO_BLOCKS, -1, -1
@@ -221,8 +238,7 @@ def append_token(table, ints, keys, seq):
     dst = _take(ints, keys, ext, refs, stack)  # (with a cache: a partial block is never cached, src stays in use)
     ints[_u(refs + src)] -= 1
     table[r, c] = dst
-    ints[_u(rec + LEN)] = n + 1
-    ints[_u(rec + MARK)] = mark & ~SHARED
+    _appended(table, ints, rec, seq, n, mark)
     return 1, src, dst
 
 
@@ -248,20 +264,21 @@ def release_row(table, ints, keys, seq):
             top = _give_back(ints, keys, ext, context, stack, top, block)
     ints[TOP] = top
     ints[_u(rec + LEN)] = 0
+    store(ints, rec + NEXT, 0)  # an inactive row's NEXT is 0: allocations need not write it
     return OK
 
 
-@njit(cache=True)
+@kernel
 def allocate(table, ints, seq, num_tokens):
     return allocate_row(table, ints, None, seq, num_tokens)
 
 
-@njit(cache=True)
+@kernel
 def append(table, ints, seq):
     return append_token(table, ints, None, seq)
 
 
-@njit(cache=True)
+@kernel
 def fork(table, ints, parent, child):
     refs = HEADER + ROW * table.shape[0]
     rows = _u(table.shape[0])
@@ -281,15 +298,16 @@ def fork(table, ints, parent, child):
     ints[_u(c + LEN)] = n
     ints[_u(p + MARK)] |= SHARED  # sharing begins: both rows' last block now has ref count >= 2
     ints[_u(c + MARK)] |= SHARED
+    store(ints, p + NEXT, 0)  # and neither row's next token may go into it unchecked
     return OK
 
 
-@njit(cache=True)
+@kernel
 def free(table, ints, seq):
     return release_row(table, ints, None, seq)
 
 
-@njit(cache=True)
+@kernel
 def last_slot(table, ints, seq):
     if _u(seq) >= _u(table.shape[0]):
         return E_SEQ_RANGE
@@ -362,11 +380,19 @@ def load(ints, at):
 
 
 @njit(cache=True, inline="always")
+def store(ints, at, value):
+    """Keep the int64 ``value`` as an int32 pair at ``ints[at : at + 2]``."""
+    ints[_u(at)] = value
+    ints[_u(at + 1)] = value >> 32
+
+
+@njit(cache=True, inline="always")
 def _fail(table, ints, seq_ids, cow_out, slot_out, count, cows, rc):
     """Roll back the first ``count`` appends of a failed one-pass step, newest first; returns ``(rc, count)``."""
     sh = ints[BLOCK_SHIFT]
     refs = HEADER + ROW * table.shape[0]
-    saved_cows = refs + 2 * ints[NUM_BLOCKS]
+    saved = refs + 2 * ints[NUM_BLOCKS]
+    slots = saved + 4 * table.shape[0]
     top, c = ints[TOP], cows
     for k in range(count - 1, -1, -1):
         seq = seq_ids[_u(k)]
@@ -374,6 +400,7 @@ def _fail(table, ints, seq_ids, cow_out, slot_out, count, cows, rc):
         n = ints[_u(rec + LEN)] - 1
         ints[_u(rec + LEN)] = n
         ints[_u(rec + MARK)] |= SHARED
+        store(ints, rec + NEXT, 0)
         j = _u(n >> sh)
         block = np.int64(table[_u(seq), j])
         if (n & ((1 << sh) - 1)) == 0:
@@ -386,11 +413,11 @@ def _fail(table, ints, seq_ids, cow_out, slot_out, count, cows, rc):
             ints[_u(refs + src)] += 1
             ints[_u(refs + block)] = 0
             top += 1
-        slot_out[_u(k)] = load(ints, rec + SAVED)
+        slot_out[_u(k)] = load(ints, slots + 2 * k)
     ints[TOP] = top
     for c in range(cows):
-        cow_out[_u(c), 0] = load(ints, saved_cows + 4 * c)
-        cow_out[_u(c), 1] = load(ints, saved_cows + 4 * c + 2)
+        cow_out[_u(c), 0] = load(ints, saved + 4 * c)
+        cow_out[_u(c), 1] = load(ints, saved + 4 * c + 2)
     return rc, count
 
 
@@ -407,18 +434,30 @@ def _copy_on_write(table, ints, seq, j, src, cow_out, cows):
     ints[_u(refs + src)] -= 1
     table[_u(seq), _u(j)] = dst
     at = stack + ints[NUM_BLOCKS] + 4 * cows
-    for k in range(2):
-        old = cow_out[_u(cows), _u(k)]
-        ints[_u(at + 2 * k)] = old
-        ints[_u(at + 2 * k + 1)] = old >> 32
+    store(ints, at, cow_out[_u(cows), 0])
+    store(ints, at + 2, cow_out[_u(cows), 1])
     cow_out[_u(cows), 0] = src
     cow_out[_u(cows), 1] = dst
     return dst
 
 
+@njit(cache=True, inline="always")
+def _new_block(table, ints, seq, j):
+    """A block from the stack, ref count 1, as row ``seq``'s ``j``-th (the caller knows the stack holds one)."""
+    refs = HEADER + ROW * table.shape[0]
+    top = ints[TOP] - 1
+    ints[TOP] = top
+    block = np.int64(ints[_u(refs + ints[NUM_BLOCKS] + top)])
+    ints[_u(refs + block)] = 1
+    table[_u(seq), _u(j)] = block
+    return block
+
+
 # One function on purpose: this loop is the batched step (validation, append and slot write fused), and a call
-# or a second pass per sequence is exactly what it exists to remove.
-@njit(cache=True)
+# or a second pass per sequence is exactly what it exists to remove. A row whose NEXT holds (the common case:
+# 15 of 16 tokens with 16-token blocks) costs its checks, its record and its slot; the others take the
+# branch that reads the table, the stack and the ref counts.
+@kernel
 def decode_step(table, ints, seq_ids, cow_out, slot_out):  # noqa: C901
     n = seq_ids.shape[0]
     if slot_out.shape[0] < n or cow_out.shape[0] < n:
@@ -428,49 +467,63 @@ def decode_step(table, ints, seq_ids, cow_out, slot_out):  # noqa: C901
         if rc != OK:
             return rc, detail
     # One pass: the pool covers the step now, so only a bad id can stop it, and _fail undoes what was done.
-    stamp2 = _next_stamp(ints, table.shape[0])
+    stamp2 = np.int32(_next_stamp(ints, table.shape[0]))  # an int32: compared with the marks in place
     rows, cols = _u(table.shape[0]), table.shape[1]
     sh = ints[BLOCK_SHIFT]
     mask = (1 << sh) - 1
     refs = HEADER + ROW * table.shape[0]
-    stack = refs + ints[NUM_BLOCKS]
-    cows = 0
-    for i in range(n):
+    slots = refs + 2 * ints[NUM_BLOCKS] + 4 * table.shape[0]
+    cows, i = 0, 0
+    while True:
+        while i < n:  # the common path: a row whose NEXT holds
+            seq = seq_ids[_u(i)]
+            if _u(seq) >= rows:
+                break
+            rec = HEADER + ROW * seq
+            if ints[_u(rec + MARK)] == stamp2:  # appended earlier in this step (which leaves exactly stamp2)
+                break
+            slot = load(ints, rec + NEXT)
+            if (slot & mask) == 0:
+                break
+            ints[_u(rec + MARK)] = stamp2
+            ints[_u(rec + LEN)] += 1
+            store(ints, rec + NEXT, slot + 1)
+            store(ints, slots + 2 * i, slot_out[_u(i)])  # a failed step leaves the caller's buffers as they were
+            slot_out[_u(i)] = slot
+            i += 1
+        if i == n:
+            return cows, 0
+        # The row that left the common path: a bad id, a boundary (empty and full rows too: the length checks live
+        # only here), a shared last block, or a record another operation changed.
         seq = seq_ids[_u(i)]
         if _u(seq) >= rows:
             return _fail(table, ints, seq_ids, cow_out, slot_out, i, cows, E_SEQ_RANGE)
         rec = HEADER + ROW * seq
-        mark = ints[_u(rec + MARK)]
-        if mark == stamp2:  # appended earlier in this step (which leaves exactly stamp2): listed twice
+        if ints[_u(rec + MARK)] == stamp2:
             return _fail(table, ints, seq_ids, cow_out, slot_out, i, cows, E_DUPLICATE)
         length = ints[_u(rec + LEN)]
-        off = length & mask
-        j = length >> sh
-        if off == 0:  # empty and full rows sit on a boundary: the length checks live only here
+        off, j = length & mask, length >> sh
+        if off == 0:
             if length == 0:
                 return _fail(table, ints, seq_ids, cow_out, slot_out, i, cows, E_INACTIVE)
             if j >= cols:
                 return _fail(table, ints, seq_ids, cow_out, slot_out, i, cows, E_TOO_LONG)
-            top = ints[TOP] - 1
-            ints[TOP] = top
-            block = np.int64(ints[_u(stack + top)])
-            ints[_u(refs + block)] = 1
-            table[_u(seq), _u(j)] = block
+            block = _new_block(table, ints, seq, j)
         else:
             block = np.int64(table[_u(seq), _u(j)])
-            if mark & SHARED and ints[_u(refs + block)] != 1:
+            if ints[_u(rec + MARK)] & SHARED and ints[_u(refs + block)] != 1:
                 block = _copy_on_write(table, ints, seq, j, block, cow_out, cows)
                 cows += 1
+        slot = (block << sh) | off
         ints[_u(rec + MARK)] = stamp2  # the row's last block is its own now
         ints[_u(rec + LEN)] = length + 1
-        old = slot_out[_u(i)]  # a failed step leaves the caller's buffers untouched: keep what it overwrites
-        ints[_u(rec + SAVED)] = old
-        ints[_u(rec + SAVED + 1)] = old >> 32
-        slot_out[_u(i)] = (block << sh) | off
-    return cows, 0
+        store(ints, rec + NEXT, slot + 1)
+        store(ints, slots + 2 * i, slot_out[_u(i)])
+        slot_out[_u(i)] = slot
+        i += 1
 
 
-@njit(cache=True)
+@kernel
 def lookup(table, ints, seq_ids, slot_out):
     rows, sh = _u(table.shape[0]), ints[BLOCK_SHIFT]
     n = seq_ids.shape[0]
@@ -531,7 +584,7 @@ class FlatBlockManager(CompiledBlockManager):
         self.state = (self.table, self.ints)
 
     def memory_bytes(self) -> int:
-        """Per block 12 B; per row the table's ids (unless the table is given) and 32 B."""
+        """Per block 12 B; per row the table's ids (unless the table is given) and 40 B."""
         n, s = self.num_blocks, self.max_seqs
         table = s * self.max_blocks_per_seq * table_dtype(n).itemsize if self._own_table else 0
         return table + 4 * offsets(s, n)[-1] + 4 * n
@@ -579,6 +632,20 @@ class FlatBlockManager(CompiledBlockManager):
             partial = self._lens[seq] % self.block_size != 0
             if partial and refs[last] > 1 and not self.ints[rec + MARK] & SHARED:
                 raise AssertionError(f"row {seq}: its last block {last} is shared and its mark says it is not")
+        self._check_next(refs)
+
+    def _check_next(self, refs: list[int]) -> None:
+        """A row's NEXT with offset bits set is the slot of its next token in a last block it holds alone; an
+        inactive row's NEXT is 0."""
+        nexts = self.ints[HEADER + NEXT : HEADER + ROW * self.max_seqs : ROW].astype(np.int64) & 0xFFFFFFFF
+        nexts |= self.ints[HEADER + NEXT + 1 : HEADER + ROW * self.max_seqs : ROW].astype(np.int64) << 32
+        for seq, (length, nxt) in enumerate(zip(self._lens.tolist(), nexts.tolist(), strict=True)):
+            if length == 0 and nxt != 0:
+                raise AssertionError(f"row {seq}: inactive, and its NEXT is {nxt}, not 0")
+            if length and nxt % self.block_size:
+                block = self._table(seq)[-1]
+                if nxt != block * self.block_size + length % self.block_size or refs[block] != 1:
+                    raise AssertionError(f"row {seq}: NEXT {nxt} is not the next slot of a block it holds alone")
 
     def _check_free(self, held: dict[int, int]) -> None:
         """The free stack is exactly the blocks no row holds (a design with a cache narrows this)."""

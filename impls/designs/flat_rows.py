@@ -177,8 +177,15 @@ def _take_row(rows, ints, keys, ext, refs, stack, seq, need):
     return OK
 
 
+@njit(cache=True, inline="always")
+def _appended(rows, ints, rec, seq, n, mark):
+    """The sequence holds ``n + 1`` tokens now, its last block its own (flat's, without flat's NEXT)."""
+    ints[_u(rec + LEN)] = n + 1
+    ints[_u(rec + MARK)] = mark & ~SHARED
+
+
 _TABLE = {"HEADER": HEADER, "ROW": REC, "_shape": _shape, "_regions": _regions, "_cell": _cell,
-          "_cell_to_write": _cell_to_write, "_take_row": _take_row}
+          "_cell_to_write": _cell_to_write, "_take_row": _take_row, "_appended": _appended}
 _allocate_row = njit(inline="always")(specialise(flat.allocate_row.py_func, "flat_rows", **_TABLE))
 _append_token = njit(inline="always")(specialise(flat.append_token.py_func, "flat_rows", **_TABLE))
 

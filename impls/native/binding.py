@@ -40,8 +40,9 @@ _SIGNATURES = {
     "kvb_row_count": (_I64, [_I64, _I64, _I64]),
     "kvb_alloc_count": (_I64, []),
     "kvb_alloc_bytes": (_I64, []),
+    "kvb_kind_function": (_P, [_P, _I64]),
 }
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 
 def load_library(path: Path) -> ctypes.CDLL:
@@ -198,7 +199,7 @@ class CppFlatBlockManager(NativeBlockManager):
 
     def memory_bytes(self) -> int:
         ids = id_bytes(self.num_blocks)
-        return 8 * self.num_blocks + self.max_seqs * (ids * self.max_blocks_per_seq + 8)
+        return 8 * self.num_blocks + self.max_seqs * (ids * self.max_blocks_per_seq + 40)
 
 
 class CppFlatRowsBlockManager(NativeBlockManager):
@@ -238,3 +239,12 @@ def alloc_bytes() -> int:
 def function_address(name: str) -> int:
     """The address of the library's C function ``name`` (for a caller in C++ that calls it directly)."""
     return ctypes.cast(getattr(lib(), name), ctypes.c_void_p).value
+
+
+KIND_FUNCTIONS = ("can_allocate", "allocate", "fork", "free", "decode_step_i32", "lookup_i32")
+
+
+def kind_function_addresses(mgr: NativeBlockManager) -> tuple[int, ...]:
+    """The addresses of :data:`KIND_FUNCTIONS` made for ``mgr``'s kind of manager (the ``kvb_*`` functions'
+    signatures, without their dispatch on the kind), for a caller in C++."""
+    return tuple(lib().kvb_kind_function(mgr._h, which) for which in range(len(KIND_FUNCTIONS)))

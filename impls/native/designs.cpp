@@ -77,13 +77,23 @@ struct Config {
 };
 
 // What every design shares: configuration, per-row lengths (0 = inactive) and the contract's checks.
+struct Rec {
+    int32_t len;   // tokens (0 = inactive)
+    int32_t mark;  // duplicate detection in a decode step without allocating
+};
+struct FlatRec {  // C's: one base and one 16-byte record for everything its decode step reads per sequence
+    int32_t len;
+    int32_t mark;
+    int64_t next;  // impls/designs/flat.py's NEXT (FlatDesign)
+};
+
+template <class R = Rec>
 struct Common {
     Config c;
-    Vec<int32_t> lens;
-    Vec<int32_t> marks;  // duplicate detection in a decode step without allocating
+    Vec<R> recs;  // one record per sequence
     int32_t stamp = 0;
 
-    explicit Common(const Config& cfg) : c(cfg), lens(cfg.max_seqs, 0), marks(cfg.max_seqs, 0) {}
+    explicit Common(const Config& cfg) : c(cfg), recs(cfg.max_seqs, R{}) {}
 
     int64_t blocks_for(int64_t tokens) const { return (tokens + c.block_size - 1) >> c.shift; }
     int64_t slot_of(int64_t block, int64_t pos) const { return (block << c.shift) | (pos & (c.block_size - 1)); }
@@ -91,30 +101,33 @@ struct Common {
 
     int64_t check_active(int64_t seq) const {
         if (!in_range(seq)) return E_SEQ_RANGE;
-        return lens[seq] == 0 ? E_INACTIVE : OK;
+        return recs[seq].len == 0 ? E_INACTIVE : OK;
     }
     int64_t check_allocate(int64_t seq, int64_t tokens) const {
         if (!in_range(seq)) return E_SEQ_RANGE;
         if (tokens < 1) return E_TOKENS;
         if (tokens > c.max_blocks * c.block_size) return E_TOO_LONG;  // blocks_for(tokens) > max_blocks
-        return lens[seq] != 0 ? E_ACTIVE : OK;
+        return recs[seq].len != 0 ? E_ACTIVE : OK;
     }
     int64_t check_append(int64_t seq) const {
         if (!in_range(seq)) return E_SEQ_RANGE;
-        int64_t n = lens[seq];
+        int64_t n = recs[seq].len;
         if (n == 0) return E_INACTIVE;
         if ((n & (c.block_size - 1)) == 0 && (n >> c.shift) >= c.max_blocks) return E_TOO_LONG;
         return OK;
     }
     int64_t check_fork(int64_t parent, int64_t child) const {
         if (!in_range(parent) || !in_range(child)) return E_SEQ_RANGE;
-        if (lens[parent] == 0) return E_INACTIVE;
-        return lens[child] != 0 ? E_ACTIVE : OK;
+        if (recs[parent].len == 0) return E_INACTIVE;
+        return recs[child].len != 0 ? E_ACTIVE : OK;
     }
     int64_t rows_in_use() const { return 0; }  // designs without a row pool (flat-rows has one)
+    static constexpr bool FUSED_STEP = false;  // true: the design's own one-pass decode step (C's)
+    void allocated(int64_t) {}  // after allocate set the row's length
+    void forked(int64_t) {}     // after fork shared the parent's blocks
     int32_t next_stamp() {
         if (stamp == INT32_MAX) {
-            std::fill(marks.begin(), marks.end(), 0);
+            for (R& r : recs) r.mark = 0;
             stamp = 0;
         }
         return ++stamp;
@@ -122,7 +135,7 @@ struct Common {
 };
 
 // ---- design A: a hash map per sequence -------------------------------------------------------------------
-struct DictDesign : Common {
+struct DictDesign : Common<> {
     using Table = Map<int32_t, int32_t>;
     Map<int32_t, Table> tables;  // row -> (logical -> physical); a new map per allocate, erased on free
     Map<int32_t, int32_t> refs;  // only blocks in use
@@ -151,8 +164,8 @@ struct DictDesign : Common {
         return refs.find(t.find(static_cast<int32_t>(t.size()) - 1)->second)->second > 1;
     }
     int64_t append_unchecked(int64_t seq, int64_t* src_out, int64_t* dst_out) {
-        int64_t n = lens[seq];
-        lens[seq] = static_cast<int32_t>(n + 1);
+        int64_t n = recs[seq].len;
+        recs[seq].len = static_cast<int32_t>(n + 1);
         Table& t = tables.find(static_cast<int32_t>(seq))->second;
         if ((n & (c.block_size - 1)) == 0) {
             int32_t b = take();
@@ -208,7 +221,7 @@ struct DictDesign : Common {
 };
 
 // ---- design B: a growable vector per sequence ------------------------------------------------------------
-struct ListDesign : Common {
+struct ListDesign : Common<> {
     using Table = Vec<int32_t>;
     std::vector<Table, CountingAllocator<Table>> tables;  // per row; empty (no storage) when inactive
     Vec<int32_t> refs;
@@ -233,8 +246,8 @@ struct ListDesign : Common {
     }
     bool last_shared(int64_t seq) { return refs[tables[seq].back()] > 1; }
     int64_t append_unchecked(int64_t seq, int64_t* src_out, int64_t* dst_out) {
-        int64_t n = lens[seq];
-        lens[seq] = static_cast<int32_t>(n + 1);
+        int64_t n = recs[seq].len;
+        recs[seq].len = static_cast<int32_t>(n + 1);
         Table& t = tables[seq];
         if ((n & (c.block_size - 1)) == 0) {
             t.push_back(take());
@@ -286,52 +299,169 @@ struct Pool {
     void release(int32_t x) {
         if (--refs[x] == 0) stack[top++] = x;
     }
+    // take() for ids[0..n), and release() for ids[n-1] down to ids[0], with the stack's top and both arrays
+    // held in registers (through the members, the compiler reloads them after every store).
+    template <class Id>
+    void take_into(Id* ids, int64_t n) {
+        int32_t *s = stack.data(), *r = refs.data();
+        int64_t t = top;
+        for (int64_t j = 0; j < n; ++j) {
+            int32_t x = s[--t];
+            r[x] = 1;
+            ids[j] = static_cast<Id>(x);
+        }
+        top = t;
+    }
+    template <class Id>
+    void release_from(const Id* ids, int64_t n) {
+        int32_t *s = stack.data(), *r = refs.data();
+        int64_t t = top;
+        for (int64_t j = n - 1; j >= 0; --j) {
+            int32_t x = static_cast<int32_t>(ids[j]);
+            if (--r[x] == 0) s[t++] = x;
+        }
+        top = t;
+    }
 };
 
 // ---- design C: a flat preallocated table and a free-block stack ------------------------------------------
 template <class Id>
-struct FlatDesign : Common {
+struct FlatDesign : Common<FlatRec> {
     Vec<Id> table;  // [max_seqs * max_blocks], row-major
     Pool blocks;
+    // recs[seq].next, as flat's NEXT (impls/designs/flat.py): the slot of row seq's next token while that token
+    // needs no new block and no copy, else a value with the offset bits clear (0 for an inactive row).
+    Vec<int64_t> step_slots;  // a decode step's slots and copy-on-write pairs, copied out when it succeeds
+    Vec<int64_t> step_cows;
+    static constexpr bool FUSED_STEP = true;
 
     explicit FlatDesign(const Config& cfg)
-        : Common(cfg), table(cfg.max_seqs * cfg.max_blocks, 0), blocks(cfg.num_blocks) {}
+        : Common(cfg), table(cfg.max_seqs * cfg.max_blocks, 0), blocks(cfg.num_blocks),
+          step_slots(cfg.max_seqs, 0), step_cows(2 * cfg.max_seqs, 0) {}
     Id* row(int64_t seq) { return table.data() + seq * c.max_blocks; }
     int64_t num_free() const { return blocks.top; }
-    void take_table(int64_t seq, int64_t need) {
-        Id* r = row(seq);
-        for (int64_t j = 0; j < need; ++j) r[j] = static_cast<Id>(blocks.take());
+    void take_table(int64_t seq, int64_t need) { blocks.take_into(row(seq), need); }
+    // The row's NEXT for its length, its last block its own.
+    void keep_next(int64_t seq) {
+        int64_t n = recs[seq].len, off = n & (c.block_size - 1);
+        recs[seq].next = off != 0 ? (static_cast<int64_t>(row(seq)[n >> c.shift]) << c.shift) | off : 0;
     }
-    bool last_shared(int64_t seq) { return blocks.refs[row(seq)[(lens[seq] - 1) >> c.shift]] > 1; }
+    void allocated(int64_t seq) { keep_next(seq); }
+    void forked(int64_t parent) { recs[parent].next = 0; }  // its last block is shared now (the child's NEXT is 0)
+    bool last_shared(int64_t seq) { return blocks.refs[row(seq)[(recs[seq].len - 1) >> c.shift]] > 1; }
     int64_t append_unchecked(int64_t seq, int64_t* src_out, int64_t* dst_out) {
-        int64_t n = lens[seq];
-        lens[seq] = static_cast<int32_t>(n + 1);
+        int64_t b = append_block(seq, recs[seq].len, src_out, dst_out);
+        recs[seq].len += 1;
+        keep_next(seq);
+        return b < 0 ? 1 : 0;
+    }
+    // Row seq's block for its token m (a new one at a boundary, a copy of a shared one): the block, or -block - 1
+    // after a copy-on-write (the pair written).
+    int64_t append_block(int64_t seq, int64_t m, int64_t* src_out, int64_t* dst_out) {
         Id* r = row(seq);
-        int64_t j = n >> c.shift;
-        if ((n & (c.block_size - 1)) == 0) {
-            r[j] = static_cast<Id>(blocks.take());
-            return 0;
-        }
+        int64_t j = m >> c.shift;
+        if ((m & (c.block_size - 1)) == 0) return r[j] = static_cast<Id>(blocks.take());
         int32_t src = r[j];
-        if (blocks.refs[src] == 1) return 0;
+        if (blocks.refs[src] == 1) return src;
         blocks.refs[src] -= 1;
         int32_t dst = blocks.take();
         r[j] = static_cast<Id>(dst);
         *src_out = src;
         *dst_out = dst;
-        return 1;
+        return -static_cast<int64_t>(dst) - 1;
+    }
+    // The batched step in one pass, validation, append and slot fused (the caller has checked the buffers and
+    // that the pool holds n blocks), as flat's decode_step: a row whose NEXT holds costs its checks and its
+    // writes; the others also read the table, the stack and the ref counts. A bad id undoes the appends already
+    // made; slots and copy-on-write pairs reach the caller's buffers only when the step succeeds.
+    template <class I>
+    int64_t fused_step(const I* ids, int64_t n, int64_t* cow, int64_t* slots, int64_t* detail) {
+        const int32_t mark = next_stamp();
+        const int64_t mask = c.block_size - 1, rows = c.max_seqs;
+        FlatRec* rec = recs.data();
+        int64_t *out = step_slots.data(), *pairs = step_cows.data();
+        int64_t rc = OK, cows = 0, i = 0;
+        for (; i < n; ++i) {
+            int64_t seq = ids[i];
+            if (__builtin_expect(static_cast<uint64_t>(seq) >= static_cast<uint64_t>(rows), 0)) {
+                rc = E_SEQ_RANGE;
+                break;
+            }
+            if (__builtin_expect(rec[seq].mark == mark, 0)) {
+                rc = E_DUPLICATE;
+                break;
+            }
+            int64_t slot = rec[seq].next;
+            if (__builtin_expect((slot & mask) == 0, 0)) {
+                slot = slow_slot(&rec[seq], pairs, cows);
+                if (slot < 0) {
+                    rc = slot;
+                    break;
+                }
+            }
+            rec[seq].mark = mark;
+            rec[seq].len += 1;
+            rec[seq].next = slot + 1;
+            out[i] = slot;
+        }
+        if (rc != OK) {
+            undo(ids, i, cows);
+            *detail = i;
+            return rc;
+        }
+        std::copy(out, out + n, slots);
+        std::copy(pairs, pairs + 2 * cows, cow);
+        return cows;
+    }
+    // The slot of row seq's next token when its NEXT does not hold: a boundary (empty and full rows too: the
+    // length checks live only here), a shared last block, or a row another operation changed. A negative code
+    // when the append is refused; a copy-on-write's pair goes to pairs[2 * cows] and counts in cows. Out of
+    // line: its registers would otherwise crowd the common path's.
+    __attribute__((noipa)) int64_t slow_slot(FlatRec* r, int64_t* pairs, int64_t& cows) {
+        int64_t seq = r - recs.data(), m = r->len, off = m & (c.block_size - 1);
+        if (off == 0) {
+            if (m == 0) return E_INACTIVE;
+            if ((m >> c.shift) >= c.max_blocks) return E_TOO_LONG;
+        }
+        int64_t b = append_block(seq, m, &pairs[2 * cows], &pairs[2 * cows + 1]);
+        if (b < 0) {
+            b = -b - 1;
+            ++cows;
+        }
+        return (b << c.shift) | off;
+    }
+    // Undo the first count appends of a failed fused_step, newest first: a boundary's new block and a copy go
+    // back to the stack (still there, above its top), a copied source regains its place and its reference.
+    template <class I>
+    void undo(const I* ids, int64_t count, int64_t cows) {
+        for (int64_t k = count - 1; k >= 0; --k) {
+            int64_t seq = ids[k], m = --recs[seq].len, j = m >> c.shift;
+            recs[seq].next = 0;
+            Id* r = row(seq);
+            if ((m & (c.block_size - 1)) == 0) {
+                blocks.refs[r[j]] = 0;
+                blocks.top += 1;
+            } else if (cows > 0 && r[j] == step_cows[2 * cows - 1]) {
+                --cows;
+                int32_t src = static_cast<int32_t>(step_cows[2 * cows]);
+                blocks.refs[r[j]] = 0;
+                blocks.top += 1;
+                r[j] = static_cast<Id>(src);
+                blocks.refs[src] += 1;
+            }
+        }
     }
     void fork_table(int64_t parent, int64_t child) {
         const Id* p = row(parent);
         Id* ch = row(child);
-        for (int64_t j = 0, n = blocks_for(lens[parent]); j < n; ++j) {
+        for (int64_t j = 0, n = blocks_for(recs[parent].len); j < n; ++j) {
             ch[j] = p[j];
             blocks.refs[p[j]] += 1;
         }
     }
     void free_table(int64_t seq) {
-        const Id* r = row(seq);
-        for (int64_t j = blocks_for(lens[seq]) - 1; j >= 0; --j) blocks.release(r[j]);
+        blocks.release_from(row(seq), blocks_for(recs[seq].len));
+        recs[seq].next = 0;
     }
     int64_t block_at(int64_t seq, int64_t j) { return row(seq)[j]; }
     int64_t ref(int64_t b) const { return blocks.refs[b]; }
@@ -359,7 +489,7 @@ int64_t row_count(int64_t num_blocks, int64_t max_seqs, int64_t max_blocks) {
 // its last block in the sequence's record; here the row ref count says whether the last row is shared and the
 // directory entry (one load, as the record's) says where it is.
 template <class Id>
-struct FlatRowsDesign : Common {
+struct FlatRowsDesign : Common<> {
     static constexpr int64_t IDS = ROW_BYTES / sizeof(Id);  // ids per row
     static constexpr int64_t ROW_SHIFT = IDS == 32 ? 5 : 4;
     static constexpr int64_t MASK = IDS - 1;
@@ -404,11 +534,11 @@ struct FlatRowsDesign : Common {
             r[j & MASK] = static_cast<Id>(b);
         }
     }
-    bool last_shared(int64_t seq) { return blocks.refs[block_at(seq, (lens[seq] - 1) >> c.shift)] > 1; }
+    bool last_shared(int64_t seq) { return blocks.refs[block_at(seq, (recs[seq].len - 1) >> c.shift)] > 1; }
     // Inlined into the step's loop as C's is (GCC leaves this larger body out of line otherwise).
     __attribute__((always_inline)) int64_t append_unchecked(int64_t seq, int64_t* src_out, int64_t* dst_out) {
-        int64_t n = lens[seq];
-        lens[seq] = static_cast<int32_t>(n + 1);
+        int64_t n = recs[seq].len;
+        recs[seq].len = static_cast<int32_t>(n + 1);
         int64_t j = n >> c.shift, col = j & MASK;
         int32_t& row = dir(seq)[j >> ROW_SHIFT];
         if ((n & (c.block_size - 1)) == 0) {  // a new block: in a fresh row when it opens one
@@ -434,7 +564,7 @@ struct FlatRowsDesign : Common {
     void fork_table(int64_t parent, int64_t child) {
         const int32_t* p = dir(parent);
         int32_t* ch = dir(child);
-        int64_t n = blocks_for(lens[parent]);
+        int64_t n = blocks_for(recs[parent].len);
         for (int64_t k = 0, nrows = rows_for(n); k < nrows; ++k) {  // the child shares the parent's rows
             ch[k] = p[k];
             row_pool.refs[p[k]] += 1;
@@ -444,7 +574,7 @@ struct FlatRowsDesign : Common {
     }
     void free_table(int64_t seq) {
         const int32_t* d = dir(seq);
-        int64_t n = blocks_for(lens[seq]);
+        int64_t n = blocks_for(recs[seq].len);
         for (int64_t k = rows_for(n) - 1; k >= 0; --k) {  // rows and their blocks tail first, as C frees
             const Id* r = ids(d[k]);
             for (int64_t col = std::min(IDS, n - (k << ROW_SHIFT)) - 1; col >= 0; --col) blocks.release(r[col]);
@@ -455,7 +585,7 @@ struct FlatRowsDesign : Common {
     int64_t ref(int64_t b) const { return blocks.refs[b]; }
     int64_t table_nbytes(int64_t seq) {
         // The sequence's directory (preallocated) and the rows it points at (a shared row counts for each).
-        return static_cast<int64_t>(sizeof(int32_t)) * dir_len + ROW_BYTES * rows_for(blocks_for(lens[seq]));
+        return static_cast<int64_t>(sizeof(int32_t)) * dir_len + ROW_BYTES * rows_for(blocks_for(recs[seq].len));
     }
     int64_t id_bytes() const { return sizeof(Id); }
 };
@@ -465,7 +595,7 @@ template <class D>
 struct Manager : D {
     explicit Manager(const Config& cfg) : D(cfg) {}
 
-    bool needs_block(int64_t seq) { return (this->lens[seq] & (this->c.block_size - 1)) == 0 || this->last_shared(seq); }
+    bool needs_block(int64_t seq) { return (this->recs[seq].len & (this->c.block_size - 1)) == 0 || this->last_shared(seq); }
 
     int64_t can_allocate(int64_t n) const {
         if (n < 0) return E_COUNT;
@@ -477,7 +607,8 @@ struct Manager : D {
         int64_t need = this->blocks_for(tokens);
         if (need > this->num_free()) return E_NO_BLOCKS;
         this->take_table(seq, need);
-        this->lens[seq] = static_cast<int32_t>(tokens);
+        this->recs[seq].len = static_cast<int32_t>(tokens);
+        this->allocated(seq);
         return OK;
     }
     // 1 on copy-on-write (src, dst written), 0 otherwise, < 0 an error.
@@ -491,18 +622,19 @@ struct Manager : D {
         int64_t rc = this->check_fork(parent, child);
         if (rc != OK) return rc;
         this->fork_table(parent, child);
-        this->lens[child] = this->lens[parent];
+        this->recs[child].len = this->recs[parent].len;
+        this->forked(parent);
         return OK;
     }
     int64_t free(int64_t seq) {
         int64_t rc = this->check_active(seq);
         if (rc != OK) return rc;
         this->free_table(seq);
-        this->lens[seq] = 0;
+        this->recs[seq].len = 0;
         return OK;
     }
     int64_t last_slot_unchecked(int64_t seq) {
-        int64_t m = this->lens[seq] - 1;
+        int64_t m = this->recs[seq].len - 1;
         return this->slot_of(this->block_at(seq, m >> this->c.shift), m);
     }
     int64_t last_slot(int64_t seq) {
@@ -518,16 +650,19 @@ struct Manager : D {
             *detail = n;
             return E_BUFFER;
         }
+        if constexpr (D::FUSED_STEP) {
+            if (n <= this->num_free()) return this->fused_step(ids, n, cow, slots, detail);
+        }
         int32_t mark = this->next_stamp();
         for (int64_t i = 0; i < n; ++i) {  // the whole step first, before changing anything
             int64_t seq = ids[i];
             int64_t rc = this->check_append(seq);
-            if (rc == OK && this->marks[seq] == mark) rc = E_DUPLICATE;
+            if (rc == OK && this->recs[seq].mark == mark) rc = E_DUPLICATE;
             if (rc != OK) {
                 *detail = i;
                 return rc;
             }
-            this->marks[seq] = mark;
+            this->recs[seq].mark = mark;
         }
         if (n > this->num_free()) {  // only a tight pool needs the exact worst case
             int64_t need = 0;
@@ -562,11 +697,11 @@ struct Manager : D {
         }
         return OK;
     }
-    int64_t seq_len(int64_t seq) const { return this->in_range(seq) ? this->lens[seq] : E_SEQ_RANGE; }
+    int64_t seq_len(int64_t seq) const { return this->in_range(seq) ? this->recs[seq].len : E_SEQ_RANGE; }
     int64_t block_table(int64_t seq, int64_t* out, int64_t cap) {
         int64_t rc = this->check_active(seq);
         if (rc != OK) return rc;
-        int64_t n = this->blocks_for(this->lens[seq]);
+        int64_t n = this->blocks_for(this->recs[seq].len);
         if (n > cap) return E_BUFFER;
         for (int64_t j = 0; j < n; ++j) out[j] = this->block_at(seq, j);
         return n;
@@ -609,9 +744,60 @@ int64_t visit(Handle* h, F&& f) {
     }
 }
 
+// The per-call functions of one kind, without visit()'s switch: what the native replay calls, by address
+// (kvb_kind_function), once it knows the manager's kind.
+template <class M>
+struct Direct {
+    static M& m(void* hp) { return *static_cast<M*>(static_cast<Handle*>(hp)->p); }
+    template <class F>
+    static int64_t guard(F&& f) {
+        try {
+            return f();
+        } catch (const std::bad_alloc&) {
+            return E_OOM;
+        }
+    }
+    static int64_t can_allocate(void* hp, int64_t n) { return guard([&] { return m(hp).can_allocate(n); }); }
+    static int64_t allocate(void* hp, int64_t seq, int64_t tokens) {
+        return guard([&] { return m(hp).allocate(seq, tokens); });
+    }
+    static int64_t fork(void* hp, int64_t parent, int64_t child) {
+        return guard([&] { return m(hp).fork(parent, child); });
+    }
+    static int64_t free(void* hp, int64_t seq) { return guard([&] { return m(hp).free(seq); }); }
+    static int64_t decode_step(void* hp, const int32_t* ids, int64_t n, int64_t* cow, int64_t cow_cap,
+                               int64_t* slots, int64_t slot_cap, int64_t* detail) {
+        return guard([&] { return m(hp).decode_step(ids, n, cow, cow_cap, slots, slot_cap, detail); });
+    }
+    static int64_t lookup(void* hp, const int32_t* ids, int64_t n, int64_t* slots, int64_t slot_cap,
+                          int64_t* detail) {
+        return guard([&] { return m(hp).lookup(ids, n, slots, slot_cap, detail); });
+    }
+    static void* function(int64_t which) {
+        void* fns[] = {reinterpret_cast<void*>(&can_allocate), reinterpret_cast<void*>(&allocate),
+                       reinterpret_cast<void*>(&fork),         reinterpret_cast<void*>(&free),
+                       reinterpret_cast<void*>(&decode_step),  reinterpret_cast<void*>(&lookup)};
+        return fns[which];
+    }
+};
+
 }  // namespace
 
-KVB_API int64_t kvb_abi_version() { return 3; }
+KVB_API int64_t kvb_abi_version() { return 4; }
+
+// The address of function which (0 can_allocate, 1 allocate, 2 fork, 3 free, 4 decode_step over int32 ids,
+// 5 lookup over int32 ids; the signatures of kvb_can_allocate ... kvb_lookup_i32) for the kind of manager hp.
+KVB_API void* kvb_kind_function(void* hp, int64_t which) {
+    if (hp == nullptr || which < 0 || which > 5) return nullptr;
+    switch (static_cast<Handle*>(hp)->kind) {
+        case 0: return Direct<MDict>::function(which);
+        case 1: return Direct<MList>::function(which);
+        case 2: return Direct<MFlat16>::function(which);
+        case 3: return Direct<MFlat32>::function(which);
+        case 4: return Direct<MRows16>::function(which);
+        default: return Direct<MRows32>::function(which);
+    }
+}
 
 KVB_API void* kvb_create(int64_t kind, int64_t num_blocks, int64_t block_size, int64_t max_seqs, int64_t max_blocks) {
     if (num_blocks < 1 || num_blocks > INT32_MAX || block_size < 1 || (block_size & (block_size - 1)) != 0 ||

@@ -19,7 +19,25 @@ from impls.core.ids import ROW_BYTES, UINT16_LIMIT
 SOURCE = Path(__file__).with_name("designs.cpp")
 LIB_NAME = "libkvb_native.so"
 LIBRARY_ENV = "KVB_NATIVE_LIBRARY"
-FLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden")
+OPT_FLAGS = ("-O2",)  # the article's likely build: no architecture flags, the code runs on any x86-64
+BASE_FLAGS = ("-std=c++17", "-fPIC", "-shared", "-fvisibility=hidden")
+FLAGS = (*OPT_FLAGS, *BASE_FLAGS)
+OPT_FLAGS_ENV = "KVB_NATIVE_FLAGS"  # e.g. "-O3 -march=native": a build of its own, its rows' how says so
+
+
+def opt_flags() -> tuple[str, ...]:
+    """The optimisation and architecture flags: ``$KVB_NATIVE_FLAGS`` when set (each ``-O...``, ``-m...`` or
+    ``-f...``), else :data:`OPT_FLAGS`; ``BuildError`` for anything else."""
+    given = os.environ.get(OPT_FLAGS_ENV, "").split()
+    bad = [f for f in given if not f.startswith(("-O", "-m", "-f"))]
+    if bad:
+        raise BuildError(f"{OPT_FLAGS_ENV}: {bad[0]!r} is not an optimisation flag (-O..., -m..., -f...)")
+    return tuple(given) or OPT_FLAGS
+
+
+def build_flags() -> tuple[str, ...]:
+    """Every flag of a build: :func:`opt_flags` then :data:`BASE_FLAGS`."""
+    return (*opt_flags(), *BASE_FLAGS)
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -100,9 +118,11 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kvblock-bench" / "native"
 
 
-def build(source: Path = SOURCE, root: Path | None = None, flags: tuple[str, ...] = FLAGS, name: str = LIB_NAME,
+def build(source: Path = SOURCE, root: Path | None = None, flags: tuple[str, ...] | None = None, name: str = LIB_NAME,
           library_env: str = LIBRARY_ENV, prelude: str = "") -> Build:
-    """The library ``name`` from the contract prelude, ``prelude`` and ``source``: cached, or compiled."""
+    """The library ``name`` from the contract prelude, ``prelude`` and ``source``: cached, or compiled (with
+    :func:`build_flags` unless ``flags`` are given)."""
+    flags = build_flags() if flags is None else flags
     given = os.environ.get(library_env)
     if given and Path(given).is_file():
         return Build(Path(given), Path(given).parent.name, "(prebuilt)", "(prebuilt)", flags, compiled=False,
