@@ -148,21 +148,22 @@ def test_gate_fails_above_its_instruction_ceiling() -> None:
 
 def test_our_ceilings_fail_flat_above_30_and_cpp_flat_above_flat() -> None:
     """The committed rules: batched flat at most 30 instructions per sequence-step, batched cpp-flat at most
-    batched flat's; one instruction over either fails the gate, exactly on either passes."""
+    batched flat's (within 2 %); one instruction over either fails the gate, exactly on either passes."""
     def cells(flat_ir: int, cpp_ir: int) -> dict:
         made = figures(flat_ir, 80_000)
         made[("cpp-flat", "batched")] = gate.CellFigures("cpp-flat", "batched", [cpp_ir, cpp_ir], 100, 0.0, 0.0)
         return made
 
     assert OURS.rule(("flat", "batched")).max_instructions_per_seq_step == 30
-    assert OURS.rule(("cpp-flat", "batched")).max_instructions_vs_base == 1
+    assert OURS.rule(("cpp-flat", "batched")).max_instructions_vs_base == 1.02
     assert gate.check(cells(3_000, 3_000), None, OURS) == []
     assert gate.check(cells(3_001, 2_900), None, OURS) == [
         "flat batched needs 30.0 instructions per sequence-step; the ceiling is 30"]
-    assert gate.check(cells(2_900, 2_901), None, OURS) == [
-        "cpp-flat batched needs 29.01 instructions per sequence-step, 1.000x batched flat's 29.00; the ceiling "
-        "is 1x"]
-    assert gate.table(cells(2_900, 2_901), OURS).splitlines()[-1].split()[5] == "1x"
+    assert gate.check(cells(2_900, 2_958), None, OURS) == []
+    assert gate.check(cells(2_900, 2_959), None, OURS) == [
+        "cpp-flat batched needs 29.59 instructions per sequence-step, 1.020x batched flat's 29.00; the ceiling "
+        "is 1.02x"]
+    assert gate.table(cells(2_900, 2_959), OURS).splitlines()[-1].split()[5] == "1.02x"
 
 
 def test_a_ratio_ceiling_needs_batched_flat_measured() -> None:

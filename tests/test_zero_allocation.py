@@ -51,9 +51,10 @@ def test_flat_step_allocates_nothing_beyond_the_call(counter, name: str) -> None
 
 @pytest.mark.parametrize("name", FLAT_DESIGNS)
 def test_flat_call_wrappers_are_counted(name: str) -> None:
-    """The fixed cost is real and visible: one runtime MemInfo per array argument (5 arrays)."""
+    """The fixed cost is real and visible: one runtime MemInfo per array argument (5 arrays); none for flat, whose
+    kernels are called through adapters without Numba's runtime (issue 39)."""
     _, _, empty_step = running_manager(name)
-    assert nrt_allocations(empty_step, K) == 5 * K
+    assert nrt_allocations(empty_step, K) == (0 if name == "flat" else 5 * K)
 
 
 @pytest.mark.parametrize("name", FLAT_DESIGNS)
@@ -67,7 +68,8 @@ def test_flat_per_call_operations_allocate_only_their_wrappers(name: str) -> Non
         mgr.free(3)
 
     churn()
-    assert nrt_allocations(churn, K) == 3 * 2 * K  # table (or rows) + ints per call, nothing else
+    per_call = 0 if name == "flat" else 2  # table (or rows) + ints per call, nothing else; flat: no runtime
+    assert nrt_allocations(churn, K) == 3 * per_call * K
 
 
 def growing_manager(seqs: int = 64):

@@ -47,8 +47,7 @@ class AllocationsJob:
 
 @dataclass
 class WallJob:
-    """Median batched step time of ``slower`` and of ``faster``, one after the other in one process; with
-    ``floor``, the do-nothing design's replays instead (:mod:`harness.run.floor`), for the supervisor's bound."""
+    """Median batched step of ``slower`` and ``faster`` in one process; with ``floor``, the do-nothing design's."""
 
     slower: str = ""
     faster: str = ""
@@ -57,8 +56,7 @@ class WallJob:
 
 @dataclass
 class WallResult:
-    """Per design (or "floor"): its median step (ns), all its timed regions together (ns), whether a Python
-    driver timed it; ``supervised``: the worker's CPU time per replay key, set by the main process."""
+    """Per design (or "floor"): median step ns, all timed ns, Python-timed; CPU per key (set by the main process)."""
 
     step_ns: dict[str, float]
     claimed: dict[str, float]

@@ -73,8 +73,7 @@ def claimed_ns(result) -> dict[tuple, float]:
 
 
 def floor_per_slice(readings: dict | None, claimed: dict[str, float]) -> dict[str, float]:
-    """The harness's own CPU ns per slice, by regime or driver, from the floor's readings (keys ``("floor", kind)``)
-    and what its timed regions claimed (the do-nothing design's own calls)."""
+    """The harness's own CPU ns per slice, by regime or driver: the floor's readings less what it claimed."""
     return {key[1]: max(0.0, cpu - claimed.get(key[1], 0.0)) / slices
             for key, (cpu, slices) in (readings or {}).items() if len(key) == 2 and key[0] == "floor" and slices}
 
@@ -117,9 +116,8 @@ def judge(claimed: float, reading: tuple[int, int], floor: dict[str, float], dri
 
 
 def paced_violations(claims: dict[tuple, tuple[int, int]], cpu: dict | None, wall: dict | None) -> dict[Cell, str]:
-    """The cells whose paced loops (key ``(impl, regime, "paced:<what>")``: the thread CPU and wall ns the loops
-    claimed, summed) claim under :data:`FRACTION` of the CPU time, or more wall time than passed, by the
-    supervisor's readings of the same loops; none when its clocks were unreadable."""
+    """Cells whose paced loops claim under :data:`FRACTION` of the CPU time the supervisor read, or more wall time
+    than passed; none when its clocks were unreadable."""
     if cpu is None or wall is None:
         return {}
     out: dict[Cell, str] = {}

@@ -1,18 +1,9 @@
-"""A run: the matrix's scenarios, each measured, checked and written as it goes.
+"""A run: the matrix's scenarios, each measured, checked and written as it goes (docs/method.md).
 
-For each scenario (:mod:`harness.run.matrix` says which cells and studies) the trace is generated (or read
-from the trace cache) here; the implementations run only in worker processes (:mod:`harness.run.workers`,
-:mod:`harness.run.jobs`), each implementation's in its own, one at a time. Each worker warms its cells up
-(Numba compilation or cache loading, timed as ``compile_s``) and replays its share of the repetitions, its cells
-interleaved in slices of steps (:mod:`harness.base.interleave`) and the workers of one share taking turns
-slice by slice (:mod:`harness.run.lockstep`), so that machine drift hits all alike; the repetitions spread
-over the workers, so the intervals include the variation between processes. The rows come from every worker's
-samples together (:mod:`harness.run.assemble`): ratios to ``flat`` and an A/A control with paired
-bootstrap intervals. Every replay is checked against the trace (copy-on-writes and slot digests per step, end
-state), so a fast wrong implementation never reaches a table; one that raises, exits, hangs or crashes fails
-its own cells, and the others are measured. After each scenario its rows are written (atomically) with the
-raw samples; an interrupted run keeps what finished. The run folder is created when the first scenario has
-figures, and ``results/latest`` moves to it only then: a run that fails before measuring leaves no trace.
+Traces are generated or read from the trace cache here; implementations run only in supervised worker processes
+(one per implementation and share, in lockstep); rows come from every worker's samples together. A design that
+fails costs its own cells; each scenario's rows are written atomically as it ends, and ``results/latest`` moves
+only once a run has figures.
 """
 
 from __future__ import annotations

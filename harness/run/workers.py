@@ -157,10 +157,8 @@ def _meminfo_bytes(path: str, field: str) -> int:
 
 
 def memory_limit() -> int:
-    """A worker's address space: what it has mapped at its start (torch's and Numba's reservations) plus three
-    quarters of the memory then available, at least 8 GiB, at most the machine's physical memory; so a design
-    that exhausts memory meets its own limit (MemoryError) before the kernel's out-of-memory killer picks a
-    process."""
+    """A worker's address space: what it mapped at its start plus 3/4 of the memory then available (8 GiB to the
+    physical memory), so a design exhausting memory meets MemoryError before the kernel's OOM killer acts."""
     try:
         physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
