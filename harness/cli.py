@@ -405,9 +405,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.cache:
         opts.cache = Path(args.cache)
     outcome = calibrate(opts)
+    if outcome.rows:
+        print("ours/real: whole step [95 % paired interval]; engine calls: ns per seq-step, ours/real, their ratio "
+              "[min-max over the metered replays]")
     for row in outcome.rows:
         print(f"{row.scenario:<18} {row.contender:<11} {row.call_shape:<9} vs {row.baseline:<28} "
-              f"ours/real = {row.ratio:.2f} [{row.ratio_low:.2f}-{row.ratio_high:.2f}]"
+              f"ours/real = {row.ratio:.2f} [{row.ratio_low:.2f}-{row.ratio_high:.2f}]; engine calls "
+              f"{row.ours_calls_ns:.0f}/{row.real_calls_ns:.0f} ns = {row.ratio_calls:.2f} "
+              f"[{row.ratio_calls_low:.2f}-{row.ratio_calls_high:.2f}]"
               + ("  (modelled)" if row.modelled else ""))
     for failure in outcome.failures:
         print(f"failed: {failure}", file=sys.stderr)

@@ -230,7 +230,12 @@ def test_calibrate_runs_the_stand_in_engine_beside_the_contender_and_writes_ever
         assert math.isclose(ratio, float(r["ours_ns_per_seq_step"]) / float(r["real_ns_per_seq_step"]),
                             rel_tol=0.01, abs_tol=0.0006)  # the ratio of the two figures, rounded
         assert "nanovllm.engine.block_manager" in r["how"] and r["machine"] and r["command"].startswith("kvblock-bench")
-    assert "(modelled)" in stdout and (out.parent / "runs" / "nano-vllm__paper.json.gz").is_file()
+        for side in ("ours", "real"):  # the engine's own calls apart from the shared rest of the step
+            calls, low, high = (float(r[f"{side}_calls_{x}"]) for x in ("ns", "low", "high"))
+            assert 0 < low <= calls <= high and float(r[f"{side}_shared_ns"]) > 0
+        assert math.isfinite(float(r["ratio_calls"])) and "engine calls apart" in r["how"]
+    assert "(modelled)" in stdout and "engine calls" in stdout
+    assert (out.parent / "runs" / "nano-vllm__paper.json.gz").is_file()
     after = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
     assert after == before  # nothing written into the repository
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from harness.base.history_rows import METRICS, HistoryRow, read_history, write_history
+from harness.base.history_rows import CALL_METRICS, METRICS, HistoryRow, read_history, write_history
 from harness.calibration import engine_sglang, engine_vllm
 from harness.calibration.eras import Era, era_of
 from harness.calibration.releases import parse_versions, resolve
@@ -121,7 +121,8 @@ def test_each_release_is_compared_with_the_one_before_as_compare_judges() -> Non
 
 
 def test_render_writes_the_verdicts_the_table_and_a_figure(tmp_path) -> None:
-    rows = [_row(v, x, m, c) for m in METRICS for c in ("off", "on") for v, x in (("0.23.0", 100.0), ("0.24.0", 150.0))]
+    rows = [_row(v, x, m, c) for m in METRICS + CALL_METRICS for c in ("off", "on")
+            for v, x in (("0.23.0", 100.0), ("0.24.0", 150.0))]
     write_history(tmp_path / "history.csv", rows)
     assert read_history(tmp_path / "history.csv") == rows
     lines = render(tmp_path)
@@ -129,6 +130,8 @@ def test_render_writes_the_verdicts_the_table_and_a_figure(tmp_path) -> None:
         verdicts = list(csv.DictReader(fh))
     assert len(verdicts) == 2 * len(METRICS) and {v["verdict"] for v in verdicts} == {"slower"}
     assert "| vllm 0.23.0 -> 0.24.0 | on | paper | 1.50" in (tmp_path / "history.md").read_text()
+    md = (tmp_path / "history.md").read_text()
+    assert "| vllm 0.24.0 | off | paper | 150 [147-153] | 150 [147-153] | 50 % |" in md
     assert (tmp_path / "history-vllm.png").stat().st_size > 0 and (tmp_path / "history-vllm.svg").is_file()
     assert any(line.startswith("slower: vllm 0.24.0 (off, paper, seq_step_ns x1.50)") for line in lines)
 
@@ -147,11 +150,14 @@ def test_history_drives_four_ranges_of_releases_in_lockstep_and_checks_each_repl
     assert code == 0, err
     rows = read_history(out / "history.csv")
     assert {(r.version, r.caching, r.metric) for r in rows} == {
-        (v, c, m) for v in LAYOUTS for c in ("off", "on") for m in METRICS}
+        (v, c, m) for v in LAYOUTS for c in ("off", "on") for m in METRICS + CALL_METRICS}
     for r in rows:
         assert r.status == "ok" and r.reps == 2 and r.steps == 24 and r.digest.startswith("sha256:")
         assert 0 < r.ci_low <= r.value <= r.ci_high or r.metric == "alloc_ns"
         assert "lockstep" in r.how and "vllm.v1.core.kv_cache_manager" in r.how
+    calls = [r for r in rows if r.metric == "engine_calls_ns"]
+    assert calls and all("`manager`" in r.how and "min-max" in r.how for r in calls)  # the engine's KVCacheManager
+    assert "engine calls and shared" in stdout and "| vllm 0.26.0 | on | paper |" in (out / "history.md").read_text()
     assert "vllm 0.25.1 -> 0.26.0" in stdout and "releases (" in stdout
     assert (out / "runs" / "vllm-0.25.1__paper.json.gz").is_file() and (out / "history-vllm.png").is_file()
     assert "4 releases in the cache" in err

@@ -13,8 +13,11 @@ from harness.base.files import ResultsError, atomic_write_text, os_reason
 
 HISTORY_CSV = "history.csv"
 METRICS = ("seq_step_ns", "alloc_ns", "free_ns", "lookup_ns")  # as `run` defines them (harness.base.metrics)
+CALL_METRICS = ("engine_calls_ns", "shared_ns")  # the timed step apart (harness.calibration.engine_calls)
 UNITS = {"seq_step_ns": "ns per sequence-step", "alloc_ns": "ns per block allocated",
-         "free_ns": "ns per block freed", "lookup_ns": "ns per lookup (per sequence-step)"}
+         "free_ns": "ns per block freed", "lookup_ns": "ns per lookup (per sequence-step)",
+         "engine_calls_ns": "ns of the engine's own calls per sequence-step",
+         "shared_ns": "ns of the rest of the step (the harness side) per sequence-step"}
 
 
 @dataclass

@@ -173,10 +173,11 @@ def baselines(nano: SimpleNamespace, version: str) -> list[Baseline]:
            "copy-on-write emulated as the contender emulates them; ")
     neutral = _neutralised(nano.BlockManager)
     out = [Baseline("hashing neutralised", _bound(nano, neutral, True), ("nano-vllm",), ("nano-vllm",),
-                    how + "compute_hash returns 0 (hash bookkeeping runs, no hash computed)"),
+                    how + "compute_hash returns 0 (hash bookkeeping runs, no hash computed)", engine_object="bm"),
            Baseline("bare", _bound(nano, neutral, False), ("nano-vllm",), (),
-                    how + "bare: hash_blocks not called and compute_hash returns 0 (no hash bookkeeping at all)")]
+                    how + "bare: hash_blocks not called and compute_hash returns 0 (no hash bookkeeping at all)",
+                    engine_object="bm")]
     if have_xxhash():
         out.insert(1, Baseline("with hashing", _bound(nano, nano.BlockManager, True), ("nano-vllm",), (),
-                               how + "its xxhash hashing as it ships (compute_hash unmodified)"))
+                               how + "its xxhash hashing as it ships (compute_hash unmodified)", engine_object="bm"))
     return out

@@ -99,4 +99,4 @@ def baselines(sglang: SimpleNamespace, version: str) -> list[Baseline]:
            "frees in one free group, one alloc_decode per step with last_loc from an int32 req_to_token, slots "
            "written back; fork and copy-on-write emulated as the contender emulates them; torch at one intra-op "
            "thread")
-    return [Baseline("one torch thread", cls, ("sglang",), ("sglang",), how)]
+    return [Baseline("one torch thread", cls, ("sglang",), ("sglang",), how, engine_object="allocator")]

@@ -321,13 +321,13 @@ def baselines(vllm: SimpleNamespace, version: str) -> list[Baseline]:
     return [
         Baseline("caching off", _bound(VllmEngine, vllm), both, ("vllm-v1",),
                  HOW.format(version=version, caching=False, hasher="none"),
-                 real_trace=fan_out_forks, real_trace_how=fan),
+                 real_trace=fan_out_forks, real_trace_how=fan, engine_object="manager"),
         Baseline("caching on", _bound(VllmCachingEngine, vllm, hash_plain=True), both, ("vllm-v1-pc",),
                  HOW.format(version=version, caching=True,
                             hasher="a distinct 32-byte digest per full block of a plain allocation, the trace's "
                                    "hashes (as 32-byte digests) for allocate_cached and seal; hashing not timed"),
-                 caching_traces=True, real_trace=fan_out_forks, real_trace_how=fan),
+                 caching_traces=True, real_trace=fan_out_forks, real_trace_how=fan, engine_object="manager"),
         Baseline("caching on, no block hashes", _bound(VllmCachingEngine, vllm, hash_plain=False), ("vllm-v1-pc",),
                  (), HOW.format(version=version, caching=True, hasher="none (nothing looked up or cached)"),
-                 real_trace=fan_out_forks, real_trace_how=fan),
+                 real_trace=fan_out_forks, real_trace_how=fan, engine_object="manager"),
     ]

@@ -27,6 +27,7 @@ class Baseline:
     caching_traces: bool = False
     real_trace: Callable[[Trace], Trace] | None = None  # the trace as the engine serves it (vLLM: no forks)
     real_trace_how: str = ""
+    engine_object: str = ""  # the adapter's attribute holding the engine's object (its calls metered apart)
 
     def replays(self, trace: Trace) -> bool:
         return self.caching_traces if trace_uses_caching(trace) else self.plain_traces
@@ -44,6 +45,7 @@ class Engine:
     regimes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     scenarios: tuple[str, ...] = ("paper", "parallel-sampling")
     history: dict[str, str] = field(default_factory=dict)  # ``history``'s baselines and their caching mode
+    engine_objects: dict[str, str] = field(default_factory=dict)  # contender -> its model of the engine's object
 
     def code(self) -> ModuleType:
         return importlib.import_module(f"harness.calibration.{self.module}")
@@ -55,11 +57,12 @@ class Engine:
 ENGINES = {
     "vllm": Engine("vllm", "vLLM", "vllm", ("vllm",), "engine_vllm",
                    {"vllm-v1": ("per-call", "batched"), "vllm-v1-pc": ("per-call", "batched")},
-                   (PAPER, "parallel-sampling", "system-prompt-256"), {"caching off": "off", "caching on": "on"}),
+                   (PAPER, "parallel-sampling", "system-prompt-256"), {"caching off": "off", "caching on": "on"},
+                   engine_objects={"vllm-v1": "kv_cache_manager", "vllm-v1-pc": "kv_cache_manager"}),
     "sglang": Engine("sglang", "SGLang", "sglang", ("sglang",), "engine_sglang", {"sglang": ("batched",)},
-                     history={"one torch thread": "off"}),
+                     history={"one torch thread": "off"}, engine_objects={"sglang": "allocator"}),
     "nano-vllm": Engine("nano-vllm", "nano-vllm", None, ("nanovllm",), "engine_nano_vllm",
-                        {"nano-vllm": ("per-call", "batched")}),
+                        {"nano-vllm": ("per-call", "batched")}, engine_objects={"nano-vllm": "block_manager"}),
 }
 
 

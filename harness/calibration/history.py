@@ -8,7 +8,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.base.args import DEFAULT_DEADLINE_S
@@ -198,7 +198,8 @@ class Scenario:
                     "modules_imported": value.loaded, "torch_threads": value.threads,
                     "failed": {" | ".join(k): v for k, v in value.failed.items()},
                     "step_ns": {k[0]: [s.step_ns.round().astype(int).tolist() for _, s in sorted(v, key=_rep)]
-                                for k, v in value.samples.items()}}
+                                for k, v in value.samples.items()},
+                    "metered_engine_calls": {k[0]: asdict(m) for k, m in value.metered.items()}}
             path = self.opts.out / "runs" / f"{self.opts.engine.name}-{version}__{self.name}.json.gz"
             atomic_write_bytes(path, gzip.compress(json.dumps(data).encode(), mtime=0))
 

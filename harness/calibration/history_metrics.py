@@ -6,13 +6,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from harness.base.history_rows import METRICS, UNITS, HistoryRow
+from harness.base.history_rows import CALL_METRICS, METRICS, UNITS, HistoryRow
 from harness.base.interleave import SLICES_PER_REP, slice_bounds
 from harness.base.metrics import cell_blocks
 from harness.base.stats import ratio_of_sums
+from harness.calibration.engine_calls import MeteredReplays
 from harness.calibration.replays import Measured
 
 NAN = math.nan
+CALLS_HOW = ("shared = the metered replay's whole timed step - its engine calls; median, min-max (not a 95 % interval) "
+             "over the metered replays, after the timed repetitions; every release in a worker process of its own, "
+             "in lockstep")
 
 
 def how(value: Measured, baseline: str, metric: str, reps: int) -> str:
@@ -41,6 +45,21 @@ def measured_rows(value: Measured, baselines: Mapping[str, str], common: dict) -
             rows.append(HistoryRow(caching=caching, metric=metric, value=est.value, ci_low=est.low,
                                    ci_high=est.high, status=status, reps=len(samples), steps=work.steps,
                                    how=how(value, baseline, metric, len(samples)), **common))
+        rows += call_rows(value.metered.get(key), baseline, caching, work.steps, value.plan, common)
+    return rows
+
+
+def call_rows(metered: MeteredReplays | None, baseline: str, caching: str, steps: int, plan: str,
+              common: dict) -> list[HistoryRow]:
+    """The engine's own calls and the shared rest of the step, each a median with its min-max over metered replays."""
+    if metered is None:
+        return []
+    rows = []
+    for metric, est in zip(CALL_METRICS, (metered.engine(), metered.shared()), strict=True):
+        status = "ok" if math.isfinite(est.value) else "failed"
+        rows.append(HistoryRow(caching=caching, metric=metric, value=est.value, ci_low=est.low, ci_high=est.high,
+                               status=status, reps=len(metered.calls), steps=steps,
+                               how=f"{baseline}: {UNITS[metric]}, {metered.how()}; {CALLS_HOW}; {plan}", **common))
     return rows
 
 

@@ -12,9 +12,10 @@ from types import ModuleType
 
 from harness.base.drivers import Prepared, StepTimes
 from harness.base.failures import blamed_on, short_reason
-from harness.base.interleave import WARM_STEPS, Driver, Key, interleaved, slice_bounds
+from harness.base.interleave import WARM_STEPS, Driver, Key, Replays, interleaved, slice_bounds
 from harness.base.metrics import Work
 from harness.base.threads import one_intra_op_thread
+from harness.calibration.engine_calls import METERED_REPLAYS, MeteredReplays, meter_cost, meterable, metered_replay
 from harness.calibration.engines import ENGINES, Baseline, Engine
 from harness.calibration.loader import PlanError, StubTouched, engine_imports
 from harness.calibration.traces import FanOutError
@@ -70,6 +71,7 @@ class Measured:
     loaded: list[str]
     pid: int
     steps: int
+    metered: dict[Key, MeteredReplays] = field(default_factory=dict)  # the engine's calls apart (engine_calls)
 
 
 @dataclass
@@ -205,6 +207,7 @@ class Context:
             except (StubTouched, PlanError) as exc:
                 raise RuntimeError(f"{self.job.scenario}: the engine's code left the import plan during a replay: "
                                    f"{exc}") from exc
+            metered = self.meter_calls(baselines, replays)
         self.events.cell(None)
         samples = {}
         if replays is not None:
@@ -213,8 +216,53 @@ class Context:
         infos = [BaselineInfo(b.name, b.calibrates, b.modelled_by, b.how, b.real_trace_how
                               if self.trace_changed(b) else "") for b in baselines]
         return Measured(samples, self.failed, {k: Work.of(d.prep) for k, d in self.drivers.items()}, infos, plan,
-                        threads, [], os.getpid(), self.prep.num_steps)
+                        threads, [], os.getpid(), self.prep.num_steps, metered)
 
     def trace_changed(self, b: Baseline) -> bool:
         driver = self.drivers.get((b.name, "batched", "real"))
         return b.real_trace is not None and driver is not None and driver.prep is not self.prep
+
+    def meter_calls(self, baselines: list[Baseline], replays: Replays | None) -> dict[Key, MeteredReplays]:
+        """After the timed repetitions, full replays with the meter on each replay's engine object."""
+        objects = {(b.name, "batched", "real"): b.engine_object for b in baselines}
+        done = set() if replays is None else {k for k in replays.samples if k not in replays.failed}
+        out = {}
+        for key, driver in self.drivers.items():
+            attribute = objects.get(key) if key[2] else self.engine.engine_objects.get(key[0])
+            if attribute and key in done and key not in self.failed and driver.kind == "python":
+                out[key] = MeteredReplays(attribute, Work.of(driver.prep).seq_steps)
+        if not out:
+            return out
+        cost = meter_cost()
+        for m in out.values():
+            m.read_ns, m.added_ns = cost
+        for i in range(min(METERED_REPLAYS, len(self.job.only))):
+            if self.job.lockstep:
+                self.events.pause((2, i, 0))  # after every timed slice's position: the releases take turns still
+            for key, m in out.items():
+                if not m.why:
+                    self.events.cell(key)
+                    m.why = self.metered(self.drivers[key], m)
+        self.events.cell(None)
+        return out
+
+    def metered(self, driver: Driver, m: MeteredReplays) -> str:
+        """One metered full replay on a fresh manager, checked against the trace; why it failed ("": it did not)."""
+        prep = driver.prep
+        try:
+            with blamed_on(driver.impl, driver.cls):
+                mgr = driver.new()
+                target = getattr(mgr, m.attribute, None)
+                why = meterable(target)
+                if why:
+                    return f"{m.attribute}: {why}"
+
+                def whole() -> float:
+                    times = driver.timed(mgr, False, 0, prep.num_steps)
+                    times.check(prep.trace.step_cows, prep.slot_digests)
+                    return float(times.step_ns.sum())
+
+                metered_replay(m, target, whole)
+        except FAILURES as exc:
+            return getattr(exc, "reason", f"{type(exc).__name__}: {exc}")
+        return ""

@@ -10,7 +10,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from harness.base.interleave import SLICES_PER_REP, Key, slice_bounds
@@ -18,6 +18,7 @@ from harness.base.metrics import cell_blocks
 from harness.base.stats import paired_ratio, ratio_of_sums
 from harness.calibration import fetch
 from harness.calibration.destination import Destination
+from harness.calibration.engine_calls import call_columns, calls_how, merge_metered
 from harness.calibration.engines import Engine
 from harness.calibration.replays import IMPORTING, BaselineInfo, CalibrationJob, Measured, Refused, execute
 from harness.calibration.table import CalibrationRow, write_rows
@@ -99,6 +100,7 @@ class Context:
         self.parts: list[Measured] = []
         self.samples: dict[Key, list] = {}
         self.load: list[float] = []
+        self.metered: dict = {}
 
     def job(self, only: list[int]) -> CalibrationJob:
         return CalibrationJob(self.opts.engine.name, str(self.code.root), self.code.version, self.name,
@@ -117,6 +119,7 @@ class Context:
         self.load.append(os.getloadavg()[0])
         for part in self.parts:
             self.failed.update(part.failed)
+        self.metered = merge_metered([part.metered for part in self.parts])
         for key in dict.fromkeys(k for part in self.parts for k in part.samples):
             if key not in self.failed:
                 self.samples[key] = [s for _, s in sorted(r for part in self.parts for r in part.samples.get(key, []))]
@@ -156,7 +159,8 @@ class Context:
                 ours_time, ours_work = self.blocks(key)
                 ours = ratio_of_sums(ours_time, ours_work)
                 ratio = paired_ratio(ours_time, real_time, ours_work, real_work)
-                rows.append(self.row(b, contender, regime, ours, real, ratio, int(ours_work.sum())))
+                calls = self.metered.get(key), self.metered.get(real_key)
+                rows.append(self.row(b, contender, regime, ours, real, ratio, int(ours_work.sum()), calls))
         return rows
 
     def blocks(self, key: Key):
@@ -168,7 +172,8 @@ class Context:
         found = [part.threads for part in self.parts if part.threads is not None]
         return str(max(found)) if found else "torch not loaded"
 
-    def row(self, b: BaselineInfo, contender: str, regime: str, ours, real, ratio, seq_steps: int) -> CalibrationRow:
+    def row(self, b: BaselineInfo, contender: str, regime: str, ours, real, ratio, seq_steps: int,
+            calls: tuple = (None, None)) -> CalibrationRow:
         reps = len(self.samples[(contender, regime, "")])
         processes = len({part.pid for part in self.parts})
         how = (f"ours: {contender}, {regime} regime of the harness's Python driver (run_interpreted); real: {b.how}; "
@@ -178,7 +183,8 @@ class Context:
                f"(answers, copy-on-writes, slot mapping, end state); {reps} repetitions interleaved in "
                f"{SLICES_PER_REP} slices each, spread over {processes} worker processes (the intervals include the "
                "variation between processes); ns per seq-step = whole step time (per-step medians over "
-               f"repetitions) / seq-steps; 95 % paired bootstrap intervals; {self.parts[0].plan}")
+               f"repetitions) / seq-steps; 95 % paired bootstrap intervals; {calls_how(*calls)}; "
+               f"{self.parts[0].plan}")
         e = self.opts.engine
         return CalibrationRow(
             contender=contender, engine=e.label, engine_version=self.code.version, scenario=self.name,
@@ -188,7 +194,7 @@ class Context:
             ratio=ratio.value, ratio_low=ratio.low, ratio_high=ratio.high,
             reps=reps, steps=self.parts[0].steps, seq_steps=seq_steps, package_digest=self.code.digest,
             torch_threads=self.threads(), machine=machine(), load="-".join(f"{x:.2f}" for x in self.load),
-            made=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=self.opts.command, how=how)
+            made=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=self.opts.command, how=how, **call_columns(*calls))
 
     def write_raw(self, folder: Path) -> None:
         """Per-repetition step times of every replay and its worker (``runs/ENGINE__SCENARIO.json.gz``)."""
@@ -204,6 +210,7 @@ class Context:
             "step_ns": {" | ".join(k): [s.step_ns.round().astype(int).tolist() for s in v]
                         for k, v in self.samples.items()},
             "seq_steps_per_step": next(iter(first.work.values())).seq_steps_per_step.tolist() if first.work else [],
+            "metered_engine_calls": {" | ".join(k): asdict(m) for k, m in self.metered.items()},
         }
         name = f"{e.name}__{self.name}.json.gz"
         atomic_write_bytes(folder / name, gzip.compress(json.dumps(data).encode(), mtime=0))

@@ -42,6 +42,21 @@ class CalibrationRow:
     made: str
     command: str
     how: str
+    ours_calls_ns: float = math.nan  # the engine's own calls apart (harness.calibration.engine_calls)
+    ours_calls_low: float = math.nan
+    ours_calls_high: float = math.nan
+    ours_shared_ns: float = math.nan
+    ours_shared_low: float = math.nan
+    ours_shared_high: float = math.nan
+    real_calls_ns: float = math.nan
+    real_calls_low: float = math.nan
+    real_calls_high: float = math.nan
+    real_shared_ns: float = math.nan
+    real_shared_low: float = math.nan
+    real_shared_high: float = math.nan
+    ratio_calls: float = math.nan
+    ratio_calls_low: float = math.nan
+    ratio_calls_high: float = math.nan
 
     def cells(self) -> dict[str, str]:
         out = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from harness.base.files import atomic_write_text
-from harness.base.history_rows import METRICS, HistoryRow
+from harness.base.history_rows import CALL_METRICS, METRICS, HistoryRow
 from harness.base.stats import Estimate, independent_ratio
 from harness.output.compare import DEFAULT_THRESHOLD, verdict
 
@@ -66,9 +66,9 @@ def step(base: HistoryRow, new: HistoryRow, threshold: float = DEFAULT_THRESHOLD
 
 
 def steps(rows: list[HistoryRow], threshold: float = DEFAULT_THRESHOLD) -> list[Step]:
-    """Every pair of consecutive releases of every series."""
+    """Every pair of consecutive releases of every series of :data:`METRICS`."""
     out = []
-    for _, series in groupby(ordered(rows), key=series_key):
+    for _, series in groupby(ordered([r for r in rows if r.metric in METRICS]), key=series_key):
         out += [step(a, b, threshold) for a, b in pairwise(list(series))]
     return out
 
@@ -114,3 +114,28 @@ def console_lines(found: list[Step], threshold: float = DEFAULT_THRESHOLD) -> li
     lines.append("slower: " + ("; ".join(f"{s.engine} {s.new} ({s.caching}, {s.scenario}, {s.metric} x{s.ratio:.2f})"
                                          for s in slower) if slower else "none"))
     return lines
+
+
+def calls_table(rows: list[HistoryRow]) -> list[str]:
+    """Per release, caching mode and scenario: the engine's own calls and the shared rest of the step."""
+    found: dict[tuple, dict[str, HistoryRow]] = {}
+    for r in rows:
+        if r.metric in CALL_METRICS:
+            found.setdefault((r.engine, Version(r.version), r.version, r.caching, r.scenario), {})[r.metric] = r
+    if not found:
+        return []
+    lines = ["| release | caching | scenario | engine calls, ns/seq-step | shared, ns/seq-step | engine's share |",
+             "|---|---|---|---|---|---|"]
+    for (engine, _, version, caching, scenario), cells in sorted(found.items()):
+        calls, shared = cells.get(CALL_METRICS[0]), cells.get(CALL_METRICS[1])
+        share = calls.value / (calls.value + shared.value) if calls and shared and calls.value + shared.value > 0 \
+            else math.nan
+        lines.append(f"| {engine} {version} | {caching} | {scenario} | {_spread(calls)} | {_spread(shared)} | "
+                     + ("" if math.isnan(share) else f"{share * 100:.0f} %") + " |")
+    return lines
+
+
+def _spread(row: HistoryRow | None) -> str:
+    if row is None or not math.isfinite(row.value):
+        return "n/a"
+    return f"{row.value:,.0f} [{row.ci_low:,.0f}-{row.ci_high:,.0f}]"

@@ -306,12 +306,14 @@ def calibration_notes(path: Path = CALIBRATION_CSV) -> dict[tuple[str, str], str
 
 
 def _ratio_note(row: dict) -> str:
-    """``R [low-high] (scenario)``; the interval where the row has one."""
+    """``R [low-high], engine calls C (scenario)``; the interval and the ratio on calls where the row has them."""
     if pd.isna(row["ratio"]):
         return ""
     low, high = row.get("ratio_low"), row.get("ratio_high")
     interval = "" if low is None or high is None or pd.isna(low) or pd.isna(high) else f" [{low:.2f}-{high:.2f}]"
-    return f"{row['ratio']:.2f}{interval} ({row['scenario']})"
+    on_calls = row.get("ratio_calls")
+    calls = "" if on_calls is None or pd.isna(on_calls) else f", engine calls {on_calls:.2f}"
+    return f"{row['ratio']:.2f}{interval}{calls} ({row['scenario']})"
 
 
 def engines_section(run: RunData, scenario: str = PAPER) -> str:

@@ -1,0 +1,152 @@
+"""The engine's own calls apart from the shared work (issue 38, item 6): the call meter, its figures, and a
+calibration worker metering both sides of the nano-vllm stand-in after its timed repetitions."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+
+import pytest
+
+from harness.base.stats import Estimate
+from harness.calibration import engine_calls
+from harness.calibration.engine_calls import (
+    CallMeter,
+    MeteredReplays,
+    call_columns,
+    merge_metered,
+    meter_cost,
+    meterable,
+    metered,
+    public_methods,
+    ratio_of_spreads,
+)
+from harness.calibration.table import CalibrationRow
+
+
+class Engine:
+    """A stand-in engine object: public methods that call each other, a property, a private helper."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def outer(self, n: int) -> int:
+        self.log.append("outer")
+        return self.inner(n) + self._private(n)
+
+    def inner(self, n: int) -> int:
+        self.log.append("inner")
+        return n * 2
+
+    def fails(self) -> None:
+        raise KeyError("the engine's own error")
+
+    @classmethod
+    def made(cls) -> str:
+        return cls.__name__
+
+    @property
+    def size(self) -> int:
+        return len(self.log)
+
+    def _private(self, n: int) -> int:
+        return n
+
+
+class Slotted:
+    __slots__ = ("x",)
+
+    def call(self) -> int:
+        return 1
+
+
+def test_the_meter_wraps_the_public_methods_only() -> None:
+    assert public_methods(Engine()) == ["fails", "inner", "made", "outer"]
+    assert meterable(Engine()) == "" and "no instance attributes" in meterable(Slotted())
+    assert meterable(None) == "no such object"
+
+
+def test_a_nested_public_call_counts_once_and_the_object_is_restored() -> None:
+    engine, meter = Engine(), CallMeter()
+    with metered(engine, meter):
+        assert engine.outer(3) == 9 and engine.inner(1) == 2 and engine.made() == "Engine" and engine.size == 3
+    assert meter.calls == 3  # outer (its inner within it), inner, made; the property is not a call
+    assert meter.ns >= 0 and meter.depth == 0
+    assert engine.log == ["outer", "inner", "inner"]
+    assert not set(vars(engine)) - {"log"}  # nothing left on the instance
+    assert engine.outer.__func__ is Engine.outer and engine.made.__func__ is Engine.made.__func__
+
+
+def test_an_exception_propagates_and_leaves_the_object_as_it_was() -> None:
+    engine, meter = Engine(), CallMeter()
+    with pytest.raises(KeyError, match="the engine's own error"), metered(engine, meter):
+        engine.inner(1)
+        engine.fails()
+    assert meter.calls == 2 and meter.depth == 0
+    assert vars(engine) == {"log": ["inner"]}
+    with pytest.raises(AttributeError), metered(Slotted(), CallMeter()):
+        pass
+
+
+def test_the_meter_s_own_cost_is_measured_on_a_method_that_does_nothing() -> None:
+    read, added = meter_cost(n=200, trials=2)
+    assert read >= 0 and added >= 0 and math.isfinite(read + added)
+
+
+def test_the_figures_take_the_meter_s_cost_out_of_both_sides() -> None:
+    meter = CallMeter()
+    meter.calls, meter.ns = 4, 1000
+    m = MeteredReplays("allocator", seq_steps=10, read_ns=10.0, added_ns=5.0)
+    m.add(meter, step_ns=3000.0)
+    meter.ns = 1400
+    m.add(meter, step_ns=3400.0)
+    assert m.engine_ns == [960.0, 1360.0] and m.whole_ns == [2980.0, 3380.0]
+    assert m.engine() == Estimate(116.0, 96.0, 136.0)  # per seq-step: median, min, max
+    assert m.shared() == Estimate(202.0, 202.0, 202.0)
+    assert m.calls_per_seq_step() == 0.4 and "`allocator`, 0.40 calls per seq-step, 2 metered replays" in m.how()
+    both = merge_metered([{("k",): m}, {("k",): MeteredReplays("allocator", 10, 12.0, 5.0, [4], [500.0], [900.0])}])
+    assert both[("k",)].engine_ns == [960.0, 1360.0, 500.0] and both[("k",)].read_ns == 12.0
+    m.why = "it failed"
+    assert math.isnan(m.engine().value) and m.how() == "engine calls not metered: it failed"
+
+
+def test_the_ratio_on_the_engine_s_calls_and_its_columns() -> None:
+    r = ratio_of_spreads(Estimate(150.0, 140.0, 160.0), Estimate(100.0, 80.0, 125.0))
+    assert (r.value, r.low, r.high) == (1.5, 140.0 / 125.0, 2.0)
+    assert math.isnan(ratio_of_spreads(Estimate(1.0, 1.0, 1.0), Estimate(0.0, 0.0, 0.0)).value)
+    ours = MeteredReplays("a", 10, 0.0, 0.0, [1], [1500.0], [2500.0])
+    real = MeteredReplays("b", 10, 0.0, 0.0, [1], [1000.0], [2000.0])
+    columns = call_columns(ours, real)
+    assert set(columns) <= {f.name for f in fields(CalibrationRow)} and len(columns) == 15
+    assert columns["ratio_calls"] == 1.5 and columns["ours_shared_ns"] == 100.0 and columns["real_calls_ns"] == 100.0
+    assert math.isnan(call_columns(None, real)["ratio_calls"])
+
+
+def test_a_worker_meters_both_sides_after_its_timed_repetitions(tmp_path) -> None:
+    """The nano-vllm stand-in and the contender, in a calibration worker's context: every replay with an engine
+    object is metered (the same calls in every metered replay: the count is deterministic), the timed samples kept."""
+    from harness.calibration import engine_nano_vllm
+    from harness.calibration.engines import ENGINES
+    from harness.calibration.loader import engine_imports
+    from harness.calibration.replays import CalibrationJob, Context
+    from harness.run.workers import Events
+    from scenarios import generate
+    from tests.calibration_standin import write_standin
+
+    root = write_standin(tmp_path / "nano-src")
+    job = CalibrationJob("nano-vllm", str(root), "standin", "paper", {}, reps=2, only=[0, 1])
+    with engine_imports(engine_nano_vllm.plan(), root):
+        baselines = engine_nano_vllm.baselines(engine_nano_vllm.load(), "standin")
+        trace = generate("paper", steps=24, running=12, num_blocks=2048)
+        measured = Context(ENGINES["nano-vllm"], trace, job, Events(lambda message: None)).measure(baselines, "plan")
+    assert not measured.failed
+    keys = {("nano-vllm", "per-call", ""), ("nano-vllm", "batched", "")} | {
+        (b.name, "batched", "real") for b in baselines}
+    assert set(measured.metered) == keys and set(measured.samples) == keys
+    for key, m in measured.metered.items():
+        assert not m.why, m.why
+        assert len(m.calls) == 2 and m.calls[0] == m.calls[1] >= m.seq_steps, key  # a call per sequence per step
+        assert m.attribute == ("bm" if key[2] else "block_manager")
+        assert all(0 <= e <= w for e, w in zip(m.engine_ns, m.whole_ns, strict=True)), key  # calls within the step
+        assert all(math.isfinite(x) for e in (m.engine(), m.shared()) for x in (e.value, e.low, e.high))
+    assert engine_calls.METERED_REPLAYS >= 2
