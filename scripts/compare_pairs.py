@@ -1,6 +1,7 @@
 """How often do ``kvblock-bench compare`` and ``ab`` cry wolf, and do they catch a slowed design, idle and loaded?
 
 Usage: python scripts/compare_pairs.py [--pairs 10] [--modes ab,separate] [--kinds same,slowed] [--neighbour off,on]
+                                       [--pairs-for ab-on-same=10,separate-off-slowed=3]
                                        [--passes 0.35] [--thresholds 0,2,5,7.5,10,15,20,25,30]
                                        [--run-args "ARGS OF kvblock-bench run"] [--neighbour-procs 2]
                                        [--out results/compare_pairs] [--work build/compare-pairs] [--resume]
@@ -14,7 +15,9 @@ Kinds: ``same``, both sides' plug-in at 0 passes (the code is the same: every ro
 false alarm); ``slowed``, NEW's at ``--passes`` (its batched and step ``seq_step_ns`` rows must be reported slower,
 with exit status 1; every other row's code is the same). The neighbour: ``scripts/noisy_neighbour.py`` running
 beside the pair, or not. Pair i of every configuration runs before pair i + 1 of any, so the machine's drift over
-the session is shared. The run is the CI profile plus the plug-in (:mod:`harness.ci.profile`) unless
+the session is shared; ``--pairs-for`` gives a configuration (``MODE-NEIGHBOUR-KIND``) fewer or more pairs than
+``--pairs``. The results so far are kept in ``<work>/pairs.json`` after every pair. The run is the CI profile
+plus the plug-in (:mod:`harness.ci.profile`) unless
 ``--run-args``.
 
 Writes ``<out>/pairs.json`` (every pair: configuration, exit status, seconds, load, every compared row) and
@@ -264,6 +267,18 @@ def configurations(args: argparse.Namespace) -> list[dict]:
                                                                                    args.kinds)]
 
 
+def pairs_for(text: str) -> dict[str, int]:
+    """``CONFIG=N,...`` (CONFIG: ``MODE-NEIGHBOUR-KIND``) -> pairs per configuration."""
+    names = {f"{m}-{n}-{k}" for m, n, k in itertools.product(MODES, NEIGHBOURS, KINDS)}
+    out = {}
+    for item in filter(None, text.split(",")):
+        name, _, count = item.partition("=")
+        if name not in names or not count.isdigit():
+            raise argparse.ArgumentTypeError(f"{item!r}: give CONFIG=N with CONFIG one of {', '.join(sorted(names))}")
+        out[name] = int(count)
+    return out
+
+
 def config_name(config: dict) -> str:
     return f"{config['mode']}-{config['neighbour']}-{config['kind']}"
 
@@ -272,8 +287,11 @@ def measure(args: argparse.Namespace) -> dict:
     """Every configuration's pairs, pair i of each before pair i + 1 of any; the results document."""
     run_args = shlex.split(args.run_args) if args.run_args else ci_run_args([PLUGIN])
     commits = ({"same": plugin_commit(0.0), "slowed": plugin_commit(args.passes)} if "ab" in args.modes else {})
-    pairs = []
-    for index, config in itertools.product(range(1, args.pairs + 1), configurations(args)):
+    pairs: list[dict] = []
+    counts = {config_name(c): args.pairs_for.get(config_name(c), args.pairs) for c in configurations(args)}
+    for index, config in itertools.product(range(1, max(counts.values(), default=0) + 1), configurations(args)):
+        if index > counts[config_name(config)]:
+            continue
         work = args.work / config_name(config) / f"pair{index}"
         started = time.monotonic()
         with neighbour(config["neighbour"] == "on", args.neighbour_procs, index):
@@ -281,6 +299,12 @@ def measure(args: argparse.Namespace) -> dict:
                       else separate_pair(args, run_args, work, index, config["kind"]))
         pairs.append(pair_summary(index, config, result, time.monotonic() - started))
         print(f"{config_name(config)} pair {index}: exit {result[0]}, {result[1]['counts']}", flush=True)
+        atomic_write_text(args.work / "pairs.json", json.dumps(document(args, run_args, pairs), indent=1) + "\n")
+    return document(args, run_args, pairs)
+
+
+def document(args: argparse.Namespace, run_args: list[str], pairs: list[dict]) -> dict:
+    """The results document of ``pairs`` measured so far."""
     meta = metadata.collect()
     return {"commit": metadata.git_commit(), "machine": f"{meta['cpu_model']} ({meta['cpu_count']} CPUs)",
             "date": time.strftime("%Y-%m-%d"), "run_args": shlex.join(run_args), "passes": args.passes,
@@ -334,7 +358,8 @@ def summary_table(doc: dict) -> list[str]:
 def render_markdown(doc: dict) -> str:
     """docs/ci.md's section: what was run, the summary, every configuration at every threshold."""
     default = doc["default_threshold_pct"]
-    lines = [f"{len(doc['pairs'])} pairs of commit `{doc['commit']}` on {doc['machine']} ({doc['date']}), each side "
+    lines = [f"{len(doc['pairs'])} pairs in all, of commit `{doc['commit']}` on {doc['machine']} ({doc['date']}), "
+             "each side "
              f"`kvblock-bench run {doc['run_args']}` (the CI profile and the slowed plug-in `{PLUGIN}`, "
              f"{doc['passes']:g} extra passes per step in slowed pairs); the neighbour: "
              + (f"{doc['neighbour_procs']} processes of `scripts/noisy_neighbour.py`" if "neighbour_procs" in doc
@@ -400,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", type=lambda t: options(t, MODES), default=list(MODES))
     parser.add_argument("--kinds", type=lambda t: options(t, KINDS), default=list(KINDS))
     parser.add_argument("--neighbour", type=lambda t: options(t, NEIGHBOURS), default=list(NEIGHBOURS))
+    parser.add_argument("--pairs-for", type=pairs_for, default={},
+                        help="pairs of some configurations, e.g. separate-off-same=3 (default: --pairs)")
     parser.add_argument("--neighbour-procs", type=int, default=2, help="the noisy neighbour's processes")
     parser.add_argument("--passes", type=float, default=0.35, help="the slowed plug-in's extra passes per step")
     parser.add_argument("--thresholds", type=lambda t: sorted({float(x) for x in t.split(",")}),

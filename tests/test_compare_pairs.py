@@ -4,6 +4,7 @@ end on a tiny configuration, as two separate runs and as ab; the noisy neighbour
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import subprocess
@@ -137,6 +138,19 @@ def test_the_script_runs_a_tiny_pair_of_each_mode_end_to_end(tmp_path: Path) -> 
     again = json.loads((tmp_path / "out" / "pairs.json").read_text())
     assert [p["runs"] for p in again["pairs"]] == [p["runs"] for p in doc["pairs"]]
     assert len(list((tmp_path / "work" / "separate-off-slowed" / "pair1" / "base").glob("2*"))) == 1
+    assert json.loads((tmp_path / "work" / "pairs.json").read_text())["pairs"] == again["pairs"]  # kept as it goes
+    # --pairs-for: a configuration given no pairs is left out
+    compare_pairs.main([*args, "--resume", "--pairs-for", "separate-off-slowed=0"])
+    only = json.loads((tmp_path / "out" / "pairs.json").read_text())
+    assert [(p["mode"], p["kind"]) for p in only["pairs"]] == [("ab", "slowed")]
+
+
+def test_pairs_for_names_configurations_and_counts() -> None:
+    assert compare_pairs.pairs_for("ab-on-same=10,separate-off-slowed=2") == {"ab-on-same": 10,
+                                                                            "separate-off-slowed": 2}
+    for bad in ("ab-on=3", "ab-on-same=x", "ab-on-same", "ab-on-same=-1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="CONFIG=N"):
+            compare_pairs.pairs_for(bad)
 
 
 def test_the_noisy_neighbour_refuses_bad_input_and_ends_on_time() -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import re
 
+import pytest
+
 from harness.cli import main
 from harness.run import progress
 
@@ -130,3 +132,13 @@ def test_a_run_in_a_log_prints_plain_lines_and_each_scenarios_time_as_it_ends(tm
     assert len(re.findall(rf"^kvblock-bench: concurrency-256 {took} \(same trace as paper: its rows copied\) ", err,
                           re.M)) == 1
     assert re.search(r"^kvblock-bench: (\d+)/\1 units, ", err, re.M)  # the last unit's line
+
+
+@pytest.mark.slow
+def test_the_units_a_run_counts_are_the_units_it_plans(tmp_path, capsys) -> None:
+    """A study that runs in each implementation's worker (L1D) ticks there: the count ends at the total, never past."""
+    assert main(["run", "--results", str(tmp_path), "--quick", "--scenario", "paper", "--impl", "flat,cpp-flat",
+                 "--regime", "batched", "--no-paced", "--no-table-copy", "--no-allocations"]) == 0
+    counts = [(int(n), int(total)) for n, total in re.findall(r"(\d+)/(\d+) units", capsys.readouterr().err)]
+    assert counts and all(n <= total for n, total in counts), counts
+    assert counts[-1][0] == counts[-1][1], counts

@@ -62,8 +62,12 @@ def test_the_default_matrix_leaves_out_slow_cells_and_studies_read_roles() -> No
     assert "contender" not in {registry.record(i).role for i, _ in paper.study_cells("l1d")}
     assert ("cpp-flat", "batched") in paper.study_cells("l1d")
     assert len(paper.study_cells("allocations")) == len(paper.cells)
-    # progress units: every cell's repetitions, then one per cell of per-cell studies, one per other study
-    assert paper.units(3) == (3 * len(paper.cells) + len(paper.cells) + len(paper.study_cells("paced")) + 3)
+    # progress units: every cell's repetitions, one per cell of per-cell studies, L1D once in each implementation's
+    # worker (it ticks there), id width and table copy once (the worker of none)
+    workers = len({impl for impl, _ in paper.cells})
+    assert workers > 1
+    assert paper.units(3) == (3 * len(paper.cells) + len(paper.cells) + len(paper.study_cells("paced")) + workers
+                              + 2)
     # allocations where rule 1 is in question: paper and the caching scenarios, not the other plain ones
     for scenario, counted in (("beam-search", False), ("system-prompt-256", True), ("chat-multiturn", True)):
         plan = plan_scenario(scenario, impls, ("per-call", "batched"), explicit=False, quick=False, enabled=studies)

@@ -167,6 +167,9 @@ def rep_caps(scenario: str, cells: Sequence[tuple[str, str]]) -> list[list]:
     return caps
 
 
+OWN_STUDIES = ("idwidth", "hashing", "table_copy")  # run once per scenario, in the worker of no implementation
+
+
 @dataclass
 class ScenarioPlan:
     """Everything one scenario of a run measures."""
@@ -187,10 +190,13 @@ class ScenarioPlan:
         return [c for c in (self.cells if cells is None else cells) if registry.record(c[0]).role in roles]
 
     def units(self, reps: int) -> int:
-        """Progress units: one per cell and repetition, one per cell of per-cell studies, one per other study."""
+        """Progress units: one per cell and repetition, one per cell of per-cell studies, one per other study in
+        each implementation's worker (in the worker of none for :data:`OWN_STUDIES`)."""
         by_name = {s.name: s for s in STUDIES}
+        workers = len({impl for impl, _ in self.cells})
         return (sum(self.reps_of(c, reps) for c in self.cells)
-                + sum(len(self.study_cells(s)) if by_name[s].per_cell else 1 for s in self.studies))
+                + sum(len(self.study_cells(s)) if by_name[s].per_cell else 1 if s in OWN_STUDIES else workers
+                      for s in self.studies))
 
 
 def plan_scenario(scenario: str, impls: Sequence[str], regimes: Sequence[str], *, explicit: bool, quick: bool,

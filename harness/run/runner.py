@@ -38,7 +38,7 @@ from harness.run.bound import floor_per_slice, paced_violations, violations
 from harness.run.interrupts import signal_name, sigterm_interrupts
 from harness.run.jobs import FloorJob, ImplInfo, ProbeJob, ScenarioJob, describe, execute
 from harness.run.lockstep import Order, lockstep, rotated
-from harness.run.matrix import ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios
+from harness.run.matrix import OWN_STUDIES, ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios
 from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug, WorkerSpec
 from harness.studies.paced_study import PACED_METRICS
 from harness.studies.scale import CONFIG_METRICS, config_rows
@@ -242,9 +242,6 @@ def _bound_paced(result) -> None:
     result.rows = [replace(r, value=float("nan"), status="failed", how=bent[(r.impl, r.regime)])
                    if (r.impl, r.regime) in bent and r.metric in PACED_METRICS else r for r in result.rows]
     result.failed.update(bent)
-
-
-OWN_STUDIES = ("idwidth", "hashing", "table_copy")
 
 
 def _studies_job(plan: ScenarioPlan, trace_path: Path, digest: str, cells: list[Cell], impl: str, cfg: RunConfig,
