@@ -360,7 +360,7 @@ def render_markdown(doc: dict) -> str:
     default = doc["default_threshold_pct"]
     lines = [f"{len(doc['pairs'])} pairs in all, of commit `{doc['commit']}` on {doc['machine']} ({doc['date']}), "
              "each side "
-             f"`kvblock-bench run {doc['run_args']}` (the CI profile and the slowed plug-in `{PLUGIN}`, "
+             f"`kvblock-bench run {doc['run_args']}` (the slowed plug-in `{PLUGIN}` among them, "
              f"{doc['passes']:g} extra passes per step in slowed pairs); the neighbour: "
              + (f"{doc['neighbour_procs']} processes of `scripts/noisy_neighbour.py`" if "neighbour_procs" in doc
                 else "none (this file predates it)") + f". At the default threshold ({default:g} %):", "",

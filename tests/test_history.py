@@ -240,3 +240,8 @@ def test_the_readme_section_names_the_releases_a_verdict_moved(tmp_path) -> None
     assert "old" not in text and text.endswith(f"{end}\ntail\n") and "`paper` at load average 0.5 to 1.5" in text
     assert "0.2.0 -> **0.3.0**" in text and "slower" in text and "0.1.0 -> **0.2.0**" not in text
     assert "(results/history/vllm/history.md)" in text
+    assert "the engine's change: not identified yet" in text
+    # a step's cause, named in changes.csv (read from the two releases' sources), is shown beside it
+    (folder / "changes.csv").write_text("version,caching,metric,change\n0.3.0,off,seq_step_ns,a second pass\n")
+    write_history_readme(readme, folder)
+    assert "slower; the engine's change: a second pass" in readme.read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 from pathlib import Path
 
@@ -15,9 +16,22 @@ def markers(engine: str) -> tuple[str, str]:
     return f"<!-- history-{engine}:begin -->", f"<!-- history-{engine}:end -->"
 
 
-def _moved(s: Step) -> str:
+CHANGES_CSV = "changes.csv"  # written by hand: version, caching, metric, change (the engine's code, read from sources)
+
+
+def read_changes(folder: Path) -> dict[tuple[str, str, str], str]:
+    """(version, caching, metric) -> the engine's code change named for that step, from ``changes.csv``."""
+    path = folder / CHANGES_CSV
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as fh:
+        return {(r["version"], r["caching"], r["metric"]): r["change"] for r in csv.DictReader(fh)}
+
+
+def _moved(s: Step, changes: dict[tuple[str, str, str], str]) -> str:
+    change = changes.get((s.new, s.caching, s.metric), "not identified yet")
     return (f"- {s.base} -> **{s.new}** ({s.caching}, `{s.scenario}`, {s.metric}): {s.ratio:.2f}x "
-            f"[{s.ci_low:.2f}-{s.ci_high:.2f}], {s.verdict}")
+            f"[{s.ci_low:.2f}-{s.ci_high:.2f}], {s.verdict}; the engine's change: {change}")
 
 
 def section(folder: Path, shown_as: str) -> tuple[str, str]:
@@ -37,7 +51,8 @@ def section(folder: Path, shown_as: str) -> tuple[str, str]:
              f"`compare`'s verdict at {DEFAULT_THRESHOLD * 100:g} % ({len(found)} comparisons; every one in "
              f"[`history.md`]({shown_as}/history.md), the figure "
              f"[`history-{engine}.png`]({shown_as}/history-{engine}.png)):",
-             *(map(_moved, moved) if moved else ["- no release slower or faster than the one before"])]
+             *([_moved(s, read_changes(folder)) for s in moved] if moved
+               else ["- no release slower or faster than the one before"])]
     return engine, "\n".join(lines)
 
 
