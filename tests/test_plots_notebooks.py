@@ -184,9 +184,9 @@ def test_the_headline_figure_has_one_row_per_regime_and_every_bar_its_ratio(refe
                           "L1D misses per sequence-step"]  # no PMU here: no rate panel
     batched_lookup = rows[0].axes[0]
     labels = [t.get_text() for t in _texts(batched_lookup)]
-    assert any(t.startswith("185  167× [164–170]") for t in labels)  # dict: value, paired ratio, interval
+    assert any(t.startswith("338  174× [152–192]") for t in labels)  # dict: value, paired ratio, interval
     assert any(t.endswith("1× (base)") for t in labels) and any(t.startswith("~134") for t in labels)
-    assert any("1.13× [1.1–1.13]" in t for t in labels)  # cpp-flat beside, batched row only
+    assert any("1.26× [1.21–1.34]" in t for t in labels)  # cpp-flat beside, batched row only
     assert not any("cpp" in t.get_text() for t in rows[1].axes[0].get_xticklabels())
     l1d = [t.get_text() for t in _texts(rows[0].axes[3])]
     assert any(t.startswith("1.19  callgrind-sim") for t in l1d)  # misses per sequence-step with their source
@@ -347,7 +347,7 @@ def test_prefix_caching_is_one_shared_axis_of_ratios_to_flat_pc(reference) -> No
                                                  "system-prompt-256", "system-prompt-1024"]
     assert all("hit " in t and "flat-pc:" in t for t in ticks)
     labels = {t.get_text() for t in _texts(ax)}
-    assert {"11×", "227×", "1× (base)"} <= labels  # the run's paired ratios, read from its rows
+    assert {"16.9×", "400×", "1× (base)"} <= labels  # the run's paired ratios, read from its rows
 
 
 def _lab(hex_colour: str) -> np.ndarray:
