@@ -284,14 +284,16 @@ def test_calibrate_writes_a_new_folder_by_default_and_leaves_the_committed_rows_
 def test_update_committed_replaces_the_engine_s_measured_rows_only(tmp_path, capsys, monkeypatch) -> None:
     source = write_standin(tmp_path / "nano-src")
     committed = _committed_copy(tmp_path, monkeypatch)
-    _, old = read_rows(committed / "calibration.csv")
+    old_columns, old = read_rows(committed / "calibration.csv")
     kept = [r for r in old if not (r["engine"] == "nano-vllm" and r["scenario"] == "paper")]
     code, stdout, err = _calibrate(capsys, "nano-vllm==standin", "--source", str(source), "--scenario", "paper",
                                    "--reps", "3", "--processes", "2", "--update-committed", *SMALL)
     assert code == 0, err
     assert "calibration rows written to results/calibration/calibration.csv" in stdout
     _, new = read_rows(committed / "calibration.csv")
-    assert new[:len(kept)] == kept  # every other row as it was
+    # every other row as it was; columns added since it was measured (the engine calls) left blank, not invented
+    assert [{k: r[k] for k in old_columns} for r in new[:len(kept)]] == kept
+    assert all(v == "" for r in new[:len(kept)] for k, v in r.items() if k not in old_columns)
     assert {(r["engine"], r["engine_version"], r["reps"]) for r in new[len(kept):]} == {("nano-vllm", "standin", "3")}
     pids = _worker_pids(committed / "runs", "paper")
     assert sorted(pids) == ["0", "1", "2"] and len(set(pids.values())) == 2
