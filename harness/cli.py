@@ -9,6 +9,7 @@ so and exits with 130.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -410,9 +411,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
               "[min-max over the metered replays]")
     for row in outcome.rows:
         print(f"{row.scenario:<18} {row.contender:<11} {row.call_shape:<9} vs {row.baseline:<28} "
-              f"ours/real = {row.ratio:.2f} [{row.ratio_low:.2f}-{row.ratio_high:.2f}]; engine calls "
-              f"{row.ours_calls_ns:.0f}/{row.real_calls_ns:.0f} ns = {row.ratio_calls:.2f} "
-              f"[{row.ratio_calls_low:.2f}-{row.ratio_calls_high:.2f}]"
+              f"ours/real = {row.ratio:.2f} [{row.ratio_low:.2f}-{row.ratio_high:.2f}]; "
+              + (f"engine calls {row.ours_calls_ns:.0f}/{row.real_calls_ns:.0f} ns = {row.ratio_calls:.2f} "
+                 f"[{row.ratio_calls_low:.2f}-{row.ratio_calls_high:.2f}]" if math.isfinite(row.ratio_calls)
+                 else "engine calls not metered")
               + ("  (modelled)" if row.modelled else ""))
     for failure in outcome.failures:
         print(f"failed: {failure}", file=sys.stderr)

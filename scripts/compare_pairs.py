@@ -288,6 +288,7 @@ def measure(args: argparse.Namespace) -> dict:
     run_args = shlex.split(args.run_args) if args.run_args else ci_run_args([PLUGIN])
     commits = ({"same": plugin_commit(0.0), "slowed": plugin_commit(args.passes)} if "ab" in args.modes else {})
     pairs: list[dict] = []
+    meta = metadata.collect()
     counts = {config_name(c): args.pairs_for.get(config_name(c), args.pairs) for c in configurations(args)}
     for index, config in itertools.product(range(1, max(counts.values(), default=0) + 1), configurations(args)):
         if index > counts[config_name(config)]:
@@ -299,13 +300,12 @@ def measure(args: argparse.Namespace) -> dict:
                       else separate_pair(args, run_args, work, index, config["kind"]))
         pairs.append(pair_summary(index, config, result, time.monotonic() - started))
         print(f"{config_name(config)} pair {index}: exit {result[0]}, {result[1]['counts']}", flush=True)
-        atomic_write_text(args.work / "pairs.json", json.dumps(document(args, run_args, pairs), indent=1) + "\n")
-    return document(args, run_args, pairs)
+        atomic_write_text(args.work / "pairs.json", json.dumps(document(args, run_args, pairs, meta), indent=1) + "\n")
+    return document(args, run_args, pairs, meta)
 
 
-def document(args: argparse.Namespace, run_args: list[str], pairs: list[dict]) -> dict:
-    """The results document of ``pairs`` measured so far."""
-    meta = metadata.collect()
+def document(args: argparse.Namespace, run_args: list[str], pairs: list[dict], meta: dict) -> dict:
+    """The results document of ``pairs`` measured so far (``meta``: this machine's, :func:`metadata.collect`)."""
     return {"commit": metadata.git_commit(), "machine": f"{meta['cpu_model']} ({meta['cpu_count']} CPUs)",
             "date": time.strftime("%Y-%m-%d"), "run_args": shlex.join(run_args), "passes": args.passes,
             "neighbour_procs": args.neighbour_procs, "default_threshold_pct": DEFAULT_THRESHOLD_PCT,

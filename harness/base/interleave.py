@@ -5,7 +5,8 @@ from __future__ import annotations
 import gc
 import itertools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +39,17 @@ SLICES_PER_REP = 20
 FAST_REPS = 3
 
 Key = tuple[str, str, str]
+
+
+@contextmanager
+def frozen_gc() -> Iterator[None]:
+    """Timed replays with the collector's existing objects frozen: no collection walks them mid-slice."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def slice_bounds(num_steps: int, slices: int = SLICES_PER_REP) -> list[tuple[int, int]]:
@@ -197,9 +209,7 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
         orders = [[keys[j] for j in order] for order in schedule(len(keys), rep, len(bounds))]
         mgrs = _new_managers(drivers, orders[0], out, enter, mark)
         parts: dict[Key, list[StepTimes]] = {k: [] for k in mgrs}
-        gc.collect()
-        gc.freeze()
-        try:
+        with frozen_gc():
             for k_slice, ((lo, hi), order) in enumerate(zip(bounds, orders, strict=True)):
                 pause((int(detail), rep, k_slice))
                 for k in order:
@@ -208,8 +218,6 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
                         mark(k)
                         _slice(drivers[k], mgrs[k], detail, lo, hi, parts[k], out, k)
             mark(None)
-        finally:
-            gc.unfreeze()
         for k in (k for k in keys if k in parts):
             enter(k)
             _finish(drivers[k], mgrs[k], parts[k], out, k, rep)

@@ -3,7 +3,6 @@ Design: docs/output.md#harnesscalibrationengine_callspy."""
 
 from __future__ import annotations
 
-import gc
 import inspect
 import math
 import time
@@ -14,6 +13,7 @@ from types import FunctionType
 
 import numpy as np
 
+from harness.base.interleave import frozen_gc
 from harness.base.stats import Estimate
 
 METERED_REPLAYS = 3  # per worker at most: after the timed repetitions, never among them
@@ -176,13 +176,8 @@ def meterable(obj: object) -> str:
 def metered_replay(out: MeteredReplays, target: object, run: Callable[[], float]) -> None:
     """One full replay, ``run()`` answering its timed ns, with the meter on ``target``; added to ``out``."""
     meter = CallMeter()
-    gc.collect()
-    gc.freeze()
-    try:
-        with metered(target, meter):
-            step_ns = run()
-    finally:
-        gc.unfreeze()
+    with frozen_gc(), metered(target, meter):
+        step_ns = run()
     out.add(meter, step_ns)
 
 

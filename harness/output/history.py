@@ -8,7 +8,15 @@ from pathlib import Path
 from harness.base.files import atomic_write_text, read_json
 from harness.base.history_rows import HISTORY_CSV, read_history
 from harness.output import history_figure
-from harness.output.history_report import DEFAULT_THRESHOLD, calls_table, console_lines, steps, table, write_steps
+from harness.output.history_report import (
+    DEFAULT_THRESHOLD,
+    calls_cells,
+    calls_table,
+    console_lines,
+    steps,
+    table,
+    write_steps,
+)
 
 
 def render(folder: Path, figures: bool = True) -> list[str]:
@@ -24,7 +32,8 @@ def render(folder: Path, figures: bool = True) -> list[str]:
              f"Each release over the one before, per metric: NEW/BASE, its 95 % interval, and `compare`'s verdict at "
              f"{DEFAULT_THRESHOLD * 100:g} % (SLOWER, faster, = no difference, n/c not comparable).", "",
              *table(found), ""]
-    calls = calls_table(rows)
+    cells = calls_cells(rows)
+    calls = calls_table(cells)
     if calls:
         lines += ["The timed step apart: the engine's own calls (the public methods of its object, metered in full "
                   "replays after the timed ones) and the rest, the harness side; median [min-max over the metered "
@@ -35,5 +44,5 @@ def render(folder: Path, figures: bool = True) -> list[str]:
         for engine in sorted({r.engine for r in rows}):
             drawn += history_figure.draw(engine, rows, found, meta, folder)
     apart = ["engine calls and shared, ns per seq-step [min-max over the metered replays], the engine's share:",
-             *(line.strip("| ").replace(" | ", "  ") for line in calls[2:])] if calls else []
+             *("  ".join(c) for c in cells)] if cells else []
     return [*console_lines(found), *apart, *(f"figure: {p}" for p in drawn if p.suffix == ".png")]

@@ -42,6 +42,7 @@ def section(folder: Path, shown_as: str) -> tuple[str, str]:
     versions = sorted({r.version for r in rows}, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
     found = steps(rows)
     moved = [s for s in found if s.verdict in ("slower", "faster")]
+    changes = read_changes(folder)
     load = "; ".join(f"`{name}` at load average {start:g} to {end:g}" for name, (start, end) in
                      meta.get("load_average_by_scenario", {}).items())
     load = load or "load average " + ", ".join(sorted({f"{r.load} (`{r.scenario}`)" for r in rows}))
@@ -51,7 +52,7 @@ def section(folder: Path, shown_as: str) -> tuple[str, str]:
              f"`compare`'s verdict at {DEFAULT_THRESHOLD * 100:g} % ({len(found)} comparisons; every one in "
              f"[`history.md`]({shown_as}/history.md), the figure "
              f"[`history-{engine}.png`]({shown_as}/history-{engine}.png)):",
-             *([_moved(s, read_changes(folder)) for s in moved] if moved
+             *([_moved(s, changes) for s in moved] if moved
                else ["- no release slower or faster than the one before"])]
     return engine, "\n".join(lines)
 

@@ -116,23 +116,29 @@ def console_lines(found: list[Step], threshold: float = DEFAULT_THRESHOLD) -> li
     return lines
 
 
-def calls_table(rows: list[HistoryRow]) -> list[str]:
-    """Per release, caching mode and scenario: the engine's own calls and the shared rest of the step."""
+def calls_cells(rows: list[HistoryRow]) -> list[list[str]]:
+    """Per release, caching mode and scenario: the engine's own calls, the shared rest of the step, the engine's
+    share, as text cells."""
     found: dict[tuple, dict[str, HistoryRow]] = {}
     for r in rows:
         if r.metric in CALL_METRICS:
             found.setdefault((r.engine, Version(r.version), r.version, r.caching, r.scenario), {})[r.metric] = r
-    if not found:
-        return []
-    lines = ["| release | caching | scenario | engine calls, ns/seq-step | shared, ns/seq-step | engine's share |",
-             "|---|---|---|---|---|---|"]
+    out = []
     for (engine, _, version, caching, scenario), cells in sorted(found.items()):
         calls, shared = cells.get(CALL_METRICS[0]), cells.get(CALL_METRICS[1])
         share = calls.value / (calls.value + shared.value) if calls and shared and calls.value + shared.value > 0 \
             else math.nan
-        lines.append(f"| {engine} {version} | {caching} | {scenario} | {_spread(calls)} | {_spread(shared)} | "
-                     + ("" if math.isnan(share) else f"{share * 100:.0f} %") + " |")
-    return lines
+        out.append([f"{engine} {version}", caching, scenario, _spread(calls), _spread(shared),
+                    "" if math.isnan(share) else f"{share * 100:.0f} %"])
+    return out
+
+
+def calls_table(cells: list[list[str]]) -> list[str]:
+    """:func:`calls_cells`' cells as a Markdown table (none when there are none)."""
+    if not cells:
+        return []
+    return ["| release | caching | scenario | engine calls, ns/seq-step | shared, ns/seq-step | engine's share |",
+            "|---|---|---|---|---|---|", *("| " + " | ".join(c) + " |" for c in cells)]
 
 
 def _spread(row: HistoryRow | None) -> str:
