@@ -255,16 +255,16 @@ EXIT_STATUSES = ("Exit status: 0 when nothing is slower beyond the threshold and
                  "or when no figure is comparable")
 
 
-def _add_verdict_options(p: argparse.ArgumentParser) -> None:
-    """The options ``compare`` and ``ab`` share: metrics, threshold, format, what fails."""
-    from harness.output.compare import DEFAULT_METRICS, DEFAULT_THRESHOLD_PCT
+def _add_verdict_options(p: argparse.ArgumentParser, threshold_pct: float) -> None:
+    """The options ``compare`` and ``ab`` share: metrics, threshold (default ``threshold_pct``), format, what fails."""
+    from harness.output.compare import DEFAULT_METRICS
     from harness.output.compare_report import FORMATS
 
     p.add_argument("--metric", type=csv_list, metavar="M,...", default=list(DEFAULT_METRICS),
                    help=f"figures to compare (default: {','.join(DEFAULT_METRICS)})")
-    p.add_argument("--threshold", type=percentage, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
+    p.add_argument("--threshold", type=percentage, default=threshold_pct, metavar="PCT",
                    help="a figure fails only when its whole interval lies more than PCT %% beyond 1 (default "
-                        f"{DEFAULT_THRESHOLD_PCT:g})")
+                        f"{threshold_pct:g})")
     p.add_argument("--format", choices=FORMATS, default="text", help="text (default), markdown (a pull-request "
                    "comment) or json")
     p.add_argument("--fail-on-inconclusive", action="store_true",
@@ -274,6 +274,8 @@ def _add_verdict_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_compare(sub, results: argparse.ArgumentParser) -> None:
+    from harness.output.compare import DEFAULT_THRESHOLD_PCT
+
     p = sub.add_parser("compare", parents=[results], help="NEW over BASE for every figure two runs share, with "
                        "a 95 %% interval and a verdict; exit 1 when one is slower beyond the threshold",
                        description=f"Two runs made apart (kvblock-bench ab measures both versions in one run). "
@@ -282,7 +284,7 @@ def _add_compare(sub, results: argparse.ArgumentParser) -> None:
                                    "--allow-quick-mismatch).")
     p.add_argument("base", help="the run compared against: a run folder, or a run id under --results")
     p.add_argument("new", help="the run being judged: a run folder, or a run id under --results")
-    _add_verdict_options(p)
+    _add_verdict_options(p, DEFAULT_THRESHOLD_PCT)
     p.add_argument("--allow-other-machine", action="store_true",
                    help="compare runs of different machines or software anyway (every row then says so)")
     p.add_argument("--allow-quick-mismatch", action="store_true",
@@ -292,16 +294,17 @@ def _add_compare(sub, results: argparse.ArgumentParser) -> None:
 def cmd_ab(args: argparse.Namespace) -> int:
     """BASE_REF and NEW_REF (or the working tree) measured in one run and compared."""
     from harness.base.replay import REGIMES
-    from harness.ci.ab import AbOptions
+    from harness.ci.ab import AB_PROCESSES, AB_REPS, AbOptions
     from harness.ci.ab import run as run_ab
     from harness.output.compare_report import RENDER
     from harness.run.runner import RunConfig
 
     cfg = RunConfig(scenarios=args.scenario or [], impls=args.impl or [], regimes=args.regime or list(REGIMES),
                     trace_file=Path(args.trace) if args.trace else None, quick=args.quick,
-                    reps=args.reps if args.reps is not None else (1 if args.quick else 3),
+                    reps=args.reps if args.reps is not None else (1 if args.quick else AB_REPS),
                     root=writable_dir(Path(args.results), "--results"), label=args.label or "",
-                    progress=not args.no_progress, processes=args.processes or 0, deadline_s=args.deadline)
+                    progress=not args.no_progress, processes=args.processes or AB_PROCESSES,
+                    deadline_s=args.deadline)
     opts = AbOptions(args.base_ref, args.new_ref, cfg, tuple(args.metric), args.threshold / 100, _rules(args),
                      counts=not args.no_counts, deadline_s=args.deadline)
     result, folder = run_ab(opts, argv=[PROG, *sys.argv[1:]])
@@ -313,6 +316,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 
 def _add_ab(sub, results: argparse.ArgumentParser) -> None:
+    from harness.ci.ab import AB_PROCESSES, AB_REPS, AB_THRESHOLD_PCT
     from harness.run.runner import MAX_PROCESSES, MAX_REPS
 
     p = sub.add_parser("ab", parents=[results], help="two git refs (or a ref and the working tree) measured in "
@@ -328,15 +332,17 @@ def _add_ab(sub, results: argparse.ArgumentParser) -> None:
     p.add_argument("--impl", type=csv_list, metavar="I,...", help="implementations (default: each side's registry)")
     p.add_argument("--regime", type=csv_list, metavar="R,...", help="per-call, batched, step (default: all)")
     p.add_argument("--quick", action="store_true", help="short traces, one repetition")
-    p.add_argument("--reps", type=count(1, MAX_REPS), help="repetitions per cell (default 3, --quick 1)")
+    p.add_argument("--reps", type=count(1, MAX_REPS),
+                   help=f"repetitions per cell, each a pair of NEW and BASE (default {AB_REPS}, --quick 1)")
     p.add_argument("--processes", type=count(1, MAX_PROCESSES),
-                   help="worker processes per side the repetitions spread over (default: one per repetition)")
+                   help=f"worker processes per implementation and side the repetitions spread over (default "
+                        f"{AB_PROCESSES})")
     p.add_argument("--label", help="appended to both run ids")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-counts", action="store_true", help="leave out the gate's counts of both versions")
     for flag in ("--no-paced", "--no-l1d", "--no-allocations", "--no-table-copy"):
         p.add_argument(flag, action="store_true", help="accepted as in `run` (ab runs no study)")
-    _add_verdict_options(p)
+    _add_verdict_options(p, AB_THRESHOLD_PCT)
     add_deadline(p)
 
 

@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.base.files import atomic_write_text
 from harness.base.stats import Estimate
+from harness.ci.ab import AB_THRESHOLD_PCT
 from harness.ci.profile import run_args as ci_run_args
 from harness.output import sections
 from harness.output.compare import DEFAULT_THRESHOLD_PCT, verdict
@@ -62,6 +63,7 @@ NEIGHBOUR = ROOT / "scripts" / "noisy_neighbour.py"
 SLOWED_METRICS = ("seq_step_ns",)
 UNTOUCHED_REGIMES = ("per-call",)  # the plug-in's per-call methods do no extra work
 THRESHOLDS = (0, 2, 5, 7.5, 10, 15, 20, 25, 30)  # percent
+DEFAULT_THRESHOLDS = {"ab": AB_THRESHOLD_PCT, "separate": DEFAULT_THRESHOLD_PCT}  # each mode's command's default
 MODES, KINDS, NEIGHBOURS = ("ab", "separate"), ("same", "slowed"), ("off", "on")
 CAUGHT_SHARE = 0.9  # the targets: 9 of 10 slowed pairs caught
 BEGIN, END = "<!-- compare-pairs:begin -->", "<!-- compare-pairs:end -->"
@@ -308,7 +310,7 @@ def document(args: argparse.Namespace, run_args: list[str], pairs: list[dict], m
     """The results document of ``pairs`` measured so far (``meta``: this machine's, :func:`metadata.collect`)."""
     return {"commit": metadata.git_commit(), "machine": f"{meta['cpu_model']} ({meta['cpu_count']} CPUs)",
             "date": time.strftime("%Y-%m-%d"), "run_args": shlex.join(run_args), "passes": args.passes,
-            "neighbour_procs": args.neighbour_procs, "default_threshold_pct": DEFAULT_THRESHOLD_PCT,
+            "neighbour_procs": args.neighbour_procs, "default_threshold_pct": DEFAULT_THRESHOLDS,
             "thresholds": list(args.thresholds), "pairs": pairs}
 
 
@@ -331,9 +333,25 @@ def summarise(config: dict, pairs: list[dict], thresholds: tuple[float, ...], de
             "seconds": [min(seconds), max(seconds)], "caught_9_of_10_pct": caught_in_nine_of_ten(pairs, default)}
 
 
+def default_threshold(doc: dict, mode: str) -> float:
+    """The threshold ``mode``'s command used by default when the pairs were made (one for both in older files)."""
+    default = doc["default_threshold_pct"]
+    return float(default[mode] if isinstance(default, dict) else default)
+
+
+def defaults_words(doc: dict) -> str:
+    """"10 %", or "ab's 5 %, separate's 10 %" when the modes' defaults differ."""
+    found = {mode: default_threshold(doc, mode) for mode in dict.fromkeys(p.get("mode", "separate")
+                                                                           for p in doc["pairs"])}
+    if len(set(found.values())) == 1:
+        return f"{next(iter(found.values())):g} %"
+    return ", ".join(f"{mode}'s {t:g} %" for mode, t in found.items())
+
+
 def summaries(doc: dict) -> list[dict]:
     thresholds = tuple(doc.get("thresholds") or THRESHOLDS)
-    return [summarise(c, p, thresholds, doc["default_threshold_pct"]) for c, p in configs_of(doc)]
+    return [summarise(c, p, tuple(sorted({*thresholds, default_threshold(doc, c["mode"])})),
+                      default_threshold(doc, c["mode"])) for c, p in configs_of(doc)]
 
 
 def _pct(x: float | None) -> str:
@@ -357,13 +375,13 @@ def summary_table(doc: dict) -> list[str]:
 
 def render_markdown(doc: dict) -> str:
     """docs/ci.md's section: what was run, the summary, every configuration at every threshold."""
-    default = doc["default_threshold_pct"]
     lines = [f"{len(doc['pairs'])} pairs in all, of commit `{doc['commit']}` on {doc['machine']} ({doc['date']}), "
              "each side "
              f"`kvblock-bench run {doc['run_args']}` (the slowed plug-in `{PLUGIN}` among them, "
              f"{doc['passes']:g} extra passes per step in slowed pairs); the neighbour: "
              + (f"{doc['neighbour_procs']} processes of `scripts/noisy_neighbour.py`" if "neighbour_procs" in doc
-                else "none (this file predates it)") + f". At the default threshold ({default:g} %):", "",
+                else "none (this file predates it)")
+             + f". At each command's default threshold ({defaults_words(doc)}):", "",
              *summary_table(doc), "",
              "False alarms and slowed pairs caught at each threshold (false-alarm rows of all compared rows "
              "whose code is the same):", ""]

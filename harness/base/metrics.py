@@ -78,26 +78,37 @@ def _time(samples: Sequence[StepTimes], slices, fn: Callable[[StepTimes], np.nda
     return block_medians(np.stack([np.asarray(fn(s), dtype=float) for s in samples]), slices)
 
 
-def cell_blocks(work: Work, step_samples: Sequence[StepTimes], detail_samples: Sequence[StepTimes],
-                slices: list[tuple[int, int]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per block (a slice of steps): (time, work) of each timed figure, the input of every estimate."""
-    def work_of(per_step: np.ndarray) -> np.ndarray:
-        return block_sums(per_step, slices)
-
-    seq = work.seq_steps_per_step
-    moved = work.alloc_blocks_per_step + work.free_blocks_per_step
-
+def _figures(work: Work) -> dict[str, tuple[bool, Callable[[StepTimes], np.ndarray], np.ndarray]]:
+    """Per timed figure: whether it reads the detail samples, its time per step of a sample, its work per step."""
     def kind(*kinds: str) -> Callable[[StepTimes], np.ndarray]:
         return lambda s: sum(s.ns[:, _K[k]] for k in kinds)
 
+    def whole(s: StepTimes) -> np.ndarray:
+        return s.step_ns
+
+    seq = work.seq_steps_per_step
     return {
-        "seq_step_ns": (_time(step_samples, slices, lambda s: s.step_ns), work_of(seq)),
-        "step_mean_ns": (_time(step_samples, slices, lambda s: s.step_ns), work_of(np.ones(work.steps))),
-        "lookup_ns": (_time(detail_samples, slices, kind("lookup")), work_of(seq)),
-        "alloc_ns": (_time(detail_samples, slices, kind("alloc")), work_of(work.alloc_blocks_per_step)),
-        "free_ns": (_time(detail_samples, slices, kind("free")), work_of(work.free_blocks_per_step)),
-        "alloc_free_ns": (_time(detail_samples, slices, kind("alloc", "free")), work_of(moved)),
+        "seq_step_ns": (False, whole, seq),
+        "step_mean_ns": (False, whole, np.ones(work.steps)),
+        "lookup_ns": (True, kind("lookup"), seq),
+        "alloc_ns": (True, kind("alloc"), work.alloc_blocks_per_step),
+        "free_ns": (True, kind("free"), work.free_blocks_per_step),
+        "alloc_free_ns": (True, kind("alloc", "free"), work.alloc_blocks_per_step + work.free_blocks_per_step),
     }
+
+
+def cell_blocks(work: Work, step_samples: Sequence[StepTimes], detail_samples: Sequence[StepTimes],
+                slices: list[tuple[int, int]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per block (a slice of steps): (time, work) of each timed figure, the input of every estimate."""
+    return {metric: (_time(detail_samples if detail else step_samples, slices, fn), block_sums(per_step, slices))
+            for metric, (detail, fn, per_step) in _figures(work).items()}
+
+
+def rep_times(work: Work, step_samples: Sequence[StepTimes], detail_samples: Sequence[StepTimes]
+              ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per timed figure: (time per repetition and step ``[reps, steps]``, work per step), in repetition order."""
+    return {metric: (np.stack([np.asarray(fn(s), dtype=float) for s in (detail_samples if detail else step_samples)]),
+                     per_step) for metric, (detail, fn, per_step) in _figures(work).items()}
 
 
 PER_OPERATION = ("lookup_ns", "alloc_ns", "free_ns", "alloc_free_ns")

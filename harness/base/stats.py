@@ -92,6 +92,36 @@ def paired_ratio(num_a: np.ndarray, num_b: np.ndarray, den_a: np.ndarray | None 
     return Estimate(value, *_interval(boot))
 
 
+SPIKE_FACTOR = 3.0  # a step over this many times its median over the repetitions was interrupted: clipped there
+
+
+def clipped_totals(per_rep: np.ndarray) -> np.ndarray:
+    """Each repetition's total (``[reps, steps]`` in), every step clipped to :data:`SPIKE_FACTOR` x its median."""
+    per_rep = np.asarray(per_rep, dtype=float)
+    return np.minimum(per_rep, SPIKE_FACTOR * np.median(per_rep, axis=0)).sum(axis=1)
+
+
+def paired_reps(time_a: np.ndarray, time_b: np.ndarray, work_a: np.ndarray | float = 1.0,
+                work_b: np.ndarray | float = 1.0) -> Estimate:
+    """A over B per unit of work from repetitions replayed side by side (``[reps, steps]`` each): the mean log ratio
+    of the pairs' clipped totals, with its Student-t 95 % interval over the pairs (docs/measurement.md#stats)."""
+    from scipy.stats import t as student_t
+
+    time_a, time_b = np.asarray(time_a, dtype=float), np.asarray(time_b, dtype=float)
+    if time_a.shape != time_b.shape:
+        raise ValueError(f"paired repetitions differ in shape: {time_a.shape} and {time_b.shape}")
+    scale = float(np.sum(work_b)) / float(np.sum(work_a))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(clipped_totals(time_a) / clipped_totals(time_b) * scale)
+    if not np.all(np.isfinite(logs)):
+        return Estimate(float("nan"), float("nan"), float("nan"))
+    mean = float(logs.mean())
+    if logs.size < 2:
+        return Estimate(float(np.exp(mean)), float("nan"), float("nan"))
+    half = float(student_t.ppf((1 + CONFIDENCE) / 2, logs.size - 1) * logs.std(ddof=1) / np.sqrt(logs.size))
+    return Estimate(float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half)))
+
+
 def block_sums(per_step: np.ndarray, slices: list[tuple[int, int]]) -> np.ndarray:
     """Per-step values summed over each slice: ``[len(slices)]``."""
     per_step = np.asarray(per_step, dtype=float)

@@ -19,7 +19,6 @@ from harness.ci.gate_config import load_config
 from harness.errors import InputError
 from harness.output.compare import (
     DEFAULT_METRICS,
-    DEFAULT_THRESHOLD,
     Comparison,
     Counted,
     Rules,
@@ -31,6 +30,10 @@ from harness.run.ab import Side, run_ab
 from harness.run.runner import RunConfig
 
 REPORTS = {"text": "compare.txt", "markdown": "compare.md", "json": "compare.json"}  # in NEW's run folder
+# ab's defaults, which results/compare_pairs/ measures (docs/ci.md#kvblock-bench-ab).
+AB_REPS = 5
+AB_PROCESSES = 1
+AB_THRESHOLD_PCT = 5.0
 
 
 @dataclass
@@ -41,7 +44,7 @@ class AbOptions:
     new_ref: str | None = None
     run: RunConfig = field(default_factory=RunConfig)
     metrics: tuple[str, ...] = DEFAULT_METRICS
-    threshold: float = DEFAULT_THRESHOLD
+    threshold: float = AB_THRESHOLD_PCT / 100
     rules: Rules = field(default_factory=Rules)
     counts: bool = True
     deadline_s: float = DEFAULT_DEADLINE_S

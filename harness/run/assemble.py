@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 from harness.base.builds import with_build
 from harness.base.interleave import Key
-from harness.base.metrics import Work, cell_blocks, timing_rows
+from harness.base.metrics import Work, cell_blocks, rep_times, timing_rows
 from harness.base.rows import RATIO_METRICS, Row, ratio_metric
-from harness.base.stats import Estimate, paired_ratio
+from harness.base.stats import Estimate, paired_ratio, paired_reps
 from harness.base.steptimes import KINDS, StepTimes
 from harness.run.cells import CellInfo, TimingResult
 from scenarios import Trace
@@ -167,17 +167,23 @@ def _finite(x: float) -> float | None:
 
 def paired_sides(scenario: str, work: Work, slices: list[tuple[int, int]], base: Merged, new: Merged,
                  metrics: tuple[str, ...] = RATIO_METRICS) -> dict[tuple[str, str, str, str], Estimate]:
-    """NEW over BASE of every cell both sides measured, by ``metrics``: the two code versions replayed each slice
-    of each repetition side by side (``kvblock-bench ab``), so the same slices and repetitions are drawn for
-    both, as for the ratios to the base and the A/A control."""
+    """NEW over BASE of every cell both sides measured (``kvblock-bench ab``), by ``metrics``: repetition ``r`` of
+    both sides is a pair (``paired_reps``), else the rows' blocks are drawn alike (``paired_ratio``)."""
     out = {}
     for key in new.steps:
         if key[2] or key not in base.steps:
             continue
-        mine = cell_blocks(work, new.steps[key], new.details.get(key, new.steps[key]), slices)
-        theirs = cell_blocks(work, base.steps[key], base.details.get(key, base.steps[key]), slices)
+        mine = rep_times(work, new.steps[key], new.details.get(key, new.steps[key]))
+        theirs = rep_times(work, base.steps[key], base.details.get(key, base.steps[key]))
         for metric in metrics:
-            (time_new, work_new), (time_base, work_base) = mine[metric], theirs[metric]
-            if work_new.sum() and work_base.sum():
-                out[(scenario, key[0], key[1], metric)] = paired_ratio(time_new, time_base, work_new, work_base)
+            (time_new, per_step), (time_base, _) = mine[metric], theirs[metric]
+            if not per_step.sum():
+                continue
+            if time_new.shape == time_base.shape and time_new.shape[0] >= 2:
+                out[(scenario, key[0], key[1], metric)] = paired_reps(time_new, time_base)
+            else:
+                (blocks_new, work_new), (blocks_base, work_base) = (
+                    cell_blocks(work, s.steps[key], s.details.get(key, s.steps[key]), slices)[metric]
+                    for s in (new, base))
+                out[(scenario, key[0], key[1], metric)] = paired_ratio(blocks_new, blocks_base, work_new, work_base)
     return out
