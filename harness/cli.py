@@ -294,7 +294,7 @@ def _add_compare(sub, results: argparse.ArgumentParser) -> None:
 def cmd_ab(args: argparse.Namespace) -> int:
     """BASE_REF and NEW_REF (or the working tree) measured in one run and compared."""
     from harness.base.replay import REGIMES
-    from harness.ci.ab import AB_PROCESSES, AB_REPS, AbOptions
+    from harness.ci.ab import AB_REPS, AbOptions
     from harness.ci.ab import run as run_ab
     from harness.output.compare_report import RENDER
     from harness.run.runner import RunConfig
@@ -303,7 +303,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
                     trace_file=Path(args.trace) if args.trace else None, quick=args.quick,
                     reps=args.reps if args.reps is not None else (1 if args.quick else AB_REPS),
                     root=writable_dir(Path(args.results), "--results"), label=args.label or "",
-                    progress=not args.no_progress, processes=args.processes or AB_PROCESSES,
+                    progress=not args.no_progress, processes=args.processes or 0,
                     deadline_s=args.deadline)
     opts = AbOptions(args.base_ref, args.new_ref, cfg, tuple(args.metric), args.threshold / 100, _rules(args),
                      counts=not args.no_counts, deadline_s=args.deadline)
@@ -316,7 +316,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 
 def _add_ab(sub, results: argparse.ArgumentParser) -> None:
-    from harness.ci.ab import AB_PROCESSES, AB_REPS, AB_THRESHOLD_PCT
+    from harness.ci.ab import AB_REPS, AB_THRESHOLD_PCT
     from harness.run.runner import MAX_PROCESSES, MAX_REPS
 
     p = sub.add_parser("ab", parents=[results], help="two git refs (or a ref and the working tree) measured in "
@@ -335,8 +335,8 @@ def _add_ab(sub, results: argparse.ArgumentParser) -> None:
     p.add_argument("--reps", type=count(1, MAX_REPS),
                    help=f"repetitions per cell, each a pair of NEW and BASE (default {AB_REPS}, --quick 1)")
     p.add_argument("--processes", type=count(1, MAX_PROCESSES),
-                   help=f"worker processes per implementation and side the repetitions spread over (default "
-                        f"{AB_PROCESSES})")
+                   help="worker processes per implementation and side the repetitions spread over (default: one "
+                        "per repetition: a process's layout moves a compiled design's per-call times)")
     p.add_argument("--label", help="appended to both run ids")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-counts", action="store_true", help="leave out the gate's counts of both versions")

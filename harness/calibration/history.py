@@ -199,6 +199,7 @@ class Scenario:
                     "failed": {" | ".join(k): v for k, v in value.failed.items()},
                     "step_ns": {k[0]: [s.step_ns.round().astype(int).tolist() for _, s in sorted(v, key=_rep)]
                                 for k, v in value.samples.items()},
+                    "caching": dict(self.opts.engine.history),
                     "metered_engine_calls": {k[0]: asdict(m) for k, m in value.metered.items()}}
             path = self.opts.out / "runs" / f"{self.opts.engine.name}-{version}__{self.name}.json.gz"
             atomic_write_bytes(path, gzip.compress(json.dumps(data).encode(), mtime=0))

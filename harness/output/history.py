@@ -10,9 +10,11 @@ from harness.base.history_rows import HISTORY_CSV, read_history
 from harness.output import history_figure
 from harness.output.history_report import (
     DEFAULT_THRESHOLD,
+    PAIRING,
     calls_cells,
     calls_table,
     console_lines,
+    paired_steps,
     steps,
     table,
     write_steps,
@@ -24,13 +26,13 @@ def render(folder: Path, figures: bool = True) -> list[str]:
     rows = read_history(folder / HISTORY_CSV)
     meta_path = folder / "meta.json"
     meta = read_json(meta_path) if meta_path.is_file() else {}
-    found = steps(rows)
+    found = steps(rows, paired=paired_steps(folder, rows))
     write_steps(folder, found)
     lines = [f"# {', '.join(sorted({r.engine for r in rows}))} by release", "",
              f"Figures: `{HISTORY_CSV}`; machine: {meta.get('machine', '?')}; load average at the start "
              f"{meta.get('load_average', '?')}; command: `{meta.get('command', '?')}`.", "",
              f"Each release over the one before, per metric: NEW/BASE, its 95 % interval, and `compare`'s verdict at "
-             f"{DEFAULT_THRESHOLD * 100:g} % (SLOWER, faster, = no difference, n/c not comparable).", "",
+             f"{DEFAULT_THRESHOLD * 100:g} % (SLOWER, faster, = no difference, n/c not comparable). {PAIRING}", "",
              *table(found), ""]
     cells = calls_cells(rows)
     calls = calls_table(cells)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.base.files import atomic_write_text, read_json
 from harness.base.history_rows import HISTORY_CSV, read_history
-from harness.output.history_report import DEFAULT_THRESHOLD, Step, steps
+from harness.output.history_report import DEFAULT_THRESHOLD, Step, paired_steps, steps
 from harness.output.readme import replace_section
 
 
@@ -40,7 +40,7 @@ def section(folder: Path, shown_as: str) -> tuple[str, str]:
     meta = read_json(folder / "meta.json") if (folder / "meta.json").is_file() else {}
     engine = sorted({r.engine for r in rows})[0]
     versions = sorted({r.version for r in rows}, key=lambda v: tuple(int(p) for p in v.split(".") if p.isdigit()))
-    found = steps(rows)
+    found = steps(rows, paired=paired_steps(folder, rows))
     moved = [s for s in found if s.verdict in ("slower", "faster")]
     changes = read_changes(folder)
     load = "; ".join(f"`{name}` at load average {start:g} to {end:g}" for name, (start, end) in

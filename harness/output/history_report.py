@@ -4,20 +4,25 @@ Design: docs/output.md#harnessoutputhistory_reportpy."""
 from __future__ import annotations
 
 import csv
+import gzip
 import io
+import json
 import math
 from dataclasses import asdict, dataclass
 from itertools import groupby, pairwise
 from pathlib import Path
 
+import numpy as np
 from packaging.version import Version
 
-from harness.base.files import atomic_write_text
+from harness.base.files import ResultsError, atomic_write_text
 from harness.base.history_rows import CALL_METRICS, METRICS, HistoryRow
-from harness.base.stats import Estimate, independent_ratio
+from harness.base.stats import Estimate, independent_ratio, paired_reps
 from harness.output.compare import DEFAULT_THRESHOLD, verdict
 
 VERDICTS_CSV = "verdicts.csv"
+PAIRING = ("`seq_step_ns` is paired over repetitions where the folder's `runs/` holds them (every release's "
+           "repetition r ran in the same windows of time); the other metrics combine the releases' own intervals.")
 SHORT = {"slower": "SLOWER", "faster": "faster", "no difference": "=", "not comparable": "n/c"}
 
 
@@ -36,6 +41,7 @@ class Step:
     ci_high: float
     verdict: str
     note: str
+    interval: str = "independent"  # "paired": over repetitions replayed in the same windows of time
 
 
 def series_key(row: HistoryRow) -> tuple[str, str, str, str]:
@@ -53,24 +59,64 @@ def _estimate(row: HistoryRow) -> Estimate | None:
     return Estimate(row.value, row.ci_low, row.ci_high)
 
 
-def step(base: HistoryRow, new: HistoryRow, threshold: float = DEFAULT_THRESHOLD) -> Step:
-    """``new`` over ``base``, ``compare``'s verdict at ``threshold`` (independent intervals, combined as it does)."""
+PairKey = tuple[str, str, str, str, str, str]  # engine, caching, scenario, metric, BASE release, NEW release
+
+
+def step(base: HistoryRow, new: HistoryRow, threshold: float = DEFAULT_THRESHOLD,
+         paired: dict[PairKey, Estimate] | None = None) -> Step:
+    """``new`` over ``base``, ``compare``'s verdict at ``threshold``: paired where ``paired`` holds the figure, else
+    the releases' independent intervals combined as ``compare`` combines them."""
     b, n = _estimate(base), _estimate(new)
     head = (new.engine, new.caching, new.scenario, new.metric, base.version, new.version)
     if b is None or n is None:
         side = base.version if b is None else new.version
         return Step(*head, math.nan, math.nan, math.nan, "not comparable", f"no figure with an interval in {side}")
-    est = independent_ratio(n, b)
+    est = (paired or {}).get(head)
+    interval = "independent" if est is None or not math.isfinite(est.low) else "paired"
+    est = independent_ratio(n, b) if interval == "independent" else est
     name, notes = verdict(est, threshold)
-    return Step(*head, est.value, est.low, est.high, name, "; ".join(notes))
+    return Step(*head, est.value, est.low, est.high, name, "; ".join(notes), interval)
 
 
-def steps(rows: list[HistoryRow], threshold: float = DEFAULT_THRESHOLD) -> list[Step]:
+def steps(rows: list[HistoryRow], threshold: float = DEFAULT_THRESHOLD,
+          paired: dict[PairKey, Estimate] | None = None) -> list[Step]:
     """Every pair of consecutive releases of every series of :data:`METRICS`."""
     out = []
     for _, series in groupby(ordered([r for r in rows if r.metric in METRICS]), key=series_key):
-        out += [step(a, b, threshold) for a, b in pairwise(list(series))]
+        out += [step(a, b, threshold, paired) for a, b in pairwise(list(series))]
     return out
+
+
+def paired_steps(folder: Path, rows: list[HistoryRow]) -> dict[PairKey, Estimate]:
+    """``seq_step_ns`` of each release over the one before, paired over repetitions (``stats.paired_reps``), from
+    the step times per repetition in ``folder/runs/`` (every release's repetition r ran in the same windows)."""
+    times = {}
+    for row in rows:
+        if row.metric == "seq_step_ns" and row.status == "ok":
+            path = folder / "runs" / f"{row.engine}-{row.version}__{row.scenario}.json.gz"
+            found = _rep_step_times(path).get(row.caching)
+            if found is not None:
+                times[(*series_key(row), row.version)] = found
+    out = {}
+    for key, series in groupby(ordered([r for r in rows if r.metric == "seq_step_ns"]), key=series_key):
+        for a, b in pairwise(list(series)):
+            ta, tb = times.get((*key, a.version)), times.get((*key, b.version))
+            if ta is not None and tb is not None and ta.shape == tb.shape:
+                out[(*key, a.version, b.version)] = paired_reps(tb, ta)
+    return out
+
+
+def _rep_step_times(path: Path) -> dict[str, np.ndarray]:
+    """Caching mode -> its baseline's step times ``[reps, steps]`` in a release's raw file (nothing without one)."""
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+    except (OSError, ValueError, EOFError) as exc:
+        raise ResultsError(f"{path}: not a history run file ({exc})") from None
+    modes = doc.get("caching", {})  # baseline -> caching mode
+    return {modes[name]: np.asarray(reps, dtype=float) for name, reps in doc.get("step_ns", {}).items()
+            if name in modes and len(reps) >= 2}
 
 
 def write_steps(folder: Path, found: list[Step]) -> Path:
