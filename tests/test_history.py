@@ -6,11 +6,14 @@ The real releases (downloads of 300 MB each for vLLM) run in the slow test at th
 from __future__ import annotations
 
 import csv
+import gzip
 import itertools
+import json
 import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from packaging.version import Version
 
@@ -21,7 +24,7 @@ from harness.calibration.releases import parse_versions, resolve
 from harness.cli import main
 from harness.errors import InputError
 from harness.output.history import render
-from harness.output.history_report import step, steps
+from harness.output.history_report import paired_steps, step, steps
 from tests.history_standin import LAYOUTS, vllm_wheels
 
 SMALL = ["--steps", "24", "--running", "12", "--num-blocks", "2048", "--prompt-mean", "40", "--output-mean", "30"]
@@ -134,6 +137,33 @@ def test_render_writes_the_verdicts_the_table_and_a_figure(tmp_path) -> None:
     assert "| vllm 0.24.0 | off | paper | 150 [147-153] | 150 [147-153] | 50 % |" in md
     assert (tmp_path / "history-vllm.png").stat().st_size > 0 and (tmp_path / "history-vllm.svg").is_file()
     assert any(line.startswith("slower: vllm 0.24.0 (off, paper, seq_step_ns x1.50)") for line in lines)
+
+
+def _raw(folder, version: str, per_rep, caching: dict | None = None) -> None:
+    """A release's runs/ file: its baseline's step times per repetition (and which caching mode it replays)."""
+    doc = {"step_ns": {"caching off": [list(map(float, r)) for r in per_rep]},
+           **({"caching": caching} if caching is not None else {})}
+    (folder / "runs").mkdir(exist_ok=True)
+    (folder / "runs" / f"vllm-{version}__paper.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+
+def test_seq_step_verdicts_pair_the_repetitions_the_releases_ran_side_by_side(tmp_path) -> None:
+    """Each repetition's load 1x to 2x, the same for both releases (they ran in lockstep): their own intervals are
+    wide and the step inconclusive; paired over repetitions 0.24.0 is 8 % slower, decided. A folder whose runs/
+    do not say the caching mode (or have none) keeps the independent verdict."""
+    rng = np.random.default_rng(4)
+    load = np.exp(rng.uniform(0, np.log(2), size=(5, 1)))
+    base = 100 * load * np.exp(rng.normal(0, 0.01, size=(5, 50)))
+    new = 108 * load * np.exp(rng.normal(0, 0.01, size=(5, 50)))
+    rows = [_row("0.23.0", 100.0, width=0.4), _row("0.24.0", 108.0, width=0.4)]
+    for version, times in (("0.23.0", base), ("0.24.0", new)):
+        _raw(tmp_path, version, times, {"caching off": "off"})
+    (found,) = steps(rows, paired=paired_steps(tmp_path, rows))
+    assert found.interval == "paired" and found.ci_low > 1.0 and found.ci_high < 1.1 and abs(found.ratio - 1.08) < 0.01
+    (alone,) = steps(rows)
+    assert alone.interval == "independent" and "inconclusive" in alone.note
+    _raw(tmp_path, "0.24.0", new)  # no caching mode: not paired
+    assert paired_steps(tmp_path, rows) == {}
 
 
 # -- whole runs on stand-in wheels -------------------------------------------------------------------------
