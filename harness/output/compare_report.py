@@ -68,8 +68,8 @@ def headline(c: Comparison) -> list[str]:
         lines.append(f"smallest slowdown this comparison could detect in every comparable row: {need * 100:+.1f} % "
                      f"(the least precise row: {row.impl} {row.regime} {row.metric})")
     lines.append("BASE and NEW measured in one run, side by side slice by slice (kvblock-bench ab): intervals "
-                 "paired over repetitions" if c.interleaved else "BASE and NEW are runs made apart, not interleaved: a change of load "
-                 "between them is not in the intervals (kvblock-bench ab measures both in one run)")
+                 "paired over repetitions" if c.interleaved else "BASE and NEW are runs made apart, not interleaved: "
+                 "a change of load between them is not in the intervals (kvblock-bench ab measures both in one run)")
     if c.lost:
         lines.append(_lost_line(c))
     return lines
