@@ -112,10 +112,9 @@ def by_threshold(pairs: list[dict], thresholds: tuple[float, ...], kind: str = "
     for t in thresholds:
         slower, faster, alarm_pairs, caught = 0, 0, 0, 0
         for pair in pairs:
-            verdicts = [(is_slowed(r, kind), row_verdict(r, t)) for r in pair["rows"]]
-            wrong = [row_verdict(r, t) for r in pair["rows"] if same_code(r, kind)]
-            wrong = [v for v in wrong if v != "no difference"]
-            slowed = [v for is_s, v in verdicts if is_s]
+            verdicts = [(r, row_verdict(r, t)) for r in pair["rows"]]
+            wrong = [v for r, v in verdicts if same_code(r, kind) and v != "no difference"]
+            slowed = [v for r, v in verdicts if is_slowed(r, kind)]
             slower += wrong.count("slower")
             faster += wrong.count("faster")
             alarm_pairs += bool(wrong)
@@ -432,8 +431,8 @@ def targets(doc: dict) -> list[str]:
             continue
         if s["kind"] == "same" and s["at_default"]["pairs_with_false_alarm"]:
             missed.append(f"{s['at_default']['pairs_with_false_alarm']} same-code ab pairs had a false alarm")
-        caught = s["at_default"]["pairs_caught"] if s["kind"] == "slowed" else s["pairs"]
-        if min(caught, s["exits"]["1"] if s["kind"] == "slowed" else s["pairs"]) < math.ceil(CAUGHT_SHARE * s["pairs"]):
+        caught = s["at_default"]["pairs_caught"]
+        if s["kind"] == "slowed" and min(caught, s["exits"]["1"]) < math.ceil(CAUGHT_SHARE * s["pairs"]):
             missed.append(f"slowed ab pairs exited 1 in {s['exits']['1']} of {s['pairs']}, every slowed row caught "
                           f"in {caught}")
     return missed

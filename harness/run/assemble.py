@@ -175,6 +175,7 @@ def paired_sides(scenario: str, work: Work, slices: list[tuple[int, int]], base:
             continue
         mine = rep_times(work, new.steps[key], new.details.get(key, new.steps[key]))
         theirs = rep_times(work, base.steps[key], base.details.get(key, base.steps[key]))
+        blocks: list[dict] = []
         for metric in metrics:
             (time_new, per_step), (time_base, _) = mine[metric], theirs[metric]
             if not per_step.sum():
@@ -182,8 +183,8 @@ def paired_sides(scenario: str, work: Work, slices: list[tuple[int, int]], base:
             if time_new.shape == time_base.shape and time_new.shape[0] >= 2:
                 out[(scenario, key[0], key[1], metric)] = paired_reps(time_new, time_base)
             else:
-                (blocks_new, work_new), (blocks_base, work_base) = (
-                    cell_blocks(work, s.steps[key], s.details.get(key, s.steps[key]), slices)[metric]
-                    for s in (new, base))
+                blocks = blocks or [cell_blocks(work, s.steps[key], s.details.get(key, s.steps[key]), slices)
+                                    for s in (new, base)]
+                (blocks_new, work_new), (blocks_base, work_base) = blocks[0][metric], blocks[1][metric]
                 out[(scenario, key[0], key[1], metric)] = paired_ratio(blocks_new, blocks_base, work_new, work_base)
     return out
