@@ -36,3 +36,21 @@ def test_silence_outside_any_cell_is_our_own_code_and_not_a_hang() -> None:
         assert worker.run(("outside", 3.0)) == "done"  # e.g. a callgrind study: one call of minutes
     finally:
         worker.stop()
+
+
+def test_a_process_that_cannot_start_leaves_the_worker_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed start (e.g. spawn refused while the main module is still importing) raises that error, and the
+    worker can still be stopped and started again (its stop once failed on the half-made process)."""
+    import multiprocessing.process
+
+    worker = Worker(quiet_job, deadline_s=1.0)
+    with monkeypatch.context() as patch:
+        patch.setattr(multiprocessing.process.BaseProcess, "start", lambda self: (_ for _ in ()).throw(
+            RuntimeError("cannot start")))
+        with pytest.raises(RuntimeError, match="cannot start"):
+            worker.run(("outside", 0.0))
+    worker.stop()
+    try:
+        assert worker.run(("outside", 0.0)) == "done"
+    finally:
+        worker.stop()

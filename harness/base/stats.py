@@ -101,11 +101,15 @@ def clipped_totals(per_rep: np.ndarray) -> np.ndarray:
     return np.minimum(per_rep, SPIKE_FACTOR * np.median(per_rep, axis=0)).sum(axis=1)
 
 
+TRIM = 0.2  # of the pairs at each end: one pair in five may be a process that ran apart from its twin
+
+
 def paired_reps(time_a: np.ndarray, time_b: np.ndarray, work_a: np.ndarray | float = 1.0,
                 work_b: np.ndarray | float = 1.0) -> Estimate:
-    """A over B per unit of work from repetitions replayed side by side (``[reps, steps]`` each): the mean log ratio
-    of the pairs' clipped totals, with its Student-t 95 % interval over the pairs (docs/measurement.md#stats)."""
-    from scipy.stats import t as student_t
+    """A over B per unit of work from repetitions replayed side by side (``[reps, steps]`` each): the :data:`TRIM`
+    trimmed mean log ratio of the pairs' clipped totals, with its Tukey-McLaughlin 95 % interval
+    (docs/measurement.md#stats)."""
+    from scipy.stats import mstats
 
     time_a, time_b = np.asarray(time_a, dtype=float), np.asarray(time_b, dtype=float)
     if time_a.shape != time_b.shape:
@@ -115,11 +119,11 @@ def paired_reps(time_a: np.ndarray, time_b: np.ndarray, work_a: np.ndarray | flo
         logs = np.log(clipped_totals(time_a) / clipped_totals(time_b) * scale)
     if not np.all(np.isfinite(logs)):
         return Estimate(float("nan"), float("nan"), float("nan"))
-    mean = float(logs.mean())
     if logs.size < 2:
-        return Estimate(float(np.exp(mean)), float("nan"), float("nan"))
-    half = float(student_t.ppf((1 + CONFIDENCE) / 2, logs.size - 1) * logs.std(ddof=1) / np.sqrt(logs.size))
-    return Estimate(float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half)))
+        return Estimate(float(np.exp(logs.mean())), float("nan"), float("nan"))
+    mean = float(mstats.trimmed_mean(logs, limits=(TRIM, TRIM)))
+    low, high = mstats.trimmed_mean_ci(logs, limits=(TRIM, TRIM), alpha=1 - CONFIDENCE)
+    return Estimate(float(np.exp(mean)), float(np.exp(low)), float(np.exp(high)))
 
 
 def block_sums(per_step: np.ndarray, slices: list[tuple[int, int]]) -> np.ndarray:

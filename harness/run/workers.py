@@ -195,11 +195,15 @@ class Worker:
             target, args = _serve_in, (child, ref, self.code, str(_repository()))
         else:
             target, args = _serve, (child, self.execute)
-        self._proc = ctx.Process(target=target, args=args, daemon=True)
-        self._proc.start()
-        child.close()
-        self.pid = self._proc.pid
-        self._conn = parent
+        proc = ctx.Process(target=target, args=args, daemon=True)
+        try:
+            proc.start()
+        except BaseException:  # a process that did not start leaves this worker as it was: stopped
+            parent.close()
+            raise
+        finally:
+            child.close()
+        self._proc, self._conn, self.pid = proc, parent, proc.pid
 
     def run(self, job: Any, on_tick: Callable[[str], None] = lambda what: None,
             on_status: Callable[[str], None] = lambda what: None) -> Any:
