@@ -85,3 +85,15 @@ def test_one_pair_whose_process_ran_apart_moves_neither_the_figure_nor_its_inter
     apart[2] *= 1.3
     twice = paired_reps(new, apart)
     assert twice.low < clean.low and twice.high / twice.low > est.high / est.low, twice
+
+
+def test_below_eight_pairs_the_mean_is_not_trimmed() -> None:
+    """Five pairs: the plain mean log ratio and its Student-t interval (trimming would leave 2 degrees of freedom)."""
+    from scipy.stats import t as student_t
+
+    rng = np.random.default_rng(4)
+    base = rng.uniform(1, 2, size=(5, 50))
+    logs = rng.normal(0.05, 0.03, size=5)
+    est = paired_reps(base * np.exp(logs)[:, None], base)
+    half = student_t.ppf(0.975, 4) * logs.std(ddof=1) / np.sqrt(5)
+    assert est.value == pytest.approx(np.exp(logs.mean())) and est.low == pytest.approx(np.exp(logs.mean() - half))

@@ -31,7 +31,7 @@ from harness.run.runner import RunConfig
 
 REPORTS = {"text": "compare.txt", "markdown": "compare.md", "json": "compare.json"}  # in NEW's run folder
 # ab's defaults, which results/compare_pairs/ measures (docs/ci.md#kvblock-bench-ab).
-AB_REPS = 5
+AB_REPS = 8
 AB_THRESHOLD_PCT = 5.0
 
 
