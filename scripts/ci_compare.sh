@@ -2,8 +2,8 @@
 # CI's benchmark steps in one script, run by .ci/run and by the GitHub Actions example
 # (examples/ci/github-actions.yml), so that the example cannot rot (README, "Benchmarks in CI"):
 #   1. the deterministic gate (kvblock-bench gate: rules in [tool.kvblock-bench.gate] of pyproject.toml);
-#   2. kvblock-bench ab BASE_REF with the CI profile (python -m harness.ci.profile): BASE_REF's designs and this
-#      checkout's measured in one run, side by side slice by slice, compared (Markdown for a pull-request
+#   2. kvblock-bench ab BASE_REF with the CI profile of pull requests (python -m harness.ci.profile --pull-request:
+#      the article's designs, in Python/Numba and in C++): BASE_REF's designs and this checkout's measured in one run, side by side slice by slice, compared (Markdown for a pull-request
 #      comment), with the gate's counts of both versions beside the timings.
 #
 # Usage: scripts/ci_compare.sh [BASE_REF]
@@ -12,7 +12,8 @@
 # Environment:
 #   KVB_CI_OUT        where everything goes (default build/ci-compare): runs/ (both sides' run folders, the
 #                     comparison in NEW's), gate.txt, gate.json, compare.md, and comment.md (what CI posts)
-#   KVB_CI_RUN_ARGS   the run's arguments instead of the CI profile's
+#   KVB_CI_RUN_ARGS   the run's arguments instead of that profile's (every implementation: "$(python -m
+#                     harness.ci.profile)", which takes several times as long: README, "Benchmarks in CI")
 #   KVB_CI_AB_ARGS    more ab arguments (e.g. --no-counts, --fail-on-inconclusive, --allow-lost)
 #   KVB_CI_GATE_ARGS  more gate arguments (e.g. --impl mypkg.bm:MyBM --against gate-baseline.json)
 #   KVB_CI_SKIP_GATE  1: leave the gate out
@@ -28,7 +29,7 @@ base_ref=${1:-HEAD}
 case $out in /*) ;; *) out=$root/$out ;; esac
 
 rm -rf "$out" && mkdir -p "$out" || exit 2
-read -r -a run_args <<< "${KVB_CI_RUN_ARGS:-$("$py" -m harness.ci.profile)}"
+read -r -a run_args <<< "${KVB_CI_RUN_ARGS:-$("$py" -m harness.ci.profile --pull-request)}"
 read -r -a ab_args <<< "${KVB_CI_AB_ARGS:-}"
 read -r -a gate_args <<< "${KVB_CI_GATE_ARGS:-}"
 

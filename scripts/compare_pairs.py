@@ -36,6 +36,7 @@ import math
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -380,6 +381,26 @@ def summary_table(doc: dict) -> list[str]:
     return lines
 
 
+def slowed_rows(doc: dict) -> list[str]:
+    """Per slowed configuration and slowed row: NEW/BASE over its pairs (median, range) and how often it was
+    reported slower at the mode's default threshold, so each catch rate stands beside the slowdown it caught."""
+    lines = ["| mode | neighbour | slowed row | NEW/BASE: median [range] over pairs | reported slower |",
+             "|---|---|---|---|---|"]
+    for config, pairs in configs_of(doc):
+        if config["kind"] != "slowed":
+            continue
+        default = default_threshold(doc, config["mode"])
+        found = [r for p in pairs for r in p["rows"] if plugin_row(r)]
+        for key in dict.fromkeys((r["regime"], r["metric"]) for r in found):
+            rows = [r for r in found if (r["regime"], r["metric"]) == key]
+            ratios = sorted(r["ratio"] for r in rows)
+            caught = sum(row_verdict(r, default) == "slower" for r in rows)
+            lines.append(f"| {config['mode']} | {config['neighbour']} | {key[0]} {key[1]} | "
+                         f"{statistics.median(ratios):.3f}x [{ratios[0]:.3f}-{ratios[-1]:.3f}] | "
+                         f"{caught} of {len(rows)} |")
+    return lines
+
+
 def render_markdown(doc: dict) -> str:
     """docs/ci.md's section: what was run, the summary, every configuration at every threshold."""
     lines = [f"{len(doc['pairs'])} pairs in all, of commit `{doc['commit']}` on {doc['machine']} ({doc['date']}), "
@@ -389,7 +410,8 @@ def render_markdown(doc: dict) -> str:
              + (f"{doc['neighbour_procs']} processes of `scripts/noisy_neighbour.py`" if "neighbour_procs" in doc
                 else "none (this file predates it)")
              + f". At each command's default threshold ({defaults_words(doc)}):", "",
-             *summary_table(doc), "",
+             *summary_table(doc), "", "Each slowed row of the plug-in, at the same thresholds:", "",
+             *slowed_rows(doc), "",
              "False alarms and slowed pairs caught at each threshold (false-alarm rows of all compared rows "
              "whose code is the same):", ""]
     for s in summaries(doc):
@@ -402,7 +424,7 @@ def render_markdown(doc: dict) -> str:
 
 def render_summary(doc: dict) -> str:
     """README's section: the summary table alone."""
-    return "\n".join(summary_table(doc)) + "\n"
+    return "\n".join([*summary_table(doc), "", *slowed_rows(doc)]) + "\n"
 
 
 def write_section(path: Path, begin: str, end: str, body: str) -> None:

@@ -41,6 +41,16 @@ def test_the_ci_profile_is_a_valid_run() -> None:
     assert build_parser().parse_args(["run", *profile.run_args()]).impl is None  # every registered one
 
 
+def test_pull_requests_time_the_articles_designs_in_both_tiers() -> None:
+    """CI's ab profile: A, B and C in Python/Numba and in C++, each side's workers a process per repetition, so
+    every implementation dropped from it is minutes saved (README, "Benchmarks in CI")."""
+    out = subprocess.run([sys.executable, "-m", "harness.ci.profile", "--pull-request", "x.y:Z"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    args = build_parser().parse_args(["run", *out.split()])
+    assert args.impl == ["dict", "list", "flat", "cpp-dict", "cpp-list", "cpp-flat", "x.y:Z"], args.impl
+    assert "--pull-request)" in SCRIPT.read_text()
+
+
 def test_a_base_that_cannot_be_checked_out_is_exit_2(tmp_path: Path) -> None:
     env = {**os.environ, "KVB_CI_OUT": str(tmp_path / "out"), "KVB_CI_SKIP_GATE": "1", "KVB_CI_RUN_ARGS": TINY,
            "PY": sys.executable}

@@ -13,15 +13,27 @@ REGIMES = ("batched", "step")
 SKIPPED_STUDIES = ("--no-paced", "--no-l1d", "--no-allocations", "--no-table-copy")
 
 
-def run_args(extra_impls: tuple[str, ...] | list[str] = ()) -> list[str]:
-    """The arguments of ``kvblock-bench run`` for the CI profile (plus ``extra_impls``, e.g. a plug-in)."""
+def run_args(extra_impls: tuple[str, ...] | list[str] = (), impls: list[str] | None = None) -> list[str]:
+    """The arguments of ``kvblock-bench run`` for the CI profile: ``impls`` (default every registered one) plus
+    ``extra_impls`` (e.g. a plug-in)."""
     args = ["--scenario", SCENARIO, "--regime", ",".join(REGIMES), *SKIPPED_STUDIES]
-    if extra_impls:
+    if extra_impls or impls is not None:
         from impls import REGISTRY, UNAVAILABLE
 
-        args += ["--impl", ",".join([*REGISTRY, *UNAVAILABLE, *extra_impls])]
+        args += ["--impl", ",".join([*([*REGISTRY, *UNAVAILABLE] if impls is None else impls), *extra_impls])]
     return args
 
 
+def pull_request_impls() -> list[str]:
+    """What CI's ``ab`` times by default: the article's designs, in Python/Numba and in C++ (every implementation
+    costs a worker process per repetition and side: README, "Benchmarks in CI", has both profiles' times)."""
+    from impls.registry import RECORDS
+
+    return [r.name for r in RECORDS if r.compares_with_article]
+
+
+PULL_REQUEST_FLAG = "--pull-request"
+
 if __name__ == "__main__":
-    print(shlex.join(run_args(sys.argv[1:])))
+    extra = [a for a in sys.argv[1:] if a != PULL_REQUEST_FLAG]
+    print(shlex.join(run_args(extra, pull_request_impls() if PULL_REQUEST_FLAG in sys.argv[1:] else None)))
