@@ -94,7 +94,7 @@ bench-ops: setup
 gate: setup
 	$(CLI) gate
 
-# What CI runs for benchmarks (.ci/run, examples/ci/github-actions.yml): the gate, then the CI profile on
-# BASE_REF (default: this commit again) and on this checkout, compared.
+# What CI runs for benchmarks (.ci/run, examples/ci/github-actions.yml): the gate, then `kvblock-bench ab` of
+# BASE_REF (default: this commit again) against this checkout on the pull-request profile.
 ci-compare: setup
 	scripts/ci_compare.sh $(BASE_REF)

@@ -95,9 +95,9 @@ def test_the_sections_are_rewritten_from_the_results_file(tmp_path: Path) -> Non
     compare_pairs.write_readme(readme, results, summary)
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n")
-    row = "| separate | off | slowed | 0 / 2 / 0 | 2 of 2 | 1 of 2 | +32.4 % | 122-122 |"
+    row = "| separate | off | slowed | 0 / 2 / 0 | 2 of 2 | 1 of 2 (batched 1.31x, 1) | +32.4 % | 122-122 |"
     assert row in text and row in summary.read_text()
-    assert "| ab | on | slowed | 0 / 2 / 0 | 2 of 2 | 1 of 2 | +32.4 % | 100-101 |" in text
+    assert "| ab | on | slowed | 0 / 2 / 0 | 2 of 2 | 1 of 2 (batched 1.31x, 1) | +32.4 % | 100-101 |" in text
     assert "; 7.5 %: 2 of 6 rows, 2 pairs, caught 2; 10 %: 2 of 6 rows, 2 pairs, caught 1; 15 %: 0 of 6" in text
     # both pairs exited 1, but one caught only one of its two slowed rows: the target wants every one
     assert compare_pairs.targets(json.loads(results.read_text())) == [

@@ -102,14 +102,12 @@ def clipped_totals(per_rep: np.ndarray) -> np.ndarray:
 
 
 TRIM = 0.2  # of the pairs at each end: one pair in five may be a process that ran apart from its twin
-TRIM_FROM = 8  # pairs; below, trimming one of few pairs widens a clean interval more than an outlier would
+TRIM_FROM = 8  # pairs
 
 
 def paired_reps(time_a: np.ndarray, time_b: np.ndarray, work_a: np.ndarray | float = 1.0,
                 work_b: np.ndarray | float = 1.0) -> Estimate:
-    """A over B per unit of work from repetitions replayed side by side (``[reps, steps]`` each): the mean log ratio
-    of the pairs' clipped totals, :data:`TRIM` trimmed from :data:`TRIM_FROM` pairs, with its Student-t (trimmed:
-    Tukey-McLaughlin) 95 % interval (docs/measurement.md#stats)."""
+    """A/B per unit of work from repetitions replayed side by side (``[reps, steps]``): docs/measurement.md#stats."""
     from scipy.stats import mstats
     from scipy.stats import t as student_t
 

@@ -14,8 +14,7 @@ SKIPPED_STUDIES = ("--no-paced", "--no-l1d", "--no-allocations", "--no-table-cop
 
 
 def run_args(extra_impls: tuple[str, ...] | list[str] = (), impls: list[str] | None = None) -> list[str]:
-    """The arguments of ``kvblock-bench run`` for the CI profile: ``impls`` (default every registered one) plus
-    ``extra_impls`` (e.g. a plug-in)."""
+    """``kvblock-bench run``'s arguments for the CI profile: ``impls`` (default: all) plus ``extra_impls``."""
     args = ["--scenario", SCENARIO, "--regime", ",".join(REGIMES), *SKIPPED_STUDIES]
     if extra_impls or impls is not None:
         from impls import REGISTRY, UNAVAILABLE
@@ -25,8 +24,7 @@ def run_args(extra_impls: tuple[str, ...] | list[str] = (), impls: list[str] | N
 
 
 def pull_request_impls() -> list[str]:
-    """What CI's ``ab`` times by default: the article's designs, in Python/Numba and in C++ (every implementation
-    costs a worker process per repetition and side: README, "Benchmarks in CI", has both profiles' times)."""
+    """What CI's ``ab`` times by default: the article's designs, in Python/Numba and in C++ (docs/ci.md)."""
     from impls.registry import RECORDS
 
     return [r.name for r in RECORDS if r.compares_with_article]

@@ -198,7 +198,7 @@ class Worker:
         proc = ctx.Process(target=target, args=args, daemon=True)
         try:
             proc.start()
-        except BaseException:  # a process that did not start leaves this worker as it was: stopped
+        except BaseException:
             parent.close()
             raise
         finally:
