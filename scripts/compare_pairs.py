@@ -5,7 +5,7 @@ Usage: python scripts/compare_pairs.py [--pairs 10] [--modes ab,separate] [--kin
                                        [--passes 0.35] [--thresholds 0,2,5,7.5,10,15,20,25,30]
                                        [--run-args "ARGS OF kvblock-bench run"] [--neighbour-procs 2]
                                        [--out results/compare_pairs] [--work build/compare-pairs] [--resume]
-       python scripts/compare_pairs.py --readme       (only rewrite pairs.md and the generated sections from <out>/pairs.json)
+       python scripts/compare_pairs.py --readme       (rewrite pairs.md and the sections from <out>/pairs.json)
 
 A configuration is a mode, a kind and the neighbour. Modes: ``separate``, two ``kvblock-bench run`` of this
 checkout one after the other (their order alternating from pair to pair), then ``compare``; ``ab``, one
