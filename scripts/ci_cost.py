@@ -17,13 +17,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.base.files import atomic_write_text
 from harness.run import metadata
+from scripts.compare_pairs import finished_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,12 +36,6 @@ def timed(cmd: list[str], env: dict[str, str]) -> dict:
             "load_1m_before": round(load, 2)}
 
 
-def ab_span(runs: Path) -> float | None:
-    """Seconds from the ab run's start to its finish (NEW's ``meta.json``)."""
-    meta = json.loads((runs / "latest" / "meta.json").read_text())
-    return (datetime.fromisoformat(meta["finished"]) - datetime.fromisoformat(meta["started"])).total_seconds()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "compare_pairs" / "ci_cost.json")
@@ -52,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ci-cost-") as tmp:
         env = {**os.environ, "PY": py, "KVB_CI_OUT": f"{tmp}/ci"}
         script = timed(["scripts/ci_compare.sh"], env)
-        script["ab_s"] = ab_span(Path(tmp) / "ci" / "runs")
+        found = finished_run(Path(tmp) / "ci" / "runs")  # NEW's meta.json: the ab run's own start and finish
+        script["ab_s"] = found[1] if found else None
         run = timed([py, "-m", "harness.cli", "run", *profile, "--results", f"{tmp}/run", "--no-progress"], env)
     meta = metadata.collect()
     doc = {"commit": metadata.git_commit(), "machine": f"{meta['cpu_model']} ({meta['cpu_count']} CPUs)",

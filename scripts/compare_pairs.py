@@ -372,10 +372,10 @@ def summary_table(doc: dict) -> list[str]:
     lines = ["| mode | neighbour | kind | exit 0 / 1 / 2 | pairs with a false alarm | slowed pairs caught (each slowed "
              "row: median NEW/BASE, reported slower) | slowdown caught in 9 of 10 | seconds a pair |",
              "|---|---|---|---|---|---|---|---|"]
-    for s in summaries(doc):
+    for s, (_, pairs) in zip(summaries(doc), configs_of(doc), strict=True):
         at = s["at_default"] or {}
-        caught = (f"{at.get('pairs_caught', '—')} of {s['pairs']} ({row_catches(doc, s)})" if s["kind"] == "slowed"
-                  else "—")
+        caught = (f"{at.get('pairs_caught', '—')} of {s['pairs']} "
+                  f"({row_catches(pairs, default_threshold(doc, s['mode']))})" if s["kind"] == "slowed" else "—")
         lines.append(f"| {s['mode']} | {s['neighbour']} | {s['kind']} | {s['exits']['0']} / "
                      f"{s['exits']['1']} / {s['exits']['2']} | {at.get('pairs_with_false_alarm', '—')} of "
                      f"{s['pairs']} | {caught} | {_pct(s['caught_9_of_10_pct'])} | {s['seconds'][0]:.0f}-"
@@ -383,17 +383,21 @@ def summary_table(doc: dict) -> list[str]:
     return lines
 
 
-def row_catches(doc: dict, config: dict) -> str:
-    """"batched 1.15x, 10; step 1.21x, 10": each slowed row's median NEW/BASE and how often it was reported slower."""
-    pairs = next(p for c, p in configs_of(doc) if all(c[k] == config[k] for k in LEGACY))
-    default = default_threshold(doc, config["mode"])
+def slowed_row_stats(pairs: list[dict], default: float) -> list[tuple[tuple[str, str], list[float], int]]:
+    """Per slowed row (regime, metric) of ``pairs``: its NEW/BASE over the pairs, sorted, and how many of them were
+    reported slower at ``default``."""
     found = [r for p in pairs for r in p["rows"] if plugin_row(r)]
-    parts = []
-    for regime in dict.fromkeys(r["regime"] for r in found):
-        rows = [r for r in found if r["regime"] == regime]
-        caught = sum(row_verdict(r, default) == "slower" for r in rows)
-        parts.append(f"{regime} {statistics.median(r['ratio'] for r in rows):.2f}x, {caught}")
-    return "; ".join(parts)
+    out = []
+    for key in dict.fromkeys((r["regime"], r["metric"]) for r in found):
+        rows = [r for r in found if (r["regime"], r["metric"]) == key]
+        out.append((key, sorted(r["ratio"] for r in rows), sum(row_verdict(r, default) == "slower" for r in rows)))
+    return out
+
+
+def row_catches(pairs: list[dict], default: float) -> str:
+    """"batched 1.15x, 10; step 1.21x, 10": each slowed row's median NEW/BASE and how often it was reported slower."""
+    return "; ".join(f"{key[0]} {statistics.median(ratios):.2f}x, {caught}"
+                     for key, ratios, caught in slowed_row_stats(pairs, default))
 
 
 def slowed_rows(doc: dict) -> list[str]:
@@ -404,15 +408,10 @@ def slowed_rows(doc: dict) -> list[str]:
     for config, pairs in configs_of(doc):
         if config["kind"] != "slowed":
             continue
-        default = default_threshold(doc, config["mode"])
-        found = [r for p in pairs for r in p["rows"] if plugin_row(r)]
-        for key in dict.fromkeys((r["regime"], r["metric"]) for r in found):
-            rows = [r for r in found if (r["regime"], r["metric"]) == key]
-            ratios = sorted(r["ratio"] for r in rows)
-            caught = sum(row_verdict(r, default) == "slower" for r in rows)
+        for key, ratios, caught in slowed_row_stats(pairs, default_threshold(doc, config["mode"])):
             lines.append(f"| {config['mode']} | {config['neighbour']} | {key[0]} {key[1]} | "
                          f"{statistics.median(ratios):.3f}x [{ratios[0]:.3f}-{ratios[-1]:.3f}] | "
-                         f"{caught} of {len(rows)} |")
+                         f"{caught} of {len(ratios)} |")
     return lines
 
 
