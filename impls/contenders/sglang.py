@@ -139,6 +139,21 @@ class PagedAllocator:
         self.free_pages = self.free_pages[num_new_pages:]
         return out
 
+    def alloc_decode_copying(self, seq_lens: torch.Tensor, last_loc: torch.Tensor,
+                             copy: torch.Tensor) -> torch.Tensor | None:
+        """Ours, not SGLang's (it has no fork): :meth:`alloc_decode` where the rows in ``copy`` (a shared last page,
+        copied on write) take a fresh page as well, every page taken in batch order; None when the pool is short."""
+        need = ((seq_lens - 1) % self.page_size == 0) | copy
+        num_new_pages = int(need.sum())
+        if num_new_pages == 0:
+            return last_loc + 1
+        if num_new_pages > len(self.free_pages):
+            return None
+        taken = need.to(torch.int64)
+        new_page = self.free_pages[(torch.cumsum(taken, 0) - taken).clamp_(max=num_new_pages - 1)]
+        self.free_pages = self.free_pages[num_new_pages:]
+        return torch.where(need, new_page * self.page_size + (seq_lens - 1) % self.page_size, last_loc + 1)
+
     def free(self, free_index: torch.Tensor) -> None:
         if free_index.numel() == 0:
             return
@@ -331,26 +346,19 @@ class SGLangBlockManager(PagedRows, InterpretedBlockManager):
         self._admit_tokens = 0
 
     def _decode_sharing(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """Our fork emulation: copied pages taken in the same batched computation as new pages, in batch order."""
-        ps, free_pages = self.page_size, self.allocator.free_pages
+        """Our fork emulation: a step's copied pages taken with its new pages, in batch order (the contract's per-call
+        order), by one call on the allocator model (so the engine-call meter counts that work as the allocator's)."""
+        ps = self.page_size
         rows = torch.as_tensor(seq_ids, dtype=torch.int64)
         seq_lens = self.seq_lens[rows] + 1
         last_loc = self.req_to_token[rows, seq_lens - 2].to(torch.int64)
-        need = (seq_lens - 1) % ps == 0
         movers = self._shared_tails(ids)
+        copy = torch.zeros(len(ids), dtype=torch.bool)
         if movers:
-            need[[i for i, _ in movers]] = True
-        num_new_pages = int(need.sum())
-        new_page = last_loc
-        if num_new_pages:
-            if num_new_pages > len(free_pages):
-                raise NoFreeBlocksError("the decode batch needs more pages than are free")
-            taken = need.to(torch.int64)
-            new_page = free_pages[(torch.cumsum(taken, 0) - taken).clamp_(max=num_new_pages - 1)]
-            out = torch.where(need, new_page * ps + (seq_lens - 1) % ps, last_loc + 1)
-            self.allocator.free_pages = free_pages[num_new_pages:]
-        else:
-            out = last_loc + 1
+            copy[[i for i, _ in movers]] = True
+        out = self.allocator.alloc_decode_copying(seq_lens, last_loc, copy)
+        if out is None:
+            raise NoFreeBlocksError("the decode batch needs more pages than are free")
         self.req_to_token[rows, seq_lens - 1] = out.to(torch.int32)
         self.seq_lens[rows] = seq_lens
         lens = self._lens
@@ -358,7 +366,7 @@ class SGLangBlockManager(PagedRows, InterpretedBlockManager):
             lens[s] += 1
         slot_out[: len(ids)] = (out - ps).numpy()
         for k, (i, page) in enumerate(movers):
-            cow_out[k] = self._copy_tail(ids[i], lens[ids[i]] - 1, page, int(new_page[i]))
+            cow_out[k] = self._copy_tail(ids[i], lens[ids[i]] - 1, page, int(out[i]) // ps)
         return len(movers)
 
     @property
