@@ -53,8 +53,8 @@ def measure(prep: Prepared, kind: str, rate: float, steps: int) -> tuple[float, 
     t0 = time.perf_counter_ns()
     run(0, steps)
     hot = (time.perf_counter_ns() - t0) / steps / 1e3
-    idle, _, _ = paced_loop(None, rate, steps)
-    cpu, _, _ = paced_loop(runner(prep, kind)[1], rate, steps)
+    idle = paced_loop(None, rate, steps).cpu_ns
+    cpu = paced_loop(runner(prep, kind)[1], rate, steps).cpu_ns
     return hot, (cpu - idle) / steps / 1e3
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from harness.base.drivers import Prepared
-from harness.studies.paced_study import PacedKind, paced_study_rows, run_interleaved
+from harness.studies.paced import paced_loop
+from harness.studies.paced_study import PacedKind, above, paced_study_rows, run_interleaved
 from impls import REGISTRY
 from scenarios import generate
 
@@ -80,3 +81,22 @@ def test_on_a_caching_trace_the_whole_step_is_unsupported_not_guessed(prep: Prep
     whole = [r for r in rows if r.metric == "cpu_share_observed_whole_step_pct"]
     assert [(w.status, w.how) for w in whole] == [("unsupported", "step() does not take the prefix-caching ops yet")]
     assert not [r for r in rows if r.metric == "paced_above_floor_pct"]
+
+
+def test_above_the_floor_compares_the_cpu_inside_the_calls_only() -> None:
+    # Whole loops that differ by a lot (the wake-ups' noise) and calls that differ by exactly 0.5 % of the wall time:
+    # the figure is the calls' difference, paired repetition by repetition.
+    step = PacedKind("flat", "batched", "step", lambda: (None, lambda steps: None),
+                     cpu_ns=[9_000_000, 1_000_000], wall_ns=[1_000_000_000, 2_000_000_000],
+                     callee_ns=[7_000_000, 12_000_000])
+    floor = PacedKind("-", "-", "floor", lambda: (None, lambda steps: None),
+                      cpu_ns=[1_000_000, 8_000_000], wall_ns=[1_000_000_000, 2_000_000_000],
+                      callee_ns=[2_000_000, 2_000_000])
+    assert above(step, floor).tolist() == pytest.approx([0.5, 0.5])
+
+
+def test_a_paced_loop_reads_the_time_inside_its_calls_within_its_whole_time() -> None:
+    work = paced_loop(lambda lo, hi: sum(range(20_000)), 20_000.0, 40)
+    idle = paced_loop(None, 20_000.0, 40)
+    assert 0 < work.callee_ns <= work.cpu_ns and 0 <= idle.callee_ns <= idle.cpu_ns
+    assert work.callee_ns > idle.callee_ns  # the calls' work is inside; the idle loop only read the clock

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.base.text import duration_text
+from harness.output.cache_state_report import cache_state_sentence
 from harness.output.coverage import left_out_note
 from harness.output.formatting import aa_row, cpu_text, fmt, interval_of, machine_line, ratio_text, run_seconds
 from harness.output.paced_report import paced_sentence
@@ -79,6 +80,8 @@ def console_summary(run: str | Path | RunData | None = None) -> str:
             lines.append(note)
         if paced := paced_sentence(data, scenario):
             lines.append(paced)
+        if alone := cache_state_sentence(data, scenario):
+            lines.append(alone)
     if not data.meta.get("complete", True):
         lines.append("INCOMPLETE run: only the scenarios it finished have figures")
     failed = data.df[data.df.status == "failed"]

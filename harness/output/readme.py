@@ -10,6 +10,7 @@ from harness.base.files import atomic_write_text, os_reason, read_json
 from harness.errors import WriteError
 from harness.output import sections, times
 from harness.output.cache_report import caching_scenarios, hit_sentence
+from harness.output.cache_state_report import cache_state_sentence
 from harness.output.coverage import left_out_note
 from harness.output.formatting import (
     CACHE_BASE,
@@ -161,6 +162,7 @@ def section(run: RunData) -> str:
         "",
         *_optional(left_out_note(run, PAPER, DESIGN_ROLES)),
         *_optional(paced_sentence(run, PAPER)),
+        *_optional(cache_state_sentence(run, PAPER)),
     ]
     lines += _sharing_lines(run)
     lines += _caching_lines(run)

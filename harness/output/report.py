@@ -10,6 +10,7 @@ import pandas as pd
 
 from harness.base.files import atomic_write_text
 from harness.output.cache_report import caching_scenarios, prefix_cache_section
+from harness.output.cache_state_report import cache_state_sentence
 from harness.output.coverage import left_out_note
 from harness.output.formatting import (
     BASE,
@@ -131,6 +132,8 @@ def paper_table(run: RunData, scenario: str = PAPER) -> str:
         out += [note, ""]
     if paced := paced_sentence(run, scenario):
         out += [paced, ""]
+    if alone := cache_state_sentence(run, scenario):
+        out += [alone, ""]
     out += _perf_note(run, scenario)
     return "\n".join(out) + "\n"
 

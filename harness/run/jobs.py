@@ -247,6 +247,8 @@ def scenario_studies(job: ScenarioJob, bench: CellBench, cells: list[Cell], even
 
         rows += idwidth_rows(trace, scenario=scenario)
         events.tick(f"{scenario} id width")
+    if "cache_state" in job.studies:
+        rows += _cache_state_rows(job, bench, cells, events)
     if "cache_ops" in job.studies:
         rows += _cache_ops_rows(scenario, cells, bench, events)
         events.tick(f"{scenario} cache operations")
@@ -272,6 +274,19 @@ def scenario_studies(job: ScenarioJob, bench: CellBench, cells: list[Cell], even
         rows += copy_rows
         raw[f"raw/{scenario}/flat__table-copy.json.gz"] = copy_raw
         events.tick(f"{scenario} table copy")
+    return rows
+
+
+def _cache_state_rows(job: ScenarioJob, bench: CellBench, cells: list[Cell], events: Events) -> list[Row]:
+    from harness.studies.cache_state import cache_state_rows
+
+    events.status(f"{job.scenario}: replays alone, warm and cold")
+    rows: list[Row] = []
+    for cell in (c for c in job.study_cells.get("cache_state", []) if c in cells):
+        events.cell(cell)
+        rows += cache_state_rows(job.scenario, [bench.drivers[(*cell, "")]])
+    events.cell(None)
+    events.tick(f"{job.scenario} cache state")
     return rows
 
 

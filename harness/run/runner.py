@@ -331,10 +331,11 @@ STUDY_FLAGS = {"allocations": "allocations", "paced": "paced", "l1d": "l1d", "ta
 
 def enabled_studies(cfg: RunConfig) -> list[str]:
     """The studies this configuration runs (each ``--no-X`` flag switches one off; id width, the cache
-    operations and hashing run unless every study is off: seconds each)."""
+    operations, hashing and the replays alone run unless every study is off: seconds each)."""
     if not cfg.studies:
         return []
-    return ["idwidth", "cache_ops", "hashing", *(study for study, flag in STUDY_FLAGS.items() if getattr(cfg, flag))]
+    flagged = [study for study, flag in STUDY_FLAGS.items() if getattr(cfg, flag)]
+    return ["idwidth", "cache_ops", "hashing", "cache_state", *flagged]
 
 
 def resolve_impls(cfg: RunConfig, pool: Pool) -> tuple[dict[str, ImplInfo], dict[str, str]]:

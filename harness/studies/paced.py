@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -21,32 +22,42 @@ class PacedResult:
     pacing_cpu_ns: int
 
 
-def paced_loop(run_step, rate: float, steps: int) -> tuple[int, int, int]:
-    """Run ``steps`` steps at ``rate``; returns (thread CPU ns, wall ns, misses). ``run_step=None``: pacing only."""
+class Paced(NamedTuple):
+    """Thread CPU ns of a paced loop, its wall ns, deadline misses, and the thread CPU ns inside its calls."""
+
+    cpu_ns: int
+    wall_ns: int
+    misses: int
+    callee_ns: int
+
+
+def paced_loop(run_step, rate: float, steps: int) -> Paced:
+    """Run ``steps`` steps at ``rate`` (``run_step=None``: pacing only, the clock read alike)."""
     period = 1e9 / rate
-    misses = 0
+    misses = callee = 0
     cpu0, t0 = time.thread_time_ns(), time.perf_counter_ns()
     for s in range(steps):
         due = t0 + s * period
         wait = due - time.perf_counter_ns()
         if wait > 0:
             time.sleep(wait / 1e9)
+        before = time.thread_time_ns()
         if run_step is not None:
             run_step(s, s + 1)
+        callee += time.thread_time_ns() - before
         if time.perf_counter_ns() > due + period:
             misses += 1
-    return time.thread_time_ns() - cpu0, time.perf_counter_ns() - t0, misses
+    return Paced(time.thread_time_ns() - cpu0, time.perf_counter_ns() - t0, misses, callee)
 
 
 def paced_run(prep: Prepared, make_mgr, regime: str, rate: float, steps: int | None = None) -> PacedResult:
     """Observed CPU share of one implementation at ``rate`` steps/s over ``steps`` steps, via ``regime``'s path."""
     steps = min(steps or prep.num_steps, prep.num_steps)
     run, check = paced_runner(prep, make_mgr, regime)
-    idle_cpu, _, _ = paced_loop(None, rate, steps)
-    cpu, wall, misses = paced_loop(run, rate, steps)
+    idle, loop = paced_loop(None, rate, steps), paced_loop(run, rate, steps)
     check(steps)
-    share = (cpu - idle_cpu) / wall * 100  # not clamped: a negative figure shows the noise floor
-    return PacedResult(share, misses, steps, wall / 1e9, idle_cpu)
+    share = (loop.cpu_ns - idle.cpu_ns) / loop.wall_ns * 100  # not clamped: a negative figure shows the noise floor
+    return PacedResult(share, loop.misses, steps, loop.wall_ns / 1e9, idle.cpu_ns)
 
 
 def _checked_inside(steps: int) -> None:
@@ -80,10 +91,10 @@ def paced_whole_step_run(prep: Prepared, make_mgr, rate: float, steps: int | Non
     """Observed CPU share of one ``step`` call per step at ``rate`` steps/s over ``steps`` steps."""
     steps = min(steps or prep.num_steps, prep.num_steps)
     run, check = whole_step_paced(prep, make_mgr)
-    idle_cpu, _, _ = paced_loop(None, rate, steps)
-    cpu, wall, misses = paced_loop(run, rate, steps)
+    idle, loop = paced_loop(None, rate, steps), paced_loop(run, rate, steps)
     check(steps)
-    return PacedResult((cpu - idle_cpu) / wall * 100, misses, steps, wall / 1e9, idle_cpu)
+    return PacedResult((loop.cpu_ns - idle.cpu_ns) / loop.wall_ns * 100, loop.misses, steps, loop.wall_ns / 1e9,
+                       idle.cpu_ns)
 
 
 @njit  # not cached: the scripts that import it run as __main__

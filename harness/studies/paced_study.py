@@ -14,9 +14,9 @@ from harness.base.failures import blamed_on
 from harness.base.rows import Row
 from harness.base.stats import median_estimate
 from harness.errors import DesignFailure
-from harness.studies.paced import floor_runner, paced_loop, paced_runner, whole_step_paced
+from harness.studies.paced import Paced, floor_runner, paced_loop, paced_runner, whole_step_paced
 
-PACED_REPS = 5
+PACED_REPS = 9
 FLOOR = ("-", "-")
 Starter = Callable[[], tuple[Callable[[int, int], None] | None, Callable[[int], None]]]
 
@@ -36,6 +36,7 @@ class PacedKind:
     cpu_ns: list[int] = field(default_factory=list)
     wall_ns: list[int] = field(default_factory=list)
     misses: list[int] = field(default_factory=list)
+    callee_ns: list[int] = field(default_factory=list)
     error: BaseException | None = None
     cls: type | None = None
 
@@ -86,10 +87,10 @@ def run_interleaved(kinds: list[PacedKind], rate: float, steps: int, reps: int,
             measured = kind.guarded(lambda kind=kind: _measured_loop(kind, rate, steps, mark))
             if measured is None:
                 continue
-            cpu, wall, misses = measured
-            kind.cpu_ns.append(cpu)
-            kind.wall_ns.append(wall)
-            kind.misses.append(misses)
+            kind.cpu_ns.append(measured.cpu_ns)
+            kind.wall_ns.append(measured.wall_ns)
+            kind.misses.append(measured.misses)
+            kind.callee_ns.append(measured.callee_ns)
         if on_repetition is not None:
             on_repetition(rep)
 
@@ -100,8 +101,7 @@ def _first_steps(kind: PacedKind, steps: int) -> None:
         run(0, min(2, steps))
 
 
-def _measured_loop(kind: PacedKind, rate: float, steps: int,
-                   mark: Callable[[tuple | None], None]) -> tuple[int, int, int]:
+def _measured_loop(kind: PacedKind, rate: float, steps: int, mark: Callable[[tuple | None], None]) -> Paced:
     run, check = kind.start()
     mark(kind.key())
     measured = paced_loop(run, rate, steps)
@@ -122,6 +122,14 @@ def shares(kind: PacedKind, idle: PacedKind) -> np.ndarray:
     return (cpu - base) / wall * 100
 
 
+def above(kind: PacedKind, floor: PacedKind) -> np.ndarray:
+    """Per repetition, the kind's share of thread CPU inside its calls minus the floor's (sleeps left out)."""
+    n = min(len(kind.callee_ns), len(floor.callee_ns))
+    own, base = (np.asarray(k.callee_ns[:n], dtype=float) / np.asarray(k.wall_ns[:n], dtype=float)
+                 for k in (kind, floor))
+    return (own - base) * 100
+
+
 METRICS = {"calls": ("cpu_share_observed_pct", "deadline_misses"),
            "step": ("cpu_share_observed_whole_step_pct", "deadline_misses_whole_step"),
            "floor": ("paced_floor_pct", None)}
@@ -140,7 +148,6 @@ def study_rows(scenario: str, kinds: list[PacedKind], rate: float, steps: int) -
     """The study's rows from the kinds' repetitions."""
     idle = next(k for k in kinds if k.what == "idle")
     floor = next(k for k in kinds if k.what == "floor")
-    floor_shares = shares(floor, idle)
     rows: list[Row] = []
     for kind in kinds:
         if kind.what == "idle":
@@ -167,15 +174,20 @@ def study_rows(scenario: str, kinds: list[PacedKind], rate: float, steps: int) -
                             "ok", f"steps whose work ended after the next step was due, of {steps}; median of "
                             "interleaved repetitions", reps=len(kind.misses), ci_low=_finite(misses.low),
                             ci_high=_finite(misses.high), steps=steps, driver="python"))
-        if kind.what == "step" and floor.error is None and floor_shares.size:
-            n = min(per_rep.size, floor_shares.size)
-            above = median_estimate(per_rep[:n] - floor_shares[:n])
-            rows.append(Row(scenario, kind.impl, kind.regime, "paced_above_floor_pct", above.value, "%",
-                            "thread_time_ns", "ok", "the whole step's paced share minus the do-nothing crossing's, "
-                            "paired repetition by repetition (the same run, the same machine state); median, 95 % "
-                            "bootstrap interval", reps=n, ci_low=_finite(above.low), ci_high=_finite(above.high),
-                            **common))
+        if kind.what == "step" and floor.error is None and floor.callee_ns:
+            rows.append(_above_row(scenario, kind, floor, common))
     return rows
+
+
+def _above_row(scenario: str, kind: PacedKind, floor: PacedKind, common: dict) -> Row:
+    """``paced_above_floor_pct``: the whole step's calls over the do-nothing crossing's, paired per repetition."""
+    est = median_estimate(above(kind, floor))
+    return Row(scenario, kind.impl, kind.regime, "paced_above_floor_pct", est.value, "%", "thread_time_ns", "ok",
+               "the whole step's share of thread CPU inside its step() calls minus the do-nothing crossing's inside "
+               "its calls (thread CPU clock read around each call, in both loops alike), paired repetition by "
+               "repetition (the same run, the same machine state); median, 95 % bootstrap interval",
+               reps=min(len(kind.callee_ns), len(floor.callee_ns)), ci_low=_finite(est.low),
+               ci_high=_finite(est.high), **common)
 
 
 def _finite(x: float) -> float | None:

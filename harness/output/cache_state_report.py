@@ -1,0 +1,37 @@
+"""The whole step replayed alone, in words. Design: docs/output.md#harnessoutputcache_state_reportpy."""
+
+from __future__ import annotations
+
+from harness.output.formatting import fmt, interval_text
+from harness.output.rundata import RunData
+from impls.registry import RATIO_BASE
+from scenarios import PAPER
+
+WARM, COLD = "seq_step_alone_warm_ns", "seq_step_alone_cold_ns"
+SHOWN = (RATIO_BASE, "cpp-flat")
+
+
+def _ok(row: dict | None) -> bool:
+    return row is not None and row["status"] == "ok"
+
+
+def _figures(run: RunData, scenario: str, impl: str) -> str:
+    warm, cold = run.get(scenario, impl, "batched", WARM), run.get(scenario, impl, "batched", COLD)
+    if not (_ok(warm) and _ok(cold)):
+        return ""
+    return (f"`{impl}` {fmt(float(warm['value']))} ns{interval_text(warm)} warm and "
+            f"{fmt(float(cold['value']))} ns{interval_text(cold)} cold")
+
+
+def cache_state_sentence(run: RunData, scenario: str = PAPER, impls: tuple[str, ...] = SHOWN) -> str:
+    """The shown designs' whole step alone, warm and cold, beside the run's own figure."""
+    parts = [text for impl in impls if (text := _figures(run, scenario, impl))]
+    if not parts:
+        return ""
+    ours = run.get(scenario, impls[0], "batched", "seq_step_ns")
+    among = (f" The run's own `{impls[0]}` figure, {fmt(float(ours['value']))} ns{interval_text(ours)}, times "
+             "slices that start in the caches other designs' slices left, so it moves with the designs a run "
+             "holds." if _ok(ours) else "")
+    return ("Replayed alone in its worker after the timings (`cache_state`), the batched whole step per "
+            f"sequence-step: {'; '.join(parts)} (warm: whole replays back to back; cold: a 64 MiB buffer read and "
+            f"written before every slice of the trace).{among}")
