@@ -15,6 +15,8 @@ from harness.output.history_report import Step
 
 STYLE = {"off": ("C0", "o", "caching off"), "on": ("C1", "s", "caching on")}
 
+SLOWER = "slower than the release before (on its line)"
+
 
 def _panel(ax, rows: list[HistoryRow], found: list[Step], releases: list[str]) -> None:
     """One scenario's metric: a series per caching mode, whiskers its 95 % interval, slower steps ringed in red."""
@@ -31,7 +33,7 @@ def _panel(ax, rows: list[HistoryRow], found: list[Step], releases: list[str]) -
         slow = [releases.index(s.new) for s in found if s.caching == caching and s.verdict == "slower"
                 and s.new in mine]
         ax.scatter(slow, [mine[releases[i]].value for i in slow], s=90, facecolors="none", edgecolors="red", lw=1.4,
-                   zorder=5, label=f"slower than the release before ({label})" if slow else None)
+                   zorder=5, label=SLOWER if slow and SLOWER not in ax.get_legend_handles_labels()[1] else None)
     ax.set_xticks(range(len(releases)), releases, rotation=60, fontsize=7)
     ax.set_ylim(bottom=0)
     ax.grid(axis="y", alpha=0.3)
