@@ -16,6 +16,7 @@ import pytest
 from harness.base.rows import Row, read_rows, write_rows
 from harness.output import growth, plots
 from harness.output.drawing import MAX_SERIES, label
+from harness.output.formatting import fmt
 from harness.studies import idwidth
 from impls import registry
 from tests.test_compare import make_run
@@ -174,6 +175,11 @@ def _texts(ax) -> list:
     return [t for t in ax.texts if t.get_visible() and t.get_text().strip()]
 
 
+def _ratio_text(row: dict) -> str:
+    """A paired ratio row as the figures print it: ``R× [low–high]``."""
+    return f"{fmt(float(row['value']))}× [{fmt(float(row['ci_low']))}–{fmt(float(row['ci_high']))}]"
+
+
 def test_the_headline_figure_has_one_row_per_regime_and_every_bar_its_ratio(reference) -> None:
     fig = plots.fig_paper_vs_article(reference)
     rows = fig.subfigs
@@ -184,9 +190,12 @@ def test_the_headline_figure_has_one_row_per_regime_and_every_bar_its_ratio(refe
                           "L1D misses per sequence-step"]  # no PMU here: no rate panel
     batched_lookup = rows[0].axes[0]
     labels = [t.get_text() for t in _texts(batched_lookup)]
-    assert any(t.startswith("338  174× [152–192]") for t in labels)  # dict: value, paired ratio, interval
+    dict_ratio = reference.get("paper", "dict", "batched", "lookup_ns_vs_flat")  # value, paired ratio, interval
+    assert any(t.startswith(f"{fmt(reference.value('paper', 'dict', 'batched', 'lookup_ns'))}  "
+                            f"{_ratio_text(dict_ratio)}") for t in labels)
     assert any(t.endswith("1× (base)") for t in labels) and any(t.startswith("~134") for t in labels)
-    assert any("1.26× [1.21–1.34]" in t for t in labels)  # cpp-flat beside, batched row only
+    cpp_ratio = reference.get("paper", "cpp-flat", "batched", "lookup_ns_vs_flat")
+    assert any(_ratio_text(cpp_ratio) in t for t in labels)  # cpp-flat beside, batched row only
     assert not any("cpp" in t.get_text() for t in rows[1].axes[0].get_xticklabels())
     l1d = [t.get_text() for t in _texts(rows[0].axes[3])]
     assert any(t.startswith("16  callgrind-sim") for t in l1d)  # misses per sequence-step with their source
@@ -347,7 +356,9 @@ def test_prefix_caching_is_one_shared_axis_of_ratios_to_flat_pc(reference) -> No
                                                  "system-prompt-256", "system-prompt-1024"]
     assert all("hit " in t and "flat-pc:" in t for t in ticks)
     labels = {t.get_text() for t in _texts(ax)}
-    assert {"16.9×", "400×", "1× (base)"} <= labels  # the run's paired ratios, read from its rows
+    ratios = {f"{fmt(reference.value(scenario, impl, 'batched', 'seq_step_ns_vs_flat_pc'))}×"
+              for scenario, impl in (("mooncake-cached", "dict-pc"), ("system-prompt-256", "vllm-v1-pc"))}
+    assert {*ratios, "1× (base)"} <= labels  # the run's paired ratios, read from its rows
 
 
 def _lab(hex_colour: str) -> np.ndarray:
