@@ -76,3 +76,10 @@ def test_a_replay_that_disagrees_with_the_trace_fails(prep: Prepared, monkeypatc
     monkeypatch.setattr(d, "timed", wrong_cows)
     rows = cache_state.cache_state_rows("paper", [d], CountingEvictor())
     assert {r.status for r in rows} == {"failed"}
+
+
+def test_the_supervisor_is_told_each_cell_before_its_code_runs(prep: Prepared) -> None:
+    told: list = []
+    cache_state.cache_state_rows("paper", [driver(prep, "dict"), driver(prep, "flat")], CountingEvictor(),
+                                 enter=told.append)
+    assert told == [("flat", "batched"), None]  # the Python cell is not replayed, so never announced

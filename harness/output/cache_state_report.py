@@ -33,5 +33,5 @@ def cache_state_sentence(run: RunData, scenario: str = PAPER, impls: tuple[str, 
              "slices that start in the caches other designs' slices left, so it moves with the designs a run "
              "holds." if _ok(ours) else "")
     return ("Replayed alone in its worker after the timings (`cache_state`), the batched whole step per "
-            f"sequence-step: {'; '.join(parts)} (warm: whole replays back to back; cold: a 64 MiB buffer read and "
-            f"written before every slice of the trace).{among}")
+            f"sequence-step: {'; '.join(parts)} (warm: whole replays back to back; cold: the caches flushed before "
+            f"every slice of the trace, as each row's `how` says).{among}")

@@ -6,6 +6,8 @@ import csv
 import os
 from pathlib import Path
 
+from packaging.version import Version
+
 from harness.base.files import atomic_write_text, read_json
 from harness.base.history_rows import HISTORY_CSV, read_history
 from harness.output.history_report import DEFAULT_THRESHOLD, Step, paired_steps, steps
@@ -28,10 +30,6 @@ def read_changes(folder: Path) -> dict[tuple[str, str, str], str]:
         return {(r["version"], r["caching"], r["metric"]): r["change"] for r in csv.DictReader(fh)}
 
 
-def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split(".") if p.isdigit())
-
-
 def _moved(s: Step, changes: dict[tuple[str, str, str], str]) -> str:
     change = changes.get((s.new, s.caching, s.metric), "not identified yet")
     return (f"- {s.base} -> **{s.new}** ({s.caching}, `{s.scenario}`, {s.metric}): {s.ratio:.2f}x "
@@ -43,10 +41,10 @@ def section(folder: Path, shown_as: str) -> tuple[str, str]:
     rows = read_history(folder / HISTORY_CSV)
     meta = read_json(folder / "meta.json") if (folder / "meta.json").is_file() else {}
     engine = sorted({r.engine for r in rows})[0]
-    versions = sorted({r.version for r in rows}, key=_release)
+    versions = sorted({r.version for r in rows}, key=Version)
     found = steps(rows, paired=paired_steps(folder, rows))
     moved = sorted((s for s in found if s.verdict in ("slower", "faster")),
-                   key=lambda s: (_release(s.new), s.caching, s.metric))
+                   key=lambda s: (Version(s.new), s.caching, s.metric))
     changes = read_changes(folder)
     load = "; ".join(f"`{name}` at load average {start:g} to {end:g}" for name, (start, end) in
                      meta.get("load_average_by_scenario", {}).items())

@@ -281,11 +281,8 @@ def _cache_state_rows(job: ScenarioJob, bench: CellBench, cells: list[Cell], eve
     from harness.studies.cache_state import cache_state_rows
 
     events.status(f"{job.scenario}: replays alone, warm and cold")
-    rows: list[Row] = []
-    for cell in (c for c in job.study_cells.get("cache_state", []) if c in cells):
-        events.cell(cell)
-        rows += cache_state_rows(job.scenario, [bench.drivers[(*cell, "")]])
-    events.cell(None)
+    drivers = [bench.drivers[(*cell, "")] for cell in job.study_cells.get("cache_state", []) if cell in cells]
+    rows = cache_state_rows(job.scenario, drivers, enter=events.cell)
     events.tick(f"{job.scenario} cache state")
     return rows
 

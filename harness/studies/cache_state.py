@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,10 +82,17 @@ def cell_rows(scenario: str, driver: Driver, evictor: Evictor, reps: int = REPS)
     return rows
 
 
-def cache_state_rows(scenario: str, drivers: list[Driver], evictor: Evictor | None = None) -> list[Row]:
-    """Warm and cold rows of every batched cell among ``drivers`` whose replay runs compiled or in C++."""
+def cache_state_rows(scenario: str, drivers: list[Driver], evictor: Evictor | None = None,
+                     enter: Callable[[tuple[str, str] | None], None] = lambda cell: None) -> list[Row]:
+    """Warm and cold rows of every batched cell among ``drivers`` whose replay runs compiled or in C++ (``enter``
+    is told the cell whose code is about to run, None after the last)."""
     timed = [d for d in drivers if d.regime == "batched" and d.kind in KINDS]
     if not timed:
         return []
     evictor = evictor or Evictor.make()
-    return [row for driver in timed for row in cell_rows(scenario, driver, evictor)]
+    rows = []
+    for driver in timed:
+        enter((driver.impl, driver.regime))
+        rows += cell_rows(scenario, driver, evictor)
+    enter(None)
+    return rows
