@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from harness.output.formatting import fmt, interval_text
 from harness.output.rundata import RunData
+from harness.studies import cache_state, limit_loop
 from impls.registry import RATIO_BASE
 from scenarios import PAPER
 
-WARM, COLD = "seq_step_alone_warm_ns", "seq_step_alone_cold_ns"
+WARM, COLD = cache_state.METRICS["warm"], cache_state.METRICS["cold"]
 SHOWN = (RATIO_BASE, "cpp-flat")
 
 
@@ -23,8 +24,22 @@ def _figures(run: RunData, scenario: str, impl: str) -> str:
             f"{fmt(float(cold['value']))} ns{interval_text(cold)} cold")
 
 
+def limit_text(run: RunData, scenario: str = PAPER) -> str:
+    """The minimal decode loop beside ``flat`` (``limit_loop``), and ``flat`` over it, in a sentence."""
+    figures = [run.get(scenario, "-", "-", m) for m in limit_loop.METRICS.values()]
+    ratios = [run.get(scenario, RATIO_BASE, "batched", m) for m in limit_loop.RATIOS.values()]
+    if not all(_ok(row) for row in figures + ratios):
+        return ""
+    (warm, cold), (warm_x, cold_x) = figures, ratios
+    return (f" The minimal decode loop (`limit_loop`: a table read per append, none of the contract's "
+            f"checks), replayed in turn with `{RATIO_BASE}` in its worker: {fmt(float(warm['value']))} ns"
+            f"{interval_text(warm)} warm and {fmt(float(cold['value']))} ns{interval_text(cold)} cold; "
+            f"`{RATIO_BASE}` takes {fmt(float(warm_x['value']))}×{interval_text(warm_x)} its time warm and "
+            f"{fmt(float(cold_x['value']))}×{interval_text(cold_x)} cold (median of the rounds' ratios).")
+
+
 def cache_state_sentence(run: RunData, scenario: str = PAPER, impls: tuple[str, ...] = SHOWN) -> str:
-    """The shown designs' whole step alone, warm and cold, beside the run's own figure."""
+    """The shown designs' whole step alone, warm and cold, beside the run's own figure and the minimal loop."""
     parts = [text for impl in impls if (text := _figures(run, scenario, impl))]
     if not parts:
         return ""
@@ -34,4 +49,4 @@ def cache_state_sentence(run: RunData, scenario: str = PAPER, impls: tuple[str, 
              "holds." if _ok(ours) else "")
     return ("Replayed alone in its worker after the timings (`cache_state`), the batched whole step per "
             f"sequence-step: {'; '.join(parts)} (warm: whole replays back to back; cold: the caches flushed before "
-            f"every slice of the trace, as each row's `how` says).{among}")
+            f"every slice of the trace, as each row's `how` says).{among}{limit_text(run, scenario)}")

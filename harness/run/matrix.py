@@ -81,7 +81,8 @@ STUDIES: tuple[Study, ...] = (
     Study("idwidth", (PAPER,), (PAPER,), False, "block-id width: uint16 / int32 / int64 lookups"),
     Study("cache_state", (PAPER,), (), False,
           "compiled and C++ whole steps replayed alone, warm and with the caches flushed before every slice: "
-          "figures independent of the run's other designs", ("design", "twin", "native", "caching", "plugin")),
+          "figures independent of the run's other designs; beside batched flat, the minimal decode loop",
+          ("design", "twin", "native", "caching", "plugin")),
     Study("table_copy", (PAPER, SWEEP, CONTEXT, POOL), (PAPER,), False,
           "rule 3: block tables to the device, per variant"),
     Study("memory", (ALL,), (ALL,), False,
