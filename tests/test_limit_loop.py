@@ -36,9 +36,9 @@ def test_the_loop_gets_warm_and_cold_figures_and_flat_its_ratios_over_it(prep: P
         ("-", "-", "seq_step_limit_cold_ns", "ns"), ("flat", "batched", "seq_step_alone_cold_vs_limit", "x")]
     assert all(r.status == "ok" and r.reps == 3 and r.ci_low <= r.value <= r.ci_high and r.value > 0 for r in rows)
     assert all(r.driver == "compiled" and r.steps == 60 for r in rows)
-    # Cold rounds evict before every slice of both replays, the round left out included; warm rounds never.
+    # Cold repetitions evict before every slice of both designs, the one left out included; warm ones never.
     assert evictor.calls == 2 * (3 + 1) * len(slice_bounds(60))
-    assert "round by round" in rows[1].how and "none of the contract's" in rows[0].how
+    assert "on the same slice" in rows[1].how and "none of the contract's" in rows[0].how
 
 
 def test_a_trace_with_copy_on_write_is_not_replayed_by_the_loop() -> None:

@@ -32,10 +32,10 @@ def limit_text(run: RunData, scenario: str = PAPER) -> str:
         return ""
     (warm, cold), (warm_x, cold_x) = figures, ratios
     return (f" The minimal decode loop (`limit_loop`: a table read per append, none of the contract's "
-            f"checks), replayed in turn with `{RATIO_BASE}` in its worker: {fmt(float(warm['value']))} ns"
+            f"checks), replayed in turn with `{RATIO_BASE}` on each slice in its worker: {fmt(float(warm['value']))} ns"
             f"{interval_text(warm)} warm and {fmt(float(cold['value']))} ns{interval_text(cold)} cold; "
             f"`{RATIO_BASE}` takes {fmt(float(warm_x['value']))}×{interval_text(warm_x)} its time warm and "
-            f"{fmt(float(cold_x['value']))}×{interval_text(cold_x)} cold (median of the rounds' ratios).")
+            f"{fmt(float(cold_x['value']))}×{interval_text(cold_x)} cold (slice against slice).")
 
 
 def cache_state_sentence(run: RunData, scenario: str = PAPER, impls: tuple[str, ...] = SHOWN) -> str:

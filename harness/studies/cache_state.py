@@ -54,35 +54,13 @@ def replay(driver: Driver, cold: Evictor | None) -> tuple[object, StepTimes]:
 
 def per_seq_step(driver: Driver, cold: Evictor | None, reps: int) -> np.ndarray:
     """ns per sequence-step of ``reps`` repetitions after one left out, every replay checked after the last."""
-    return interleaved([driver], cold, reps)[0]
-
-
-def interleaved(drivers: list[Driver], cold: Evictor | None, reps: int) -> np.ndarray:
-    """``[driver, repetition]`` ns per sequence-step: ``reps`` rounds after one left out, each round replaying every
-    driver once (in turn, the order reversed every other round), every replay checked after the last."""
-    work = float(drivers[0].prep.trace.running_per_step().sum())
-    orders = [list(range(len(drivers)))[:: 1 if r % 2 == 0 else -1] for r in range(reps + 1)]
-    done: list[dict[int, tuple]] = []
+    trace, work = driver.prep.trace, float(driver.prep.trace.running_per_step().sum())
     with frozen_gc():
-        for order in orders:
-            done.append({k: _blamed(drivers[k], replay, drivers[k], cold) for k in order})
-    for results in done:
-        for k, (mgr, samples) in results.items():
-            _blamed(drivers[k], _check, drivers[k], mgr, samples)
-    return np.array([[float(results[k][1].step_ns.sum()) / work for results in done[1:]]
-                     for k in range(len(drivers))])
-
-
-def _blamed(driver: Driver, fn: Callable, *args: object) -> object:
-    """``fn(*args)``, a failure inside it the driver's design's (:func:`blamed_on`)."""
-    with blamed_on(driver.impl, driver.cls):
-        return fn(*args)
-
-
-def _check(driver: Driver, mgr: object, samples: StepTimes) -> None:
-    trace = driver.prep.trace
-    samples.check(trace.step_cows, driver.prep.slot_digests)
-    check_end_state(trace, mgr)
+        done = [replay(driver, cold) for _ in range(reps + 1)]
+    for mgr, samples in done:
+        samples.check(trace.step_cows, driver.prep.slot_digests)
+        check_end_state(trace, mgr)
+    return np.array([float(samples.step_ns.sum()) / work for _, samples in done[1:]])
 
 
 def cell_rows(scenario: str, driver: Driver, evictor: Evictor, reps: int = REPS) -> list[Row]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from harness.base.interleave import Driver
+from harness.base.failures import blamed_on
+from harness.base.interleave import Driver, frozen_gc, slice_bounds
+from harness.base.replay import check_end_state
 from harness.base.rows import Row
 from harness.base.stats import median_estimate
+from harness.base.steptimes import StepTimes, concat
 from harness.errors import DesignFailure
-from harness.studies.cache_state import HOW, REPS, Evictor, interleaved
+from harness.studies.cache_state import EVICT_BYTES, REPS, Evictor
 from impls.core.compiled import Kernels
 from impls.designs import flat
 from impls.designs.flat import BLOCK_SHIFT, HEADER, LEN, NUM_BLOCKS, ROW, TOP
@@ -21,9 +24,8 @@ LOOP = ("the minimal decode loop (per sequence: length + 1, slot = table[seq, le
         "| offset, a block from the stack at a boundary), with only the checks that keep its writes inside its "
         "arrays and none of the contract's (duplicates, inactive rows, copy-on-write, rollback), over flat's "
         "state and flat's own pool operations")
-ROUNDS = {"warm": "the whole trace replayed in one call, alone in the worker after the run's timings, rounds back to "
-                  "back: each replay starts in the caches the other's left (the order reversed every other round)",
-          "cold": HOW["cold"]}
+PAIRS = {"warm": "nothing between the slices: each starts in the caches the other's slice left",
+         "cold": f"a {EVICT_BYTES >> 20} MiB buffer read and written before every slice"}
 _u = np.uint64
 
 
@@ -70,9 +72,52 @@ class LimitLoopManager(flat.FlatBlockManager):
     kernels = Kernels(*flat.KERNELS[:5], decode_step, *flat.KERNELS[6:])
 
 
+def _blamed(driver: Driver, fn, *args: object):
+    """``fn(*args)``, a failure inside it the driver's design's (:func:`blamed_on`)."""
+    with blamed_on(driver.impl, driver.cls):
+        return fn(*args)
+
+
+def repetition(drivers: list[Driver], cold: Evictor | None, rep: int) -> list[tuple[object, StepTimes]]:
+    """Fresh managers replaying the trace slice by slice, the drivers in turn on each slice (the order swapped from
+    one slice to the next), the caches flushed before every slice when ``cold`` is given."""
+    n = drivers[0].prep.num_steps
+    mgrs = [_blamed(d, d.new) for d in drivers]
+    parts: list[list[StepTimes]] = [[] for _ in drivers]
+    for k, (lo, hi) in enumerate(slice_bounds(n)):
+        for i in (range(len(drivers)) if (rep + k) % 2 == 0 else reversed(range(len(drivers)))):
+            if cold is not None:
+                cold.evict()
+            parts[i].append(_blamed(drivers[i], drivers[i].timed, mgrs[i], False, lo, hi))
+    return [(mgr, concat(p)) for mgr, p in zip(mgrs, parts, strict=True)]
+
+
+def _checked(driver: Driver, mgr: object, samples: StepTimes) -> None:
+    trace = driver.prep.trace
+    samples.check(trace.step_cows, driver.prep.slot_digests)
+    check_end_state(trace, mgr)
+
+
+def paired(flat_driver: Driver, limit: Driver, cold: Evictor | None, reps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per repetition (one left out first): the loop's ns per sequence-step, and the median over the trace's slices
+    of ``flat``'s time over the loop's on the same slice. Every replay is checked against the trace after the last."""
+    prep, drivers = flat_driver.prep, [flat_driver, limit]
+    with frozen_gc():
+        done = [repetition(drivers, cold, rep) for rep in range(reps + 1)][1:]
+    for results in done:
+        for driver, (mgr, samples) in zip(drivers, results, strict=True):
+            _blamed(driver, _checked, driver, mgr, samples)
+    running = prep.trace.running_per_step()
+    bounds = slice_bounds(prep.num_steps)
+    loop_ns = np.array([float(r[1][1].step_ns.sum()) / float(running.sum()) for r in done])
+    ratios = np.array([np.median([r[0][1].step_ns[lo:hi].sum() / r[1][1].step_ns[lo:hi].sum() for lo, hi in bounds])
+                       for r in done])
+    return loop_ns, ratios
+
+
 def limit_rows(scenario: str, flat_driver: Driver, evictor: Evictor, reps: int = REPS) -> list[Row]:
-    """The minimal loop's warm and cold figures (impl ``-``) and ``flat``'s over it per round (``flat``'s rows),
-    both replayed in turn, round by round; none for a trace with copy-on-write, which the loop cannot replay."""
+    """The minimal loop's warm and cold figures (impl ``-``) and ``flat``'s time over it, slice by slice (``flat``'s
+    rows); none for a trace with copy-on-write, which the loop cannot replay."""
     prep = flat_driver.prep
     if prep.trace.step_cows.any():
         return []
@@ -81,18 +126,19 @@ def limit_rows(scenario: str, flat_driver: Driver, evictor: Evictor, reps: int =
     for state, metric in METRICS.items():
         common = {"reps": reps, "steps": prep.num_steps, "driver": limit.kind}
         try:
-            times = interleaved([flat_driver, limit], evictor if state == "cold" else None, reps)
+            loop_ns, ratios = paired(flat_driver, limit, evictor if state == "cold" else None, reps)
         except DesignFailure as exc:
             rows += [Row(scenario, "-", "-", metric, float("nan"), "ns", "rdtsc", "failed", exc.reason, **common),
                      Row(scenario, flat_driver.impl, "batched", RATIOS[state], float("nan"), "x", "rdtsc", "failed",
                          exc.reason, **common)]
             continue
-        how = f"{ROUNDS[state]}; {reps} rounds, each replaying `{flat_driver.impl}` and the loop in turn"
-        est, ratio = median_estimate(times[1]), median_estimate(times[0] / times[1])
+        how = (f"alone in the worker after the run's timings, `{flat_driver.impl}` and the loop replaying the trace "
+               f"in the run's slices, in turn on each slice, {PAIRS[state]}; {reps} repetitions")
+        est, ratio = median_estimate(loop_ns), median_estimate(ratios)
         rows += [Row(scenario, "-", "-", metric, est.value, "ns", "rdtsc", "ok",
                      f"{LOOP}; {how}; median, 95 % bootstrap interval", ci_low=est.low, ci_high=est.high, **common),
                  Row(scenario, flat_driver.impl, "batched", RATIOS[state], ratio.value, "x", "rdtsc", "ok",
-                     f"`{flat_driver.impl}`'s whole step over the minimal loop's, round by round; {how}; median "
-                     "of the rounds' ratios, 95 % bootstrap interval", ci_low=ratio.low, ci_high=ratio.high,
-                     **common)]
+                     f"`{flat_driver.impl}`'s time over the minimal loop's on the same slice; {how}; per repetition "
+                     "the median over its slices, then the median of the repetitions, 95 % bootstrap interval",
+                     ci_low=ratio.low, ci_high=ratio.high, **common)]
     return rows
