@@ -51,7 +51,8 @@ def summary(rows: pd.DataFrame, procs: int) -> str:
              f"Written by `python scripts/limit_check.py` at `{rows.commit.iloc[0]}`: each round runs batched `flat` "
              f"on `paper` idle and beside `scripts/noisy_neighbour.py --procs {procs}` (busy, idle phases of 1-5 s), "
              "in turn; `limit_check.csv` has every figure of every run. A ratio below 1: `flat` takes less time "
-             "than the loop.", "",
+             "than the loop. The load is the 1-minute load average at each run's end, which lags: an idle run that "
+             "follows a loaded one still carries the neighbour in it.", "",
              "| condition | figure | runs below 1 (interval) | median of the runs | runs' range | median load |",
              "|---|---|---|---|---|---|"]
     for condition in ("idle", "loaded"):
