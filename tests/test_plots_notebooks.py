@@ -198,7 +198,8 @@ def test_the_headline_figure_has_one_row_per_regime_and_every_bar_its_ratio(refe
     assert any(_ratio_text(cpp_ratio) in t for t in labels)  # cpp-flat beside, batched row only
     assert not any("cpp" in t.get_text() for t in rows[1].axes[0].get_xticklabels())
     l1d = [t.get_text() for t in _texts(rows[0].axes[3])]
-    assert any(t.startswith("16  callgrind-sim") for t in l1d)  # misses per sequence-step with their source
+    dict_misses = fmt(reference.value("paper", "dict", "batched", "l1d_misses_per_seq_step"))
+    assert any(t.startswith(f"{dict_misses}  callgrind-sim") for t in l1d)  # misses per sequence-step, and source
     assert "drawn only where a PMU measures it" in " ".join(t.get_text() for t in fig.texts)
 
 
