@@ -94,3 +94,20 @@ def test_the_sentence_names_the_loop_and_flats_ratios_only_when_all_four_rows_ar
     text = limit_text(RunData.load(tmp_path))
     assert "minimal decode loop" in text and "4.5 ns" in text and "6 ns" in text
     assert "0.8×" in text and "0.9×" in text
+
+
+def test_a_wrong_replay_fails_the_rows_even_in_the_repetition_left_out(prep: Prepared,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    d = flat_driver(prep)
+    timed, calls = d.timed, []
+
+    def wrong_first_slice(mgr, detail, lo, hi):  # only the very first slice, of the repetition left out
+        times = timed(mgr, detail, lo, hi)
+        calls.append(lo)
+        if len(calls) == 1:
+            times.cows[:] += 1
+        return times
+
+    monkeypatch.setattr(d, "timed", wrong_first_slice)
+    rows = limit_loop.limit_rows("paper", d, CountingEvictor(), reps=2)
+    assert rows[0].status == "failed" and rows[1].status == "failed"

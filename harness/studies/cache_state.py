@@ -52,14 +52,20 @@ def replay(driver: Driver, cold: Evictor | None) -> tuple[object, StepTimes]:
     return mgr, concat(parts)
 
 
+def check_replay(driver: Driver, mgr: object, samples: StepTimes) -> None:
+    """:class:`ReplayError` unless a whole replay's copy-on-writes, slots and end state are the trace's."""
+    trace = driver.prep.trace
+    samples.check(trace.step_cows, driver.prep.slot_digests)
+    check_end_state(trace, mgr)
+
+
 def per_seq_step(driver: Driver, cold: Evictor | None, reps: int) -> np.ndarray:
     """ns per sequence-step of ``reps`` repetitions after one left out, every replay checked after the last."""
-    trace, work = driver.prep.trace, float(driver.prep.trace.running_per_step().sum())
+    work = float(driver.prep.trace.running_per_step().sum())
     with frozen_gc():
         done = [replay(driver, cold) for _ in range(reps + 1)]
     for mgr, samples in done:
-        samples.check(trace.step_cows, driver.prep.slot_digests)
-        check_end_state(trace, mgr)
+        check_replay(driver, mgr, samples)
     return np.array([float(samples.step_ns.sum()) / work for _, samples in done[1:]])
 
 

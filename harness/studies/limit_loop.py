@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 from numba import njit
 
 from harness.base.failures import blamed_on
 from harness.base.interleave import Driver, frozen_gc, slice_bounds
-from harness.base.replay import check_end_state
 from harness.base.rows import Row
 from harness.base.stats import median_estimate
 from harness.base.steptimes import StepTimes, concat
 from harness.errors import DesignFailure
-from harness.studies.cache_state import EVICT_BYTES, REPS, Evictor
+from harness.studies.cache_state import EVICT_BYTES, REPS, Evictor, check_replay
 from impls.core.compiled import Kernels
 from impls.designs import flat
 from impls.designs.flat import BLOCK_SHIFT, HEADER, LEN, NUM_BLOCKS, ROW, TOP
@@ -27,6 +29,7 @@ LOOP = ("the minimal decode loop (per sequence: length + 1, slot = table[seq, le
 PAIRS = {"warm": "nothing between the slices: each starts in the caches the other's slice left",
          "cold": f"a {EVICT_BYTES >> 20} MiB buffer read and written before every slice"}
 _u = np.uint64
+T = TypeVar("T")
 
 
 @njit(cache=True, _nrt=False)
@@ -72,7 +75,7 @@ class LimitLoopManager(flat.FlatBlockManager):
     kernels = Kernels(*flat.KERNELS[:5], decode_step, *flat.KERNELS[6:])
 
 
-def _blamed(driver: Driver, fn, *args: object):
+def _blamed(driver: Driver, fn: Callable[..., T], *args: object) -> T:
     """``fn(*args)``, a failure inside it the driver's design's (:func:`blamed_on`)."""
     with blamed_on(driver.impl, driver.cls):
         return fn(*args)
@@ -92,24 +95,17 @@ def repetition(drivers: list[Driver], cold: Evictor | None, rep: int) -> list[tu
     return [(mgr, concat(p)) for mgr, p in zip(mgrs, parts, strict=True)]
 
 
-def _checked(driver: Driver, mgr: object, samples: StepTimes) -> None:
-    trace = driver.prep.trace
-    samples.check(trace.step_cows, driver.prep.slot_digests)
-    check_end_state(trace, mgr)
-
-
 def paired(flat_driver: Driver, limit: Driver, cold: Evictor | None, reps: int) -> tuple[np.ndarray, np.ndarray]:
     """Per repetition (one left out first): the loop's ns per sequence-step, and the median over the trace's slices
     of ``flat``'s time over the loop's on the same slice. Every replay is checked against the trace after the last."""
     prep, drivers = flat_driver.prep, [flat_driver, limit]
     with frozen_gc():
-        done = [repetition(drivers, cold, rep) for rep in range(reps + 1)][1:]
-    for results in done:
+        done = [repetition(drivers, cold, rep) for rep in range(reps + 1)]
+    for results in done:  # the repetition left out too
         for driver, (mgr, samples) in zip(drivers, results, strict=True):
-            _blamed(driver, _checked, driver, mgr, samples)
-    running = prep.trace.running_per_step()
-    bounds = slice_bounds(prep.num_steps)
-    loop_ns = np.array([float(r[1][1].step_ns.sum()) / float(running.sum()) for r in done])
+            _blamed(driver, check_replay, driver, mgr, samples)
+    done, work, bounds = done[1:], float(prep.trace.running_per_step().sum()), slice_bounds(prep.num_steps)
+    loop_ns = np.array([float(r[1][1].step_ns.sum()) / work for r in done])
     ratios = np.array([np.median([r[0][1].step_ns[lo:hi].sum() / r[1][1].step_ns[lo:hi].sum() for lo, hi in bounds])
                        for r in done])
     return loop_ns, ratios
