@@ -231,8 +231,8 @@ def table_rows(out: str) -> dict[tuple[str, str], list[str]]:
     rows = {}
     for line in out.splitlines():
         parts = line.split()
-        if len(parts) >= 8 and parts[1] in ("batched", "per-call"):  # then the allocations' source, in words
-            rows[(parts[0], parts[1])] = parts[2:8]
+        if len(parts) >= 9 and parts[1] in ("batched", "per-call"):  # then the allocations' source, in words
+            rows[(parts[0], parts[1])] = parts[2:9]
     return rows
 
 
@@ -248,7 +248,7 @@ def assert_fails_alone(proc: subprocess.CompletedProcess, failed: dict[str, str]
         assert words in line, line
     rows = table_rows(proc.stdout)
     for cell in measured:
-        assert rows[cell][4] != "-" and rows[cell][5] != "-", (cell, rows)
+        assert rows[cell][5] != "-" and rows[cell][6] != "-", (cell, rows)
     assert proc.stdout.strip().splitlines()[-1].startswith("gate failed in ")
 
 
@@ -304,5 +304,6 @@ def test_with_callgrind_a_failed_cell_is_left_out_and_no_baseline_is_saved(tmp_p
     assert cells[(P + "ExitsInDecode", "batched")]["instructions"] is None
     for cell in (("flat", "batched"), (P + "ExitsInDecode", "per-call")):
         counts = cells[cell]["instructions"]
-        assert len(counts) == 2 and counts[0] == counts[1] > 0, cell
+        assert cells[cell]["layouts"] == list(gate.GATE_LAYOUTS), cell
+        assert len(counts) == len(gate.GATE_LAYOUTS) and counts[0] == counts[1] > 0 and min(counts) > 0, cell
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.ci import gate_baseline, gate_config
+from harness.ci.gate import GATE_LAYOUTS
 from harness.cli import main
 from harness.errors import InputError
 
@@ -174,6 +175,8 @@ def test_a_plugin_is_gated_against_its_saved_baseline(tmp_path: Path) -> None:
     assert baseline["commit"] and baseline["machine"]["versions"]["numba"]
     assert {(c["impl"], c["regime"]) for c in baseline["cells"]} == {
         ("flat", "batched"), ("mine:Mine", "batched"), ("mine:Mine", "per-call")}
+    # the second call finds base.json in a folder on PYTHONPATH: another heap layout (CI once failed on it here)
+    assert all(c["layouts"] == list(GATE_LAYOUTS) for c in baseline["cells"])
     same = gate("--against", str(tmp_path / "base.json"))
     assert same.returncode == 0, same.stdout + same.stderr
     module.write_text(PLUGIN.format(extra=1))

@@ -173,6 +173,7 @@ def _history(capsys, *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+@pytest.mark.slow  # an end-to-end history run over four ranges (make test-slow, .ci/run)
 def test_history_drives_four_ranges_of_releases_in_lockstep_and_checks_each_replay(tmp_path, capsys) -> None:
     links, out = vllm_wheels(tmp_path), tmp_path / "out"
     code, stdout, err = _history(capsys, "vllm", "0.16.0..0.26.0", "--scenario", "paper", "--reps", "2", "--out",

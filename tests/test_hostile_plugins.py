@@ -161,6 +161,7 @@ def test_failing_plugins_cost_only_their_own_cells(in_process_run: Run) -> None:
     assert_cells_fail_alone(in_process_run, IN_PROCESS)
 
 
+@pytest.mark.slow  # on the module's end-to-end CLI run (make test-slow, .ci/run)
 def test_the_others_replay_exactly_their_workload_beside_plugins_writing_into_theirs(in_process_run: Run) -> None:
     """The spy, measured beside four plug-ins that overwrite or reverse their ids, was handed every step's ids
     exactly as the trace has them, in every call and every replay."""
@@ -175,6 +176,7 @@ def test_the_others_replay_exactly_their_workload_beside_plugins_writing_into_th
     assert not wrong, f"the spy was handed other ids than the trace's: {wrong[:5]}"
 
 
+@pytest.mark.slow  # on the module's end-to-end CLI run (make test-slow, .ci/run)
 def test_a_huge_exception_message_leaves_results_csv_readable_and_report_working(in_process_run: Run) -> None:
     (reason,) = {r.how for r in in_process_run.rows if r.impl == P + "HugeMessage" and r.status == "failed"}
     assert len(reason) <= REASON_CHARS < HUGE

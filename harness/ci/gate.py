@@ -34,6 +34,8 @@ BASE = (registry.RATIO_BASE, "batched")
 # `kvblock-bench run`; its count would add a callgrind process's worth of time for every design).
 COUNTED_REGIMES = ("batched", "per-call")
 # The wall-clock comparison runs on the paper workload's 256 sequences, generated in memory.
+# Callgrind runs: every heap layout, the first twice (identical runs, whose counts must agree).
+GATE_LAYOUTS = (callgrind.LAYOUTS[0], *callgrind.LAYOUTS)
 
 EXIT_FAIL, EXIT_UNMEASURED = 1, 2
 
@@ -49,12 +51,27 @@ class CellFigures:
     memray_per_step: float | None = None  # the design's allocations per step, by ``alloc_source``
     nrt_per_step: float | None = None
     alloc_source: str | None = None  # memray, nrt-stats or counting allocator
+    layouts: list[int] | None = None  # each callgrind run's heap layout (None: all layout 0)
 
     @property
     def instructions_per_seq_step(self) -> float | None:
+        """The fewest instructions of the runs (over heap layouts), per sequence-step."""
         if not self.instructions or not self.seq_steps:
             return None
-        return self.instructions[0] / self.seq_steps
+        return min(self.instructions) / self.seq_steps
+
+    @property
+    def spread_pct(self) -> float | None:
+        """How far the most instructions of the runs lie above the fewest, in percent."""
+        return (max(self.instructions) / min(self.instructions) - 1) * 100 if self.instructions else None
+
+    def repeats(self) -> dict[int, list[int]]:
+        """The counts of each heap layout run more than once: identical runs, whose counts must agree."""
+        layouts = self.layouts or [0] * len(self.instructions or [])
+        by_layout: dict[int, list[int]] = {}
+        for layout, count in zip(layouts, self.instructions or [], strict=True):
+            by_layout.setdefault(layout, []).append(count)
+        return {layout: counts for layout, counts in by_layout.items() if len(counts) > 1}
 
 
 def gate_impls(named: list[str] | None, config: GateConfig, contenders: bool) -> list[str]:
@@ -126,8 +143,10 @@ def check(cells: dict[tuple[str, str], CellFigures], wall: tuple[float, float] |
     """Every failed check, in words (empty when the gate passes)."""
     failures = []
     for key, cell in cells.items():
-        if cell.instructions and len(set(cell.instructions)) > 1:
-            failures.append(f"{key[0]} {key[1]}: instruction counts differ between identical runs: {cell.instructions}")
+        for layout, counts in cell.repeats().items():
+            if len(set(counts)) > 1:
+                failures.append(f"{key[0]} {key[1]}: instruction counts differ between identical runs (heap layout "
+                                f"{layout}): {counts}")
     base_ir = cells[BASE].instructions_per_seq_step if BASE in cells else None
     for rule in config.rules:
         if rule.cell in cells:
@@ -158,8 +177,8 @@ def table(cells: dict[tuple[str, str], CellFigures], config: GateConfig | None =
     base_ir = cells[BASE].instructions_per_seq_step if BASE in cells else None
     width = max([10, *(len(impl) for impl, _ in cells)])
     lines = [
-        f"{'impl':<{width}} {'regime':<9} {'instr/seq-step':>14} {'x batched flat':>14} {'floor':>6} "
-        f"{'ceiling':>7} {'allocs/step':>18} {'allocs/step nrt':>15}  allocs source",
+        f"{'impl':<{width}} {'regime':<9} {'instr/seq-step':>14} {'layouts +%':>10} {'x batched flat':>14} "
+        f"{'floor':>6} {'ceiling':>7} {'allocs/step':>18} {'allocs/step nrt':>15}  allocs source",
     ]
     for key, cell in cells.items():
         ir = cell.instructions_per_seq_step
@@ -168,26 +187,30 @@ def table(cells: dict[tuple[str, str], CellFigures], config: GateConfig | None =
         floor = rule.min_instructions_vs_base if rule else None
         ceiling = _ceiling(rule)
         lines.append(
-            f"{cell.impl:<{width}} {cell.regime:<9} {_fmt(ir, ',.1f'):>14} {_fmt(ratio, '.1f'):>14} "
+            f"{cell.impl:<{width}} {cell.regime:<9} {_fmt(ir, ',.1f'):>14} {_fmt(cell.spread_pct, '.2f'):>10} "
+            f"{_fmt(ratio, '.1f'):>14} "
             f"{_fmt(floor, 'g'):>6} {ceiling:>7} {_fmt(cell.memray_per_step, '.2f'):>18} "
             f"{_fmt(cell.nrt_per_step, '.2f'):>15}  {cell.alloc_source or '-'}"
         )
     return "\n".join(lines)
 
 
-def measure_instructions(trace: Path, cells: dict[tuple[str, str], CellFigures], runs: int = 2,
-                         code: str = "") -> str:
-    """Fill each cell's instruction counts from ``runs`` callgrind runs (``code``: another checkout's designs);
-    returns why they are missing, or ""."""
+def measure_instructions(trace: Path, cells: dict[tuple[str, str], CellFigures],
+                         layouts: tuple[int, ...] = GATE_LAYOUTS, code: str = "") -> str:
+    """Fill each cell's instruction counts from one callgrind run per heap layout of ``layouts`` (``code``: another
+    checkout's designs); returns why they are missing, or ""."""
     ok, why = callgrind.available()
     if not ok:
         return f"instruction counts unavailable: {why}"
-    counted = callgrind.measure_runs(trace, list(cells), WARM_STEPS, STEPS, cache_sim=False, runs=runs, timeout=600,
-                                     import_plugins=False, code=code)  # plug-ins load in their workers only
+    counted = callgrind.measure_runs(trace, list(cells), WARM_STEPS, STEPS, cache_sim=False, timeout=600,
+                                     import_plugins=False, code=code, layouts=layouts)  # plug-ins: in workers
     for key, cell in cells.items():
-        cell.instructions = [run[key].ir for run in counted]
+        cell.instructions, cell.layouts = [run[key].ir for run in counted], list(layouts)
         cell.seq_steps = counted[0][key].seq_steps
-    print(f"instruction counts: callgrind, {runs} run{'s' * (runs != 1)}, ASLR off; {why}", flush=True)
+    twice = sorted({layout for layout in layouts if layouts.count(layout) > 1})
+    again = f" (layout {', '.join(map(str, twice))} run twice: identical runs must agree)" if twice else ""
+    print(f"instruction counts: callgrind, ASLR off, the fewest over {len(set(layouts))} heap layouts{again}; {why}",
+          flush=True)
     print(f"callgrind's environment: the run's, except {environment_note()}", flush=True)
     return ""
 
@@ -207,7 +230,7 @@ def count_cells(trace: Path, keys: list[tuple[str, str]], code: str = "",
     with GateWorkers(deadline_s, code) as workers:
         kept = _allocations(trace, cells, workers, problems)
     try:
-        why = measure_instructions(trace, kept, runs=1, code=code)
+        why = measure_instructions(trace, kept, callgrind.LAYOUTS, code=code)
     except callgrind.CallgrindError as exc:
         why = f"callgrind measurement failed: {exc}"
     return cells, [*problems, *filter(None, [why])]

@@ -2,10 +2,11 @@
 
 A baseline is a gate document (what ``--json`` writes: cells, machine, commit, trace). Callgrind's instruction
 counts are exact, so a tight tolerance (``tolerance_pct`` in the configuration, 1 % by default) can fail a rise:
-a cell's count moves only with the code, the trace and the software that runs it (Python, NumPy, Numba,
-llvmlite: :data:`harness.run.metadata.COUNT_IDENTITY`), and by up to 0.4 % with the other cells measured in
-the same valgrind process (``tests/test_gate.py``). A baseline from other software is refused unless allowed;
-one from another trace always is.
+a cell's figure (its fewest count over the heap layouts, :data:`harness.counters.callgrind.LAYOUTS`) moves only
+with the code, the trace and the software that runs it (Python, NumPy, Numba, llvmlite:
+:data:`harness.run.metadata.COUNT_IDENTITY`), and by up to 0.4 % with the other cells measured in the same
+valgrind process (``tests/test_gate.py``). A baseline from other software is refused unless allowed; one from
+another trace always is.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ CELL_FIELDS: dict[str, tuple[bool, Callable[[object], bool], str]] = {
     "instructions": (True, lambda v: isinstance(v, list) and bool(v) and all(map(_positive, v)),
                      "a list of instruction counts, each above 0"),
     "seq_steps": (True, lambda v: isinstance(v, int) and _positive(v), "a whole number of sequence-steps above 0"),
+    "layouts": (False, lambda v: v is None or (isinstance(v, list) and all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)), "a list of heap layouts (0 or more)"),
     "memray_per_step": (False, _rate, "allocations per step, 0 or more (or null)"),
     "nrt_per_step": (False, _rate, "allocations per step, 0 or more (or null)"),
 }
@@ -99,11 +102,11 @@ def document_problem(doc: dict) -> str:
 
 
 def per_seq_step(cell: dict) -> float | None:
-    """Instructions per sequence-step of a saved cell (the first callgrind run's), None if not measured."""
+    """Instructions per sequence-step of a saved cell (its runs' fewest), None if not measured."""
     counts, seq_steps = cell.get("instructions"), cell.get("seq_steps")
     if not counts or not seq_steps:
         return None
-    return counts[0] / seq_steps
+    return min(counts) / seq_steps
 
 
 def refusal(baseline: dict, current: dict, path: Path, allow_other_machine: bool) -> str:

@@ -30,6 +30,8 @@ CACHE_WARM_STEPS = 2  # zeroed after: the simulated caches then hold the working
 # What callgrind's processes set apart from the run's environment, which they otherwise see whole (a design whose
 # work depends on a variable is counted as it is timed): each needed for counts that repeat exactly.
 PINNED_ENV = {"PYTHONHASHSEED": "0", "LC_ALL": "C", "NUMBA_CPU_NAME": "generic", "OMP_NUM_THREADS": "1"}
+# Heap layouts (regions' --layout) whose fewest count is a gated cell's figure: docs/measurement.md#heap-layouts
+LAYOUTS = (0, 1, 2)
 
 
 class CallgrindError(RuntimeError):
@@ -203,8 +205,8 @@ def valgrind_command(out_file: Path, cache_sim: bool) -> list[str]:
 
 
 def region_args(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int, cache_warm: int,
-                lib: Path, code: str = "") -> list[str]:
-    """Command line of :mod:`harness.counters.regions` for these cells (with another ``code`` root's designs)."""
+                lib: Path, code: str = "", layout: int = 0) -> list[str]:
+    """Command line of :mod:`harness.counters.regions` for these cells (``code``: another root's designs)."""
     from harness.base import coderoot
 
     start = ([str(Path(coderoot.__file__)), code, str(coderoot.repository())] if code else ["-m"])
@@ -212,7 +214,7 @@ def region_args(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int,
             "--warm", str(warm_steps), "--steps", str(steps), "--cache-warm", str(cache_warm)]
     for impl, regime in cells:
         args += ["--cell", impl, regime]
-    return args
+    return [*args, "--layout", str(layout)] if layout else args
 
 
 _TRIGGER = re.compile(r"^desc: Trigger: Client Request: (.*)$", re.MULTILINE)
@@ -280,9 +282,10 @@ def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: i
 
 def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], warm_steps: int, steps: int,
                  cache_sim: bool = True, runs: int = 1, timeout: float = 1800.0, split: int = 1,
-                 import_plugins: bool = True, code: str = "") -> list[dict[tuple[str, str], Counts]]:
-    """Measure ``cells`` in ``runs`` independent valgrind processes (in parallel); one result per run (``code``:
-    another checkout's designs, :mod:`harness.base.coderoot`)."""
+                 import_plugins: bool = True, code: str = "", layouts: tuple[int, ...] | None = None
+                 ) -> list[dict[tuple[str, str], Counts]]:
+    """Measure ``cells`` in parallel valgrind processes, a run per heap layout of ``layouts`` (default ``runs`` in
+    layout 0); one result per run (``code``: another checkout's designs, :mod:`harness.base.coderoot`)."""
     ok, why = available()
     if not ok:
         raise CallgrindUnavailable(why)
@@ -297,10 +300,12 @@ def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], wa
          "native warm-up of the region script")
     groups = [g for g in (cells[i :: max(1, split)] for i in range(max(1, split))) if g]
 
+    layouts = tuple(layouts) if layouts is not None else (0,) * runs
+
     def one_process(job: tuple[int, Path, list[tuple[str, str]]]) -> dict[tuple[str, str], Counts]:
-        _, out_dir, group = job
+        run, out_dir, group = job
         out_file = out_dir / "callgrind.out"
-        args = region_args(trace_path, group, warm_steps, steps, cache_warm, lib, code)
+        args = region_args(trace_path, group, warm_steps, steps, cache_warm, lib, code, layouts[run])
         _run([*valgrind_command(out_file, cache_sim), *args], env, timeout, "callgrind run")
         dumps = parse_dumps(out_file)
         result = {}
@@ -312,12 +317,13 @@ def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], wa
         return result
 
     with tempfile.TemporaryDirectory(prefix="kvb-callgrind-") as tmp:
-        jobs = [(r, Path(tmp) / f"run{r}-part{g}", group) for r in range(runs) for g, group in enumerate(groups)]
+        jobs = [(r, Path(tmp) / f"run{r}-part{g}", group) for r in range(len(layouts))
+                for g, group in enumerate(groups)]
         for _, d, _ in jobs:
             d.mkdir()
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
             parts = list(pool.map(one_process, jobs))
-    results: list[dict[tuple[str, str], Counts]] = [{} for _ in range(runs)]
+    results: list[dict[tuple[str, str], Counts]] = [{} for _ in layouts]
     for (run, _, _), part in zip(jobs, parts, strict=True):
         results[run].update(part)
     return [{cell: r[cell] for cell in cells} for r in results]

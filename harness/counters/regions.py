@@ -6,6 +6,10 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__":
+    # --layout N > 0: padding before any design's module loads moves later objects (docs/measurement.md#heap-layouts)
+    _AT = sys.argv.index("--layout") + 1 if "--layout" in sys.argv[:-1] else 0
+    _LAYOUT = int(sys.argv[_AT]) if _AT and sys.argv[_AT].isdigit() and len(sys.argv[_AT]) < 4 else 0
+    _PADDING = [str(i) * (1 + (i * _LAYOUT) % 47) for i in range(97 * _LAYOUT)]
     from impls.registry import RECORDS
 
     # torch is slow to import under valgrind: blocked unless a cell needs it (impls lists it unavailable).
@@ -20,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.base.args import count
 from harness.base.drivers import (
     Prepared,
     compiled_step_runner,
@@ -151,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--cache-warm", type=int, default=0)
     parser.add_argument("--cell", nargs=2, action="append", metavar=("IMPL", "REGIME"), required=True)
+    parser.add_argument("--layout", type=count(0, 999), default=0,
+                        help="heap layout: 0 adds nothing, N > 0 allocates padding first (the top of this module)")
     parser.add_argument("--symbols", help="write where the compiled replay loops start to this JSON file")
     args = parser.parse_args(argv)
 
