@@ -236,7 +236,8 @@ def test_cells_split_across_processes_count_about_the_same_instructions() -> Non
         pytest.skip("valgrind unavailable")
     cells = [("flat", "batched"), ("dict", "batched"), ("list", "per-call")]
     together = callgrind.measure(gate.TRACE, cells, gate.WARM_STEPS, gate.STEPS, cache_sim=False)
-    split = callgrind.measure_runs(gate.TRACE, cells, gate.WARM_STEPS, gate.STEPS, cache_sim=False, runs=2, split=2)
+    split = callgrind.measure_runs(gate.TRACE, cells, gate.WARM_STEPS, gate.STEPS, cache_sim=False, layouts=(0, 0),
+                                   split=2)
     assert list(split[0]) == cells  # in the order asked
     assert {c: split[0][c].ir for c in cells} == {c: split[1][c].ir for c in cells}
     for c in cells:

@@ -33,9 +33,9 @@ BASE = (registry.RATIO_BASE, "batched")
 # The regimes whose instructions the gate counts: the article's two call shapes (the step regime is timed by
 # `kvblock-bench run`; its count would add a callgrind process's worth of time for every design).
 COUNTED_REGIMES = ("batched", "per-call")
-# The wall-clock comparison runs on the paper workload's 256 sequences, generated in memory.
 # Callgrind runs: every heap layout, the first twice (identical runs, whose counts must agree).
 GATE_LAYOUTS = (callgrind.LAYOUTS[0], *callgrind.LAYOUTS)
+# The wall-clock comparison runs on the paper workload's 256 sequences, generated in memory.
 
 EXIT_FAIL, EXIT_UNMEASURED = 1, 2
 
@@ -207,8 +207,7 @@ def measure_instructions(trace: Path, cells: dict[tuple[str, str], CellFigures],
     for key, cell in cells.items():
         cell.instructions, cell.layouts = [run[key].ir for run in counted], list(layouts)
         cell.seq_steps = counted[0][key].seq_steps
-    twice = sorted({layout for layout in layouts if layouts.count(layout) > 1})
-    again = f" (layout {', '.join(map(str, twice))} run twice: identical runs must agree)" if twice else ""
+    again = " (one run twice: identical runs must agree)" if len(set(layouts)) < len(layouts) else ""
     print(f"instruction counts: callgrind, ASLR off, the fewest over {len(set(layouts))} heap layouts{again}; {why}",
           flush=True)
     print(f"callgrind's environment: the run's, except {environment_note()}", flush=True)

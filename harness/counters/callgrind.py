@@ -281,11 +281,10 @@ def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: i
 
 
 def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], warm_steps: int, steps: int,
-                 cache_sim: bool = True, runs: int = 1, timeout: float = 1800.0, split: int = 1,
-                 import_plugins: bool = True, code: str = "", layouts: tuple[int, ...] | None = None
-                 ) -> list[dict[tuple[str, str], Counts]]:
-    """Measure ``cells`` in parallel valgrind processes, a run per heap layout of ``layouts`` (default ``runs`` in
-    layout 0); one result per run (``code``: another checkout's designs, :mod:`harness.base.coderoot`)."""
+                 cache_sim: bool = True, layouts: tuple[int, ...] = (0,), timeout: float = 1800.0, split: int = 1,
+                 import_plugins: bool = True, code: str = "") -> list[dict[tuple[str, str], Counts]]:
+    """Measure ``cells`` in parallel valgrind processes, one run per entry of ``layouts`` (heap layouts); one result
+    per run (``code``: another checkout's designs, :mod:`harness.base.coderoot`)."""
     ok, why = available()
     if not ok:
         raise CallgrindUnavailable(why)
@@ -299,8 +298,6 @@ def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], wa
     _run(region_args(trace_path, cells, warm_steps, steps, cache_warm, lib, code), env, timeout,
          "native warm-up of the region script")
     groups = [g for g in (cells[i :: max(1, split)] for i in range(max(1, split))) if g]
-
-    layouts = tuple(layouts) if layouts is not None else (0,) * runs
 
     def one_process(job: tuple[int, Path, list[tuple[str, str]]]) -> dict[tuple[str, str], Counts]:
         run, out_dir, group = job
@@ -357,5 +354,5 @@ def dump_regions(trace_path: str | os.PathLike, cells: list[tuple[str, str]], wa
 def measure(trace_path: str | os.PathLike, cells: list[tuple[str, str]], warm_steps: int, steps: int,
             cache_sim: bool = True, timeout: float = 1800.0, split: int = 1) -> dict[tuple[str, str], Counts]:
     """Callgrind counts per cell (region minus empty region) from one run over ``split`` processes."""
-    return measure_runs(trace_path, cells, warm_steps, steps, cache_sim=cache_sim, runs=1, timeout=timeout,
+    return measure_runs(trace_path, cells, warm_steps, steps, cache_sim=cache_sim, timeout=timeout,
                         split=split)[0]
