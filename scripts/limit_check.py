@@ -1,12 +1,12 @@
-"""Does `flat` over the minimal decode loop hold on a loaded machine? Runs idle and beside a noisy neighbour, in turn.
+"""Do `flat`'s ratios over its yardsticks hold on a loaded machine? Runs idle and beside a noisy neighbour, in turn.
 
 Usage: python scripts/limit_check.py [--runs 5] [--neighbour-procs 2] [--out results/limit_loop]
 
 Each round runs ``kvblock-bench run`` on batched ``flat`` on ``paper`` (studies other than ``cache_state`` and
 ``limit_loop`` off) twice, once idle and once beside ``scripts/noisy_neighbour.py`` (the order swapped every other
 round), and keeps the ``limit_loop`` rows and ``flat``'s own figures of each. It writes ``OUT/limit_check.csv`` (a
-row per run and figure) and ``OUT/README.md`` (per condition: the runs whose ratio interval lies below 1, and the
-medians), each written atomically.
+row per run and figure) and ``OUT/README.md`` (per condition: the runs whose ratio interval lies below 1 and above
+1, and the medians), each written atomically.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 from compare_pairs import neighbour, run_meta, run_once  # noqa: E402
 
 from harness.base.files import atomic_write_text  # noqa: E402
+from harness.studies.limit_loop import YARDSTICKS  # noqa: E402
 
 RUN_ARGS = ["--impl", "flat", "--scenario", "paper", "--regime", "batched", "--no-paced", "--no-l1d",
             "--no-allocations", "--no-table-copy"]
-FIGURES = {("-", "seq_step_limit_warm_ns"), ("-", "seq_step_limit_cold_ns"), ("flat", "seq_step_alone_warm_vs_limit"),
-           ("flat", "seq_step_alone_cold_vs_limit"), ("flat", "seq_step_alone_warm_ns"),
-           ("flat", "seq_step_alone_cold_ns"), ("flat", "seq_step_ns")}
-RATIOS = ("seq_step_alone_warm_vs_limit", "seq_step_alone_cold_vs_limit")
+RATIOS = tuple(m for stick in YARDSTICKS for m in stick.ratios.values())
+STICKS_WARM = tuple(stick.metrics["warm"] for stick in YARDSTICKS)
+FIGURES = {("-", m) for stick in YARDSTICKS for m in stick.metrics.values()} | {("flat", m) for m in RATIOS} | {
+    ("flat", "seq_step_alone_warm_ns"), ("flat", "seq_step_alone_cold_ns"), ("flat", "seq_step_ns")}
 
 
 def figures(run: Path, condition: str, index: int) -> pd.DataFrame:
@@ -46,21 +47,23 @@ def figures(run: Path, condition: str, index: int) -> pd.DataFrame:
 
 
 def summary(rows: pd.DataFrame, procs: int) -> str:
-    """The README: per condition and ratio, how many runs' intervals lie below 1, and the medians."""
-    lines = ["# `flat` over the minimal decode loop, idle and loaded", "",
+    """The README: per condition and ratio, how many runs' intervals lie below 1 and above 1, and the medians."""
+    lines = ["# `flat` over its yardsticks (the minimal decode loop, `flat` without its checks), idle and loaded", "",
              f"Written by `python scripts/limit_check.py` at `{rows.commit.iloc[0]}`: each round runs batched `flat` "
              f"on `paper` idle and beside `scripts/noisy_neighbour.py --procs {procs}` (busy, idle phases of 1-5 s), "
              "in turn; `limit_check.csv` has every figure of every run. A ratio below 1: `flat` takes less time "
-             "than the loop. The load is the 1-minute load average at each run's end, which lags: an idle run that "
-             "follows a loaded one still carries the neighbour in it.", "",
-             "| condition | figure | runs below 1 (interval) | median of the runs | runs' range | median load |",
+             "than the yardstick. The load is the 1-minute load average at each run's end, which lags: an idle run "
+             "that follows a loaded one still carries the neighbour in it.", "",
+             "| condition | figure | runs below 1 / above 1 (interval) | median of the runs | runs' range "
+             "| median load |",
              "|---|---|---|---|---|---|"]
     for condition in ("idle", "loaded"):
         part = rows[rows.condition == condition]
-        for metric in (*RATIOS, "seq_step_limit_warm_ns", "seq_step_alone_warm_ns"):
+        for metric in (*RATIOS, *STICKS_WARM, "seq_step_alone_warm_ns"):
             r = part[part.metric == metric]
-            below = int((r.ci_high < 1).sum()) if metric in RATIOS else None
-            lines.append(f"| {condition} | `{metric}` | {'' if below is None else f'{below} of {len(r)}'} | "
+            below, above = int((r.ci_high < 1).sum()), int((r.ci_low > 1).sum())
+            sides = f"{below} / {above} of {len(r)}" if metric in RATIOS else ""
+            lines.append(f"| {condition} | `{metric}` | {sides} | "
                          f"{r.value.median():.3g} | {r.value.min():.3g}-{r.value.max():.3g} | "
                          f"{part.load_end.median():.2f} |")
     return "\n".join(lines) + "\n"

@@ -24,18 +24,28 @@ def _figures(run: RunData, scenario: str, impl: str) -> str:
             f"{fmt(float(cold['value']))} ns{interval_text(cold)} cold")
 
 
+# What each yardstick of limit_loop is, in the sentence (by its driver's name).
+_STICK_WORDS = {
+    limit_loop.IMPL: "The minimal decode loop (`limit_loop`: a table read per append, none of the contract's checks), "
+                     "replayed in turn with `{base}` on each slice in its worker",
+    "unchecked-flat": "`{base}`'s own loop with the contract's checks taken out (`unchecked-flat`: its NEXT path and "
+                      "its boundary path, only the checks that keep its writes in its arrays), replayed the same way"}
+
+
 def limit_text(run: RunData, scenario: str = PAPER) -> str:
-    """The minimal decode loop beside ``flat`` (``limit_loop``), and ``flat`` over it, in a sentence."""
-    figures = [run.get(scenario, "-", "-", m) for m in limit_loop.METRICS.values()]
-    ratios = [run.get(scenario, RATIO_BASE, "batched", m) for m in limit_loop.RATIOS.values()]
-    if not all(_ok(row) for row in figures + ratios):
-        return ""
-    (warm, cold), (warm_x, cold_x) = figures, ratios
-    return (f" The minimal decode loop (`limit_loop`: a table read per append, none of the contract's "
-            f"checks), replayed in turn with `{RATIO_BASE}` on each slice in its worker: {fmt(float(warm['value']))} ns"
-            f"{interval_text(warm)} warm and {fmt(float(cold['value']))} ns{interval_text(cold)} cold; "
-            f"`{RATIO_BASE}` takes {fmt(float(warm_x['value']))}×{interval_text(warm_x)} its time warm and "
-            f"{fmt(float(cold_x['value']))}×{interval_text(cold_x)} cold (slice against slice).")
+    """The yardsticks replayed beside ``flat`` (``limit_loop``), and ``flat`` over each, a sentence each."""
+    text = ""
+    for stick in limit_loop.YARDSTICKS:
+        figures = [run.get(scenario, "-", "-", m) for m in stick.metrics.values()]
+        ratios = [run.get(scenario, RATIO_BASE, "batched", m) for m in stick.ratios.values()]
+        if not all(_ok(row) for row in figures + ratios):
+            continue
+        (warm, cold), (warm_x, cold_x) = figures, ratios
+        text += (f" {_STICK_WORDS[stick.name].format(base=RATIO_BASE)}: {fmt(float(warm['value']))} ns"
+                 f"{interval_text(warm)} warm and {fmt(float(cold['value']))} ns{interval_text(cold)} cold; "
+                 f"`{RATIO_BASE}` takes {fmt(float(warm_x['value']))}×{interval_text(warm_x)} its time warm and "
+                 f"{fmt(float(cold_x['value']))}×{interval_text(cold_x)} cold (slice against slice).")
+    return text
 
 
 def cache_state_sentence(run: RunData, scenario: str = PAPER, impls: tuple[str, ...] = SHOWN) -> str:

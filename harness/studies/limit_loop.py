@@ -1,8 +1,12 @@
-"""The minimal decode loop, replayed beside `flat` in its worker. Design: docs/measurement.md#limit_loop."""
+"""The minimal decode loop and `flat` without its checks, replayed beside `flat` in its worker.
+
+Design: docs/measurement.md#limit_loop.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -15,6 +19,7 @@ from harness.base.stats import median_estimate
 from harness.base.steptimes import StepTimes, concat
 from harness.errors import DesignFailure
 from harness.studies.cache_state import EVICT_BYTES, REPS, Evictor, check_replay
+from harness.studies.unchecked_flat import UncheckedFlatManager
 from impls.core.compiled import Kernels
 from impls.designs import flat
 from impls.designs.flat import BLOCK_SHIFT, HEADER, LEN, NUM_BLOCKS, ROW, TOP
@@ -22,12 +27,13 @@ from impls.designs.flat import BLOCK_SHIFT, HEADER, LEN, NUM_BLOCKS, ROW, TOP
 IMPL = "limit-loop"  # the driver's name (its compiled replay loop is cached by it); its rows carry impl "-"
 METRICS = {"warm": "seq_step_limit_warm_ns", "cold": "seq_step_limit_cold_ns"}
 RATIOS = {"warm": "seq_step_alone_warm_vs_limit", "cold": "seq_step_alone_cold_vs_limit"}
+_ONLY_SAFETY = ("with only the checks that keep its writes inside its arrays and none of the contract's (duplicates, "
+                "inactive rows, copy-on-write, rollback), over flat's state and flat's own pool operations")
 LOOP = ("the minimal decode loop (per sequence: length + 1, slot = table[seq, length >> shift] << shift "
-        "| offset, a block from the stack at a boundary), with only the checks that keep its writes inside its "
-        "arrays and none of the contract's (duplicates, inactive rows, copy-on-write, rollback), over flat's "
-        "state and flat's own pool operations")
-PAIRS = {"warm": "nothing between the slices: each starts in the caches the other's slice left",
+        f"| offset, a block from the stack at a boundary), {_ONLY_SAFETY}")
+PAIRS = {"warm": "nothing between the slices: each starts in the caches the previous slice left",
          "cold": f"a {EVICT_BYTES >> 20} MiB buffer read and written before every slice"}
+
 _u = np.uint64
 T = TypeVar("T")
 
@@ -75,6 +81,30 @@ class LimitLoopManager(flat.FlatBlockManager):
     kernels = Kernels(*flat.KERNELS[:5], decode_step, *flat.KERNELS[6:])
 
 
+
+@dataclass(frozen=True)
+class Yardstick:
+    """A loop replayed beside ``flat``: its driver's name, its manager, what it is (``short``: in ``flat``'s rows),
+    its rows' metrics (impl ``-``) and ``flat``'s ratios over it, per state (warm, cold)."""
+
+    name: str
+    cls: type
+    what: str
+    short: str
+    metrics: dict[str, str]
+    ratios: dict[str, str]
+
+
+YARDSTICKS = (
+    Yardstick(IMPL, LimitLoopManager, LOOP, "the minimal loop", METRICS, RATIOS),
+    Yardstick("unchecked-flat", UncheckedFlatManager,
+              f"`flat`'s own decode loop (NEXT; the length, the table and the stack where NEXT does not hold) "
+              f"{_ONLY_SAFETY}", "`flat` without its checks",
+              {"warm": "seq_step_unchecked_warm_ns", "cold": "seq_step_unchecked_cold_ns"},
+              {"warm": "seq_step_alone_warm_vs_unchecked", "cold": "seq_step_alone_cold_vs_unchecked"}),
+)
+
+
 def _blamed(driver: Driver, fn: Callable[..., T], *args: object) -> T:
     """``fn(*args)``, a failure inside it the driver's design's (:func:`blamed_on`)."""
     with blamed_on(driver.impl, driver.cls):
@@ -95,46 +125,55 @@ def repetition(drivers: list[Driver], cold: Evictor | None, rep: int) -> list[tu
     return [(mgr, concat(p)) for mgr, p in zip(mgrs, parts, strict=True)]
 
 
-def paired(flat_driver: Driver, limit: Driver, cold: Evictor | None, reps: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per repetition (one left out first): the loop's ns per sequence-step, and the median over the trace's slices
-    of ``flat``'s time over the loop's on the same slice. Every replay is checked against the trace after the last."""
-    prep, drivers = flat_driver.prep, [flat_driver, limit]
+def paired(flat_driver: Driver, sticks: list[Driver], cold: Evictor | None,
+           reps: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per yardstick, per repetition (one left out first): its ns per sequence-step, and the median over the trace's
+    slices of ``flat``'s time over its on the same slice. Every replay is checked against the trace after the last."""
+    prep, drivers = flat_driver.prep, [flat_driver, *sticks]
     with frozen_gc():
         done = [repetition(drivers, cold, rep) for rep in range(reps + 1)]
     for results in done:  # the repetition left out too
         for driver, (mgr, samples) in zip(drivers, results, strict=True):
             _blamed(driver, check_replay, driver, mgr, samples)
     done, work, bounds = done[1:], float(prep.trace.running_per_step().sum()), slice_bounds(prep.num_steps)
-    loop_ns = np.array([float(r[1][1].step_ns.sum()) / work for r in done])
-    ratios = np.array([np.median([r[0][1].step_ns[lo:hi].sum() / r[1][1].step_ns[lo:hi].sum() for lo, hi in bounds])
-                       for r in done])
-    return loop_ns, ratios
+    return [(np.array([float(r[k][1].step_ns.sum()) / work for r in done]),
+             np.array([np.median([r[0][1].step_ns[lo:hi].sum() / r[k][1].step_ns[lo:hi].sum() for lo, hi in bounds])
+                       for r in done]))
+            for k in range(1, len(drivers))]
+
+
+def _stick_rows(scenario: str, impl: str, stick: Yardstick, state: str, figures: tuple[np.ndarray, np.ndarray] | str,
+                common: dict) -> list[Row]:
+    """A yardstick's row and ``flat``'s ratio over it for one state: measured, or failed for the reason given."""
+    metric, ratio_metric = stick.metrics[state], stick.ratios[state]
+    if isinstance(figures, str):
+        return [Row(scenario, "-", "-", metric, float("nan"), "ns", "rdtsc", "failed", figures, **common),
+                Row(scenario, impl, "batched", ratio_metric, float("nan"), "x", "rdtsc", "failed", figures, **common)]
+    how = (f"alone in the worker after the run's timings, `{impl}` and the yardsticks replaying the trace in the run's "
+           f"slices, in turn on each slice, {PAIRS[state]}; {common['reps']} repetitions")
+    est, ratio = median_estimate(figures[0]), median_estimate(figures[1])
+    return [Row(scenario, "-", "-", metric, est.value, "ns", "rdtsc", "ok",
+                f"{stick.what}; {how}; median, 95 % bootstrap interval", ci_low=est.low, ci_high=est.high, **common),
+            Row(scenario, impl, "batched", ratio_metric, ratio.value, "x", "rdtsc", "ok",
+                f"`{impl}`'s time over that of {stick.short} on the same slice; {how}; per repetition the median "
+                "over its slices, then the median of the repetitions, 95 % bootstrap interval",
+                ci_low=ratio.low, ci_high=ratio.high, **common)]
 
 
 def limit_rows(scenario: str, flat_driver: Driver, evictor: Evictor, reps: int = REPS) -> list[Row]:
-    """The minimal loop's warm and cold figures (impl ``-``) and ``flat``'s time over it, slice by slice (``flat``'s
-    rows); none for a trace with copy-on-write, which the loop cannot replay."""
+    """Each yardstick's warm and cold figures (impl ``-``) and ``flat``'s time over it, slice by slice (``flat``'s
+    rows); none for a trace with copy-on-write, which the yardsticks cannot replay."""
     prep = flat_driver.prep
     if prep.trace.step_cows.any():
         return []
-    limit = Driver(prep, LimitLoopManager, "batched", flat_driver.compiled_loops, IMPL)
+    sticks = [Driver(prep, stick.cls, "batched", flat_driver.compiled_loops, stick.name) for stick in YARDSTICKS]
+    common = {"reps": reps, "steps": prep.num_steps, "driver": sticks[0].kind}
     rows: list[Row] = []
-    for state, metric in METRICS.items():
-        common = {"reps": reps, "steps": prep.num_steps, "driver": limit.kind}
+    for state in ("warm", "cold"):
         try:
-            loop_ns, ratios = paired(flat_driver, limit, evictor if state == "cold" else None, reps)
+            figures: list = paired(flat_driver, sticks, evictor if state == "cold" else None, reps)
         except DesignFailure as exc:
-            rows += [Row(scenario, "-", "-", metric, float("nan"), "ns", "rdtsc", "failed", exc.reason, **common),
-                     Row(scenario, flat_driver.impl, "batched", RATIOS[state], float("nan"), "x", "rdtsc", "failed",
-                         exc.reason, **common)]
-            continue
-        how = (f"alone in the worker after the run's timings, `{flat_driver.impl}` and the loop replaying the trace "
-               f"in the run's slices, in turn on each slice, {PAIRS[state]}; {reps} repetitions")
-        est, ratio = median_estimate(loop_ns), median_estimate(ratios)
-        rows += [Row(scenario, "-", "-", metric, est.value, "ns", "rdtsc", "ok",
-                     f"{LOOP}; {how}; median, 95 % bootstrap interval", ci_low=est.low, ci_high=est.high, **common),
-                 Row(scenario, flat_driver.impl, "batched", RATIOS[state], ratio.value, "x", "rdtsc", "ok",
-                     f"`{flat_driver.impl}`'s time over the minimal loop's on the same slice; {how}; per repetition "
-                     "the median over its slices, then the median of the repetitions, 95 % bootstrap interval",
-                     ci_low=ratio.low, ci_high=ratio.high, **common)]
+            figures = [exc.reason] * len(YARDSTICKS)
+        for stick, measured in zip(YARDSTICKS, figures, strict=True):
+            rows += _stick_rows(scenario, flat_driver.impl, stick, state, measured, common)
     return rows

@@ -1,0 +1,61 @@
+"""``flat``'s own decode loop with the contract's checks taken out: a yardstick for ``limit_loop``.
+
+Design: docs/measurement.md#limit_loop. Its own module: compiled replay loops are cached per kernels' module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from impls.core.compiled import Kernels
+from impls.designs import flat
+from impls.designs.flat import BLOCK_SHIFT, HEADER, LEN, NEXT, NUM_BLOCKS, ROW, TOP, load, store
+
+_u = np.uint64
+
+
+@njit(cache=True, _nrt=False)
+def decode_step(table, ints, seq_ids, cow_out, slot_out):
+    n = seq_ids.shape[0]
+    if slot_out.shape[0] < n:
+        return -1, n
+    rows, cols = _u(table.shape[0]), _u(table.shape[1])
+    sh = ints[BLOCK_SHIFT]
+    mask = (1 << sh) - 1
+    refs = HEADER + ROW * table.shape[0]
+    stack = refs + ints[NUM_BLOCKS]
+    for i in range(n):
+        seq = seq_ids[_u(i)]
+        if _u(seq) >= rows:
+            return -2, i
+        rec = HEADER + ROW * seq
+        slot = load(ints, rec + NEXT)
+        if (slot & mask) == 0:  # NEXT does not hold: the slot from the length, a block from the stack at a boundary
+            length = ints[_u(rec + LEN)]
+            j = _u(length >> sh)
+            if j >= cols:
+                return -3, i
+            if (length & mask) == 0:
+                top = ints[TOP] - 1
+                if top < 0:
+                    return -4, i
+                ints[TOP] = top
+                block = np.int64(ints[_u(stack + top)])
+                ints[_u(refs + block)] = 1
+                table[_u(seq), j] = block
+            else:
+                block = np.int64(table[_u(seq), j])
+            slot = (block << sh) | (length & mask)
+        ints[_u(rec + LEN)] += 1
+        store(ints, rec + NEXT, slot + 1)
+        slot_out[_u(i)] = slot
+    return 0, 0
+
+
+class UncheckedFlatManager(flat.FlatBlockManager):
+    """``flat`` with :func:`decode_step` as its batched step: its NEXT path and its boundary path, with only the
+    checks that keep its writes inside its arrays; no duplicate or inactive-row check, no copy-on-write, no rollback.
+    A yardstick for traces without copy-on-write, not a design (it does not keep the contract)."""
+
+    kernels = Kernels(*flat.KERNELS[:5], decode_step, *flat.KERNELS[6:])
