@@ -1,7 +1,4 @@
-"""The minimal decode loop and `flat` without its checks, replayed beside `flat` in its worker.
-
-Design: docs/measurement.md#limit_loop.
-"""
+"""Yardsticks replayed beside `flat` in its worker. Design: docs/measurement.md#limit_loop."""
 
 from __future__ import annotations
 
@@ -84,8 +81,7 @@ class LimitLoopManager(flat.FlatBlockManager):
 
 @dataclass(frozen=True)
 class Yardstick:
-    """A loop replayed beside ``flat``: its driver's name, its manager, what it is (``short``: in ``flat``'s rows),
-    its rows' metrics (impl ``-``) and ``flat``'s ratios over it, per state (warm, cold)."""
+    """A loop replayed beside ``flat``: its rows' metrics (impl ``-``) and ``flat``'s ratios over it, per state."""
 
     name: str
     cls: type
@@ -127,8 +123,7 @@ def repetition(drivers: list[Driver], cold: Evictor | None, rep: int) -> list[tu
 
 def paired(flat_driver: Driver, sticks: list[Driver], cold: Evictor | None,
            reps: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per yardstick, per repetition (one left out first): its ns per sequence-step, and the median over the trace's
-    slices of ``flat``'s time over its on the same slice. Every replay is checked against the trace after the last."""
+    """Per yardstick and repetition (one left out): its ns per sequence-step, ``flat``'s median slice ratio over it."""
     prep, drivers = flat_driver.prep, [flat_driver, *sticks]
     with frozen_gc():
         done = [repetition(drivers, cold, rep) for rep in range(reps + 1)]
@@ -161,8 +156,7 @@ def _stick_rows(scenario: str, impl: str, stick: Yardstick, state: str, figures:
 
 
 def limit_rows(scenario: str, flat_driver: Driver, evictor: Evictor, reps: int = REPS) -> list[Row]:
-    """Each yardstick's warm and cold figures (impl ``-``) and ``flat``'s time over it, slice by slice (``flat``'s
-    rows); none for a trace with copy-on-write, which the yardsticks cannot replay."""
+    """Each yardstick's warm and cold rows and ``flat``'s over it; none for a trace with copy-on-write."""
     prep = flat_driver.prep
     if prep.trace.step_cows.any():
         return []

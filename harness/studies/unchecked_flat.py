@@ -1,7 +1,4 @@
-"""``flat``'s own decode loop with the contract's checks taken out: a yardstick for ``limit_loop``.
-
-Design: docs/measurement.md#limit_loop. Its own module: compiled replay loops are cached per kernels' module.
-"""
+"""`flat`'s decode loop without the contract's checks: a yardstick. Design: docs/measurement.md#limit_loop."""
 
 from __future__ import annotations
 
@@ -31,7 +28,7 @@ def decode_step(table, ints, seq_ids, cow_out, slot_out):
             return -2, i
         rec = HEADER + ROW * seq
         slot = load(ints, rec + NEXT)
-        if (slot & mask) == 0:  # NEXT does not hold: the slot from the length, a block from the stack at a boundary
+        if (slot & mask) == 0:
             length = ints[_u(rec + LEN)]
             j = _u(length >> sh)
             if j >= cols:
@@ -54,8 +51,7 @@ def decode_step(table, ints, seq_ids, cow_out, slot_out):
 
 
 class UncheckedFlatManager(flat.FlatBlockManager):
-    """``flat`` with :func:`decode_step` as its batched step: its NEXT path and its boundary path, with only the
-    checks that keep its writes inside its arrays; no duplicate or inactive-row check, no copy-on-write, no rollback.
-    A yardstick for traces without copy-on-write, not a design (it does not keep the contract)."""
+    """``flat`` with :func:`decode_step` as its batched step, checking only what keeps its writes in its arrays: a
+    yardstick for traces without copy-on-write, not a design."""
 
     kernels = Kernels(*flat.KERNELS[:5], decode_step, *flat.KERNELS[6:])
