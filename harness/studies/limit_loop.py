@@ -78,7 +78,6 @@ class LimitLoopManager(flat.FlatBlockManager):
     kernels = Kernels(*flat.KERNELS[:5], decode_step, *flat.KERNELS[6:])
 
 
-
 @dataclass(frozen=True)
 class Yardstick:
     """A loop replayed beside ``flat``: its rows' metrics (impl ``-``) and ``flat``'s ratios over it, per state."""
