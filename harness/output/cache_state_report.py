@@ -24,14 +24,6 @@ def _figures(run: RunData, scenario: str, impl: str) -> str:
             f"{fmt(float(cold['value']))} ns{interval_text(cold)} cold")
 
 
-# What each yardstick of limit_loop is, in the sentence (by its driver's name).
-_STICK_WORDS = {
-    limit_loop.IMPL: "The minimal decode loop (`limit_loop`: a table read per append, none of the contract's checks), "
-                     "replayed in turn with `{base}` on each slice in its worker",
-    "unchecked-flat": "`{base}`'s own loop with the contract's checks taken out (`unchecked-flat`: its NEXT path and "
-                      "its boundary path, only the checks that keep its writes in its arrays), replayed the same way"}
-
-
 def limit_text(run: RunData, scenario: str = PAPER) -> str:
     """The yardsticks replayed beside ``flat`` (``limit_loop``), and ``flat`` over each, a sentence each."""
     text = ""
@@ -41,7 +33,7 @@ def limit_text(run: RunData, scenario: str = PAPER) -> str:
         if not all(_ok(row) for row in figures + ratios):
             continue
         (warm, cold), (warm_x, cold_x) = figures, ratios
-        text += (f" {_STICK_WORDS[stick.name].format(base=RATIO_BASE)}: {fmt(float(warm['value']))} ns"
+        text += (f" {stick.label}: {fmt(float(warm['value']))} ns"
                  f"{interval_text(warm)} warm and {fmt(float(cold['value']))} ns{interval_text(cold)} cold; "
                  f"`{RATIO_BASE}` takes {fmt(float(warm_x['value']))}×{interval_text(warm_x)} its time warm and "
                  f"{fmt(float(cold_x['value']))}×{interval_text(cold_x)} cold (slice against slice).")

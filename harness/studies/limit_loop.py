@@ -16,10 +16,10 @@ from harness.base.stats import median_estimate
 from harness.base.steptimes import StepTimes, concat
 from harness.errors import DesignFailure
 from harness.studies.cache_state import EVICT_BYTES, REPS, Evictor, check_replay
-from harness.studies.unchecked_flat import UncheckedFlatManager
+from harness.studies.unchecked_flat import UncheckedFlatManager, step_frame
 from impls.core.compiled import Kernels
 from impls.designs import flat
-from impls.designs.flat import BLOCK_SHIFT, HEADER, LEN, NUM_BLOCKS, ROW, TOP
+from impls.designs.flat import HEADER, LEN, ROW, TOP
 
 IMPL = "limit-loop"  # the driver's name (its compiled replay loop is cached by it); its rows carry impl "-"
 METRICS = {"warm": "seq_step_limit_warm_ns", "cold": "seq_step_limit_cold_ns"}
@@ -40,11 +40,7 @@ def decode_step(table, ints, seq_ids, cow_out, slot_out):
     n = seq_ids.shape[0]
     if slot_out.shape[0] < n:
         return -1, n
-    rows, cols = _u(table.shape[0]), _u(table.shape[1])
-    sh = ints[BLOCK_SHIFT]
-    mask = (1 << sh) - 1
-    refs = HEADER + ROW * table.shape[0]
-    stack = refs + ints[NUM_BLOCKS]
+    rows, cols, sh, mask, refs, stack = step_frame(table, ints)
     top = ints[TOP]
     for i in range(n):
         seq = seq_ids[_u(i)]
@@ -80,21 +76,27 @@ class LimitLoopManager(flat.FlatBlockManager):
 
 @dataclass(frozen=True)
 class Yardstick:
-    """A loop replayed beside ``flat``: its rows' metrics (impl ``-``) and ``flat``'s ratios over it, per state."""
+    """A loop replayed beside ``flat``: its words (its rows' how, ``flat``'s rows', the report's), its rows' metrics
+    (impl ``-``) and ``flat``'s ratios over it, per state."""
 
     name: str
     cls: type
     what: str
     short: str
+    label: str
     metrics: dict[str, str]
     ratios: dict[str, str]
 
 
 YARDSTICKS = (
-    Yardstick(IMPL, LimitLoopManager, LOOP, "the minimal loop", METRICS, RATIOS),
+    Yardstick(IMPL, LimitLoopManager, LOOP, "the minimal loop",
+              "The minimal decode loop (`limit_loop`: a table read per append, none of the contract's checks), "
+              "replayed in turn with `flat` on each slice in its worker", METRICS, RATIOS),
     Yardstick("unchecked-flat", UncheckedFlatManager,
               f"`flat`'s own decode loop (NEXT; the length, the table and the stack where NEXT does not hold) "
               f"{_ONLY_SAFETY}", "`flat` without its checks",
+              "`flat`'s own loop with the contract's checks taken out (`unchecked-flat`: its NEXT path and its "
+              "boundary path, only the checks that keep its writes in its arrays), replayed the same way",
               {"warm": "seq_step_unchecked_warm_ns", "cold": "seq_step_unchecked_cold_ns"},
               {"warm": "seq_step_alone_warm_vs_unchecked", "cold": "seq_step_alone_cold_vs_unchecked"}),
 )

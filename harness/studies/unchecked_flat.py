@@ -7,9 +7,18 @@ from numba import njit
 
 from impls.core.compiled import Kernels
 from impls.designs import flat
-from impls.designs.flat import BLOCK_SHIFT, HEADER, LEN, NEXT, NUM_BLOCKS, ROW, TOP, load, store
+from impls.designs.flat import BLOCK_SHIFT, HEADER, LEN, NEXT, ROW, TOP, load, store
 
 _u = np.uint64
+
+
+@njit(cache=True, inline="always")
+def step_frame(table, ints):
+    """A yardstick step's constants: rows and columns (unsigned), the block shift and mask, where the ref counts
+    and the free stack start."""
+    sh = ints[BLOCK_SHIFT]
+    refs, stack = flat._regions(table, ints)
+    return _u(table.shape[0]), _u(table.shape[1]), sh, (1 << sh) - 1, refs, stack
 
 
 @njit(cache=True, _nrt=False)
@@ -17,11 +26,7 @@ def decode_step(table, ints, seq_ids, cow_out, slot_out):
     n = seq_ids.shape[0]
     if slot_out.shape[0] < n:
         return -1, n
-    rows, cols = _u(table.shape[0]), _u(table.shape[1])
-    sh = ints[BLOCK_SHIFT]
-    mask = (1 << sh) - 1
-    refs = HEADER + ROW * table.shape[0]
-    stack = refs + ints[NUM_BLOCKS]
+    rows, cols, sh, mask, refs, stack = step_frame(table, ints)
     for i in range(n):
         seq = seq_ids[_u(i)]
         if _u(seq) >= rows:
