@@ -126,3 +126,23 @@ def test_a_cheap_cell_runs_more_repetitions_and_ticks_the_plans(monkeypatch) -> 
     opened = [lo for lo in starts["fast"] if lo]
     assert len(opened) == len(set(opened))  # six repetitions, staggered by a sixth of a slice: no step twice
     assert done.count("fast") == 2 and done.count("slow") == 2  # progress counts the plan's repetitions
+
+
+def test_constructors_run_outside_every_marked_slice(monkeypatch) -> None:
+    """The supervisor's bound counts marked slices only: a constructor (a large pool is legitimately costly to
+    build, and no timed region claims it) runs while no cell is marked."""
+    import harness.base.interleave as il
+
+    monkeypatch.setattr(il, "_finish", lambda *args: None)
+    marks: list = [None]
+    log: dict[str, list] = {"created": [], "calls": [], "marked": []}
+
+    class MarkRecordingDriver(RecordingDriver):
+        def new(self):
+            log["marked"].append(marks[-1])
+            return super().new()
+
+    drivers = {(n, "batched", ""): MarkRecordingDriver(n, log) for n in ("a", "b")}
+    il.interleaved(drivers, 2, False, slice_bounds(20, 2), mark=marks.append)
+    assert len(log["marked"]) == 4 and set(log["marked"]) == {None}
+    assert {m for m in marks if m} == set(drivers) and len(log["calls"]) > 0

@@ -81,3 +81,13 @@ def test_perf_control_protocol_counts_only_the_region(small_trace, tmp_path, mon
     # Each perf process also starts Python and imports NumPy and Numba (seconds); counting the whole process
     # instead of the region would put the figure near the elapsed time, not below a hundredth of it.
     assert full < elapsed_ms / 100
+
+
+@pytest.mark.parametrize(("status", "quick", "said"), [("supported", True, "perf"), ("supported", False, "perf"),
+                                                       ("unsupported", False, "callgrind"),
+                                                       ("unsupported", True, "callgrind is not run with --quick")])
+def test_the_progress_line_names_the_counter_l1d_rows_will_use(monkeypatch, status, quick, said) -> None:
+    monkeypatch.setattr(l1d, "perf_status", lambda: (status, "why"))
+    assert said in l1d.l1d_counter(quick)
+    if said != "perf":
+        assert "perf" not in l1d.l1d_counter(quick).replace("no perf", "")

@@ -207,7 +207,7 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
             continue
         bounds = replay_slices(slices, rep, total)
         orders = [[keys[j] for j in order] for order in schedule(len(keys), rep, len(bounds))]
-        mgrs = _new_managers(drivers, orders[0], out, enter, mark)
+        mgrs = _new_managers(drivers, orders[0], out, enter)
         parts: dict[Key, list[StepTimes]] = {k: [] for k in mgrs}
         with frozen_gc():
             for k_slice, ((lo, hi), order) in enumerate(zip(bounds, orders, strict=True)):
@@ -227,22 +227,19 @@ def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: lis
 
 
 def _new_managers(drivers: dict[Key, Driver], keys: list[Key], out: Replays,
-                  enter: Callable[[Key], None] = lambda key: None,
-                  mark: Callable[[Key | None], None] = lambda key: None) -> dict:
-    """A fresh manager per key, in ``keys``' order; a constructor that fails fails its key. Each constructor is
-    marked as its key's (the supervisor's bound counts work a design does there, such as a replay done ahead)."""
+                  enter: Callable[[Key], None] = lambda key: None) -> dict:
+    """A fresh manager per key, in ``keys``' order; a constructor that fails fails its key. Constructors run
+    unmarked: building a large pool is work no timed region claims (docs/measurement.md#bound-and-floor)."""
     mgrs = {}
     for k in keys:
         if k in out.failed:
             continue
         enter(k)
-        mark(k)
         try:
             with blamed_on(drivers[k].impl, drivers[k].cls):
                 mgrs[k] = drivers[k].new()
         except DesignFailure as exc:
             out.failed[k] = exc
-    mark(None)
     return mgrs
 
 

@@ -53,6 +53,13 @@ def perf_counts(trace_path: Path, impl: str, regime: str, warm: int, steps: int,
     return {event: full[event] - empty.get(event, 0.0) for event in full}
 
 
+def l1d_counter(quick: bool = False) -> str:
+    """What :func:`l1d_rows` will count with here: ``perf``, else ``callgrind``, else why neither runs."""
+    if perf_status()[0] == "supported":
+        return "perf"
+    return "no perf; callgrind is not run with --quick" if quick else "callgrind"
+
+
 def l1d_rows(name: str, trace: Trace, cells: list[tuple[str, str]], quick: bool = False) -> list[Row]:
     """``l1d_miss_pct`` and ``instructions_per_seq_step`` rows for every cell of one trace."""
     steps = QUICK_STEPS if quick else STEPS

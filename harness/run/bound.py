@@ -12,7 +12,8 @@ import time
 
 Cell = tuple[str, str]
 FRACTION = 0.25  # of the CPU time beyond the floor that a cell's timed regions must claim
-SLACK_NS = 50_000  # per slice: the harness's work that differs between cells (first calls, caches)
+SLACK_NS = 250_000  # per slice: the harness's work that differs between cells (first calls, caches, Numba
+# typing a design's state at each compiled replay call: slow for typed containers, and slower in a cold worker)
 FLOOR_FACTOR = 1.5  # the floor's slices run alone; a cell's run among others, their caches colder
 
 

@@ -215,14 +215,19 @@ def run_floor(job: FloorJob, events: Events) -> FloorResult:
     return FloorResult(claimed)
 
 
+def _designs(job: ScenarioJob) -> str:
+    """The implementations a job's cells name, for its progress lines (each design's worker runs its own)."""
+    return ", ".join(dict.fromkeys(impl for impl, _ in job.cells))
+
+
 def run_studies(job: ScenarioJob, events: Events) -> StudiesResult:
     bench = _bench(job, events)
     bench.warm_up(record=False)
     if "allocations" in job.studies:
-        events.status(f"{job.scenario}: allocations per step")
+        events.status(f"{job.scenario}: {_designs(job)}: allocations per step")
         bench.measure_allocations(job.study_cells.get("allocations", []))
     if "paced" in job.studies:
-        events.status(f"{job.scenario}: paced runs at the step rate")
+        events.status(f"{job.scenario}: {_designs(job)}: paced runs at the step rate")
         bench.measure_paced(job.study_cells.get("paced", []))
     live = [c for c in job.cells if c not in bench.failed]
     raw: dict[str, object] = {}
@@ -237,9 +242,9 @@ def scenario_studies(job: ScenarioJob, bench: CellBench, cells: list[Cell], even
     rows: list[Row] = []
     trace, scenario = bench.trace, job.scenario
     if "l1d" in job.studies:
-        from harness.counters.l1d import l1d_rows
+        from harness.counters.l1d import l1d_counter, l1d_rows
 
-        events.status(f"{scenario}: L1D misses (callgrind)")
+        events.status(f"{scenario}: {_designs(job)}: L1D misses ({l1d_counter(job.quick)})")
         rows += l1d_rows(scenario, trace, [c for c in job.study_cells.get("l1d", []) if c in cells], quick=job.quick)
         events.tick(f"{scenario} L1D")
     if "idwidth" in job.studies:
@@ -260,7 +265,7 @@ def scenario_studies(job: ScenarioJob, bench: CellBench, cells: list[Cell], even
     if "memory" in job.studies:
         from harness.studies.memory import memory_rows
 
-        events.status(f"{scenario}: memory at the trace's peak")
+        events.status(f"{scenario}: {_designs(job)}: memory at the trace's peak")
         classes = {impl: bench.drivers[(impl, regime, "")].cls for impl, regime in cells}
         memory = memory_rows(scenario, trace, cells, classes, events.cell)
         events.cell(None)
@@ -281,7 +286,7 @@ def _cache_state_rows(job: ScenarioJob, bench: CellBench, cells: list[Cell], eve
     from harness.studies.cache_state import Evictor, cache_state_rows
     from harness.studies.limit_loop import limit_rows
 
-    events.status(f"{job.scenario}: replays alone, warm and cold")
+    events.status(f"{job.scenario}: {_designs(job)}: replays alone, warm and cold")
     drivers = [bench.drivers[(*cell, "")] for cell in job.study_cells.get("cache_state", []) if cell in cells]
     evictor = Evictor.make() if drivers else None
     rows = cache_state_rows(job.scenario, drivers, evictor, enter=events.cell)
