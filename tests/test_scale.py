@@ -199,6 +199,17 @@ def test_slopes_of_a_run(tmp_path: Path) -> None:
     assert found[("context", "flat", "batched", "memory_bytes")].slope == pytest.approx(1.0)
 
 
+def test_the_console_says_how_each_cells_cost_grows_over_a_sweep(tmp_path: Path) -> None:
+    from harness.output.console import console_summary
+
+    text = console_summary(RunData.load(_synthetic_run(tmp_path)))
+    line = next(x for x in text.splitlines() if x.startswith("growth over the context sweep, 4 Ki to 256 Ki"))
+    assert "dict 1.00 [" in line and "flat " in line and "memory" not in line and "copy" not in line
+    assert "(10.1 ns)" in line  # flat's figure at the largest size
+    plain = make_run(tmp_path / "plain", [Row("paper", "flat", "batched", "seq_step_ns", 3.0, "ns", "rdtsc")])
+    assert "growth over" not in console_summary(plain)  # no sweep, no line
+
+
 def test_render_writes_the_figure_the_slopes_and_the_readme_section(tmp_path: Path) -> None:
     run = _synthetic_run(tmp_path)
     written = {p.name for p in growth.render(run)}

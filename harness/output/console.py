@@ -9,6 +9,7 @@ from harness.base.text import duration_text
 from harness.output.cache_state_report import cache_state_sentence
 from harness.output.coverage import left_out_note
 from harness.output.formatting import aa_row, cpu_text, fmt, interval_of, machine_line, ratio_text, run_seconds
+from harness.output.growth import cost_lines, slopes
 from harness.output.paced_report import paced_sentence
 from harness.output.report import DESIGN_ROLES, base_of, driver_of
 from harness.output.rundata import RunData
@@ -82,6 +83,7 @@ def console_summary(run: str | Path | RunData | None = None) -> str:
             lines.append(paced)
         if alone := cache_state_sentence(data, scenario):
             lines.append(alone)
+    lines += cost_lines(slopes(data))
     if not data.meta.get("complete", True):
         lines.append("INCOMPLETE run: only the scenarios it finished have figures")
     failed = data.df[data.df.status == "failed"]

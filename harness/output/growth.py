@@ -208,6 +208,20 @@ def _cell(s: Slope) -> str:
     return f"{s.slope:.2f} [{s.ci_low:.2f}, {s.ci_high:.2f}]; {_level(s.metric, s.at_max)} at {_size(s.x_max)}"
 
 
+def cost_lines(found: list[Slope]) -> list[str]:
+    """Per family, one line of every cell's cost slope (ns per sequence-step): the console's answer to "at my size?"."""
+    lines = []
+    for family in SWEEPS:
+        mine = [s for s in found if s.family == family and s.metric == "seq_step_ns"]
+        if mine:
+            cells = ", ".join(f"{s.impl}{'' if s.regime == 'batched' else ' ' + s.regime} {s.slope:.2f} "
+                              f"[{s.ci_low:.2f}, {s.ci_high:.2f}] ({_level(s.metric, s.at_max)})" for s in mine)
+            lines.append(f"growth over the {family} sweep, {_size(min(s.x_min for s in mine))} to "
+                         f"{_size(max(s.x_max for s in mine))} ({AXIS_LABELS[family]}): log-log slope of ns per "
+                         f"sequence-step [95 %] (1: linear, 0: none), then the figure at the largest size: {cells}")
+    return lines
+
+
 def slopes_markdown(found: list[Slope]) -> str:
     """The slopes as one markdown table per family: a row per implementation or copy variant, a column per metric."""
     out = ["Fitted log-log slopes (least squares on log10-log10; 95 % t-interval of the slope, n - 2 degrees of "
