@@ -67,6 +67,14 @@ def make_run(tmp_path: Path, extra: list[Row] = (), meta: dict | None = None) ->
     return RunData.load(tmp_path)
 
 
+def test_the_console_table_keeps_its_columns_for_a_plugins_long_name(tmp_path: Path) -> None:
+    text = console_summary(make_run(tmp_path, timed("toy_bm:ToyBlockManager", "batched", 2015.0, "python",
+                                                    (455.0, 164.0, 543.0))))
+    rows = [line for line in text.splitlines() if line.startswith("  ")]
+    assert len(rows) >= 4 and len({line.index(" python ") if " python " in line else line.index(" compiled ")
+                                   for line in rows[1:]}) == 1
+
+
 def test_the_console_summary_says_ratio_interval_aa_driver_cores_and_where(tmp_path: Path) -> None:
     (tmp_path / "figures").mkdir()
     (tmp_path / "figures" / "paper_vs_article.png").write_bytes(b"png")

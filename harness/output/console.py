@@ -40,15 +40,17 @@ def aa_line(run: RunData, scenario: str) -> str:
 def cell_lines(run: RunData, scenario: str) -> list[str]:
     """A header and one line per measured cell: regime, impl, driver, ns/seq-step, × base, CPU share."""
     base = base_of(run, scenario)
+    cells = run.cells(scenario)
+    wide = max([11, *(len(impl) for impl, _ in cells)])  # a plug-in's name is often module:Class
     lines = [f"{scenario}: ns per sequence-step, × {base} in the same regime [paired 95 % interval], "
              "CPU share at the trace's step rate (computed):",
-             f"  {'regime':<9} {'impl':<11} {'driver':<9} {'ns/seq-step':>11}  {'× ' + base:<36} CPU"]
+             f"  {'regime':<9} {'impl':<{wide}} {'driver':<9} {'ns/seq-step':>11}  {'× ' + base:<36} CPU"]
     regimes = run.regimes(scenario, "seq_step_ns")
-    for impl, regime in sorted(run.cells(scenario), key=lambda cell: regimes.index(cell[1])):
+    for impl, regime in sorted(cells, key=lambda cell: regimes.index(cell[1])):
         ns = fmt(run.value(scenario, impl, regime, "seq_step_ns"))
         ratio = ratio_text(run, scenario, impl, regime, "seq_step_ns", base=base)
         cpu = cpu_text(run.value(scenario, impl, regime, "cpu_share_pct"))
-        lines.append(f"  {regime:<9} {impl:<11} {driver_of(run, scenario, impl, regime):<9} {ns:>11}  "
+        lines.append(f"  {regime:<9} {impl:<{wide}} {driver_of(run, scenario, impl, regime):<9} {ns:>11}  "
                      f"{ratio:<36} {cpu}")
     return lines
 
