@@ -204,8 +204,12 @@ def _level(metric: str, v: float) -> str:
     return f"{v:,.0f} B"
 
 
+def _slope_text(s: Slope) -> str:
+    return f"{s.slope:.2f} [{s.ci_low:.2f}, {s.ci_high:.2f}]"
+
+
 def _cell(s: Slope) -> str:
-    return f"{s.slope:.2f} [{s.ci_low:.2f}, {s.ci_high:.2f}]; {_level(s.metric, s.at_max)} at {_size(s.x_max)}"
+    return f"{_slope_text(s)}; {_level(s.metric, s.at_max)} at {_size(s.x_max)}"
 
 
 def cost_lines(found: list[Slope]) -> list[str]:
@@ -214,8 +218,8 @@ def cost_lines(found: list[Slope]) -> list[str]:
     for family in SWEEPS:
         mine = [s for s in found if s.family == family and s.metric == "seq_step_ns"]
         if mine:
-            cells = ", ".join(f"{s.impl}{'' if s.regime == 'batched' else ' ' + s.regime} {s.slope:.2f} "
-                              f"[{s.ci_low:.2f}, {s.ci_high:.2f}] ({_level(s.metric, s.at_max)})" for s in mine)
+            cells = ", ".join(f"{s.impl}{'' if s.regime == 'batched' else ' ' + s.regime} {_slope_text(s)} "
+                              f"({_level(s.metric, s.at_max)})" for s in mine)
             lines.append(f"growth over the {family} sweep, {_size(min(s.x_min for s in mine))} to "
                          f"{_size(max(s.x_max for s in mine))} ({AXIS_LABELS[family]}): log-log slope of ns per "
                          f"sequence-step [95 %] (1: linear, 0: none), then the figure at the largest size: {cells}")
