@@ -163,7 +163,7 @@ def _bench(job: ScenarioJob, events: Events) -> CellBench:
     """The job's cells in this worker; an implementation that cannot be loaded here fails its cells."""
     trace, prep = _prepared(job.trace_path, job.digest)
     classes, failed = {}, {}
-    for name in dict.fromkeys(i for i, _ in job.cells):
+    for name in _impls(job):
         events.cell((name, job.cells[0][1]))
         try:
             classes[name] = load_impl(name)
@@ -217,7 +217,11 @@ def run_floor(job: FloorJob, events: Events) -> FloorResult:
 
 def _designs(job: ScenarioJob) -> str:
     """The implementations a job's cells name, for its progress lines (each design's worker runs its own)."""
-    return ", ".join(dict.fromkeys(impl for impl, _ in job.cells))
+    return ", ".join(_impls(job))
+
+
+def _impls(job: ScenarioJob) -> list[str]:
+    return list(dict.fromkeys(impl for impl, _ in job.cells))
 
 
 def run_studies(job: ScenarioJob, events: Events) -> StudiesResult:

@@ -1,4 +1,5 @@
-"""`flat`'s decode loop without the contract's checks: a yardstick. Design: docs/measurement.md#limit_loop."""
+"""`flat`'s decode loop without the contract's checks: a yardstick. Design: docs/measurement.md#limit_loop.
+A module of its own: compiled replay loops are cached per kernels' module."""
 
 from __future__ import annotations
 
