@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.base.files import atomic_write_text
+from harness.base.host import machine_name
 from harness.run import metadata
 from scripts.compare_pairs import finished_run
 
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         script["ab_s"] = found[1] if found else None
         run = timed([py, "-m", "harness.cli", "run", *profile, "--results", f"{tmp}/run", "--no-progress"], env)
     meta = metadata.collect()
-    doc = {"commit": metadata.git_commit(), "machine": f"{meta['cpu_model']} ({meta['cpu_count']} CPUs)",
+    doc = {"commit": metadata.git_commit(), "machine": machine_name(meta),
            "date": time.strftime("%Y-%m-%d"), "profile": " ".join(profile), "ci_compare": script, "run": run}
     atomic_write_text(args.out, json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc, indent=1))

@@ -48,6 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.base.files import atomic_write_text
+from harness.base.host import machine_name
 from harness.base.stats import Estimate
 from harness.ci.ab import AB_THRESHOLD_PCT
 from harness.ci.profile import run_args as ci_run_args
@@ -316,7 +317,7 @@ def measure(args: argparse.Namespace) -> dict:
 
 def document(args: argparse.Namespace, run_args: list[str], pairs: list[dict], meta: dict) -> dict:
     """The results document of ``pairs`` measured so far (``meta``: this machine's, :func:`metadata.collect`)."""
-    return {"commit": metadata.git_commit(), "machine": f"{meta['cpu_model']} ({meta['cpu_count']} CPUs)",
+    return {"commit": metadata.git_commit(), "machine": machine_name(meta),
             "date": time.strftime("%Y-%m-%d"), "run_args": shlex.join(run_args), "passes": args.passes,
             "neighbour_procs": args.neighbour_procs, "default_threshold_pct": DEFAULT_THRESHOLDS,
             "thresholds": list(args.thresholds), "pairs": pairs}

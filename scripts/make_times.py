@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.base.host import cpu_identity
 from harness.output import sections
 from harness.output.readme import write_time_table
 from harness.output.times import TARGETS, TIMES_JSON, TargetTime, Times, read_times, write_times
@@ -73,7 +74,8 @@ def time_target(target: str, root: Path, caches: str, scratch: Path) -> TargetTi
 
 
 def machine() -> dict:
-    return {"cpu_model": metadata.cpu_model(), "cpu_count": os.cpu_count(), "caches": metadata.cache_sizes()}
+    return {"cpu_model": metadata.cpu_model(), "cpu_count": os.cpu_count(), "caches": metadata.cache_sizes(),
+            "cpu": cpu_identity()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -196,11 +196,37 @@ def test_sglang_frees_wait_for_the_next_operation_and_join_at_the_front_with_one
     assert mgr.free_pages.tolist() == [7, 8]  # not free until the group ends
     assert mgr.num_free_blocks() == 8 and mgr.ref_count(0) == 0  # queries count the group's pages...
     assert cat_calls == [] and len(mgr.allocator.free_group) == 2  # ...and leave it open
-    mgr.allocate(2, 3 * BS)  # the step's next change ends the group first, as SGLang's scheduler does
+    mgr.allocate(2, 3 * BS)  # joins the step's prefill batch: its pages are held, nothing is extended yet
+    assert cat_calls == [] and mgr.num_free_blocks() == 5 and len(mgr.allocator.free_group) == 2
+    assert mgr.block_table(2) == [0, 1, 2]  # extending the batch ends the group first; freed pages come first
     assert cat_calls[:2] == [2, 2]  # one cat joins the group, one puts its pages at the front
     assert mgr.allocator.free_group is None
-    assert mgr.block_table(2) == [0, 1, 2]  # freed pages are reused first (the front)
     assert mgr.free_pages.tolist() == [4, 5, 6, 7, 8]
+
+
+def test_sglang_extends_a_steps_admissions_as_one_prefill_batch(sglang_cls, monkeypatch) -> None:
+    """SGLang's scheduler extends a prefill batch with one alloc_extend (mem_cache/allocation.py, alloc_for_extend):
+    a step's three admissions are one call of three requests, made when the step's decode batch comes."""
+    import numpy as np
+
+    mgr = sglang_cls(num_blocks=16, block_size=BS, max_seqs=4, max_blocks_per_seq=8)
+    calls, real = [], mgr.allocator.alloc_extend
+
+    def counting(prefix_lens, *args, **kwargs):
+        calls.append(len(prefix_lens))
+        return real(prefix_lens, *args, **kwargs)
+
+    monkeypatch.setattr(mgr.allocator, "alloc_extend", counting)
+    for row, blocks in ((0, 2), (1, 3), (2, 1)):
+        mgr.allocate(row, blocks * BS)
+    assert calls == [] and mgr.num_free_blocks() == 10  # the batch's pages are held from each admission on
+    assert not mgr.can_allocate(11) and mgr.can_allocate(10)
+    slots = np.zeros(3, dtype=np.int64)
+    mgr.decode_step(np.array([0, 1, 2]), np.zeros((3, 2), dtype=np.int64), slots)
+    assert calls == [3]
+    tables = [mgr.block_table(r) for r in range(3)]
+    assert sorted(b for t in tables for b in t) == list(range(9))  # six admitted blocks and three new ones
+    assert slots.tolist() == [t[-1] * BS for t in tables]
 
 
 def test_sglang_queries_between_frees_do_not_change_later_block_ids(sglang_cls) -> None:

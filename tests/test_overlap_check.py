@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from harness.base.rows import Row, write_rows
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "overlap_check.py"
@@ -47,3 +49,22 @@ def test_other_options_are_named_and_other_traces_fail(tmp_path: Path, capsys) -
     assert overlap_check.main([str(a), str(b)]) == 1
     text = capsys.readouterr().out
     assert "quick False (BASE) -> True (NEW)" in text and "NOT COMPARABLE" in text
+
+
+def test_agreement_across_runs_needs_a_small_spread_and_intervals_that_hold_each_other() -> None:
+    from harness.base.rows import Row
+    from harness.output.overlap import agreement
+
+    def run(value: float, low: float, high: float) -> dict:
+        return {("vllm-v1", "batched", "seq_step_ns_vs_flat"): Row("paper", "vllm-v1", "batched",
+                                                                    "seq_step_ns_vs_flat", value, "x", "ratio",
+                                                                    ci_low=low, ci_high=high)}
+
+    held = agreement([run(1800, 1500, 2200), run(1870, 1470, 2180), run(1900, 1600, 2100)], "_vs_flat")[0]
+    assert held.holds() and held.spread == pytest.approx(1900 / 1800)
+    wide_apart = agreement([run(1200, 500, 1500), run(3300, 1500, 3700)], "_vs_flat")[0]
+    assert not wide_apart.holds() and not wide_apart.covered and wide_apart.spread > 2.5
+    narrow = agreement([run(1000, 990, 1010), run(1100, 1090, 1110)], "_vs_flat")[0]
+    assert narrow.spread <= 1.25 and not narrow.holds()  # close, but each interval excludes the other's figure
+    missing = agreement([run(1000, 900, 1100), {}], "_vs_flat")[0]
+    assert not missing.holds()

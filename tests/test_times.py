@@ -89,7 +89,7 @@ def test_words_come_from_the_file_and_never_guess() -> None:
     assert "not timed yet" in times.phrase("bench", measured) and "not timed yet" in times.phrase("bench", None)
     table = times.section(measured)
     assert "| `make bench-quick` |" in table and "3 min 41 s" in table and "1 min 50 s" in table  # wall, CPU
-    assert "Test CPU (2 CPUs" in table and "`abc123`, 2026-12-01" in table
+    assert "Test CPU (family, model and stepping not recorded), 2 CPUs" in table and "`abc123`, 2026-12-01" in table
     assert "make bench-quick 3 min 41 s" in times.help_epilog(measured)
     assert times.section(None).startswith("Not measured yet")
 

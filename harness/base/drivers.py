@@ -11,6 +11,7 @@ from numba import njit
 
 from harness.base.clock import ns_per_tick, perf_ns, ticks
 from harness.base.hook import untimed_hook
+from harness.base.oncpu import thread_ns
 from harness.base.replay import (
     INT64,
     ReplayError,
@@ -152,10 +153,11 @@ def _check_result(prep: Prepared, s: int, i: int, result: str, got) -> int:
 # One flat loop on purpose: a helper call per operation would put interpreter work between timer reads.
 def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | None = None) -> StepTimes:  # noqa: C901
     """Time steps ``[lo, hi)`` (default: all) issued from Python, on a manager already at step ``lo``."""
-    perf = perf_ns  # bound at import, before any design (harness.base.clock)
+    perf, thread = perf_ns, thread_ns  # bound at import, before any design (harness.base.clock, .oncpu)
     hi = prep.num_steps if hi is None else hi
     check_replayable(prep.trace, mgr)
     calls, methods, step_hits = prep.calls, _bound(mgr, prep), prep.step_hits
+    span, cpu = np.zeros(hi - lo), np.zeros(hi - lo)
     mask = prep.trace.config["block_size"] - 1
     ns = np.zeros((hi - lo, len(KINDS)))
     cows = np.zeros(hi - lo, dtype=np.int64)
@@ -166,6 +168,8 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
     regions = 0
     after = untimed_hook(mgr)  # refused for designs not allowed it (harness.base.hook)
     for s in range(lo, hi):
+        c0 = thread()
+        w0 = perf()
         first, mid, end = prep.bounds[s]
         row = ns[s - lo]
         hits = 0
@@ -215,12 +219,21 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
             row[_LOOKUP] = t2 - t1
         row[_DECODE] = t1 - t0
         regions += mid - first + (1 if batched else 2)
+        w1 = perf()
+        span[s - lo], cpu[s - lo] = w1 - w0, thread() - c0
         if after is not None:
             after(s)
     step_ns = ns[:, _ALLOC] + ns[:, _FREE] + ns[:, _OTHER] + ns[:, _DECODE]
     if not batched:
         step_ns = step_ns + ns[:, _LOOKUP]
-    return StepTimes(ns, cows, step_ns, regions / max(1, hi - lo), "perf_counter_ns", digests)
+    return StepTimes(ns, cows, step_ns, regions / max(1, hi - lo), "perf_counter_ns", digests, span,
+                     on_cpu(span, cpu))
+
+
+def on_cpu(span: np.ndarray, cpu: np.ndarray) -> np.ndarray:
+    """Per interval, the share of its wall time the thread ran (1 where its CPU clock read more)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(span > 0, np.minimum(1.0, cpu / np.maximum(span, 1.0)), 1.0)
 
 
 def _slots_digest(slots: list, mask: int, s: int) -> int:
@@ -338,9 +351,10 @@ def step_entry(mgr) -> Callable:
 
 def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> StepTimes:
     """Time steps ``[lo, hi)`` (default: all), one :func:`step_entry` call per step timed as one region (``decode``)."""
-    perf = perf_ns  # bound at import, before any design (harness.base.clock)
+    perf, thread = perf_ns, thread_ns  # bound at import, before any design (harness.base.clock, .oncpu)
     hi = prep.num_steps if hi is None else hi
     check_replayable(prep.trace, mgr, "step")
+    span, cpu = np.zeros(hi - lo), np.zeros(hi - lo)
     step, (op, a0, a1) = step_entry(mgr), prep.arrays64
     mask = prep.trace.config["block_size"] - 1
     ns = np.zeros((hi - lo, len(KINDS)))
@@ -354,9 +368,11 @@ def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> 
         first, mid, end = prep.bounds[s]
         ops, x, y, ids = op[first:mid], a0[first:mid], a1[first:mid], prep.decode_ids[s]
         slot_out[: end - mid] = -1
+        c0 = thread()
         t0 = perf()
         rc = step(ops, x, y, ids, status_out, cow_out, slot_out)
         t1 = perf()
+        span[s - lo], cpu[s - lo] = t1 - t0, thread() - c0
         ns[s - lo, _DECODE] = t1 - t0
         if type(rc) is not int or not -INT64 <= rc < INT64:
             rc = answered(rc, "step", s)
@@ -365,7 +381,7 @@ def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> 
         digests[s - lo] = ((slot_out[: end - mid] & mask) + 1).sum()
         if after is not None:
             after(s)
-    return StepTimes(ns, cows, ns[:, _DECODE].copy(), 1.0, "perf_counter_ns", digests)
+    return StepTimes(ns, cows, ns[:, _DECODE].copy(), 1.0, "perf_counter_ns", digests, span, on_cpu(span, cpu))
 
 
 def _check_statuses(prep: Prepared, s: int, status_out: np.ndarray, rc: int) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 
 from harness.base import clock
 from harness.base.builds import build_of
+from harness.base.clock import perf_ns
 from harness.base.drivers import (
     Prepared,
     StepTimes,
@@ -29,6 +30,7 @@ from harness.base.drivers import (
     step_runner,
 )
 from harness.base.failures import blamed_on
+from harness.base.oncpu import ran_share, thread_ns, voluntary_switches
 from harness.base.replay import ReplayError, apply_pool_op, check_end_state
 from harness.errors import DesignFailure
 from scenarios.trace import trace_uses_caching
@@ -246,9 +248,31 @@ def _new_managers(drivers: dict[Key, Driver], keys: list[Key], out: Replays,
 def _slice(driver: Driver, mgr, detail: bool, lo: int, hi: int, parts: list, out: Replays, key: Key) -> None:
     try:
         with blamed_on(driver.impl, driver.cls):
-            parts.append(driver.timed(mgr, detail, lo, hi))
+            waits = voluntary_switches()
+            c0 = thread_ns()
+            w0 = perf_ns()
+            times = driver.timed(mgr, detail, lo, hi)
+            w1 = perf_ns()
+            times = read_slice(times, w1 - w0, thread_ns() - c0, voluntary_switches() > waits)
+        parts.append(times)
     except DesignFailure as exc:
         out.failed[key] = exc
+
+
+def read_slice(times: StepTimes, wall_ns: float, cpu_ns: float, blocked: bool = False) -> StepTimes:
+    """``times`` with its slice's wall and CPU time (per step too where the driver read none; run whole if it
+    ``blocked``)."""
+    if not isinstance(times, StepTimes):  # a stand-in driver's (tests)
+        return times
+    times.wall_ns, times.cpu_ns = float(wall_ns), float(cpu_ns)
+    steps = len(times.step_ns)
+    if blocked:
+        times.ran = np.ones(steps)
+        times.span_ns = np.full(steps, float(wall_ns)) if times.span_ns is None else times.span_ns
+    elif times.ran is None or times.span_ns is None:
+        times.span_ns = np.full(steps, float(wall_ns))
+        times.ran = np.full(steps, ran_share(wall_ns, cpu_ns))
+    return times
 
 
 def _finish(driver: Driver, mgr, parts: list[StepTimes], out: Replays, key: Key, rep: int = 0) -> None:

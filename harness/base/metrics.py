@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.base.drivers import KINDS, StepTimes
+from harness.base.oncpu import FRACTION, SLACK_NS, ran_share, ran_whole
 from harness.base.rows import Row
 from harness.base.stats import block_medians, block_sums, ratio_of_sums
 from scenarios.trace import ALLOCATE, ALLOCATE_CACHED, FREE
@@ -73,9 +74,23 @@ def all_steps(work: Work) -> list[tuple[int, int]]:
     return [(0, work.steps)]
 
 
+def stacked(samples: Sequence[StepTimes], fn: Callable[[StepTimes], np.ndarray]) -> np.ndarray:
+    """``fn`` of every sample, ``[reps, steps]``, preempted samples NaN (``oncpu.ran_whole``)."""
+    values = np.stack([np.asarray(fn(s), dtype=float) for s in samples])
+    if any(s.ran is None or s.span_ns is None for s in samples):
+        return values
+    return ran_whole(values, np.stack([s.span_ns for s in samples]), np.stack([s.ran for s in samples]))
+
+
+def step_ns_lists(samples: Sequence[StepTimes]) -> list[list[int | None]]:
+    """Each repetition's whole-step ns for a raw file, None for a preempted sample (``stacked``)."""
+    values = stacked(samples, lambda s: s.step_ns)
+    return [[None if v != v else round(v) for v in rep.tolist()] for rep in values]
+
+
 def _time(samples: Sequence[StepTimes], slices, fn: Callable[[StepTimes], np.ndarray]) -> np.ndarray:
-    """Per slice, the sum of each step's median over repetitions, then per resample (``stats.block_medians``)."""
-    return block_medians(np.stack([np.asarray(fn(s), dtype=float) for s in samples]), slices)
+    """Per slice, the sum of each step's median over the repetitions, then per resample (``block_medians``)."""
+    return block_medians(stacked(samples, fn), slices)
 
 
 def _figures(work: Work) -> dict[str, tuple[bool, Callable[[StepTimes], np.ndarray], np.ndarray]]:
@@ -107,8 +122,8 @@ def cell_blocks(work: Work, step_samples: Sequence[StepTimes], detail_samples: S
 def rep_times(work: Work, step_samples: Sequence[StepTimes], detail_samples: Sequence[StepTimes]
               ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per timed figure: (time per repetition and step ``[reps, steps]``, work per step), in repetition order."""
-    return {metric: (np.stack([np.asarray(fn(s), dtype=float) for s in (detail_samples if detail else step_samples)]),
-                     per_step) for metric, (detail, fn, per_step) in _figures(work).items()}
+    return {metric: (stacked(detail_samples if detail else step_samples, fn), per_step)
+            for metric, (detail, fn, per_step) in _figures(work).items()}
 
 
 PER_OPERATION = ("lookup_ns", "alloc_ns", "free_ns", "alloc_free_ns")
@@ -178,8 +193,25 @@ def timing_rows(
             how=f"{regions:.1f} timed region(s) per step x {timer_overhead_ns:.1f} ns (empty region, {clock})"),
         Row(scenario, impl, regime, "harness_overhead_pct", overhead / mean_step * 100 if mean_step else 0.0, "%",
             "calibration", how="calibrated timer cost per step / mean step time"),
+        *on_cpu_rows(cell, step_samples, common),
     ]
     return rows
+
+
+def on_cpu_rows(cell: tuple[str, str, str], samples: Sequence[StepTimes], common: dict) -> list[Row]:
+    """The cell's on-CPU share and its preempted step samples (``oncpu``); none where not read."""
+    wall, cpu = sum(s.wall_ns for s in samples), sum(s.cpu_ns for s in samples)
+    marks = [s.preempted for s in samples]
+    if not wall or any(m is None for m in marks):
+        return []
+    steps = sum(len(m) for m in marks)
+    preempted = sum(int(m.sum()) for m in marks) / max(1, steps) * 100
+    how = "thread CPU time over wall time around each timed slice (time.thread_time_ns beside perf_counter_ns)"
+    return [Row(*cell, "on_cpu_pct", ran_share(wall, cpu) * 100, "%", "thread cpu clock", how=how, **common),
+            Row(*cell, "preempted_steps_pct", preempted, "%", "thread cpu clock",
+                how=f"step samples whose thread was off its CPU beyond {SLACK_NS / 1e3:g} us + {FRACTION:.0%} of "
+                    "the interval (per step from Python, per slice for compiled and C++ replays); left out of the "
+                    "figures", **common)]
 
 
 def _scaled(x: float, scale: float) -> float | None:

@@ -95,10 +95,24 @@ def paired_ratio(num_a: np.ndarray, num_b: np.ndarray, den_a: np.ndarray | None 
 SPIKE_FACTOR = 3.0  # a step over this many times its median over the repetitions was interrupted: clipped there
 
 
-def clipped_totals(per_rep: np.ndarray) -> np.ndarray:
-    """Each repetition's total (``[reps, steps]`` in), every step clipped to :data:`SPIKE_FACTOR` x its median."""
+def clipped_totals(per_rep: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+    """Each repetition's total over the samples ``keep`` marks (default: the finite), each step clipped to
+    :data:`SPIKE_FACTOR` x its median."""
     per_rep = np.asarray(per_rep, dtype=float)
-    return np.minimum(per_rep, SPIKE_FACTOR * np.median(per_rep, axis=0)).sum(axis=1)
+    keep = np.isfinite(per_rep) if keep is None else keep
+    clipped = np.minimum(per_rep, SPIKE_FACTOR * step_medians(per_rep))
+    return np.where(keep, clipped, 0.0).sum(axis=1)
+
+
+def step_medians(per_rep: np.ndarray) -> np.ndarray:
+    """Each step's median over its finite samples (0 where it has none)."""
+    per_rep = np.asarray(per_rep, dtype=float)
+    if np.isfinite(per_rep).all():
+        return np.median(per_rep, axis=0)
+    finite = np.isfinite(per_rep).any(axis=0)
+    out = np.zeros(per_rep.shape[1])
+    out[finite] = np.nanmedian(per_rep[:, finite], axis=0)
+    return out
 
 
 TRIM = 0.2  # of the pairs at each end: one pair in five may be a process that ran apart from its twin
@@ -115,8 +129,9 @@ def paired_reps(time_a: np.ndarray, time_b: np.ndarray, work_a: np.ndarray | flo
     if time_a.shape != time_b.shape:
         raise ValueError(f"paired repetitions differ in shape: {time_a.shape} and {time_b.shape}")
     scale = float(np.sum(work_b)) / float(np.sum(work_a))
+    both = np.isfinite(time_a) & np.isfinite(time_b)
     with np.errstate(divide="ignore", invalid="ignore"):
-        logs = np.log(clipped_totals(time_a) / clipped_totals(time_b) * scale)
+        logs = np.log(clipped_totals(time_a, both) / clipped_totals(time_b, both) * scale)
     if not np.all(np.isfinite(logs)):
         return Estimate(float("nan"), float("nan"), float("nan"))
     if logs.size < 2:
@@ -140,17 +155,20 @@ def rep_levels(per_rep: np.ndarray, slices: list[tuple[int, int]]) -> np.ndarray
     """Each repetition's level: the median over blocks of its block time over the figure's (the per-step medians
     summed), blocks without time left out (1 where none is left)."""
     per_rep = np.asarray(per_rep, dtype=float)
-    figure = block_sums(np.median(per_rep, axis=0), slices)
-    busy = figure > 0
-    if not busy.any():
-        return np.ones(per_rep.shape[0])
-    return np.array([np.median(block_sums(x, slices)[busy] / figure[busy]) for x in per_rep])
+    medians = step_medians(per_rep)
+    levels = []
+    for x in per_rep:
+        whole = np.isfinite(x)  # a repetition's level over the steps it ran whole
+        mine, figure = block_sums(np.where(whole, x, 0.0), slices), block_sums(np.where(whole, medians, 0.0), slices)
+        busy = figure > 0
+        levels.append(np.median(mine[busy] / figure[busy]) if busy.any() else 1.0)
+    return np.array(levels)
 
 
 def block_medians(per_rep: np.ndarray, slices: list[tuple[int, int]], resamples: int = RESAMPLES) -> np.ndarray:
     """From per-step values of every repetition (``[reps, steps]``): ``[1 + resamples, blocks]``."""
     per_rep = np.asarray(per_rep, dtype=float)
-    point = block_sums(np.median(per_rep, axis=0), slices)
+    point = block_sums(step_medians(per_rep), slices)
     levels = rep_levels(per_rep, slices)
     factor = np.median(levels[rep_draws(per_rep.shape[0], resamples)], axis=1) / np.median(levels)
     return np.vstack([point[None, :], factor[:, None] * point[None, :]])

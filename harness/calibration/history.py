@@ -14,6 +14,7 @@ from pathlib import Path
 from harness.base.args import DEFAULT_DEADLINE_S
 from harness.base.files import RESULTS_DIR, new_run_dir, write_json
 from harness.base.history_rows import HISTORY_CSV, HistoryRow, write_history
+from harness.base.metrics import step_ns_lists
 from harness.calibration import fetch
 from harness.calibration.engines import Engine
 from harness.calibration.history_metrics import measured_rows, refused_rows
@@ -197,7 +198,7 @@ class Scenario:
                     "params": self.opts.params.get(self.name, {}), "plan": value.plan, "pid": value.pid,
                     "modules_imported": value.loaded, "torch_threads": value.threads,
                     "failed": {" | ".join(k): v for k, v in value.failed.items()},
-                    "step_ns": {k[0]: [s.step_ns.round().astype(int).tolist() for _, s in sorted(v, key=_rep)]
+                    "step_ns": {k[0]: step_ns_lists([s for _, s in sorted(v, key=_rep)])
                                 for k, v in value.samples.items()},
                     "caching": dict(self.opts.engine.history),
                     "metered_engine_calls": {k[0]: asdict(m) for k, m in value.metered.items()}}

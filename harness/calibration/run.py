@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from harness.base.host import cpu_identity, machine_name
 from harness.base.interleave import SLICES_PER_REP, Key, slice_bounds
-from harness.base.metrics import cell_blocks
+from harness.base.metrics import cell_blocks, step_ns_lists
 from harness.base.stats import paired_ratio, ratio_of_sums
 from harness.calibration import fetch
 from harness.calibration.destination import Destination
@@ -23,7 +24,7 @@ from harness.calibration.engines import Engine
 from harness.calibration.replays import IMPORTING, BaselineInfo, CalibrationJob, Measured, Refused, execute
 from harness.calibration.table import CalibrationRow, write_rows
 from harness.errors import InputError
-from harness.run.metadata import cpu_model, versions
+from harness.run.metadata import cache_sizes, versions
 from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug
 from scenarios import SCENARIOS
 from scenarios.files.atomic import atomic_write_bytes
@@ -207,8 +208,7 @@ class Context:
             "machine": machine(), "versions": versions(), "torch_threads": self.threads(), "load": self.load,
             "worker_pid_of_repetition": {str(r): pid for r, pid in sorted(pids.items())},
             "failed": {" | ".join(k): v for k, v in self.failed.items()},
-            "step_ns": {" | ".join(k): [s.step_ns.round().astype(int).tolist() for s in v]
-                        for k, v in self.samples.items()},
+            "step_ns": {" | ".join(k): step_ns_lists(v) for k, v in self.samples.items()},
             "seq_steps_per_step": next(iter(first.work.values())).seq_steps_per_step.tolist() if first.work else [],
             "metered_engine_calls": {" | ".join(k): asdict(m) for k, m in self.metered.items()},
         }
@@ -217,6 +217,7 @@ class Context:
 
 
 def machine() -> str:
+    """This machine named precisely (``host.machine_name``), its system and the software that runs the replays."""
     v = versions()
-    return (f"{cpu_model()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
-            f"Python {v['python']}, NumPy {v['numpy']}, torch {v['torch']}")
+    return (f"{machine_name({'cpu': cpu_identity(), 'caches': cache_sizes()})}, {platform.system()} "
+            f"{platform.release()}, Python {v['python']}, NumPy {v['numpy']}, torch {v['torch']}")

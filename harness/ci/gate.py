@@ -263,7 +263,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def gate_document(cells: dict[tuple[str, str], CellFigures], trace: Trace, config: GateConfig, **fields) -> dict:
     """What ``--json`` and ``--save-baseline`` write: the figures with the commit, machine and software."""
     meta = metadata.collect()
-    machine = {k: meta[k] for k in ("cpu_model", "cpu_count", "caches", "platform", "versions", "pmu")}
+    machine = {k: meta[k] for k in ("cpu_model", "cpu", "cpu_count", "caches", "platform", "versions", "pmu")}
     return {"commit": meta["git_commit"], "machine": machine, "command_line": meta["command_line"],
             "trace": trace.header.get("scenario"), "trace_checksum": trace.header.get("checksum"),
             "warm_steps": WARM_STEPS, "steps": STEPS, "config": config.source,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base.files import PAIRED_FILE, ResultsError, read_json
+from harness.base.host import competing_work, machine_name
 from harness.base.rows import RATIO_METRICS
 from harness.base.stats import Estimate, independent_ratio
 from harness.errors import InputError
@@ -132,7 +133,7 @@ class Run:
         m = self.meta
         return {"side": self.side, "run_id": self.data.run_id, "path": str(self.data.run_dir),
                 "commit": m.get("git_commit", "unknown"), "started": m.get("started", "unknown"),
-                "cpu_model": m.get("cpu_model", "unknown"), "cpu_count": m.get("cpu_count"),
+                "machine": machine_name(m), "beside": competing_work(m),
                 "complete": m.get("complete"), "command_line": m.get("command_line", "")}
 
 

@@ -76,8 +76,8 @@ def headline(c: Comparison) -> list[str]:
 
 
 def _run_line(side: str, d: dict) -> str:
-    return (f"{side}: {d['run_id']} (commit {d['commit']}, started {d['started']}; {d['cpu_model']}, "
-            f"{d['cpu_count']} CPUs)")
+    beside = f"; taken beside competing work: {d['beside']}" if d.get("beside") else ""
+    return f"{side}: {d['run_id']} (commit {d['commit']}, started {d['started']}; {d['machine']}{beside})"
 
 
 def header_lines(c: Comparison) -> list[str]:

@@ -5,10 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.base.host import competing_work
 from harness.base.text import duration_text
 from harness.output.cache_state_report import cache_state_sentence
 from harness.output.coverage import left_out_note
-from harness.output.formatting import aa_row, cpu_text, fmt, interval_of, machine_line, ratio_text, run_seconds
+from harness.output.formatting import (
+    aa_row,
+    cpu_text,
+    fmt,
+    host_line,
+    interval_of,
+    machine_line,
+    ratio_text,
+    run_seconds,
+)
 from harness.output.growth import cost_lines, slopes
 from harness.output.paced_report import paced_sentence
 from harness.output.report import DESIGN_ROLES, base_of, driver_of
@@ -74,8 +84,11 @@ def console_summary(run: str | Path | RunData | None = None) -> str:
     """The end-of-run text: run, machine, the headline scenario's cells, the A/A line, omissions, failures, files."""
     data = run if isinstance(run, RunData) else RunData.load(run)
     state = "complete" if data.meta.get("complete", True) else "INCOMPLETE (interrupted or failed)"
-    lines = [f"run: {data.run_dir} ({state}; took {duration_text(run_seconds(data.meta))})",
+    beside = "; beside competing work" if competing_work(data.meta) else ""
+    lines = [f"run: {data.run_dir} ({state}; took {duration_text(run_seconds(data.meta))}{beside})",
              f"machine: {machine_line(data.meta)}"]
+    if host := host_line(data.meta):
+        lines.append(f"host: {host}")
     scenario = headline_scenario(data)
     if scenario is not None:
         lines += [aa_line(data, scenario), *cell_lines(data, scenario)]

@@ -7,6 +7,7 @@ from datetime import datetime
 
 import pandas as pd
 
+from harness.base.host import competing_work, machine_name
 from harness.base.rows import ratio_metric
 from harness.base.text import duration_text
 from harness.output.rundata import RunData
@@ -95,10 +96,31 @@ def cpu_text(pct: float) -> str:
 
 
 def machine_line(meta: dict) -> str:
-    """CPU model, count and caches, the PMU, the commit: the machine a run's figures belong to."""
-    caches = ", ".join(f"{k} {v}" for k, v in meta.get("caches", {}).items())
-    return (f"{meta.get('cpu_model', '?')} ({meta.get('cpu_count', '?')} CPUs; {caches}); "
-            f"PMU: {meta.get('pmu', '?')}; commit {meta.get('git_commit', '?')}{load_text(meta)}")
+    """The machine named precisely (``host.machine_name``), the PMU, the commit: where a run's figures belong."""
+    return f"{machine_name(meta)}; PMU: {meta.get('pmu', '?')}; commit {meta.get('git_commit', '?')}{load_text(meta)}"
+
+
+def host_line(meta: dict) -> str:
+    """The host's state around a run and whether it was beside competing work ("" where unrecorded)."""
+    host = meta.get("host") if isinstance(meta.get("host"), dict) else {}
+    if not host:
+        return ""
+    parts = []
+    on_cpu = host.get("on_cpu_pct") if isinstance(host.get("on_cpu_pct"), dict) else {}
+    if on_cpu:
+        parts.append(f"the cells' threads ran {on_cpu.get('min', '?'):g}-100 % (median {on_cpu.get('median', '?'):g} %)"
+                     " of their timed slices' wall time")
+    end = host.get("end") if isinstance(host.get("end"), dict) else {}
+    if end.get("steal_pct") is not None:
+        parts.append(f"steal {end['steal_pct']:g} %")
+    probes = [(when, (host.get(when) or {}).get("latency_ns")) for when in ("start", "end")]
+    shown = [f"{when} " + " / ".join(f"{v:g}" for v in lat.values()) for when, lat in probes if isinstance(lat, dict)]
+    if shown:
+        sizes = " / ".join(next(lat for _, lat in probes if isinstance(lat, dict)))
+        parts.append(f"memory latency ns ({sizes} working sets) at the {', at the '.join(shown)}")
+    verdict = competing_work(meta)
+    head = f"taken beside competing work ({verdict})" if verdict else "no competing work seen"
+    return f"{head}; " + "; ".join(parts) if parts else head
 
 
 def load_text(meta: dict) -> str:

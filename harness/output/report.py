@@ -17,6 +17,7 @@ from harness.output.formatting import (
     CACHE_BASE,
     aa_text,
     fmt,
+    host_line,
     machine_line,
     measured_text,
     ratio_text,
@@ -118,7 +119,7 @@ def paper_table(run: RunData, scenario: str = PAPER) -> str:
     """The article's table, each measured cell beside the article's figure, ratios to C in the same run."""
     art = article_table()
     out = [f"# The article's table, reproduced on the `{scenario}` scenario", "",
-           f"Machine: {machine_line(run.meta)}.", "", PAPER_INTRO, ""]
+           f"Machine: {machine_line(run.meta)}.", *host_lines(run.meta), "", PAPER_INTRO, ""]
     out += [aa_text(run, scenario), ""]
     if not run.meta.get("complete", True):
         out += ["**This run is incomplete** (interrupted or failed): scenarios it did not finish are missing.", ""]
@@ -207,9 +208,15 @@ SUMMARY_METRICS = [("seq_step_ns", "ns/seq-step"), ("step_p99_ns", "p99 step ns"
                    ("cpu_share_pct", "CPU %"), ("dispatch_floor_seq_step_ns", "dispatch floor ns/seq-step")]
 
 
+def host_lines(meta: dict) -> list[str]:
+    """The report's host paragraph (``formatting.host_line``), when the run recorded its host's state."""
+    line = host_line(meta)
+    return ["", f"Host: {line[0].upper()}{line[1:]}."] if line else []
+
+
 def scenario_summary(run: RunData) -> str:
     """One table per scenario, a row per measured cell: its main figures and slowdown against the batched base."""
-    out = ["# Per-scenario summary", "", f"Machine: {machine_line(run.meta)}.", "",
+    out = ["# Per-scenario summary", "", f"Machine: {machine_line(run.meta)}.", *host_lines(run.meta), "",
            "× base: seq-step time relative to batched `flat` (`flat-pc` on the prefix-caching scenarios) in the "
            "same run (higher is slower), with its paired 95 % interval. Brackets: 95 % intervals. driver: the loop "
            "that issued the timed calls (python, compiled, native).", ""]

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.base.files import atomic_write_text
+from harness.base.host import machine_name
 from harness.base.text import duration_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,8 +132,8 @@ def section(times: Times | None) -> str:
         return (f"Not measured yet: `python scripts/make_times.py` times each `make` target on a quiet machine and "
                 f"writes `{RELATIVE}`, from which this table and `kvblock-bench --help` are generated.")
     m = times.machine
-    lines = [f"Measured by `python scripts/make_times.py` on {m.get('cpu_model', '?')} ({m.get('cpu_count', '?')} "
-             f"CPUs, `{RELATIVE}`); wall time, and the CPU time of the target's processes (two cores can run "
+    lines = [f"Measured by `python scripts/make_times.py` on {machine_name(m)} (`{RELATIVE}`); wall time, and the "
+             "CPU time of the target's processes (two cores can run "
              "two at once). Caches `cold`: the Numba cache, the C++ build and the trace cache removed before the "
              "target, as on a fresh clone; `warm`: left as the previous target left them.", "",
              "| command | what it does | wall time | CPU time | caches | load when started | commit, date |",

@@ -10,6 +10,8 @@ import sys
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 
+from harness.base.host import cpu_identity, cpu_ticks, load_average, steal_pct
+from harness.counters.latency import probe
 from harness.counters.perf import perf_status
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -114,6 +116,7 @@ def collect(argv: list[str] | None = None, classes: dict[str, type] | None = Non
         "native_build": native_build(natives),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "cpu": cpu_identity(),
         "caches": cache_sizes(),
         "platform": platform.platform(),
         "hostname": platform.node(),
@@ -125,16 +128,33 @@ def collect(argv: list[str] | None = None, classes: dict[str, type] | None = Non
         "git_changed_files": git_changed_files(),
         "command_line": shlex.join(argv if argv is not None else sys.argv),
         "load_average": load_average(),
+        "host": {"start": host_state()},
     }
 
 
-def load_average() -> list[float]:
-    """The machine's 1, 5 and 15-minute load averages now: whether figures were measured idle or under load."""
-    return [round(x, 2) for x in os.getloadavg()]
+def host_end(meta: dict, on_cpu_pct: list[float]) -> dict:
+    """``meta``'s ``host`` with the end's reading and the cells' ``on_cpu_pct`` (least, median)."""
+    host = dict(meta.get("host") or {})
+    host["end"] = host_state(host.get("start"))
+    if on_cpu_pct:
+        ordered = sorted(on_cpu_pct)
+        host["on_cpu_pct"] = {"min": round(ordered[0], 1), "median": round(ordered[len(ordered) // 2], 1),
+                              "cells": len(ordered)}
+    return host
+
+
+def host_state(start: dict | None = None) -> dict:
+    """The host now: load, ``/proc/stat`` ticks, the memory probe (and the steal since ``start``)."""
+    now = {"load_average": load_average(), "cpu_ticks": cpu_ticks(), "latency_ns": probe()}
+    if start is not None:
+        ticks = start.get("cpu_ticks")
+        now["steal_pct"] = steal_pct(tuple(ticks) if isinstance(ticks, list | tuple) else None, now["cpu_ticks"])
+    return now
 
 
 # What makes timings of two runs comparable: the machine and the software that compiles and runs the code.
-TIMING_IDENTITY = ("cpu_model", "cpu_count", "caches", "versions.python", "versions.numpy", "versions.numba")
+TIMING_IDENTITY = ("cpu_model", "cpu.vendor", "cpu.family", "cpu.model", "cpu.stepping", "cpu_count", "caches",
+                   "versions.python", "versions.numpy", "versions.numba")
 # What makes callgrind instruction counts comparable: the software only (counted with NUMBA_CPU_NAME=generic).
 COUNT_IDENTITY = ("versions.python", "versions.numpy", "versions.numba", "versions.llvmlite")
 
@@ -148,10 +168,13 @@ def identity_value(meta: dict, key: str) -> object:
 
 
 def identity_differences(a: dict, b: dict, keys: tuple[str, ...] = TIMING_IDENTITY) -> list[str]:
-    """``key a -> b`` for every identity ``key`` whose values differ (unrecorded on one side counts as different)."""
+    """``key a -> b`` for every identity ``key`` whose values differ (unrecorded on one side counts as different;
+    on neither, as the same: two runs made before a key was recorded are judged by the others)."""
     found = []
     for key in keys:
         va, vb = identity_value(a, key), identity_value(b, key)
+        if va is None and vb is None:
+            continue
         if va is None or vb is None or va != vb:
             found.append(f"{key} {_shown(va)} -> {_shown(vb)}")
     return found

@@ -95,16 +95,7 @@ def trace_cache_path(name: str, overrides: dict, cache_dir: Path) -> Path:
 
 
 def cached_trace(name: str, overrides: dict, cache_dir: Path) -> tuple[Trace, float]:
-    """Generate a scenario's trace, or read it from the cache; returns (trace, seconds).
-
-    An entry is two files named by a hash of what was asked: the trace (``.npz``) and its claim (``.json``: the
-    scenario, its parameters, the format and generator versions, and the trace's checksum). It is used only when
-    its content checks out: the trace loads (its own checksum over header and arrays), its claim is exactly
-    what is asked, and the claim's checksum and scenario are the trace's. Anything else (a damaged or edited
-    file, another trace under the name) is regenerated and rewritten. Only regular files are read or written
-    there (a link, FIFO or folder in their place is left alone); a cache that cannot be written costs the
-    caching only, with a one-line note.
-    """
+    """A scenario's trace, generated or read from the cache (docs/results-folder.md); (trace, seconds)."""
     claim, path = _claim(name, overrides, cache_dir)
     t0 = time.perf_counter()
     trace = _cache_entry(path, claim)
@@ -410,12 +401,8 @@ def build_plan(cfg: RunConfig, infos: dict[str, ImplInfo]) -> list[tuple[Scenari
 
 
 class RunWriter:
-    """The run folder, created when the first figure is ready; ``latest`` moves to it only once it has rows.
-
-    Made before anything is measured, it checks then what can be checked (:func:`check_run_root`: the label,
-    that a run folder can be created, ``latest``). A write that still fails (disk full, the folder made
-    read-only) raises :class:`WriteError` saying what the run folder keeps: every earlier write stays.
-    """
+    """The run folder, made when the first figure is ready (``latest`` moves once it has rows); a failed write
+    raises :class:`WriteError` naming what it keeps (docs/results-folder.md)."""
 
     def __init__(self, cfg: RunConfig, meta: dict) -> None:
         self.cfg, self.meta = cfg, meta
@@ -461,8 +448,9 @@ class RunWriter:
     def finish(self, **fields: object) -> None:
         """Stamp meta.json (``finished`` and ``fields``). After a failed write, a second failure is not reported:
         the first one is what the run ends with."""
+        on_cpu = [r.value for r in self.rows if r.metric == "on_cpu_pct" and r.status == "ok"]
         self.meta.update(fields, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                         load_average_end=metadata.load_average())
+                         load_average_end=metadata.load_average(), host=metadata.host_end(self.meta, on_cpu))
         if self.run_dir is None:
             return
         try:

@@ -192,9 +192,9 @@ class PagedRows:
         self.seq_lens = torch.zeros(max_seqs, dtype=torch.int64)
         self.grouping = False
         self.pending_pages = 0
+        self.admitting: list[tuple[int, int]] = []  # the prefill batch being formed: (row, tokens)
+        self.admitting_pages = 0
         self.shared: dict[int, int] = {}
-        self._no_prefix = torch.zeros(1, dtype=torch.int64)
-        self._no_loc = torch.full((1,), -1, dtype=torch.int64)
         self._offsets = torch.arange(self.page_size, dtype=torch.int64)
 
     def _end_frees(self) -> None:
@@ -205,22 +205,40 @@ class PagedRows:
             self.pending_pages = 0
 
     def num_free_blocks(self) -> int:
-        """Free pages, counting those of the open free group (a query: it leaves the group open)."""
-        return self.allocator.available_size() // self.page_size + self.pending_pages
+        """Free pages, counting those of the open free group and not those the forming prefill batch holds (a
+        query: it leaves both open)."""
+        return self.allocator.available_size() // self.page_size + self.pending_pages - self.admitting_pages
 
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
-        """An extend batch of one request with no prefix: one ``alloc_extend``, the slots written into its row."""
+        """The request joins the step's prefill batch (its pages held from now on); the batch is extended in one
+        ``alloc_extend`` when the step's decode batch, or anything that reads the rows, comes (:meth:`_admit`), as
+        SGLang's ``alloc_for_extend`` extends a scheduled prefill batch."""
+        self.admitting.append((seq_id, self._admit_tokens))
+        self.admitting_pages += num_blocks
+
+    def _admit(self) -> None:
+        """One ``alloc_extend`` for the requests admitted since the last one (no prefix), the slots written into
+        their rows."""
+        if not self.admitting:
+            return
         self._end_frees()
-        n = self._admit_tokens
-        seq_lens = torch.tensor([n], dtype=torch.int64)
-        out = self.allocator.alloc_extend(self._no_prefix, self._no_prefix, seq_lens, seq_lens, self._no_loc, n)
-        if out is None:
-            raise NoFreeBlocksError(f"alloc_extend refused the admission of row {seq_id}")
-        self.req_to_token[seq_id, :n] = out.to(torch.int32)
-        self.seq_lens[seq_id] = n
+        batch, self.admitting, self.admitting_pages = self.admitting, [], 0
+        rows = torch.tensor([r for r, _ in batch], dtype=torch.int64)
+        seq_lens = torch.tensor([n for _, n in batch], dtype=torch.int64)
+        prefix = torch.zeros(len(batch), dtype=torch.int64)
+        out = self.allocator.alloc_extend(prefix, prefix, seq_lens, seq_lens, torch.full_like(prefix, -1),
+                                          int(seq_lens.sum()))
+        if out is None:  # pragma: no cover - the batch's pages were held as each request joined it
+            raise AssertionError("alloc_extend refused a prefill batch whose pages were held")
+        at = 0
+        for row, n in batch:
+            self.req_to_token[row, :n] = out[at : at + n].to(torch.int32)
+            at += n
+        self.seq_lens[rows] = seq_lens
 
     def _decode(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
         """The decode batch (with forked pages, its emulation); CoW pairs to ``cow_out``, their number back."""
+        self._admit()
         self._end_frees()
         if not ids:
             return 0
@@ -257,6 +275,7 @@ class PagedRows:
         return None
 
     def _free(self, seq_id: int) -> None:
+        self._admit()
         if not self.grouping:
             self.allocator.free_group_begin()
             self.grouping = True
@@ -272,6 +291,7 @@ class PagedRows:
         self.pending_pages += -(-n // self.page_size)
 
     def _pages(self, seq_id: int) -> torch.Tensor:
+        self._admit()
         return self.req_to_token[seq_id, : self._lens[seq_id] : self.page_size].to(torch.int64) // self.page_size
 
     def _unshare(self, page: int) -> bool:
@@ -286,6 +306,7 @@ class PagedRows:
         return True
 
     def _fork(self, parent_id: int, child_id: int) -> None:
+        self._admit()
         self._end_frees()
         n = self._lens[parent_id]
         self.req_to_token[child_id, :n] = self.req_to_token[parent_id, :n]
@@ -316,6 +337,7 @@ class PagedRows:
         return src - 1, dst - 1
 
     def _last_shared(self, seq_id: int) -> bool:
+        self._admit()
         return bool(self.shared) and int(self.req_to_token[seq_id, self._lens[seq_id] - 1]) // self.page_size \
             in self.shared
 
@@ -323,6 +345,7 @@ class PagedRows:
         return (self._pages(seq_id) - 1).tolist()
 
     def _ref(self, block_id: int) -> int:
+        self._admit()
         page = block_id + 1
         if page in self.shared:
             return self.shared[page]
@@ -331,6 +354,7 @@ class PagedRows:
         return 0 if bool(freed) else 1
 
     def _last_slot(self, seq_id: int) -> int:
+        self._admit()
         return int(self.req_to_token[seq_id, self._lens[seq_id] - 1]) - self.page_size
 
 
@@ -371,6 +395,7 @@ class SGLangBlockManager(PagedRows, InterpretedBlockManager):
 
     @property
     def free_pages(self) -> torch.Tensor:
+        self._admit()
         return self.allocator.free_pages
 
     def memory_bytes(self) -> int:
@@ -383,6 +408,7 @@ class SGLangBlockManager(PagedRows, InterpretedBlockManager):
     def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
         """The newest token's slot of each sequence, gathered from ``req_to_token`` in one operation."""
         checked = lookup_args(seq_ids, slot_out, self.max_seqs)
+        self._admit()
         ids = checked.tolist()
         n = len(ids)
         if any(s < 0 or s >= self.max_seqs or self._lens[s] == 0 for s in ids):

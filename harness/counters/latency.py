@@ -1,0 +1,52 @@
+"""A memory latency probe: ns per dependent load over random cycles from L1 to memory. Design:
+docs/measurement.md#host."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from harness.base.clock import perf_ns
+from harness.base.oncpu import preempted, thread_ns
+
+SIZES_KIB = (16, 256, 4 << 10, 64 << 10)  # L1, L2, L3 and memory on the machines we run on
+LOADS = 50_000  # per walk: well under a scheduler's time slice, even from memory
+WALKS = 7
+LINE = 64
+
+
+@njit(cache=True)
+def _walk(chain, loads):
+    at = 0
+    for _ in range(loads):
+        at = chain[at]
+    return at
+
+
+def _chain(size_kib: int, seed: int = 0) -> np.ndarray:
+    """A random cycle over one int64 slot per cache line of ``size_kib`` KiB."""
+    stride = LINE // 8
+    n = max(2, size_kib * 1024 // LINE)
+    order = np.random.default_rng(seed).permutation(n)
+    chain = np.zeros(n * stride, dtype=np.int64)
+    chain[order * stride] = np.roll(order, -1) * stride
+    return chain
+
+
+def probe(sizes_kib: tuple[int, ...] = SIZES_KIB) -> dict[str, float]:
+    """ns per dependent load by size (``"16K"``: ...), the median of the walks run whole (``oncpu``)."""
+    _walk(_chain(16), 10)  # compiled (or loaded from the cache) outside the timed walks
+    out = {}
+    for size in sizes_kib:
+        chain = _chain(size)
+        _walk(chain, min(LOADS, len(chain)))  # the set in the caches it fits
+        walls, cpus = np.zeros(WALKS), np.zeros(WALKS)
+        for i in range(WALKS):
+            c0 = thread_ns()
+            t0 = perf_ns()
+            _walk(chain, LOADS)
+            walls[i] = perf_ns() - t0
+            cpus[i] = thread_ns() - c0
+        whole = ~preempted(walls, np.minimum(1.0, cpus / walls))
+        out[f"{size}K"] = round(float(np.median(walls[whole] if whole.any() else walls)) / LOADS, 2)
+    return out

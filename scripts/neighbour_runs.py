@@ -1,0 +1,133 @@
+"""Does a run's "x flat" hold from run to run beside other work? Several back-to-back runs of one commit.
+
+Usage: python scripts/neighbour_runs.py [--runs 5] [--neighbour-procs 2] [--run-args "ARGS OF kvblock-bench run"]
+                                        [--out results/neighbour_runs] [--label NAME]
+
+Runs ``kvblock-bench run RUN-ARGS`` ``--runs`` times, one after the other, beside ``scripts/noisy_neighbour.py``
+(``--neighbour-procs`` processes alternating busy and idle phases of 1-5 s; 0: idle), and for every ratio to
+``flat`` on the scenario (metrics ``*_vs_flat``) states each run's figure with its paired interval, their spread
+(largest over smallest) and whether every run's interval holds every other run's figure. The target (issue 50):
+every design within 1.25x, every interval holding the others. It writes ``OUT/LABEL.csv`` (a row per ratio and
+run) and ``OUT/LABEL.md`` (the table, each run's host line and the command) atomically, and keeps the runs in
+``OUT/runs-LABEL/`` (git-ignored). Exit status 0 when every ratio met the target, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import json
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness.base.files import atomic_write_text  # noqa: E402
+from harness.base.host import machine_name  # noqa: E402
+from harness.output.formatting import host_line  # noqa: E402
+from harness.output.overlap import SPREAD_TARGET, Agreement, agreement, figure, ratio_rows  # noqa: E402
+from harness.run import metadata  # noqa: E402
+
+NEIGHBOUR = ROOT / "scripts" / "noisy_neighbour.py"
+RUN_ARGS = ("--scenario paper --regime batched --no-paced --no-l1d --no-allocations --no-table-copy --no-progress")
+
+
+@contextlib.contextmanager
+def neighbour(procs: int, seed: int) -> Iterator[None]:
+    """``scripts/noisy_neighbour.py`` with ``procs`` processes running for the block (nothing for 0)."""
+    if procs <= 0:
+        yield
+        return
+    proc = subprocess.Popen([sys.executable, str(NEIGHBOUR), "--procs", str(procs), "--duration", "86400",
+                             "--seed", str(seed)], cwd=ROOT)
+    try:
+        time.sleep(2)  # its processes started
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def one_run(run_args: list[str], results: Path, label: str) -> Path:
+    """One ``kvblock-bench run`` into ``results``; its folder."""
+    cmd = [sys.executable, "-m", "harness.cli", "run", *run_args, "--results", str(results), "--label", label]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"run {label} failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
+    return (results / "latest").resolve()
+
+
+def table(found: list[Agreement], runs: int) -> list[str]:
+    head = "| impl | regime | " + " | ".join(f"run {i + 1}" for i in range(runs)) + " | max/min | intervals hold |"
+    lines = [head, "|" + "---|" * (runs + 4)]
+    for a in found:
+        cells = [figure(r) if r is not None else "—" for r in a.rows]
+        lines.append(f"| `{a.key[0]}` | {a.key[1]} | " + " | ".join(cells)
+                     + f" | {a.spread:.2f} | {'yes' if a.covered else 'NO'} |")
+    return lines
+
+
+def write(out: Path, label: str, found: list[Agreement], metas: list[dict], command: str) -> None:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["impl", "regime", "metric", "run", "run_id", "value", "ci_low", "ci_high", "spread", "covered"])
+    for a in found:
+        for i, row in enumerate(a.rows):
+            if row is not None:
+                writer.writerow([*a.key, i + 1, metas[i]["run_id"], f"{row.value:.6g}", f"{row.ci_low:.6g}",
+                                 f"{row.ci_high:.6g}", f"{a.spread:.4f}", a.covered])
+    atomic_write_text(out / f"{label}.csv", buf.getvalue())
+    held = sum(a.holds() for a in found)
+    lines = [f"# {label}: `x flat` across {len(metas)} runs of one commit", "",
+             f"`{command}`, at {metas[0]['commit']} on {metas[0]['machine']}.", "",
+             f"{held} of {len(found)} ratios within {SPREAD_TARGET}x across the runs with every run's interval "
+             "holding the others' figures.", "", *table(found, len(metas)), "", "Each run's host:", ""]
+    lines += [f"- run {i + 1} ({m['run_id']}): {m['host']}" for i, m in enumerate(metas)]
+    atomic_write_text(out / f"{label}.md", "\n".join(lines) + "\n")
+
+
+def run_meta(run: Path) -> dict:
+    meta = json.loads((run / "meta.json").read_text())
+    return {"run_id": run.name, "commit": meta.get("git_commit"), "machine": machine_name(meta),
+            "host": host_line(meta) or "not recorded"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--neighbour-procs", type=int, default=2, help="0: no neighbour (idle)")
+    parser.add_argument("--run-args", default=RUN_ARGS, help=f"kvblock-bench run's arguments (default: {RUN_ARGS})")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "neighbour_runs")
+    parser.add_argument("--label", default="beside-neighbour")
+    parser.add_argument("--scenario", default="paper")
+    args = parser.parse_args(argv)
+    if not 2 <= args.runs <= 50:
+        parser.error("--runs: give 2 to 50")
+    run_args = shlex.split(args.run_args)
+    runs_dir = args.out / f"runs-{args.label}"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    folders = []
+    with neighbour(args.neighbour_procs, 1):
+        for i in range(args.runs):
+            folders.append(one_run(run_args, runs_dir, f"{args.label}-{i + 1}"))
+            print(f"run {i + 1} of {args.runs}: {folders[-1].name}", file=sys.stderr)
+    found = agreement([ratio_rows(f / "results.csv", args.scenario) for f in folders], "_vs_flat")
+    command = (f"python scripts/neighbour_runs.py --runs {args.runs} --neighbour-procs {args.neighbour_procs} "
+               f"--run-args {shlex.quote(args.run_args)} --label {args.label}")
+    metas = [run_meta(f) for f in folders]
+    if not metas[0]["commit"]:
+        metas[0]["commit"] = metadata.git_commit()
+    write(args.out, args.label, found, metas, command)
+    print("\n".join(table(found, len(folders))))
+    return 0 if found and all(a.holds() for a in found) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
