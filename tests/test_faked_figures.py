@@ -145,10 +145,13 @@ def test_the_drivers_clock_was_bound_before_any_design(trace, monkeypatch) -> No
     assert drivers.perf_ns is not time.perf_counter_ns and times.step_ns.min() > 0
 
 
-def _result(claimed_ns: float, cpu_ns: int, slices: int, driver: str = "python") -> TimingResult:
+def _result(claimed_ns: float, cpu_ns: int, slices: int, driver: str = "python", ran: float | None = None
+            ) -> TimingResult:
     ns = np.zeros((10, 5))
     ns[:, 3] = claimed_ns / 10
     times = StepTimes(ns, np.zeros(10, np.int64), ns[:, 3].copy(), 1.0, "perf_counter_ns")
+    if ran is not None:
+        times.span_ns, times.ran = ns[:, 3].copy(), np.full(10, ran)
     result = TimingResult(steps={("x", "batched", ""): [(0, times)]},
                           info={("x", "batched"): CellInfo(driver, "", 0.0, False)})
     result.supervised = {("x", "batched", ""): (cpu_ns, slices)}
@@ -162,8 +165,10 @@ def _floor(floor_ns: int = 0, claimed: float = 0.0) -> dict[str, float]:
 
 def test_the_bound_fails_a_cell_claiming_much_less_than_its_cpu_time() -> None:
     slices, ms = 20, 1_000_000
-    assert bound.violations(_result(50 * ms, 100 * ms, slices), _floor()) == {}  # an honest cell
+    assert bound.violations(_result(86 * ms, 100 * ms, slices), _floor()) == {}  # an honest cell
     assert bound.violations(_result(100 * ms, 100 * ms, slices), _floor(3 * ms)) == {}  # most of it the floor's
+    for hidden in (0.30, 0.65, 0.99):  # issue 57: a fake of 30 % is caught where the timed work dwarfs the floor
+        assert ("x", "batched") in bound.violations(_result(86 * ms * (1 - hidden), 100 * ms, slices), _floor())
     faked = bound.violations(_result(2 * ms, 100 * ms, slices), _floor())
     assert BOUND_WORDS in faked[("x", "batched")] and "\n" not in faked[("x", "batched")]
     assert bound.violations(_result(2 * ms, 100 * ms, slices), _floor(int(3.3 * ms))) == {}  # within the floor
@@ -171,6 +176,14 @@ def test_the_bound_fails_a_cell_claiming_much_less_than_its_cpu_time() -> None:
     unread = _result(2 * ms, 100 * ms, slices)
     unread.supervised = None
     assert bound.violations(unread, _floor()) == {}  # no process clock: nothing bounded
+
+
+def test_a_preempted_cell_claims_only_the_cpu_it_got() -> None:
+    """Beside other work a cell's timed regions hold time its thread was off the CPU: the bound weighs each step by
+    the share its thread ran, so a fake cannot hide behind another process's time slices."""
+    slices, ms = 20, 1_000_000
+    assert bound.violations(_result(200 * ms, 100 * ms, slices, ran=0.45), _floor()) == {}  # 90 ms on the CPU
+    assert ("x", "batched") in bound.violations(_result(200 * ms, 100 * ms, slices, ran=0.3), _floor())
 
 
 def test_a_compiled_cell_whose_state_numba_types_slowly_passes_on_a_short_trace() -> None:
@@ -296,3 +309,31 @@ def test_a_plugin_faking_the_paced_cpu_clock_has_its_paced_rows_failed(tmp_path)
     assert shares[fake].status == "failed" and "paced loops claim" in shares[fake].how, proc.stderr[-3000:]
     assert shares["dict"].status == "ok" and shares["dict"].value > 0
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["Hides30Percent", "Hides65Percent", "Hides99Percent"])
+def test_a_design_rebinding_the_timing_code_fails_at_any_share_hidden(name, monkeypatch) -> None:
+    """Issue 57: rebinding a module global of the timing code hid 65 % and passed; now every slice checks the
+    names sealed before the design loaded, and the Python drivers check the clocks they hold."""
+    import tests.faking_plugins as plugins
+    from harness.base import clock, interleave
+
+    monkeypatch.setattr(clock, "_SEALED", {})
+    clock.seal()
+    for module in (drivers, interleave):
+        monkeypatch.setattr(module, "perf_ns", module.perf_ns)  # restored after the test
+    trace = generate("paper", steps=40, running=8)
+    prep = Prepared.from_trace(trace)
+    key = (name, "batched", "")
+    out = interleave.interleaved({key: interleave.Driver(prep, getattr(plugins, name), "batched", {}, name)}, 1,
+                                 False, interleave.slice_bounds(40, 4))
+    assert key in out.failed and "rebound the harness's timing code" in str(out.failed[key])
+
+
+def test_the_drivers_refuse_a_clock_that_is_not_times_own() -> None:
+    from harness.base.clock import genuine
+
+    assert genuine(time.perf_counter_ns, "perf_counter_ns") and genuine(time.thread_time_ns, "thread_time_ns")
+    assert not genuine(lambda: 0, "perf_counter_ns") and not genuine(time.monotonic_ns, "perf_counter_ns")
+    with pytest.raises(ReplayError, match="rebound the harness's timing code"):
+        drivers.check_clocks(lambda: 0, time.thread_time_ns)

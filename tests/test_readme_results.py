@@ -46,24 +46,29 @@ def test_the_section_says_where_the_time_went(tmp_path: Path) -> None:
     assert _time_lines(RunData.load(tmp_path)) == []  # an older run without the rows says nothing
 
 
-def test_the_section_compares_the_run_with_its_repeat(tmp_path: Path) -> None:
-    """Every paper ratio of the run against the repeat kept beside it; the pairs that do not overlap named."""
+def test_the_section_shows_every_kept_run_by_machine(tmp_path: Path) -> None:
+    """Each batched cell's x flat: per machine kind, the median over its kept runs with their range, beside the
+    newest run's own interval; nothing said where no run is kept."""
     from harness.base.files import write_json
     from harness.base.rows import Row, write_rows
-    from harness.output.readme import _repeat_lines
+    from harness.output.reproduction import section
 
-    def ratio(metric: str, value: float, low: float, high: float) -> Row:
-        return Row("paper", "dict", "batched", metric, value, "x", "ratio", ci_low=low, ci_high=high)
+    def ratio(value: float, low: float, high: float) -> Row:
+        return Row("paper", "dict", "batched", "seq_step_ns_vs_flat", value, "x", "ratio", ci_low=low, ci_high=high)
 
-    write_rows(tmp_path / "results.csv", [ratio("seq_step_ns_vs_flat", 150, 140, 160),
-                                          ratio("lookup_ns_vs_flat", 200, 190, 210)])
-    assert _repeat_lines(RunData.load(tmp_path)) == []  # no repeat kept: nothing said
-    write_rows(tmp_path / "repeat_results.csv", [ratio("seq_step_ns_vs_flat", 155, 145, 170),
-                                                 ratio("lookup_ns_vs_flat", 300, 280, 320)])
-    write_json(tmp_path / "repeat_meta.json", {"git_commit": "abc"})
-    lines = _repeat_lines(RunData.load(tmp_path))
-    assert "agree on 1 of 2 `paper` ratios" in lines[0] and "commit `abc`" in lines[0]
-    assert lines[1:] == ["- `dict` batched `lookup_ns_vs_flat`: 300 [280-320] against 200 [190-210]", ""]
+    assert section(tmp_path) == []
+    cpu = {"vendor": "AuthenticAMD", "model_name": "AMD EPYC", "stepping": 1, "vcpus": 2}
+    for name, value, family, model, started in (("a", 150, 25, 17, "1"), ("b", 170, 25, 17, "2"),
+                                                ("c", 160, 25, 17, "3"), ("z", 300, 23, 49, "4")):
+        write_rows(tmp_path / "runs" / name / "results.csv", [ratio(value, value - 10, value + 10)])
+        write_json(tmp_path / "runs" / name / "meta.json", {
+            "started": started, "git_commit": "abc", "caches": {"L2": "1024K"},
+            "cpu": {**cpu, "family": family, "model": model,
+                    "microarchitecture": "Zen 4" if family == 25 else "Zen 2"}})
+    lines = section(tmp_path)
+    assert "3 on AMD EPYC (Zen 4" in lines[0] and "1 on AMD EPYC (Zen 2" in lines[0]
+    row = next(line for line in lines if line.startswith("| `dict`"))
+    assert "| 160 [150–170] ×3 | 160 [150–170] | 300 | 300 [290–310] |" in row
 
 
 def test_a_dirty_commit_names_the_files_that_differed() -> None:
@@ -91,3 +96,22 @@ def test_the_run_records_the_files_that_differ_from_its_commit(monkeypatch, tmp_
     assert metadata.git_changed_files() == ["README.md", "impls/designs/flat.py"]
     assert metadata.git_commit() == "0123456789ab-dirty"
     assert ["git", "diff", "--name-only", "HEAD"] in calls
+
+
+def test_a_readers_run_is_checked_against_the_kept_runs_of_its_machine_kind() -> None:
+    from harness.base.rows import Row
+    from harness.output.reproduction import Kept, check
+
+    def ratio(impl: str, value: float) -> Row:
+        return Row("paper", impl, "batched", "seq_step_ns_vs_flat", value, "x", "ratio", ci_low=value * 0.9,
+                   ci_high=value * 1.1)
+
+    zen4 = {"cpu": {"vendor": "AuthenticAMD", "family": 25, "model": 17, "stepping": 1, "vcpus": 2}}
+    zen2 = {"cpu": {"vendor": "AuthenticAMD", "family": 23, "model": 49, "stepping": 0, "vcpus": 2}}
+    kept = [Kept(f"r{i}", zen4, {("paper", "dict", "batched", "seq_step_ns_vs_flat"): ratio("dict", v)})
+            for i, v in enumerate((150, 170))] + [
+        Kept("z", zen2, {("paper", "dict", "batched", "seq_step_ns_vs_flat"): ratio("dict", 400)})]
+    verdicts = {v: check([ratio("dict", v)], zen4, kept)[0].verdict for v in (160, 180, 400)}
+    assert verdicts == {160: "within the runs' range", 180: "within their intervals", 400: "outside"}
+    other = check([ratio("dict", 390)], {"cpu": {"vendor": "GenuineIntel", "family": 6, "model": 143}}, kept)[0]
+    assert not other.same_machine and other.verdict == "within the runs' range"  # every kind's range: 150-400

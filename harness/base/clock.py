@@ -7,6 +7,7 @@ import statistics
 import time
 from functools import cache
 from pathlib import Path
+from types import BuiltinFunctionType
 
 import numpy as np
 from llvmlite import ir
@@ -83,3 +84,40 @@ def compiled_timer_overhead_ns(n: int = 200_000) -> float:
     out = np.empty(n, dtype=np.int64)
     _empty_regions(n, out)
     return float(np.median(out)) * ns_per_tick()
+
+
+# Every name the timed loops read a clock or a clock's scale through: sealed in a worker before any design is imported.
+TIMING_NAMES = (("harness.base.clock", ("perf_ns", "ticks", "ns_per_tick")),
+                ("harness.base.oncpu", ("thread_ns",)),
+                ("harness.base.drivers", ("perf_ns", "thread_ns", "ticks", "ns_per_tick", "run_interpreted",
+                                          "run_whole_steps", "run_compiled", "run_native")),
+                ("harness.base.interleave", ("perf_ns", "thread_ns", "read_slice")),
+                ("time", ("perf_counter_ns", "thread_time_ns")))
+_SEALED: dict[tuple[str, str], int] = {}
+_BUILTINS = {"perf_counter_ns": time.perf_counter_ns, "thread_time_ns": time.thread_time_ns}
+
+
+def seal() -> None:
+    """Record what every timing name is bound to now (a worker, before it imports a design; once a process)."""
+    import importlib
+
+    if not _SEALED:
+        _SEALED.update({(m, n): id(getattr(importlib.import_module(m), n, None)) for m, names in TIMING_NAMES
+                        for n in names})
+
+
+def changed() -> str:
+    """The first timing name bound to something else than when :func:`seal` ran ("" when none, or unsealed)."""
+    import sys
+
+    for (module, name), ident in _SEALED.items():
+        if id(getattr(sys.modules.get(module), name, None)) != ident:
+            return f"{module}.{name}"
+    return ""
+
+
+def genuine(fn: object, name: str) -> bool:
+    """Whether ``fn`` is ``time``'s own builtin ``name`` (no Python object passes for one)."""
+    owner = getattr(fn, "__self__", None)
+    return (fn is _BUILTINS.get(name) and type(fn) is BuiltinFunctionType and getattr(fn, "__name__", "") == name
+            and getattr(owner, "__name__", "") == "time")

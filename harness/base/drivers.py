@@ -9,7 +9,7 @@ from functools import partial
 import numpy as np
 from numba import njit
 
-from harness.base.clock import ns_per_tick, perf_ns, ticks
+from harness.base.clock import genuine, ns_per_tick, perf_ns, ticks
 from harness.base.hook import untimed_hook
 from harness.base.oncpu import thread_ns
 from harness.base.replay import (
@@ -154,6 +154,7 @@ def _check_result(prep: Prepared, s: int, i: int, result: str, got) -> int:
 def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | None = None) -> StepTimes:  # noqa: C901
     """Time steps ``[lo, hi)`` (default: all) issued from Python, on a manager already at step ``lo``."""
     perf, thread = perf_ns, thread_ns  # bound at import, before any design (harness.base.clock, .oncpu)
+    check_clocks(perf, thread)
     hi = prep.num_steps if hi is None else hi
     check_replayable(prep.trace, mgr)
     calls, methods, step_hits = prep.calls, _bound(mgr, prep), prep.step_hits
@@ -223,11 +224,19 @@ def run_interpreted(prep: Prepared, mgr, regime: str, lo: int = 0, hi: int | Non
         span[s - lo], cpu[s - lo] = w1 - w0, thread() - c0
         if after is not None:
             after(s)
+    check_clocks(perf, thread)
     step_ns = ns[:, _ALLOC] + ns[:, _FREE] + ns[:, _OTHER] + ns[:, _DECODE]
     if not batched:
         step_ns = step_ns + ns[:, _LOOKUP]
     return StepTimes(ns, cows, step_ns, regions / max(1, hi - lo), "perf_counter_ns", digests, span,
                      on_cpu(span, cpu))
+
+
+def check_clocks(perf, thread) -> None:
+    """:class:`ReplayError` unless the clocks a timed loop holds are ``time``'s own (a design rebound them)."""
+    if not (genuine(perf, "perf_counter_ns") and genuine(thread, "thread_time_ns")):
+        raise ReplayError("the design rebound the harness's timing code (its clock is not time.perf_counter_ns / "
+                          "time.thread_time_ns): its figures cannot be trusted")
 
 
 def on_cpu(span: np.ndarray, cpu: np.ndarray) -> np.ndarray:
@@ -352,6 +361,7 @@ def step_entry(mgr) -> Callable:
 def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> StepTimes:
     """Time steps ``[lo, hi)`` (default: all), one :func:`step_entry` call per step timed as one region (``decode``)."""
     perf, thread = perf_ns, thread_ns  # bound at import, before any design (harness.base.clock, .oncpu)
+    check_clocks(perf, thread)
     hi = prep.num_steps if hi is None else hi
     check_replayable(prep.trace, mgr, "step")
     span, cpu = np.zeros(hi - lo), np.zeros(hi - lo)
@@ -381,6 +391,7 @@ def run_whole_steps(prep: Prepared, mgr, lo: int = 0, hi: int | None = None) -> 
         digests[s - lo] = ((slot_out[: end - mid] & mask) + 1).sum()
         if after is not None:
             after(s)
+    check_clocks(perf, thread)
     return StepTimes(ns, cows, ns[:, _DECODE].copy(), 1.0, "perf_counter_ns", digests, span, on_cpu(span, cpu))
 
 

@@ -254,6 +254,9 @@ def _slice(driver: Driver, mgr, detail: bool, lo: int, hi: int, parts: list, out
             times = driver.timed(mgr, detail, lo, hi)
             w1 = perf_ns()
             times = read_slice(times, w1 - w0, thread_ns() - c0, voluntary_switches() > waits)
+            if rebound := clock.changed():
+                raise ReplayError(f"the design rebound the harness's timing code ({rebound}): its figures cannot be "
+                                  "trusted")
         parts.append(times)
     except DesignFailure as exc:
         out.failed[key] = exc

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from harness.base.files import atomic_write_text, os_reason, read_json
+from harness.base.files import atomic_write_text, os_reason
 from harness.errors import WriteError
-from harness.output import sections, times
+from harness.output import reproduction, sections, times
 from harness.output.cache_report import caching_scenarios, hit_sentence
 from harness.output.cache_state_report import cache_state_sentence
 from harness.output.coverage import left_out_note
@@ -22,7 +22,6 @@ from harness.output.formatting import (
     run_seconds,
     value_text,
 )
-from harness.output.overlap import compare, figure, ratio_rows
 from harness.output.paced_report import paced_sentence
 from harness.output.report import (
     DESIGN_ROLES,
@@ -48,29 +47,10 @@ class ReadmeError(ValueError):
     """The README has no (or broken) results markers."""
 
 
-REPEAT_CSV, REPEAT_META = "repeat_results.csv", "repeat_meta.json"
-
-
 def commit_text(meta: dict) -> str:
     """The run's commit, and for a ``-dirty`` one the files that differed from it (where the run recorded them)."""
     changed = meta.get("git_changed_files") or []
     return f"`{meta.get('git_commit', '?')}`" + (f" (uncommitted edits to {', '.join(changed)})" if changed else "")
-
-
-def _repeat_lines(run: RunData) -> list[str]:
-    """Reproducibility: every `paper` ratio interval against the repeat run's, the pairs that do not overlap named."""
-    repeat = run.run_dir / REPEAT_CSV
-    if not repeat.is_file():
-        return []
-    meta = read_json(run.run_dir / REPEAT_META) if (run.run_dir / REPEAT_META).is_file() else {}
-    meta = meta if isinstance(meta, dict) else {}
-    result = compare(ratio_rows(repeat, PAPER), ratio_rows(run.run_dir / "results.csv", PAPER))
-    head = (f"Reproducibility: a second run of `make bench` ({REPEAT_CSV}, started {meta.get('started', '?')} at "
-            f"commit {commit_text(meta)}, took {run_duration(meta)}) and this one agree on "
-            f"{result.overlap} of {len(result.pairs)} `paper` ratios (the A/A control included), interval against "
-            "interval" + ("." if not result.misses else "; these do not (repeat, then this run):"))
-    return [head, *(f"- `{k[0]}` {k[1]} `{k[2]}`: {figure(a)} against {figure(b)}" for k, a, b in result.misses),
-            ""]
 
 
 def _time_lines(run: RunData) -> list[str]:
@@ -151,7 +131,7 @@ def section(run: RunData) -> str:
         *_time_lines(run),
         aa_text(run, PAPER),
         "",
-        *_repeat_lines(run),
+        *reproduction.section(run.run_dir),
         "The article's table on `paper` (65,536 blocks, 256 sequences, 2,000 steps), batched regime: our figure "
         "[95 % interval] (ratio to C `flat` measured in the same run [paired 95 % interval]) next to the "
         "article's C++ figure. L1D: misses per sequence-step first, the comparable figure (a design that makes "

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import multiprocessing
 import os
 import resource
@@ -121,6 +122,7 @@ def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the 
     with contextlib.suppress(OSError):
         os.setpgrp()
     limit_memory()
+    importlib.import_module("harness.base.clock").seal()  # this code root's timing names, before any design loads
     events = Events(conn.send, conn.recv)
     while True:
         try:
