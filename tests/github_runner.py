@@ -62,19 +62,17 @@ class Expression:
         return self.tokens[self.at - 1]
 
     def _or(self) -> object:
-        left = self._and()
-        while self._peek() == "||":
-            self._take()
-            right = self._and()
-            left = left or right
-        return left
+        return self._chain("||", self._and, lambda left, right: left or right)
 
     def _and(self) -> object:
-        left = self._compare()
-        while self._peek() == "&&":
+        return self._chain("&&", self._compare, lambda left, right: left and right)
+
+    def _chain(self, op: str, operand, combine) -> object:
+        """``operand (op operand)*``, folded left by ``combine`` (both sides evaluated: no call has effects)."""
+        left = operand()
+        while self._peek() == op:
             self._take()
-            right = self._compare()
-            left = left and right
+            left = combine(left, operand())
         return left
 
     def _compare(self) -> object:

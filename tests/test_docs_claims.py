@@ -148,7 +148,7 @@ OTHER_FLAGS = {"--no-deps", "--find-links", "--index-url", "--edit-last", "--bod
                "--trace-children", "--dump-instr", "--cache-sim", "--collect-atstart", "--toggle-collect",
                "--create-if-none", "--shared", "--bare", "--depth", "--soft", "--benchmark-compare-fail",
                "--control", "--delay", "--no-index",
-               "--check", "--flag"}  # python -m harness.output.facts --check; docs/output.md's placeholder
+               "--check", "--flag"}  # python -m harness.facts --check; docs/output.md's placeholder
 
 
 def unknown_commands(text: str) -> list[str]:
@@ -204,7 +204,7 @@ def hand_typed_claims(text: str) -> list[str]:
 @pytest.mark.parametrize("page", PROSE_PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_no_default_or_exit_status_is_typed_by_hand(page: Path) -> None:
     assert hand_typed_claims(page.read_text(encoding="utf-8")) == [], (
-        "render it as a fact (harness/output/facts.py: default:COMMAND:--flag, exit.NAME)")
+        "render it as a fact (harness/facts.py: default:COMMAND:--flag, exit.NAME)")
 
 
 def test_a_hand_typed_default_or_exit_status_is_caught() -> None:

@@ -1,5 +1,5 @@
 """A figure in the docs' prose is a fact rendered from the committed file or the code constant it comes from
-(harness/output/facts.py), or lives in a generated section: every fact holds, and no figure is typed by hand
+(harness/facts.py), or lives in a generated section: every fact holds, and no figure is typed by hand
 outside them unless its sentence says when it was measured (a date or a commit: a quote of history, which does not
 go stale). Each check has a test that plants a stale figure and sees it caught."""
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.output import facts, sections
+from harness import facts
+from harness.output import sections
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sections.pages(ROOT)
@@ -59,7 +60,7 @@ def hand_typed(text: str) -> list[str]:
 @pytest.mark.parametrize("page", PROSE_PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_no_figure_is_typed_by_hand(page: Path) -> None:
     assert hand_typed(page.read_text(encoding="utf-8")) == [], (
-        f"{page.relative_to(ROOT)}: render the figure from its file or constant (harness/output/facts.py), or say "
+        f"{page.relative_to(ROOT)}: render the figure from its file or constant (harness/facts.py), or say "
         "when it was measured (a date or a commit) if it is history")
 
 
@@ -79,7 +80,7 @@ def test_the_confidence_level_the_pages_quote_is_the_codes() -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=IDS)
 def test_every_fact_holds(page: Path) -> None:
-    assert facts.stale(page, ROOT) == [], "run python -m harness.output.facts"
+    assert facts.stale(page, ROOT) == [], "run python -m harness.facts"
 
 
 def test_every_fact_is_quoted_somewhere() -> None:

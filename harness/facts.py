@@ -1,8 +1,8 @@
 """Figures quoted in the docs' prose, each rendered from the committed file or the code constant it comes from.
 
-A page holds a fact as ``<!-- fact:NAME -->text<!-- /fact -->``; ``python -m harness.output.facts`` rewrites every
+A page holds a fact as ``<!-- fact:NAME -->text<!-- /fact -->``; ``python -m harness.facts`` rewrites every
 text from its source, ``--check`` lists the stale ones, and tests/test_docs_facts.py fails on any (and on a
-figure typed by hand outside a fact or a generated section). Design: docs/output.md#harnessoutputfactspy."""
+figure typed by hand outside a fact or a generated section). Design: docs/output.md#harnessfactspy."""
 
 from __future__ import annotations
 
@@ -70,11 +70,9 @@ def _with_interval(row: dict, unit: str = "") -> str:
     return f"{_fmt(row['value'])}{unit}{interval_text(row)}"
 
 
-# -- families ---------------------------------------------------------------------------------------------------
 def figure(name: str, key: tuple[str, str, str, str], style: str = "value", unit: str = "",
            folder: str = REFERENCE) -> None:
-    """A row of a committed run: ``value`` (the figure and ``unit``), ``interval`` (with its 95 % interval) or
-    ``ratio`` (``R×`` with its paired interval)."""
+    """A row of a committed run: ``value`` (and ``unit``), ``interval`` (with its interval) or ``ratio`` (``R×``)."""
     def render(root: Path) -> str:
         row = _row(root, key, folder)
         if style == "value":
@@ -128,7 +126,7 @@ def _family(name: str) -> Fact | None:
 def lookup(name: str) -> Fact:
     found = FACTS.get(name) or _family(name)
     if found is None:
-        raise FactError(f"no fact named {name!r} (harness/output/facts.py lists them)")
+        raise FactError(f"no fact named {name!r} (harness/facts.py lists them)")
     return found
 
 
@@ -234,8 +232,7 @@ PACED_FLOOR = "results/paced_floor/paced_floor.txt"
 
 
 def _paced_floor(root: Path) -> dict[str, list[float]]:
-    """scripts/paced_floor.py's output: per kind (step, kernel, noop) and state (hot, paced), the us per repetition;
-    per kind ``median`` and ``range`` (% of the period)."""
+    """scripts/paced_floor.py's output: per kind, hot us per repetition (``KIND.hot``), ``median`` and ``range``."""
     out: dict[str, list[float]] = {}
     for line in (root / PACED_FLOOR).read_text().splitlines():
         rep = re.match(r"rep \d+ (\w+)\s+hot\s+([-\d.]+) us .*paced\s+([-\d.]+) us", line)
@@ -354,8 +351,7 @@ figure("ref.flat.cold-interval", ("paper", "flat", "batched", "seq_step_alone_co
 
 
 def _slice_us(root: Path) -> str:
-    """How long a slice of batched flat's replay of paper takes in the reference run: ns per sequence-step times
-    the sequence-steps of one slice."""
+    """How long a slice of batched flat's replay of paper takes in the reference run."""
     from harness.base.interleave import SLICES_PER_REP
 
     row = _row(root, ("paper", "flat", "batched", "seq_step_ns"))
@@ -423,13 +419,11 @@ _add("ref.miss-evict.radix-vs-dict", f"{REFERENCE}/results.csv: cache_miss_evict
      lambda root: _over(root, "cache_miss_evict_ns", ("radix-pc",), "dict-pc"))
 
 
-# -- excerpts of files, as generated sections ---------------------------------------------------------------------
 EXCERPTS = {"ci-example": "examples/ci/github-actions.yml", "ci-plugin-example": "examples/ci/plugin-repository.yml"}
 
 
 def excerpt_section(name: str, root: Path = sections.ROOT) -> str:
-    """The lines of ``EXCERPTS[name]`` between each ``# excerpt:begin`` and the next ``# excerpt:end`` comment, each
-    part dedented, as one fenced block (the README's quote of a workflow)."""
+    """The lines of ``EXCERPTS[name]`` between ``# excerpt:begin`` and ``# excerpt:end``, dedented, fenced."""
     import textwrap
 
     path = EXCERPTS[name]
@@ -491,5 +485,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
     except FactError as error:
-        print(f"harness.output.facts: error: {error}", file=sys.stderr)
+        print(f"harness.facts: error: {error}", file=sys.stderr)
         sys.exit(2)
