@@ -266,11 +266,12 @@ def test_plugin_repository_workflow_measures_end_to_end(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="until the ab branch lands: outside a kvblock-bench checkout ab writes under "
-                                       "$XDG_CACHE_HOME/kvblock-bench/ab/<repository>/, and its headline says where "
-                                       "the harness and the plug-ins came from")
+                                       "$XDG_CACHE_HOME/kvblock-bench/ab/<repository>/, NEW (the working tree) loads "
+                                       "a top-level plug-in module without PYTHONPATH, and the headline says where the "
+                                       "harness and the plug-ins came from")
 def test_ab_in_a_plugin_repository_writes_under_the_cache_and_says_what_it_measured(tmp_path: Path) -> None:
     work = _plugin_workspace(tmp_path)
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": "."}
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # no PYTHONPATH: NEW's plug-in from its tree
     proc = subprocess.run([str(ROOT / ".venv" / "bin" / "kvblock-bench"), "ab", "origin/main", "--impl",
                            "toy_bm:ToyBlockManager", "--quick", "--scenario", "paper", "--regime", "batched",
                            "--no-counts", "--no-progress", "--format", "markdown"], cwd=work, env=env,
@@ -279,4 +280,5 @@ def test_ab_in_a_plugin_repository_writes_under_the_cache_and_says_what_it_measu
     runs = list((tmp_path / "cache" / "kvblock-bench" / "ab").rglob("*-ab-new"))
     assert runs and runs[0].relative_to(tmp_path / "cache" / "kvblock-bench" / "ab").parts[0] in (
         "workspace", "origin"), proc.stderr
+    assert "missing in NEW" not in proc.stdout, proc.stdout
     assert re.search(r"harness[^\n]*installed|installed[^\n]*harness", proc.stdout), proc.stdout

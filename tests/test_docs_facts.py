@@ -132,3 +132,39 @@ def test_the_history_sections_are_what_their_folders_say(engine: str) -> None:
     assert section(ROOT / "results" / "history" / engine, f"results/history/{engine}")[1] == text.split(
         begin, 1)[1].split(end, 1)[0].strip("\n"), (
         f"run kvblock-bench report results/history/{engine} --history-readme README.md")
+
+
+GIT_QUOTE = re.compile(r"`git show ([0-9a-f]{7,40}):([^`\s]+)`: ([^)]*)\)")
+
+
+def misquoted(text: str, show) -> list[str]:
+    """Figures after a ``git show COMMIT:PATH``: that the file at that commit does not hold (``show`` reads it, None
+    when the commit is not in this clone)."""
+    out = []
+    for m in GIT_QUOTE.finditer(text):
+        held = show(m.group(1), m.group(2))
+        if held is None:
+            continue
+        numbers = set(re.findall(r"\d+(?:\.\d+)?", held))
+        out += [f"{m.group(1)}:{m.group(2)}: {n}" for f in FIGURE.finditer(m.group(3))
+                for n in re.findall(r"\d+(?:\.\d+)?", f.group(0)) if n not in numbers]
+    return out
+
+
+def _git_show(commit: str, path: str) -> str | None:
+    import subprocess
+
+    proc = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True, check=False)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+@pytest.mark.parametrize("page", PROSE_PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_figure_quoted_from_history_is_in_that_file(page: Path) -> None:
+    assert misquoted(page.read_text(encoding="utf-8"), _git_show) == []
+
+
+def test_a_misquoted_figure_from_history_is_caught() -> None:
+    files = {("abc1234", "f.txt"): "paced noop median  2.45 % of the period\nrep 0 step hot 10.1 us\n"}
+    text = ("(`git show abc1234:f.txt`: 2.45 % for the call) (`git show abc1234:f.txt`: 10.1-11.5 us) "
+            "(`git show fffffff:g.txt`: 9 us)")
+    assert misquoted(text, lambda c, p: files.get((c, p))) == ["abc1234:f.txt: 11.5"]
