@@ -34,7 +34,7 @@ test: setup
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 
-# The default matrix (harness/run/matrix.py); each target's time: results/times/times.json (README, "Time budget").
+# The default matrix (harness/run/matrix.py); each target's time: results/times/times.json (docs/time-budget.md).
 bench: setup
 	$(CLI) run --figures
 
@@ -42,7 +42,7 @@ bench: setup
 bench-quick: setup
 	$(CLI) run --quick --figures
 
-# The scale sweeps (README, "How cost and memory grow"): context, pool and concurrency families, memory
+# The scale sweeps (docs/scale.md): context, pool and concurrency families, memory
 # measured, growth figures and slopes. Not part of `make bench` (see the README for its time).
 bench-scale: setup
 	$(CLI) run --sweep context,pool,concurrency --label scale --figures

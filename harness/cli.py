@@ -31,6 +31,7 @@ from scenarios import SCENARIOS, ScenarioError, TraceError
 
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_PIPE = 2, 130, 141
 EXIT_FAILED_CELLS = 3  # a run measured and saved everything else, but a design failed one of its cells
+EXIT_DOES_NOT_CONFORM = 1  # kvblock-bench check: the implementation failed the contract
 PROG = "kvblock-bench"
 
 
@@ -388,7 +389,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         worker.stop()
     print(text)
     print("verdict: " + ("CONFORMS" if ok else "DOES NOT CONFORM"))
-    return 0 if ok else 1
+    return 0 if ok else EXIT_DOES_NOT_CONFORM
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""Errors by origin, so that each is shown for what it is (README, "Errors"). Design: docs/measurement.md#errors."""
+"""Errors by origin, so that each is shown for what it is. Design: docs/measurement.md#errors."""
 
 from __future__ import annotations
 

@@ -448,7 +448,7 @@ def _caching_scenarios() -> dict[str, Scenario]:
 
 
 def _scale_scenarios() -> dict[str, Scenario]:
-    """The context and pool sweeps: one parameter swept, the rest held (README, "How cost and memory grow")."""
+    """The context and pool sweeps: one parameter swept, the rest held (docs/scale.md)."""
     out = {}
     for tokens in CONTEXT_SWEEP:
         blocks = tokens // COMMON["block_size"]

@@ -12,8 +12,10 @@
 # Environment:
 #   KVB_CI_OUT        where everything goes (default build/ci-compare): runs/ (both sides' run folders, the
 #                     comparison in NEW's), gate.txt, gate.json, compare.md, and comment.md (what CI posts)
-#   KVB_CI_RUN_ARGS   the run's arguments instead of that profile's (every implementation: "$(python -m
-#                     harness.ci.profile)", which takes several times as long: README, "Benchmarks in CI")
+#   KVB_CI_PROFILE    pull-request (default: the article's designs) or all (every implementation, the CI profile of
+#                     make bench-ci, several times as long: README, "Benchmarks in CI")
+#   KVB_CI_RUN_ARGS   the run's arguments themselves, instead of a profile's (literal words: a workflow's env: runs no
+#                     shell, so "$(...)" there stays as it is and is refused)
 #   KVB_CI_AB_ARGS    more ab arguments (e.g. --no-counts, --fail-on-inconclusive, --allow-lost)
 #   KVB_CI_GATE_ARGS  more gate arguments (e.g. --impl mypkg.bm:MyBM --against gate-baseline.json)
 #   KVB_CI_SKIP_GATE  1: leave the gate out
@@ -29,7 +31,15 @@ base_ref=${1:-HEAD}
 case $out in /*) ;; *) out=$root/$out ;; esac
 
 rm -rf "$out" && mkdir -p "$out" || exit 2
-read -r -a run_args <<< "${KVB_CI_RUN_ARGS:-$("$py" -m harness.ci.profile --pull-request)}"
+refuse() { echo "kvblock-bench: error: $1" | tee "$out/comment.md" >&2; exit 2; }
+case ${KVB_CI_PROFILE:-pull-request} in
+    pull-request) profile=(--pull-request) ;;
+    all) profile=() ;;
+    *) refuse "KVB_CI_PROFILE=$KVB_CI_PROFILE: give pull-request (the default) or all" ;;
+esac
+case ${KVB_CI_RUN_ARGS:-} in *'$('*|*'`'*) refuse "KVB_CI_RUN_ARGS=$KVB_CI_RUN_ARGS: a command substitution is not run \
+there (a workflow's env: is literal); set KVB_CI_PROFILE=all, or give the arguments themselves" ;; esac
+read -r -a run_args <<< "${KVB_CI_RUN_ARGS:-$("$py" -m harness.ci.profile "${profile[@]}")}"
 read -r -a ab_args <<< "${KVB_CI_AB_ARGS:-}"
 read -r -a gate_args <<< "${KVB_CI_GATE_ARGS:-}"
 

@@ -11,10 +11,9 @@ import pytest
 from harness.output import sections
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = sections.pages(ROOT)  # README.md, ARCHITECTURE.md, docs/, results/ and examples/ READMEs
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
-MARKERS = {"results": "results", "times": "times", "growth": "growth", "compare-pairs": "compare-pairs",
-           "compare-pairs-summary": "compare-pairs-summary"}
+MARKERS = {name: name for name in sections.FILES}
 FRONT_PAGE_LINES = 400
 
 
@@ -87,7 +86,7 @@ def test_the_readme_is_a_front_page() -> None:
 @pytest.mark.parametrize("name", sorted(sections.FILES))
 def test_each_generated_section_lives_in_the_file_the_map_names(name: str) -> None:
     begin, end = f"<!-- {MARKERS[name]}:begin -->", f"<!-- {MARKERS[name]}:end -->"
-    holders = [p for p in [*PAGES, ROOT / "ARCHITECTURE.md"] if begin in p.read_text(encoding="utf-8")]
+    holders = [p for p in PAGES if begin in p.read_text(encoding="utf-8")]
     assert holders == [sections.doc_path(name)]
     text = sections.doc_path(name).read_text(encoding="utf-8")
     assert text.count(begin) == 1 and text.count(end) == 1 and text.index(begin) < text.index(end)

@@ -1,5 +1,5 @@
 """A step its thread was preempted in is left out of every figure, on both sides of a pairing; a design's own waiting
-is not (harness/base/oncpu.py, docs/measurement.md#on-cpu)."""
+is not (harness/base/oncpu.py, docs/measurement.md#oncpu)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Run directories and tidy results.
-Design: docs/output.md#harnessoutputresultspy."""
+Design: docs/output.md#harnessbaserowspy."""
 
 from __future__ import annotations
 

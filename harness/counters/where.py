@@ -1,5 +1,5 @@
 """Where a design's instructions go: callgrind's per-function counts of the gate's regions, by kind of work.
-Design: docs/measurement.md#where-the-instructions-go."""
+Design: docs/measurement.md#where-where-the-instructions-go."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ DEFAULT_METRICS = RATIO_METRICS
 # From scripts/compare_pairs.py's pairs (results/compare_pairs/; docs/ci.md, "Threshold").
 DEFAULT_THRESHOLD_PCT = 10.0
 DEFAULT_THRESHOLD = DEFAULT_THRESHOLD_PCT / 100
+EXIT_FAILS, EXIT_NOTHING_COMPARABLE = 1, 2  # a row slower (or a figure lost...); no row comparable: nothing judged
 VERDICTS = ("slower", "faster", "no difference", "not comparable")
 SIDES = ("BASE", "NEW")
 CONFIG_IGNORED = ("root", "label", "progress")
@@ -201,8 +202,8 @@ class Comparison:
     def exit_status(self) -> int:
         """2 when no figure is comparable; 1 when the comparison fails (:meth:`failures`); else 0."""
         if not self.comparable:
-            return 2
-        return 1 if self.failures() else 0
+            return EXIT_NOTHING_COMPARABLE
+        return EXIT_FAILS if self.failures() else 0
 
 
 def load_run(side: str, run: str | Path, root: Path) -> Run:

@@ -160,7 +160,7 @@ def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: Ru
     the studies. Returns (rows, raw files)."""
     ((merged, rows, raw),) = measure_timings(plan, trace, trace_path, cfg, shared, {"": plan.cells}).values()
     shared.pids[plan.scenario] = merged.pids
-    if merged.torch_threads is not None:  # what the workers held torch to (README, "One host thread")
+    if merged.torch_threads is not None:  # what the workers held torch to (docs/method.md, "One host thread")
         shared.torch_threads = max(shared.torch_threads or 0, merged.torch_threads)
     if plan.studies:
         base, digest, late = base_impl(trace), content_digest(trace), dict(merged.failed)

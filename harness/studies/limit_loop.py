@@ -21,6 +21,7 @@ from impls.core.compiled import Kernels
 from impls.designs import flat
 from impls.designs.flat import HEADER, LEN, ROW, TOP
 
+TARGET_NS = 2.5  # flat's target per sequence-step, set a little above a minimal loop's time on another machine
 IMPL = "limit-loop"  # the driver's name (its compiled replay loop is cached by it); its rows carry impl "-"
 METRICS = {"warm": "seq_step_limit_warm_ns", "cold": "seq_step_limit_cold_ns"}
 RATIOS = {"warm": "seq_step_alone_warm_vs_limit", "cold": "seq_step_alone_cold_vs_limit"}

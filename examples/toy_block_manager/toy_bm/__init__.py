@@ -1,6 +1,6 @@
 """A toy BlockManager for kvblock-bench: per-sequence ``array('H')`` tables and a deque of free block ids.
 
-It follows the contract of ``impls.contract`` (see kvblock-bench's README, "The contract"): every operation
+It follows the contract of ``impls.contract`` (see kvblock-bench's docs/contract.md): every operation
 checks its arguments in the contract's order before changing anything, and ``decode_step`` validates and
 reserves the whole step first, so it never fails half-way.
 """
