@@ -155,6 +155,7 @@ constant("oncpu.fraction", "harness.base.oncpu", "FRACTION", lambda v: f"{v * 10
 constant("host.on-cpu-min", "harness.base.host", "ON_CPU_MIN_PCT", lambda v: f"{v:g} %")
 constant("host.steal-max", "harness.base.host", "STEAL_MAX_PCT", lambda v: f"{v:g} %")
 constant("host.latency-moved", "harness.base.host", "LATENCY_MOVED", lambda v: f"{v:g}×")
+constant("spread-target", "harness.output.overlap", "SPREAD_TARGET", lambda v: f"{v:g}x")
 constant("fast-reps", "harness.base.interleave", "FAST_REPS")
 constant("resamples", "harness.base.stats", "RESAMPLES", lambda v: f"{v:,}")
 constant("cache-state.reps", "harness.studies.cache_state", "REPS")
