@@ -13,8 +13,8 @@ import time
 Cell = tuple[str, str]
 FRACTION = 0.8  # of the CPU time beyond the floor that a cell's timed regions must claim (on CPU)
 SLACK_NS = 250_000  # per slice: the harness's work that differs between cells (first calls, caches, Numba
-# typing a design's state at each compiled replay call: slow for typed containers, and slower in a cold worker)
-PYTHON_SLACK_NS = 50_000  # the same for the Python driver, which types nothing per slice
+# typing a design's state at each compiled replay call: slow for typed containers, and slower in a cold worker;
+# beside other work, the harness's own code refilling caches after each preemption)
 FLOOR_FACTOR = 1.5  # the floor's slices run alone; a cell's run among others, their caches colder
 
 
@@ -115,7 +115,7 @@ def judge(claimed: float, reading: tuple[int, int], floor: dict[str, float], dri
     if kind not in floor:
         return "" if driver != "python" else "its worker measured no floor of the harness's own work"
     spent = cpu - FLOOR_FACTOR * slices * floor[kind]
-    if claimed >= FRACTION * spent - (PYTHON_SLACK_NS if driver == "python" else SLACK_NS) * slices:
+    if claimed >= FRACTION * spent - SLACK_NS * slices:
         return ""
     return (f"its timed regions claim {claimed / 1e6:.2f} ms, under {FRACTION:.0%} of the {spent / 1e6:.2f} ms of "
             "CPU time its worker spent in them beyond the harness's own work (a clock the design changed, or work "
