@@ -536,7 +536,10 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
     p.add_argument("--no-table-copy", action="store_true", help="skip the block-table copy study (rule 3)")
     p.add_argument("--memory", action="store_true",
                    help="measure each design's memory at the trace's peak (on in --sweep runs)")
-    p.add_argument("--figures", action="store_true", help="also render figures (as `kvblock-bench report`)")
+    figures = p.add_mutually_exclusive_group()
+    figures.add_argument("--figures", action="store_true", help="also render figures (as `kvblock-bench report`)")
+    figures.add_argument("--no-figures", action="store_true", help="no figures (the default; as `report "
+                                                                   "--no-figures`)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--processes", type=count(1, MAX_PROCESSES),
                    help=f"worker processes the repetitions spread over (default: one per repetition; at most --reps "
@@ -629,7 +632,10 @@ def build_parser() -> Parser:
     p = sub.add_parser("report", parents=[results],
                        help="write reports (and figures) for a run and print the paper table")
     p.add_argument("run", nargs="?", help="run id or directory (default: results/latest)")
-    p.add_argument("--no-figures", action="store_true", help="tables only")
+    figures = p.add_mutually_exclusive_group()
+    figures.add_argument("--figures", action="store_true", help="also render the figures (the default; as `run "
+                                                                "--figures`)")
+    figures.add_argument("--no-figures", action="store_true", help="tables only")
     p.add_argument("--growth-readme", metavar="FILE",
                    help="rewrite FILE's growth section (<!-- growth:begin/end -->) from this scale-sweep run "
                         "(e.g. docs/scale.md from results/scale)")
