@@ -182,8 +182,8 @@ def _failed_cells_status(run_dir: Path) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Reports (and figures) into the run folder, the paper table printed. A run folder that cannot be written
-    (read-only, disk full) costs the files only: one line says so, the tables are still printed, exit status 2."""
+    """Reports (and figures) into the run folder, the console summary printed. A run folder that cannot be written
+    (read-only, disk full) costs the files only: one line says so, the tables are printed instead, exit status 2."""
     from harness.base.files import resolve_run
     from harness.errors import WriteError
     from harness.output.console import console_summary
@@ -217,7 +217,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         write_growth_readme(Path(args.growth_readme), data.run_dir)
         print(f"rewrote the growth section of {args.growth_readme} from {data.run_dir}", file=sys.stderr)
-    print(texts["paper_table.md"])
+    if unwritten is not None:
+        print(texts["paper_table.md"])
     print(console_summary(data))
     if unwritten is not None:
         print(f"{PROG}: error: {_one_line(unwritten)}; the tables are printed above instead", file=sys.stderr)

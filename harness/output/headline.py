@@ -12,6 +12,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import NullFormatter
 
 from harness.base.rows import ratio_metric
 from harness.output.drawing import (
@@ -167,6 +168,7 @@ def _panel(ax: Axes, run: RunData, art: pd.DataFrame, regime: str, metric: str) 
             spans.append(_bar(ax, run, group.ours if what == "ours" else str(group.cxx), regime, metric, y,
                               SLOT * 0.9, len(sources) > 1))
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # a range under a decade labels minor ticks, overlapping
     shown = [(lo, hi) for lo, hi in spans if lo > 0 and hi > 0]
     if shown:
         _x_headroom(ax, min(lo for lo, _ in shown) * 0.5, max(hi for _, hi in shown))
