@@ -57,8 +57,7 @@ def aa_line(run: RunData, scenario: str) -> str:
 
 
 def article_lines(run: RunData, scenario: str = HEADLINE, regime: str = "batched") -> list[str]:
-    """The article's table as measured (``paper``, batched): each design's figures with their ratio to ``flat`` in
-    the same regime beside the article's, aligned for a terminal; nothing when the run has no such cell."""
+    """The article's table as measured (``paper``, batched), aligned for a terminal; nothing without such a cell."""
     recs = design_cells(run, scenario, regime)
     if not recs:
         return []
