@@ -383,3 +383,61 @@ def test_every_implementation_has_a_colour_of_its_own() -> None:
     close = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
              if np.linalg.norm(_lab(colours[a]) - _lab(colours[b])) < 20]
     assert not close, f"colours too alike: {close}"
+
+
+# -- which run a notebook reads --------------------------------------------------------------------------------
+def _run_folder(results: Path, name: str, **config) -> Path:
+    """A run folder copied from the sample, its meta.json saying how it was run (``config`` over a full bench's)."""
+    folder = Path(shutil.copytree(SAMPLE, results / name, ignore=shutil.ignore_patterns("raw")))
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["complete"] = True
+    meta["config"] = {**meta["config"], "quick": "False", "scenarios": "[]", "impls": "[]", "sweep": "[]",
+                      "trace_file": "None", **config}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    return folder
+
+
+def test_a_notebook_reads_the_newest_full_bench_and_says_so_when_latest_is_not_one(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    from harness.output.notebook import NoRunError, choose_run
+
+    monkeypatch.delenv("KVB_RUN", raising=False)
+    results = tmp_path / "results"
+    results.mkdir()
+    _run_folder(results, "reference")
+    full = _run_folder(results, "20261201-100000")
+    quick = _run_folder(results, "20261202-100000-quick", quick="True")
+    (results / "latest").symlink_to(quick.name)
+    chosen = choose_run(None, tmp_path)
+    assert chosen.data.run_dir == full  # not results/latest, a --quick run; not the older committed one
+    text = "\n".join(chosen.lines())
+    assert f"run:     {full}" in text and "results/latest is not a full `make bench` run" in text
+    assert "20261202-100000-quick" in text and "RUN = " in text and "KVB_RUN" in text  # the reader may choose
+    (results / "latest").unlink()
+    (results / "latest").symlink_to(full.name)
+    assert "results/latest, a full" in choose_run(None, tmp_path).reason
+    assert choose_run(str(quick), tmp_path).data.run_dir == quick  # named: read, whatever it is
+    monkeypatch.setenv("KVB_RUN", quick.name)
+    assert choose_run(None, tmp_path).data.run_dir == quick
+    monkeypatch.delenv("KVB_RUN")
+    shutil.rmtree(full)
+    shutil.rmtree(results / "reference")
+    (results / "latest").unlink()
+    with pytest.raises(NoRunError, match=r"no full `make bench` run .* KVB_RUN"):
+        choose_run(None, tmp_path)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_notebook_copied_out_of_the_repository_says_what_it_needs(path: Path, tmp_path: Path) -> None:
+    """Its first cell, run where neither the repository nor the project is to be found: one clear error, not a bare
+    StopIteration (``python -S``: no site-packages, so no installed project either)."""
+    import subprocess
+
+    book = nbformat.read(path, as_version=4)
+    first = next(c.source for c in book.cells if c.cell_type == "code")
+    code = "\n".join(line for line in first.splitlines() if not line.startswith("%"))
+    done = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode != 0 and "StopIteration" not in done.stderr
+    assert "RuntimeError: this notebook reads kvblock-bench runs" in done.stderr
+    assert "pip install -e" in done.stderr
