@@ -482,6 +482,17 @@ def calibration_destination(args: argparse.Namespace, engine: str):
     return Destination(None, Path(args.results), f"calibration-{engine}")
 
 
+def cmd_site(args: argparse.Namespace) -> int:
+    """The static site of the runs given (default: the committed reference run) and of --results' studies."""
+    from harness.site.build import build_site
+
+    root = Path(args.results)
+    paths = [Path(p) for p in args.runs] or [root / "reference"]
+    out = build_site(paths, Path(args.out), root, args.allow_mixed_commits)
+    print(f"site: {out / 'index.html'} (open it in a browser; no server needed)")
+    return 0
+
+
 def cmd_baseline(args: argparse.Namespace) -> int:
     from harness.ci import baseline
 
@@ -655,6 +666,13 @@ def build_parser() -> Parser:
                                           help="save a run as a committed baseline for `kvblock-bench compare`"))
     _add_calibrate(sub)
     _add_history(sub)
+    p = sub.add_parser("site", parents=[results], help="a static site of runs (several machines side by side) and of "
+                                                        "the committed studies, to open from disk or GitHub Pages")
+    p.add_argument("runs", nargs="*", metavar="RESULTS",
+                   help="run folders, or folders holding them (CI artifacts); default: --results' reference run")
+    p.add_argument("--out", required=True, metavar="DIR", help="the site's folder (replaced whole when rebuilt)")
+    p.add_argument("--allow-mixed-commits", action="store_true",
+                   help="put runs of different commits side by side (refused otherwise: a site compares machines)")
     p = sub.add_parser("check", help="is an implementation correct? contract conformance against the reference model",
                        description="Random valid and invalid call sequences on IMPL and on the reference model "
                                    "(impls/core/reference.py), compared after every call up to a renaming of block "
@@ -679,7 +697,7 @@ def build_parser() -> Parser:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "scenarios": cmd_scenarios, "trace": cmd_trace, "run": cmd_run, "report": cmd_report, "compare": cmd_compare,
     "ab": cmd_ab, "gate": cmd_gate, "table-copy": cmd_table_copy, "baseline": cmd_baseline, "check": cmd_check,
-    "calibrate": cmd_calibrate, "history": cmd_history,
+    "calibrate": cmd_calibrate, "history": cmd_history, "site": cmd_site,
 }
 # What a command may raise for bad input: shown as one line, exit status 2. Anything else is a bug of ours and
 # keeps its traceback (exit status 1); a design's failure is a failed cell, never an exception here.
