@@ -359,7 +359,7 @@ def fig_growth(run: RunData, found: list[Slope]):
         fits = {(s.impl, s.regime): s for s in found if s.family == family and s.metric == metric}
         _panel(ax, run, family, data, fits, metric == "table_copy_bytes_per_step")
         ylabel = METRICS[metric][1]
-        ax.set_title(textwrap.fill(text, 70), fontsize=9)
+        ax.set_title(textwrap.fill(text, 52), fontsize=9)
         ax.set_xlabel(f"{AXIS_LABELS[family]} (log scale)", fontsize=8)
         ax.set_ylabel(f"{ylabel} (log scale)", fontsize=8)
     hide_unused(axes, len(panels))
