@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import pandas as pd
 from matplotlib.axes import Axes
@@ -62,8 +62,7 @@ def _ratio_label(run: RunData, impl: str, regime: str, ratio_of: str | None) -> 
     return f"{fmt(float(row['value']))}×" + (f" [{fmt(bounds[0])}–{fmt(bounds[1])}]" if bounds else "")
 
 
-@dataclass(frozen=True)
-class Group:
+class Group(NamedTuple):
     """A row group of the headline's panels: an article's design (ours, our C++ build, the article's) or a plug-in."""
 
     name: str
