@@ -69,6 +69,7 @@ def build_site(paths: list[Path], out: Path, root: Path = Path("results"), allow
         for name, (body, figures) in _pages(machines, root, site).items():
             atomic_write_text(site / name, page(name, titles[name], body, footer, figures))
         atomic_write_text(site / MARK, "written by kvblock-bench site; replaced whole by the next\n")
+        atomic_write_text(site / ".nojekyll", "")  # GitHub Pages from a branch: serve the files as they are
         _swap(site, out)
     except BaseException:
         shutil.rmtree(site, ignore_errors=True)
