@@ -79,7 +79,7 @@ class Progress:
         if not self.enabled:
             return
         if self.bar is None:
-            if what not in self.said:  # a log says each thing once (every repetition's worker warms up alike)
+            if what not in self.said:  # once a scenario (every repetition's worker warms up alike)
                 self.said.add(what)
                 self._line(f"kvblock-bench: {what}")
         else:
@@ -105,6 +105,7 @@ class Progress:
 
     def scenario_done(self, name: str, seconds: float, note: str = "") -> None:
         """One line: scenario ``name`` ended after ``seconds`` (``note``: how, when not measured)."""
+        self.said.clear()  # each scenario's log says its own things, a failure met again included
         if self.enabled:
             self._line(f"kvblock-bench: {name} done in {duration_text(seconds)}{note} ({self.n}/{self.total} units"
                        f"{self._left_part()})")
