@@ -6,11 +6,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base.host import machine_key, machine_name
 from harness.errors import InputError
 from harness.output.rundata import RunData
 
 MAX_DEPTH = 4  # how deep under a given folder run folders are looked for (CI artifacts nest them)
-CACHE_LEVELS = ("L2", "L3")
 
 
 class SiteInputError(InputError):
@@ -42,39 +42,16 @@ def _under(folder: Path, depth: int) -> list[Path]:
     return out
 
 
-def _cache(meta: dict, level: str) -> str:
-    caches = meta.get("caches")
-    text = str(caches.get(level, "")) if isinstance(caches, dict) else ""
-    return text.split(" ")[0]
-
-
-def machine_name(meta: dict) -> str:
-    """A machine's name in a run's ``meta.json`` (``machine``, or its ``name``/``kind``), "" where it has none."""
-    for key in ("machine", "machine_name", "runner"):
-        value = meta.get(key)
-        if isinstance(value, dict):
-            value = value.get("name") or value.get("kind")
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-    return ""
-
-
-def machine_of(meta: dict) -> str:
-    """The machine a run's figures belong to: its name where recorded, its CPU model, count and outer caches (one
-    name often covers CPU generations that differ in their caches and in what designs cost on them)."""
-    cpu = f"{meta.get('cpu_model', '?')}, {meta.get('cpu_count', '?')} CPUs"
-    caches = ", ".join(f"{level} {_cache(meta, level)}" for level in CACHE_LEVELS if _cache(meta, level))
-    text = cpu + (f", {caches}" if caches else "")
-    name = machine_name(meta)
-    return f"{name} ({text})" if name and name not in text else text
-
-
 @dataclass
 class Machine:
-    """The runs of one machine, newest first."""
+    """The runs of one machine (one ``host.machine_key``), newest first; ``name`` is ``host.machine_name``."""
 
-    name: str
+    key: str
     runs: list[RunData] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return machine_name(self.newest.meta)
 
     @property
     def newest(self) -> RunData:
@@ -104,7 +81,7 @@ def load_runs(paths: list[Path], allow_mixed_commits: bool = False) -> list[Mach
                              "across machines; give runs of one commit, or --allow-mixed-commits to show them anyway")
     machines: dict[str, Machine] = {}
     for run in runs:
-        machines.setdefault(machine_of(run.meta), Machine(machine_of(run.meta))).runs.append(run)
+        machines.setdefault(machine_key(run.meta), Machine(machine_key(run.meta))).runs.append(run)
     for m in machines.values():
         m.runs.sort(key=lambda r: str(r.meta.get("started", "")), reverse=True)
     return list(machines.values())

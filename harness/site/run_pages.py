@@ -91,7 +91,7 @@ def reference_page(machines: list[Machine], out: Path) -> str:
     for _, key, _, _ in ARTICLE_METRICS:
         header += [f"{key.replace('_', '/')} (× flat)", "range over runs", "article"]
     for m in machines:
-        ident = slug(m.name)
+        ident = slug(m.key)
         body = para(f"Newest run {m.newest.run_id} of {len(m.runs)}; machine: {machine_line(m.newest.meta)}")
         body += table(f"article-{ident}", header, _article_rows(m))
         body += "".join(_article_figure(m, metric, column, unit, out, f"article-{ident}")
@@ -144,7 +144,7 @@ def _scenario_figure(m: Machine, scenario: str, out: Path) -> str:
         return ""
     fig = bars(points, f"{scenario}: ns per sequence-step, every cell (bars by regime)", "ns per sequence-step (log)",
                m.name)
-    return block(fig, points, f"scenario-{slug(m.name)}-{slug(scenario)}", out)
+    return block(fig, points, f"scenario-{slug(m.key)}-{slug(scenario)}", out)
 
 
 def scenarios_page(machines: list[Machine], out: Path) -> str:
@@ -154,7 +154,7 @@ def scenarios_page(machines: list[Machine], out: Path) -> str:
     header = ["scenario", "impl", "regime", "driver", "ns/seq-step", "× base, same regime", "× batched base",
               "range over runs"]
     for m in machines:
-        ident = slug(m.name)
+        ident = slug(m.key)
         body = table(f"scenarios-{ident}", header, _scenario_rows(m))
         body += "".join(_scenario_figure(m, s, out) for s in dict.fromkeys(m.newest.df.scenario))
         parts.append(section(m.name, body, f"machine-{ident}"))
@@ -215,7 +215,8 @@ def _compared(machines: list[Machine]) -> list[str]:
 
 def machines_page(machines: list[Machine], out: Path) -> str:
     impls = _compared(machines)
-    header = ["impl", *(f"× flat on {m.name}" for m in machines), *(f"range over runs on {m.name}" for m in machines),
+    tags = [f"M{k + 1}" for k in range(len(machines))]  # the columns' short names; the ranking table says which
+    header = ["impl", *(f"× flat on {t}" for t in tags), *(f"range over runs on {t}" for t in tags),
               "holds on every machine?"]
     rows = []
     points = Points()
@@ -225,9 +226,10 @@ def machines_page(machines: list[Machine], out: Path) -> str:
                                   if math.isfinite(lo) else fmt(v), v) for v, lo, hi in ratios),
                      *(across_cell(m, PAPER, impl, "batched", ratio_metric("seq_step_ns", BASE)) for m in machines),
                      holds(machines, impl)])
-        for m, (v, lo, hi) in zip(machines, ratios, strict=True):
-            points.add(m.name, label(impl), v, lo, hi)
-    orders = [[m.name, ranking(m), ranking(m, ("native",)), m.newest.run_id, str(len(m.runs))] for m in machines]
+        for t, (v, lo, hi) in zip(tags, ratios, strict=True):
+            points.add(t, label(impl), v, lo, hi)
+    orders = [[f"{t}: {m.name}", ranking(m), ranking(m, ("native",)), m.newest.run_id, str(len(m.runs))]
+              for t, m in zip(tags, machines, strict=True)]
     same = len({(o[1], o[2]) for o in orders}) == 1
     verdict = ("The ranking of the article's designs (and of their C++ builds) is the same on every machine "
                f"({len(machines)}): {orders[0][1]}; {orders[0][2]}." if same
@@ -237,7 +239,7 @@ def machines_page(machines: list[Machine], out: Path) -> str:
                    f"{orders[0][2]}. Run the matrix on other machines (examples/ci/site-matrix.yml) to see whether "
                    "it holds there.")
     fig = bars(points, "× flat per sequence-step on paper, batched regime, machine by machine", "× flat (log)",
-               "; ".join(m.name for m in machines))
+               "; ".join(f"{t}: {m.name}" for t, m in zip(tags, machines, strict=True)))
     return (para(verdict) + table("ranking", ["machine", "cheapest first (paper, batched; ≈: intervals overlap)",
                                               "in C++", "newest run", "runs"], orders)
             + para("Each implementation's ratio to flat per sequence-step (paper, batched) on each machine "
