@@ -11,7 +11,7 @@ PY      := $(VENV)/bin/python
 CLI     := $(VENV)/bin/kvblock-bench
 STAMP   := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: setup test lint bench bench-quick bench-scale report clean
+.PHONY: setup test lint bench bench-quick bench-scale report site clean
 
 setup: $(STAMP)
 
@@ -50,6 +50,13 @@ bench-scale: setup
 # Reports and figures of the latest run (RUN=<id or path> for another).
 report: setup
 	$(CLI) report $(RUN)
+
+# The static site (docs/site.md): the reference run and the committed studies, or SITE_RUNS (run folders, or
+# folders holding them: several machines side by side) into SITE_OUT; open $(SITE_OUT)/index.html, no server.
+SITE_RUNS ?=
+SITE_OUT  ?= build/site
+site: setup
+	$(CLI) site $(SITE_RUNS) --out $(SITE_OUT)
 
 lint: setup
 	$(PY) -m ruff check .

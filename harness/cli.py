@@ -182,8 +182,8 @@ def _failed_cells_status(run_dir: Path) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Reports (and figures) into the run folder, the paper table printed. A run folder that cannot be written
-    (read-only, disk full) costs the files only: one line says so, the tables are still printed, exit status 2."""
+    """Reports (and figures) into the run folder, the console summary printed. A run folder that cannot be written
+    (read-only, disk full) costs the files only: one line says so, the tables are printed instead, exit status 2."""
     from harness.base.files import resolve_run
     from harness.errors import WriteError
     from harness.output.console import console_summary
@@ -217,7 +217,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         write_growth_readme(Path(args.growth_readme), data.run_dir)
         print(f"rewrote the growth section of {args.growth_readme} from {data.run_dir}", file=sys.stderr)
-    print(texts["paper_table.md"])
+    if unwritten is not None:
+        print(texts["paper_table.md"])
     print(console_summary(data))
     if unwritten is not None:
         print(f"{PROG}: error: {_one_line(unwritten)}; the tables are printed above instead", file=sys.stderr)
@@ -481,6 +482,17 @@ def calibration_destination(args: argparse.Namespace, engine: str):
     return Destination(None, Path(args.results), f"calibration-{engine}")
 
 
+def cmd_site(args: argparse.Namespace) -> int:
+    """The static site of the runs given (default: the committed reference run) and of --results' studies."""
+    from harness.site.build import build_site
+
+    root = Path(args.results)
+    paths = [Path(p) for p in args.runs] or [root / "reference"]
+    out = build_site(paths, Path(args.out), root, args.allow_mixed_commits)
+    print(f"site: {out / 'index.html'} (open it in a browser; no server needed)")
+    return 0
+
+
 def cmd_baseline(args: argparse.Namespace) -> int:
     from harness.ci import baseline
 
@@ -536,7 +548,10 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
     p.add_argument("--no-table-copy", action="store_true", help="skip the block-table copy study (rule 3)")
     p.add_argument("--memory", action="store_true",
                    help="measure each design's memory at the trace's peak (on in --sweep runs)")
-    p.add_argument("--figures", action="store_true", help="also render figures (as `kvblock-bench report`)")
+    figures = p.add_mutually_exclusive_group()
+    figures.add_argument("--figures", action="store_true", help="also render figures (as `kvblock-bench report`)")
+    figures.add_argument("--no-figures", action="store_true", help="no figures (the default; as `report "
+                                                                   "--no-figures`)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--processes", type=count(1, MAX_PROCESSES),
                    help=f"worker processes the repetitions spread over (default: one per repetition; at most --reps "
@@ -629,7 +644,10 @@ def build_parser() -> Parser:
     p = sub.add_parser("report", parents=[results],
                        help="write reports (and figures) for a run and print the paper table")
     p.add_argument("run", nargs="?", help="run id or directory (default: results/latest)")
-    p.add_argument("--no-figures", action="store_true", help="tables only")
+    figures = p.add_mutually_exclusive_group()
+    figures.add_argument("--figures", action="store_true", help="also render the figures (the default; as `run "
+                                                                "--figures`)")
+    figures.add_argument("--no-figures", action="store_true", help="tables only")
     p.add_argument("--growth-readme", metavar="FILE",
                    help="rewrite FILE's growth section (<!-- growth:begin/end -->) from this scale-sweep run "
                         "(e.g. docs/scale.md from results/scale)")
@@ -648,6 +666,13 @@ def build_parser() -> Parser:
                                           help="save a run as a committed baseline for `kvblock-bench compare`"))
     _add_calibrate(sub)
     _add_history(sub)
+    p = sub.add_parser("site", parents=[results], help="a static site of runs (several machines side by side) and of "
+                                                        "the committed studies, to open from disk or GitHub Pages")
+    p.add_argument("runs", nargs="*", metavar="RESULTS",
+                   help="run folders, or folders holding them (CI artifacts); default: --results' reference run")
+    p.add_argument("--out", required=True, metavar="DIR", help="the site's folder (replaced whole when rebuilt)")
+    p.add_argument("--allow-mixed-commits", action="store_true",
+                   help="put runs of different commits side by side (refused otherwise: a site compares machines)")
     p = sub.add_parser("check", help="is an implementation correct? contract conformance against the reference model",
                        description="Random valid and invalid call sequences on IMPL and on the reference model "
                                    "(impls/core/reference.py), compared after every call up to a renaming of block "
@@ -672,7 +697,7 @@ def build_parser() -> Parser:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "scenarios": cmd_scenarios, "trace": cmd_trace, "run": cmd_run, "report": cmd_report, "compare": cmd_compare,
     "ab": cmd_ab, "gate": cmd_gate, "table-copy": cmd_table_copy, "baseline": cmd_baseline, "check": cmd_check,
-    "calibrate": cmd_calibrate, "history": cmd_history,
+    "calibrate": cmd_calibrate, "history": cmd_history, "site": cmd_site,
 }
 # What a command may raise for bad input: shown as one line, exit status 2. Anything else is a bug of ours and
 # keeps its traceback (exit status 1); a design's failure is a failed cell, never an exception here.

@@ -56,7 +56,7 @@ RECORDS: tuple[Impl, ...] = (
          "B compiled (doubling arrays)", "#F5D07A", "B"),
     Impl("vllm-v1", "impls.contenders.vllm_v1:VllmV1BlockManager", "contender", "vllm-v1",
          "vLLM v1 allocate_slots per request per step", "#CC79A7"),
-    Impl("vllm-v1-pc", "impls.contenders.vllm_v1_pc:VllmV1CachingBlockManager", "contender", "vllm-v1+pc",
+    Impl("vllm-v1-pc", "impls.contenders.vllm_v1_pc:VllmV1CachingBlockManager", "contender", "vllm-v1-pc",
          "vLLM v1 with prefix caching on (its default)", "#AA4499"),
     Impl("nano-vllm", "impls.contenders.nano_vllm:NanoVllmBlockManager", "contender", "nano-vllm",
          "nano-vllm can/may_append (deque of free ids)", "#8C564B"),
@@ -79,6 +79,8 @@ RECORDS: tuple[Impl, ...] = (
 )
 
 BY_NAME: dict[str, Impl] = {r.name: r for r in RECORDS}
+# Plug-ins' colours in the order a run names them, far from every record's and each other's (tests/test_figures.py)
+PLUGIN_COLORS = ("#E41A1C", "#0000FF", "#7F7F7F", "#FF00FF", "#637939", "#C2B709", "#756BB1", "#8C6D31", "#D6616B")
 
 
 def names(*roles: str) -> list[str]:

@@ -111,3 +111,52 @@ def test_the_slowed_plugin_conforms_to_the_contract(slowed, monkeypatch: pytest.
     assert contract_shape_problem(slowed.SlowedFlat) == ""
     verdict = check(slowed.SlowedFlat, seeds=range(1), max_examples=25, step_count=20)
     assert verdict.ok, verdict
+
+
+# -- the site workflow: the reference matrix on several runner kinds, merged, published ---------------------------
+SITE_WORKFLOW = ROOT / "examples" / "ci" / "site-matrix.yml"
+
+
+def _site_workflow() -> dict:
+    import yaml
+
+    return yaml.safe_load(SITE_WORKFLOW.read_text())
+
+
+def test_the_site_workflow_measures_each_runner_kind_and_publishes_one_site() -> None:
+    flow = _site_workflow()
+    measure, site = flow["jobs"]["measure"], flow["jobs"]["site"]
+    kinds = measure["strategy"]["matrix"]["runner"]
+    assert len(kinds) >= 2 and measure["runs-on"] == "${{ matrix.runner }}"
+    assert measure["strategy"]["fail-fast"] is False
+    runs = [s.get("run", "") for s in measure["steps"]]
+    assert any(r.startswith("make bench") for r in runs)  # the reference matrix, as a user runs it
+    upload = next(s for s in measure["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    assert upload["with"]["name"] == "run-${{ matrix.runner }}"
+    assert site["needs"] == "measure" and "cancelled()" in site["if"]
+    assert site["permissions"] == {"pages": "write", "id-token": "write"}
+    steps = {str(s.get("uses", "")).split("@")[0]: s for s in site["steps"] if "uses" in s}
+    download = steps["actions/download-artifact"]["with"]
+    assert download["pattern"] == "run-*" and download["merge-multiple"] is True
+    build = next(s["run"] for s in site["steps"] if "kvblock-bench site" in s.get("run", ""))
+    args = build_parser().parse_args(build.split()[1:])
+    assert args.command == "site" and args.runs == [download["path"]]
+    assert steps["actions/upload-pages-artifact"]["with"]["path"] == args.out
+    assert "actions/deploy-pages" in steps and site["environment"]["name"] == "github-pages"
+
+
+def test_the_site_workflows_build_step_merges_what_the_measure_jobs_upload(tmp_path: Path, monkeypatch) -> None:
+    """The artifacts' layout as download-artifact merges them (runs/<runner kind>/<run>), then the workflow's own
+    command: one site, every runner kind's run in it."""
+    import shutil
+
+    from harness.cli import main
+
+    flow = _site_workflow()
+    for kind in flow["jobs"]["measure"]["strategy"]["matrix"]["runner"]:
+        shutil.copytree(ROOT / "results" / "sample", tmp_path / "runs" / kind, ignore=shutil.ignore_patterns("raw"))
+    build = next(s["run"] for s in flow["jobs"]["site"]["steps"] if "kvblock-bench site" in s.get("run", ""))
+    monkeypatch.chdir(tmp_path)
+    assert main([*build.split()[1:], "--results", str(ROOT / "results")]) == 0
+    index = (tmp_path / "build" / "site" / "index.html").read_text()
+    assert all(f"<td>{kind}</td>" in index for kind in flow["jobs"]["measure"]["strategy"]["matrix"]["runner"])

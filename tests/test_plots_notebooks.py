@@ -187,7 +187,7 @@ def test_the_headline_figure_has_one_row_per_regime_and_every_bar_its_ratio(refe
     for sub in rows:
         titles = [ax.get_title() for ax in sub.axes]
         assert titles == ["lookup", "alloc/free", "CPU share at 2,000 steps/s (computed)",
-                          "L1D misses per sequence-step"]  # no PMU here: no rate panel
+                          "L1D misses per sequence-step (callgrind-sim)"]  # no PMU here: no rate panel
     batched_lookup = rows[0].axes[0]
     labels = [t.get_text() for t in _texts(batched_lookup)]
     dict_ratio = reference.get("paper", "dict", "batched", "lookup_ns_vs_flat")  # value, paired ratio, interval
@@ -196,10 +196,11 @@ def test_the_headline_figure_has_one_row_per_regime_and_every_bar_its_ratio(refe
     assert any(t.endswith("1× (base)") for t in labels) and any(t.startswith("~134") for t in labels)
     cpp_ratio = reference.get("paper", "cpp-flat", "batched", "lookup_ns_vs_flat")
     assert any(_ratio_text(cpp_ratio) in t for t in labels)  # cpp-flat beside, batched row only
-    assert not any("cpp" in t.get_text() for t in rows[1].axes[0].get_xticklabels())
+    assert not any(_ratio_text(cpp_ratio) in t.get_text() for t in _texts(rows[1].axes[0]))
+    assert all(t.get_rotation() == 0 and t.get_fontsize() >= 7.5 for ax in fig.axes for t in _texts(ax))
     l1d = [t.get_text() for t in _texts(rows[0].axes[3])]
     dict_misses = fmt(reference.value("paper", "dict", "batched", "l1d_misses_per_seq_step"))
-    assert any(t.startswith(f"{dict_misses}  callgrind-sim") for t in l1d)  # misses per sequence-step, and source
+    assert dict_misses in l1d  # misses per sequence-step; the one instrument is in the panel's title
     assert "drawn only where a PMU measures it" in " ".join(t.get_text() for t in fig.texts)
 
 
@@ -224,7 +225,7 @@ def test_a_pmu_rate_is_drawn_beside_the_article_only_where_perf_measured_it(samp
     fig = plots.fig_paper_vs_article(plots.RunData.load(sample_run))
     batched = fig.subfigs[0].axes
     assert batched[-1].get_title() == "L1D miss rate (perf, hardware counters)"
-    assert {t.get_text() for t in _texts(batched[-1])} >= {"0.5 %", "6 %", "~14.8", "~3.9", "~0.4"}
+    assert {t.get_text().strip() for t in _texts(batched[-1])} >= {"0.5 %", "6 %", "~14.8", "~3.9", "~0.4"}
 
 
 def _series_labels(ax) -> list[str]:
@@ -317,18 +318,22 @@ def test_sweep_figures_draw_only_cells_measured_at_two_sizes(quick_reference) ->
 
 
 def test_l1d_bars_of_a_quick_run_say_each_instruments_reason(quick_reference, reference) -> None:
-    """No PMU and callgrind skipped by --quick: each panel says both once, from the rows' status and source."""
+    """No PMU and callgrind skipped by --quick: one panel of the article's rates says both reasons once, from the
+    rows' status and source; a full run names its one instrument in each panel's title, not on every bar."""
     def bar_words(run: plots.RunData) -> list[str]:  # what stands on or over each bar, the article's left out
         return [t.get_text() for ax in plots.fig_l1d(run).axes for t in _texts(ax)
                 if t.get_rotation() == 90 and not t.get_text().startswith(" ~")]
 
-    assert bar_words(quick_reference) == []  # one reason for every cell: said once per panel, not per bar
-    notes = [t.get_text() for ax in plots.fig_l1d(quick_reference).axes for t in _texts(ax)]
-    reason = "no cell measured in this run: perf: no PMU; callgrind-sim: not run (--quick)"
-    assert notes.count(reason) == 2  # both panels
-    full = bar_words(reference)
-    assert sum(w.endswith(" callgrind-sim") for w in full) == 2 * len(reference.cells("paper", "l1d_miss_pct"))
-    assert len(full) == 2 * len(reference.cells("paper", "l1d_miss_pct"))
+    assert bar_words(quick_reference) == []  # one reason for every cell: said once, not per bar
+    quick = plots.fig_l1d(quick_reference)
+    assert len(quick.axes) == 1  # no empty panel of misses per sequence-step
+    notes = [t.get_text() for ax in quick.axes for t in _texts(ax)]
+    assert notes.count("not measured in this run:\nperf: no PMU; callgrind-sim: not run (--quick)") == 1
+    full = plots.fig_l1d(reference)
+    words = bar_words(reference)
+    assert len(words) == 2 * len(reference.cells("paper", "l1d_miss_pct"))
+    assert not any("callgrind-sim" in w for w in words)
+    assert all(ax.get_title().endswith("every bar: callgrind-sim: simulated caches") for ax in full.axes)
 
 
 def test_paced_shares_are_drawn_against_their_own_cells_computed_share(reference) -> None:
@@ -378,3 +383,61 @@ def test_every_implementation_has_a_colour_of_its_own() -> None:
     close = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
              if np.linalg.norm(_lab(colours[a]) - _lab(colours[b])) < 20]
     assert not close, f"colours too alike: {close}"
+
+
+# -- which run a notebook reads --------------------------------------------------------------------------------
+def _run_folder(results: Path, name: str, **config) -> Path:
+    """A run folder copied from the sample, its meta.json saying how it was run (``config`` over a full bench's)."""
+    folder = Path(shutil.copytree(SAMPLE, results / name, ignore=shutil.ignore_patterns("raw")))
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["complete"] = True
+    meta["config"] = {**meta["config"], "quick": "False", "scenarios": "[]", "impls": "[]", "sweep": "[]",
+                      "trace_file": "None", **config}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    return folder
+
+
+def test_a_notebook_reads_the_newest_full_bench_and_says_so_when_latest_is_not_one(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    from harness.output.notebook import NoRunError, choose_run
+
+    monkeypatch.delenv("KVB_RUN", raising=False)
+    results = tmp_path / "results"
+    results.mkdir()
+    _run_folder(results, "reference")
+    full = _run_folder(results, "20261201-100000")
+    quick = _run_folder(results, "20261202-100000-quick", quick="True")
+    (results / "latest").symlink_to(quick.name)
+    chosen = choose_run(None, tmp_path)
+    assert chosen.data.run_dir == full  # not results/latest, a --quick run; not the older committed one
+    text = "\n".join(chosen.lines())
+    assert f"run:     {full}" in text and "results/latest is not a full `make bench` run" in text
+    assert "20261202-100000-quick" in text and "RUN = " in text and "KVB_RUN" in text  # the reader may choose
+    (results / "latest").unlink()
+    (results / "latest").symlink_to(full.name)
+    assert "results/latest, a full" in choose_run(None, tmp_path).reason
+    assert choose_run(str(quick), tmp_path).data.run_dir == quick  # named: read, whatever it is
+    monkeypatch.setenv("KVB_RUN", quick.name)
+    assert choose_run(None, tmp_path).data.run_dir == quick
+    monkeypatch.delenv("KVB_RUN")
+    shutil.rmtree(full)
+    shutil.rmtree(results / "reference")
+    (results / "latest").unlink()
+    with pytest.raises(NoRunError, match=r"no full `make bench` run .* KVB_RUN"):
+        choose_run(None, tmp_path)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_notebook_copied_out_of_the_repository_says_what_it_needs(path: Path, tmp_path: Path) -> None:
+    """Its first cell, run where neither the repository nor the project is to be found: one clear error, not a bare
+    StopIteration (``python -S``: no site-packages, so no installed project either)."""
+    import subprocess
+
+    book = nbformat.read(path, as_version=4)
+    first = next(c.source for c in book.cells if c.cell_type == "code")
+    code = "\n".join(line for line in first.splitlines() if not line.startswith("%"))
+    done = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode != 0 and "StopIteration" not in done.stderr
+    assert "RuntimeError: this notebook reads kvblock-bench runs" in done.stderr
+    assert "pip install -e" in done.stderr

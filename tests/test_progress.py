@@ -96,6 +96,19 @@ def test_a_log_gets_plain_lines_at_a_bounded_rate_and_one_line_per_scenario_end(
                      "kvblock-bench: concurrency-64 done in 15 s (6/6 units)"]
 
 
+def test_a_log_says_each_status_once() -> None:
+    out = io.StringIO()
+    bar = progress.Progress(True, out, tty=False)
+    bar.start(2)
+    for what in ("paper: warming up flat (batched)", "paper: warming up flat (batched)", "flat batched: failed"):
+        bar.status(what)
+    bar.scenario_done("paper", 3.0)
+    bar.status("flat batched: failed")  # met again in the next scenario: said again
+    lines = [line for line in out.getvalue().splitlines() if " done in " not in line]
+    assert lines == ["kvblock-bench: paper: warming up flat (batched)", "kvblock-bench: flat batched: failed",
+                     "kvblock-bench: flat batched: failed"]
+
+
 def test_disabled_progress_and_plain_callbacks_say_nothing() -> None:
     out = io.StringIO()
     bar = progress.Progress(False, out)
@@ -110,11 +123,12 @@ def test_disabled_progress_and_plain_callbacks_say_nothing() -> None:
 
 
 def test_a_run_announces_its_work_before_the_first_unit(tmp_path, capsys) -> None:
-    assert main(["run", "--results", str(tmp_path), "--quick", "--scenario", "paper", "--impl", "flat",
-                 "--regime", "batched", "--no-paced", "--no-l1d", "--no-table-copy", "--no-allocations"]) == 0
+    assert main(["run", "--results", str(tmp_path), "--quick", "--reps", "2", "--scenario", "paper", "--impl", "flat",
+                 "--regime", "batched,per-call", "--no-paced", "--no-l1d", "--no-table-copy", "--no-allocations"]) == 0
     err = capsys.readouterr().err
     order = ["kvblock-bench: loading the implementations", "kvblock-bench: calibrating the timers",
-             "paper: the trace", "paper: warming up flat batched"]
+             "paper: the trace", "paper: warming up flat (batched, per-call; first calls"]
+    assert err.count("warming up") == 1, err  # once per design, not per regime and repetition
     positions = [err.find(words) for words in order]
     assert all(p >= 0 for p in positions) and positions == sorted(positions), err[:2000]
     first_units_line = re.search(r"^kvblock-bench: \d+/\d+ units", err, re.M)  # at least the last unit's

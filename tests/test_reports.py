@@ -67,10 +67,22 @@ def make_run(tmp_path: Path, extra: list[Row] = (), meta: dict | None = None) ->
     return RunData.load(tmp_path)
 
 
+def _block(text: str, heading: str) -> list[str]:
+    """The indented lines of the console's block whose heading line holds ``heading``."""
+    lines = text.splitlines()
+    start = next(k for k, line in enumerate(lines) if heading in line and not line.startswith("  "))
+    block = []
+    for line in lines[start + 1:]:
+        if not line.startswith("  "):
+            break
+        block.append(line)
+    return block
+
+
 def test_the_console_table_keeps_its_columns_for_a_plugins_long_name(tmp_path: Path) -> None:
     text = console_summary(make_run(tmp_path, timed("toy_bm:ToyBlockManager", "batched", 2015.0, "python",
                                                     (455.0, 164.0, 543.0))))
-    rows = [line for line in text.splitlines() if line.startswith("  ")]
+    rows = _block(text, "ns per sequence-step")
     assert len(rows) >= 4 and len({line.index(" python ") if " python " in line else line.index(" compiled ")
                                    for line in rows[1:]}) == 1
 
@@ -84,18 +96,34 @@ def test_the_console_summary_says_ratio_interval_aa_driver_cores_and_where(tmp_p
     assert lines[0] == f"run: {tmp_path} (complete; took 3 min 41 s)"
     aa = next(line for line in lines if line.startswith("noise floor"))
     assert "0.995× [0.843–1.14]" in aa and "no difference" in aa
-    cells = [line.split() for line in lines if line.startswith("  ") and "ns/seq-step" not in line]
+    cells = [line.split() for line in _block(text, "ns per sequence-step") if "ns/seq-step" not in line]
     assert [(c[0], c[1], c[2]) for c in cells] == [("batched", "dict", "python"), ("batched", "flat", "compiled"),
                                                    ("per-call", "flat", "python"), ("per-call", "vllm-v1", "python")]
-    dict_line = next(line for line in lines if " dict " in line)
+    dict_line = next(line for line in _block(text, "ns per sequence-step") if " dict " in line)
     assert "1,289" in dict_line and "158× [141–197]" in dict_line and "64.5 %" in dict_line
-    vllm_line = next(line for line in lines if "vllm-v1" in line)
+    vllm_line = next(line for line in _block(text, "ns per sequence-step") if "vllm-v1" in line)
     assert "6.8× [6.21–7.4]" in vllm_line and "382 % = 3.8 cores" in vllm_line
     assert any(line.startswith("Not in this run:") and "`list`" in line and "per-call regime of `dict-jit`" not in line
                and "kvblock-bench run --scenario paper --impl list" in line for line in lines)
     assert any("`cpp-flat` (no C++ compiler)" in line for line in lines)
     assert f"reports: {tmp_path / 'paper_table.md'}" in lines
     assert any(line.startswith(f"figures: {tmp_path / 'figures'}/ (1: paper_vs_article") for line in lines)
+
+
+def test_the_console_prints_the_articles_table_and_says_what_each_ratio_is_against(tmp_path: Path) -> None:
+    """The README: `make bench` prints the article's table as measured here; the console's ratio column (same regime)
+    and summary.md's (batched flat) are labelled apart."""
+    run = make_run(tmp_path)
+    text = console_summary(run)
+    article = _block(text, "the article's table on `paper`, batched regime")
+    assert article[0].split()[:3] == ["design", "lookup", "ns"]
+    dict_row = next(line for line in article if line.startswith("  A dict"))
+    assert "~134 (37×)" in dict_row and "~248 (32×)" in dict_row  # the article's figures beside ours
+    assert any(line.startswith("  C flat") and "(1×)" in line for line in article)
+    header = _block(text, "ns per sequence-step")[0]
+    assert "× flat, same regime" in header
+    assert "summary.md's × batched flat is against batched flat" in text
+    assert "| × batched flat |" in scenario_summary(run)
 
 
 def test_a_run_without_figures_or_an_interval_says_so(tmp_path: Path) -> None:
@@ -172,7 +200,7 @@ def test_the_summary_has_the_driver_and_a_ratio_to_the_scenario_base(tmp_path: P
              Row("chat-multiturn", "dict-pc", "batched", "cache_hit_tokens_pct", 80.0, "%", "trace check")]
     text = scenario_summary(make_run(tmp_path, extra))
     caching = text.split("## chat-multiturn")[1]
-    assert "× flat-pc |" in caching and "| `dict-pc` | batched | python |" in caching
+    assert "× batched flat-pc |" in caching and "| `dict-pc` | batched | python |" in caching
     assert "50× [40–60]" in caching  # read from the run's paired row, not recomputed
     paper = text.split("## paper")[1].split("## chat-multiturn")[0]
     assert "| `flat` | batched | compiled |" in paper

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from harness.base.rows import read_rows
@@ -115,3 +116,17 @@ def test_report_rewrites_tables_for_an_existing_run(tmp_path, capsys) -> None:
     assert main(["report", "--results", str(tmp_path), "--no-figures"]) == 0
     assert (tmp_path / "latest" / "paper_table.md").exists()
     assert "article" in capsys.readouterr().out
+
+
+def test_report_takes_figures_as_run_does(tmp_path, capsys, monkeypatch) -> None:
+    """`report DIR --figures` (the default, said out loud) renders; with --no-figures it is one line, exit 2."""
+    from harness.output import plots
+
+    rendered = []
+    monkeypatch.setattr(plots, "render_figures", rendered.append)  # the figures' own tests render them
+    shutil.copytree(Path(__file__).resolve().parents[1] / "results" / "sample", tmp_path / "sample")
+    assert main(["report", str(tmp_path / "sample"), "--figures"]) == 0
+    assert [run.run_dir for run in rendered] == [tmp_path / "sample"]
+    assert "the article's table on `paper`" in capsys.readouterr().out
+    assert main(["report", str(tmp_path / "sample"), "--figures", "--no-figures"]) == 2
+    assert "not allowed with argument --figures" in capsys.readouterr().err

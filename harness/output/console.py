@@ -21,7 +21,16 @@ from harness.output.formatting import (
 )
 from harness.output.growth import cost_lines, slopes
 from harness.output.paced_report import paced_sentence
-from harness.output.report import DESIGN_ROLES, base_of, driver_of
+from harness.output.report import (
+    ARTICLE_TABLE_KEYS,
+    DESIGN_ROLES,
+    PAPER_COLUMNS,
+    article_table,
+    base_of,
+    design_cells,
+    driver_of,
+    paper_cells,
+)
 from harness.output.rundata import RunData
 from scenarios import PAPER
 
@@ -47,14 +56,32 @@ def aa_line(run: RunData, scenario: str) -> str:
     return f"noise floor ({scenario}): A/A control, `{row['impl']}` {row['regime']} replayed twice, {figure}: {verdict}"
 
 
+def article_lines(run: RunData, scenario: str = HEADLINE, regime: str = "batched") -> list[str]:
+    """The article's table as measured (``paper``, batched), aligned for a terminal; nothing without such a cell."""
+    recs = design_cells(run, scenario, regime)
+    if not recs:
+        return []
+    art = article_table()
+    header = ["design", *(PAPER_COLUMNS[k] for k in ARTICLE_TABLE_KEYS)]
+    rows = [[rec.label, *(cells[k] for k in ARTICLE_TABLE_KEYS)]
+            for rec in recs for cells in [paper_cells(run, scenario, regime, rec, art)]]
+    widths = [max(len(r[k]) for r in [header, *rows]) for k in range(len(header))]
+    lines = [f"the article's table on `{scenario}`, {regime} regime: our figure [95 % interval] (× flat in the same "
+             "regime [paired 95 %]), then the article's C++ figure (× its C); every regime: paper_table.md"]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows]]
+    return lines
+
+
 def cell_lines(run: RunData, scenario: str) -> list[str]:
     """A header and one line per measured cell: regime, impl, driver, ns/seq-step, × base, CPU share."""
     base = base_of(run, scenario)
     cells = run.cells(scenario)
     wide = max([11, *(len(impl) for impl, _ in cells)])  # a plug-in's name is often module:Class
-    lines = [f"{scenario}: ns per sequence-step, × {base} in the same regime [paired 95 % interval], "
-             "CPU share at the trace's step rate (computed):",
-             f"  {'regime':<9} {'impl':<{wide}} {'driver':<9} {'ns/seq-step':>11}  {'× ' + base:<36} CPU"]
+    lines = [f"{scenario}: ns per sequence-step, × {base} in the same regime [paired 95 % interval] (summary.md's "
+             f"× batched {base} is against batched {base} in every regime), CPU share at the trace's step rate "
+             "(computed):",
+             f"  {'regime':<9} {'impl':<{wide}} {'driver':<9} {'ns/seq-step':>11}  {'× ' + base + ', same regime':<36}"
+             " CPU"]
     regimes = run.regimes(scenario, "seq_step_ns")
     for impl, regime in sorted(cells, key=lambda cell: regimes.index(cell[1])):
         ns = fmt(run.value(scenario, impl, regime, "seq_step_ns"))
@@ -91,7 +118,7 @@ def console_summary(run: str | Path | RunData | None = None) -> str:
         lines.append(f"host: {host}")
     scenario = headline_scenario(data)
     if scenario is not None:
-        lines += [aa_line(data, scenario), *cell_lines(data, scenario)]
+        lines += [aa_line(data, scenario), *article_lines(data), *cell_lines(data, scenario)]
         if note := left_out_note(data, scenario, DESIGN_ROLES):
             lines.append(note)
         if paced := paced_sentence(data, scenario):

@@ -26,25 +26,33 @@ REGIME_HATCH = {"batched": "", "per-call": "\\\\\\"}  # line hatches: dot hatche
 OTHER_STYLE, OTHER_HATCH = ":", "///"
 ARTICLE = "article (C++)"
 MAX_SERIES = 8
+MIN_FONT = 7.0  # the smallest text a figure prints (tests/test_figures.py holds every figure to it)
 # Families of implementations shown together, in this order; adjacent families share a panel while they fit.
-PANEL_FAMILIES: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("design", "twin", "native"), "the article's designs (Python, Numba, C++)"),
-    (("contender",), "engines (our models)"),
-    (("caching",), "prefix caching"),
-    (("plugin",), "plug-ins"),
-)
+PANEL_FAMILIES: tuple[tuple[str, ...], ...] = (("design", "twin", "native"), ("contender",), ("caching",),
+                                               ("plugin",))
+ROLE_WORDS = {"design": "as designed", "twin": "compiled twins", "native": "in C++",
+              "contender": "engines (our models)", "caching": "prefix caching", "plugin": "plug-ins"}
+ARTICLE_ROLES = ("design", "twin", "native")
+
 
 def label(impl: str) -> str:
     """The registry's label (the design letter and name for the article's designs), the bare name otherwise."""
     return registry.record(impl).label
 
 
-def color(impl: str) -> str:
-    """One colour per implementation across all figures (a stable pick from tab10 for unknown ones)."""
+def plugins_of(run: RunData) -> list[str]:
+    """The run's plug-ins (unregistered implementations, timed or failed), in the order the run names them."""
+    cells = run.df[run.df.metric.isin(["seq_step_ns", "correctness"])].impl
+    return [i for i in dict.fromkeys(cells) if i not in registry.BY_NAME]
+
+
+def color(impl: str, run: RunData) -> str:
+    """The registry's colour; a plug-in's is its place in ``run``'s plug-ins in :data:`registry.PLUGIN_COLORS`."""
     if registry.record(impl).color:
         return registry.record(impl).color
-    palette = mpl.colormaps["tab10"].colors
-    return mpl.colors.to_hex(palette[sum(map(ord, impl)) % len(palette)])
+    found = plugins_of(run)
+    k = found.index(impl) if impl in found else len(found)
+    return registry.PLUGIN_COLORS[k % len(registry.PLUGIN_COLORS)]
 
 
 def regime_style(regime: str) -> str:
@@ -55,23 +63,53 @@ def regime_hatch(regime: str) -> str:
     return REGIME_HATCH.get(regime, OTHER_HATCH)
 
 
+def family_title(impls: list[str]) -> str:
+    """What a panel of ``impls`` shows, from their roles (``the article's designs (as designed, in C++)``)."""
+    roles = {registry.record(i).role for i in impls}
+    parts = []
+    article = [ROLE_WORDS[r] for r in ARTICLE_ROLES if r in roles]
+    if article:
+        parts.append(f"the article's designs ({', '.join(article)})")
+    parts += [ROLE_WORDS[r] for family in PANEL_FAMILIES[1:] for r in family if r in roles]
+    return " and ".join(parts)
+
+
+def numbered(titles: list[str]) -> list[str]:
+    """``titles`` with ``(k of n)`` after each that occurs ``n`` > 1 times, so that no two panels share a title."""
+    counts = {t: titles.count(t) for t in titles}
+    seen: dict[str, int] = {}
+    out = []
+    for t in titles:
+        seen[t] = seen.get(t, 0) + 1
+        out.append(f"{t} ({seen[t]} of {counts[t]})" if counts[t] > 1 else t)
+    return out
+
+
 def series_panels(impls: list[str], reference: str | None = registry.RATIO_BASE) -> list[tuple[str, list[str]]]:
     """``impls`` as (title, impls) panels of at most :data:`MAX_SERIES` series by role family, with ``reference``."""
     found = ordered(impls)
-    groups: list[tuple[str, list[str]]] = []
-    for roles, title in PANEL_FAMILIES:
+    groups: list[tuple[int, list[str]]] = []
+    for f, roles in enumerate(PANEL_FAMILIES):
         members = [i for i in found if registry.record(i).role in roles]
         for k in range(0, len(members), MAX_SERIES):
-            groups.append((title, members[k:k + MAX_SERIES]))
-    merged: list[tuple[str, list[str]]] = []
-    for title, members in groups:
-        if merged and len(merged[-1][1]) + len(members) <= MAX_SERIES and merged[-1][0] != title:
-            merged[-1] = (f"{merged[-1][0]} and {title}", merged[-1][1] + members)
+            groups.append((f, members[k:k + MAX_SERIES]))
+    merged: list[tuple[int, list[str]]] = []
+    for f, members in groups:
+        if merged and len(merged[-1][1]) + len(members) <= MAX_SERIES and merged[-1][0] != f:
+            merged[-1] = (f, merged[-1][1] + members)
         else:
-            merged.append((title, members))
-    if reference in found:
-        merged = [(t, m if reference in m or len(m) >= MAX_SERIES else [reference, *m]) for t, m in merged]
-    return merged
+            merged.append((f, members))
+    panels = [m for _, m in merged]
+    titles = numbered([family_title(m) for m in panels])
+    if reference not in found:
+        return list(zip(titles, panels, strict=True))
+    out = []
+    for title, members in zip(titles, panels, strict=True):
+        if reference in members or len(members) >= MAX_SERIES:
+            out.append((title, members))
+        else:
+            out.append((f"{title}, {label(reference)} for reference", [reference, *members]))
+    return out
 
 
 def status_word(row: dict | None, meta: dict) -> str:
@@ -117,6 +155,8 @@ def reps_of(row: dict | None) -> int | None:
 def new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1, **kw) -> tuple[Figure, list[Axes]]:
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    for ax in axes.flat:
+        ax.set_axisbelow(True)  # gridlines behind bars and lines, never through them
     return fig, list(axes.flat)
 
 
@@ -130,12 +170,12 @@ def finish(fig: Figure, run: RunData, title: str, caption: str = "") -> Figure:
     """Title, and a footer: how to read the figure (``caption``), then the machine, the run and the commit."""
     fig.suptitle(title, fontsize=12)
     width_in = fig.get_figwidth()
-    lines = textwrap.wrap(caption, width=int(width_in * 15)) if caption else []
-    lines += textwrap.wrap(f"Machine: {machine_line(run.meta)}", width=int(width_in * 17))
+    lines = textwrap.wrap(caption, width=int(width_in * 14)) if caption else []
+    lines += textwrap.wrap(f"Machine: {machine_line(run.meta)}", width=int(width_in * 16))
     lines.append(f"run {run.run_id}; commit {run.meta.get('git_commit', '?')}; "
                  f"finished {run.meta.get('finished', run.meta.get('started', '?'))}")
-    fig.text(0.005, 0.004, "\n".join(lines), fontsize=6.5, ha="left", va="bottom", color="0.3")
-    footer_in = 0.13 * len(lines) + 0.08
+    fig.text(0.005, 0.004, "\n".join(lines), fontsize=MIN_FONT, ha="left", va="bottom", color="0.3")
+    footer_in = 0.14 * len(lines) + 0.08
     fig.get_layout_engine().set(rect=(0, footer_in / fig.get_figheight(), 1, 1 - footer_in / fig.get_figheight()))
     return fig
 
@@ -152,7 +192,7 @@ def article_handles() -> list[Line2D]:
 
 def note(ax: Axes, text: str) -> None:
     """How to read a panel, right of the axes under the legend, where it never hides data."""
-    ax.text(1.01, 0.0, text, transform=ax.transAxes, ha="left", va="bottom", fontsize=7, color="0.25",
+    ax.text(1.01, 0.0, text, transform=ax.transAxes, ha="left", va="bottom", fontsize=MIN_FONT, color="0.25",
             bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "0.8", "alpha": 0.9})
 
 
@@ -164,7 +204,7 @@ def num(v: float) -> str:
 def word_at(ax: Axes, x: float, text: str) -> None:
     """A status in place of a bar, standing on the axis (axes coordinates in y, so any scale works)."""
     ax.text(x, 0.02, text, transform=ax.get_xaxis_transform(), rotation=90, ha="center", va="bottom",
-            fontsize=6.5, color="0.35")
+            fontsize=MIN_FONT, color="0.35")
 
 
 def whisker(ax: Axes, x: float, lo: float, hi: float, shade: str = "black") -> None:

@@ -8,6 +8,7 @@ import io
 import logging
 import math
 import os
+import textwrap
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -15,11 +16,23 @@ import numpy as np
 
 from harness.base.files import atomic_write_text
 from harness.errors import InputError
-from harness.output.drawing import MAX_SERIES, finish, grid, hide_unused, new_figure, save_figure, series_panels
+from harness.output.drawing import (
+    MAX_SERIES,
+    MIN_FONT,
+    color,
+    finish,
+    grid,
+    hide_unused,
+    new_figure,
+    numbered,
+    save_figure,
+    series_panels,
+)
 from harness.output.formatting import run_duration
 from harness.output.rundata import RunData, ordered
 from harness.run.matrix import SWEEPS, matches
 from harness.studies.scale import FAMILY_AXES
+from harness.studies.table_copy.variants import VARIANT_WORDS
 from impls import registry
 from impls.core.ids import UINT16_LIMIT
 
@@ -248,18 +261,15 @@ def slopes_markdown(found: list[Slope]) -> str:
     return "\n".join(out)
 
 
-def _color(impl: str) -> str:
-    return registry.record(impl).color or "#7f7f7f"
-
-
 def _series_name(impl: str, regime: str, variants: bool) -> str:
+    """A legend's name of a series: a copy variant with what it copies, else the implementation (and its regime)."""
     if variants:
-        return regime
+        return f"{regime}: {VARIANT_WORDS[regime]}" if regime in VARIANT_WORDS else regime
     return registry.record(impl).label + ("" if regime == "batched" else f", {regime}")
 
 
-def _panel(ax, family: str, data: dict[tuple[str, str], list[Point]], found: dict[tuple[str, str], Slope],
-           variants: bool) -> None:
+def _panel(ax, run: RunData, family: str, data: dict[tuple[str, str], list[Point]],
+           found: dict[tuple[str, str], Slope], variants: bool) -> None:
     """One axes: ``data``'s series (at most :data:`MAX_SERIES`) against the family's size, with their fits."""
     styles = ["-", "--", ":", "-.", (0, (5, 1)), (0, (1, 3))]
     for k, ((impl, regime), pts) in enumerate(data.items()):
@@ -269,7 +279,7 @@ def _panel(ax, family: str, data: dict[tuple[str, str], list[Point]], found: dic
         s = found.get((impl, regime))
         fit = f" {s.slope:.2f} [{s.ci_low:.2f}, {s.ci_high:.2f}]" if s else ""
         ax.errorbar(xs, ys, yerr=err, marker="o", ms=3, capsize=2, elinewidth=0.7, lw=1.1,
-                    color=f"C{k % 10}" if variants else _color(impl),
+                    color=f"C{k % 10}" if variants else color(impl, run),
                     ls=styles[k % len(styles)] if variants else ("-" if regime == "batched" else "--"),
                     label=f"{_series_name(impl, regime, variants)}{fit}")
     ax.set_xscale("log", base=2)
@@ -277,10 +287,10 @@ def _panel(ax, family: str, data: dict[tuple[str, str], list[Point]], found: dic
     if family == "pool":
         ax.axvline(UINT16_LIMIT, color="0.5", lw=0.8, ls=":")
         ax.text(UINT16_LIMIT, 1.0, " ids widen\n to uint32", transform=ax.get_xaxis_transform(), va="top",
-                fontsize=6.5, color="0.35")
+                fontsize=MIN_FONT, color="0.35")
     ax.grid(which="both", alpha=0.25)
-    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False,
-              title="slope [95 %]", title_fontsize=6.5)
+    ax.legend(fontsize=MIN_FONT, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False,
+              title="copy variant: slope [95 %]" if variants else "slope [95 %]", title_fontsize=MIN_FONT)
 
 
 def _chunks(data: dict[tuple[str, str], list[Point]], variants: bool) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -342,12 +352,14 @@ def fig_growth(run: RunData, found: list[Slope]):
         log.warning("growth: no scale-sweep family with two sizes in this run")
         return None
     nrows, ncols = grid(len(panels), 3)
-    fig, axes = new_figure(6.4 * ncols, 4.2 * nrows, nrows, ncols)
-    for ax, (family, metric, title, data) in zip(axes, panels, strict=False):
+    fig, axes = new_figure(7.0 * ncols, 4.2 * nrows, nrows, ncols)
+    titles = numbered([f"{family}: {METRICS[metric][0]}" + (f", {title}" if title else "")
+                       for family, metric, title, _ in panels])
+    for ax, (family, metric, _, data), text in zip(axes, panels, titles, strict=False):
         fits = {(s.impl, s.regime): s for s in found if s.family == family and s.metric == metric}
-        _panel(ax, family, data, fits, metric == "table_copy_bytes_per_step")
-        name, ylabel = METRICS[metric]
-        ax.set_title(f"{family}: {name}" + (f", {title}" if title else ""), fontsize=9)
+        _panel(ax, run, family, data, fits, metric == "table_copy_bytes_per_step")
+        ylabel = METRICS[metric][1]
+        ax.set_title(textwrap.fill(text, 52), fontsize=9)
         ax.set_xlabel(f"{AXIS_LABELS[family]} (log scale)", fontsize=8)
         ax.set_ylabel(f"{ylabel} (log scale)", fontsize=8)
     hide_unused(axes, len(panels))

@@ -10,7 +10,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from harness.base.history_rows import METRICS, UNITS, HistoryRow
-from harness.output.drawing import new_figure, save_figure
+from harness.output.drawing import MIN_FONT, new_figure, save_figure
 from harness.output.history_report import Step
 
 STYLE = {"off": ("C0", "o", "caching off"), "on": ("C1", "s", "caching on")}
@@ -62,8 +62,8 @@ def draw(engine: str, rows: list[HistoryRow], found: list[Step], meta: dict, out
                f"before. Machine: {meta.get('machine', '?')}; load average {meta.get('load_average', '?')} at the "
                f"start; commit {meta.get('git_commit', '?')}.")
     fig.suptitle(f"{engine}: block-manager cost by release", fontsize=12)
-    footer = textwrap.wrap(caption, width=int(fig.get_figwidth() * 15))
-    fig.text(0.005, 0.004, "\n".join(footer), fontsize=6.5, ha="left", va="bottom", color="0.3")
-    height = 0.13 * len(footer) + 0.08
+    footer = textwrap.wrap(caption, width=int(fig.get_figwidth() * 14))
+    fig.text(0.005, 0.004, "\n".join(footer), fontsize=MIN_FONT, ha="left", va="bottom", color="0.3")
+    height = 0.14 * len(footer) + 0.08
     fig.get_layout_engine().set(rect=(0, height / fig.get_figheight(), 1, 1 - height / fig.get_figheight()))
     return save_figure(fig, out, f"history-{engine}")

@@ -8,7 +8,7 @@ import math
 import re
 import statistics
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +25,7 @@ from harness.output import growth
 from harness.output.cache_report import caching_scenarios
 from harness.output.drawing import (
     ARTICLE,
+    MIN_FONT,
     SCHEMES,
     article_handles,
     article_marker,
@@ -125,37 +126,72 @@ def _op_spread(ax: Axes, run: RunData, impl: str, regime: str, metric: str, x: f
     return ""
 
 
-def _op_article(ax: Axes, art: pd.DataFrame, impl: str, metric: str, x: float) -> None:
+def _op_article(ax: Axes, art: pd.DataFrame, impl: str, metric: str, x: float) -> str | None:
+    """The article's figure of ``impl``'s design as a hollow marker at ``x``; returns its bound, None if none."""
     scheme = next((s for s, i in SCHEMES.items() if i == impl), None)
     if scheme in art.index and metric in ARTICLE_OF:
         a = art.loc[scheme]
         ax.plot(x, float(a[ARTICLE_OF[metric]]), marker=article_marker(a.bound)[0], mfc="none", mec="black",
                 ms=6, ls="")
+        return str(a.bound)
+    return None
 
 
-def _op_panel(ax: Axes, run: RunData, regime: str, impls: list[str], art: pd.DataFrame) -> tuple[set[str], set[int]]:
-    """Bars of one panel; returns (kinds of spread drawn, repetition counts seen)."""
+@dataclass
+class Marks:
+    """What a panel drew that its legend must name: kinds of spread, repetition counts, the article's bounds."""
+
+    spreads: set[str] = field(default_factory=set)
+    reps: set[int] = field(default_factory=set)
+    bounds: set[str] = field(default_factory=set)
+
+    def handles(self) -> list:
+        """Legend entries for the whiskers and the article's markers this panel drew (none for what it did not)."""
+        out = [Line2D([], [], color=SPREAD_SHADES[k], marker="_", lw=0.9, label=SPREAD_WORDS[k])
+               for k in sorted(self.spreads - {""})]
+        if not out:
+            reps = "/".join(map(str, sorted(self.reps))) or "?"
+            out.append(Patch(facecolor="none", edgecolor="none", label=f"bars: median of {reps} rep(s), no spread"))
+        return out + [h for h in article_handles() if any(h.get_label().endswith(article_marker(b)[1])
+                                                           for b in self.bounds)]
+
+
+def _op_panel(ax: Axes, run: RunData, regime: str, impls: list[str], art: pd.DataFrame) -> Marks:
+    """Bars of one panel, a group per operation and a bar per implementation; returns what it drew."""
     width = 0.84 / len(impls)
-    spreads: set[str] = set()
-    reps_seen: set[int] = set()
-    whole_only = _whole_steps_only(run, regime, impls)
-    if whole_only:
-        ax.text(0.01, 0.5, "this regime times each step() call as one region: no per-operation figures",
-                transform=ax.transAxes, ha="left", va="center", fontsize=8, color="0.35")
+    marks = Marks()
     for g, metric in enumerate(OP_METRICS):
         for k, impl in enumerate(impls):
             x = g - 0.42 + width * (k + 0.5)
             row = run.get(PAPER, impl, regime, metric)
             v = run.value(PAPER, impl, regime, metric)
             if math.isnan(v) or v <= 0:
-                if row is not None and not (whole_only and row["status"] == "skipped"):
+                if row is not None and row["status"] != "skipped":
                     word_at(ax, x, status_word(row, run.meta) if math.isnan(v) else "0")
                 continue
-            ax.bar(x, v, width, color=color(impl), edgecolor="white", linewidth=0.4)
-            reps_seen.update(n for n in [reps_of(row)] if n)
-            spreads.add(_op_spread(ax, run, impl, regime, metric, x, v))
-            _op_article(ax, art, impl, metric, x)
-    return spreads - {""}, reps_seen
+            ax.bar(x, v, width, color=color(impl, run), edgecolor="white", linewidth=0.4)
+            marks.reps.update(n for n in [reps_of(row)] if n)
+            marks.spreads.add(_op_spread(ax, run, impl, regime, metric, x, v))
+            marks.bounds.add(_op_article(ax, art, impl, metric, x) or "")
+    marks.bounds.discard("")
+    return marks
+
+
+def _whole_step_panel(ax: Axes, run: RunData, regime: str, impls: list[str]) -> Marks:
+    """A regime timed by whole steps only: one bar per implementation (named by its tick), whole step per sequence."""
+    marks = Marks()
+    for x, impl in enumerate(impls):
+        row = run.get(PAPER, impl, regime, "seq_step_ns")
+        v = run.value(PAPER, impl, regime, "seq_step_ns")
+        if math.isnan(v) or v <= 0:
+            word_at(ax, x, status_word(row, run.meta))
+            continue
+        ax.bar(x, v, 0.7, color=color(impl, run), edgecolor="white", linewidth=0.4)
+        marks.reps.update(n for n in [reps_of(row)] if n)
+        marks.spreads.add(_op_spread(ax, run, impl, regime, "seq_step_ns", x, v))
+    ax.set_xticks(range(len(impls)), [label(i) for i in impls], fontsize=8, rotation=25, ha="right")
+    ax.set_xlim(-0.6, len(impls) - 0.4)
+    return marks
 
 
 def _whole_steps_only(run: RunData, regime: str, impls: list[str]) -> bool:
@@ -164,33 +200,49 @@ def _whole_steps_only(run: RunData, regime: str, impls: list[str]) -> bool:
     return bool(rows) and all(r is not None and r["status"] == "skipped" for r in rows)
 
 
-SPREAD_WORDS = {"ci": "whiskers: 95 % bootstrap interval", "reps": "per-op whiskers: min–max over repetitions",
-                "steps": "whole-step whiskers: per-step\np50–p99 ÷ mean running sequences"}
+SPREAD_WORDS = {"ci": "whiskers: 95 % bootstrap interval", "reps": "whiskers: min–max over repetitions",
+                "steps": "whiskers: per-step p50–p99 ÷ mean running sequences"}
+SPREAD_SHADES = {"ci": "black", "reps": "0.15", "steps": "black"}
+
+
+def _op_layout(run: RunData) -> list[tuple[str, str, list[str], bool]]:
+    """(regime, title, impls, whole steps only) per panel; a regime timed by whole steps only gets one panel."""
+    panels = regime_panels(run, PAPER, OP_METRICS)
+    out = []
+    for regime in dict.fromkeys(r for r, _, _ in panels):
+        mine = [(t, m) for r, t, m in panels if r == regime]
+        everyone = list(dict.fromkeys(i for _, m in mine for i in m))
+        if _whole_steps_only(run, regime, everyone):
+            out.append((regime, f"whole step per sequence, one step() call per decode step ({len(everyone)} "
+                                "implementations)", ordered(everyone), True))
+        else:
+            out += [(regime, t, m, False) for t, m in mine]
+    return out
 
 
 def fig_op_latency(run: RunData) -> Figure | None:
     """Per-operation latency, paper scenario: a panel per regime and family, one shared log axis."""
-    panels = regime_panels(run, PAPER, OP_METRICS)
+    panels = _op_layout(run)
     if not panels:
         log.warning("op_latency: no per-operation rows for the %s scenario", PAPER)
         return None
     art = article_table()
-    fig, axes = new_figure(12, 3.7 * len(panels), len(panels), 1, sharey=True)
-    for ax, (regime, title, impls) in zip(axes, panels, strict=True):
-        spreads, reps_seen = _op_panel(ax, run, regime, impls, art)
+    fig, axes = new_figure(12, 3.1 * len(panels) + 0.5, len(panels), 1, sharey=True)
+    for ax, (regime, title, impls, whole) in zip(axes, panels, strict=True):
+        if whole:
+            marks = _whole_step_panel(ax, run, regime, impls)
+            handles = []
+        else:
+            marks = _op_panel(ax, run, regime, impls, art)
+            ax.set_xticks(range(len(OP_METRICS)), [OP_METRICS[m][0] for m in OP_METRICS], fontsize=8.5)
+            ax.set_xlim(-0.5, len(OP_METRICS) - 0.5)
+            handles = [Patch(color=color(i, run), label=label(i)) for i in impls]
         ax.set_yscale("log")
-        ax.set_xticks(range(len(OP_METRICS)), [OP_METRICS[m][0] for m in OP_METRICS], fontsize=8.5)
-        ax.set_xlim(-0.5, len(OP_METRICS) - 0.5)
-        ax.set_ylabel("ns per operation (log)")
+        ax.set_ylabel("ns per operation (log)", fontsize=8.5)
         ax.set_title(f"{regime} regime: {title}", fontsize=10)
         ax.grid(axis="y", which="both", alpha=0.25)
-        reps_text = "/".join(map(str, sorted(reps_seen))) or "?"
-        words = [SPREAD_WORDS[k] for k in sorted(spreads)] or [f"bars: median of {reps_text} rep(s),\nno spread"]
-        note(ax, "\n".join(words))
-        handles = [Patch(color=color(i), label=label(i)) for i in impls]
-        handles += [Line2D([], [], color="black", marker="_", lw=0.9, label="spread (see note)")]
-        handles += article_handles()
-        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False)
+        ax.legend(handles=handles + marks.handles(), fontsize=7.5, loc="upper left", bbox_to_anchor=(1.005, 1),
+                  frameon=False)
     return finish(fig, run, "Per-operation latency, paper scenario (the article's workload): one shared axis")
 
 
@@ -217,7 +269,7 @@ def fig_step_cdf(run: RunData) -> Figure | None:
         for impl in impls:
             steps, _, _ = curves[(impl, regime)]
             frac = np.arange(1, steps.size + 1) / steps.size
-            ax.step(steps, frac, where="post", color=color(impl), lw=1.4, label=label(impl))
+            ax.step(steps, frac, where="post", color=color(impl, run), lw=1.4, label=label(impl))
         ax.axhline(0.99, color="0.5", lw=0.7, ls=":")
         ax.text(0.005, 0.985, "p99", transform=ax.get_yaxis_transform(), va="top", fontsize=7, color="0.4")
         ax.set_xscale("log")
@@ -232,7 +284,7 @@ def fig_step_cdf(run: RunData) -> Figure | None:
         clocks = ", ".join(sorted({curves[(i, regime)][1] for i in impls}))
         ax.xaxis.set_tick_params(labelbottom=True)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False,
-                  title=f"per line: {counts}\nclocks: {clocks}", title_fontsize=6.5, alignment="left")
+                  title=f"per line: {counts}\nclocks: {clocks}", title_fontsize=7, alignment="left")
     return finish(fig, run, "Step-time CDF, paper scenario (closed loop, all repetitions pooled)")
 
 
@@ -259,14 +311,16 @@ def _concurrency_panel(ax: Axes, run: RunData, sweep: dict[int, str], lines: lis
         bounds = [ci(run.get(sweep[n], impl, regime, "cpu_share_pct")) or (y, y) for n, y in pts]
         yerr = [[y - lo for y, (lo, _) in zip(ys, bounds, strict=True)],
                 [hi - y for y, (_, hi) in zip(ys, bounds, strict=True)]]
-        ax.errorbar(xs, ys, yerr=yerr, ls=regime_style(regime), marker="o", ms=3.5, color=color(impl), capsize=2,
-                    elinewidth=0.8, label=f"{label(impl)}, {regime}")
+        ax.errorbar(xs, ys, yerr=yerr, ls=regime_style(regime), marker="o", ms=3.5, color=color(impl, run),
+                    capsize=2, elinewidth=0.8, label=label(impl))
     art = article_table()
+    drawn = set()
     for scheme, impl in SCHEMES.items():
         if scheme in art.index and any(i == impl for i, _, _ in lines):
             a = art.loc[scheme]
             ax.plot(256, float(a.cpu_share_pct_at_2000_steps_s), marker=article_marker(a.bound)[0], mfc="none",
-                    mec=color(impl), mew=1.5, ms=8, ls="")
+                    mec=color(impl, run), mew=1.5, ms=8, ls="")
+            drawn.add(str(a.bound))
     ax.axhline(100, color="black", lw=0.8, ls=":")
     ax.text(min(sweep), 100, " 100 % = one core", va="bottom", fontsize=7.5)
     ax.set_xscale("log", base=2)
@@ -275,8 +329,9 @@ def _concurrency_panel(ax: Axes, run: RunData, sweep: dict[int, str], lines: lis
     ax.set_xlabel("running sequences per step (log scale)")
     ax.grid(which="both", alpha=0.25)
     handles, _ = ax.get_legend_handles_labels()
-    handles += [Line2D([], [], marker="D", ls="", mfc="none", mec="black",
-                       label=f"{ARTICLE} at 256 sequences (marker colour = design)")]
+    handles += [Line2D([], [], marker=article_marker(b)[0], ls="", mfc="none", mec="black",
+                       label=f"{ARTICLE} at 256 sequences, {article_marker(b)[1]} (marker colour = design)")
+                for b in sorted(drawn)]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False)
 
 
@@ -293,15 +348,15 @@ def fig_cpu_concurrency(run: RunData) -> Figure | None:
         return None
     first = lines[0]
     rate = _rate_of(run.get(sweep[first[2][0][0]], first[0], first[1], "cpu_share_pct"))
-    panels = series_panels(list(dict.fromkeys(impl for impl, _, _ in lines)))
-    fig, axes = new_figure(10, 4.6 * len(panels), len(panels), 1, sharey=True)
-    titles = [title for title, _ in panels]
-    for k, (ax, (title, members)) in enumerate(zip(axes, panels, strict=True)):
-        _concurrency_panel(ax, run, sweep, [line for line in lines if line[0] in members])
-        ax.set_title(title + (" (continued)" if title in titles[:k] else ""), fontsize=9.5)
+    regimes = ordered_regimes(r for _, r, _ in lines)
+    panels = [(regime, title, members) for regime in regimes
+              for title, members in series_panels([i for i, r, _ in lines if r == regime])]
+    fig, axes = new_figure(10, 4.2 * len(panels) + 0.4, len(panels), 1, sharey=True)
+    for ax, (regime, title, members) in zip(axes, panels, strict=True):
+        _concurrency_panel(ax, run, sweep, [line for line in lines if line[0] in members and line[1] == regime])
+        ax.set_title(f"{regime} regime: {title}", fontsize=9.5)
         ax.set_ylabel(f"block-manager CPU share at {rate:,.0f} steps/s (%, log scale)", fontsize=8.5)
-    note(axes[-1], "computed: closed-loop mean\nstep time x step rate\n(solid: batched, dashed: per-call)\n"
-                   "error bars: 95 % bootstrap interval")
+    note(axes[-1], "computed: closed-loop mean\nstep time x step rate\nerror bars: 95 % bootstrap interval")
     counts = {scenario: alone.count(scenario) for scenario in alone}
     caption = ("Left out, measured at one size only (no line to draw): "
                + "; ".join(f"{n} cell(s) at {scenario} only" for scenario, n in counts.items()) + ".") if alone else ""
@@ -346,7 +401,7 @@ def paced_points(run: RunData) -> tuple[list[PacedPoint], int]:
     return points, unpaired
 
 
-def _paced_errorbars(ax: Axes, impl: str, pts: list[PacedPoint]) -> None:
+def _paced_errorbars(ax: Axes, impl: str, pts: list[PacedPoint], shade: str) -> None:
     """One implementation's points with both intervals (cut, with an arrow, below a quarter of the point)."""
     def err(v: float, bounds: tuple[float, float] | None) -> tuple[float, float]:
         lo, hi = bounds or (v, v)
@@ -354,13 +409,13 @@ def _paced_errorbars(ax: Axes, impl: str, pts: list[PacedPoint]) -> None:
 
     xerr = np.array([err(p.x, p.x_ci) for p in pts]).T
     yerr = np.array([err(p.y, p.y_ci) for p in pts]).T
-    ax.errorbar([p.x for p in pts], [p.y for p in pts], xerr=xerr, yerr=yerr, ls="", color=color(impl),
+    ax.errorbar([p.x for p in pts], [p.y for p in pts], xerr=xerr, yerr=yerr, ls="", color=shade,
                 elinewidth=0.9, capsize=2.5, label=label(impl))
     for p in pts:
-        ax.plot([p.x], [p.y], marker=PACED_MARKERS.get((p.metric, p.regime), "d"), color=color(impl),
+        ax.plot([p.x], [p.y], marker=PACED_MARKERS.get((p.metric, p.regime), "d"), color=shade,
                 mec="black", mew=0.6, ms=8, ls="")
         if p.y_ci and p.y_ci[0] < p.y / 4:
-            ax.plot([p.x], [p.y / 4], marker="v", color=color(impl), ms=4, ls="")
+            ax.plot([p.x], [p.y / 4], marker="v", color=shade, ms=4, ls="")
 
 
 def _paced_floor(ax: Axes, run: RunData) -> Line2D | None:
@@ -375,7 +430,7 @@ def _paced_floor(ax: Axes, run: RunData) -> Line2D | None:
 
 def _paced_panel(ax: Axes, run: RunData, pts: list[PacedPoint], limits: tuple[float, float]) -> None:
     for impl in ordered(p.impl for p in pts):
-        _paced_errorbars(ax, impl, [p for p in pts if p.impl == impl])
+        _paced_errorbars(ax, impl, [p for p in pts if p.impl == impl], color(impl, run))
     ax.plot(limits, limits, color="0.4", lw=0.9, ls=":", label="observed = computed")
     floor = _paced_floor(ax, run)
     ax.set_xscale("log")
@@ -403,7 +458,7 @@ def fig_cpu_paced(run: RunData) -> Figure | None:
     values += [floor] if floor > 0 else []
     limits = (min(values) / 3, max(values) * 3)
     panels = series_panels(ordered(p.impl for p in points))
-    fig, axes = new_figure(9.5, 6.2 * len(panels), len(panels), 1)
+    fig, axes = new_figure(8.2, 6.0 * len(panels) + 0.4, len(panels), 1)
     for ax, (title, members) in zip(axes, panels, strict=True):
         _paced_panel(ax, run, [p for p in points if p.impl in members], limits)
         ax.set_title(title, fontsize=9.5)
@@ -427,6 +482,15 @@ def _grouped_values(run: RunData, metric: str, impls: list[str], regimes: list[s
             yield x, impl, regime, run.get(PAPER, impl, regime, metric), run.value(PAPER, impl, regime, metric)
 
 
+def _sources(run: RunData, metric: str, impls: list[str], regimes: list[str]) -> list[str]:
+    """The instruments that measured the panel's bars (``callgrind-sim``, ``perf``), in the order found."""
+    rows = [run.get(PAPER, i, r, metric) for i in impls for r in regimes]
+    return list(dict.fromkeys(str(r["source"]) for r in rows if r is not None and r["status"] == "ok"))
+
+
+SOURCE_WORDS = {"perf": "perf: hardware counters", "callgrind-sim": "callgrind-sim: simulated caches"}
+
+
 def _l1d_bars(ax: Axes, run: RunData, metric: str, impls: list[str], regimes: list[str], article: bool) -> float:
     """Labelled bars of ``metric`` per implementation and regime (beside the article's); returns the tallest."""
     ran = set(run.cells(PAPER))
@@ -434,13 +498,15 @@ def _l1d_bars(ax: Axes, run: RunData, metric: str, impls: list[str], regimes: li
     top = 0.0
     art = article_table()
     missing: list[tuple[float, str]] = []
+    several = len(_sources(run, metric, impls, regimes)) > 1
     for x, impl, regime, row, v in _grouped_values(run, metric, impls, regimes, width):
         if math.isnan(v):
             if (impl, regime) in ran:
                 missing.append((x, instrument_words(run.rows(PAPER, impl, regime, "l1d_miss_pct"), run.meta)))
             continue
-        ax.bar(x, v, width, color=color(impl), hatch=regime_hatch(regime), edgecolor="white")
-        ax.text(x, v, f" {v:.2g} {row['source']}", ha="center", va="bottom", fontsize=6.3, rotation=90)
+        ax.bar(x, v, width, color=color(impl, run), hatch=regime_hatch(regime), edgecolor="white")
+        ax.text(x, v, f" {v:.2g}" + (f" {row['source']}" if several else ""), ha="center", va="bottom",
+                fontsize=MIN_FONT, rotation=90)
         top = max(top, v)
     _missing_words(ax, missing, measured=top > 0)
     for k, impl in enumerate(impls):
@@ -449,13 +515,21 @@ def _l1d_bars(ax: Axes, run: RunData, metric: str, impls: list[str], regimes: li
             a = art.loc[scheme]
             x = k - 0.4 + width * (len(regimes) + 0.5)
             ax.bar(x, float(a.l1d_miss_pct), width, facecolor="none", edgecolor="black", hatch="///", lw=0.8)
-            ax.text(x, float(a.l1d_miss_pct), f" ~{a.l1d_miss_pct:g}", ha="center", va="bottom", fontsize=6.3,
+            ax.text(x, float(a.l1d_miss_pct), f" ~{a.l1d_miss_pct:g}", ha="center", va="bottom", fontsize=MIN_FONT,
                     rotation=90)
             top = max(top, float(a.l1d_miss_pct))
-    ax.set_xticks(range(len(impls)), [label(i) for i in impls], fontsize=7.5, rotation=30, ha="right")
+    ax.set_xticks(range(len(impls)), [label(i) for i in impls], fontsize=8, rotation=30, ha="right")
     ax.set_xlim(-0.5, len(impls) - 0.5)
     ax.grid(axis="y", alpha=0.25)
     return top
+
+
+def _source_title(run: RunData, metric: str, impls: list[str], regimes: list[str]) -> str:
+    """The panel's instrument in words when all its bars share one (``; measured by callgrind-sim: ...``)."""
+    found = _sources(run, metric, impls, regimes)
+    if len(found) != 1:
+        return "; each bar names its instrument" if found else ""
+    return f"; every bar: {SOURCE_WORDS.get(found[0], found[0])}"
 
 
 def _missing_words(ax: Axes, missing: list[tuple[float, str]], measured: bool) -> None:
@@ -467,6 +541,28 @@ def _missing_words(ax: Axes, missing: list[tuple[float, str]], measured: bool) -
         return
     for x, words in missing:
         word_at(ax, x, words)
+
+
+L1D_MISSES = "l1d_misses_per_seq_step"
+
+
+def _l1d_article_only(run: RunData, impls: list[str], regimes: list[str]) -> Figure:
+    """A run that measured no L1D figure: the article's rates alone, and why ours are missing, said once."""
+    ran = set(run.cells(PAPER))
+    reasons = list(dict.fromkeys(instrument_words(run.rows(PAPER, i, r, "l1d_miss_pct"), run.meta)
+                                 for i in impls for r in regimes if (i, r) in ran))
+    designs = [i for i in impls if i in SCHEMES.values()] or list(SCHEMES.values())
+    fig, (ax,) = new_figure(9, 4.6)
+    top = _l1d_bars(ax, run, "l1d_miss_pct", designs, [], True)
+    ax.set_ylim(0, max(top, 1.0) * 1.5)
+    ax.set_ylabel("L1D misses / L1D accesses (%)")
+    ax.set_title("the article's miss rates; none of ours measured in this run", fontsize=9.5)
+    words = "\n".join(reasons) or "no L1D rows (the L1D study did not run)"
+    ax.text(0.98, 0.95, f"not measured in this run:\n{words}", transform=ax.transAxes, ha="right", va="top",
+            fontsize=8, color="0.3")
+    ax.legend(handles=[Patch(facecolor="none", edgecolor="black", hatch="///", label=ARTICLE)], fontsize=7.5,
+              loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False)
+    return finish(fig, run, "L1D misses by design, paper scenario")
 
 
 def fig_l1d(run: RunData) -> Figure | None:
@@ -481,23 +577,25 @@ def fig_l1d(run: RunData) -> Figure | None:
             log.warning("l1d_miss: no %s rows and no design A/B/C in the %s scenario", rate, PAPER)
             return None
         log.warning("l1d_miss: no %s rows in this run; the figure shows the article's figures only", rate)
+    if not any(run.value(PAPER, i, r, m) > 0 for i in impls for r in regimes for m in (rate, L1D_MISSES)):
+        return _l1d_article_only(run, impls, regimes)
     fig, axes = new_figure(14, 9, 2, 1)
-    top = _l1d_bars(axes[0], run, "l1d_misses_per_seq_step", impls, regimes, False)
+    top = _l1d_bars(axes[0], run, L1D_MISSES, impls, regimes, False)
     axes[0].set_ylim(0, max(top, 1.0) * 1.5)
     axes[0].set_ylabel("L1D misses per sequence-step")
-    axes[0].set_title("misses per sequence-step (comparable across designs)", fontsize=9.5)
+    axes[0].set_title("misses per sequence-step (comparable across designs)"
+                      + _source_title(run, L1D_MISSES, impls, regimes), fontsize=9.5)
     top = _l1d_bars(axes[1], run, rate, impls, regimes, True)
     axes[1].set_ylim(0, max(top, 1.0) * 1.5)
     axes[1].set_ylabel("L1D misses / L1D accesses (%)")
-    axes[1].set_title("miss rate, beside the article's (a rate flatters many cheap accesses)", fontsize=9.5)
+    axes[1].set_title("miss rate, beside the article's (a rate flatters many cheap accesses)"
+                      + _source_title(run, rate, impls, regimes), fontsize=9.5)
     handles = [Patch(facecolor="0.6", edgecolor="white", label=f"measured, {r}", hatch=regime_hatch(r))
                for r in regimes]
     handles.append(Patch(facecolor="none", edgecolor="black", hatch="///", label=ARTICLE))
     axes[1].legend(handles=handles, fontsize=7.5, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False)
-    measured = run.df[(run.df.scenario == PAPER) & (run.df.metric == rate) & (run.df.status == "ok")]
-    sources = sorted(set(measured.source.astype(str)) - {"", "nan"})
-    note(axes[1], f"source written on each bar:\nperf = hardware counters,\ncallgrind-sim = simulated caches\n"
-                  f"PMU here: {run.meta.get('pmu', '?')}\nsources in this run:\n{', '.join(sources) or 'none'}")
+    note(axes[1], f"instruments:\nperf = hardware counters\ncallgrind-sim = simulated caches\n"
+                  f"PMU here: {run.meta.get('pmu', '?')}")
     return finish(fig, run, "L1D misses by design, paper scenario")
 
 
@@ -521,8 +619,8 @@ def fig_allocs(run: RunData) -> Figure | None:
                 if row is not None:
                     word_at(ax, x, status_word(row, run.meta))
                 continue
-            ax.bar(x, max(v, 0.0), width, color=color(impl), hatch=regime_hatch(regime), edgecolor="white")
-            ax.text(x, max(v, 0.0), f" {num(v)}", ha="center", va="bottom", fontsize=6.5, rotation=90)
+            ax.bar(x, max(v, 0.0), width, color=color(impl, run), hatch=regime_hatch(regime), edgecolor="white")
+            ax.text(x, max(v, 0.0), f" {num(v)}", ha="center", va="bottom", fontsize=MIN_FONT, rotation=90)
             top = max(top, v)
         ax.set_xlim(-0.5, len(impls) - 0.5)
         ax.set_yscale("symlog", linthresh=1)
@@ -558,8 +656,12 @@ def _idwidth_panel(ax: Axes, run: RunData, metric: str, states: list[str], dtype
                     word_at(ax, x, status_word(row, run.meta))
                 continue
             ax.bar(x, v, width, color=DTYPE_COLORS[dtype])
+            top = v
+            if bounds := ci(row):
+                whisker(ax, x, *bounds)
+                top = max(v, bounds[1])
             text = f"{v:.3g}" if metric == "idwidth_lookup_ns" else _human_bytes(v)
-            ax.text(x, v, text, ha="center", va="bottom", fontsize=6.5)
+            ax.text(x, top, text, ha="center", va="bottom", fontsize=MIN_FONT)
             calls.update(n for n in [reps_of(row)] if n)
     return calls
 
@@ -584,8 +686,11 @@ def fig_idwidth(run: RunData) -> Figure | None:
         ax.set_xticks(range(len(states)), [_state_label(run, st) for st in states], fontsize=7.5)
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", which="both", alpha=0.25)
-    median_of = f", median of {'/'.join(map(str, sorted(calls)))} calls" if calls else ""
-    axes[0].set_title(f"batched lookup (newest token -> slot){median_of}", fontsize=9.5)
+    intervals = any(ci(run.get(PAPER, idwidth.IMPL, r, "idwidth_lookup_ns"))
+                    for r in run.regimes(PAPER, "idwidth_lookup_ns"))
+    median_of = f"median of {'/'.join(map(str, sorted(calls)))} calls" if calls else "one call"
+    spread = "whiskers: 95 % interval" if intervals else "no interval in this run"
+    axes[0].set_title(f"batched lookup (newest token -> slot)\n{median_of}; {spread}", fontsize=9.5)
     axes[0].set_ylim(0, axes[0].get_ylim()[1] * 1.12)
     axes[2].set_title("table size vs caches", fontsize=9.5)
     axes[2].set_yscale("log")
@@ -594,7 +699,7 @@ def fig_idwidth(run: RunData) -> Figure | None:
         if math.isfinite(size):
             axes[2].axhline(size, color="0.3", lw=0.8, ls=style)
             axes[2].text(0.99, size, f"{name} {_human_bytes(size)}", transform=axes[2].get_yaxis_transform(),
-                         ha="right", va="bottom", fontsize=7)
+                         ha="right", va="bottom", fontsize=MIN_FONT)
     ax = axes[1]
     for d, dtype in enumerate(dtypes):
         vals = [run.value(PAPER, idwidth.IMPL, f"{dtype}/{st}" if st else dtype, "table_bytes_per_seq")
@@ -602,13 +707,17 @@ def fig_idwidth(run: RunData) -> Figure | None:
         vals = [v for v in vals if not math.isnan(v)]
         if vals:
             ax.bar(d, vals[0], 0.6, color=DTYPE_COLORS[dtype])
-            ax.text(d, vals[0], f"{vals[0]:,.0f} B", ha="center", va="bottom", fontsize=7)
+            ax.text(d, vals[0], f"{vals[0]:,.0f} B", ha="center", va="bottom", fontsize=MIN_FONT)
     ax.set_xticks(range(len(dtypes)), dtypes)
     ax.set_ylabel("block table per sequence (bytes)")
     ax.set_title("itemsize x max blocks per sequence", fontsize=9.5)
     ax.grid(axis="y", alpha=0.25)
-    axes[0].legend(handles=[Patch(color=DTYPE_COLORS[d], label=d) for d in dtypes], fontsize=7.5, loc="upper left")
-    return finish(fig, run, "Block-id width: uint16 vs int32 vs int64 ids in the flat table (compiled lookup)")
+    handles = [Patch(color=DTYPE_COLORS[d], label=d) for d in dtypes]
+    handles += [Line2D([], [], color="black", marker="_", lw=0.9, label="95 % interval\nof the median")] * intervals
+    fig.legend(handles=handles, fontsize=8, loc="outside right upper", frameon=False)
+    caption = ("Overlapping intervals: no difference between the widths at that size." if intervals else "")
+    return finish(fig, run, "Block-id width: uint16 vs int32 vs int64 ids in the flat table (compiled lookup)",
+                  caption)
 
 
 def _human_bytes(v: float) -> str:
@@ -648,11 +757,11 @@ def _cache_bar(ax: Axes, run: RunData, scenario: str, impl: str, regime: str, x:
             word_at(ax, x, status_word(row, run.meta))
             return math.nan
         value, bounds = float(row["value"]), ci(row)
-    ax.bar(x, value, width, color=color(impl), hatch=regime_hatch(regime), edgecolor="white")
+    ax.bar(x, value, width, color=color(impl, run), hatch=regime_hatch(regime), edgecolor="white")
     if bounds:
         whisker(ax, x, *bounds)
     text = "1× (base)" if impl == CACHE_BASE else f"{fmt(value)}×"
-    ax.text(x, (bounds[1] if bounds else value) * 1.12, text, rotation=90, ha="center", va="bottom", fontsize=6.5)
+    ax.text(x, (bounds[1] if bounds else value) * 1.12, text, rotation=90, ha="center", va="bottom", fontsize=MIN_FONT)
     return value
 
 
@@ -681,7 +790,7 @@ def fig_prefix_cache(run: RunData) -> Figure | None:
     ax.set_xlim(-0.5, len(scenarios) - 0.5)
     ax.set_ylabel(f"ns per sequence-step over {CACHE_BASE}'s, same regime (×, log)")
     ax.grid(axis="y", which="both", alpha=0.25)
-    handles = [Patch(facecolor=color(i), edgecolor="white", hatch=regime_hatch(r), label=f"{label(i)}, {r}")
+    handles = [Patch(facecolor=color(i, run), edgecolor="white", hatch=regime_hatch(r), label=f"{label(i)}, {r}")
                for i, r in series]
     handles.append(Line2D([], [], color="black", marker="_", lw=0.9, label="paired 95 % interval"))
     ax.legend(handles=handles, fontsize=7.5, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False)

@@ -128,7 +128,7 @@ def paper_table(run: RunData, scenario: str = PAPER) -> str:
         if not recs:
             continue
         out += [f"## {regime_title(regime)}", ""]
-        out += _paper_tables([_paper_cells(run, scenario, regime, rec, art) for rec in recs])
+        out += _paper_tables([paper_cells(run, scenario, regime, rec, art) for rec in recs])
     if note := left_out_note(run, scenario, DESIGN_ROLES):
         out += [note, ""]
     if paced := paced_sentence(run, scenario):
@@ -167,7 +167,10 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
-def _paper_cells(run: RunData, scenario: str, regime: str, rec: registry.Impl, art: pd.DataFrame) -> dict[str, str]:
+ARTICLE_TABLE_KEYS = ("lookup", "lookup_article", "alloc_free", "alloc_free_article", "cpu_share", "cpu_article")
+
+
+def paper_cells(run: RunData, scenario: str, regime: str, rec: registry.Impl, art: pd.DataFrame) -> dict[str, str]:
     """One design's paper-table cells by column key: each figure with its ratio to flat, beside the article's."""
     cells = {"design": f"{rec.label} {rec.description}", "impl": f"`{rec.name}`"}
     for (metric, column), key, article in zip(ARTICLE_COLUMNS, ("lookup", "alloc_free", "cpu_share"),
@@ -226,7 +229,7 @@ def scenario_summary(run: RunData) -> str:
             continue
         base = base_of(run, scenario)
         out += [f"## {scenario}", "",
-                "| impl | regime | driver | " + " | ".join(h for _, h in SUMMARY_METRICS) + f" | × {base} |",
+                "| impl | regime | driver | " + " | ".join(h for _, h in SUMMARY_METRICS) + f" | × batched {base} |",
                 "|---|---|---|" + "---|" * (len(SUMMARY_METRICS) + 1)]
         for impl, regime in cells:
             vals = [value_text(run, scenario, impl, regime, m) for m, _ in SUMMARY_METRICS]

@@ -122,9 +122,13 @@ class CellBench:
         """First calls of every cell (Numba cache load or compile, C++ library load) outside every timed
         region; the native driver's slot mapping is checked here, from Python, once. With ``record``, a
         ``compile_s`` row per cell that compiles or loads code."""
+        said: set[str] = set()
         for key in list(self.drivers):
             driver = self.drivers[key]
-            self.status(f"{self.scenario}: warming up {key[0]} {key[1]} (first calls: compilation or cache load)")
+            if key[0] not in said:  # one line per design: its regimes warm up in turn
+                said.add(key[0])
+                regimes = ", ".join(dict.fromkeys(k[1] for k in self.drivers if k[0] == key[0]))
+                self.status(f"{self.scenario}: warming up {key[0]} ({regimes}; first calls: compilation or cache load)")
             t0 = time.perf_counter()
             if self._guarded(key[:2], lambda d=driver: self._first_steps(d)) is None:
                 continue

@@ -44,6 +44,7 @@ class Progress:
         self.done_work = self.total_work = 0.0
         self.unit_work, self.started, self.last_line = 1.0, 0.0, 0.0
         self.since = (0.0, 0.0)
+        self.said: set[str] = set()
 
     def start(self, total: int, work: float | None = None) -> None:
         """``total`` units, none done, weighing ``work`` in all (default: one each)."""
@@ -78,7 +79,9 @@ class Progress:
         if not self.enabled:
             return
         if self.bar is None:
-            self._line(f"kvblock-bench: {what}")
+            if what not in self.said:  # once a scenario (every repetition's worker warms up alike)
+                self.said.add(what)
+                self._line(f"kvblock-bench: {what}")
         else:
             self.bar.set_postfix_str(f"now: {what}"[:WIDTH])
 
@@ -102,6 +105,7 @@ class Progress:
 
     def scenario_done(self, name: str, seconds: float, note: str = "") -> None:
         """One line: scenario ``name`` ended after ``seconds`` (``note``: how, when not measured)."""
+        self.said.clear()  # each scenario's log says its own things, a failure met again included
         if self.enabled:
             self._line(f"kvblock-bench: {name} done in {duration_text(seconds)}{note} ({self.n}/{self.total} units"
                        f"{self._left_part()})")

@@ -184,7 +184,7 @@ def measure_timings(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: Run
     caps = {c: plan.reps_of(c, cfg.reps) for c in every if plan.reps_of(c, cfg.reps) < cfg.reps}
     impls = {code: list(dict.fromkeys(i for i, _ in cells)) for code, cells in sides.items()}
     control = {code: base if base in mine else mine[0] if mine else "" for code, mine in impls.items()}
-    floor = _floor(shared, trace_path, digest, every)
+    floor = _floor(shared, plan.scenario, trace_path, digest, every)
     failed: dict[str, dict[Cell, str]] = {code: {} for code in sides}
     results: dict[str, list] = {code: [] for code in sides}
     for w in range(len(shared.pool)):
@@ -243,11 +243,11 @@ def _studies_job(plan: ScenarioPlan, trace_path: Path, digest: str, cells: list[
                        studies=studies, study_cells=study_cells, quick=cfg.quick, digest=digest)
 
 
-def _floor(shared: Shared, trace_path: Path, digest: str, cells: list[Cell]) -> dict[str, float]:
+def _floor(shared: Shared, scenario: str, trace_path: Path, digest: str, cells: list[Cell]) -> dict[str, float]:
     """The harness's own CPU time per slice on this trace (:func:`harness.run.bound.floor_per_slice`), measured once
     in the worker of no design; a failure there is ours."""
     job = FloorJob(str(trace_path), digest, sorted({r for _, r in cells}))
-    shared.bar.status("the harness's own work per slice (a do-nothing design's replays)")
+    shared.bar.status(f"{scenario}: the harness's own work per slice (a do-nothing design's replays)")
     try:
         result = shared.pool.run(WorkerSpec("", 0), job, shared.bar, shared.bar.status)
     except CellDied as exc:

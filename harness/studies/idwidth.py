@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import numpy as np
@@ -11,6 +10,7 @@ from numba import njit
 from harness.base.drivers import Prepared, step_runner
 from harness.base.replay import apply_pool_op
 from harness.base.rows import Row
+from harness.base.stats import median_estimate
 from impls.core.ids import UINT16_LIMIT
 from impls.designs.flat import FlatBlockManager
 from scenarios import PAPER, Trace, generate
@@ -21,7 +21,7 @@ DTYPES = (np.uint16, np.int32, np.int64)
 STEPS = 200
 LARGE_SEQS = 32768
 TARGET_NS = 2_000_000
-RUNS = 7
+RUNS = 15
 SOURCE = "perf_counter_ns"
 
 
@@ -106,8 +106,10 @@ def measure(trace: Trace | None = None, steps: int = STEPS, large_seqs: int = LA
             cases[name] = {"table": table, "reps": reps, "ns": [], "compile_s": compile_s, "steps": steps,
                            "seqs": int(ids.shape[0]), "max_blocks_per_seq": int(table.shape[1]),
                            "itemsize": int(table.itemsize), "table_bytes": int(table.nbytes)}
-        for _ in range(runs):
-            for case in cases.values():
+        order = list(cases.values())
+        for k in range(runs):
+            # in turn, each round starting one width later: no width alone carries each round's cold start
+            for case in order[k % len(order):] + order[:k % len(order)]:
                 ns = _time_call(case["table"], lens, ids, shift, case["reps"], slots)
                 case["ns"].append(ns / (case["reps"] * case["seqs"]))
         for name, case in cases.items():
@@ -125,10 +127,13 @@ def idwidth_rows(trace: Trace | None = None, scenario: str = PAPER, steps: int =
                  + (" (paper state tiled)" if regime.endswith("/large")
                     else f" (paper state after {case['steps']} steps)"))
         how = (f"compiled batched lookup (newest token -> slot) over a {regime.split('/')[0]} flat table of {state}; "
-               f"{case['reps']} passes per call, median of {len(case['ns'])} calls")
+               f"{case['reps']} passes per call, median of {len(case['ns'])} calls taken in turn with the other "
+               "widths [bootstrap 95 % interval of the median]")
+        median = median_estimate(np.asarray(case["ns"]))
         rows += [
-            Row(scenario, IMPL, regime, "idwidth_lookup_ns", statistics.median(case["ns"]), "ns", SOURCE,
-                how=how + "; per lookup", reps=len(case["ns"]), seqs=case["seqs"]),
+            Row(scenario, IMPL, regime, "idwidth_lookup_ns", median.value, "ns", SOURCE,
+                how=how + "; per lookup", reps=len(case["ns"]), seqs=case["seqs"], ci_low=median.low,
+                ci_high=median.high),
             Row(scenario, IMPL, regime, "table_bytes_per_seq", case["itemsize"] * case["max_blocks_per_seq"], "B",
                 "dtype itemsize", how=f"{case['itemsize']} B x {case['max_blocks_per_seq']} blocks per row"),
             Row(scenario, IMPL, regime, "idwidth_table_bytes", case["table_bytes"], "B", "dtype itemsize",

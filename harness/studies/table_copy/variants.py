@@ -17,6 +17,11 @@ from scenarios import PAPER
 
 VARIANTS = ("a-per-seq", "b-rebuild", "c-one-copy", "c-host-widen", "d-changed-rows", "d-live-cols",
             "e-rows-changed")
+# Each variant in a few words, for legends (docs/measurement.md#table_copy says it in full).
+VARIANT_WORDS = {"a-per-seq": "a copy per sequence", "b-rebuild": "lists padded, a new tensor",
+                 "c-one-copy": "the table, one copy", "c-host-widen": "one copy, widened on the host",
+                 "d-changed-rows": "changed rows only", "d-live-cols": "live columns packed",
+                 "e-rows-changed": "flat-rows' changed rows"}
 WIDEN = ("host-numpy", "host-torch", "device")
 COPY_METRICS = ("table_copy_ns", "table_copy_ns_per_seq", "table_copy_device_ns", "table_copy_bytes",
                 "table_copy_bytes_per_step", "table_copies")
