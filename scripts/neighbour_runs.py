@@ -36,6 +36,7 @@ from harness.output.overlap import SPREAD_TARGET, Agreement, agreement, figure, 
 from harness.run import metadata  # noqa: E402
 
 NEIGHBOUR = ROOT / "scripts" / "noisy_neighbour.py"
+HEADLINE = "seq_step_ns_vs_flat"
 RUN_ARGS = ("--scenario paper --regime batched --no-paced --no-l1d --no-allocations --no-table-copy --no-progress")
 
 
@@ -65,13 +66,24 @@ def one_run(run_args: list[str], results: Path, label: str) -> Path:
 
 
 def table(found: list[Agreement], runs: int) -> list[str]:
-    head = "| impl | regime | " + " | ".join(f"run {i + 1}" for i in range(runs)) + " | max/min | intervals hold |"
-    lines = [head, "|" + "---|" * (runs + 4)]
-    for a in found:
+    head = ("| impl | regime | figure | " + " | ".join(f"run {i + 1}" for i in range(runs))
+            + " | max/min | intervals hold |")
+    lines = [head, "|" + "---|" * (runs + 5)]
+    for a in sorted(found, key=lambda a: (a.key[2] != HEADLINE, a.key[2], a.key[0])):
         cells = [figure(r) if r is not None else "—" for r in a.rows]
-        lines.append(f"| `{a.key[0]}` | {a.key[1]} | " + " | ".join(cells)
+        lines.append(f"| `{a.key[0]}` | {a.key[1]} | {a.key[2].removesuffix('_vs_flat')} | " + " | ".join(cells)
                      + f" | {a.spread:.2f} | {'yes' if a.covered else 'NO'} |")
     return lines
+
+
+def verdict(found: list[Agreement]) -> str:
+    """The target, counted for the headline figure (seq-step time over flat's) and for every ratio."""
+    head = [a for a in found if a.key[2] == HEADLINE]
+    within, held, every = (sum(a.spread <= SPREAD_TARGET for a in head), sum(a.holds() for a in head),
+                           sum(a.holds() for a in found))
+    return (f"Seq-step time over `flat`'s: {within} of {len(head)} designs within {SPREAD_TARGET}x across the runs, "
+            f"{held} of them with every run's interval holding the others' figures. Every ratio (lookup and "
+            f"allocate/free too): {every} of {len(found)} hold both.")
 
 
 def write(out: Path, label: str, found: list[Agreement], metas: list[dict], command: str) -> None:
@@ -84,11 +96,9 @@ def write(out: Path, label: str, found: list[Agreement], metas: list[dict], comm
                 writer.writerow([*a.key, i + 1, metas[i]["run_id"], f"{row.value:.6g}", f"{row.ci_low:.6g}",
                                  f"{row.ci_high:.6g}", f"{a.spread:.4f}", a.covered])
     atomic_write_text(out / f"{label}.csv", buf.getvalue())
-    held = sum(a.holds() for a in found)
     lines = [f"# {label}: `x flat` across {len(metas)} runs of one commit", "",
-             f"`{command}`, at {metas[0]['commit']} on {metas[0]['machine']}.", "",
-             f"{held} of {len(found)} ratios within {SPREAD_TARGET}x across the runs with every run's interval "
-             "holding the others' figures.", "", *table(found, len(metas)), "", "Each run's host:", ""]
+             f"`{command}`, at {metas[0]['commit']} on {metas[0]['machine']}.", "", verdict(found), "",
+             *table(found, len(metas)), "", "Each run's host:", ""]
     lines += [f"- run {i + 1} ({m['run_id']}): {m['host']}" for i, m in enumerate(metas)]
     atomic_write_text(out / f"{label}.md", "\n".join(lines) + "\n")
 
@@ -107,17 +117,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "neighbour_runs")
     parser.add_argument("--label", default="beside-neighbour")
     parser.add_argument("--scenario", default="paper")
+    parser.add_argument("--summarise", action="store_true",
+                        help="measure nothing: summarise the runs already in OUT/runs-LABEL/")
     args = parser.parse_args(argv)
     if not 2 <= args.runs <= 50:
         parser.error("--runs: give 2 to 50")
     run_args = shlex.split(args.run_args)
     runs_dir = args.out / f"runs-{args.label}"
     runs_dir.mkdir(parents=True, exist_ok=True)
-    folders = []
-    with neighbour(args.neighbour_procs, 1):
-        for i in range(args.runs):
+    folders = sorted(p for p in runs_dir.glob("2*") if (p / "results.csv").is_file()) if args.summarise else []
+    with neighbour(0 if args.summarise else args.neighbour_procs, 1):
+        for i in range(0 if args.summarise else args.runs):
             folders.append(one_run(run_args, runs_dir, f"{args.label}-{i + 1}"))
             print(f"run {i + 1} of {args.runs}: {folders[-1].name}", file=sys.stderr)
+    if len(folders) < 2:
+        parser.error(f"{runs_dir}: fewer than two runs to summarise")
     found = agreement([ratio_rows(f / "results.csv", args.scenario) for f in folders], "_vs_flat")
     command = (f"python scripts/neighbour_runs.py --runs {args.runs} --neighbour-procs {args.neighbour_procs} "
                f"--run-args {shlex.quote(args.run_args)} --label {args.label}")
@@ -125,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if not metas[0]["commit"]:
         metas[0]["commit"] = metadata.git_commit()
     write(args.out, args.label, found, metas, command)
-    print("\n".join(table(found, len(folders))))
+    print("\n".join([verdict(found), *table(found, len(folders))]))
     return 0 if found and all(a.holds() for a in found) else 1
 
 
