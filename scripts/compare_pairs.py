@@ -195,11 +195,11 @@ def least_pairs(table: list[dict]) -> int | None:
 
 def pairs_needed(doc: dict) -> tuple[list[tuple[dict, list[dict]]], int | None]:
     """Per ab configuration with pairs recorded: :func:`by_pair_count`; and the fewest pairs every configuration
-    beside the neighbour supports (:func:`least_pairs` of their same-code pairs, the most over them)."""
+    beside the neighbour supports (:func:`least_pairs`, the most over them)."""
     found = [(config, by_pair_count(pairs, config["kind"], default_threshold(doc, config["mode"])))
              for config, pairs in configs_of(doc) if config["mode"] in AB_MODES]
     found = [(config, table) for config, table in found if table]
-    needs = [least_pairs(table) for config, table in found if config["neighbour"] == "on" and config["kind"] == "same"]
+    needs = [least_pairs(table) for config, table in found if config["neighbour"] == "on"]
     return found, (None if not needs or None in needs else max(needs))
 
 
@@ -210,9 +210,10 @@ def pairs_needed_lines(doc: dict) -> list[str]:
         return []
     counts = sorted({t["pairs"] for _, table in found for t in table})
     lines = ["Pairs needed: each ab pair judged again from subsets of n of its pairs of processes (up to "
-             f"{SUBSETS} per pair, the same for all its rows, at ab's threshold): of same pairs, those with a false "
-             "alarm; of slowed pairs, those whose slowed rows were all reported slower. The fewest pairs with at most "
-             f"{MAX_FALSE_SHARE:.0%} of same pairs alarmed at that count and every larger one, beside the neighbour: "
+             f"{SUBSETS} per pair, the same for all its rows, at ab's threshold): those with a false alarm (a row of "
+             "the same code on both sides reported slower or faster); of slowed pairs, those whose slowed rows were all "
+             f"reported slower. The fewest pairs with at most {MAX_FALSE_SHARE:.0%} alarmed at that count and every "
+             "larger one, beside the neighbour: "
              f"{least if least is not None else 'none'} (ab's minimum: {MIN_PAIRS}).", "",
              "| mode | neighbour | kind | " + " | ".join(f"{n} pairs" for n in counts) + " |",
              "|---|---|---|" + "---|" * len(counts)]

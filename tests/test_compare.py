@@ -357,9 +357,10 @@ def test_runs_of_one_ab_compare_with_their_paired_intervals(tmp_path: Path, caps
 
 
 @pytest.mark.parametrize(("pairs", "config"), [
-    ([1.3, 1.31, 1.29], {}),  # three pairs of processes recorded
+    ([1.3, 1.31], {}),  # two pairs of processes recorded
     (None, {"reps": "1"}),  # an ab.json from before pairs were recorded: one repetition
     (None, {"reps": "8", "processes": "2"}),  # eight repetitions in two processes each side
+    (None, {"reps": "2"}),  # two repetitions
     ([], {}),  # no pair at all: the interval was one process's slices
 ])
 def test_an_ab_row_over_too_few_pairs_of_processes_gets_no_verdict(tmp_path: Path, capsys, pairs, config) -> None:

@@ -240,3 +240,17 @@ def test_the_targets_hold_every_mode_and_the_minimum_of_pairs_to_its_measurement
     text = compare_pairs.render_markdown(doc)
     assert "| ab-quick | on | same | 0 / 1 / 0 / 0 |" not in text and "| ab-few | on | same | 1 / 0 / 0 / 0 |" in text
     assert "Pairs needed: each ab pair judged again from subsets" in text and "| ab-quick | on | slowed |" in text
+
+
+def test_the_fewest_pairs_ab_accepts_is_what_the_committed_pairs_support() -> None:
+    """MIN_PAIRS is decided by measurement: the committed campaign's pairs of processes where it has them, else the
+    committed trial's ("Pairs needed", docs/ci.md)."""
+    found = [json.loads(path.read_text()) for path in (RESULTS, RESULTS.parent / "trial_pairs_needed.json")
+             if path.is_file()]
+    supported = [compare_pairs.pairs_needed(doc)[1] for doc in found]
+    least = next(n for n in supported if n is not None)
+    assert least == compare_pairs.MIN_PAIRS
+    trial = (RESULTS.parent / "trial_pairs_needed.md").read_text()
+    assert trial == compare_pairs.render_markdown(found[-1])
+    text = (ROOT / "docs" / "ci.md").read_text()
+    assert f"use at least {compare_pairs.MIN_PAIRS}\"" in text and f"fewer than {compare_pairs.MIN_PAIRS} pairs" in text

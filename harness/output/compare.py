@@ -20,7 +20,7 @@ DEFAULT_METRICS = RATIO_METRICS
 # From scripts/compare_pairs.py's pairs (results/compare_pairs/; docs/ci.md, "Threshold").
 DEFAULT_THRESHOLD_PCT = 10.0
 # The fewest pairs of worker processes a paired verdict rests on: scripts/compare_pairs.py's "Pairs needed".
-MIN_PAIRS = 4
+MIN_PAIRS = 3
 DEFAULT_THRESHOLD = DEFAULT_THRESHOLD_PCT / 100
 EXIT_FAILS, EXIT_NOTHING_COMPARABLE = 1, 2  # a row slower (or a figure lost...); no row comparable: nothing judged
 VERDICTS = ("slower", "faster", "no difference", "not comparable")
