@@ -211,9 +211,9 @@ def pairs_needed_lines(doc: dict) -> list[str]:
     counts = sorted({t["pairs"] for _, table in found for t in table})
     lines = ["Pairs needed: each ab pair judged again from subsets of n of its pairs of processes (up to "
              f"{SUBSETS} per pair, the same for all its rows, at ab's threshold): those with a false alarm (a row of "
-             "the same code on both sides reported slower or faster); of slowed pairs, those whose slowed rows were all "
-             f"reported slower. The fewest pairs with at most {MAX_FALSE_SHARE:.0%} alarmed at that count and every "
-             "larger one, beside the neighbour: "
+             "the same code on both sides reported slower or faster); of slowed pairs, those whose slowed rows were "
+             f"all reported slower. The fewest pairs with at most {MAX_FALSE_SHARE:.0%} alarmed at that count and "
+             "every larger one, beside the neighbour: "
              f"{least if least is not None else 'none'} (ab's minimum: {MIN_PAIRS}).", "",
              "| mode | neighbour | kind | " + " | ".join(f"{n} pairs" for n in counts) + " |",
              "|---|---|---|" + "---|" * len(counts)]
