@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness import facts
+from harness.output.compare import MIN_PAIRS
 from tests.github_runner import load, pull_request_context, run_job, runner_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -243,7 +244,7 @@ def test_own_repository_workflow_measures_end_to_end(tmp_path: Path) -> None:
     _git(work, "update-ref", "refs/remotes/origin/main", "HEAD")  # the base: this commit, as .ci/run's pair
     (work / ".venv").symlink_to(ROOT / ".venv")
     env = {"KVB_CI_RUN_ARGS": TINY.replace("--quick ", "--quick --impl flat "), "KVB_CI_SKIP_GATE": "1",
-           "KVB_CI_AB_ARGS": "--no-counts --reps 1"}
+           "KVB_CI_AB_ARGS": f"--no-counts --reps {MIN_PAIRS}"}
     job = _run(OWN, work, _stub_bin(tmp_path, None), fork=True, env=env)
     assert job.step("Gate, and compare with the base branch").outcome in ("success", "failure"), job.log
     comment = (work / "build" / "ci-compare" / "comment.md").read_text()
@@ -265,11 +266,10 @@ def test_plugin_repository_workflow_measures_end_to_end(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="until the ab branch lands: outside a kvblock-bench checkout ab writes under "
-                                       "$XDG_CACHE_HOME/kvblock-bench/ab/<repository>/, NEW (the working tree) loads "
-                                       "a top-level plug-in module without PYTHONPATH, and the headline says where the "
-                                       "harness and the plug-ins came from")
 def test_ab_in_a_plugin_repository_writes_under_the_cache_and_says_what_it_measured(tmp_path: Path) -> None:
+    """Outside a kvblock-bench checkout ab writes under $XDG_CACHE_HOME/kvblock-bench/ab/<repository>/, NEW (the
+    working tree) loads a top-level plug-in module without PYTHONPATH, and the headline says where the harness and
+    the plug-ins came from."""
     work = _plugin_workspace(tmp_path)
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # no PYTHONPATH: NEW's plug-in from its tree
     proc = subprocess.run([str(ROOT / ".venv" / "bin" / "kvblock-bench"), "ab", "origin/main", "--impl",
