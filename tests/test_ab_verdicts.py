@@ -142,7 +142,7 @@ def test_more_work_than_base_fails_the_comparison_and_the_report_says_so(monkeyp
     from harness.output.compare import Run
 
     monkeypatch.setattr(Run, "describe", lambda self: {"run_id": self.side, "commit": "c", "started": "s",
-                                                       "cpu_model": "cpu", "cpu_count": 2})
+                                                       "machine": "cpu (2 CPUs)"})
     c = _comparison([Counted("dict", "batched", (1000.0, 1221.0), (0.0, 0.0)),
                      Counted("flat", "batched", (20.0, 20.0), (0.0, 0.0))])
     assert c.exit_status == 1 and c.failures() == ["more work than BASE beyond 2 %: dict batched "

@@ -127,8 +127,11 @@ def test_own_repository_workflow_runs_as_github_runs_it(tmp_path: Path, fork: bo
     work = _own_workspace(tmp_path)
     env = {"FAKE_VERDICT": verdict, **({"KVB_CI_SKIP_GATE": "1"} if fork else {})}
     job = _run(OWN, work, _stub_bin(tmp_path, None), fork=fork, env=env)
-    _assert_job(job, work / "build" / "ci-compare" / "comment.md", fork, verdict)
-    assert ("### kvblock-bench gate: gate passed" in job.summary) is not fork
+    _assert_job(job, work / "build" / "ci-compare" / "comment.md", fork, verdict, "### kvblock-bench: ")
+    first = job.summary.split("### kvblock-bench: ", 1)[1].splitlines()[0]
+    assert ("passed" in first) is (verdict == "0") and "gate passed" not in job.summary  # never above a failure
+    assert ("- gate (pyproject.toml [tool.kvblock-bench.gate]): rules: 1 met; no rule for 1 of 2 cells"
+            in job.summary) is not fork
 
 
 @pytest.mark.parametrize(("fork", "verdict"), CASES)
@@ -141,11 +144,11 @@ def test_plugin_repository_workflow_runs_as_github_runs_it(tmp_path: Path, fork:
         work / "build" / "kvblock-bench" / "comment.md").read_text()
 
 
-def _assert_job(job, comment: Path, fork: bool, verdict: str) -> None:
+def _assert_job(job, comment: Path, fork: bool, verdict: str, title: str = "### kvblock-bench compare:") -> None:
     assert job.conclusion == ("success" if verdict == "0" else "failure"), job.log
     post = job.step("Post the verdict on the pull request")
     assert post.outcome == "success", job.log
-    assert "### kvblock-bench compare:" in comment.read_text() and comment.read_text() in job.summary
+    assert comment.read_text().startswith(title) and comment.read_text() in job.summary
     log = comment.parents[3] / "gh.log"
     if fork:
         assert "::notice::A pull request from a fork" in post.output and not log.exists()
