@@ -477,8 +477,8 @@ def summary_table(doc: dict) -> list[str]:
              "|---|---|---|---|---|---|---|---|"]
     for s, (_, pairs) in zip(summaries(doc), configs_of(doc), strict=True):
         at = s["at_default"] or {}
-        caught = (f"{at.get('pairs_caught', '—')} of {s['pairs']} "
-                  f"({row_catches(pairs, default_threshold(doc, s['mode']))})" if s["kind"] == "slowed" else "—")
+        catches = row_catches(pairs, default_threshold(doc, s["mode"])) or "none judged"
+        caught = f"{at.get('pairs_caught', '—')} of {s['pairs']} ({catches})" if s["kind"] == "slowed" else "—"
         lines.append(f"| {s['mode']} | {s['neighbour']} | {s['kind']} | "
                      f"{' / '.join(str(s['exits'].get(str(x), 0)) for x in EXITS)} | "
                      f"{at.get('pairs_with_false_alarm', '—')} of "
@@ -529,10 +529,9 @@ def render_markdown(doc: dict) -> str:
                 else "none (this file predates it)")
              + f". At each command's default threshold ({defaults_words(doc)}):", "",
              *summary_table(doc), "", "Each slowed row of the plug-in, at the same thresholds:", "",
-             *slowed_rows(doc), "",
+             *slowed_rows(doc), "", *pairs_needed_lines(doc),
              "False alarms and slowed pairs caught at each threshold (false-alarm rows of all compared rows "
              "whose code is the same):", ""]
-    lines += pairs_needed_lines(doc)
     for s in summaries(doc):
         lines += [f"*{s['mode']}, neighbour {s['neighbour']}, {s['kind']}:* " + "; ".join(
             f"{t['threshold_pct']:g} %: {t['false_alarm_rows']} of {t['rows_compared']} rows, "
