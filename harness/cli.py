@@ -25,7 +25,7 @@ from harness.base.args import (
     csv_list,
     percentage,
 )
-from harness.errors import InputError
+from harness.errors import InputError, TooFewPairs
 from impls.registry import PluginError
 from scenarios import SCENARIOS, ScenarioError, TraceError
 
@@ -254,7 +254,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 EXIT_STATUSES = ("Exit status: 0 when nothing is slower beyond the threshold and NEW lost no figure BASE has, 1 "
                  "when something is slower (or lost, or inconclusive with --fail-on-inconclusive), 2 for bad input "
-                 "or when no figure is comparable")
+                 "or when no figure is comparable, 4 when a row of ab's runs rests on too few pairs of worker "
+                 "processes for a verdict")
+AB_EXIT_STATUSES = ("Exit status: 0 when nothing is slower beyond the threshold, NEW needs no more instructions or "
+                    "allocations than BASE beyond the counts threshold and lost no figure BASE has; 1 when something "
+                    "is slower, needs more work, is lost (or is inconclusive with --fail-on-inconclusive); 2 for bad "
+                    "input (a ref whose code does not import or would come from elsewhere included) or when no "
+                    "figure is comparable; 4 too few pairs for a verdict: options that leave fewer than {min_pairs} "
+                    "pairs of worker processes per implementation are refused before measuring")
 
 
 def _add_verdict_options(p: argparse.ArgumentParser, threshold_pct: float) -> None:
@@ -296,19 +303,24 @@ def _add_compare(sub, results: argparse.ArgumentParser) -> None:
 def cmd_ab(args: argparse.Namespace) -> int:
     """BASE_REF and NEW_REF (or the working tree) measured in one run and compared."""
     from harness.base.replay import REGIMES
-    from harness.ci.ab import AB_REPS, AbOptions
+    from harness.ci.ab import AB_QUICK_REPS, AB_REPS, AbOptions, check_options, repository_here, results_root
     from harness.ci.ab import run as run_ab
     from harness.output.compare_report import RENDER
     from harness.run.runner import RunConfig
 
     cfg = RunConfig(scenarios=args.scenario or [], impls=args.impl or [], regimes=args.regime or list(REGIMES),
                     trace_file=Path(args.trace) if args.trace else None, quick=args.quick,
-                    reps=args.reps if args.reps is not None else (1 if args.quick else AB_REPS),
-                    root=writable_dir(Path(args.results), "--results"), label=args.label or "",
-                    progress=not args.no_progress, processes=args.processes or 0,
+                    reps=args.reps if args.reps is not None else (AB_QUICK_REPS if args.quick else AB_REPS),
+                    label=args.label or "", progress=not args.no_progress, processes=args.processes or 0,
                     deadline_s=args.deadline)
+    check_options(cfg, tuple(args.metric))
+    if args.results is None:
+        cfg.root = writable_dir(results_root(repository_here()), "ab's results folder (--results to choose another)")
+        print(f"ab: the runs go to {cfg.root} (--results to choose another folder)", file=sys.stderr, flush=True)
+    else:
+        cfg.root = writable_dir(Path(args.results), "--results")
     opts = AbOptions(args.base_ref, args.new_ref, cfg, tuple(args.metric), args.threshold / 100, _rules(args),
-                     counts=not args.no_counts, deadline_s=args.deadline)
+                     counts=not args.no_counts, deadline_s=args.deadline, counts_threshold_pct=args.counts_threshold)
     result, folder = run_ab(opts, argv=[PROG, *sys.argv[1:]])
     print(RENDER[args.format](result), end="")
     print(f"both runs and the comparison (compare.txt, .md, .json) are in {folder.parent}: {folder.name} and "
@@ -317,31 +329,43 @@ def cmd_ab(args: argparse.Namespace) -> int:
     return result.exit_status
 
 
-def _add_ab(sub, results: argparse.ArgumentParser) -> None:
-    from harness.ci.ab import AB_REPS, AB_THRESHOLD_PCT
+def _add_ab(sub) -> None:
+    from harness.ci.ab import AB_QUICK_REPS, AB_REPS, AB_THRESHOLD_PCT
+    from harness.output.compare import MIN_PAIRS
     from harness.run.runner import MAX_PROCESSES, MAX_REPS
 
-    p = sub.add_parser("ab", parents=[results], help="two git refs (or a ref and the working tree) measured in "
+    p = sub.add_parser("ab", help="two git refs (or a ref and the working tree) measured in "
                        "one run, side by side, and compared; exit 1 when NEW is slower beyond the threshold",
                        description="BASE_REF (and NEW_REF) are checked out into temporary git worktrees; each "
-                                   "implementation's two versions replay every slice side by side, under this "
-                                   "checkout's harness, so NEW/BASE is paired slice by slice; the gate's counts of "
-                                   f"both stand beside it. Timed cells only (no study). {EXIT_STATUSES}.")
+                                   "implementation's two versions replay every slice side by side, so NEW/BASE is "
+                                   "paired over pairs of worker processes; the gate's counts of both stand beside it, "
+                                   "NEW's held to BASE's. In a checkout of kvblock-bench each version brings its own "
+                                   "designs and harness; in any other repository its plug-ins, under the installed "
+                                   "harness; the headline says where each side's code came from. Timed cells only "
+                                   f"(no study). {AB_EXIT_STATUSES.format(min_pairs=MIN_PAIRS)}.")
+    p.add_argument("--results", help="where both runs go (default: results/ in a checkout of kvblock-bench; in "
+                   "any other repository $XDG_CACHE_HOME/kvblock-bench/ab/<repository name>, else "
+                   "~/.cache/kvblock-bench/ab/<repository name>)")
     p.add_argument("base_ref", help="the version compared against: a branch, tag or commit (e.g. origin/main)")
     p.add_argument("new_ref", nargs="?", help="the version judged (default: this working tree, as it is)")
     p.add_argument("--scenario", type=csv_list, metavar="S,...", help="scenarios (default: as `run`)")
     p.add_argument("--trace", metavar="FILE", help="replay a trace file instead of named scenarios")
     p.add_argument("--impl", type=csv_list, metavar="I,...", help="implementations (default: each side's registry)")
     p.add_argument("--regime", type=csv_list, metavar="R,...", help="per-call, batched, step (default: all)")
-    p.add_argument("--quick", action="store_true", help="short traces, one repetition")
+    p.add_argument("--quick", action="store_true", help=f"short traces, {AB_QUICK_REPS} repetitions")
     p.add_argument("--reps", type=count(1, MAX_REPS),
-                   help=f"repetitions per cell, each a pair of NEW and BASE (default {AB_REPS}, --quick 1)")
+                   help=f"repetitions per cell, each a pair of NEW and BASE (default {AB_REPS}, --quick "
+                        f"{AB_QUICK_REPS}; fewer than {MIN_PAIRS} are refused: too few pairs for a verdict)")
     p.add_argument("--processes", type=count(1, MAX_PROCESSES),
                    help="worker processes per implementation and side the repetitions spread over (default: one "
-                        "per repetition: a process's layout moves a compiled design's per-call times)")
+                        "per repetition: a process's layout moves a compiled design's per-call times, so the "
+                        f"repetitions of one process make one pair; fewer than {MIN_PAIRS} are refused)")
     p.add_argument("--label", help="appended to both run ids")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-counts", action="store_true", help="leave out the gate's counts of both versions")
+    p.add_argument("--counts-threshold", type=percentage, metavar="PCT",
+                   help="fail when NEW's instructions per sequence-step or allocations per step exceed BASE's by more "
+                        "than PCT %% (default: counts_threshold_pct of [tool.kvblock-bench.gate], else 2)")
     for flag in ("--no-paced", "--no-l1d", "--no-allocations", "--no-table-copy"):
         p.add_argument(flag, action="store_true", help="accepted as in `run` (ab runs no study)")
     _add_verdict_options(p, AB_THRESHOLD_PCT)
@@ -658,7 +682,7 @@ def build_parser() -> Parser:
                    help="also rewrite FILE's section between <!-- results:begin --> and <!-- results:end --> "
                         "(e.g. README.md from results/reference), and the time table of docs/time-budget.md beside it")
     _add_compare(sub, results)
-    _add_ab(sub, results)
+    _add_ab(sub)
     gate.add_arguments(sub.add_parser("gate", help="the CI gate: allocations, instruction counts, wall-clock floor",
                                       description=gate.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     table_copy.add_arguments(sub.add_parser("table-copy", help="rule 3 alone: block tables to the device"))
@@ -714,6 +738,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; returns the exit status."""
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except TooFewPairs as exc:  # options that cannot give a verdict: a status of their own
+        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+        return TooFewPairs.exit_status
     except INPUT_ERRORS as exc:
         print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE

@@ -7,6 +7,15 @@ class InputError(ValueError):
     """Bad input from the user; the message names the flag, file or line and the fix."""
 
 
+EXIT_TOO_FEW_PAIRS = 4
+
+
+class TooFewPairs(InputError):
+    """Too few pairs of worker processes for a verdict (``kvblock-bench ab``); an exit status of its own."""
+
+    exit_status = EXIT_TOO_FEW_PAIRS
+
+
 class WriteError(InputError):
     """A file we could not write; the message names it, the reason, and what was kept."""
 

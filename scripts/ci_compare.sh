@@ -20,8 +20,11 @@
 #   KVB_CI_GATE_ARGS  more gate arguments (e.g. --impl mypkg.bm:MyBM --against gate-baseline.json)
 #   KVB_CI_SKIP_GATE  1: leave the gate out
 #   PY                the Python that has kvblock-bench installed (default .venv/bin/python)
-# Exit status: 0 when the gate passed and the comparison passed; otherwise the gate's status if it failed, else
-# ab's (1 slower or a figure lost, 2 bad input or nothing comparable).
+# comment.md (harness/ci/comment.py) says "passed" only when both passed: the gate's rules by cell ("no rule" where
+# none asked anything), then ab's verdict (timings, and NEW's counts against BASE's), then ab's report.
+# Exit status: 0 when the gate and the comparison passed; otherwise the gate's status if it failed, else ab's:
+# 1 slower, more work than BASE (instructions or allocations beyond the counts threshold) or a figure lost;
+# 2 bad input or nothing comparable; 4 too few pairs for a verdict.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -44,25 +47,19 @@ read -r -a ab_args <<< "${KVB_CI_AB_ARGS:-}"
 read -r -a gate_args <<< "${KVB_CI_GATE_ARGS:-}"
 
 gate_status=0
+gate_word=-
 if [ "${KVB_CI_SKIP_GATE:-0}" != 1 ]; then
     echo "== gate"
     "$py" -m harness.cli gate --json "$out/gate.json" "${gate_args[@]}" 2>&1 | tee "$out/gate.txt"
     gate_status=${PIPESTATUS[0]}
+    gate_word=$gate_status
 fi
 
 echo "== ab: BASE $base_ref against this checkout ($(git rev-parse --short HEAD))"
 "$py" -m harness.cli ab "$base_ref" "${run_args[@]}" "${ab_args[@]}" --results "$out/runs" --no-progress \
     --format markdown > "$out/compare.md" 2> "$out/compare.err"
 compare_status=$?
-{
-    if [ -f "$out/gate.txt" ]; then
-        echo "### kvblock-bench gate: $(tail -n 1 "$out/gate.txt")"
-        grep -E '^(FAIL|NOT MEASURED):' "$out/gate.txt" | sed 's/^/- /'
-        echo
-    fi
-    cat "$out/compare.md"
-    grep -E '^kvblock-bench: error:' "$out/compare.err"
-} > "$out/comment.md"
+"$py" -m harness.ci.comment "$out" "$gate_word" "$compare_status" > "$out/comment.md" || exit 2
 cat "$out/comment.md"
 
 [ "$gate_status" -ne 0 ] && exit "$gate_status"

@@ -47,13 +47,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np
+
 from harness.base.files import atomic_write_text
 from harness.base.host import machine_name
-from harness.base.stats import Estimate
+from harness.base.stats import Estimate, log_interval
 from harness.ci.ab import AB_THRESHOLD_PCT
 from harness.ci.profile import run_args as ci_run_args
+from harness.errors import TooFewPairs
 from harness.output import sections
-from harness.output.compare import DEFAULT_THRESHOLD_PCT, verdict
+from harness.output.compare import DEFAULT_THRESHOLD_PCT, MIN_PAIRS, verdict
 from harness.run import metadata
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,8 +68,17 @@ NEIGHBOUR = ROOT / "scripts" / "noisy_neighbour.py"
 SLOWED_METRICS = ("seq_step_ns",)
 UNTOUCHED_REGIMES = ("per-call",)  # the plug-in's per-call methods do no extra work
 THRESHOLDS = (0, 2, 5, 7.5, 10, 15, 20, 25, 30)  # percent
-DEFAULT_THRESHOLDS = {"ab": AB_THRESHOLD_PCT, "separate": DEFAULT_THRESHOLD_PCT}  # each mode's command's default
-MODES, KINDS, NEIGHBOURS = ("ab", "separate"), ("same", "slowed"), ("off", "on")
+# Every mode ab offers, as the options it adds to the run's: its defaults (8 repetitions, a process each), --quick
+# (short traces, the fewest pairs a verdict may rest on), fewer processes than repetitions, fewer pairs than a
+# verdict needs (it must refuse: exit 4), and many pairs of quick runs (whose subsets say how many pairs a verdict
+# needs: "Pairs needed").
+AB_MODES = {"ab": [], "ab-quick": ["--quick"], "ab-processes": ["--processes", str(MIN_PAIRS)],
+            "ab-few": ["--reps", str(MIN_PAIRS - 1)], "ab-quick-wide": ["--quick", "--reps", "16"]}
+DEFAULT_THRESHOLDS = {**{mode: AB_THRESHOLD_PCT for mode in AB_MODES}, "separate": DEFAULT_THRESHOLD_PCT}
+MODES, KINDS, NEIGHBOURS = (*AB_MODES, "separate"), ("same", "slowed"), ("off", "on")
+EXITS = (0, 1, 2, TooFewPairs.exit_status)
+SUBSETS = 200  # subsets of n pairs drawn per row (all of them where there are fewer)
+MAX_FALSE_SHARE = 0.05  # "Pairs needed": a 95 % interval's own error rate, for the share of runs with a false alarm
 CAUGHT_SHARE = 0.9  # the targets: 9 of 10 slowed pairs caught
 BEGIN, END = "<!-- compare-pairs:begin -->", "<!-- compare-pairs:end -->"
 SUMMARY_BEGIN, SUMMARY_END = "<!-- compare-pairs-summary:begin -->", "<!-- compare-pairs-summary:end -->"
@@ -143,6 +155,82 @@ def caught_in_nine_of_ten(pairs: list[dict], threshold_pct: float) -> float | No
     return needs[max(0, math.ceil(CAUGHT_SHARE * len(needs)) - 1)] if needs else None
 
 
+# -- how many pairs a verdict needs ---------------------------------------------------------------------------------
+def subsets(count: int, n: int, seed: int = 0) -> list[tuple[int, ...]]:
+    """Subsets of ``n`` of ``count`` pairs: all of them when there are at most :data:`SUBSETS`, else as many drawn."""
+    if math.comb(count, n) <= SUBSETS:
+        return list(itertools.combinations(range(count), n))
+    rng = np.random.default_rng(seed)
+    return [tuple(sorted(rng.choice(count, n, replace=False))) for _ in range(SUBSETS)]
+
+
+def by_pair_count(pairs: list[dict], kind: str, threshold_pct: float) -> list[dict]:
+    """Per count n of pairs of processes: every ab pair judged again from subsets of n of its pairs of processes (the
+    same subset for all its rows, ab's interval): the subsets with a same-code row judged slower or faster (a false
+    alarm), and those whose slowed rows were all reported slower."""
+    runs = [rows for rows in ([r for r in p["rows"] if len(r.get("pairs") or []) >= 2] for p in pairs) if rows]
+    counts = [min(len(r["pairs"]) for r in rows) for rows in runs]
+    out = []
+    for n in range(2, max(counts, default=1) + 1):
+        judged = wrong = caught = 0
+        for i, (rows, count) in enumerate((rows, c) for rows, c in zip(runs, counts, strict=True) if c >= n):
+            logs = [np.log(np.asarray(r["pairs"][:count], dtype=float)) for r in rows]
+            for pick in subsets(count, n, seed=i):
+                said = [verdict(log_interval(x[list(pick)]), threshold_pct / 100)[0] for x in logs]
+                slowed = [v for r, v in zip(rows, said, strict=True) if is_slowed(r, kind)]
+                judged += 1
+                wrong += any(v != "no difference" for r, v in zip(rows, said, strict=True) if same_code(r, kind))
+                caught += bool(slowed) and all(v == "slower" for v in slowed)
+        out.append({"pairs": n, "judged": judged, "wrong": wrong, "caught": caught})
+    return out
+
+
+def least_pairs(table: list[dict]) -> int | None:
+    """The fewest pairs from which on every count measured gave at most :data:`MAX_FALSE_SHARE` of its same-code
+    runs a false alarm (None: no count did, or nothing was judged)."""
+    fine = [t["pairs"] for t in table if t["judged"] and t["wrong"] <= MAX_FALSE_SHARE * t["judged"]]
+    bad = [t["pairs"] for t in table if t["judged"] and t["pairs"] not in fine]
+    return min((n for n in fine if all(b < n for b in bad)), default=None)
+
+
+def pairs_needed(doc: dict) -> tuple[list[tuple[dict, list[dict]]], int | None]:
+    """Per ab configuration with pairs recorded: :func:`by_pair_count`; and the fewest pairs every configuration
+    beside the neighbour supports (:func:`least_pairs`, the most over them)."""
+    found = [(config, by_pair_count(pairs, config["kind"], default_threshold(doc, config["mode"])))
+             for config, pairs in configs_of(doc) if config["mode"] in AB_MODES]
+    found = [(config, table) for config, table in found if table]
+    needs = [least_pairs(table) for config, table in found if config["neighbour"] == "on"]
+    return found, (None if not needs or None in needs else max(needs))
+
+
+def pairs_needed_lines(doc: dict) -> list[str]:
+    """docs/ci.md's "Pairs needed": per configuration and count of pairs, the false alarms and slowed pairs caught."""
+    found, least = pairs_needed(doc)
+    if not found:
+        return []
+    counts = sorted({t["pairs"] for _, table in found for t in table})
+    lines = ["Pairs needed: each ab pair judged again from subsets of n of its pairs of processes (up to "
+             f"{SUBSETS} per pair, the same for all its rows, at ab's threshold): those with a false alarm (a row of "
+             "the same code on both sides reported slower or faster); of slowed pairs, those whose slowed rows were "
+             f"all reported slower. The fewest pairs with at most {MAX_FALSE_SHARE:.0%} alarmed at that count and "
+             "every larger one, beside the neighbour: "
+             f"{least if least is not None else 'none'} (ab's minimum: {MIN_PAIRS}).", "",
+             "| mode | neighbour | kind | " + " | ".join(f"{n} pairs" for n in counts) + " |",
+             "|---|---|---|" + "---|" * len(counts)]
+    for config, table in found:
+        by_n = {t["pairs"]: t for t in table}
+        cells = [_pair_cell(by_n.get(n), config["kind"]) for n in counts]
+        lines.append(f"| {config['mode']} | {config['neighbour']} | {config['kind']} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _pair_cell(t: dict | None, kind: str) -> str:
+    if t is None:
+        return "—"
+    alarms = f"{t['wrong']} of {t['judged']} alarmed"
+    return alarms + (f", {t['caught']} caught" if kind == "slowed" else "")
+
+
 # -- running pairs ----------------------------------------------------------------------------------------------
 def _env(passes: float | None) -> dict[str, str]:
     """The runs' environment: the plug-in on PYTHONPATH; its passes set (separate) or left to each commit (ab)."""
@@ -177,10 +265,13 @@ def run_once(args: list[str], results: Path, passes: float, label: str) -> tuple
 
 
 def cli_json(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, dict]:
-    """A ``kvblock-bench compare`` or ``ab`` with ``--format json``: (exit status, document)."""
+    """A ``kvblock-bench compare`` or ``ab`` with ``--format json``: (exit status, document; empty for ab's refusal
+    of too few pairs, which measures nothing)."""
     proc = subprocess.run([sys.executable, "-m", "harness.cli", *cmd, "--format", "json"], cwd=ROOT, env=env,
                           capture_output=True, text=True, check=False)
-    if proc.returncode not in (0, 1):
+    if proc.returncode == TooFewPairs.exit_status and not proc.stdout.strip():
+        return proc.returncode, {}
+    if proc.returncode not in (0, 1, TooFewPairs.exit_status):
         raise SystemExit(f"{cmd[0]} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     return proc.returncode, json.loads(proc.stdout)
 
@@ -242,17 +333,26 @@ def separate_pair(args: argparse.Namespace, run_args: list[str], work: Path, ind
                                                   for side, (path, seconds) in runs.items()}
 
 
-def ab_pair(args: argparse.Namespace, run_args: list[str], work: Path, commits: dict[str, str], kind: str) -> tuple:
-    """One ``kvblock-bench ab`` of the 0-pass commit against the 0-pass (same) or the slowed one."""
+def ab_pair(args: argparse.Namespace, run_args: list[str], work: Path, commits: dict[str, str], kind: str,
+            mode: str = "ab") -> tuple:
+    """One ``kvblock-bench ab`` (with ``mode``'s options) of the 0-pass commit against the 0-pass (same) or the
+    slowed one; each row with its NEW/BASE per pair of processes (``ab.json``). A refusal measures nothing."""
     done = work / "latest" / "compare.json"
     if args.resume and done.is_file():
         doc = json.loads(done.read_text())
         status = doc["exit_status"]
     else:
         new = commits["slowed" if kind == "slowed" else "same"]
-        print(f"$ kvblock-bench ab {commits['same'][:12]} {new[:12]} {shlex.join(run_args)}", flush=True)
-        status, doc = cli_json(["ab", commits["same"], new, *run_args, "--results", str(work), "--no-progress",
+        argv = [*run_args, *AB_MODES[mode]]
+        print(f"$ kvblock-bench ab {commits['same'][:12]} {new[:12]} {shlex.join(argv)}", flush=True)
+        status, doc = cli_json(["ab", commits["same"], new, *argv, "--results", str(work), "--no-progress",
                                 "--no-counts"], _env(None))
+    if not doc:
+        return status, {"counts": {}, "rows": []}, "refused", {}
+    paired = json.loads((Path(doc["new"]["path"]) / "ab.json").read_text()).get("paired", [])
+    ratios = {(r["scenario"], r["impl"], r["regime"], r["metric"]): r.get("pairs", []) for r in paired}
+    for row in doc["rows"]:
+        row["pairs"] = ratios.get((row["scenario"], row["impl"], row["regime"], row["metric"]), [])
     runs = {side: run_meta(Path(doc[side.lower()]["path"])) for side in ("BASE", "NEW")}
     seconds = finished_run(work)
     return status, doc, "interleaved", {side: {**run, "seconds": round(seconds[1], 1) if seconds else None}
@@ -269,7 +369,8 @@ def pair_summary(index: int, config: dict, result: tuple, seconds: float) -> dic
         "slowed": [{**{k: r[k] for k in keys[1:]}, "verdict": r["verdict"]} for r in doc["rows"] if plugin_row(r)],
         "failing": [{**{k: r[k] for k in keys}, "verdict": r["verdict"]} for r in doc["rows"]
                     if r["verdict"] in ("slower", "faster")],
-        "rows": [{k: r[k] for k in keys} for r in doc["rows"] if r["ratio"] is not None],
+        "rows": [{**{k: r[k] for k in keys}, **({"pairs": r["pairs"]} if r.get("pairs") else {})}
+                 for r in doc["rows"] if r["ratio"] is not None],
     }
 
 
@@ -297,7 +398,8 @@ def config_name(config: dict) -> str:
 def measure(args: argparse.Namespace) -> dict:
     """Every configuration's pairs, pair i of each before pair i + 1 of any; the results document."""
     run_args = shlex.split(args.run_args) if args.run_args else ci_run_args([PLUGIN])
-    commits = ({"same": plugin_commit(0.0), "slowed": plugin_commit(args.passes)} if "ab" in args.modes else {})
+    commits = ({"same": plugin_commit(0.0), "slowed": plugin_commit(args.passes)}
+               if set(args.modes) & set(AB_MODES) else {})
     pairs: list[dict] = []
     meta = metadata.collect()
     counts = {config_name(c): args.pairs_for.get(config_name(c), args.pairs) for c in configurations(args)}
@@ -307,8 +409,8 @@ def measure(args: argparse.Namespace) -> dict:
         work = args.work / config_name(config) / f"pair{index}"
         started = time.monotonic()
         with neighbour(config["neighbour"] == "on", args.neighbour_procs, index):
-            result = (ab_pair(args, run_args, work, commits, config["kind"]) if config["mode"] == "ab"
-                      else separate_pair(args, run_args, work, index, config["kind"]))
+            result = (ab_pair(args, run_args, work, commits, config["kind"], config["mode"])
+                      if config["mode"] in AB_MODES else separate_pair(args, run_args, work, index, config["kind"]))
         pairs.append(pair_summary(index, config, result, time.monotonic() - started))
         print(f"{config_name(config)} pair {index}: exit {result[0]}, {result[1]['counts']}", flush=True)
         atomic_write_text(args.work / "pairs.json", json.dumps(document(args, run_args, pairs, meta), indent=1) + "\n")
@@ -338,7 +440,7 @@ def summarise(config: dict, pairs: list[dict], thresholds: tuple[float, ...], de
     at = next((t for t in table if t["threshold_pct"] == default), None)
     seconds = [p.get("seconds") or sum(r.get("seconds") or 0 for r in p["runs"].values()) for p in pairs]
     return {**config, "pairs": len(pairs), "by_threshold": table, "at_default": at,
-            "exits": {str(s): sum(p["exit_status"] == s for p in pairs) for s in (0, 1, 2)},
+            "exits": {str(s): sum(p["exit_status"] == s for p in pairs) for s in EXITS},
             "seconds": [min(seconds), max(seconds)], "caught_9_of_10_pct": caught_in_nine_of_ten(pairs, default)}
 
 
@@ -370,15 +472,16 @@ def _pct(x: float | None) -> str:
 def summary_table(doc: dict) -> list[str]:
     """Per configuration at the default threshold: false alarms, slowed pairs caught, the slowdown caught in 9 of
     10, seconds per pair."""
-    lines = ["| mode | neighbour | kind | exit 0 / 1 / 2 | pairs with a false alarm | slowed pairs caught (each slowed "
-             "row: median NEW/BASE, reported slower) | slowdown caught in 9 of 10 | seconds a pair |",
+    lines = ["| mode | neighbour | kind | exit 0 / 1 / 2 / 4 | pairs with a false alarm | slowed pairs caught (each "
+             "slowed row: median NEW/BASE, reported slower) | slowdown caught in 9 of 10 | seconds a pair |",
              "|---|---|---|---|---|---|---|---|"]
     for s, (_, pairs) in zip(summaries(doc), configs_of(doc), strict=True):
         at = s["at_default"] or {}
-        caught = (f"{at.get('pairs_caught', '—')} of {s['pairs']} "
-                  f"({row_catches(pairs, default_threshold(doc, s['mode']))})" if s["kind"] == "slowed" else "—")
-        lines.append(f"| {s['mode']} | {s['neighbour']} | {s['kind']} | {s['exits']['0']} / "
-                     f"{s['exits']['1']} / {s['exits']['2']} | {at.get('pairs_with_false_alarm', '—')} of "
+        catches = row_catches(pairs, default_threshold(doc, s["mode"])) or "none judged"
+        caught = f"{at.get('pairs_caught', '—')} of {s['pairs']} ({catches})" if s["kind"] == "slowed" else "—"
+        lines.append(f"| {s['mode']} | {s['neighbour']} | {s['kind']} | "
+                     f"{' / '.join(str(s['exits'].get(str(x), 0)) for x in EXITS)} | "
+                     f"{at.get('pairs_with_false_alarm', '—')} of "
                      f"{s['pairs']} | {caught} | {_pct(s['caught_9_of_10_pct'])} | {s['seconds'][0]:.0f}-"
                      f"{s['seconds'][1]:.0f} |")
     return lines
@@ -426,7 +529,7 @@ def render_markdown(doc: dict) -> str:
                 else "none (this file predates it)")
              + f". At each command's default threshold ({defaults_words(doc)}):", "",
              *summary_table(doc), "", "Each slowed row of the plug-in, at the same thresholds:", "",
-             *slowed_rows(doc), "",
+             *slowed_rows(doc), "", *pairs_needed_lines(doc),
              "False alarms and slowed pairs caught at each threshold (false-alarm rows of all compared rows "
              "whose code is the same):", ""]
     for s in summaries(doc):
@@ -461,10 +564,18 @@ def write_readme(readme: Path, results: Path, summary: Path | None = None) -> No
 
 
 def targets(doc: dict) -> list[str]:
-    """What ab under the neighbour missed of the targets (empty when met, or when not measured)."""
+    """What ab under the neighbour missed of the targets (empty when met, or when not measured): in every mode that
+    gives verdicts no same pair with a false alarm; at the defaults 9 in 10 slowed pairs caught with exit status 1; a
+    mode of too few pairs refused (exit 4) every time; ab's minimum of pairs the one its pairs support."""
     missed = []
     for s in summaries(doc):
-        if (s["mode"], s["neighbour"]) != ("ab", "on") or s["at_default"] is None:
+        if s["mode"] not in AB_MODES or s["neighbour"] != "on" or s["at_default"] is None:
+            continue
+        if s["mode"] == "ab-few" and s["exits"].get(str(TooFewPairs.exit_status)) != s["pairs"]:
+            missed.append(f"ab-few ({' '.join(AB_MODES['ab-few'])}) was not refused in every pair")
+        if s["kind"] == "same" and s["at_default"]["pairs_with_false_alarm"]:
+            missed.append(f"{s['at_default']['pairs_with_false_alarm']} same-code {s['mode']} pairs had a false alarm")
+        if s["mode"] != "ab":
             continue
         if s["kind"] == "same" and s["at_default"]["pairs_with_false_alarm"]:
             missed.append(f"{s['at_default']['pairs_with_false_alarm']} same-code ab pairs had a false alarm")
@@ -472,6 +583,10 @@ def targets(doc: dict) -> list[str]:
         if s["kind"] == "slowed" and min(caught, s["exits"]["1"]) < math.ceil(CAUGHT_SHARE * s["pairs"]):
             missed.append(f"slowed ab pairs exited 1 in {s['exits']['1']} of {s['pairs']}, every slowed row caught "
                           f"in {caught}")
+    least = pairs_needed(doc)[1]
+    if least is not None and least != MIN_PAIRS:
+        missed.append(f"ab's minimum of pairs is {MIN_PAIRS} (harness/output/compare.py, MIN_PAIRS); the pairs "
+                      f"support {least}")
     return missed
 
 

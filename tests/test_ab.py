@@ -62,14 +62,24 @@ def test_a_process_started_in_a_code_root_takes_the_roots_modules_and_this_harne
     assert where == "root" and Path(harness_file).resolve() == ROOT / "harness" / "__init__.py"
 
 
-def test_a_worker_of_another_code_root_loads_that_roots_designs(tmp_path: Path) -> None:
-    """A copy of impls whose flat raises at import: a worker of that root cannot load flat, nor a plug-in inside
-    the repository that wraps it; a worker of this checkout can."""
-    root = tmp_path / "root"
-    shutil.copytree(ROOT / "impls", root / "impls", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / "examples" / "slowed_flat", root / "examples" / "slowed_flat")
+def _version_of_this_checkout(root: Path) -> Path:
+    """A copy of this checkout's code (harness, designs, scenarios, the slowed plug-in) at ``root``: another
+    version of the repository, as a worktree of another commit would be."""
+    for name in ("harness", "impls", "scenarios", "examples"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.npz"))
+    return root
+
+
+def test_a_worker_of_another_version_of_this_checkout_runs_that_versions_designs_and_harness(tmp_path: Path) -> None:
+    """A version whose flat raises at import and whose harness marks what it describes: a worker of that root cannot
+    load flat, nor a plug-in inside the repository that wraps it, and describes dict with its own harness, from its
+    own files; a worker of this checkout loads both."""
+    root = _version_of_this_checkout(tmp_path / "root")
     with (root / "impls" / "designs" / "flat.py").open("a") as source:
         source.write("\nraise RuntimeError('the flat of the code root')\n")
+    with (root / "harness" / "run" / "jobs.py").open("a") as source:
+        source.write("\n_described = describe\n\n\ndef describe(name, cls):\n    info = _described(name, cls)\n"
+                     "    info.described += ' [the root harness]'\n    return info\n")
     sys.path.insert(0, str(ROOT / "examples" / "slowed_flat"))  # the workers start with this process's path
     try:
         for code, loads in (("", True), (str(root), False)):
@@ -78,8 +88,10 @@ def test_a_worker_of_another_code_root_loads_that_roots_designs(tmp_path: Path) 
                 for name in ("flat", "slowed_flat:SlowedFlat"):
                     info = worker.run(ProbeJob(name))
                     assert info.ok is loads, (code, name, info.reason)
-                    assert loads or "the flat of the code root" in info.reason
-                assert worker.run(ProbeJob("dict")).ok
+                    assert loads or ("the flat of the code root" in info.reason and info.import_failed)
+                info = worker.run(ProbeJob("dict"))
+                assert info.ok and Path(info.source).is_relative_to(Path(code or ROOT).resolve()), info.source
+                assert info.described.endswith("[the root harness]") is (not loads)
             finally:
                 worker.stop()
     finally:

@@ -70,7 +70,9 @@ def test_the_script_runs_a_same_commit_pair_end_to_end(tmp_path: Path) -> None:
     proc = subprocess.run([str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     comment = (out / "comment.md").read_text()
-    assert comment.startswith("### kvblock-bench compare:") and "measured in one run, side by side" in comment
+    assert comment.startswith("### kvblock-bench: ") and "- gate: left out" in comment
+    assert "#### kvblock-bench ab:" in comment and "measured in one run, side by side" in comment
+    assert ("passed" in comment.splitlines()[0]) is (proc.returncode == 0)
     assert "`flat` | batched | `seq_step_ns`" in comment
     folders = sorted(p.name for p in (out / "runs").glob("*-ab-*"))
     assert [f.rsplit("-", 1)[1] for f in folders] == ["base", "new"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness import facts
+from harness.output.compare import MIN_PAIRS
 from tests.github_runner import load, pull_request_context, run_job, runner_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,8 +127,11 @@ def test_own_repository_workflow_runs_as_github_runs_it(tmp_path: Path, fork: bo
     work = _own_workspace(tmp_path)
     env = {"FAKE_VERDICT": verdict, **({"KVB_CI_SKIP_GATE": "1"} if fork else {})}
     job = _run(OWN, work, _stub_bin(tmp_path, None), fork=fork, env=env)
-    _assert_job(job, work / "build" / "ci-compare" / "comment.md", fork, verdict)
-    assert ("### kvblock-bench gate: gate passed" in job.summary) is not fork
+    _assert_job(job, work / "build" / "ci-compare" / "comment.md", fork, verdict, "### kvblock-bench: ")
+    first = job.summary.split("### kvblock-bench: ", 1)[1].splitlines()[0]
+    assert ("passed" in first) is (verdict == "0") and "gate passed" not in job.summary  # never above a failure
+    assert ("- gate (pyproject.toml [tool.kvblock-bench.gate]): rules: 1 met; no rule for 1 of 2 cells"
+            in job.summary) is not fork
 
 
 @pytest.mark.parametrize(("fork", "verdict"), CASES)
@@ -140,11 +144,11 @@ def test_plugin_repository_workflow_runs_as_github_runs_it(tmp_path: Path, fork:
         work / "build" / "kvblock-bench" / "comment.md").read_text()
 
 
-def _assert_job(job, comment: Path, fork: bool, verdict: str) -> None:
+def _assert_job(job, comment: Path, fork: bool, verdict: str, title: str = "### kvblock-bench compare:") -> None:
     assert job.conclusion == ("success" if verdict == "0" else "failure"), job.log
     post = job.step("Post the verdict on the pull request")
     assert post.outcome == "success", job.log
-    assert "### kvblock-bench compare:" in comment.read_text() and comment.read_text() in job.summary
+    assert comment.read_text().startswith(title) and comment.read_text() in job.summary
     log = comment.parents[3] / "gh.log"
     if fork:
         assert "::notice::A pull request from a fork" in post.output and not log.exists()
@@ -243,7 +247,7 @@ def test_own_repository_workflow_measures_end_to_end(tmp_path: Path) -> None:
     _git(work, "update-ref", "refs/remotes/origin/main", "HEAD")  # the base: this commit, as .ci/run's pair
     (work / ".venv").symlink_to(ROOT / ".venv")
     env = {"KVB_CI_RUN_ARGS": TINY.replace("--quick ", "--quick --impl flat "), "KVB_CI_SKIP_GATE": "1",
-           "KVB_CI_AB_ARGS": "--no-counts --reps 1"}
+           "KVB_CI_AB_ARGS": f"--no-counts --reps {MIN_PAIRS}"}
     job = _run(OWN, work, _stub_bin(tmp_path, None), fork=True, env=env)
     assert job.step("Gate, and compare with the base branch").outcome in ("success", "failure"), job.log
     comment = (work / "build" / "ci-compare" / "comment.md").read_text()
@@ -265,11 +269,10 @@ def test_plugin_repository_workflow_measures_end_to_end(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="until the ab branch lands: outside a kvblock-bench checkout ab writes under "
-                                       "$XDG_CACHE_HOME/kvblock-bench/ab/<repository>/, NEW (the working tree) loads "
-                                       "a top-level plug-in module without PYTHONPATH, and the headline says where the "
-                                       "harness and the plug-ins came from")
 def test_ab_in_a_plugin_repository_writes_under_the_cache_and_says_what_it_measured(tmp_path: Path) -> None:
+    """Outside a kvblock-bench checkout ab writes under $XDG_CACHE_HOME/kvblock-bench/ab/<repository>/, NEW (the
+    working tree) loads a top-level plug-in module without PYTHONPATH, and the headline says where the harness and
+    the plug-ins came from."""
     work = _plugin_workspace(tmp_path)
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # no PYTHONPATH: NEW's plug-in from its tree
     proc = subprocess.run([str(ROOT / ".venv" / "bin" / "kvblock-bench"), "ab", "origin/main", "--impl",

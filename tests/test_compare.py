@@ -14,7 +14,8 @@ from harness.base.metrics import Work, cell_blocks
 from harness.base.rows import Row, write_rows
 from harness.base.stats import Estimate, independent_ratio, ratio_of_sums, rep_draws
 from harness.cli import main
-from harness.output.compare import Rules, compare_runs, load_run, verdict
+from harness.errors import TooFewPairs
+from harness.output.compare import MIN_PAIRS, Rules, compare_runs, load_run, verdict
 
 MACHINE = {"cpu_model": "Test CPU", "cpu_count": 2, "caches": {"L1d": "32K (8-way)"},
            "versions": {"python": "3.11.7", "numpy": "2.4.6", "numba": "0.68.1", "llvmlite": "0.50.0"}}
@@ -343,7 +344,7 @@ def test_runs_of_one_ab_compare_with_their_paired_intervals(tmp_path: Path, caps
     a = make_run(tmp_path / "a", three())
     b = make_run(tmp_path / "b", [*three(1.05)[:1], *three()[1:]])
     paired = [{"scenario": "paper", "impl": "flat", "regime": "batched", "metric": "seq_step_ns", "ratio": 1.05,
-               "ci_low": 1.03, "ci_high": 1.07}]
+               "ci_low": 1.03, "ci_high": 1.07, "pairs": [1.04, 1.05, 1.06, 1.05, 1.05]}]
     write_json(b / "ab.json", {"sides": {"BASE": {"run_id": "a"}, "NEW": {"run_id": "b"}}, "paired": paired})
     c = compare_runs(load_run("BASE", a, tmp_path), load_run("NEW", b, tmp_path))
     assert c.interleaved and (c.rows[0].ci_low, c.rows[0].ci_high) == (1.03, 1.07)
@@ -353,3 +354,39 @@ def test_runs_of_one_ab_compare_with_their_paired_intervals(tmp_path: Path, caps
     assert "measured in one run, side by side slice by slice (kvblock-bench ab): intervals paired" in out
     c = compare_runs(load_run("BASE", b, tmp_path), load_run("NEW", b, tmp_path))  # another BASE: not paired
     assert not c.interleaved
+
+
+@pytest.mark.parametrize(("pairs", "config"), [
+    ([1.3, 1.31], {}),  # two pairs of processes recorded
+    (None, {"reps": "1"}),  # an ab.json from before pairs were recorded: one repetition
+    (None, {"reps": "8", "processes": "2"}),  # eight repetitions in two processes each side
+    (None, {"reps": "2"}),  # two repetitions
+    ([], {}),  # no pair at all: the interval was one process's slices
+])
+def test_an_ab_row_over_too_few_pairs_of_processes_gets_no_verdict(tmp_path: Path, capsys, pairs, config) -> None:
+    """A paired interval resting on fewer than MIN_PAIRS pairs of worker processes cannot cover what varies between
+    processes: however narrow, it gives no verdict (not "slower"), and the comparison exits 4, "too few pairs"."""
+    a = make_run(tmp_path / "a", three(), **config)
+    b = make_run(tmp_path / "b", [timed("seq_step_ns", 8.0 * 1.3), *three()[1:]], **config)
+    row = {"scenario": "paper", "impl": "flat", "regime": "batched", "metric": "seq_step_ns", "ratio": 1.3,
+           "ci_low": 1.29, "ci_high": 1.31, **({} if pairs is None else {"pairs": pairs})}
+    write_json(b / "ab.json", {"sides": {"BASE": {"run_id": "a"}, "NEW": {"run_id": "b"}}, "paired": [row]})
+    c = compare_runs(load_run("BASE", a, tmp_path), load_run("NEW", b, tmp_path))
+    first = c.rows[0]
+    assert first.too_few and first.verdict == "not comparable" and "too few pairs for a verdict" in first.why
+    assert first.ratio == 1.3 and c.exit_status == TooFewPairs.exit_status == 4 and not c.slower
+    status, out, _ = run_cli(capsys, str(a), str(b))
+    assert status == 4 and f"too few pairs for a verdict: use at least {MIN_PAIRS}" in out.splitlines()[0]
+    status, out, _ = run_cli(capsys, str(a), str(b), "--format", "markdown")
+    assert out.startswith("### kvblock-bench compare: ⚠️ too few pairs")
+
+
+def test_a_slower_row_with_enough_pairs_fails_beside_a_row_with_too_few(tmp_path: Path) -> None:
+    a = make_run(tmp_path / "a", three())
+    b = make_run(tmp_path / "b", [timed("seq_step_ns", 8.0 * 1.3), timed("lookup_ns", 2.0 * 1.3), *three()[2:]])
+    rows = [{"scenario": "paper", "impl": "flat", "regime": "batched", "metric": metric, "ratio": 1.3,
+             "ci_low": 1.25, "ci_high": 1.35, "pairs": [1.3] * n} for metric, n in (("seq_step_ns", MIN_PAIRS),
+                                                                                     ("lookup_ns", 1))]
+    write_json(b / "ab.json", {"sides": {"BASE": {"run_id": "a"}, "NEW": {"run_id": "b"}}, "paired": rows})
+    c = compare_runs(load_run("BASE", a, tmp_path), load_run("NEW", b, tmp_path))
+    assert [r.verdict for r in c.rows[:2]] == ["slower", "not comparable"] and c.exit_status == 1

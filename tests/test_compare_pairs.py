@@ -95,9 +95,9 @@ def test_the_sections_are_rewritten_from_the_results_file(tmp_path: Path) -> Non
     compare_pairs.write_readme(readme, results, summary)
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n")
-    row = "| separate | off | slowed | 0 / 2 / 0 | 2 of 2 | 1 of 2 (batched 1.31x, 1) | +32.4 % | 122-122 |"
+    row = "| separate | off | slowed | 0 / 2 / 0 / 0 | 2 of 2 | 1 of 2 (batched 1.31x, 1) | +32.4 % | 122-122 |"
     assert row in text and row in summary.read_text()
-    assert "| ab | on | slowed | 0 / 2 / 0 | 2 of 2 | 1 of 2 (batched 1.31x, 1) | +32.4 % | 100-101 |" in text
+    assert "| ab | on | slowed | 0 / 2 / 0 / 0 | 2 of 2 | 1 of 2 (batched 1.31x, 1) | +32.4 % | 100-101 |" in text
     assert "; 7.5 %: 2 of 6 rows, 2 pairs, caught 2; 10 %: 2 of 6 rows, 2 pairs, caught 1; 15 %: 0 of 6" in text
     # both pairs exited 1, but one caught only one of its two slowed rows: the target wants every one
     assert compare_pairs.targets(json.loads(results.read_text())) == [
@@ -189,3 +189,66 @@ def test_the_noisy_neighbours_phases_are_seeded() -> None:
 
     assert first(1, 0) == first(1, 0) != first(2, 0) and first(1, 0) != first(1, 1)
     assert all(1 <= busy <= 5 and 2 <= idle <= 3 for busy, idle in first(3, 0))
+
+
+# -- every mode of ab, and how many pairs a verdict needs -------------------------------------------------------
+def _ab_pair(index: int, kind: str, pairs: list[float], mode: str = "ab-quick", status: int = 0) -> dict:
+    """An ab pair whose flat row has ``pairs`` (NEW/BASE per pair of processes) and whose plug-in row is slowed."""
+    slowed = [1.2, 1.19, 1.22, 1.21, 1.18, 1.2] if kind == "slowed" else [1.0, 1.01, 0.99, 1.0, 1.01, 0.99]
+    plugin = row(PLUGIN, 1.2, 1.1, 1.3) if kind == "slowed" else row(PLUGIN, 1.0, 0.98, 1.02)
+    rows = [{**row("flat", 1.0, 0.98, 1.02), "pairs": pairs}, {**plugin, "pairs": slowed}]
+    return {"mode": mode, "neighbour": "on", "kind": kind, "pair": index, "order": "interleaved",
+            "exit_status": status, "counts": {}, "runs": {}, "slowed": [], "failing": [], "rows": rows,
+            "seconds": 50.0}
+
+
+def test_every_mode_of_ab_is_measured_with_its_own_options() -> None:
+    assert compare_pairs.AB_MODES["ab"] == [] and compare_pairs.AB_MODES["ab-quick"] == ["--quick"]
+    assert compare_pairs.AB_MODES["ab-few"] == ["--reps", str(compare_pairs.MIN_PAIRS - 1)]
+    assert set(compare_pairs.MODES) == {*compare_pairs.AB_MODES, "separate"}
+    assert all(compare_pairs.DEFAULT_THRESHOLDS[m] == compare_pairs.AB_THRESHOLD_PCT for m in compare_pairs.AB_MODES)
+    assert compare_pairs.pairs_for("ab-quick-on-same=3") == {"ab-quick-on-same": 3}
+
+
+def test_subsets_of_pairs_judge_each_count_again() -> None:
+    """Pairs that agree closely but for processes 30 % off: subsets of two can be judged wrongly (a narrow interval
+    away from 1), the whole cannot; slowed runs are caught with enough pairs. One subset judges all of a run's rows."""
+    assert len(compare_pairs.subsets(6, 3)) == 20 and len(compare_pairs.subsets(30, 10)) == compare_pairs.SUBSETS
+    noisy = [1.0, 1.01, 1.3, 1.31, 1.0, 0.99]
+    table = {t["pairs"]: t for t in compare_pairs.by_pair_count([_ab_pair(1, "same", noisy)], "same", 5.0)}
+    assert set(table) == set(range(2, 7)) and table[2]["judged"] == 15  # every subset of two of six, once a run
+    assert table[2]["wrong"] > 0 and table[6]["wrong"] == 0
+    slowed = {t["pairs"]: t for t in compare_pairs.by_pair_count([_ab_pair(1, "slowed", noisy)], "slowed", 5.0)}
+    assert slowed[6]["caught"] == slowed[6]["judged"] == 1 and slowed[2]["wrong"] == table[2]["wrong"]
+    assert compare_pairs.least_pairs([{"pairs": n, "judged": 100, "wrong": w} for n, w in
+                                      ((2, 9), (3, 0), (4, 6), (5, 0), (6, 0))]) == 5
+    assert compare_pairs.least_pairs([{"pairs": 2, "judged": 0, "wrong": 0}]) is None
+
+
+def test_the_targets_hold_every_mode_and_the_minimum_of_pairs_to_its_measurement() -> None:
+    wide = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.01]
+    pairs = [_ab_pair(1, "same", wide), _ab_pair(1, "slowed", wide),
+             {**_ab_pair(1, "same", [], mode="ab-few", status=4), "rows": []}]
+    doc = {**document(pairs), "default_threshold_pct": compare_pairs.DEFAULT_THRESHOLDS}
+    least = compare_pairs.pairs_needed(doc)[1]
+    assert least == 2 and compare_pairs.targets(doc) == (
+        [] if compare_pairs.MIN_PAIRS == 2 else
+        [f"ab's minimum of pairs is {compare_pairs.MIN_PAIRS} (harness/output/compare.py, MIN_PAIRS); the pairs "
+         "support 2"])
+    pairs[2]["exit_status"] = 0  # a mode of too few pairs that gave a verdict
+    assert any(m.startswith("ab-few (--reps") for m in compare_pairs.targets(doc))
+    text = compare_pairs.render_markdown(doc)
+    assert "| ab-quick | on | same | 0 / 1 / 0 / 0 |" not in text and "| ab-few | on | same | 1 / 0 / 0 / 0 |" in text
+    assert "Pairs needed: each ab pair judged again from subsets" in text and "| ab-quick | on | slowed |" in text
+
+
+def test_the_fewest_pairs_ab_accepts_is_what_the_committed_pairs_support() -> None:
+    """MIN_PAIRS is decided by measurement: the committed campaign's pairs of processes where it has them, else the
+    committed trial's ("Pairs needed", docs/ci.md)."""
+    found = [json.loads(path.read_text()) for path in (RESULTS, RESULTS.parent / "trial_pairs_needed.json")
+             if path.is_file()]
+    supported = [compare_pairs.pairs_needed(doc)[1] for doc in found]
+    least = next(n for n in supported if n is not None)
+    assert least == compare_pairs.MIN_PAIRS
+    trial = (RESULTS.parent / "trial_pairs_needed.md").read_text()
+    assert trial == compare_pairs.render_markdown(found[-1])

@@ -208,13 +208,15 @@ def test_table_lists_every_cell() -> None:
     header, *rows = [line.split() for line in text.splitlines()]
     assert header[:2] == ["impl", "regime"] and len(rows) == 2
     ceiling = format(OURS.rule(("flat", "batched")).max_instructions_per_seq_step, "g")
-    assert rows[0] == ["flat", "batched", "10.0", "0.00", "1.0", "-", ceiling, "0.25", "0.00", "-"]
-    assert rows[1] == ["dict", "batched", "800.0", "0.00", "80.0", "10", "-", "0.00", "0.00", "-"]
+    # the last column: the cell's rule met or failed (flat allocates here), "no rule" where none asks anything
+    assert rows[0] == ["flat", "batched", "10.0", "0.00", "1.0", "-", ceiling, "0.25", "0.00", "-", "FAILED"]
+    assert rows[1] == ["dict", "batched", "800.0", "0.00", "80.0", "10", "-", "0.00", "0.00", "-", "met"]
     unmeasured = {("flat", "batched"): gate.CellFigures("flat", "batched")}
     assert gate.table(unmeasured, OURS).splitlines()[1].split() == ["flat", "batched", "-", "-", "-", "-", ceiling,
-                                                                   "-", "-", "-"]
+                                                                   "-", "-", "-", "not", "measured"]
     spread = gate.CellFigures("dict", "batched", [1_010, 1_010, 1_000, 1_004], 100, 0.0, 0.0, "memray", [0, 0, 1, 2])
     assert gate.table({("dict", "batched"): spread}).splitlines()[1].split()[2:4] == ["10.0", "1.00"]
+    assert gate.table({("dict", "batched"): spread}).splitlines()[1].endswith("no rule")
     assert gate.CellFigures("flat", "batched", [10, 10], 4).instructions_per_seq_step == 2.5
 
 

@@ -93,6 +93,10 @@ def _time(samples: Sequence[StepTimes], slices, fn: Callable[[StepTimes], np.nda
     return block_medians(stacked(samples, fn), slices)
 
 
+# The figures timed per step and repetition (:func:`rep_times`).
+TIMED_FIGURES = ("seq_step_ns", "step_mean_ns", "lookup_ns", "alloc_ns", "free_ns", "alloc_free_ns")
+
+
 def _figures(work: Work) -> dict[str, tuple[bool, Callable[[StepTimes], np.ndarray], np.ndarray]]:
     """Per timed figure: whether it reads the detail samples, its time per step of a sample, its work per step."""
     def kind(*kinds: str) -> Callable[[StepTimes], np.ndarray]:
@@ -102,14 +106,15 @@ def _figures(work: Work) -> dict[str, tuple[bool, Callable[[StepTimes], np.ndarr
         return s.step_ns
 
     seq = work.seq_steps_per_step
-    return {
-        "seq_step_ns": (False, whole, seq),
-        "step_mean_ns": (False, whole, np.ones(work.steps)),
-        "lookup_ns": (True, kind("lookup"), seq),
-        "alloc_ns": (True, kind("alloc"), work.alloc_blocks_per_step),
-        "free_ns": (True, kind("free"), work.free_blocks_per_step),
-        "alloc_free_ns": (True, kind("alloc", "free"), work.alloc_blocks_per_step + work.free_blocks_per_step),
-    }
+    figures = (
+        (False, whole, seq),
+        (False, whole, np.ones(work.steps)),
+        (True, kind("lookup"), seq),
+        (True, kind("alloc"), work.alloc_blocks_per_step),
+        (True, kind("free"), work.free_blocks_per_step),
+        (True, kind("alloc", "free"), work.alloc_blocks_per_step + work.free_blocks_per_step),
+    )
+    return dict(zip(TIMED_FIGURES, figures, strict=True))
 
 
 def cell_blocks(work: Work, step_samples: Sequence[StepTimes], detail_samples: Sequence[StepTimes],

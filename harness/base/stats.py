@@ -119,12 +119,9 @@ TRIM = 0.2  # of the pairs at each end: one pair in five may be a process that r
 TRIM_FROM = 8  # pairs
 
 
-def paired_reps(time_a: np.ndarray, time_b: np.ndarray, work_a: np.ndarray | float = 1.0,
-                work_b: np.ndarray | float = 1.0) -> Estimate:
-    """A/B per unit of work from repetitions replayed side by side (``[reps, steps]``): docs/measurement.md#stats."""
-    from scipy.stats import mstats
-    from scipy.stats import t as student_t
-
+def pair_logs(time_a: np.ndarray, time_b: np.ndarray, work_a: np.ndarray | float = 1.0,
+              work_b: np.ndarray | float = 1.0, groups: np.ndarray | None = None) -> np.ndarray:
+    """The log of A/B per unit of work of each pair of repetitions (``[reps, steps]``), one per ``groups`` label."""
     time_a, time_b = np.asarray(time_a, dtype=float), np.asarray(time_b, dtype=float)
     if time_a.shape != time_b.shape:
         raise ValueError(f"paired repetitions differ in shape: {time_a.shape} and {time_b.shape}")
@@ -132,6 +129,24 @@ def paired_reps(time_a: np.ndarray, time_b: np.ndarray, work_a: np.ndarray | flo
     both = np.isfinite(time_a) & np.isfinite(time_b)
     with np.errstate(divide="ignore", invalid="ignore"):
         logs = np.log(clipped_totals(time_a, both) / clipped_totals(time_b, both) * scale)
+    if groups is None:
+        return logs
+    groups = np.asarray(groups)
+    return np.array([logs[groups == g].mean() for g in dict.fromkeys(groups.tolist())])
+
+
+def paired_reps(time_a: np.ndarray, time_b: np.ndarray, work_a: np.ndarray | float = 1.0,
+                work_b: np.ndarray | float = 1.0, groups: np.ndarray | None = None) -> Estimate:
+    """A/B per unit of work from repetitions replayed side by side: docs/measurement.md#stats."""
+    return log_interval(pair_logs(time_a, time_b, work_a, work_b, groups))
+
+
+def log_interval(logs: np.ndarray) -> Estimate:
+    """The ratio of pairs whose logs are ``logs``, with its 95 % interval (docs/measurement.md#stats)."""
+    from scipy.stats import mstats
+    from scipy.stats import t as student_t
+
+    logs = np.asarray(logs, dtype=float)
     if not np.all(np.isfinite(logs)):
         return Estimate(float("nan"), float("nan"), float("nan"))
     if logs.size < 2:

@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata as importlib_metadata
+import os
 import subprocess
 import sys
 import tempfile
@@ -12,13 +14,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base import coderoot
 from harness.base.args import DEFAULT_DEADLINE_S
 from harness.base.files import atomic_write_text
+from harness.base.metrics import TIMED_FIGURES
 from harness.ci import gate
-from harness.ci.gate_config import load_config
-from harness.errors import InputError
+from harness.ci.gate_config import DEFAULT_COUNTS_THRESHOLD_PCT, load_config
+from harness.errors import InputError, TooFewPairs
 from harness.output.compare import (
     DEFAULT_METRICS,
+    MIN_PAIRS,
     Comparison,
     Counted,
     Rules,
@@ -26,12 +31,14 @@ from harness.output.compare import (
     load_run,
 )
 from harness.output.compare_report import RENDER
-from harness.run.ab import Side, run_ab
-from harness.run.runner import RunConfig
+from harness.run import metadata
+from harness.run.ab import Side, from_ref, run_ab
+from harness.run.runner import RunConfig, processes_of
 
 REPORTS = {"text": "compare.txt", "markdown": "compare.md", "json": "compare.json"}  # in NEW's run folder
 # ab's defaults, which results/compare_pairs/ measures (docs/ci.md#kvblock-bench-ab).
 AB_REPS = 8
+AB_QUICK_REPS = MIN_PAIRS
 AB_THRESHOLD_PCT = 5.0
 
 
@@ -47,6 +54,7 @@ class AbOptions:
     rules: Rules = field(default_factory=Rules)
     counts: bool = True
     deadline_s: float = DEFAULT_DEADLINE_S
+    counts_threshold_pct: float | None = None  # None: the configuration's
 
 
 def git(repo: Path, *args: str) -> str:
@@ -67,10 +75,66 @@ def commit_of(repo: Path, ref: str, flag: str) -> str:
 
 
 def working_tree(repo: Path) -> Side:
-    """NEW as this checkout's working tree: its commit, ``-dirty`` with the files that differ from it."""
+    """NEW as the repository's working tree: its commit, ``-dirty`` with the files that differ from it."""
     changed = git(repo, "diff", "--name-only", "HEAD").splitlines()
     commit = git(repo, "rev-parse", "--short=12", "HEAD") + ("-dirty" if changed else "")
-    return Side("NEW", "", "working tree", commit, changed)
+    return Side("NEW", str(repo), "working tree", commit, changed)
+
+
+def repository_here() -> Path:
+    """The git checkout of the current folder: the repository whose refs ``ab`` compares."""
+    try:
+        return Path(git(Path.cwd(), "rev-parse", "--show-toplevel")).resolve()
+    except InputError:
+        raise InputError(f"{Path.cwd()}: not inside a git checkout; run `kvblock-bench ab` in the repository "
+                         "whose refs it compares") from None
+
+
+def results_root(repo: Path) -> Path:
+    """``ab``'s runs by default: ``results/`` in a checkout of kvblock-bench, else a cache folder outside it."""
+    if coderoot.is_checkout(repo):
+        return repo / "results"
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
+    return base / "kvblock-bench" / "ab" / repo.name
+
+
+def check_code(repo: Path) -> bool:
+    """Refuse a repository whose versions' code would come from elsewhere; whether it is a kvblock-bench checkout."""
+    own = coderoot.is_checkout(repo)
+    if own and repo != coderoot.HARNESS_ROOT:
+        raise InputError(f"this kvblock-bench runs from {coderoot.HARNESS_ROOT}, not from {repo}, the checkout whose "
+                         "refs ab compares: NEW would be measured with another checkout's harness; run the "
+                         f"checkout's own (`{repo}/.venv/bin/kvblock-bench ab ...`, or `python -m harness.cli ab ...` "
+                         "there) with no PYTHONPATH naming another checkout")
+    for name, where in coderoot.shadowed(repo):
+        raise InputError(f"module {name}: this Python imports it from {where}, not from {repo}, whose refs ab "
+                         "compares (a PYTHONPATH entry or another checkout): ab would measure that copy; remove it "
+                         "from PYTHONPATH")
+    return own
+
+
+def harness_words() -> str:
+    """The installed harness: its version, folder and commit."""
+    try:
+        version = f" {importlib_metadata.version('kvblock-bench')}"
+    except importlib_metadata.PackageNotFoundError:
+        version = ""
+    commit = metadata.git_commit()
+    where = "" if commit == "not a git checkout" else f", commit {commit}"
+    return f"the installed kvblock-bench{version} ({coderoot.HARNESS_ROOT}{where})"
+
+
+def origin_words(side: Side, own: bool) -> str:
+    """Where ``side``'s code came from, for the headline: its folder and commit, and what is the harness's."""
+    where = (f"{side.code} (the working tree at {side.commit})" if side.ref == "working tree"
+             else f"{side.code} (a temporary worktree of {side.ref}, commit {side.commit})")
+    if own:
+        return f"{side.name}: designs and harness from {where}"
+    mine = [name for name, info in side.infos.items() if from_ref(side, info)]
+    others = [name for name in side.infos if name not in mine]
+    return (f"{side.name}: {', '.join(mine) or 'no implementation'} from {where}; the harness"
+            f"{' and ' + ', '.join(others) if others else ''} from {harness_words()}")
 
 
 @contextlib.contextmanager
@@ -116,29 +180,48 @@ def add_counts(comparison: Comparison, sides: list[Side], opts: AbOptions) -> No
     for cell in cells:
         comparison.counted.append(Counted(*cell, tuple(f[cell].instructions_per_seq_step for f in figures),
                                           tuple(f[cell].memray_per_step for f in figures)))
-    tolerance = load_config(None).tolerance_pct
-    comparison.counted_notes.append(f"a row's note names a change of instructions beyond {tolerance:g} % (the "
-                                    "gate's tolerance: the two checkouts' paths alone move Python's counts a little)")
+    config = load_config(None)
+    threshold = config.counts_threshold_pct if opts.counts_threshold_pct is None else opts.counts_threshold_pct
+    comparison.counts_threshold_pct = threshold
+    where = "--counts-threshold" if opts.counts_threshold_pct is not None else (
+        f"counts_threshold_pct of [tool.kvblock-bench.gate], default {DEFAULT_COUNTS_THRESHOLD_PCT:g}")
+    comparison.counted_notes.append(f"NEW's instructions per sequence-step or allocations per step above BASE's by "
+                                    f"more than {threshold:g} % ({where}) fail; a row's note names a change beyond it")
     by_cell = {(k.impl, k.regime): k for k in comparison.counted}
     for row in comparison.rows:
-        words = by_cell[(row.impl, row.regime)].words(tolerance) if (row.impl, row.regime) in by_cell else ""
+        words = by_cell[(row.impl, row.regime)].words(threshold) if (row.impl, row.regime) in by_cell else ""
         row.notes += [words] if words else []
+
+
+def check_options(cfg: RunConfig, metrics: tuple[str, ...]) -> None:
+    """Refuse metrics ``ab`` does not pair, and fewer than :data:`MIN_PAIRS` pairs of processes (TooFewPairs)."""
+    unknown = [m for m in metrics if m not in TIMED_FIGURES]
+    if unknown:
+        raise InputError(f"--metric {','.join(unknown)}: ab compares the figures it pairs over repetitions: "
+                         f"{', '.join(TIMED_FIGURES)}")
+    pairs = min(processes_of(cfg), cfg.reps)
+    if pairs >= MIN_PAIRS:
+        return
+    given = f"--processes {cfg.processes}" if cfg.processes and cfg.processes < cfg.reps else f"--reps {cfg.reps}"
+    raise TooFewPairs(f"too few pairs for a verdict: use at least {MIN_PAIRS} ({given} gives {pairs} pair"
+                      f"{'s' * (pairs != 1)} of worker processes per implementation, too few for an interval to "
+                      f"cover what varies between processes; give --reps {MIN_PAIRS} or more"
+                      f"{' and as many --processes' if cfg.processes else ''})")
 
 
 def run(opts: AbOptions, argv: list[str] | None = None) -> tuple[Comparison, Path]:
     """Check out, measure both versions in one run, compare and count; returns the comparison and NEW's run
     folder, where the reports are written (:data:`REPORTS`)."""
-    try:
-        repo = Path(git(Path.cwd(), "rev-parse", "--show-toplevel")).resolve()
-    except InputError:
-        raise InputError(f"{Path.cwd()}: not inside a git checkout; run `kvblock-bench ab` in the repository "
-                         "whose refs it compares") from None
+    check_options(opts.run, opts.metrics)
+    repo = repository_here()
+    own = check_code(repo)
     with checkouts(repo, opts.base_ref, opts.new_ref) as sides:
-        result = run_ab(opts.run, sides, argv)
+        result = run_ab(opts.run, sides, argv, lambda side: origin_words(side, own))
         if set(result.folders) != {"BASE", "NEW"}:
             raise InputError("nothing was measured: neither side had a cell to run")
         base, new = (load_run(name, result.folders[name], opts.run.root) for name in ("BASE", "NEW"))
-        comparison = compare_runs(base, new, opts.metrics, opts.threshold, rules=opts.rules, paired=result.paired)
+        comparison = compare_runs(base, new, opts.metrics, opts.threshold, rules=opts.rules, paired=result.paired,
+                                  pairs={key: len(ratios) for key, ratios in result.pairs.items()})
         if opts.counts:
             add_counts(comparison, sides, opts)
     for fmt, name in REPORTS.items():

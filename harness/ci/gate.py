@@ -170,15 +170,31 @@ def _ceiling(rule: Rule | None) -> str:
     return f"{rule.max_instructions_vs_base:g}x"
 
 
+def cell_rule(config: GateConfig, key: tuple[str, str], cell: CellFigures, base_ir: float | None) -> str:
+    """The cell's rule: ``met``, ``FAILED``, ``not measured``, or ``no rule``."""
+    rule = config.rule(key)
+    if rule is None:
+        return "no rule"
+    if cell.instructions_per_seq_step is None and cell.memray_per_step is None:
+        return "not measured"
+    return "FAILED" if rule_failures(rule, cell, base_ir) else "met"
+
+
+def rules_checked(cells: dict[tuple[str, str], CellFigures], config: GateConfig) -> dict[str, str]:
+    """Each cell's :func:`cell_rule`, by ``"impl regime"``."""
+    base_ir = cells[BASE].instructions_per_seq_step if BASE in cells else None
+    return {f"{key[0]} {key[1]}": cell_rule(config, key, cell, base_ir) for key, cell in cells.items()}
+
+
 def table(cells: dict[tuple[str, str], CellFigures], config: GateConfig | None = None) -> str:
     """The gate's table: instructions per sequence-step, ratio to batched flat, the cell's floor and ceiling,
-    allocations per step."""
+    allocations per step, its rule's outcome."""
     config = config or GateConfig("")
     base_ir = cells[BASE].instructions_per_seq_step if BASE in cells else None
     width = max([10, *(len(impl) for impl, _ in cells)])
     lines = [
         f"{'impl':<{width}} {'regime':<9} {'instr/seq-step':>14} {'layouts +%':>10} {'x batched flat':>14} "
-        f"{'floor':>6} {'ceiling':>7} {'allocs/step':>18} {'allocs/step nrt':>15}  allocs source",
+        f"{'floor':>6} {'ceiling':>7} {'allocs/step':>18} {'allocs/step nrt':>15}  {'allocs source':<17} rule",
     ]
     for key, cell in cells.items():
         ir = cell.instructions_per_seq_step
@@ -190,7 +206,8 @@ def table(cells: dict[tuple[str, str], CellFigures], config: GateConfig | None =
             f"{cell.impl:<{width}} {cell.regime:<9} {_fmt(ir, ',.1f'):>14} {_fmt(cell.spread_pct, '.2f'):>10} "
             f"{_fmt(ratio, '.1f'):>14} "
             f"{_fmt(floor, 'g'):>6} {ceiling:>7} {_fmt(cell.memray_per_step, '.2f'):>18} "
-            f"{_fmt(cell.nrt_per_step, '.2f'):>15}  {cell.alloc_source or '-'}"
+            f"{_fmt(cell.nrt_per_step, '.2f'):>15}  {cell.alloc_source or '-':<17} "
+            f"{cell_rule(config, key, cell, base_ir)}"
         )
     return "\n".join(lines)
 
@@ -386,15 +403,29 @@ def _gate(args: argparse.Namespace, workers: GateWorkers) -> int:
     for rule in config.rules:
         if rule.cell not in cells:
             print(f"rule for {rule.impl} {rule.regime}: not measured (not among the gated cells)")
+    unruled = [f"{impl} {regime}" for impl, regime in cells if config.rule((impl, regime)) is None]
+    if unruled:
+        print(f"no rule for {len(unruled)} of {len(cells)} cells ({', '.join(unruled)}): measured, nothing asked")
     failures += check(cells, wall, config)
     wall_ns = None if wall is None else {config.wall.slower: wall[0], config.wall.faster: wall[1]}
+    rules = rules_checked(cells, config)
     doc = gate_document(cells, trace, config, wall_ns=wall_ns, unmeasured=unmeasured, seconds=phases.elapsed,
-                        phases=phases.seconds)
+                        phases=phases.seconds, rules=rules)
     if baseline is not None:
         failures += _against(args, baseline, doc, config)
-    doc["failures"] = failures
+    checked = any(word != "no rule" for word in rules.values()) or wall is not None or baseline is not None
+    doc.update(failures=failures, verdict=verdict_word(failures, unmeasured, checked))
     _write(args, doc, unmeasured)
-    return _verdict(failures, unmeasured, phases)
+    return _verdict(failures, unmeasured, phases, doc["verdict"])
+
+
+def verdict_word(failures: list[str], unmeasured: str, checked: bool) -> str:
+    """``failed``, ``incomplete``, ``passed``, or ``checked no rule`` when nothing was asked of what it measured."""
+    if failures:
+        return "failed"
+    if unmeasured:
+        return "incomplete"
+    return "passed" if checked else "checked no rule"
 
 
 def _against(args, baseline: dict, doc: dict, config: GateConfig) -> list[str]:
@@ -420,14 +451,13 @@ def _write(args, doc: dict, unmeasured: str) -> None:
             print(f"saved baseline {args.save_baseline}")
 
 
-def _verdict(failures: list[str], unmeasured: str, phases: _Phases) -> int:
+def _verdict(failures: list[str], unmeasured: str, phases: _Phases, word: str) -> int:
     for failure in failures:
         print(f"FAIL: {failure}")
     if unmeasured:
         print(f"NOT MEASURED: {unmeasured}")
     spent = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases.seconds.items())
-    print(f"gate {'failed' if failures else 'incomplete' if unmeasured else 'passed'} in {phases.elapsed:.0f} s "
-          f"({spent})")
+    print(f"gate {word} in {phases.elapsed:.0f} s ({spent})")
     if failures:
         return EXIT_FAIL
     return EXIT_UNMEASURED if unmeasured else 0

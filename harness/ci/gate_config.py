@@ -18,6 +18,8 @@ else:  # pragma: no cover - Python 3.10 (tomli is a dependency there)
 
 TABLE = "[tool.kvblock-bench.gate]"
 DEFAULT_TOLERANCE_PCT = 1.0
+# ab: NEW's counts above BASE's by more than this fail (docs/ci.md#kvblock-bench-ab).
+DEFAULT_COUNTS_THRESHOLD_PCT = 2.0
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class GateConfig:
     wall: WallRule | None = None
     tolerance_pct: float = DEFAULT_TOLERANCE_PCT
     impls: tuple[str, ...] = ()
+    counts_threshold_pct: float = DEFAULT_COUNTS_THRESHOLD_PCT
 
     def rule(self, cell: tuple[str, str]) -> Rule | None:
         return next((r for r in self.rules if r.cell == cell), None)
@@ -143,7 +146,7 @@ def parse_rule(where: str, table: object) -> Rule:
 
 def parse(table: dict, where: str) -> GateConfig:
     """The gate's configuration from its TOML table (``where`` names it in errors)."""
-    table = _known_keys(where, table, ("impls", "tolerance_pct", "rule", "wall"))
+    table = _known_keys(where, table, ("impls", "tolerance_pct", "counts_threshold_pct", "rule", "wall"))
     rules_table = table.get("rule", [])
     if not isinstance(rules_table, list):
         raise InputError(f"{where}: rule must be an array of tables ([[tool.kvblock-bench.gate.rule]])")
@@ -164,4 +167,5 @@ def parse(table: dict, where: str) -> GateConfig:
     if not isinstance(impls, list) or not all(isinstance(i, str) and i for i in impls):
         raise InputError(f"{where}: impls must be a list of implementation names, got {impls!r}")
     tolerance = _number(where, "tolerance_pct", table.get("tolerance_pct", DEFAULT_TOLERANCE_PCT))
-    return GateConfig(where, rules, wall, tolerance, tuple(impls))
+    counts = _number(where, "counts_threshold_pct", table.get("counts_threshold_pct", DEFAULT_COUNTS_THRESHOLD_PCT))
+    return GateConfig(where, rules, wall, tolerance, tuple(impls), counts)

@@ -11,7 +11,7 @@ from harness.base.files import PAIRED_FILE, ResultsError, read_json
 from harness.base.host import competing_work, machine_name
 from harness.base.rows import RATIO_METRICS
 from harness.base.stats import Estimate, independent_ratio
-from harness.errors import InputError
+from harness.errors import InputError, TooFewPairs
 from harness.output.rundata import RunData, ordered
 from harness.run.metadata import TIMING_IDENTITY, identity_differences
 
@@ -19,6 +19,8 @@ from harness.run.metadata import TIMING_IDENTITY, identity_differences
 DEFAULT_METRICS = RATIO_METRICS
 # From scripts/compare_pairs.py's pairs (results/compare_pairs/; docs/ci.md, "Threshold").
 DEFAULT_THRESHOLD_PCT = 10.0
+# The fewest pairs of worker processes a paired verdict rests on: scripts/compare_pairs.py's "Pairs needed".
+MIN_PAIRS = 3
 DEFAULT_THRESHOLD = DEFAULT_THRESHOLD_PCT / 100
 EXIT_FAILS, EXIT_NOTHING_COMPARABLE = 1, 2  # a row slower (or a figure lost...); no row comparable: nothing judged
 VERDICTS = ("slower", "faster", "no difference", "not comparable")
@@ -73,6 +75,7 @@ class Compared:
     notes: list[str] = field(default_factory=list)
     inconclusive: bool = False  # no difference, but the interval reaches past the threshold
     lost: bool = False  # BASE measured it, NEW did not (missing, failed, skipped or unavailable there)
+    too_few: bool = False  # paired over fewer than MIN_PAIRS pairs of processes
 
     def detectable(self, threshold: float) -> float | None:
         """The smallest slowdown (a fraction) this row would have reported at ``threshold``: the NEW/BASE at which
@@ -96,6 +99,21 @@ class Counted:
         """NEW's instructions over BASE's, minus 1."""
         base, new = self.instructions
         return None if not base or new is None else new / base - 1
+
+    def beyond(self, threshold_pct: float) -> list[str]:
+        """What NEW needs more of than BASE beyond ``threshold_pct`` percent (instructions, allocations), in words."""
+        change, (base, new) = self.change, self.allocations
+        out = [] if change is None or change * 100 <= threshold_pct else [f"instructions {change * 100:+.1f} %"]
+        if base is not None and new is not None and new > base * (1 + threshold_pct / 100):
+            out.append(f"allocations per step {base:g} -> {new:g}")
+        return out
+
+    def verdict(self, threshold_pct: float) -> str:
+        """``more work`` (it fails), ``not measured``, or ``within``."""
+        if self.beyond(threshold_pct):
+            return "more work"
+        measured = None not in self.instructions or None not in self.allocations
+        return "within" if measured else "not measured"
 
     def words(self, tolerance_pct: float = 0.0) -> str:
         """"more work: +x % instructions" (or less) beyond ``tolerance_pct``, and allocations when they differ;
@@ -162,6 +180,13 @@ class Comparison:
     rules: Rules = field(default_factory=Rules)
     counted: list[Counted] = field(default_factory=list)
     counted_notes: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # where each side's code came from (ab)
+    counts_threshold_pct: float = 0.0  # NEW's counts beyond BASE's by more than this fail (ab)
+
+    @property
+    def more_work(self) -> list[Counted]:
+        """The counted cells where NEW needs more than BASE beyond the threshold."""
+        return [k for k in self.counted if k.beyond(self.counts_threshold_pct)]
 
     def count(self, verdict: str) -> int:
         return sum(r.verdict == verdict for r in self.rows)
@@ -183,6 +208,10 @@ class Comparison:
         return [r for r in self.rows if r.verdict != "not comparable"]
 
     @property
+    def too_few(self) -> list[Compared]:
+        return [r for r in self.rows if r.too_few]
+
+    @property
     def detectable(self) -> tuple[float, Compared] | None:
         """The smallest slowdown every comparable row would have reported, and the row that needs it."""
         found = [(r.detectable(self.threshold), r) for r in self.comparable
@@ -192,6 +221,9 @@ class Comparison:
     def failures(self) -> list[str]:
         """Why the comparison fails, in words (empty when it passes)."""
         why = [f"{len(self.slower)} slower beyond the threshold"] if self.slower else []
+        if self.more_work:
+            why.append(f"more work than BASE beyond {self.counts_threshold_pct:g} %: " + "; ".join(
+                f"{k.impl} {k.regime} ({', '.join(k.beyond(self.counts_threshold_pct))})" for k in self.more_work))
         if self.lost and not self.rules.allow_lost:
             why.append(f"NEW lost {len(self.lost)} figure{'s' * (len(self.lost) != 1)} BASE has")
         if self.inconclusive and self.rules.fail_on_inconclusive:
@@ -200,10 +232,12 @@ class Comparison:
 
     @property
     def exit_status(self) -> int:
-        """2 when no figure is comparable; 1 when the comparison fails (:meth:`failures`); else 0."""
-        if not self.comparable:
-            return EXIT_NOTHING_COMPARABLE
-        return EXIT_FAILS if self.failures() else 0
+        """1 when the comparison fails; else 4 for a row of too few pairs, 2 when nothing is comparable, 0."""
+        if self.failures():
+            return EXIT_FAILS
+        if self.too_few:
+            return TooFewPairs.exit_status
+        return 0 if self.comparable else EXIT_NOTHING_COMPARABLE
 
 
 def load_run(side: str, run: str | Path, root: Path) -> Run:
@@ -222,6 +256,31 @@ def paired_from(base: Run, new: Run) -> dict[Key, Estimate] | None:
         return None
     return {(r["scenario"], r["impl"], r["regime"], r["metric"]): Estimate(
         r["ratio"], *(float("nan") if r[k] is None else r[k] for k in ("ci_low", "ci_high"))) for r in doc["paired"]}
+
+
+def pair_counts(new: Run) -> dict[Key, int]:
+    """Per figure of NEW's ``ab.json``, the pairs of worker processes its interval rests on."""
+    try:
+        doc = read_json(new.data.run_dir / PAIRED_FILE)
+    except (ResultsError, ValueError, OSError):
+        return {}
+    config = new.config
+
+    def number(key: str) -> int:
+        text = str(config.get(key, "0"))
+        return int(text) if text.isdigit() else 0
+
+    older = min(number("reps"), number("processes") or number("reps"))
+    return {(r["scenario"], r["impl"], r["regime"], r["metric"]): len(r["pairs"]) if isinstance(r.get("pairs"), list)
+            else older for r in doc.get("paired", []) if isinstance(r, dict)}
+
+
+def too_few_pairs(row: Compared, pairs: int) -> Compared:
+    """``row`` with its verdict withheld: too few pairs of processes."""
+    row.verdict, row.why, row.too_few, row.inconclusive = "not comparable", (
+        f"too few pairs for a verdict: {pairs} pair{'s' * (pairs != 1)} of worker processes, at least {MIN_PAIRS} "
+        f"needed (--reps {MIN_PAIRS})"), True, False
+    return row
 
 
 def verdict(est: Estimate, threshold: float) -> tuple[str, list[str]]:
@@ -357,23 +416,39 @@ def check_runs(base: Run, new: Run, allowed: Allowed) -> list[str]:
 
 def compare_runs(base: Run, new: Run, metrics: tuple[str, ...] = DEFAULT_METRICS,
                  threshold: float = DEFAULT_THRESHOLD, allowed: Allowed | None = None, rules: Rules | None = None,
-                 paired: dict[Key, Estimate] | None = None) -> Comparison:
-    """Compare ``new`` against ``base`` (NEW/BASE paired where ``paired``, or NEW's ``ab.json``, holds it);
-    :class:`InputError` for other machines or lengths (unless allowed) or unknown metrics."""
+                 paired: dict[Key, Estimate] | None = None, pairs: dict[Key, int] | None = None) -> Comparison:
+    """Compare ``new`` against ``base`` (NEW/BASE paired where ``paired``, or NEW's ``ab.json``, holds it, over
+    ``pairs`` pairs of processes); :class:`InputError` for other machines or lengths (unless allowed) or metrics."""
     if not (0 <= threshold < 10):
         raise InputError(f"--threshold {threshold * 100:g}: give a percentage from 0 to 1000, e.g. 10")
     differences = check_runs(base, new, allowed or Allowed())
     check_metrics(base, new, metrics)
+    counts = pairs if pairs is not None else pair_counts(new) if paired is None else {}
     paired = paired if paired is not None else paired_from(base, new)
     keys = figure_keys(base, new, metrics)
     unmeasured = [key for key in keys if _unmeasured_in_both(base, new, key)]
     rows = [compare_figure(base, new, key, threshold, paired) for key in keys if key not in unmeasured]
+    for row in rows:
+        key = (row.scenario, row.impl, row.regime, row.metric)
+        if paired and row.ratio is not None and key in paired and counts.get(key, MIN_PAIRS) < MIN_PAIRS:
+            too_few_pairs(row, counts[key])
     if differences:
         for row in rows:
             row.notes.append("other machine")
     notes = run_notes(base, new) + unmeasured_note(base, unmeasured)
     return Comparison(base, new, threshold, metrics, differences, notes, rows, paired is not None,
-                      rules or Rules())
+                      rules or Rules(), sources=code_sources(base, new))
+
+
+def code_sources(base: Run, new: Run) -> list[str]:
+    """Where each side's code came from, as ``ab`` recorded it."""
+    found = []
+    for run in (base, new):
+        ab = run.meta.get("ab")
+        words = ab.get("code_from") if isinstance(ab, dict) else None
+        if isinstance(words, str) and words:
+            found.append(" ".join(words.split()))
+    return found
 
 
 def _unmeasured_in_both(base: Run, new: Run, key: tuple[str, str, str, str]) -> bool:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from harness.output.compare import VERDICTS, Compared, Comparison, Counted, Figure
+from harness.errors import TooFewPairs
+from harness.output.compare import MIN_PAIRS, VERDICTS, Compared, Comparison, Counted, Figure
 from harness.output.formatting import fmt
 
 FORMATS = ("text", "markdown", "json")
@@ -43,6 +44,8 @@ def title(c: Comparison) -> str:
         return "no figure comparable: nothing was judged"
     if c.failures():
         return "FAILED: " + "; ".join(c.failures())
+    if c.too_few:
+        return f"too few pairs for a verdict: use at least {MIN_PAIRS} (--reps {MIN_PAIRS})"
     if c.inconclusive:
         return (f"nothing slower beyond the threshold, but {len(c.inconclusive)} of {len(c.comparable)} rows "
                 "inconclusive: they cannot rule out a slowdown beyond it")
@@ -70,6 +73,11 @@ def headline(c: Comparison) -> list[str]:
     lines.append("BASE and NEW measured in one run, side by side slice by slice (kvblock-bench ab): intervals "
                  "paired over repetitions" if c.interleaved else "BASE and NEW are runs made apart, not interleaved: "
                  "a change of load between them is not in the intervals (kvblock-bench ab measures both in one run)")
+    if c.too_few:
+        lines.append(f"no verdict on {len(c.too_few)} row{'s' * (len(c.too_few) != 1)}: paired over fewer than "
+                     f"{MIN_PAIRS} pairs of worker processes, too few for an interval to cover what varies between "
+                     "processes")
+    lines += [f"code of {words}" for words in c.sources]
     if c.lost:
         lines.append(_lost_line(c))
     return lines
@@ -106,22 +114,38 @@ def _count(value: float | None, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
-def _counted_cells(k: Counted) -> list[str]:
+def _counted_cells(k: Counted, threshold_pct: float) -> list[str]:
+    verdict = k.verdict(threshold_pct)
     return [k.impl, k.regime, _count(k.instructions[0], ",.1f"), _count(k.instructions[1], ",.1f"),
             _count(None if k.change is None else k.change * 100, "+.2f"), _count(k.allocations[0], "g"),
-            _count(k.allocations[1], "g")]
+            _count(k.allocations[1], "g"),
+            "FAILED: more work" if verdict == "more work" else f"within {threshold_pct:g} %" if verdict == "within"
+            else verdict]
 
 
-COUNTED_HEAD = ["impl", "regime", "instr/seq-step BASE", "NEW", "change %", "allocs/step BASE", "NEW"]
+COUNTED_HEAD = ["impl", "regime", "instr/seq-step BASE", "NEW", "change %", "allocs/step BASE", "NEW",
+                "against BASE"]
+
+
+def counted_title(c: Comparison) -> str:
+    """The counts' verdict against BASE."""
+    t, judged = c.counts_threshold_pct, [k for k in c.counted if k.verdict(c.counts_threshold_pct) != "not measured"]
+    if c.more_work:
+        return (f"FAILED: NEW needs more than BASE beyond {t:g} % in {len(c.more_work)} of {len(judged)} cells "
+                "(instructions per sequence-step or allocations per step)")
+    if not judged:
+        return "not measured: no cell's counts on both sides"
+    return f"{len(judged)} cells within {t:g} % of BASE's instructions per sequence-step and allocations per step"
 
 
 def counted_text(c: Comparison) -> list[str]:
     """The gate's counts of both versions (ab), aligned, with their notes."""
     if not c.counted and not c.counted_notes:
         return []
-    body = [COUNTED_HEAD, *map(_counted_cells, c.counted)]
+    body = [COUNTED_HEAD, *(_counted_cells(k, c.counts_threshold_pct) for k in c.counted)]
     widths = [max(len(x[i]) for x in body) for i in range(len(COUNTED_HEAD))]
-    return ["", "deterministic counts (the gate's: callgrind instructions, allocations per step):",
+    return ["", f"deterministic counts against BASE (the gate's: callgrind instructions, allocations per step): "
+                f"{counted_title(c)}",
             *("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in body),
             *(f"note: {n}" for n in c.counted_notes)]
 
@@ -142,6 +166,8 @@ MD_HEAD = ("| verdict | scenario | impl | regime | metric | BASE | NEW | NEW/BAS
 
 
 def _mark(c: Comparison) -> str:
+    if c.exit_status == TooFewPairs.exit_status:
+        return "⚠️"
     return "❌" if c.exit_status else "⚠️" if c.inconclusive else "✅"
 
 
@@ -157,8 +183,9 @@ def render_markdown(c: Comparison) -> str:
         lines += ["", f"<details><summary>{len(folded)} figures with no difference</summary>", "", MD_HEAD,
                   *map(_md_row, folded), "", "</details>"]
     if c.counted:
-        lines += ["", "Deterministic counts (the gate's):", "", "| " + " | ".join(COUNTED_HEAD) + " |",
-                  "|" + "---|" * len(COUNTED_HEAD), *("| " + " | ".join(_counted_cells(k)) + " |" for k in c.counted)]
+        lines += ["", f"Deterministic counts against BASE (the gate's): {counted_title(c)}", "",
+                  "| " + " | ".join(COUNTED_HEAD) + " |", "|" + "---|" * len(COUNTED_HEAD),
+                  *("| " + " | ".join(_counted_cells(k, c.counts_threshold_pct)) + " |" for k in c.counted)]
     lines += [f"- note: {n}" for n in c.counted_notes]
     return "\n".join(lines) + "\n"
 
@@ -170,8 +197,13 @@ def render_json(c: Comparison) -> str:
         "other_machine": c.other_machine, "run_notes": c.run_notes, "interleaved": c.interleaved,
         "counts": {**{v: c.count(v) for v in VERDICTS}, "inconclusive": len(c.inconclusive), "lost": len(c.lost)},
         "detectable": None if c.detectable is None else c.detectable[0], "failures": c.failures(),
-        "exit_status": c.exit_status, "rows": [asdict(r) for r in c.rows],
-        "counted": [{**asdict(k), "change": k.change} for k in c.counted], "counted_notes": c.counted_notes,
+        "exit_status": c.exit_status, "too_few_pairs": len(c.too_few), "min_pairs": MIN_PAIRS,
+        "rows": [asdict(r) for r in c.rows],
+        "counted": [{**asdict(k), "change": k.change, "verdict": k.verdict(c.counts_threshold_pct)}
+                    for k in c.counted], "counted_notes": c.counted_notes,
+        "counts_threshold_pct": c.counts_threshold_pct if c.counted else None,
+        "counts_verdict": counted_title(c) if c.counted else None,
+        "sources": c.sources,
     }
     return json.dumps(doc, indent=1) + "\n"
 

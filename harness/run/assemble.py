@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from harness.base.builds import with_build
 from harness.base.interleave import Key
 from harness.base.metrics import Work, cell_blocks, rep_times, timing_rows
 from harness.base.rows import RATIO_METRICS, Row, ratio_metric
-from harness.base.stats import Estimate, paired_ratio, paired_reps
+from harness.base.stats import Estimate, log_interval, pair_logs, paired_ratio
 from harness.base.steptimes import KINDS, StepTimes
 from harness.run.cells import CellInfo, TimingResult
 from scenarios import Trace
@@ -166,10 +168,13 @@ def _finite(x: float) -> float | None:
 
 
 def paired_sides(scenario: str, work: Work, slices: list[tuple[int, int]], base: Merged, new: Merged,
-                 metrics: tuple[str, ...] = RATIO_METRICS) -> dict[tuple[str, str, str, str], Estimate]:
-    """NEW over BASE of every cell both sides measured (``kvblock-bench ab``), by ``metrics``: repetition ``r`` of
-    both sides is a pair (``paired_reps``), else the rows' blocks are drawn alike (``paired_ratio``)."""
+                 metrics: tuple[str, ...] = RATIO_METRICS, processes: int = 0,
+                 pairs: dict | None = None) -> dict[tuple[str, str, str, str], Estimate]:
+    """NEW over BASE of every cell both sides measured (``kvblock-bench ab``), by ``metrics``: the repetitions of one
+    worker process (``r`` modulo ``processes``) of both sides are a pair (``paired_reps``), else the rows' blocks are
+    drawn alike (``paired_ratio``); ``pairs`` receives NEW/BASE of each pair (none for the blocks)."""
     out = {}
+    pairs = {} if pairs is None else pairs
     for key in new.steps:
         if key[2] or key not in base.steps:
             continue
@@ -180,11 +185,15 @@ def paired_sides(scenario: str, work: Work, slices: list[tuple[int, int]], base:
             (time_new, per_step), (time_base, _) = mine[metric], theirs[metric]
             if not per_step.sum():
                 continue
+            figure = (scenario, key[0], key[1], metric)
             if time_new.shape == time_base.shape and time_new.shape[0] >= 2:
-                out[(scenario, key[0], key[1], metric)] = paired_reps(time_new, time_base)
+                groups = np.arange(time_new.shape[0]) % processes if processes else None
+                logs = pair_logs(time_new, time_base, groups=groups)
+                out[figure], pairs[figure] = log_interval(logs), np.exp(logs)
             else:
+                pairs[figure] = np.array([])
                 blocks = blocks or [cell_blocks(work, s.steps[key], s.details.get(key, s.steps[key]), slices)
                                     for s in (new, base)]
                 (blocks_new, work_new), (blocks_base, work_base) = blocks[0][metric], blocks[1][metric]
-                out[(scenario, key[0], key[1], metric)] = paired_ratio(blocks_new, blocks_base, work_new, work_base)
+                out[figure] = paired_ratio(blocks_new, blocks_base, work_new, work_base)
     return out

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import importlib.metadata as importlib_metadata
 import os
+import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +49,8 @@ class ImplInfo:
     prefix_caching: bool = False
     native: bool = False
     described: str = ""  # "module.Class (distribution version)", for meta.json
+    source: str = ""  # the file of the class's module
+    import_failed: bool = False  # its code raised or exited while imported (not merely absent)
 
 
 def load_impl(name: str) -> type:
@@ -63,8 +67,17 @@ def describe(name: str, cls: type) -> ImplInfo:
     top = cls.__module__.split(".")[0]
     found = importlib_metadata.packages_distributions().get(top, [])
     version = importlib_metadata.version(found[0]) if found else "not an installed distribution"
+    module = sys.modules.get(cls.__module__)
     return ImplInfo(name, True, prefix_caching=supports_prefix_caching(cls), native=getattr(cls, "native", False)
-                    is True, described=f"{cls.__module__}.{cls.__qualname__} ({found[0] if found else top} {version})")
+                    is True, described=f"{cls.__module__}.{cls.__qualname__} ({found[0] if found else top} {version})",
+                    source=str(Path(module.__file__).resolve()) if getattr(module, "__file__", None) else "")
+
+
+def _absent(exc: BaseException, name: str) -> bool:
+    """Whether ``exc`` says that plug-in ``name``'s module (or a package above it) is absent, not failing."""
+    module = name.partition(":")[0]
+    return isinstance(exc, ModuleNotFoundError) and exc.name is not None and (
+        module == exc.name or module.startswith(exc.name + "."))
 
 
 @dataclass
@@ -78,12 +91,21 @@ def probe(name: str) -> ImplInfo:
     try:
         cls = load_impl(name)
     except registry.PluginError as exc:
-        return ImplInfo(name, False, str(exc))
+        cause = exc.__context__
+        failed = isinstance(cause, ImportError) and not _absent(cause, name)
+        return ImplInfo(name, False, str(exc), import_failed=failed)
     except BaseException as exc:  # a plug-in's module may raise anything at import, or exit
         if users_interrupt(exc):
             raise
-        return ImplInfo(name, False, f"implementation {name!r} could not be imported: {short_reason(exc)}")
+        return ImplInfo(name, False, import_failure(name, exc), import_failed=True)
     return describe(name, cls)
+
+
+def import_failure(name: str, exc: BaseException) -> str:
+    """Why ``name`` could not be imported, with the last line it reached."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"implementation {name!r} could not be imported: {short_reason(exc)}{at}"
 
 
 @dataclass
@@ -99,15 +121,22 @@ class RegistryResult:
 
 
 def registry_of_code(events: Events) -> RegistryResult:
-    """:class:`RegistryJob`: every registered name of this code described (its import in the name's cell)."""
-    from impls import REGISTRY, UNAVAILABLE, native
+    """:class:`RegistryJob`: every registered name of this code described (its import in its cell), or why not."""
+    from impls import native
 
-    infos = {}
-    for name, cls in REGISTRY.items():
-        events.cell((name, "load"))
-        infos[name] = describe(name, cls)
+    infos, unavailable = {}, {}
+    for rec in registry.RECORDS:
+        events.cell((rec.name, "load"))
+        try:
+            infos[rec.name] = describe(rec.name, rec.load())
+        except ImportError as exc:
+            unavailable[rec.name] = rec.needs or str(exc)
+        except BaseException as exc:  # a design's module may raise anything at import, or exit
+            if users_interrupt(exc):
+                raise
+            infos[rec.name] = ImplInfo(rec.name, False, import_failure(rec.name, exc), import_failed=True)
     events.cell(None)
-    return RegistryResult(infos, dict(UNAVAILABLE), native.build_info())
+    return RegistryResult(infos, unavailable, native.build_info())
 
 
 # -- a scenario's share of work --------------------------------------------------------------------------

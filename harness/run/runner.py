@@ -264,7 +264,9 @@ def _in_lockstep(shared: Shared, share: int, sides: Sides, make_job, failed: dic
     while pending:
         live = {(code, i): [c for c in sides[code] if c[0] == i and c not in failed[code]] for code, i in pending}
         jobs = {WorkerSpec(i, share, code): make_job(code, i, mine) for (code, i), mine in live.items() if mine}
-        outcome = lockstep(shared.pool, jobs, shared.bar, shared.bar.status, order)
+        # each share one turn further on: which version goes first varies from pair to pair
+        outcome = lockstep(shared.pool, jobs, shared.bar, shared.bar.status,
+                           lambda ready, turn: order(ready, turn + share))
         pending = []
         for spec, value in outcome.items():
             if isinstance(value, (CellDied, WorkerBug)):

@@ -33,6 +33,7 @@ from typing import Any
 
 from harness.base import coderoot
 from harness.base.args import DEFAULT_DEADLINE_S
+from harness.errors import InputError
 from harness.run.bound import Meter
 
 OWN_CODE_DEADLINE_S = 3600.0  # outside any cell: our own code (a callgrind study is one silent call of minutes)
@@ -56,6 +57,14 @@ class WorkerSpec:
 def _repository():
     """The repository whose modules a worker of another code root imports from that root."""
     return coderoot.repository()
+
+
+class CodeUnloadable(InputError):
+    """A worker of another version's code could not import it; the message says why, on one line."""
+
+
+class ForeignCode(InputError):
+    """A worker of another version's code imported a module from elsewhere than that version."""
 
 
 class WorkerBug(RuntimeError):
@@ -114,10 +123,10 @@ class Events:
                 raise SystemExit(0)
 
 
-def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the worker
-    """The worker's loop: receive a job, run it, send its result (or our exception's traceback). Ctrl-C is the
-    main process's to handle: it stops the workers. The worker leads a process group of its own, so that
-    stopping it stops whatever it started too (a plug-in's helper processes, valgrind or perf)."""
+def _serve(conn, execute: Callable[[Any, Events], Any], audit: Callable[[], str] | None = None) -> None:
+    """The worker's loop: receive a job, run it, send its result (or our exception's traceback; or what ``audit``
+    finds imported from elsewhere). Ctrl-C is the main process's to handle: it stops the workers. The worker leads a
+    process group of its own, so that stopping it stops whatever it started too (a plug-in's helpers, valgrind)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         os.setpgrp()
@@ -139,14 +148,24 @@ def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the 
         except BaseException:
             conn.send(("bug", traceback.format_exc()))
             continue
-        conn.send(("result", result))
+        foreign = audit() if audit is not None else ""
+        conn.send(("foreign", foreign) if foreign else ("result", result))
 
 
 def _serve_in(conn, execute: str, code: str, repo: str) -> None:  # runs in the worker
-    """:func:`_serve` with ``code``'s designs: the modules imported so far (the harness, this checkout's ``impls``,
-    loaded to unpickle this call) are dropped before ``execute`` (``module:function``) is imported again."""
-    coderoot.enter(code, repo)
-    _serve(conn, coderoot.resolve(execute))
+    """:func:`_serve` with ``code``'s version of the repository (``coderoot.enter``), ``execute`` (``module:function``)
+    imported there; a version that does not import says why and ends."""
+    try:
+        coderoot.enter(code, repo)
+        execute_there = coderoot.resolve(execute)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the version's code may raise anything at import, or exit
+        conn.send(("unloadable", coderoot.failure(exc, code)))
+        with contextlib.suppress(EOFError, OSError):
+            conn.recv_bytes()  # the job sent meanwhile (unread: ending before it came could break the pipe)
+        return
+    _serve(conn, execute_there, coderoot.audit)
 
 
 def _meminfo_bytes(path: str, field: str) -> int:
@@ -247,6 +266,9 @@ class Worker:
                 self._conn.send(True)
             elif kind == "bug":
                 raise WorkerBug(f"an exception in a worker process:\n{value}")
+            elif kind in ("unloadable", "foreign"):
+                self.stop()
+                raise (CodeUnloadable if kind == "unloadable" else ForeignCode)(value)
             elif kind == "oom":
                 self.stop()
                 raise CellDied(self.last_cell, "ran out of memory (its limit: the address space it started with "
