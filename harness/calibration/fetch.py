@@ -15,6 +15,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base import lifetime
 from harness.errors import InputError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +77,8 @@ def pip_download(requirement: str, dest: Path, find_links: Path | None = None) -
     if find_links is not None:
         cmd[4:4] = ["--no-index", "--find-links", str(find_links)]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False,
+                              preexec_fn=lifetime.tied_to_me())
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InputError(f"pip download {requirement} failed ({exc}); check pip and the network") from None
     if done.returncode != 0:
@@ -124,10 +126,13 @@ def unpack(wheel: Path, packages: tuple[str, ...], cache: Path) -> EngineCode:
         shutil.rmtree(root, ignore_errors=True)
         tmp = root.with_name(root.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
-        manifest = _extract(wheel, packages, tmp, record)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=0, sort_keys=True) + "\n")
-        (tmp / ".sha256").write_text(digest + "\n")
-        tmp.rename(root)
+        try:
+            manifest = _extract(wheel, packages, tmp, record)
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=0, sort_keys=True) + "\n")
+            (tmp / ".sha256").write_text(digest + "\n")
+            tmp.rename(root)
+        finally:  # an interrupted or refused unpack leaves no half-made folder in the cache
+            shutil.rmtree(tmp, ignore_errors=True)
     return EngineCode(root, wheel_version(wheel), f"sha256:{digest}", wheel.name, tuple(changed))
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from harness.base import lifetime
 from harness.calibration.eras import release
 from harness.errors import InputError
 
@@ -46,7 +47,8 @@ def published(distribution: str, find_links: Path | None = None) -> list[str]:
     if find_links is not None:
         cmd[5:5] = ["--no-index", "--find-links", str(find_links)]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_INDEX_TIMEOUT_S, check=False)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_INDEX_TIMEOUT_S, check=False,
+                              preexec_fn=lifetime.tied_to_me())
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InputError(f"pip index versions {distribution} failed ({exc}); check pip and the network") from None
     m = re.search(r"^Available versions:\s*(.+)$", done.stdout, re.MULTILINE)

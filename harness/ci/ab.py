@@ -75,23 +75,34 @@ def working_tree(repo: Path) -> Side:
 
 @contextlib.contextmanager
 def checkouts(repo: Path, base_ref: str, new_ref: str | None) -> Iterator[list[Side]]:
-    """BASE (and NEW when a ref is given) checked out into temporary worktrees, removed afterwards."""
+    """BASE (and NEW when a ref is given) checked out into temporary worktrees, removed afterwards however the
+    block ends (an interruption included): the folders and git's record of them (``git worktree list``)."""
     refs = [("BASE", base_ref, "BASE_REF"), *([("NEW", new_ref, "NEW_REF")] if new_ref else [])]
     commits = [commit_of(repo, ref, flag) for _, ref, flag in refs]
-    with tempfile.TemporaryDirectory(prefix="kvblock-bench-ab-") as tmp:
-        made: list[Path] = []
-        try:
+    try:
+        with tempfile.TemporaryDirectory(prefix="kvblock-bench-ab-") as tmp, _worktrees(repo) as made:
             sides = []
             for (name, ref, _), commit in zip(refs, commits, strict=True):
                 path = Path(tmp) / name.lower()
+                made.append(path)  # before it exists: an interrupted `worktree add` leaves a record too
                 git(repo, "worktree", "add", "--quiet", "--detach", str(path), commit)
-                made.append(path)
                 sides.append(Side(name, str(path), ref, commit[:12]))
             yield sides if new_ref else [*sides, working_tree(repo)]
-        finally:
-            for path in made:
-                with contextlib.suppress(InputError):
-                    git(repo, "worktree", "remove", "--force", str(path))
+    finally:
+        with contextlib.suppress(InputError):  # the record of any worktree whose folder is gone
+            git(repo, "worktree", "prune")
+
+
+@contextlib.contextmanager
+def _worktrees(repo: Path) -> Iterator[list[Path]]:
+    """The worktrees added within the block, each removed on exit."""
+    made: list[Path] = []
+    try:
+        yield made
+    finally:
+        for path in made:
+            with contextlib.suppress(InputError):
+                git(repo, "worktree", "remove", "--force", str(path))
 
 
 def counted_cells(sides: list[Side], impls: list[str]) -> list[tuple[str, str]]:
@@ -139,8 +150,19 @@ def run(opts: AbOptions, argv: list[str] | None = None) -> tuple[Comparison, Pat
             raise InputError("nothing was measured: neither side had a cell to run")
         base, new = (load_run(name, result.folders[name], opts.run.root) for name in ("BASE", "NEW"))
         comparison = compare_runs(base, new, opts.metrics, opts.threshold, rules=opts.rules, paired=result.paired)
-        if opts.counts:
-            add_counts(comparison, sides, opts)
-    for fmt, name in REPORTS.items():
-        atomic_write_text(result.folders["NEW"] / name, RENDER[fmt](comparison))
+        try:
+            if opts.counts:
+                add_counts(comparison, sides, opts)
+        except KeyboardInterrupt:  # the timings finished: their comparison is kept, without the counts
+            comparison.counted.clear()
+            comparison.counted_notes.append("the gate's counts were interrupted: none is shown")
+            write_reports(comparison, result.folders["NEW"])
+            raise
+    write_reports(comparison, result.folders["NEW"])
     return comparison, result.folders["NEW"]
+
+
+def write_reports(comparison: Comparison, folder: Path) -> None:
+    """The comparison in every format (:data:`REPORTS`) into NEW's run folder."""
+    for fmt, name in REPORTS.items():
+        atomic_write_text(folder / name, RENDER[fmt](comparison))

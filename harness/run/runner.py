@@ -28,6 +28,7 @@ from harness.base.files import (
     write_json,
 )
 from harness.base.interleave import FAST_REPS, slice_bounds
+from harness.base.interrupts import signal_name, sigterm_interrupts
 from harness.base.metrics import Work
 from harness.base.replay import REGIMES
 from harness.base.rows import Row, clean_text, write_rows
@@ -35,7 +36,6 @@ from harness.errors import InputError, WriteError
 from harness.run import metadata, progress
 from harness.run.assemble import Merged, ScenarioRows, merge
 from harness.run.bound import floor_per_slice, paced_violations, violations
-from harness.run.interrupts import signal_name, sigterm_interrupts
 from harness.run.jobs import FloorJob, ImplInfo, ProbeJob, ScenarioJob, describe, execute
 from harness.run.lockstep import Order, lockstep, rotated
 from harness.run.matrix import OWN_STUDIES, ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.base import coderoot
+from harness.base import coderoot, lifetime
 from harness.base.args import DEFAULT_DEADLINE_S
 from harness.run.bound import Meter
 
@@ -115,14 +115,16 @@ class Events:
 
 
 def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the worker
-    """The worker's loop: receive a job, run it, send its result (or our exception's traceback). Ctrl-C is the
-    main process's to handle: it stops the workers. The worker leads a process group of its own, so that
-    stopping it stops whatever it started too (a plug-in's helper processes, valgrind or perf)."""
+    """The worker's loop: receive a job, run it, send its result (or our exception's traceback). The worker is
+    forked from a shield (:func:`harness.base.lifetime.shield`), which leads its process group: stopping the shield
+    stops whatever the worker started too (a plug-in's helper processes, valgrind or perf), a design's signals to
+    its supervisor reach only the shield, and the worker dies with it. Ctrl-C is the main process's to handle: it
+    stops the workers. The worker's first message is its process id (the shield's is the one the main started)."""
+    lifetime.shield()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(OSError):
-        os.setpgrp()
     limit_memory()
     importlib.import_module("harness.base.clock").seal()  # this code root's timing names, before any design loads
+    conn.send(("pid", os.getpid()))
     events = Events(conn.send, conn.recv)
     while True:
         try:
@@ -242,8 +244,10 @@ class Worker:
                 on_tick(value)
             elif kind == "status":
                 on_status(value)
+            elif kind == "pid":
+                self.pid = value
             elif kind == "mark":
-                self.meter.mark(self._proc.pid, value)
+                self.meter.mark(self.pid, value)
                 self._conn.send(True)
             elif kind == "bug":
                 raise WorkerBug(f"an exception in a worker process:\n{value}")
@@ -275,6 +279,9 @@ class Worker:
         self._proc.join(5)
         code = self._proc.exitcode
         self.stop()
+        sent = lifetime.signalled_supervisor(code)
+        if sent:
+            return CellDied(cell, f"was stopped: its design sent {sent} to the process supervising it")
         if code is not None and code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
             return CellDied(cell, f"was killed by signal {name}")
