@@ -187,7 +187,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from harness.base.files import resolve_run
     from harness.errors import WriteError
     from harness.output.console import console_summary
-    from harness.output.report import report_texts, write_reports
+    from harness.output.report import check_reportable, report_texts, write_reports
     from harness.output.rundata import RunData
 
     if args.history_readme:
@@ -197,6 +197,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"rewrote the {engine} history section of {args.history_readme} from {args.run}", file=sys.stderr)
         return 0
     data = RunData.load(resolve_run(args.run, Path(args.results)))
+    check_reportable(data)
+    _check_readmes(args)
     texts = report_texts(data)
     unwritten = None
     try:
@@ -223,6 +225,19 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {_one_line(unwritten)}; the tables are printed above instead", file=sys.stderr)
         return EXIT_USAGE
     return 0
+
+
+def _check_readmes(args: argparse.Namespace) -> None:
+    """Every README ``report`` is to rewrite: readable, with its section's markers (before anything is written)."""
+    if args.readme:
+        from harness.output.readme import check_readme
+
+        check_readme(Path(args.readme))
+    if args.growth_readme:
+        from harness.output.growth import BEGIN, END
+        from harness.output.readme import check_readme
+
+        check_readme(Path(args.growth_readme), "--growth-readme", BEGIN, END)
 
 
 def _rules(args: argparse.Namespace):
@@ -686,7 +701,21 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand; returns the exit status."""
+    """Run one subcommand; returns the exit status. SIGINT and SIGTERM interrupt it wherever it is; the command's
+    temporary files (its own temporary folder, :mod:`harness.base.scratch`) are removed however it ends."""
+    from harness.base.interrupts import interruptible
+    from harness.base.scratch import scratch_folder
+
+    with interruptible():
+        try:
+            with scratch_folder():
+                return _command(argv)
+        except KeyboardInterrupt:  # a signal during the clean-up itself
+            print(f"{PROG}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+
+
+def _command(argv: Sequence[str] | None) -> int:
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
     except INPUT_ERRORS as exc:

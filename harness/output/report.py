@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.base.files import atomic_write_text
+from harness.errors import InputError
 from harness.output.cache_report import caching_scenarios, prefix_cache_section
 from harness.output.cache_state_report import cache_state_sentence
 from harness.output.coverage import left_out_note
@@ -24,6 +25,7 @@ from harness.output.formatting import (
     source_text,
     value_text,
 )
+from harness.output.markdown import md
 from harness.output.paced_report import paced_sentence
 from harness.output.rundata import RunData
 from harness.studies.table_copy.variants import IMPL as TABLE_COPY_IMPL
@@ -119,7 +121,7 @@ def paper_table(run: RunData, scenario: str = PAPER) -> str:
     """The article's table, each measured cell beside the article's figure, ratios to C in the same run."""
     art = article_table()
     out = [f"# The article's table, reproduced on the `{scenario}` scenario", "",
-           f"Machine: {machine_line(run.meta)}.", *host_lines(run.meta), "", PAPER_INTRO, ""]
+           f"Machine: {md(machine_line(run.meta))}.", *host_lines(run.meta), "", PAPER_INTRO, ""]
     out += [aa_text(run, scenario), ""]
     if not run.meta.get("complete", True):
         out += ["**This run is incomplete** (interrupted or failed): scenarios it did not finish are missing.", ""]
@@ -216,7 +218,7 @@ def host_lines(meta: dict) -> list[str]:
 
 def scenario_summary(run: RunData) -> str:
     """One table per scenario, a row per measured cell: its main figures and slowdown against the batched base."""
-    out = ["# Per-scenario summary", "", f"Machine: {machine_line(run.meta)}.", *host_lines(run.meta), "",
+    out = ["# Per-scenario summary", "", f"Machine: {md(machine_line(run.meta))}.", *host_lines(run.meta), "",
            "× base: seq-step time relative to batched `flat` (`flat-pc` on the prefix-caching scenarios) in the "
            "same run (higher is slower), with its paired 95 % interval. Brackets: 95 % intervals. driver: the loop "
            "that issued the timed calls (python, compiled, native).", ""]
@@ -382,9 +384,22 @@ def report_texts(data: RunData) -> dict[str, str]:
             "summary.md": scenario_summary(data) + ("\n" + caching if caching else "")}
 
 
+def check_reportable(data: RunData) -> None:
+    """Refuse a run folder whose reports would be invented (:class:`InputError`): no row, or no ``meta.json`` object
+    to say which machine and software measured them. Checked before any report is (re)written."""
+    if data.df.empty:
+        raise InputError(f"{data.run_dir / 'results.csv'}: no rows (a header only); nothing to report, and the "
+                         "saved reports are left as they are")
+    if data.meta_problem:
+        raise InputError(f"{data.run_dir / 'meta.json'}: {data.meta_problem}; a report names the machine and "
+                         "software of its figures from it (kvblock-bench run writes it), so none is written")
+
+
 def write_reports(run: str | Path | RunData | None = None, texts: dict[str, str] | None = None) -> Path:
-    """Write ``paper_table.md`` and ``summary.md`` into the run directory; :class:`WriteError` if it cannot."""
+    """Write ``paper_table.md`` and ``summary.md`` into the run directory; :class:`WriteError` if it cannot, and
+    :class:`InputError` for a run that cannot be reported (:func:`check_reportable`)."""
     data = run if isinstance(run, RunData) else RunData.load(run)
+    check_reportable(data)
     for name, text in (texts or report_texts(data)).items():
         atomic_write_text(data.run_dir / name, text)
     return data.run_dir
