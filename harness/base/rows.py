@@ -184,6 +184,9 @@ def _read_records(path: Path, reader, header: list[str]) -> list[Row]:
             row = _parse(dict(zip(header, record, strict=True)))
         except ValueError as exc:
             raise ResultsError(f"{path}:{line}: {exc}") from None
+        if row.ci_low is not None and row.ci_high is not None and row.ci_low > row.ci_high:
+            raise ResultsError(f"{path}:{line}: {row.metric}: its interval's low {row.ci_low:g} lies above its high "
+                               f"{row.ci_high:g}; not a row kvblock-bench wrote")
         key = (row.scenario, row.impl, row.regime, row.metric, row.source)
         if key in seen:
             raise ResultsError(f"{path}:{line}: the same figure as line {seen[key]} ({', '.join(key)})")
