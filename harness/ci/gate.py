@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.base.args import DEFAULT_DEADLINE_S, add_deadline, csv_list, percentage
 from harness.base.files import atomic_write_text
 from harness.ci import gate_baseline
-from harness.ci.gate_config import GateConfig, Rule, load_config
+from harness.ci.gate_config import BASE_CELL, COUNTED_REGIMES, GateConfig, Rule, load_config
 from harness.ci.gate_jobs import AllocationsJob, Failed, GateWorkers, WallJob, wall_bound
 from harness.counters import callgrind
 from harness.errors import InputError
@@ -29,10 +29,9 @@ TRACE_SCENARIO = PAPER
 TRACE_PARAMS = {"steps": 48, "running": 64, "num_blocks": 8192}
 WARM_STEPS, STEPS = 16, 32
 CORE = tuple(registry.names("design", "twin"))  # the article's designs and their compiled twins
-BASE = (registry.RATIO_BASE, "batched")
-# The regimes whose instructions the gate counts: the article's two call shapes (the step regime is timed by
-# `kvblock-bench run`; its count would add a callgrind process's worth of time for every design).
-COUNTED_REGIMES = ("batched", "per-call")
+BASE = BASE_CELL
+# The regimes whose instructions the gate counts (COUNTED_REGIMES): the article's two call shapes (the step regime
+# is timed by `kvblock-bench run`; its count would add a callgrind process's worth of time for every design).
 # Callgrind runs: every heap layout, the first twice (identical runs, whose counts must agree).
 GATE_LAYOUTS = (callgrind.LAYOUTS[0], *callgrind.LAYOUTS)
 # The wall-clock comparison runs on the paper workload's 256 sequences, generated in memory.
