@@ -21,7 +21,7 @@ from harness.output.formatting import (
 )
 from harness.output.growth import cost_lines, slopes
 from harness.output.paced_report import paced_sentence
-from harness.output.report import DESIGN_ROLES, base_of, driver_of
+from harness.output.report import DESIGN_ROLES, base_of, checked_line, driver_of, nonconforming
 from harness.output.rundata import RunData
 from scenarios import PAPER
 
@@ -56,12 +56,13 @@ def cell_lines(run: RunData, scenario: str) -> list[str]:
              "CPU share at the trace's step rate (computed):",
              f"  {'regime':<9} {'impl':<{wide}} {'driver':<9} {'ns/seq-step':>11}  {'× ' + base:<36} CPU"]
     regimes = run.regimes(scenario, "seq_step_ns")
+    failing = set(run.df[run.df.conformance == "fails"].impl)
     for impl, regime in sorted(cells, key=lambda cell: regimes.index(cell[1])):
         ns = fmt(run.value(scenario, impl, regime, "seq_step_ns"))
         ratio = ratio_text(run, scenario, impl, regime, "seq_step_ns", base=base)
         cpu = cpu_text(run.value(scenario, impl, regime, "cpu_share_pct"))
         lines.append(f"  {regime:<9} {impl:<{wide}} {driver_of(run, scenario, impl, regime):<9} {ns:>11}  "
-                     f"{ratio:<36} {cpu}")
+                     f"{ratio:<36} {cpu}" + ("  DOES NOT CONFORM" if impl in failing else ""))
     return lines
 
 
@@ -89,6 +90,7 @@ def console_summary(run: str | Path | RunData | None = None) -> str:
              f"machine: {machine_line(data.meta)}"]
     if host := host_line(data.meta):
         lines.append(f"host: {host}")
+    lines += [*filter(None, [checked_line(data)]), *nonconforming(data)]
     scenario = headline_scenario(data)
     if scenario is not None:
         lines += [aa_line(data, scenario), *cell_lines(data, scenario)]

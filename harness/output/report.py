@@ -25,9 +25,9 @@ from harness.output.formatting import (
     source_text,
     value_text,
 )
-from harness.output.markdown import md
+from harness.output.markdown import md, one_line
 from harness.output.paced_report import paced_sentence
-from harness.output.rundata import RunData
+from harness.output.rundata import RunData, ordered
 from harness.studies.table_copy.variants import IMPL as TABLE_COPY_IMPL
 from impls import registry
 from scenarios import PAPER
@@ -121,7 +121,8 @@ def paper_table(run: RunData, scenario: str = PAPER) -> str:
     """The article's table, each measured cell beside the article's figure, ratios to C in the same run."""
     art = article_table()
     out = [f"# The article's table, reproduced on the `{scenario}` scenario", "",
-           f"Machine: {md(machine_line(run.meta))}.", *host_lines(run.meta), "", PAPER_INTRO, ""]
+           f"Machine: {md(machine_line(run.meta))}.", *host_lines(run.meta), "",
+           *(f"**{md(line)}**\n" for line in nonconforming(run)), PAPER_INTRO, ""]
     out += [aa_text(run, scenario), ""]
     if not run.meta.get("complete", True):
         out += ["**This run is incomplete** (interrupted or failed): scenarios it did not finish are missing.", ""]
@@ -219,6 +220,7 @@ def host_lines(meta: dict) -> list[str]:
 def scenario_summary(run: RunData) -> str:
     """One table per scenario, a row per measured cell: its main figures and slowdown against the batched base."""
     out = ["# Per-scenario summary", "", f"Machine: {md(machine_line(run.meta))}.", *host_lines(run.meta), "",
+           *(f"**{md(line)}**\n" for line in nonconforming(run)),
            "× base: seq-step time relative to batched `flat` (`flat-pc` on the prefix-caching scenarios) in the "
            "same run (higher is slower), with its paired 95 % interval. Brackets: 95 % intervals. driver: the loop "
            "that issued the timed calls (python, compiled, native).", ""]
@@ -372,6 +374,30 @@ def table_copy_section(run: RunData) -> str:
         cells = [fmt(v) if st == "ok" else st for v, _src, st in vals]
         out.append(f"| {scenario} | {variant} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
+
+
+def nonconforming(run: RunData) -> list[str]:
+    """A line for each design the run marked as failing the contract check's quick form (the ``conformance``
+    column; why, from meta.json): measured, but not a correct design to rank beside the others."""
+    checks = _checks(run)
+    return [f"DOES NOT CONFORM: {impl} failed the contract check before the run timed it"
+            + (f" ({one_line(checks[impl].get('why', ''))})" if impl in checks else "")
+            + f"; its figures are a broken design's (`kvblock-bench check {impl}` says where)"
+            for impl in ordered(run.df[run.df.conformance == "fails"].impl)]
+
+
+def checked_line(run: RunData) -> str:
+    """Which plug-ins the run checked against the contract before timing them, each verdict and its cost ("": none)."""
+    checks = _checks(run)
+    if not checks:
+        return ""
+    verdicts = "; ".join(f"{impl} {c.get('verdict')} ({c.get('seconds')} s)" for impl, c in checks.items())
+    return f"contract check before timing (quick form: {len(checks)} plug-in(s)): {verdicts}"
+
+
+def _checks(run: RunData) -> dict[str, dict]:
+    checks = run.meta.get("conformance")
+    return {k: v for k, v in checks.items() if isinstance(v, dict)} if isinstance(checks, dict) else {}
 
 
 def report_texts(data: RunData) -> dict[str, str]:
