@@ -422,7 +422,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise UsageError(f"--scenario {unknown[0]}: unknown scenario; `{PROG} scenarios` lists them")
     opts = Options(engine, version, scenarios, {s: scenario_params(s, args) for s in scenarios}, reps=args.reps,
                    source=Path(args.source) if args.source else None,
-                   find_links=Path(args.find_links) if args.find_links else None,
+                   find_links=find_links(args),
                    destination=calibration_destination(args, engine.name), processes=args.processes or 0,
                    deadline_s=args.deadline, command=shlex.join([PROG, *sys.argv[1:]]))
     if args.cache:
@@ -467,7 +467,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         raise UsageError(f"--scenario {unknown[0]}: unknown scenario; `{PROG} scenarios` lists them")
     out = writable_dir(Path(args.out), "--out") if args.out else None
     opts = HistoryOptions(engine, args.versions, scenarios, {s: scenario_params(s, args) for s in scenarios}, out,
-                          reps=args.reps, find_links=Path(args.find_links) if args.find_links else None,
+                          reps=args.reps, find_links=find_links(args),
                           deadline_s=args.deadline, command=shlex.join([PROG, *sys.argv[1:]]))
     if args.cache:
         opts.cache = Path(args.cache)
@@ -480,6 +480,17 @@ def cmd_history(args: argparse.Namespace) -> int:
     print(f"{len(outcome.releases)} releases ({disk / 1e6:,.0f} MB in the cache {opts.cache}) in "
           f"{outcome.seconds:,.0f} s; rows in {outcome.written}")
     return 1 if outcome.failures else 0
+
+
+def find_links(args: argparse.Namespace) -> Path | None:
+    """``--find-links DIR`` as a folder that exists (pip would only say it found no wheel), or None."""
+    if not args.find_links:
+        return None
+    path = Path(args.find_links)
+    if not path.is_dir():
+        raise UsageError(f"--find-links {path}: {'not a folder' if path.exists() else 'no such folder'}; give the "
+                         "folder holding the engine's wheels")
+    return path
 
 
 def calibration_destination(args: argparse.Namespace, engine: str):

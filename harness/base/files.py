@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.errors import InputError, WriteError
 from scenarios.files import atomic
-from scenarios.files.kinds import read_once
+from scenarios.files.kinds import read_once, write_target
 
 RESULTS_DIR = Path("results")
 MAX_LABEL_CHARS = 64
@@ -44,6 +44,23 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 RUN_SUFFIXES = 1000  # run folders of one second and label: <stem>, <stem>-1, ... <stem>-999
+
+
+def check_output_file(path: Path, flag: str) -> Path:
+    """``path`` as a file a command can write at its end, checked before its work (:class:`InputError` naming
+    ``flag``): not a folder, not a special file, in a folder that exists or can be made."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{flag} {path}: is a folder; give a file name")
+    try:
+        target = write_target(path)
+    except OSError as exc:
+        raise InputError(f"{flag} {path}: {os_reason(exc)}; give a regular file") from None
+    folder = next(p for p in (target.parent, *target.parent.parents) if p.exists())
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"{flag} {path}: {folder} is {'not a folder' if not folder.is_dir() else 'not writable'}; "
+                         "give a path where a file can be written")
+    return path
 
 
 def check_label(label: str) -> str:

@@ -83,8 +83,10 @@ def pip_download(requirement: str, dest: Path, find_links: Path | None = None) -
         raise InputError(f"pip download {requirement} failed ({exc}); check pip and the network") from None
     if done.returncode != 0:
         tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-2:])
-        raise InputError(f"pip download {requirement} failed: {tail} (is that version published? "
-                         f"`{sys.executable} -m pip index versions {requirement.partition('=')[0]}` lists them)")
+        where = (f"no wheel of it in --find-links {find_links}" if find_links is not None else
+                 f"is that version published? `{sys.executable} -m pip index versions {requirement.partition('=')[0]}`"
+                 " lists them")
+        raise InputError(f"pip download {requirement} failed: {tail} ({where})")
     return _downloaded(done.stdout, dest, requirement, before)
 
 

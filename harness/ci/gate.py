@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.base.args import DEFAULT_DEADLINE_S, add_deadline, csv_list, percentage
-from harness.base.files import atomic_write_text
+from harness.base.files import atomic_write_text, check_output_file
 from harness.ci import gate_baseline
 from harness.ci.gate_config import BASE_CELL, COUNTED_REGIMES, GateConfig, Rule, load_config
 from harness.ci.gate_jobs import AllocationsJob, Failed, GateWorkers, WallJob, wall_bound
@@ -287,6 +287,9 @@ def _prepare(args: argparse.Namespace, workers: GateWorkers) -> tuple[GateConfig
     """Everything checked before anything is measured: configuration, baseline, implementations (plug-ins loaded
     in their workers). Returns the configuration, the gated implementations that can run here, the baseline."""
     config = load_config(args.config)
+    for flag, path in (("--json", args.json), ("--save-baseline", args.save_baseline)):
+        if path is not None:
+            check_output_file(path, flag)
     baseline = gate_baseline.load(args.against) if args.against else None
     if args.save_baseline and args.no_callgrind:
         raise InputError("--save-baseline needs the instruction counts: leave out --no-callgrind")
