@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 
@@ -301,3 +302,19 @@ class StatesNegative(_StatesOnceBuilt):
 class ExitsInMemoryBytes(_StatesOnceBuilt):
     def stated(self) -> int:
         sys.exit(1)
+
+
+class SignalsItsSupervisor(DictBlockManager):
+    """Sends SIGTERM to the process that started it, in its first step."""
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        os.kill(os.getppid(), signal.SIGTERM)
+        return super().decode_step(seq_ids, cow_out, slot_out)
+
+
+class InterruptsItsGroup(DictBlockManager):
+    """Sends SIGINT to its own process group (as Ctrl-C in a terminal would), in its first step."""
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        os.killpg(0, signal.SIGINT)
+        return super().decode_step(seq_ids, cow_out, slot_out)

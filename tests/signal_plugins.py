@@ -7,8 +7,6 @@ import os
 import signal
 import time
 
-import numpy as np
-
 from tests.hostile_plugins import DictBlockManager
 
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT}
@@ -33,22 +31,6 @@ def hanging_job(job: object, events) -> None:
     events.cell(("hangs", "batched"))
     while True:
         time.sleep(0.1)
-
-
-class SignalsItsSupervisor(DictBlockManager):
-    """Sends SIGTERM to the process that started it, in its first step."""
-
-    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        os.kill(os.getppid(), signal.SIGTERM)
-        return super().decode_step(seq_ids, cow_out, slot_out)
-
-
-class InterruptsItsGroup(DictBlockManager):
-    """Sends SIGINT to its own process group (as Ctrl-C in a terminal would), in its first step."""
-
-    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        os.killpg(0, signal.SIGINT)
-        return super().decode_step(seq_ids, cow_out, slot_out)
 
 
 class HangsAtOnce(DictBlockManager):

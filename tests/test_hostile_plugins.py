@@ -190,13 +190,16 @@ DYING = {
     "SegfaultsInCall": ("its worker process was killed by signal SIGSEGV", {"batched"}),
     "CrashesInStudies": ("in the studies: its worker process exited with status 0", {"batched"}),
     "FailsInStudies": ("in the studies: RuntimeError: only in the studies", {"batched"}),
+    "SignalsItsSupervisor": ("its design sent SIGTERM to the process supervising it", {"batched"}),
+    "InterruptsItsGroup": ("its design sent SIGINT to the process supervising it", {"batched"}),
 }
 
 
 @pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_plugins_that_crash_or_exit_their_worker_cost_only_their_own_cells(tmp_path: Path) -> None:
-    """Workers killed by a segfault or ``os._exit`` in a call, in the timed replays or in the studies: those cells
-    fail naming the signal or the status, the others are measured and saved (allocation counts included)."""
+    """Workers killed by a segfault or ``os._exit`` in a call, in the timed replays or in the studies, or stopped
+    because their design signalled its supervisor or its own group: those cells fail naming the signal or the
+    status, the others are measured and saved (allocation counts included), and the run goes on to its end."""
     run = run_with(tmp_path, *DYING, regimes=("per-call", "batched"))
     assert_cells_fail_alone(run, DYING)
     counted = {r.impl for r in run.rows if r.metric == "allocs_per_step" and r.status == "ok"}
