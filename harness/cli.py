@@ -228,7 +228,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _check_readmes(args: argparse.Namespace) -> None:
-    """Every README ``report`` is to rewrite: readable, with its section's markers (before anything is written)."""
+    """Every README ``report`` is to rewrite, checked before anything is written."""
     if args.readme:
         from harness.output.readme import check_readme
 
@@ -483,7 +483,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def find_links(args: argparse.Namespace) -> Path | None:
-    """``--find-links DIR`` as a folder that exists (pip would only say it found no wheel), or None."""
+    """``--find-links DIR`` as a folder that exists, or None."""
     if not args.find_links:
         return None
     path = Path(args.find_links)
@@ -712,8 +712,7 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand; returns the exit status. SIGINT and SIGTERM interrupt it wherever it is; the command's
-    temporary files (its own temporary folder, :mod:`harness.base.scratch`) are removed however it ends."""
+    """Run one subcommand, interruptible, in a temporary folder of its own; returns the exit status."""
     from harness.base.interrupts import interruptible
     from harness.base.scratch import scratch_folder
 
@@ -721,7 +720,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             with scratch_folder():
                 return _command(argv)
-        except KeyboardInterrupt:  # a signal during the clean-up itself
+        except KeyboardInterrupt:
             print(f"{PROG}: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
 

@@ -47,8 +47,7 @@ RUN_SUFFIXES = 1000  # run folders of one second and label: <stem>, <stem>-1, ..
 
 
 def check_output_file(path: Path, flag: str) -> Path:
-    """``path`` as a file a command can write at its end, checked before its work (:class:`InputError` naming
-    ``flag``): not a folder, not a special file, in a folder that exists or can be made."""
+    """``path`` if a file can be written there (checked before any work), else :class:`InputError` naming ``flag``."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{flag} {path}: is a folder; give a file name")

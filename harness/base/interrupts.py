@@ -1,11 +1,5 @@
-"""SIGINT and SIGTERM end a command alike: raised where the command is, its clean-up run, what finished kept.
-
-:func:`interruptible` is what every command runs under (``harness.cli.main``): Ctrl-C raises KeyboardInterrupt,
-SIGTERM (``kill``, ``timeout``, a CI job's end, a container stopping) raises :class:`Terminated`, one of its
-kind. Further signals during the clean-up that follows (workers stopped, temporary worktrees and folders
-removed, meta.json stamped) wait for it (:data:`GRACE_S`), so a second Ctrl-C or ``timeout``'s group-wide
-signal cannot leave half of it undone.
-"""
+"""SIGINT and SIGTERM end a command alike, where it is, after its clean-up.
+Design: docs/measurement.md#interrupts-scratch-and-lifetime."""
 
 from __future__ import annotations
 
@@ -15,7 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-GRACE_S = 30.0  # after an interruption, further signals are ignored this long: the clean-up's time
+GRACE_S = 30.0  # after an interruption, further signals are ignored this long
 
 
 class Terminated(KeyboardInterrupt):
@@ -34,7 +28,7 @@ _state = {"depth": 0, "last": -GRACE_S}  # blocks entered; when the last interru
 
 def _handler(signum: int, frame: object) -> None:
     if time.monotonic() - _state["last"] < GRACE_S:
-        return  # cleaning up after the first: let it finish
+        return
     _state["last"] = time.monotonic()
     raise Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
 
@@ -42,9 +36,7 @@ def _handler(signum: int, frame: object) -> None:
 @contextmanager
 def interruptible() -> Iterator[None]:
     """Within the block SIGINT raises KeyboardInterrupt and SIGTERM :class:`Terminated`, once per
-    :data:`GRACE_S`; the previous handlers are restored on exit. SIGINT ignored when the block starts (a
-    background job's) stays ignored. A block within another changes nothing; outside the main thread, nothing
-    either (signals reach only the main thread)."""
+    :data:`GRACE_S` (an ignored SIGINT stays ignored); nested, or outside the main thread, it changes nothing."""
     if threading.current_thread() is not threading.main_thread() or _state["depth"]:
         yield
         return

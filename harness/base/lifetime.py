@@ -1,17 +1,5 @@
-"""Processes of ours never outlive their parent, and a design cannot stop the process that supervises it.
-
-A child asks the kernel for a signal when its parent ends (Linux ``prctl(PR_SET_PDEATHSIG)``), so a supervisor
-killed outright (SIGKILL, the out-of-memory killer) leaves nothing running; every other exit of the supervisor
-stops its children itself. Where the system has no such call this does nothing.
-
-A worker runs designs' code, which may signal the process that started it (``os.kill(os.getppid(), SIGTERM)``)
-or its own process group. So the supervisor starts a *shield*, and the shield forks the worker (:func:`shield`):
-the shield leads the worker's process group, waits for the worker and ends as it ended. A terminating signal
-from the supervisor (stopping it; the kernel when the supervisor died) ends the shield's whole group; from the
-worker's own group (the design, its helpers) it ends the worker, and the shield exits with
-:data:`SIGNALLED_SUPERVISOR` plus the signal's number, which the supervisor reports as the design's doing. A design
-that signals its own group ends only its worker. Either way it costs only its own cells.
-"""
+"""Processes of ours end with their parent; a design cannot stop the process supervising it (the shield).
+Design: docs/measurement.md#interrupts-scratch-and-lifetime."""
 
 from __future__ import annotations
 
@@ -25,7 +13,6 @@ from collections.abc import Callable
 from typing import NoReturn
 
 PR_SET_PDEATHSIG = 1
-# What would end the shield by default, and so what it takes only from its supervisor.
 TERMINATING = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
                          signal.SIGUSR2, signal.SIGALRM, signal.SIGPIPE})
 SIGNALLED_SUPERVISOR = 200  # the shield's exit status, plus the signal's number: the design sent it that signal
@@ -48,13 +35,12 @@ _PRCTL = _prctl()  # looked up once: a child calls it between fork and exec, whe
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> bool:
-    """Ask the kernel for ``sig`` when this process's parent ends; False where it cannot."""
+    """Ask the kernel for ``sig`` when this process's parent ends (Linux); False where it cannot."""
     return _PRCTL is not None and _PRCTL(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
 
 
 def tied_to_me() -> Callable[[], None]:
-    """A ``preexec_fn`` for :mod:`subprocess`: the child is killed when this process ends (also when it already
-    had, between the fork and the call)."""
+    """A ``preexec_fn`` for :mod:`subprocess`: the child is killed when this process ends."""
     parent = os.getpid()
 
     def tie() -> None:
@@ -66,8 +52,7 @@ def tied_to_me() -> Callable[[], None]:
 
 
 def shield() -> None:
-    """Fork: returns in the child, the worker, tied to the shield; the parent becomes the shield and never
-    returns (it ends as the worker ends, or with its group: see the module's docstring)."""
+    """Fork: returns in the child (the worker); the parent becomes the shield and never returns."""
     supervisor = os.getppid()
     with contextlib.suppress(OSError):
         os.setpgrp()  # the worker and whatever it starts: one group, the supervisor stops it at once
@@ -88,7 +73,7 @@ def shield() -> None:
 
 
 def _guard(worker: int, supervisor: int, watched: set[int]) -> NoReturn:
-    """The shield's life: wait for the worker; act on the supervisor's signals only."""
+    """Wait for the worker; end the group on the supervisor's signals, the worker on its own group's."""
     while True:
         info = signal.sigtimedwait(watched, POLL_S)
         done, status = os.waitpid(worker, os.WNOHANG)
@@ -103,8 +88,7 @@ def _guard(worker: int, supervisor: int, watched: set[int]) -> NoReturn:
 
 
 def _ours(pid: int) -> bool:
-    """Whether ``pid`` is of the shield's group (the worker or what it started), or gone already (a design's
-    ``kill`` command is gone by the time its signal is read)."""
+    """Whether ``pid`` is of the shield's group, or gone already (as a design's ``kill`` command is)."""
     try:
         return os.getpgid(pid) == os.getpgrp()
     except OSError:
@@ -112,7 +96,7 @@ def _ours(pid: int) -> bool:
 
 
 def _kill_worker(worker: int) -> None:
-    """Kill the worker and whatever it started (the shield's group but the shield), and reap it."""
+    """Kill the worker and the rest of the group but the shield."""
     with contextlib.suppress(OSError):
         os.kill(worker, signal.SIGKILL)
         os.waitpid(worker, 0)
@@ -122,7 +106,7 @@ def _kill_worker(worker: int) -> None:
 
 
 def _group_members() -> list[int]:
-    """The other live processes of the shield's group (read from /proc; none where it is unreadable)."""
+    """The other live processes of the shield's group (from /proc)."""
     group, me, found = os.getpgrp(), os.getpid(), []
     with contextlib.suppress(OSError):
         for entry in os.listdir("/proc"):
@@ -134,20 +118,19 @@ def _group_members() -> list[int]:
 
 
 def signalled_supervisor(exitcode: int | None) -> str | None:
-    """The signal a worker's design sent its supervisor, from the shield's exit status (None: it sent none)."""
+    """The signal a worker's design sent its supervisor, from the shield's exit status, or None."""
     sig = (exitcode or 0) - SIGNALLED_SUPERVISOR
     return signal.Signals(sig).name if sig in {int(s) for s in TERMINATING} else None
 
 
 def _end_group(sig: int) -> NoReturn:
-    """End the shield's whole group (the worker and its helpers), the shield by ``sig``."""
     with contextlib.suppress(OSError):
         os.killpg(0, signal.SIGKILL)
     _end_by(sig)
 
 
 def _end_by(sig: int) -> NoReturn:
-    """End this process by ``sig`` (no core file), as the default action would."""
+    """End this process by ``sig``, without a core file."""
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     with contextlib.suppress(ValueError, OSError):
@@ -158,7 +141,6 @@ def _end_by(sig: int) -> NoReturn:
 
 
 def _end_as(status: int) -> NoReturn:
-    """End as the worker ended: by its signal, or with its exit status."""
     if os.WIFSIGNALED(status):
         _end_by(os.WTERMSIG(status))
     os._exit(os.waitstatus_to_exitcode(status))

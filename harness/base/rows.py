@@ -29,7 +29,7 @@ MAX_ABS_VALUE = 1e15
 MAX_TEXT_CHARS = 2000
 MAX_READ_FIELD_BYTES = 1 << 24
 _TEXT_FIELDS = ("scenario", "impl", "regime", "metric", "unit", "source", "status", "how", "driver", "conformance")
-CONFORMANCE = ("", "conforms", "fails")  # not checked by the run (a registered design: the test suite checks it)
+CONFORMANCE = ("", "conforms", "fails")
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Row:
     ci_low: float | None = None
     ci_high: float | None = None
     driver: str = ""
-    conformance: str = ""  # a plug-in's verdict from the contract check's quick form before the run timed it
+    conformance: str = ""
 
     def __post_init__(self) -> None:
         for name in _TEXT_FIELDS:
@@ -74,7 +74,7 @@ class Row:
 
 
 def _count(metric: str, name: str, value: object) -> int | None:
-    """A count column's ``value`` as an int (None stays None); ValueError unless it is a whole number, 0 or more."""
+    """A count column's ``value`` (a whole number, 0 or more) as an int; None stays None."""
     if value is not None and (isinstance(value, bool) or int(value) != value or value < 0):
         raise ValueError(f"{metric}: {name} must be a non-negative integer, got {value!r}")
     return None if value is None else int(value)
@@ -115,8 +115,7 @@ def _checked(metric: str, value: object, what: str = "value") -> float:
 
 
 COLUMNS = [f.name for f in fields(Row)]
-# Older schemas still read, with the later columns empty: 1 (before the structured columns), 2 (before driver), 3
-# (before conformance).
+# Older schemas still read, their later columns empty: 1, 2 (before driver), 3 (before conformance).
 COLUMNS_V1 = COLUMNS[:9]
 COLUMNS_V2 = COLUMNS[:15]
 COLUMNS_V3 = COLUMNS[:16]

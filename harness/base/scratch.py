@@ -1,5 +1,4 @@
-"""A command's own temporary folder: every temporary file or folder of the command and of the processes it starts
-(workers, valgrind, pip, git worktrees) goes there, and it is removed when the command ends, however it ends."""
+"""A command's own temporary folder (its children's too), removed however the command ends."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ PREFIX = "kvblock-bench-"
 
 @contextmanager
 def scratch_folder() -> Iterator[Path]:
-    """A fresh folder as this process's and its children's temporary folder (``TMPDIR``, :mod:`tempfile`) within
-    the block; removed, and the previous setting restored, on exit."""
+    """A fresh folder as ``TMPDIR`` (and :mod:`tempfile`'s) within the block; removed on exit."""
     folder = tempfile.mkdtemp(prefix=PREFIX)
     before_env, before_tempdir = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"], tempfile.tempdir = folder, folder

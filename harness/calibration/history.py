@@ -84,8 +84,7 @@ def check(opts: HistoryOptions) -> list[str]:
 
 
 def check_out(out: Path) -> None:
-    """Refuse an ``--out`` folder that holds a history already: a run's releases are compared with one another
-    (paired over the same windows of time), so its rows are never merged into another run's, nor put in their place."""
+    """Refuse an ``--out`` folder holding a history: one run's rows never merge into, or replace, another's."""
     held = out / HISTORY_CSV
     if held.exists():
         raise InputError(f"--out {out}: holds a history already ({held}); its rows would be lost or mixed with "
@@ -93,8 +92,7 @@ def check_out(out: Path) -> None:
 
 
 def history(opts: HistoryOptions) -> HistoryOutcome:
-    """Fetch every release, replay each scenario on all of them in lockstep, write ``history.csv`` and ``meta.json``;
-    an interruption stamps meta.json (what finished is kept) or, before any row, removes the folder it made."""
+    """Fetch every release, replay each scenario on all of them in lockstep, write ``history.csv`` and ``meta.json``."""
     started = time.monotonic()
     versions = check(opts)
     made = opts.out is None or not opts.out.exists()
@@ -109,7 +107,6 @@ def history(opts: HistoryOptions) -> HistoryOutcome:
 
 
 def _interrupted(out: Path, made: bool, exc: KeyboardInterrupt) -> None:
-    """Stamp the interruption into ``out``'s meta.json when rows were kept, else remove the folder if it was made."""
     meta_path = out / "meta.json"
     if (out / HISTORY_CSV).is_file() and meta_path.is_file():
         write_json(meta_path, {**read_json(meta_path), "interrupted": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -138,8 +138,7 @@ def _load(engine: Engine, module: ModuleType, job: CalibrationJob) -> list[Basel
 
 
 def _classes_checked(engine: Engine, version: str | None, loaded: SimpleNamespace) -> SimpleNamespace:
-    """``loaded`` (the engine's names the adapter drives), once every class among them (a capitalised name) is one:
-    else :class:`InputError` naming it and what it is instead."""
+    """``loaded``, once every capitalised name in it is a class (else :class:`InputError` naming it)."""
     for name, value in vars(loaded).items():
         if name[:1].isupper() and not isinstance(value, type):
             raise InputError(f"{engine.name} {version or 'unversioned'}: {name} in its modules is not a class (it "

@@ -75,8 +75,7 @@ def working_tree(repo: Path) -> Side:
 
 @contextlib.contextmanager
 def checkouts(repo: Path, base_ref: str, new_ref: str | None) -> Iterator[list[Side]]:
-    """BASE (and NEW when a ref is given) checked out into temporary worktrees, removed afterwards however the
-    block ends (an interruption included): the folders and git's record of them (``git worktree list``)."""
+    """BASE (and NEW when a ref is given) checked out into temporary worktrees, removed (and pruned) on exit."""
     refs = [("BASE", base_ref, "BASE_REF"), *([("NEW", new_ref, "NEW_REF")] if new_ref else [])]
     commits = [commit_of(repo, ref, flag) for _, ref, flag in refs]
     try:
@@ -84,12 +83,12 @@ def checkouts(repo: Path, base_ref: str, new_ref: str | None) -> Iterator[list[S
             sides = []
             for (name, ref, _), commit in zip(refs, commits, strict=True):
                 path = Path(tmp) / name.lower()
-                made.append(path)  # before it exists: an interrupted `worktree add` leaves a record too
+                made.append(path)
                 git(repo, "worktree", "add", "--quiet", "--detach", str(path), commit)
                 sides.append(Side(name, str(path), ref, commit[:12]))
             yield sides if new_ref else [*sides, working_tree(repo)]
     finally:
-        with contextlib.suppress(InputError):  # the record of any worktree whose folder is gone
+        with contextlib.suppress(InputError):
             git(repo, "worktree", "prune")
 
 
@@ -153,7 +152,7 @@ def run(opts: AbOptions, argv: list[str] | None = None) -> tuple[Comparison, Pat
         try:
             if opts.counts:
                 add_counts(comparison, sides, opts)
-        except KeyboardInterrupt:  # the timings finished: their comparison is kept, without the counts
+        except KeyboardInterrupt:
             comparison.counted.clear()
             comparison.counted_notes.append("the gate's counts were interrupted: none is shown")
             write_reports(comparison, result.folders["NEW"])
@@ -163,6 +162,5 @@ def run(opts: AbOptions, argv: list[str] | None = None) -> tuple[Comparison, Pat
 
 
 def write_reports(comparison: Comparison, folder: Path) -> None:
-    """The comparison in every format (:data:`REPORTS`) into NEW's run folder."""
     for fmt, name in REPORTS.items():
         atomic_write_text(folder / name, RENDER[fmt](comparison))

@@ -30,8 +30,7 @@ def save_baseline(run: str | Path, dest: Path, root: Path) -> Path:
 
 
 def _replace_folder(run_dir: Path, dest: Path) -> None:
-    """``dest`` made anew from the run's :data:`KEPT` files: copied beside it, then swapped in. However it ends
-    (an interruption included), ``dest`` is the old baseline or the new one, and no copy is left beside it."""
+    """``dest`` made anew from the run's :data:`KEPT` files beside it, then swapped in: old or new, never neither."""
     tmp, old = dest.parent / f".{dest.name}.new-{os.getpid()}", dest.parent / f".{dest.name}.old-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:

@@ -30,8 +30,6 @@ TRACE_PARAMS = {"steps": 48, "running": 64, "num_blocks": 8192}
 WARM_STEPS, STEPS = 16, 32
 CORE = tuple(registry.names("design", "twin"))  # the article's designs and their compiled twins
 BASE = BASE_CELL
-# The regimes whose instructions the gate counts (COUNTED_REGIMES): the article's two call shapes (the step regime
-# is timed by `kvblock-bench run`; its count would add a callgrind process's worth of time for every design).
 # Callgrind runs: every heap layout, the first twice (identical runs, whose counts must agree).
 GATE_LAYOUTS = (callgrind.LAYOUTS[0], *callgrind.LAYOUTS)
 # The wall-clock comparison runs on the paper workload's 256 sequences, generated in memory.

@@ -148,12 +148,12 @@ def parse_rule(where: str, table: object) -> Rule:
 
 
 BASE_CELL = (RATIO_BASE, "batched")  # what the rules' ``..._vs_base`` limits divide by (the gate's BASE)
-COUNTED_REGIMES = ("batched", "per-call")  # the regimes whose instructions the gate counts
+# The regimes whose instructions the gate counts (counting `step` would add a callgrind process per design).
+COUNTED_REGIMES = ("batched", "per-call")
 
 
 def idle_rule(rule: Rule) -> str:
-    """Why ``rule`` can never fail (or never pass), in words ("" when it can do both): a limit of 0, a cell the
-    gate never measures, a limit against batched flat on batched flat itself."""
+    """Why ``rule`` can never fail (or never pass), in words; "" when it can do both."""
     for key in LIMITS:
         if getattr(rule, key) == 0:
             return f"{key} = 0 (must be above 0)"

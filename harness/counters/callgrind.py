@@ -249,7 +249,7 @@ def parse_dumps(out_file: Path) -> dict[str, dict[str, int]]:
     return dumps
 
 
-_RUNNING: set[subprocess.Popen] = set()  # the valgrind processes under way (threads start them)
+_RUNNING: set[subprocess.Popen] = set()
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> None:
@@ -270,8 +270,7 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> None
 
 
 def _all_parts(pool: concurrent.futures.ThreadPoolExecutor, one_process: Callable, jobs: list) -> list:
-    """``one_process`` of every job in ``pool``; when the wait is interrupted (Ctrl-C, SIGTERM: the main thread's),
-    the jobs not started are dropped and the valgrind processes under way killed, so the pool ends at once."""
+    """``one_process`` of every job in ``pool``; interrupted, the jobs left are dropped and valgrind killed."""
     futures = [pool.submit(one_process, job) for job in jobs]
     try:
         return [future.result() for future in futures]

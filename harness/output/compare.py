@@ -54,8 +54,7 @@ class Figure:
         return Estimate(self.value, self.ci_low, self.ci_high)
 
     def problem(self) -> str:
-        """Why this row is no figure to compare, in words ("" when it is one): no interval, not positive, or a value
-        outside its own interval (which no run writes: the row was edited, or lost part of itself)."""
+        """Why this row is no figure to compare ("" when it is one), e.g. a value outside its own interval."""
         if self.ci_low is None or self.ci_high is None:
             return "no interval"
         if not (self.value > 0 and self.ci_low > 0):
@@ -250,8 +249,7 @@ def verdict(est: Estimate, threshold: float) -> tuple[str, list[str]]:
 
 
 def measured_change(est: Estimate) -> str:
-    """"slower" or "faster" when NEW/BASE's whole interval lies on one side of 1 (a change was measured, whatever
-    its size against a threshold); "" when the interval holds 1."""
+    """"slower" or "faster" when NEW/BASE's whole interval lies on that side of 1; "" when it holds 1."""
     return "slower" if est.low > 1 else "faster" if est.high < 1 else ""
 
 
@@ -290,8 +288,7 @@ def _not_comparable(base: Run, new: Run, key: tuple[str, str, str, str], b: dict
 
 
 def _lost(why: str, b: dict | None, n: dict | None) -> bool:
-    """Whether NEW lost a figure BASE has: BASE's row is a figure to compare, NEW's is missing or none (failed,
-    skipped, without its value or interval); a figure of another trace is not lost, only not comparable."""
+    """Whether BASE's row is a figure to compare and NEW's is not (another trace loses nothing)."""
     def usable(row: dict | None) -> bool:
         return row is not None and row["status"] == "ok" and not Figure.of(row).problem()
 
@@ -353,8 +350,7 @@ def run_notes(base: Run, new: Run) -> list[str]:
 
 
 def check_once(run: Run, metrics: tuple[str, ...]) -> None:
-    """Refuse a run that holds a compared figure twice (two measured rows with intervals): which one is the run's
-    would be a guess (two instruments of one figure, the allocation counts, have no interval)."""
+    """Refuse a run that holds a compared figure twice (two measured rows with intervals)."""
     df = run.data.df
     sel = df[(df.status == "ok") & df.metric.isin(metrics) & df.ci_low.notna() & df.ci_high.notna()]
     twice = sel[sel.duplicated(["scenario", "impl", "regime", "metric"], keep=False)]

@@ -81,7 +81,7 @@ def step(base: HistoryRow, new: HistoryRow, threshold: float = DEFAULT_THRESHOLD
     est = independent_ratio(n, b) if interval == "independent" else est
     name, notes = verdict(est, threshold)
     side = measured_change(est) if name == "no difference" else ""
-    if side:  # a change the interval shows, short of a verdict: never "no difference"
+    if side:
         name = f"{side}, {'near' if notes[0].startswith('inconclusive') else 'under'} the threshold"
     return Step(*head, est.value, est.low, est.high, name, "; ".join(notes), interval)
 

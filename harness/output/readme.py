@@ -196,8 +196,7 @@ def _caching_lines(run: RunData) -> list[str]:
 
 
 def replace_section(text: str, body: str, begin: str = BEGIN, end: str = END, where: str = "the README") -> str:
-    """``text`` with what lies between the markers (the results section's, or ``begin`` and ``end``) replaced;
-    :class:`ReadmeError` naming ``where`` when the text lacks them."""
+    """``text`` with what lies between the markers replaced; :class:`ReadmeError` naming ``where`` without them."""
     if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
         raise ReadmeError(f"{where}: needs exactly one {begin} ... {end} pair, in that order; put the two markers "
                           "where the generated section goes")
@@ -213,8 +212,7 @@ def current_section(text: str, begin: str = BEGIN, end: str = END) -> str:
 
 
 def check_readme(readme: Path, flag: str = "--readme", begin: str = BEGIN, end: str = END) -> str:
-    """The text of a README a section of which is to be rewritten: :class:`ReadmeError` (bad input, naming ``flag``
-    and the file) when it cannot be read or lacks the section's markers, before anything is written."""
+    """A README's text, readable and holding the section's markers (else :class:`ReadmeError`)."""
     text = _text_to_rewrite(readme, flag)
     replace_section(text, "", begin, end, f"{flag} {readme}")
     if times.BEGIN in text or times.END in text:

@@ -377,8 +377,7 @@ def table_copy_section(run: RunData) -> str:
 
 
 def nonconforming(run: RunData) -> list[str]:
-    """A line for each design the run marked as failing the contract check's quick form (the ``conformance``
-    column; why, from meta.json): measured, but not a correct design to rank beside the others."""
+    """A line for each design the run marked as failing the contract check (the ``conformance`` column)."""
     checks = _checks(run)
     return [f"DOES NOT CONFORM: {impl} failed the contract check before the run timed it"
             + (f" ({one_line(checks[impl].get('why', ''))})" if impl in checks else "")
@@ -387,7 +386,7 @@ def nonconforming(run: RunData) -> list[str]:
 
 
 def checked_line(run: RunData) -> str:
-    """Which plug-ins the run checked against the contract before timing them, each verdict and its cost ("": none)."""
+    """Each plug-in the run checked before timing it, with its verdict and cost ("": none)."""
     checks = _checks(run)
     if not checks:
         return ""
@@ -411,8 +410,7 @@ def report_texts(data: RunData) -> dict[str, str]:
 
 
 def check_reportable(data: RunData) -> None:
-    """Refuse a run folder whose reports would be invented (:class:`InputError`): no row, or no ``meta.json`` object
-    to say which machine and software measured them. Checked before any report is (re)written."""
+    """Refuse (:class:`InputError`) a run folder without rows or without a ``meta.json`` object."""
     if data.df.empty:
         raise InputError(f"{data.run_dir / 'results.csv'}: no rows (a header only); nothing to report, and the "
                          "saved reports are left as they are")
@@ -422,8 +420,7 @@ def check_reportable(data: RunData) -> None:
 
 
 def write_reports(run: str | Path | RunData | None = None, texts: dict[str, str] | None = None) -> Path:
-    """Write ``paper_table.md`` and ``summary.md`` into the run directory; :class:`WriteError` if it cannot, and
-    :class:`InputError` for a run that cannot be reported (:func:`check_reportable`)."""
+    """Write ``paper_table.md`` and ``summary.md`` into the run directory; :class:`WriteError` if it cannot."""
     data = run if isinstance(run, RunData) else RunData.load(run)
     check_reportable(data)
     for name, text in (texts or report_texts(data)).items():

@@ -421,9 +421,8 @@ class RunWriter:
         return self.run_dir
 
     def add(self, rows: list[Row], raw: dict[str, object] | None = None) -> None:
-        """Keep ``rows`` and rewrite results.csv (atomically), point ``latest`` to the run, then write the raw
-        files (by relative path, cleaned as the rows' scenario names are). A checked plug-in's rows carry its
-        verdict (:mod:`harness.run.precheck`)."""
+        """Keep ``rows`` (a checked plug-in's marked) and rewrite results.csv (atomically), point ``latest`` to the
+        run, then write the raw files (by relative path, cleaned as the rows' scenario names are)."""
         self.rows += [replace(r, conformance=self.conformance[r.impl]) if r.impl in self.conformance else r
                       for r in rows]
         try:
@@ -515,7 +514,7 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
 
 
 def _precheck(cfg: RunConfig, infos: dict[str, ImplInfo], bar: progress.Progress) -> dict[str, Checked]:
-    """The contract check's quick form on every plug-in of the run (the console summary gives the verdicts)."""
+    """The contract check's quick form on every plug-in of the run."""
     plugins = [name for name in infos if name not in REGISTRY]
     if plugins:
         bar.status(f"checking {', '.join(plugins)} against the contract (quick form) before timing")

@@ -115,11 +115,9 @@ class Events:
 
 
 def _serve(conn, execute: Callable[[Any, Events], Any]) -> None:  # runs in the worker
-    """The worker's loop: receive a job, run it, send its result (or our exception's traceback). The worker is
-    forked from a shield (:func:`harness.base.lifetime.shield`), which leads its process group: stopping the shield
-    stops whatever the worker started too (a plug-in's helper processes, valgrind or perf), a design's signals to
-    its supervisor reach only the shield, and the worker dies with it. Ctrl-C is the main process's to handle: it
-    stops the workers. The worker's first message is its process id (the shield's is the one the main started)."""
+    """The worker's loop: receive a job, run it, send its result (or our exception's traceback). Forked from a
+    shield (:func:`harness.base.lifetime.shield`); its first message is its process id. Ctrl-C is the main
+    process's to handle: it stops the workers."""
     lifetime.shield()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     limit_memory()
