@@ -196,7 +196,7 @@ def test_history_out_over_an_existing_history_is_refused_before_anything_is_fetc
     out = tmp_path / "h"
     out.mkdir()
     (out / "history.csv").write_text("engine,version\nvllm,0.1.0\n")
-    status = main(["history", "vllm", "0.1.0,0.2.0", "--out", str(out), "--find-links", str(tmp_path / "none")])
+    status = main(["history", "vllm", "0.1.0,0.2.0", "--out", str(out), "--find-links", str(tmp_path)])
     one_line(capsys, status, "--out", "holds a history already")
     assert (out / "history.csv").read_text() == "engine,version\nvllm,0.1.0\n"
 

@@ -16,6 +16,7 @@ PR_SET_PDEATHSIG = 1
 TERMINATING = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
                          signal.SIGUSR2, signal.SIGALRM, signal.SIGPIPE})
 SIGNALLED_SUPERVISOR = 200  # the shield's exit status, plus the signal's number: the design sent it that signal
+WATCHED = {*TERMINATING, signal.SIGCHLD}
 POLL_S = 1.0  # the shield looks at its worker at least this often, whatever the signals say
 
 
@@ -56,8 +57,7 @@ def shield() -> None:
     supervisor = os.getppid()
     with contextlib.suppress(OSError):
         os.setpgrp()  # the worker and whatever it starts: one group, the supervisor stops it at once
-    watched = {*TERMINATING, signal.SIGCHLD}
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
     die_with_parent(signal.SIGTERM)
     if os.getppid() != supervisor:  # the supervisor ended before the request
         _end_group(signal.SIGTERM)
@@ -69,13 +69,15 @@ def shield() -> None:
         if os.getppid() != me:
             os._exit(1)
         return
-    _guard(worker, supervisor, watched)
+    with contextlib.suppress(OSError):  # a small interpreter of its own: the worker's memory stays the worker's
+        os.execv(sys.executable, [sys.executable, "-I", "-S", __file__, str(worker), str(supervisor)])
+    _guard(worker, supervisor)
 
 
-def _guard(worker: int, supervisor: int, watched: set[int]) -> NoReturn:
+def _guard(worker: int, supervisor: int) -> NoReturn:
     """Wait for the worker; end the group on the supervisor's signals, the worker on its own group's."""
     while True:
-        info = signal.sigtimedwait(watched, POLL_S)
+        info = signal.sigtimedwait(WATCHED, POLL_S)
         done, status = os.waitpid(worker, os.WNOHANG)
         if done:
             _end_as(status)
@@ -144,3 +146,7 @@ def _end_as(status: int) -> NoReturn:
     if os.WIFSIGNALED(status):
         _end_by(os.WTERMSIG(status))
     os._exit(os.waitstatus_to_exitcode(status))
+
+
+if __name__ == "__main__":  # the shield, once it has forked the worker: WORKER SUPERVISOR
+    _guard(int(sys.argv[1]), int(sys.argv[2]))
