@@ -524,10 +524,7 @@ def _add_trace(sub) -> None:
     p.add_argument("--from-csv", metavar="CSV",
                    help="import requests from a CSV (timestamp, prompt_tokens, output_tokens)")
     p.add_argument("--show", metavar="FILE", help="summarise a trace file")
-    group = p.add_argument_group("scenario parameters (each scenario takes its own: `kvblock-bench scenarios -v`)")
-    keys = dict.fromkeys(key for sc in SCENARIOS.values() for key in sc.defaults if key != "csv")
-    for key in keys:
-        group.add_argument(f"--{key.replace('_', '-')}", dest=PARAM_PREFIX + key, metavar="VALUE")
+    _add_scenario_params(p, "scenario parameters (each scenario takes its own: `kvblock-bench scenarios -v`)")
 
 
 def _add_run(sub, results: argparse.ArgumentParser) -> None:
@@ -583,27 +580,19 @@ def _add_calibrate(sub) -> None:
     p.add_argument("engine", help="vllm, sglang or nano-vllm, optionally ==VERSION (e.g. vllm==0.33.0)")
     p.add_argument("--scenario", type=csv_list, metavar="S,...",
                    help="scenarios (default: the engine's committed ones)")
-    p.add_argument("--reps", type=count(1, MAX_CALIBRATE_REPS), default=5,
-                   help=f"interleaved repetitions (default 5, at most {MAX_CALIBRATE_REPS:,})")
     p.add_argument("--source", metavar="DIR", help="the engine's source folder (holding its top-level package)")
-    p.add_argument("--cache", metavar="DIR", help="where wheels are kept (default: ~/.cache/kvblock-bench/engines, "
-                                                  "or $KVBLOCK_BENCH_CACHE); never inside the repository")
-    p.add_argument("--find-links", metavar="DIR", help="fetch the wheel from this folder only (pip --no-index)")
     from harness.run.runner import MAX_PROCESSES
 
     p.add_argument("--processes", type=count(1, MAX_PROCESSES),
                    help=f"worker processes the repetitions spread over (default: one per repetition; at most "
                         f"{MAX_PROCESSES})")
-    add_deadline(p)
     p.add_argument("--results", default="results",
                    help="where the new calibration folder (<timestamp>-calibration-ENGINE/) is made (default: results)")
     p.add_argument("--out", metavar="FILE", help="merge the rows into this table instead (runs/ beside it)")
     p.add_argument("--update-committed", action="store_true",
                    help="replace this engine's rows of the measured scenarios in the committed "
                         "results/calibration/calibration.csv (and its runs/)")
-    group = p.add_argument_group("scenario parameters (e.g. --steps 200 for a short smoke run)")
-    for key in dict.fromkeys(key for sc in SCENARIOS.values() for key in sc.defaults if key != "csv"):
-        group.add_argument(f"--{key.replace('_', '-')}", dest=PARAM_PREFIX + key, metavar="VALUE")
+    _add_engine_options(p, "interleaved repetitions")
 
 
 def _add_history(sub) -> None:
@@ -626,14 +615,24 @@ def _add_history(sub) -> None:
                    help="scenarios (default: the engine's calibration scenarios without forks)")
     p.add_argument("--out", metavar="DIR",
                    help="where the tables and figures go (default: a new folder results/<timestamp>-history-ENGINE/)")
+    p.add_argument("--no-figures", action="store_true", help="tables only")
+    _add_engine_options(p, "interleaved repetitions per release")
+
+
+def _add_engine_options(p: argparse.ArgumentParser, reps: str) -> None:
+    """What calibrate and history share: repetitions, wheels, deadline, the scenarios' parameters."""
     p.add_argument("--reps", type=count(1, MAX_CALIBRATE_REPS), default=5,
-                   help=f"interleaved repetitions per release (default 5, at most {MAX_CALIBRATE_REPS:,})")
+                   help=f"{reps} (default 5, at most {MAX_CALIBRATE_REPS:,})")
     p.add_argument("--cache", metavar="DIR", help="where wheels are kept (default: ~/.cache/kvblock-bench/engines, "
                                                   "or $KVBLOCK_BENCH_CACHE); never inside the repository")
     p.add_argument("--find-links", metavar="DIR", help="fetch the wheels from this folder only (pip --no-index)")
-    p.add_argument("--no-figures", action="store_true", help="tables only")
     add_deadline(p)
-    group = p.add_argument_group("scenario parameters (e.g. --steps 200 for a short smoke run)")
+    _add_scenario_params(p, "scenario parameters (e.g. --steps 200 for a short smoke run)")
+
+
+def _add_scenario_params(p: argparse.ArgumentParser, title: str) -> None:
+    """Every scenario's parameters as ``--PARAM VALUE`` options, in a group of their own."""
+    group = p.add_argument_group(title)
     for key in dict.fromkeys(key for sc in SCENARIOS.values() for key in sc.defaults if key != "csv"):
         group.add_argument(f"--{key.replace('_', '-')}", dest=PARAM_PREFIX + key, metavar="VALUE")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.errors import InputError, WriteError
 from scenarios.files import atomic
-from scenarios.files.kinds import read_once, write_target
+from scenarios.files.kinds import read_once, unwritable
 
 RESULTS_DIR = Path("results")
 MAX_LABEL_CHARS = 64
@@ -48,18 +48,10 @@ RUN_SUFFIXES = 1000  # run folders of one second and label: <stem>, <stem>-1, ..
 
 def check_output_file(path: Path, flag: str) -> Path:
     """``path`` if a file can be written there (checked before any work), else :class:`InputError` naming ``flag``."""
-    path = Path(path)
-    if path.is_dir():
-        raise InputError(f"{flag} {path}: is a folder; give a file name")
-    try:
-        target = write_target(path)
-    except OSError as exc:
-        raise InputError(f"{flag} {path}: {os_reason(exc)}; give a regular file") from None
-    folder = next(p for p in (target.parent, *target.parent.parents) if p.exists())
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError(f"{flag} {path}: {folder} is {'not a folder' if not folder.is_dir() else 'not writable'}; "
-                         "give a path where a file can be written")
-    return path
+    why = unwritable(path)
+    if why:
+        raise InputError(f"{flag} {path}: {why}; give a path where a file can be written")
+    return Path(path)
 
 
 def check_label(label: str) -> str:

@@ -35,8 +35,7 @@ def _handler(signum: int, frame: object) -> None:
 
 @contextmanager
 def interruptible() -> Iterator[None]:
-    """Within the block SIGINT raises KeyboardInterrupt and SIGTERM :class:`Terminated`, once per
-    :data:`GRACE_S` (an ignored SIGINT stays ignored); nested, or outside the main thread, it changes nothing."""
+    """Within the block SIGINT and SIGTERM raise (:class:`Terminated`), once per :data:`GRACE_S`."""
     if threading.current_thread() is not threading.main_thread() or _state["depth"]:
         yield
         return

@@ -90,7 +90,6 @@ def _guard(worker: int, supervisor: int) -> NoReturn:
 
 
 def _ours(pid: int) -> bool:
-    """Whether ``pid`` is of the shield's group, or gone already (as a design's ``kill`` command is)."""
     try:
         return os.getpgid(pid) == os.getpgrp()
     except OSError:
@@ -98,7 +97,6 @@ def _ours(pid: int) -> bool:
 
 
 def _kill_worker(worker: int) -> None:
-    """Kill the worker and the rest of the group but the shield."""
     with contextlib.suppress(OSError):
         os.kill(worker, signal.SIGKILL)
         os.waitpid(worker, 0)
@@ -108,7 +106,6 @@ def _kill_worker(worker: int) -> None:
 
 
 def _group_members() -> list[int]:
-    """The other live processes of the shield's group (from /proc)."""
     group, me, found = os.getpgrp(), os.getpid(), []
     with contextlib.suppress(OSError):
         for entry in os.listdir("/proc"):
@@ -132,7 +129,6 @@ def _end_group(sig: int) -> NoReturn:
 
 
 def _end_by(sig: int) -> NoReturn:
-    """End this process by ``sig``, without a core file."""
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     with contextlib.suppress(ValueError, OSError):

@@ -68,19 +68,23 @@ def tree_digest(root: Path, packages: tuple[str, ...]) -> str:
     return h.hexdigest()
 
 
+def pip(verb: list[str], args: list[str], find_links: Path | None, timeout: float) -> subprocess.CompletedProcess:
+    """``pip VERB... ARGS`` with this Python (from ``find_links`` only, when given); :class:`InputError` if it fails."""
+    index = ["--no-index", "--find-links", str(find_links)] if find_links is not None else []
+    cmd = [sys.executable, "-m", "pip", *verb, *index, "--disable-pip-version-check", *args]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                              preexec_fn=lifetime.tied_to_me())
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"pip {' '.join(verb)} {args[-1]} failed ({exc}); check pip and the network") from None
+
+
 def pip_download(requirement: str, dest: Path, find_links: Path | None = None) -> Path:
     """The wheel pip downloads for ``requirement`` (no dependencies, no source builds) into ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     before = {p.name for p in dest.glob("*.whl")}
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-           "-d", str(dest), requirement]
-    if find_links is not None:
-        cmd[4:4] = ["--no-index", "--find-links", str(find_links)]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False,
-                              preexec_fn=lifetime.tied_to_me())
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(f"pip download {requirement} failed ({exc}); check pip and the network") from None
+    done = pip(["download"], ["--no-deps", "--only-binary=:all:", "-d", str(dest), requirement], find_links,
+               PIP_TIMEOUT_S)
     if done.returncode != 0:
         tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-2:])
         where = (f"no wheel of it in --find-links {find_links}" if find_links is not None else

@@ -350,7 +350,7 @@ def run_notes(base: Run, new: Run) -> list[str]:
 
 
 def check_once(run: Run, metrics: tuple[str, ...]) -> None:
-    """Refuse a run that holds a compared figure twice (two measured rows with intervals)."""
+    """Refuse a run holding a compared figure twice (two measured rows with intervals)."""
     df = run.data.df
     sel = df[(df.status == "ok") & df.metric.isin(metrics) & df.ci_low.notna() & df.ci_high.notna()]
     twice = sel[sel.duplicated(["scenario", "impl", "regime", "metric"], keep=False)]

@@ -51,7 +51,6 @@ def _check(name: str, deadline_s: float) -> Checked:
 
 
 def _why(text: str) -> str:
-    """The checker's first finding, in one line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     found = next((line for line in lines if line.startswith(("seed ", "inputs: ", "full pool: "))),
                  lines[0] if lines else "")

@@ -302,7 +302,21 @@ class Worker:
         self._proc = self._conn = None
 
 
-class Pool:
+class Workers:
+    workers: dict[Any, Worker]
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Pool(Workers):
     """Workers by key (a :class:`WorkerSpec` or share index), started on first use; ``size`` shares, ``limit``
     processes at once."""
 
@@ -334,13 +348,3 @@ class Pool:
         """Stop ``key``'s worker."""
         if key in self.workers:
             self.workers[key].stop()
-
-    def close(self) -> None:
-        for worker in self.workers.values():
-            worker.stop()
-
-    def __enter__(self) -> Pool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
