@@ -600,13 +600,11 @@ def _add_history(sub) -> None:
 
     p = sub.add_parser(
         "history", help="an engine's block manager release by release, on the same traces in one run",
-        description=f"{PROG} history ENGINE VERSIONS [--scenario S,...] [--out DIR]. Fetches each release's wheel "
-                    "with this Python's pip (--no-deps) into the cache outside the repository (reused when there), "
-                    "imports its block-manager modules unmodified by the plan of its range of releases "
-                    "(harness/calibration/engine_ENGINE.py: ERAS), replays each scenario on every release with the "
-                    "same driver, each release in a worker process of its own, in lockstep, checks every replay "
-                    "against its trace, and writes DIR/history.csv, DIR/verdicts.csv (each release against the one "
-                    f"before: compare's verdict at {DEFAULT_THRESHOLD_PCT:g} %), DIR/history.md and a figure.")
+        description=f"{PROG} history ENGINE VERSIONS [--scenario S,...] [--out DIR]. Each release is fetched, "
+                    "imported and replayed as `calibrate` does (see its --help), by the plan of its range of releases "
+                    "(harness/calibration/engine_ENGINE.py: ERAS), each in a worker process of its own, in lockstep; "
+                    "writes DIR/history.csv, DIR/verdicts.csv (each release against the one before: compare's verdict "
+                    f"at {DEFAULT_THRESHOLD_PCT:g} %), DIR/history.md and a figure.")
     p.add_argument("engine", help="vllm or sglang")
     p.add_argument("versions", metavar="VERSIONS",
                    help="published releases: a comma list (0.23.0,0.24.0) or a range FIRST..LAST (0.21.0..0.33.0), "
@@ -631,7 +629,6 @@ def _add_engine_options(p: argparse.ArgumentParser, reps: str) -> None:
 
 
 def _add_scenario_params(p: argparse.ArgumentParser, title: str) -> None:
-    """Every scenario's parameters as ``--PARAM VALUE`` options, in a group of their own."""
     group = p.add_argument_group(title)
     for key in dict.fromkeys(key for sc in SCENARIOS.values() for key in sc.defaults if key != "csv"):
         group.add_argument(f"--{key.replace('_', '-')}", dest=PARAM_PREFIX + key, metavar="VALUE")

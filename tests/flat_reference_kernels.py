@@ -132,13 +132,18 @@ def fork(table, ints, parent, child):
     return OK
 
 
+@njit(cache=True, inline="always")
+def _active(table, ints, seq):
+    """``seq``'s check (OK, or the error code) and what a kernel on an active sequence reads: views and shift."""
+    lens, refs, stack, _ = _parts(table, ints)
+    return checks.check_active_jit(lens, seq), lens, refs, stack, ints[BLOCK_SHIFT]
+
+
 @njit(cache=True)
 def free(table, ints, seq):
-    lens, refs, stack, _ = _parts(table, ints)
-    rc = checks.check_active_jit(lens, seq)
+    rc, lens, refs, stack, sh = _active(table, ints, seq)
     if rc != OK:
         return rc
-    sh = ints[BLOCK_SHIFT]
     top = ints[TOP]
     for j in range(checks.blocks_needed_jit(lens[seq], sh) - 1, -1, -1):
         block = table[seq, j]
@@ -153,11 +158,9 @@ def free(table, ints, seq):
 
 @njit(cache=True)
 def last_slot(table, ints, seq):
-    lens, _, _, _ = _parts(table, ints)
-    rc = checks.check_active_jit(lens, seq)
+    rc, lens, _, _, sh = _active(table, ints, seq)
     if rc != OK:
         return rc
-    sh = ints[BLOCK_SHIFT]
     n = lens[seq] - 1
     return checks.slot_of_jit(np.int64(table[seq, n >> sh]), n, sh)
 

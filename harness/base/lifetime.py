@@ -17,7 +17,7 @@ TERMINATING = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SI
                          signal.SIGUSR2, signal.SIGALRM, signal.SIGPIPE})
 SIGNALLED_SUPERVISOR = 200  # the shield's exit status, plus the signal's number: the design sent it that signal
 WATCHED = {*TERMINATING, signal.SIGCHLD}
-POLL_S = 1.0  # the shield looks at its worker at least this often, whatever the signals say
+POLL_S = 1.0
 
 
 def _prctl() -> Callable[..., int] | None:
