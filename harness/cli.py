@@ -187,7 +187,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from harness.base.files import resolve_run
     from harness.errors import WriteError
     from harness.output.console import console_summary
-    from harness.output.report import report_texts, write_reports
+    from harness.output.report import check_reportable, report_texts, write_reports
     from harness.output.rundata import RunData
 
     if args.history_readme:
@@ -197,6 +197,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"rewrote the {engine} history section of {args.history_readme} from {args.run}", file=sys.stderr)
         return 0
     data = RunData.load(resolve_run(args.run, Path(args.results)))
+    check_reportable(data)
+    _check_readmes(args)
     texts = report_texts(data)
     unwritten = None
     try:
@@ -224,6 +226,19 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {_one_line(unwritten)}; the tables are printed above instead", file=sys.stderr)
         return EXIT_USAGE
     return 0
+
+
+def _check_readmes(args: argparse.Namespace) -> None:
+    """Every README ``report`` is to rewrite, checked before anything is written."""
+    if args.readme:
+        from harness.output.readme import check_readme
+
+        check_readme(Path(args.readme))
+    if args.growth_readme:
+        from harness.output.growth import BEGIN, END
+        from harness.output.readme import check_readme
+
+        check_readme(Path(args.growth_readme), "--growth-readme", BEGIN, END)
 
 
 def _rules(args: argparse.Namespace):
@@ -432,7 +447,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise UsageError(f"--scenario {unknown[0]}: unknown scenario; `{PROG} scenarios` lists them")
     opts = Options(engine, version, scenarios, {s: scenario_params(s, args) for s in scenarios}, reps=args.reps,
                    source=Path(args.source) if args.source else None,
-                   find_links=Path(args.find_links) if args.find_links else None,
+                   find_links=find_links(args),
                    destination=calibration_destination(args, engine.name), processes=args.processes or 0,
                    deadline_s=args.deadline, command=shlex.join([PROG, *sys.argv[1:]]))
     if args.cache:
@@ -477,7 +492,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         raise UsageError(f"--scenario {unknown[0]}: unknown scenario; `{PROG} scenarios` lists them")
     out = writable_dir(Path(args.out), "--out") if args.out else None
     opts = HistoryOptions(engine, args.versions, scenarios, {s: scenario_params(s, args) for s in scenarios}, out,
-                          reps=args.reps, find_links=Path(args.find_links) if args.find_links else None,
+                          reps=args.reps, find_links=find_links(args),
                           deadline_s=args.deadline, command=shlex.join([PROG, *sys.argv[1:]]))
     if args.cache:
         opts.cache = Path(args.cache)
@@ -490,6 +505,17 @@ def cmd_history(args: argparse.Namespace) -> int:
     print(f"{len(outcome.releases)} releases ({disk / 1e6:,.0f} MB in the cache {opts.cache}) in "
           f"{outcome.seconds:,.0f} s; rows in {outcome.written}")
     return 1 if outcome.failures else 0
+
+
+def find_links(args: argparse.Namespace) -> Path | None:
+    """``--find-links DIR`` as a folder that exists, or None."""
+    if not args.find_links:
+        return None
+    path = Path(args.find_links)
+    if not path.is_dir():
+        raise UsageError(f"--find-links {path}: {'not a folder' if path.exists() else 'no such folder'}; give the "
+                         "folder holding the engine's wheels")
+    return path
 
 
 def calibration_destination(args: argparse.Namespace, engine: str):
@@ -534,10 +560,7 @@ def _add_trace(sub) -> None:
     p.add_argument("--from-csv", metavar="CSV",
                    help="import requests from a CSV (timestamp, prompt_tokens, output_tokens)")
     p.add_argument("--show", metavar="FILE", help="summarise a trace file")
-    group = p.add_argument_group("scenario parameters (each scenario takes its own: `kvblock-bench scenarios -v`)")
-    keys = dict.fromkeys(key for sc in SCENARIOS.values() for key in sc.defaults if key != "csv")
-    for key in keys:
-        group.add_argument(f"--{key.replace('_', '-')}", dest=PARAM_PREFIX + key, metavar="VALUE")
+    _add_scenario_params(p, "scenario parameters (each scenario takes its own: `kvblock-bench scenarios -v`)")
 
 
 def _add_run(sub, results: argparse.ArgumentParser) -> None:
@@ -596,27 +619,19 @@ def _add_calibrate(sub) -> None:
     p.add_argument("engine", help="vllm, sglang or nano-vllm, optionally ==VERSION (e.g. vllm==0.33.0)")
     p.add_argument("--scenario", type=csv_list, metavar="S,...",
                    help="scenarios (default: the engine's committed ones)")
-    p.add_argument("--reps", type=count(1, MAX_CALIBRATE_REPS), default=5,
-                   help=f"interleaved repetitions (default 5, at most {MAX_CALIBRATE_REPS:,})")
     p.add_argument("--source", metavar="DIR", help="the engine's source folder (holding its top-level package)")
-    p.add_argument("--cache", metavar="DIR", help="where wheels are kept (default: ~/.cache/kvblock-bench/engines, "
-                                                  "or $KVBLOCK_BENCH_CACHE); never inside the repository")
-    p.add_argument("--find-links", metavar="DIR", help="fetch the wheel from this folder only (pip --no-index)")
     from harness.run.runner import MAX_PROCESSES
 
     p.add_argument("--processes", type=count(1, MAX_PROCESSES),
                    help=f"worker processes the repetitions spread over (default: one per repetition; at most "
                         f"{MAX_PROCESSES})")
-    add_deadline(p)
     p.add_argument("--results", default="results",
                    help="where the new calibration folder (<timestamp>-calibration-ENGINE/) is made (default: results)")
     p.add_argument("--out", metavar="FILE", help="merge the rows into this table instead (runs/ beside it)")
     p.add_argument("--update-committed", action="store_true",
                    help="replace this engine's rows of the measured scenarios in the committed "
                         "results/calibration/calibration.csv (and its runs/)")
-    group = p.add_argument_group("scenario parameters (e.g. --steps 200 for a short smoke run)")
-    for key in dict.fromkeys(key for sc in SCENARIOS.values() for key in sc.defaults if key != "csv"):
-        group.add_argument(f"--{key.replace('_', '-')}", dest=PARAM_PREFIX + key, metavar="VALUE")
+    _add_engine_options(p, "interleaved repetitions")
 
 
 def _add_history(sub) -> None:
@@ -624,13 +639,11 @@ def _add_history(sub) -> None:
 
     p = sub.add_parser(
         "history", help="an engine's block manager release by release, on the same traces in one run",
-        description=f"{PROG} history ENGINE VERSIONS [--scenario S,...] [--out DIR]. Fetches each release's wheel "
-                    "with this Python's pip (--no-deps) into the cache outside the repository (reused when there), "
-                    "imports its block-manager modules unmodified by the plan of its range of releases "
-                    "(harness/calibration/engine_ENGINE.py: ERAS), replays each scenario on every release with the "
-                    "same driver, each release in a worker process of its own, in lockstep, checks every replay "
-                    "against its trace, and writes DIR/history.csv, DIR/verdicts.csv (each release against the one "
-                    f"before: compare's verdict at {DEFAULT_THRESHOLD_PCT:g} %), DIR/history.md and a figure.")
+        description=f"{PROG} history ENGINE VERSIONS [--scenario S,...] [--out DIR]. Each release is fetched, "
+                    "imported and replayed as `calibrate` does (see its --help), by the plan of its range of releases "
+                    "(harness/calibration/engine_ENGINE.py: ERAS), each in a worker process of its own, in lockstep; "
+                    "writes DIR/history.csv, DIR/verdicts.csv (each release against the one before: compare's verdict "
+                    f"at {DEFAULT_THRESHOLD_PCT:g} %), DIR/history.md and a figure.")
     p.add_argument("engine", help="vllm or sglang")
     p.add_argument("versions", metavar="VERSIONS",
                    help="published releases: a comma list (0.23.0,0.24.0) or a range FIRST..LAST (0.21.0..0.33.0), "
@@ -639,14 +652,23 @@ def _add_history(sub) -> None:
                    help="scenarios (default: the engine's calibration scenarios without forks)")
     p.add_argument("--out", metavar="DIR",
                    help="where the tables and figures go (default: a new folder results/<timestamp>-history-ENGINE/)")
+    p.add_argument("--no-figures", action="store_true", help="tables only")
+    _add_engine_options(p, "interleaved repetitions per release")
+
+
+def _add_engine_options(p: argparse.ArgumentParser, reps: str) -> None:
+    """What calibrate and history share: repetitions, wheels, deadline, the scenarios' parameters."""
     p.add_argument("--reps", type=count(1, MAX_CALIBRATE_REPS), default=5,
-                   help=f"interleaved repetitions per release (default 5, at most {MAX_CALIBRATE_REPS:,})")
+                   help=f"{reps} (default 5, at most {MAX_CALIBRATE_REPS:,})")
     p.add_argument("--cache", metavar="DIR", help="where wheels are kept (default: ~/.cache/kvblock-bench/engines, "
                                                   "or $KVBLOCK_BENCH_CACHE); never inside the repository")
     p.add_argument("--find-links", metavar="DIR", help="fetch the wheels from this folder only (pip --no-index)")
-    p.add_argument("--no-figures", action="store_true", help="tables only")
     add_deadline(p)
-    group = p.add_argument_group("scenario parameters (e.g. --steps 200 for a short smoke run)")
+    _add_scenario_params(p, "scenario parameters (e.g. --steps 200 for a short smoke run)")
+
+
+def _add_scenario_params(p: argparse.ArgumentParser, title: str) -> None:
+    group = p.add_argument_group(title)
     for key in dict.fromkeys(key for sc in SCENARIOS.values() for key in sc.defaults if key != "csv"):
         group.add_argument(f"--{key.replace('_', '-')}", dest=PARAM_PREFIX + key, metavar="VALUE")
 
@@ -735,7 +757,20 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand; returns the exit status."""
+    """Run one subcommand, interruptible, in a temporary folder of its own; returns the exit status."""
+    from harness.base.interrupts import interruptible
+    from harness.base.scratch import scratch_folder
+
+    with interruptible():
+        try:
+            with scratch_folder():
+                return _command(argv)
+        except KeyboardInterrupt:
+            print(f"{PROG}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+
+
+def _command(argv: Sequence[str] | None) -> int:
     try:
         return _dispatch(list(sys.argv[1:] if argv is None else argv))
     except TooFewPairs as exc:  # options that cannot give a verdict: a status of their own

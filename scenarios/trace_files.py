@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -17,7 +16,7 @@ import numpy as np
 from impls.contract import ALLOCATE_CACHED, APPEND, OP_NAMES, SEAL
 
 from .files.atomic import atomic_write
-from .files.kinds import kind_of, write_target
+from .files.kinds import kind_of, unwritable
 from .trace import ARRAYS, Trace, TraceError
 from .trace_checks import validate, validate_header
 from .trace_format import (
@@ -55,26 +54,11 @@ def check_writable(path: str | os.PathLike) -> Path:
     :class:`TraceError` naming the path and the fix.
     """
     path = Path(path)
-    if path.is_dir():
+    why = unwritable(path)
+    if why == "is a folder":
         raise TraceError(f"{path}: is a folder; give a file name for the trace (-o {path / 'trace.npz'})")
-    try:
-        target = write_target(path)
-    except OSError as exc:
-        raise TraceError(f"{path}: {exc.strerror}; give another output path (a regular file)") from None
-    folder = target.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        raise TraceError(f"{path}: cannot write the trace: {folder} is not a folder; choose another output path")
-    if folder == target.parent:  # the real test: create (and remove) a file where the trace will go
-        try:
-            fd, probe = tempfile.mkstemp(dir=folder, prefix=".kvblock-bench.", suffix=".probe")
-        except OSError as exc:
-            raise TraceError(f"{path}: cannot write to {folder} ({exc.strerror}); choose another output path") from None
-        os.close(fd)
-        os.unlink(probe)
-    elif not os.access(folder, os.W_OK | os.X_OK):
-        raise TraceError(f"{path}: cannot create folders in {folder} (permission denied); choose another output path")
+    if why:
+        raise TraceError(f"{path}: cannot write the trace: {why}; choose another output path")
     return path
 
 

@@ -298,12 +298,12 @@ def plugin_commit(passes: float) -> str:
 
 
 @contextlib.contextmanager
-def neighbour(on: bool, procs: int, seed: int) -> Iterator[None]:
+def neighbour(on: bool, procs: int, seed: int, duration_s: int = 7200) -> Iterator[None]:
     """scripts/noisy_neighbour.py running for the block (nothing when not ``on``)."""
     if not on:
         yield
         return
-    proc = subprocess.Popen([sys.executable, str(NEIGHBOUR), "--procs", str(procs), "--duration", "7200",
+    proc = subprocess.Popen([sys.executable, str(NEIGHBOUR), "--procs", str(procs), "--duration", str(duration_s),
                              "--seed", str(seed)], cwd=ROOT)
     try:
         time.sleep(2)  # its processes started

@@ -15,19 +15,18 @@ run) and ``OUT/LABEL.md`` (the table, each run's host line and the command) atom
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import io
 import json
 import shlex
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+from compare_pairs import neighbour  # noqa: E402
 
 from harness.base.files import atomic_write_text  # noqa: E402
 from harness.base.host import machine_name  # noqa: E402
@@ -35,25 +34,8 @@ from harness.output.formatting import host_line  # noqa: E402
 from harness.output.overlap import SPREAD_TARGET, Agreement, agreement, figure, ratio_rows  # noqa: E402
 from harness.run import metadata  # noqa: E402
 
-NEIGHBOUR = ROOT / "scripts" / "noisy_neighbour.py"
 HEADLINE = "seq_step_ns_vs_flat"
 RUN_ARGS = ("--scenario paper --regime batched --no-paced --no-l1d --no-allocations --no-table-copy --no-progress")
-
-
-@contextlib.contextmanager
-def neighbour(procs: int, seed: int) -> Iterator[None]:
-    """``scripts/noisy_neighbour.py`` with ``procs`` processes running for the block (nothing for 0)."""
-    if procs <= 0:
-        yield
-        return
-    proc = subprocess.Popen([sys.executable, str(NEIGHBOUR), "--procs", str(procs), "--duration", "86400",
-                             "--seed", str(seed)], cwd=ROOT)
-    try:
-        time.sleep(2)  # its processes started
-        yield
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def one_run(run_args: list[str], results: Path, label: str) -> Path:
@@ -126,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir = args.out / f"runs-{args.label}"
     runs_dir.mkdir(parents=True, exist_ok=True)
     folders = sorted(p for p in runs_dir.glob("2*") if (p / "results.csv").is_file()) if args.summarise else []
-    with neighbour(0 if args.summarise else args.neighbour_procs, 1):
+    procs = 0 if args.summarise else args.neighbour_procs
+    with neighbour(procs > 0, procs, 1, duration_s=86400):
         for i in range(0 if args.summarise else args.runs):
             folders.append(one_run(run_args, runs_dir, f"{args.label}-{i + 1}"))
             print(f"run {i + 1} of {args.runs}: {folders[-1].name}", file=sys.stderr)

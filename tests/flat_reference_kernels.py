@@ -25,16 +25,8 @@ import numpy as np
 from numba import njit
 
 from impls.contract import E_BUFFER, E_COUNT, E_NO_BLOCKS, OK
+from impls.core import validation as checks  # the contract's checks, as the live kernels call them
 from impls.core.compiled import Kernels
-from impls.core.validation import (
-    blocks_needed_jit,
-    check_active_jit,
-    check_allocate_jit,
-    check_append_jit,
-    check_batch_jit,
-    check_fork_jit,
-    slot_of_jit,
-)
 
 # The header slots at the start of ``ints`` (and the table's dtype, flat.table_dtype) are the live design's: the
 # rewrite kept them, and the differential fuzz reads both states through them.
@@ -62,10 +54,10 @@ def can_allocate(table, ints, n):
 def allocate(table, ints, seq, num_tokens):
     lens, refs, stack, _ = _parts(table, ints)
     sh = ints[BLOCK_SHIFT]
-    rc = check_allocate_jit(lens, table.shape[1], sh, seq, num_tokens)
+    rc = checks.check_allocate_jit(lens, table.shape[1], sh, seq, num_tokens)
     if rc != OK:
         return rc
-    need = blocks_needed_jit(num_tokens, sh)
+    need = checks.blocks_needed_jit(num_tokens, sh)
     top = ints[TOP]
     if need > top:
         return E_NO_BLOCKS
@@ -117,7 +109,7 @@ def _needs_block(table, lens, refs, seq, sh):
 def append(table, ints, seq):
     lens, refs, stack, _ = _parts(table, ints)
     sh = ints[BLOCK_SHIFT]
-    rc = check_append_jit(lens, table.shape[1], sh, seq)
+    rc = checks.check_append_jit(lens, table.shape[1], sh, seq)
     if rc != OK:
         return rc, -1, -1
     if ints[TOP] == 0 and _needs_block(table, lens, refs, seq, sh):
@@ -128,11 +120,11 @@ def append(table, ints, seq):
 @njit(cache=True)
 def fork(table, ints, parent, child):
     lens, refs, _, _ = _parts(table, ints)
-    rc = check_fork_jit(lens, parent, child)
+    rc = checks.check_fork_jit(lens, parent, child)
     if rc != OK:
         return rc
     sh = ints[BLOCK_SHIFT]
-    for j in range(blocks_needed_jit(lens[parent], sh)):
+    for j in range(checks.blocks_needed_jit(lens[parent], sh)):
         block = table[parent, j]
         table[child, j] = block
         refs[block] += 1
@@ -140,15 +132,20 @@ def fork(table, ints, parent, child):
     return OK
 
 
+@njit(cache=True, inline="always")
+def _active(table, ints, seq):
+    """``seq``'s check (OK, or the error code) and what a kernel on an active sequence reads: views and shift."""
+    lens, refs, stack, _ = _parts(table, ints)
+    return checks.check_active_jit(lens, seq), lens, refs, stack, ints[BLOCK_SHIFT]
+
+
 @njit(cache=True)
 def free(table, ints, seq):
-    lens, refs, stack, _ = _parts(table, ints)
-    rc = check_active_jit(lens, seq)
+    rc, lens, refs, stack, sh = _active(table, ints, seq)
     if rc != OK:
         return rc
-    sh = ints[BLOCK_SHIFT]
     top = ints[TOP]
-    for j in range(blocks_needed_jit(lens[seq], sh) - 1, -1, -1):
+    for j in range(checks.blocks_needed_jit(lens[seq], sh) - 1, -1, -1):
         block = table[seq, j]
         refs[block] -= 1
         if refs[block] == 0:
@@ -161,13 +158,11 @@ def free(table, ints, seq):
 
 @njit(cache=True)
 def last_slot(table, ints, seq):
-    lens, _, _, _ = _parts(table, ints)
-    rc = check_active_jit(lens, seq)
+    rc, lens, _, _, sh = _active(table, ints, seq)
     if rc != OK:
         return rc
-    sh = ints[BLOCK_SHIFT]
     n = lens[seq] - 1
-    return slot_of_jit(np.int64(table[seq, n >> sh]), n, sh)
+    return checks.slot_of_jit(np.int64(table[seq, n >> sh]), n, sh)
 
 
 @njit(cache=True, inline="always")
@@ -182,50 +177,48 @@ def _next_stamp(ints, marks):
 
 @njit(cache=True)
 def decode_step(table, ints, seq_ids, cow_out, slot_out):
-    lens, refs, stack, marks = _parts(table, ints)
+    lens, refs, _, marks = _parts(table, ints)
     sh = ints[BLOCK_SHIFT]
     n = seq_ids.shape[0]
     if slot_out.shape[0] < n or cow_out.shape[0] < n:
         return E_BUFFER, n
     stamp = _next_stamp(ints, marks)
-    rc, i = check_batch_jit(lens, marks, stamp, table.shape[1], sh, seq_ids)  # before changing anything
+    rc, i = checks.check_batch_jit(lens, marks, stamp, table.shape[1], sh, seq_ids)  # before changing anything
     if rc != OK:
         return rc, i
-    # Only a tight pool needs the exact worst case (a ref-count read per sequence). The loop stays in each
-    # design: it reads that design's table, which is the point of comparing them.
-    if n > ints[TOP]:
-        need = 0
-        for i in range(n):
-            need += _needs_block(table, lens, refs, seq_ids[i], sh)
-        if need > ints[TOP]:
-            return E_NO_BLOCKS, need
+    need = 0  # the exact worst case, always (the live kernel reads it only when the pool is tight)
+    for i in range(n):
+        need += _needs_block(table, lens, refs, seq_ids[i], sh)
+    if need > ints[TOP]:
+        return E_NO_BLOCKS, need
     cows = 0
     for i in range(n):
-        seq = seq_ids[i]
-        cow, src, dst = _append(table, ints, lens, refs, stack, seq, sh)
-        if cow:
-            cow_out[cows, 0] = src
-            cow_out[cows, 1] = dst
-            cows += 1
-        m = lens[seq] - 1
-        slot_out[i] = slot_of_jit(np.int64(table[seq, m >> sh]), m, sh)
+        cows = _step_one(table, ints, seq_ids[i], i, cow_out, cows, slot_out)
     return cows, 0
+
+
+@njit(cache=True, inline="always")
+def _step_one(table, ints, seq, i, cow_out, cows, slot_out):
+    """The batch's ``i``-th sequence through the one-call kernels (the reference's whole point: no fused loop): its
+    slot at ``i``, its copy-on-write pair at ``cows``; returns the pairs so far."""
+    cow, src, dst = append(table, ints, seq)
+    slot_out[i] = last_slot(table, ints, seq)
+    if cow == 1:
+        cow_out[cows, 0] = src
+        cow_out[cows, 1] = dst
+    return cows + cow
 
 
 @njit(cache=True)
 def lookup(table, ints, seq_ids, slot_out):
-    lens, _, _, _ = _parts(table, ints)
-    sh = ints[BLOCK_SHIFT]
     n = seq_ids.shape[0]
     if slot_out.shape[0] < n:
         return E_BUFFER, n
     for i in range(n):
-        seq = seq_ids[i]
-        rc = check_active_jit(lens, seq)
-        if rc != OK:
-            return rc, i
-        m = lens[seq] - 1
-        slot_out[i] = slot_of_jit(np.int64(table[seq, m >> sh]), m, sh)
+        slot = last_slot(table, ints, seq_ids[i])  # an error code (below 0) for a sequence that is not active
+        if slot < OK:
+            return slot, i
+        slot_out[i] = slot
     return OK, 0
 
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -22,6 +25,7 @@ from impls.designs.dict_design import DictBlockManager
 
 SPY_LOG = "KVB_SPY_LOG"  # the environment variable naming the file Spy appends to
 HUGE = 200_000  # characters of HugeMessage's exception message (over 128 KiB)
+FAILURES = Path(__file__).with_name("hostile_failures.json")  # what a run says of each failing plug-in
 
 
 class FillsIdsInDecode(DictBlockManager):
@@ -301,3 +305,26 @@ class StatesNegative(_StatesOnceBuilt):
 class ExitsInMemoryBytes(_StatesOnceBuilt):
     def stated(self) -> int:
         sys.exit(1)
+
+
+class SignalsItsSupervisor(DictBlockManager):
+    """Sends SIGTERM to the process that started it, in its first step."""
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        os.kill(os.getppid(), signal.SIGTERM)
+        return super().decode_step(seq_ids, cow_out, slot_out)
+
+
+class InterruptsItsGroup(DictBlockManager):
+    """Sends SIGINT to its own process group (as Ctrl-C in a terminal would), in its first step."""
+
+    def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
+        os.killpg(0, signal.SIGINT)
+        return super().decode_step(seq_ids, cow_out, slot_out)
+
+
+def expected(*names: str) -> dict[str, tuple[str, set[str]]]:
+    """The plug-ins ``names`` and what a run must say of them: the words of every reason and the regimes that must
+    have failed (``tests/hostile_failures.json``, read by tests/test_hostile_plugins.py and test_isolation_cli.py)."""
+    table = json.loads(FAILURES.read_text())
+    return {name: (table[name][0], set(table[name][1])) for name in names}

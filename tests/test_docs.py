@@ -61,11 +61,19 @@ def test_every_link_and_anchor_resolves(page: Path) -> None:
     assert broken(page) == []
 
 
+def planted(folder: Path, pages: dict[str, str]) -> Path:
+    """``pages`` (path -> text) written under ``folder``, their folders made; the last one's path (the page the
+    checks read, beside what it refers to)."""
+    for name, text in pages.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder / name
+
+
 def test_a_broken_link_or_anchor_is_caught(tmp_path: Path) -> None:
-    (tmp_path / "a.md").write_text("# Title, with `code`\n\n## Two words\n")
-    page = tmp_path / "b.md"
-    page.write_text("[ok](a.md#title-with-code) [ok](a.md#two-words) [ok](#here) `[not a link](x.md)`\n"
-                    "[gone](missing.md) [bad](a.md#three-words) ![img](a.png) [web](https://example.org)\n# Here\n")
+    page = planted(tmp_path, {"a.md": "# Title, with `code`\n\n## Two words\n", "b.md": (
+        "[ok](a.md#title-with-code) [ok](a.md#two-words) [ok](#here) `[not a link](x.md)`\n"
+        "[gone](missing.md) [bad](a.md#three-words) ![img](a.png) [web](https://example.org)\n# Here\n")})
     assert broken(page) == ["missing.md: no such file", "a.md#three-words: no such heading", "a.png: no such file"]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.output import sections
-from tests.test_docs import anchors, slug
+from tests.test_docs import anchors, planted, slug
 from tests.test_docs_facts import PROSE_PAGES, prose
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,10 +72,8 @@ def test_every_reference_to_a_heading_resolves(path: Path) -> None:
 
 
 def test_a_stale_heading_reference_is_caught(tmp_path: Path) -> None:
-    (tmp_path / "README.md").write_text("# Title\n\n## Benchmarks in CI\n\n**Cost** (x)\n")
-    page = tmp_path / "notes.md"
-    page.write_text('README, "Benchmarks in CI"; README\'s "Cost"; README, "Time budget"; README.md#title; '
-                    "README.md#gone\n")
+    page = planted(tmp_path, {"README.md": "# Title\n\n## Benchmarks in CI\n\n**Cost** (x)\n", "notes.md": (
+        'README, "Benchmarks in CI"; README\'s "Cost"; README, "Time budget"; README.md#title; README.md#gone\n')})
     assert sorted(broken_references(page)) == ['README "Time budget": no such heading or bold lead',
                                                "README.md#gone: no such heading"]
 
@@ -119,12 +117,10 @@ def test_every_its_readme_exists(page: Path) -> None:
 
 
 def test_a_missing_readme_or_path_is_caught(tmp_path: Path) -> None:
-    (tmp_path / "kept").mkdir()
-    (tmp_path / "kept" / "README.md").write_text("x")
     (tmp_path / "gone").mkdir()
-    page = tmp_path / "README.md"
-    page.write_text("- `kept/`: see its README.\n- `gone/`: what it holds\n  (see its README).\n"
-                    "`harness/cli.py` `harness/nothing.py` `results/<run-id>/`\n")
+    page = planted(tmp_path, {"kept/README.md": "x", "README.md": (
+        "- `kept/`: see its README.\n- `gone/`: what it holds\n  (see its README).\n"
+        "`harness/cli.py` `harness/nothing.py` `results/<run-id>/`\n")})
     assert its_readme(page) == ["gone/"]
     assert missing_paths(page, ROOT) == ["harness/nothing.py"]
 

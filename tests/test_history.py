@@ -114,7 +114,7 @@ def test_each_release_is_compared_with_the_one_before_as_compare_judges() -> Non
     found = steps(rows)
     assert [(s.base, s.new, s.verdict) for s in found] == [
         ("0.10.0", "0.23.0", "no difference"), ("0.23.0", "0.24.0", "slower"), ("0.24.0", "0.25.0", "faster"),
-        ("0.25.0", "0.26.0", "no difference")]
+        ("0.25.0", "0.26.0", "slower, under the threshold")]  # 1.03x, its interval wholly above 1
     assert math.isclose(found[1].ratio, 1.3) and found[1].ci_low > 1.1
     assert "less than the 10 % threshold" in found[3].note
     wide = step(_row("1.0", 100.0), _row("1.1", 130.0, width=0.3))

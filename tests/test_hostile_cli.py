@@ -109,7 +109,7 @@ def test_csv_that_is_a_folder(tmp_path: Path) -> None:
 
 def test_report_refuses_a_damaged_results_file(results_with_a_run: Path) -> None:
     csv = results_with_a_run / "latest" / "results.csv"
-    csv.write_text(csv.read_text() + "paper,flat,batched,lookup_ns,-5,ns,rdtsc,ok,,,,,,,,\n")
+    csv.write_text(csv.read_text() + "paper,flat,batched,lookup_ns,-5,ns,rdtsc,ok,,,,,,,,,\n")
     assert_one_line_error(cli("report", "--results", str(results_with_a_run), "--no-figures"), "results.csv:3",
                           "negative")
 
@@ -152,18 +152,18 @@ def test_ctrl_c_or_sigterm_is_one_line_and_keeps_what_finished(tmp_path: Path, s
 
 
 # -- the results reader, in-process (each case names file:line) -----------------------------------------------
-GOOD = "paper,flat,batched,seq_step_ns,10.0,ns,rdtsc,ok,how,3,2000,2000.0,256,9.0,11.0,compiled\n"
+GOOD = "paper,flat,batched,seq_step_ns,10.0,ns,rdtsc,ok,how,3,2000,2000.0,256,9.0,11.0,compiled,\n"
 
 
 @pytest.mark.parametrize(("line", "words"), [
-    ("paper,flat,batched,lookup_ns,-5,ns,rdtsc,ok,,,,,,,,\n", ["results.csv:3", "negative"]),
-    ("paper,flat,batched,lookup_ns,inf,ns,rdtsc,ok,,,,,,,,\n", ["results.csv:3", "finite"]),
-    ("paper,flat,batched,lookup_ns,1e300,ns,rdtsc,ok,,,,,,,,\n", ["results.csv:3", "plausible"]),
-    ("paper,flat,batched,lookup_ns,fast,ns,rdtsc,ok,,,,,,,,\n", ["results.csv:3", "not a number"]),
-    ("paper,flat,batched,lookup_ns,1,ns,rdtsc,guessed,,,,,,,,\n", ["results.csv:3", "guessed"]),
+    ("paper,flat,batched,lookup_ns,-5,ns,rdtsc,ok,,,,,,,,,\n", ["results.csv:3", "negative"]),
+    ("paper,flat,batched,lookup_ns,inf,ns,rdtsc,ok,,,,,,,,,\n", ["results.csv:3", "finite"]),
+    ("paper,flat,batched,lookup_ns,1e300,ns,rdtsc,ok,,,,,,,,,\n", ["results.csv:3", "plausible"]),
+    ("paper,flat,batched,lookup_ns,fast,ns,rdtsc,ok,,,,,,,,,\n", ["results.csv:3", "not a number"]),
+    ("paper,flat,batched,lookup_ns,1,ns,rdtsc,guessed,,,,,,,,,\n", ["results.csv:3", "guessed"]),
     (GOOD, ["results.csv:3", "same figure as line 2"]),
     ("garbage\n", ["results.csv:3", "fields"]),
-    ("paper,flat,batched,lookup_ns,1,ns,rdtsc,ok,,1.5,,,,,,\n", ["results.csv:3", "reps"]),
+    ("paper,flat,batched,lookup_ns,1,ns,rdtsc,ok,,1.5,,,,,,,\n", ["results.csv:3", "reps"]),
 ])
 def test_results_reader_names_file_and_line(tmp_path: Path, line: str, words) -> None:
     from harness.base.rows import COLUMNS
@@ -186,7 +186,7 @@ def test_results_reader_refuses_a_missing_header_and_reads_schema_1(tmp_path: Pa
     assert row.value == 1.0 and row.reps is None and row.ci_low is None and row.driver == ""
     from harness.base.rows import COLUMNS_V2
 
-    path.write_text(",".join(COLUMNS_V2) + "\n" + GOOD.rpartition(",")[0] + "\n")  # schema 2: no driver column
+    path.write_text(",".join(COLUMNS_V2) + "\n" + GOOD.rsplit(",", 2)[0] + "\n")  # schema 2: no driver column
     (row,) = read_rows(path)
     assert row.value == 10.0 and row.ci_high == 11.0 and row.driver == ""
 

@@ -391,7 +391,7 @@ def test_reader_takes_a_huge_field_written_before_the_cut_and_names_an_absurd_on
         out = csv.writer(fh)
         out.writerow(COLUMNS)
         out.writerow(["paper", "plug", "batched", "correctness", "", "", "trace check", "failed",
-                      "ValueError: " + "y" * (200 << 10) + "\nsecond line", "", "", "", "", "", "", ""])
+                      "ValueError: " + "y" * (200 << 10) + "\nsecond line", "", "", "", "", "", "", "", ""])
     (row,) = read_rows(path)
     assert len(row.how) <= MAX_TEXT_CHARS and "\n" not in row.how
     with open(path, "a", newline="") as fh:
@@ -404,7 +404,7 @@ def test_report_reads_a_run_whose_failure_message_was_huge(tiny_run: Path, capsy
     csv_path = tiny_run / "latest" / "results.csv"
     with open(csv_path, "a", newline="") as fh:
         csv.writer(fh).writerow(["paper", "plug", "batched", "correctness", "", "", "trace check", "failed",
-                                 "E" * (300 << 10), "", "", "", "", "", "", ""])
+                                 "E" * (300 << 10), "", "", "", "", "", "", "", ""])
     assert main(["report", "--results", str(tiny_run), "--no-figures"]) == 0
     assert "FAILED" in capsys.readouterr().out
 

@@ -30,7 +30,7 @@ from harness.base.rows import read_rows
 from harness.errors import DesignFailure
 from impls.contract import table_nbytes_problem
 from scenarios import load
-from tests.hostile_plugins import HUGE, SPY_LOG, ids_digest
+from tests.hostile_plugins import HUGE, SPY_LOG, expected, ids_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 P = "tests.hostile_plugins:"
@@ -134,20 +134,9 @@ def assert_cells_fail_alone(run: Run, cases: dict[str, tuple[str, set[str]]]) ->
 
 
 # -- item 1 and 2: failures inside the worker (one run, every plug-in beside the others) ---------------------
-IN_PROCESS = {  # plug-in -> (words of its reason, regimes that must have failed)
-    "FillsIdsInDecode": ("wrote into its inputs", {"batched"}),
-    "ReversesIdsInDecode": ("wrote into its inputs", {"batched"}),
-    "FillsIdsInLookup": ("wrote into its inputs", {"batched"}),
-    "ReversesIdsInLookup": ("wrote into its inputs", {"batched"}),
-    "RaisesInConstructor": ("RuntimeError: needs a GPU", {"per-call", "batched", "step"}),
-    "AttributeErrorInCall": ("AttributeError:", {"batched"}),
-    "IndexErrorInCall": ("IndexError:", {"batched"}),
-    "RaisesBaseException": ("PluginAbort: giving up", {"batched"}),
-    "RaisesKeyboardInterrupt": ("KeyboardInterrupt", {"batched"}),
-    "ExitsInDecode": ("SystemExit: 0", {"batched"}),
-    "HugeMessage": ('RuntimeError: a "long", story a "long", story', {"batched"}),
-    "AbsurdTableBytes": ("table_nbytes returned 1e+20", {"per-call", "batched", "step"}),
-}
+IN_PROCESS = expected("FillsIdsInDecode", "ReversesIdsInDecode", "FillsIdsInLookup", "ReversesIdsInLookup",
+                      "RaisesInConstructor", "AttributeErrorInCall", "IndexErrorInCall", "RaisesBaseException",
+                      "RaisesKeyboardInterrupt", "ExitsInDecode", "HugeMessage", "AbsurdTableBytes")
 
 
 @pytest.fixture(scope="module")
@@ -185,18 +174,15 @@ def test_a_huge_exception_message_leaves_results_csv_readable_and_report_working
 
 
 # -- item 2: workers that die or hang -------------------------------------------------------------------------
-DYING = {
-    "OsExitInCall": ("its worker process exited with status 0", {"batched"}),
-    "SegfaultsInCall": ("its worker process was killed by signal SIGSEGV", {"batched"}),
-    "CrashesInStudies": ("in the studies: its worker process exited with status 0", {"batched"}),
-    "FailsInStudies": ("in the studies: RuntimeError: only in the studies", {"batched"}),
-}
+DYING = expected("OsExitInCall", "SegfaultsInCall", "CrashesInStudies", "FailsInStudies", "SignalsItsSupervisor",
+                 "InterruptsItsGroup")
 
 
 @pytest.mark.slow  # an end-to-end CLI run (make test-slow, .ci/run)
 def test_plugins_that_crash_or_exit_their_worker_cost_only_their_own_cells(tmp_path: Path) -> None:
-    """Workers killed by a segfault or ``os._exit`` in a call, in the timed replays or in the studies: those cells
-    fail naming the signal or the status, the others are measured and saved (allocation counts included)."""
+    """Workers killed by a segfault or ``os._exit`` in a call, in the timed replays or in the studies, or stopped
+    because their design signalled its supervisor or its own group: those cells fail naming the signal or the
+    status, the others are measured and saved (allocation counts included), and the run goes on to its end."""
     run = run_with(tmp_path, *DYING, regimes=("per-call", "batched"))
     assert_cells_fail_alone(run, DYING)
     counted = {r.impl for r in run.rows if r.metric == "allocs_per_step" and r.status == "ok"}

@@ -22,6 +22,7 @@ import pytest
 from harness import cli
 from harness.base.failures import REASON_CHARS
 from harness.base.rows import read_rows
+from tests.hostile_plugins import expected
 from tests.test_hostile_plugins import MARK, QUICK_RUN, ROOT, P, Run, assert_none_left
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds leftover processes in /proc")
@@ -67,18 +68,8 @@ def assert_only_plugins_failed(run: Run, cases: dict[str, tuple[str, set[str]]],
 
 
 # -- answers the harness cannot use, exits, exhausted memory, memory_bytes, a patched neighbour: one run --------
-BAD_ANSWERS = {  # plug-in -> (words of every reason, regimes that must have failed)
-    "ReturnsNone": ("decode_step returned None, not an integer count", {"batched"}),
-    "ReturnsText": ("decode_step returned 'no copies', not an integer count", {"batched"}),
-    "ReturnsHuge": ("decode_step returned 1180591620717411303424, not an integer count", {"batched"}),
-    "ReturnsArray": ("decode_step returned a ndarray, not an integer count", {"batched"}),
-    "ExitsWithThree": ("SystemExit: 3", {"batched"}),
-    "ExitsWithText": ("SystemExit: leaving now", {"batched"}),
-    "ExhaustsMemory": ("out of memory", {"batched"}),
-    "StatesText": ("memory_bytes() returned 'a few bytes', not a byte count", {"batched"}),
-    "StatesNegative": ("memory_bytes() returned -1, not a byte count", {"batched"}),
-    "ExitsInMemoryBytes": ("in the studies: SystemExit: 1", {"batched"}),
-}
+BAD_ANSWERS = expected("ReturnsNone", "ReturnsText", "ReturnsHuge", "ReturnsArray", "ExitsWithThree", "ExitsWithText",
+                       "ExhaustsMemory", "StatesText", "StatesNegative", "ExitsInMemoryBytes")
 TOY = "toy_bm:ToyBlockManager"  # the project's own example: no memory_bytes at all
 
 

@@ -18,25 +18,7 @@ from harness.base.drivers import Prepared, whole_step_runner
 from harness.base.replay import check_end_state
 from harness.counters.allocations import count_allocations, nrt_allocations
 from harness.studies.paced import paced_whole_step_run
-from impls import REGISTRY
-from impls.contract import (
-    ALLOCATE,
-    ALLOCATE_CACHED,
-    APPEND,
-    CAN_ALLOCATE,
-    E_ACTIVE,
-    E_COUNT,
-    E_DUPLICATE,
-    E_INACTIVE,
-    E_NO_BLOCKS,
-    E_SEQ_RANGE,
-    E_TOKENS,
-    E_TOO_LONG,
-    FORK,
-    FREE,
-    SEAL,
-    STEP_EXTRA,
-)
+from impls import REGISTRY, contract
 from impls.core import compiled
 from impls.core.compiled import CompiledBlockManager
 from scenarios import generate
@@ -58,12 +40,12 @@ def per_call(mgr, ops, a0, a1) -> list[int]:
     out = []
     for o, x, y in zip(ops, a0, a1, strict=True):
         try:
-            if o == CAN_ALLOCATE:
+            if o == contract.CAN_ALLOCATE:
                 out.append(int(mgr.can_allocate(x)))
                 continue
-            if o == ALLOCATE:
+            if o == contract.ALLOCATE:
                 mgr.allocate(x, y)
-            elif o == FORK:
+            elif o == contract.FORK:
                 mgr.fork(x, y)
             else:
                 mgr.free(x)
@@ -79,7 +61,7 @@ def test_step_equals_the_per_call_methods_on_a_trace(impl_name: str, sharing_tra
     cows = np.zeros(prep.num_steps, dtype=I64)
     run = whole_step_runner(prep, via_step, cows)  # checks each step's statuses against the trace
     n = prep.max_batch
-    status = np.zeros(max(m - f for f, m, _ in prep.bounds) + STEP_EXTRA, I64)
+    status = np.zeros(max(m - f for f, m, _ in prep.bounds) + contract.STEP_EXTRA, I64)
     cow_a, slot_a, cow_b, slot_b = np.zeros((n, 2), I64), np.zeros(n, I64), np.zeros((n, 2), I64), np.zeros(n, I64)
     op, a0, a1 = prep.arrays64
     for s, (first, mid, end) in enumerate(prep.bounds):
@@ -101,29 +83,29 @@ def test_step_equals_the_per_call_methods_on_a_trace(impl_name: str, sharing_tra
 # Row 0: 5 tokens; row 1: 4 tokens; row 2 forked from 1; 24 blocks of 4 tokens (21 free), 6 rows of at most 8
 # blocks. Each failing op must get its code and change nothing; the ops after it still run.
 FAILING_OPS = [
-    (ALLOCATE, 0, 3, E_ACTIVE),
-    (FREE, 5, 0, E_INACTIVE),
-    (FORK, 1, 7, E_SEQ_RANGE),  # child out of range
-    (FORK, 4, 5, E_INACTIVE),  # parent inactive
-    (ALLOCATE, 3, 0, E_TOKENS),
-    (ALLOCATE, 3, 33, E_TOO_LONG),  # 9 blocks
-    (ALLOCATE, 3, 2**40, E_TOO_LONG),  # must not wrap around in an int32 length
-    (ALLOCATE, -1, 4, E_SEQ_RANGE),
-    (CAN_ALLOCATE, -2, 0, E_COUNT),
-    (CAN_ALLOCATE, 2**40, 0, 0),  # answered False, not an error
-    (ALLOCATE, 3, 32, 0),  # 13 free
-    (ALLOCATE, 4, 32, 0),  # 5 free
-    (ALLOCATE, 5, 32, E_NO_BLOCKS),
-    (FREE, 4, 0, 0),
-    (FREE, 0, 0, 0),
-    (ALLOCATE, 0, 9, 0),  # the row freed just before
-    (FORK, 0, 4, 0),
-    (CAN_ALLOCATE, 3, 0, 1),
+    (contract.ALLOCATE, 0, 3, contract.E_ACTIVE),
+    (contract.FREE, 5, 0, contract.E_INACTIVE),
+    (contract.FORK, 1, 7, contract.E_SEQ_RANGE),  # child out of range
+    (contract.FORK, 4, 5, contract.E_INACTIVE),  # parent inactive
+    (contract.ALLOCATE, 3, 0, contract.E_TOKENS),
+    (contract.ALLOCATE, 3, 33, contract.E_TOO_LONG),  # 9 blocks
+    (contract.ALLOCATE, 3, 2**40, contract.E_TOO_LONG),  # must not wrap around in an int32 length
+    (contract.ALLOCATE, -1, 4, contract.E_SEQ_RANGE),
+    (contract.CAN_ALLOCATE, -2, 0, contract.E_COUNT),
+    (contract.CAN_ALLOCATE, 2**40, 0, 0),  # answered False, not an error
+    (contract.ALLOCATE, 3, 32, 0),  # 13 free
+    (contract.ALLOCATE, 4, 32, 0),  # 5 free
+    (contract.ALLOCATE, 5, 32, contract.E_NO_BLOCKS),
+    (contract.FREE, 4, 0, 0),
+    (contract.FREE, 0, 0, 0),
+    (contract.ALLOCATE, 0, 9, 0),  # the row freed just before
+    (contract.FORK, 0, 4, 0),
+    (contract.CAN_ALLOCATE, 3, 0, 1),
 ]
 
 
 def step_buffers(m: int, n: int):
-    return Guarded((m + STEP_EXTRA,)), Guarded((n, 2)), Guarded((n,))
+    return Guarded((m + contract.STEP_EXTRA,)), Guarded((n, 2)), Guarded((n,))
 
 
 def test_each_op_is_atomic_and_a_failure_does_not_stop_later_ops(impl_name: str) -> None:
@@ -142,13 +124,14 @@ def test_each_op_is_atomic_and_a_failure_does_not_stop_later_ops(impl_name: str)
     assert status.outside_untouched() and cow.outside_untouched() and slot.outside_untouched()
 
 
-@pytest.mark.parametrize(("batch", "code", "detail"), [([0, 1, 0], E_DUPLICATE, 0), ([0, 3], E_INACTIVE, 3),
-                                                       ([0, 9], E_SEQ_RANGE, 9)])
+@pytest.mark.parametrize(("batch", "code", "detail"), [([0, 1, 0], contract.E_DUPLICATE, 0),
+                                                       ([0, 3], contract.E_INACTIVE, 3),
+                                                       ([0, 9], contract.E_SEQ_RANGE, 9)])
 def test_a_failed_decode_batch_keeps_the_ops_and_leaves_its_buffers(impl_name: str, batch, code, detail) -> None:
     mgr, twin = manager(impl_name), manager(impl_name)
     twin.free(2)
     status, cow, slot = step_buffers(1, len(batch))
-    k = mgr.step(np.array([FREE], I64), np.array([2], I64), np.array([0], I64), np.array(batch, I64),
+    k = mgr.step(np.array([contract.FREE], I64), np.array([2], I64), np.array([0], I64), np.array(batch, I64),
                  status.view, cow.view, slot.view)
     assert k == code and status.view[:3].tolist() == [0, code, detail]
     assert cow.untouched() and slot.untouched()
@@ -161,8 +144,8 @@ def test_an_exhausted_pool_fails_the_batch_with_the_blocks_it_needs(impl_name: s
     before = snapshot(mgr)
     status, cow, slot = step_buffers(0, 3)
     e = np.zeros(0, I64)
-    assert mgr.step(e, e, e, np.array([0, 1, 2], I64), status.view, cow.view, slot.view) == E_NO_BLOCKS
-    assert status.view[:2].tolist() == [E_NO_BLOCKS, 2]  # row 1 at a boundary, row 2 at a boundary too
+    assert mgr.step(e, e, e, np.array([0, 1, 2], I64), status.view, cow.view, slot.view) == contract.E_NO_BLOCKS
+    assert status.view[:2].tolist() == [contract.E_NO_BLOCKS, 2]  # row 1 at a boundary, row 2 at a boundary too
     assert snapshot(mgr) == before and cow.untouched() and slot.untouched()
 
 
@@ -175,8 +158,8 @@ def _misaligned(n: int) -> np.ndarray:
 
 def _hostile_cases():
     """(name, kwargs over the good arguments) that step must refuse as a whole."""
-    good_ops = np.array([FREE, ALLOCATE], I64)
-    yield "ops not an array", {"ops": [FREE, ALLOCATE]}, TypeError
+    good_ops = np.array([contract.FREE, contract.ALLOCATE], I64)
+    yield "ops not an array", {"ops": [contract.FREE, contract.ALLOCATE]}, TypeError
     yield "ops float", {"ops": good_ops.astype(float)}, TypeError
     yield "ops bool", {"ops": np.array([True, False])}, TypeError
     yield "ops 2-D", {"ops": good_ops.reshape(2, 1)}, ValueError
@@ -199,10 +182,10 @@ def _hostile_cases():
     yield "status_out big-endian", {"status_out": np.zeros(8, ">i8")}, TypeError
     whole = np.array([0, 0, 0, 0, 0, 1, 2, 0], I64)  # valid ids at 5 and 6: only the overlap is wrong
     yield "cow_out over seq_ids", {"cow_out": whole[:6].reshape(3, 2), "seq_ids": whole[5:7]}, ValueError
-    whole = np.array([0, 0, FREE, ALLOCATE, 0], I64)  # valid ops at 2 and 3
+    whole = np.array([0, 0, contract.FREE, contract.ALLOCATE, 0], I64)  # valid ops at 2 and 3
     yield "slot_out over ops", {"slot_out": whole[:3], "ops": whole[2:4]}, ValueError
-    for code in (APPEND, ALLOCATE_CACHED, SEAL, 7, -1):
-        yield f"op code {code}", {"ops": np.array([FREE, code], I64)}, ValueError
+    for code in (contract.APPEND, contract.ALLOCATE_CACHED, contract.SEAL, 7, -1):
+        yield f"op code {code}", {"ops": np.array([contract.FREE, code], I64)}, ValueError
 
 
 @pytest.mark.parametrize(("case", "change", "exc"), list(_hostile_cases()), ids=[c[0] for c in _hostile_cases()])
@@ -210,7 +193,8 @@ def test_bad_arguments_are_refused_before_anything_changes(impl_name: str, case,
     mgr = manager(impl_name)
     before = snapshot(mgr)
     status, cow, slot = step_buffers(2, 3)
-    args = {"ops": np.array([FREE, ALLOCATE], I64), "a0": np.array([0, 0], I64), "a1": np.array([0, 6], I64),
+    args = {"ops": np.array([contract.FREE, contract.ALLOCATE], I64), "a0": np.array([0, 0], I64),
+            "a1": np.array([0, 6], I64),
             "seq_ids": np.array([1, 2], I64), "status_out": status.view, "cow_out": cow.view, "slot_out": slot.view}
     args.update(change)
     if case == "status_out read-only":
@@ -227,9 +211,10 @@ def test_the_reserved_codes_say_what_they_are() -> None:
     status, cow, slot = step_buffers(1, 1)
     e = np.zeros(0, I64)
     with pytest.raises(ValueError, match="prefix-caching ops are reserved"):
-        mgr.step(np.array([SEAL], I64), np.array([0], I64), np.array([1], I64), e, status.view, cow.view, slot.view)
+        mgr.step(np.array([contract.SEAL], I64), np.array([0], I64), np.array([1], I64), e, status.view, cow.view,
+                 slot.view)
     with pytest.raises(ValueError, match="decode appends go in seq_ids"):
-        mgr.step(np.array([APPEND], I64), np.array([0], I64), np.array([0], I64), e, status.view, cow.view,
+        mgr.step(np.array([contract.APPEND], I64), np.array([0], I64), np.array([0], I64), e, status.view, cow.view,
                  slot.view)
 
 
@@ -241,7 +226,7 @@ def test_flat_step_allocates_nothing_beyond_the_call(counter) -> None:
     mgr = REGISTRY["flat"](num_blocks=8192, block_size=16, max_seqs=seqs + 2, max_blocks_per_seq=128)
     for seq in range(seqs):
         mgr.allocate(seq, 1 + 7 * seq)  # varied lengths: block boundaries fall on different steps
-    ops = np.array([ALLOCATE, CAN_ALLOCATE, FORK, FREE, FREE], I64)
+    ops = np.array([contract.ALLOCATE, contract.CAN_ALLOCATE, contract.FORK, contract.FREE, contract.FREE], I64)
     a0, a1 = np.array([seqs, 4, seqs, seqs + 1, seqs], I64), np.array([17, 0, seqs + 1, 0, 0], I64)
     ids = np.arange(seqs, dtype=I64)
     status, cow, slot = np.zeros(8, I64), np.zeros((seqs, 2), I64), np.zeros(seqs, I64)
@@ -291,7 +276,7 @@ def test_usual_buffers_never_reach_the_python_checks(impl_name: str, monkeypatch
         raise AssertionError("step_args called for usual buffers")
 
     monkeypatch.setattr(compiled, "step_args", refuse)
-    assert mgr.step(np.array([FREE, ALLOCATE], I64), np.array([0, 0], I64), np.array([0, 6], I64),
+    assert mgr.step(np.array([contract.FREE, contract.ALLOCATE], I64), np.array([0, 0], I64), np.array([0, 6], I64),
                     np.array([1, 2], I64), status.view, cow.view, slot.view) >= 0
 
 
@@ -306,7 +291,7 @@ _UNUSUAL = [(name, form) for name in _compiled_names() for form in _FORMS
 def test_unusual_buffers_give_the_usual_result(impl_name: str, form: str) -> None:
     """Buffers off the cheap path (converted, or typed otherwise by Numba) give what plain int64 ones give; in
     particular big-endian ids, which Numba would type as int64, are never read in the wrong byte order."""
-    plain = [np.array(v, I64) for v in ([FREE, ALLOCATE], [0, 0], [0, 6], [1, 2])]
+    plain = [np.array(v, I64) for v in ([contract.FREE, contract.ALLOCATE], [0, 0], [0, 6], [1, 2])]
     usual, other = manager(impl_name), manager(impl_name)
     status, cow, slot = (g.view for g in step_buffers(2, 3))
     if form == "big-endian inputs":

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.errors import InputError, WriteError
 from scenarios.files import atomic
-from scenarios.files.kinds import read_once
+from scenarios.files.kinds import read_once, unwritable
 
 RESULTS_DIR = Path("results")
 MAX_LABEL_CHARS = 64
@@ -44,6 +44,14 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 RUN_SUFFIXES = 1000  # run folders of one second and label: <stem>, <stem>-1, ... <stem>-999
+
+
+def check_output_file(path: Path, flag: str) -> Path:
+    """``path`` if a file can be written there (checked before any work), else :class:`InputError` naming ``flag``."""
+    why = unwritable(path)
+    if why:
+        raise InputError(f"{flag} {path}: {why}; give a path where a file can be written")
+    return Path(path)
 
 
 def check_label(label: str) -> str:

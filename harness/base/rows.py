@@ -16,7 +16,7 @@ from impls.registry import RATIO_BASE
 from scenarios.files.kinds import read_once
 
 STATUSES = ("ok", "unsupported", "unavailable", "skipped", "failed")
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DRIVERS = ("python", "compiled", "native")
 # Figures that may be negative: allocations under a floor, differences of medians, paced minus idle time.
 SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "allocs_above_floor_per_step",
@@ -28,7 +28,8 @@ MAX_ABS_VALUE = 1e15
 
 MAX_TEXT_CHARS = 2000
 MAX_READ_FIELD_BYTES = 1 << 24
-_TEXT_FIELDS = ("scenario", "impl", "regime", "metric", "unit", "source", "status", "how", "driver")
+_TEXT_FIELDS = ("scenario", "impl", "regime", "metric", "unit", "source", "status", "how", "driver", "conformance")
+CONFORMANCE = ("", "conforms", "fails")
 
 
 @dataclass
@@ -51,14 +52,16 @@ class Row:
     ci_low: float | None = None
     ci_high: float | None = None
     driver: str = ""
+    conformance: str = ""
 
     def __post_init__(self) -> None:
         for name in _TEXT_FIELDS:
             setattr(self, name, clean_text(getattr(self, name)))
         if self.status not in STATUSES:
             raise ValueError(f"status {self.status!r} not in {STATUSES}")
-        if self.driver and self.driver not in DRIVERS:
-            raise ValueError(f"{self.metric}: driver {self.driver!r} not in {DRIVERS}")
+        for name, allowed in (("driver", ("", *DRIVERS)), ("conformance", CONFORMANCE)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{self.metric}: {name} {getattr(self, name)!r} not in {allowed}")
         if self.status != "ok":
             self.value = math.nan
         else:
@@ -67,11 +70,14 @@ class Row:
             if getattr(self, name) is not None:
                 setattr(self, name, _checked(self.metric, getattr(self, name), what=name))
         for name in ("reps", "steps", "seqs"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or int(value) != value or value < 0):
-                raise ValueError(f"{self.metric}: {name} must be a non-negative integer, got {value!r}")
-            if value is not None:
-                setattr(self, name, int(value))
+            setattr(self, name, _count(self.metric, name, getattr(self, name)))
+
+
+def _count(metric: str, name: str, value: object) -> int | None:
+    """A count column's ``value`` (a whole number, 0 or more) as an int; None stays None."""
+    if value is not None and (isinstance(value, bool) or int(value) != value or value < 0):
+        raise ValueError(f"{metric}: {name} must be a non-negative integer, got {value!r}")
+    return None if value is None else int(value)
 
 
 def clean_text(text: object) -> object:
@@ -109,9 +115,10 @@ def _checked(metric: str, value: object, what: str = "value") -> float:
 
 
 COLUMNS = [f.name for f in fields(Row)]
-# Older schemas still read, with the later columns empty: 1 (before the structured columns), 2 (before driver).
+# Older schemas still read, their later columns empty: 1, 2 (before driver), 3 (before conformance).
 COLUMNS_V1 = COLUMNS[:9]
 COLUMNS_V2 = COLUMNS[:15]
+COLUMNS_V3 = COLUMNS[:16]
 _INTS = ("reps", "steps", "seqs")
 _FLOATS = ("step_rate", "ci_low", "ci_high")
 
@@ -156,7 +163,7 @@ def read_rows(path: Path) -> list[Row]:
         with io.TextIOWrapper(read_once(path), encoding="utf-8-sig", newline="") as fh:
             reader = csv.reader(fh)
             header = next(reader, None)
-            if header not in (COLUMNS, COLUMNS_V2, COLUMNS_V1):
+            if header not in (COLUMNS, COLUMNS_V3, COLUMNS_V2, COLUMNS_V1):
                 raise ResultsError(f"{path}:1: not a kvblock-bench results header (schema {SCHEMA_VERSION} has "
                                    f"columns {','.join(COLUMNS)}); was the file written by another tool?")
             return _read_records(path, reader, header)
@@ -184,6 +191,9 @@ def _read_records(path: Path, reader, header: list[str]) -> list[Row]:
             row = _parse(dict(zip(header, record, strict=True)))
         except ValueError as exc:
             raise ResultsError(f"{path}:{line}: {exc}") from None
+        if row.ci_low is not None and row.ci_high is not None and row.ci_low > row.ci_high:
+            raise ResultsError(f"{path}:{line}: {row.metric}: its interval's low {row.ci_low:g} lies above its high "
+                               f"{row.ci_high:g}; not a row kvblock-bench wrote")
         key = (row.scenario, row.impl, row.regime, row.metric, row.source)
         if key in seen:
             raise ResultsError(f"{path}:{line}: the same figure as line {seen[key]} ({', '.join(key)})")

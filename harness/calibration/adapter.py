@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.base.replay import ReplayError
-from impls.core.interpreted import InterpretedBlockManager
+from impls.core.interpreted import InterpretedBlockManager, append_as_batch
 from impls.core.validation import batch_args
 
 
@@ -37,10 +37,4 @@ class EngineAdapter(InterpretedBlockManager):
         """The engine's step for ``ids``: slots to ``slot_out``, copy-on-write pairs to ``cow_out``; their number."""
         raise NotImplementedError
 
-    def _append(self, seq_id: int) -> tuple[int, int] | None:
-        """``append_slot`` (per-call, not timed for engines): the engine's step for a batch of one."""
-        cow_out = np.zeros((1, 2), dtype=np.int64)
-        slot_out = np.zeros(1, dtype=np.int64)
-        if self._engine_step(np.array([seq_id], dtype=np.int64), [seq_id], cow_out, slot_out):
-            return int(cow_out[0, 0]), int(cow_out[0, 1])
-        return None
+    _append = append_as_batch  # append_slot (per-call, not timed for engines): the engine's step for a batch of one

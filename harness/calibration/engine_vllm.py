@@ -285,9 +285,7 @@ class VllmCachingEngine(VllmEngine):
 
     def seal(self, seq_id: int, block_hash: int) -> bool:
         """Hand vLLM the hash of the block decode just filled and cache it; False when another block has it."""
-        seq_id, value, n, _ = sealable(self, seq_id, block_hash, self._blocks)
-        digest = value.to_bytes(32, "little")
-        request = self.requests[seq_id]
+        seq_id, request, digest, n, _ = sealable(self, seq_id, block_hash, self._blocks, 32)
         if len(request.block_hashes) != (n >> self.block_shift) - 1:
             raise ReplayError(f"row {seq_id}: vLLM needs the hashes of all its full blocks, in order; the trace "
                               f"seals block {n >> self.block_shift} after {len(request.block_hashes)}")

@@ -15,6 +15,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.base import lifetime
 from harness.errors import InputError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -67,22 +68,29 @@ def tree_digest(root: Path, packages: tuple[str, ...]) -> str:
     return h.hexdigest()
 
 
+def pip(verb: list[str], args: list[str], find_links: Path | None, timeout: float) -> subprocess.CompletedProcess:
+    """``pip VERB... ARGS`` with this Python (from ``find_links`` only, when given); :class:`InputError` if it fails."""
+    index = ["--no-index", "--find-links", str(find_links)] if find_links is not None else []
+    cmd = [sys.executable, "-m", "pip", *verb, *index, "--disable-pip-version-check", *args]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                              preexec_fn=lifetime.tied_to_me())
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"pip {' '.join(verb)} {args[-1]} failed ({exc}); check pip and the network") from None
+
+
 def pip_download(requirement: str, dest: Path, find_links: Path | None = None) -> Path:
     """The wheel pip downloads for ``requirement`` (no dependencies, no source builds) into ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
     before = {p.name for p in dest.glob("*.whl")}
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-           "-d", str(dest), requirement]
-    if find_links is not None:
-        cmd[4:4] = ["--no-index", "--find-links", str(find_links)]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(f"pip download {requirement} failed ({exc}); check pip and the network") from None
+    done = pip(["download"], ["--no-deps", "--only-binary=:all:", "-d", str(dest), requirement], find_links,
+               PIP_TIMEOUT_S)
     if done.returncode != 0:
         tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-2:])
-        raise InputError(f"pip download {requirement} failed: {tail} (is that version published? "
-                         f"`{sys.executable} -m pip index versions {requirement.partition('=')[0]}` lists them)")
+        where = (f"no wheel of it in --find-links {find_links}" if find_links is not None else
+                 f"is that version published? `{sys.executable} -m pip index versions {requirement.partition('=')[0]}`"
+                 " lists them")
+        raise InputError(f"pip download {requirement} failed: {tail} ({where})")
     return _downloaded(done.stdout, dest, requirement, before)
 
 
@@ -124,10 +132,13 @@ def unpack(wheel: Path, packages: tuple[str, ...], cache: Path) -> EngineCode:
         shutil.rmtree(root, ignore_errors=True)
         tmp = root.with_name(root.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
-        manifest = _extract(wheel, packages, tmp, record)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=0, sort_keys=True) + "\n")
-        (tmp / ".sha256").write_text(digest + "\n")
-        tmp.rename(root)
+        try:
+            manifest = _extract(wheel, packages, tmp, record)
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=0, sort_keys=True) + "\n")
+            (tmp / ".sha256").write_text(digest + "\n")
+            tmp.rename(root)
+        finally:  # an interrupted or refused unpack leaves no half-made folder in the cache
+            shutil.rmtree(tmp, ignore_errors=True)
     return EngineCode(root, wheel_version(wheel), f"sha256:{digest}", wheel.name, tuple(changed))
 
 

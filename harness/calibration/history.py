@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -12,8 +13,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harness.base.args import DEFAULT_DEADLINE_S
-from harness.base.files import RESULTS_DIR, new_run_dir, write_json
+from harness.base.files import RESULTS_DIR, new_run_dir, read_json, write_json
 from harness.base.history_rows import HISTORY_CSV, HistoryRow, write_history
+from harness.base.interrupts import signal_name
 from harness.base.metrics import step_ns_lists
 from harness.calibration import fetch
 from harness.calibration.engines import Engine
@@ -70,6 +72,8 @@ def check(opts: HistoryOptions) -> list[str]:
     for name in opts.scenarios:
         SCENARIOS[name].params(opts.params.get(name, {}))
     fetch.outside_repository(opts.cache, "--cache")
+    if opts.out is not None:
+        check_out(opts.out)
     versions = resolve(opts.versions, e.distribution, opts.find_links)
     if not versions:
         raise InputError(f"VERSIONS {opts.versions}: no published {e.distribution} release lies in that range")
@@ -79,13 +83,39 @@ def check(opts: HistoryOptions) -> list[str]:
     return versions
 
 
+def check_out(out: Path) -> None:
+    """Refuse an ``--out`` folder holding a history: one run's rows never merge into, or replace, another's."""
+    held = out / HISTORY_CSV
+    if held.exists():
+        raise InputError(f"--out {out}: holds a history already ({held}); its rows would be lost or mixed with "
+                         "another run's: give a new folder, or move that one's history.csv away first")
+
+
 def history(opts: HistoryOptions) -> HistoryOutcome:
     """Fetch every release, replay each scenario on all of them in lockstep, write ``history.csv`` and ``meta.json``."""
     started = time.monotonic()
     versions = check(opts)
+    made = opts.out is None or not opts.out.exists()
     if opts.out is None:
         opts.out = new_run_dir(RESULTS_DIR, f"history-{opts.engine.name}")
     opts.out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _measure(opts, versions, started)
+    except KeyboardInterrupt as exc:
+        _interrupted(opts.out, made, exc)
+        raise
+
+
+def _interrupted(out: Path, made: bool, exc: KeyboardInterrupt) -> None:
+    meta_path = out / "meta.json"
+    if (out / HISTORY_CSV).is_file() and meta_path.is_file():
+        write_json(meta_path, {**read_json(meta_path), "interrupted": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                               "interrupted_by": signal_name(exc)})
+    elif made:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _measure(opts: HistoryOptions, versions: list[str], started: float) -> HistoryOutcome:
     outcome = HistoryOutcome(releases=[fetched(opts, v) for v in versions])
     disk = sum(r.disk for r in outcome.releases)
     opts.progress(f"{len(versions)} releases in the cache {opts.cache}: {disk / 1e6:,.0f} MB")

@@ -4,13 +4,12 @@ Design: docs/output.md#harnesscalibrationreleasespy."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from packaging.version import Version
 
 from harness.calibration.eras import release
+from harness.calibration.fetch import pip
 from harness.errors import InputError
 
 PIP_INDEX_TIMEOUT_S = 300
@@ -42,13 +41,7 @@ def _check(parts: list[str], text: str) -> None:
 
 def published(distribution: str, find_links: Path | None = None) -> list[str]:
     """Every release of ``distribution`` the package index lists (``pip index versions``), oldest first."""
-    cmd = [sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", distribution]
-    if find_links is not None:
-        cmd[5:5] = ["--no-index", "--find-links", str(find_links)]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=PIP_INDEX_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(f"pip index versions {distribution} failed ({exc}); check pip and the network") from None
+    done = pip(["index", "versions"], [distribution], find_links, PIP_INDEX_TIMEOUT_S)
     m = re.search(r"^Available versions:\s*(.+)$", done.stdout, re.MULTILINE)
     if done.returncode != 0 or not m:
         tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-1:])

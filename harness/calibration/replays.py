@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 from harness.base.drivers import Prepared, StepTimes
 from harness.base.failures import blamed_on, short_reason
@@ -123,7 +123,7 @@ def _load(engine: Engine, module: ModuleType, job: CalibrationJob) -> list[Basel
     """The engine's modules imported by the plan and its baselines made; a failure there is an :class:`InputError`."""
     with missing_packages(engine):
         try:
-            baselines = module.baselines(module.load(job.version), job.version)
+            baselines = module.baselines(_classes_checked(engine, job.version, module.load(job.version)), job.version)
         except ModuleNotFoundError:
             raise
         except (ImportError, SyntaxError) as exc:  # PlanError included: a newer release imports more
@@ -135,6 +135,16 @@ def _load(engine: Engine, module: ModuleType, job: CalibrationJob) -> list[Basel
             raise InputError(f"{engine.name} {job.version}: its code failed while its modules were imported: "
                              f"{short_reason(exc)}") from None
     return [b for b in baselines if not job.baselines or b.name in job.baselines]
+
+
+def _classes_checked(engine: Engine, version: str | None, loaded: SimpleNamespace) -> SimpleNamespace:
+    """``loaded``, once every capitalised name in it is a class (else :class:`InputError` naming it)."""
+    for name, value in vars(loaded).items():
+        if name[:1].isupper() and not isinstance(value, type):
+            raise InputError(f"{engine.name} {version or 'unversioned'}: {name} in its modules is not a class (it "
+                             f"is of type {type(value).__name__}); the adapter (harness/calibration/{engine.module}"
+                             ".py) drives the engine's class of that name")
+    return loaded
 
 
 def raised_in(exc: BaseException, root: Path) -> bool:

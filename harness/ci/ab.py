@@ -139,23 +139,33 @@ def origin_words(side: Side, own: bool) -> str:
 
 @contextlib.contextmanager
 def checkouts(repo: Path, base_ref: str, new_ref: str | None) -> Iterator[list[Side]]:
-    """BASE (and NEW when a ref is given) checked out into temporary worktrees, removed afterwards."""
+    """BASE (and NEW when a ref is given) checked out into temporary worktrees, removed (and pruned) on exit."""
     refs = [("BASE", base_ref, "BASE_REF"), *([("NEW", new_ref, "NEW_REF")] if new_ref else [])]
     commits = [commit_of(repo, ref, flag) for _, ref, flag in refs]
-    with tempfile.TemporaryDirectory(prefix="kvblock-bench-ab-") as tmp:
-        made: list[Path] = []
-        try:
+    try:
+        with tempfile.TemporaryDirectory(prefix="kvblock-bench-ab-") as tmp, _worktrees(repo) as made:
             sides = []
             for (name, ref, _), commit in zip(refs, commits, strict=True):
                 path = Path(tmp) / name.lower()
-                git(repo, "worktree", "add", "--quiet", "--detach", str(path), commit)
                 made.append(path)
+                git(repo, "worktree", "add", "--quiet", "--detach", str(path), commit)
                 sides.append(Side(name, str(path), ref, commit[:12]))
             yield sides if new_ref else [*sides, working_tree(repo)]
-        finally:
-            for path in made:
-                with contextlib.suppress(InputError):
-                    git(repo, "worktree", "remove", "--force", str(path))
+    finally:
+        with contextlib.suppress(InputError):
+            git(repo, "worktree", "prune")
+
+
+@contextlib.contextmanager
+def _worktrees(repo: Path) -> Iterator[list[Path]]:
+    """The worktrees added within the block, each removed on exit."""
+    made: list[Path] = []
+    try:
+        yield made
+    finally:
+        for path in made:
+            with contextlib.suppress(InputError):
+                git(repo, "worktree", "remove", "--force", str(path))
 
 
 def counted_cells(sides: list[Side], impls: list[str]) -> list[tuple[str, str]]:
@@ -222,8 +232,18 @@ def run(opts: AbOptions, argv: list[str] | None = None) -> tuple[Comparison, Pat
         base, new = (load_run(name, result.folders[name], opts.run.root) for name in ("BASE", "NEW"))
         comparison = compare_runs(base, new, opts.metrics, opts.threshold, rules=opts.rules, paired=result.paired,
                                   pairs={key: len(ratios) for key, ratios in result.pairs.items()})
-        if opts.counts:
-            add_counts(comparison, sides, opts)
-    for fmt, name in REPORTS.items():
-        atomic_write_text(result.folders["NEW"] / name, RENDER[fmt](comparison))
+        try:
+            if opts.counts:
+                add_counts(comparison, sides, opts)
+        except KeyboardInterrupt:
+            comparison.counted.clear()
+            comparison.counted_notes.append("the gate's counts were interrupted: none is shown")
+            write_reports(comparison, result.folders["NEW"])
+            raise
+    write_reports(comparison, result.folders["NEW"])
     return comparison, result.folders["NEW"]
+
+
+def write_reports(comparison: Comparison, folder: Path) -> None:
+    for fmt, name in REPORTS.items():
+        atomic_write_text(folder / name, RENDER[fmt](comparison))

@@ -25,17 +25,30 @@ def save_baseline(run: str | Path, dest: Path, root: Path) -> Path:
     if dest.exists() and not (dest / "results.csv").is_file():
         raise InputError(f"{dest}: exists and is not a baseline folder; give a new folder or an old baseline")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    _replace_folder(data.run_dir, dest)
+    return data.run_dir
+
+
+def _replace_folder(run_dir: Path, dest: Path) -> None:
+    """``dest`` made anew from the run's :data:`KEPT` files beside it, then swapped in: old or new, never neither."""
     tmp, old = dest.parent / f".{dest.name}.new-{os.getpid()}", dest.parent / f".{dest.name}.old-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for name in KEPT:
-        if (data.run_dir / name).is_file():
-            shutil.copy2(data.run_dir / name, tmp / name)
-    if dest.exists():
-        os.replace(dest, old)
-    os.replace(tmp, dest)
-    shutil.rmtree(old, ignore_errors=True)
-    return data.run_dir
+    try:
+        tmp.mkdir()
+        for name in KEPT:
+            if (run_dir / name).is_file():
+                shutil.copy2(run_dir / name, tmp / name)
+        if dest.exists():
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+    except BaseException:
+        if old.exists() and not dest.exists():
+            os.replace(old, dest)
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if dest.exists():
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def add_arguments(parser) -> None:

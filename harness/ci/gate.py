@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.base.args import DEFAULT_DEADLINE_S, add_deadline, csv_list, percentage
-from harness.base.files import atomic_write_text
+from harness.base.files import atomic_write_text, check_output_file
 from harness.ci import gate_baseline
-from harness.ci.gate_config import GateConfig, Rule, load_config
+from harness.ci.gate_config import BASE_CELL, COUNTED_REGIMES, GateConfig, Rule, load_config
 from harness.ci.gate_jobs import AllocationsJob, Failed, GateWorkers, WallJob, wall_bound
 from harness.counters import callgrind
 from harness.errors import InputError
@@ -29,10 +29,7 @@ TRACE_SCENARIO = PAPER
 TRACE_PARAMS = {"steps": 48, "running": 64, "num_blocks": 8192}
 WARM_STEPS, STEPS = 16, 32
 CORE = tuple(registry.names("design", "twin"))  # the article's designs and their compiled twins
-BASE = (registry.RATIO_BASE, "batched")
-# The regimes whose instructions the gate counts: the article's two call shapes (the step regime is timed by
-# `kvblock-bench run`; its count would add a callgrind process's worth of time for every design).
-COUNTED_REGIMES = ("batched", "per-call")
+BASE = BASE_CELL
 # Callgrind runs: every heap layout, the first twice (identical runs, whose counts must agree).
 GATE_LAYOUTS = (callgrind.LAYOUTS[0], *callgrind.LAYOUTS)
 # The wall-clock comparison runs on the paper workload's 256 sequences, generated in memory.
@@ -305,6 +302,9 @@ def _prepare(args: argparse.Namespace, workers: GateWorkers) -> tuple[GateConfig
     """Everything checked before anything is measured: configuration, baseline, implementations (plug-ins loaded
     in their workers). Returns the configuration, the gated implementations that can run here, the baseline."""
     config = load_config(args.config)
+    for flag, path in (("--json", args.json), ("--save-baseline", args.save_baseline)):
+        if path is not None:
+            check_output_file(path, flag)
     baseline = gate_baseline.load(args.against) if args.against else None
     if args.save_baseline and args.no_callgrind:
         raise InputError("--save-baseline needs the instruction counts: leave out --no-callgrind")

@@ -153,8 +153,9 @@ def against(baseline: dict, current: dict, tolerance_pct: float) -> tuple[list[s
     failures, notes = [], []
     for cell in current["cells"]:
         key = (cell["impl"], cell["regime"])
-        if key not in old:
-            notes.append(f"{key[0]} {key[1]}: not in the baseline")
+        if key not in old:  # nothing to hold it to: it would pass whatever it counts
+            failures.append(f"{key[0]} {key[1]}: not in the baseline, so nothing holds it; save a baseline that "
+                            "has it (gate --save-baseline) or leave it out (--impl)")
             continue
         failure, note = compare_cell(key, old[key], cell, tolerance_pct)
         failures += [failure] if failure else []

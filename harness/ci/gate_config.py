@@ -10,6 +10,8 @@ from pathlib import Path
 
 from harness.base.replay import REGIMES
 from harness.errors import InputError
+from impls import REGISTRY, registry
+from impls.registry import RATIO_BASE
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -141,7 +143,31 @@ def parse_rule(where: str, table: object) -> Rule:
     limits = {k: _number(where, k, table[k]) for k in LIMITS if k in table}
     if not limits and not zero:
         raise InputError(f"{where}: a rule needs {', '.join(LIMITS)} or zero_allocations = true")
-    return Rule(_name(where, "impl", table["impl"]), regime, zero_allocations=zero, **limits)
+    rule = Rule(_name(where, "impl", table["impl"]), regime, zero_allocations=zero, **limits)
+    why = idle_rule(rule)
+    if why:
+        raise InputError(f"{where}: {why}; a rule that cannot fail guards nothing")
+    return rule
+
+
+BASE_CELL = (RATIO_BASE, "batched")  # what the rules' ``..._vs_base`` limits divide by (the gate's BASE)
+# The regimes whose instructions the gate counts (counting `step` would add a callgrind process per design).
+COUNTED_REGIMES = ("batched", "per-call")
+
+
+def idle_rule(rule: Rule) -> str:
+    """Why ``rule`` can never fail (or never pass), in words; "" when it can do both."""
+    for key in LIMITS:
+        if getattr(rule, key) == 0:
+            return f"{key} = 0 (must be above 0)"
+    if rule.regime not in COUNTED_REGIMES:
+        return f"regime {rule.regime!r}: the gate counts {' and '.join(COUNTED_REGIMES)} only"
+    if rule.regime != "batched" and rule.impl in REGISTRY and registry.record(rule.impl).role == "native":
+        return f"{rule.impl} {rule.regime}: the gate counts the C++ designs batched only"
+    against_base = [k for k in ("min_instructions_vs_base", "max_instructions_vs_base") if getattr(rule, k) is not None]
+    if rule.cell == BASE_CELL and against_base:
+        return f"{against_base[0]} on {RATIO_BASE} batched itself (its ratio to itself is always 1)"
+    return ""
 
 
 def parse(table: dict, where: str) -> GateConfig:
@@ -163,6 +189,12 @@ def parse(table: dict, where: str) -> GateConfig:
             raise InputError(f"{where} wall: {missing[0]} is required")
         wall = WallRule(_name(f"{where} wall", "slower", w["slower"]), _name(f"{where} wall", "faster", w["faster"]),
                         _number(f"{where} wall", "min_ratio", w["min_ratio"]))
+        if wall.min_ratio == 0:
+            raise InputError(f"{where} wall: min_ratio = 0 cannot fail (every ratio is above 0); give the ratio the "
+                             "slower design's step must reach, e.g. 3")
+        if wall.slower == wall.faster:
+            raise InputError(f"{where} wall: slower and faster are both {wall.slower!r}; a design's ratio to itself "
+                             "is 1 whatever it does")
     impls = table.get("impls", [])
     if not isinstance(impls, list) or not all(isinstance(i, str) and i for i in impls):
         raise InputError(f"{where}: impls must be a list of implementation names, got {impls!r}")

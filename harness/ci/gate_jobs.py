@@ -21,7 +21,7 @@ from harness.run.bound import floor_per_slice, judge, on_cpu_ns
 from harness.run.floor import oracle_class
 from harness.run.jobs import ProbeJob, load_impl
 from harness.run.jobs import execute as execute_measure_job
-from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Events, Worker
+from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Events, Worker, Workers
 from impls import REGISTRY
 from scenarios import PAPER, generate, load
 
@@ -181,7 +181,7 @@ def execute(job: object, events: Events) -> object:
     return execute_measure_job(job, events)
 
 
-class GateWorkers:
+class GateWorkers(Workers):
     """The gate's workers: one for the registered designs, one for each plug-in, started on first use."""
 
     def __init__(self, deadline_s: float = DEFAULT_DEADLINE_S, code: str = "") -> None:
@@ -203,13 +203,3 @@ class GateWorkers:
         if isinstance(info, Failed):
             return f"implementation {name!r}: loading it, {info.reason}"
         return "" if info.ok else info.reason
-
-    def close(self) -> None:
-        for worker in self.workers.values():
-            worker.stop()
-
-    def __enter__(self) -> GateWorkers:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -12,9 +12,12 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from harness.base import lifetime
 
 _HERE = Path(__file__).resolve().parent
 _HARNESS = _HERE.parent
@@ -246,14 +249,37 @@ def parse_dumps(out_file: Path) -> dict[str, dict[str, int]]:
     return dumps
 
 
+_RUNNING: set[subprocess.Popen] = set()
+
+
 def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str) -> None:
-    try:
-        proc = subprocess.run(cmd, env=env, cwd=_REPO, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        raise CallgrindError(f"{what} ran past {timeout:.0f} s: {' '.join(cmd)}") from None
+    with subprocess.Popen(cmd, env=env, cwd=_REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=lifetime.tied_to_me()) as proc:
+        _RUNNING.add(proc)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise CallgrindError(f"{what} ran past {timeout:.0f} s: {' '.join(cmd)}") from None
+        finally:
+            _RUNNING.discard(proc)
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip()[-2000:]
+        tail = (err or out).strip()[-2000:]
         raise CallgrindError(f"{what} failed with exit status {proc.returncode}:\n{tail}")
+
+
+def _all_parts(pool: concurrent.futures.ThreadPoolExecutor, one_process: Callable, jobs: list) -> list:
+    """``one_process`` of every job in ``pool``; interrupted, the jobs left are dropped and valgrind killed."""
+    futures = [pool.submit(one_process, job) for job in jobs]
+    try:
+        return [future.result() for future in futures]
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        for proc in list(_RUNNING):
+            proc.kill()
+        raise
 
 
 def _check_request(trace_path: Path, cells: list[tuple[str, str]], warm_steps: int, steps: int,
@@ -319,7 +345,7 @@ def measure_runs(trace_path: str | os.PathLike, cells: list[tuple[str, str]], wa
         for _, d, _ in jobs:
             d.mkdir()
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
-            parts = list(pool.map(one_process, jobs))
+            parts = _all_parts(pool, one_process, jobs)
     results: list[dict[tuple[str, str], Counts]] = [{} for _ in layouts]
     for (run, _, _), part in zip(jobs, parts, strict=True):
         results[run].update(part)

@@ -55,6 +55,17 @@ class Figure:
             return None
         return Estimate(self.value, self.ci_low, self.ci_high)
 
+    def problem(self) -> str:
+        """Why this row is no figure to compare ("" when it is one), e.g. a value outside its own interval."""
+        if self.ci_low is None or self.ci_high is None:
+            return "no interval"
+        if not (self.value > 0 and self.ci_low > 0):
+            return f"not a positive figure ({self.value:g} [{self.ci_low:g}-{self.ci_high:g}])"
+        slack = 1e-9 * self.ci_high
+        if not self.ci_low - slack <= self.value <= self.ci_high + slack:
+            return f"its value {self.value:g} lies outside its own interval [{self.ci_low:g}-{self.ci_high:g}]"
+        return ""
+
 
 @dataclass
 class Compared:
@@ -291,9 +302,14 @@ def verdict(est: Estimate, threshold: float) -> tuple[str, list[str]]:
         return "faster", []
     if est.high > 1 + threshold or est.low < 1 / (1 + threshold):
         return "no difference", [f"inconclusive: the interval reaches past ±{threshold * 100:g} %"]
-    if est.low > 1 or est.high < 1:
+    if measured_change(est):
         return "no difference", [f"changed by less than the {threshold * 100:g} % threshold"]
     return "no difference", []
+
+
+def measured_change(est: Estimate) -> str:
+    """"slower" or "faster" when NEW/BASE's whole interval lies on that side of 1; "" when it holds 1."""
+    return "slower" if est.low > 1 else "faster" if est.high < 1 else ""
 
 
 def _failed(run: Run, scenario: str, impl: str, regime: str) -> bool:
@@ -324,9 +340,18 @@ def _not_comparable(base: Run, new: Run, key: tuple[str, str, str, str], b: dict
         if row["status"] != "ok":
             return f"{row['status']} in {run.side}"
     for run, row in ((base, b), (new, n)):
-        if Figure.of(row).estimate is None:
-            return f"no interval in {run.side}"
+        problem = Figure.of(row).problem()
+        if problem:
+            return f"{problem} in {run.side}"
     return ""
+
+
+def _lost(why: str, b: dict | None, n: dict | None) -> bool:
+    """Whether BASE's row is a figure to compare and NEW's is not (another trace loses nothing)."""
+    def usable(row: dict | None) -> bool:
+        return row is not None and row["status"] == "ok" and not Figure.of(row).problem()
+
+    return bool(why) and not why.startswith("different trace") and usable(b) and not usable(n)
 
 
 def compare_figure(base: Run, new: Run, key: Key, threshold: float,
@@ -338,7 +363,7 @@ def compare_figure(base: Run, new: Run, key: Key, threshold: float,
     fn = Figure.of(n) if n is not None and n["status"] == "ok" else None
     why = _not_comparable(base, new, key, b, n)
     if why:
-        return Compared(*key, unit, fb, fn, "not comparable", why, lost=fb is not None and fn is None)
+        return Compared(*key, unit, fb, fn, "not comparable", why, lost=_lost(why, b, n))
     est = paired[key] if paired and key in paired else independent_ratio(fn.estimate, fb.estimate)
     if not (math.isfinite(est.low) and math.isfinite(est.high)):
         return Compared(*key, unit, fb, fn, "not comparable", "not a positive figure in both runs")
@@ -383,6 +408,20 @@ def run_notes(base: Run, new: Run) -> list[str]:
     return notes
 
 
+def check_once(run: Run, metrics: tuple[str, ...]) -> None:
+    """Refuse a run holding a compared figure twice (two measured rows with intervals)."""
+    df = run.data.df
+    sel = df[(df.status == "ok") & df.metric.isin(metrics) & df.ci_low.notna() & df.ci_high.notna()]
+    twice = sel[sel.duplicated(["scenario", "impl", "regime", "metric"], keep=False)]
+    if len(twice):
+        first = twice.iloc[0]
+        values = ", ".join(f"{v:g}" for v in twice[(twice.scenario == first.scenario) & (twice.impl == first.impl) & (
+            twice.regime == first.regime) & (twice.metric == first.metric)].value)
+        raise InputError(f"{run.side} {run.data.run_dir / 'results.csv'}: {first.scenario} {first.impl} {first.regime} "
+                         f"{first.metric} is there more than once ({values}); a run writes each figure once: compare "
+                         "runs as they were written")
+
+
 def check_metrics(base: Run, new: Run, metrics: tuple[str, ...]) -> None:
     """Refuse metrics that neither run holds (a misspelt name would otherwise compare nothing)."""
     held = {k[3] for run in (base, new) for k in run.data.index}
@@ -423,6 +462,8 @@ def compare_runs(base: Run, new: Run, metrics: tuple[str, ...] = DEFAULT_METRICS
         raise InputError(f"--threshold {threshold * 100:g}: give a percentage from 0 to 1000, e.g. 10")
     differences = check_runs(base, new, allowed or Allowed())
     check_metrics(base, new, metrics)
+    for run in (base, new):
+        check_once(run, metrics)
     counts = pairs if pairs is not None else pair_counts(new) if paired is None else {}
     paired = paired if paired is not None else paired_from(base, new)
     keys = figure_keys(base, new, metrics)

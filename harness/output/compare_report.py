@@ -8,6 +8,7 @@ from dataclasses import asdict
 from harness.errors import TooFewPairs
 from harness.output.compare import MIN_PAIRS, VERDICTS, Compared, Comparison, Counted, Figure
 from harness.output.formatting import fmt
+from harness.output.markdown import md, md_code, one_line
 
 FORMATS = ("text", "markdown", "json")
 ORDER = {v: i for i, v in enumerate(("slower", "faster", "not comparable", "no difference"))}
@@ -63,7 +64,7 @@ def _lost_line(c: Comparison) -> str:
 
 def headline(c: Comparison) -> list[str]:
     """The lines under the title: counts, the smallest slowdown the comparison could detect, how the runs were
-    made (interleaved or apart), what NEW lost."""
+    made (interleaved or apart), what NEW lost (plain text: :func:`render_markdown` escapes it)."""
     lines = [summary_line(c)]
     found = c.detectable
     if found is not None:
@@ -85,7 +86,7 @@ def headline(c: Comparison) -> list[str]:
 
 def _run_line(side: str, d: dict) -> str:
     beside = f"; taken beside competing work: {d['beside']}" if d.get("beside") else ""
-    return f"{side}: {d['run_id']} (commit {d['commit']}, started {d['started']}; {d['machine']}{beside})"
+    return one_line(f"{side}: {d['run_id']} (commit {d['commit']}, started {d['started']}; {d['machine']}{beside})")
 
 
 def header_lines(c: Comparison) -> list[str]:
@@ -94,7 +95,7 @@ def header_lines(c: Comparison) -> list[str]:
     if c.other_machine:
         lines.append("WARNING: the runs come from different machines or software (" + "; ".join(c.other_machine)
                      + "): these verdicts say little about the change")
-    return lines + [f"note: {n}" for n in c.run_notes]
+    return lines + [one_line(f"note: {n}") for n in c.run_notes]
 
 
 def render_text(c: Comparison) -> str:
@@ -155,10 +156,10 @@ def _sorted(rows: list[Compared]) -> list[Compared]:
 
 
 def _md_row(r: Compared) -> str:
-    cells = [f"**{r.verdict}**" if r.verdict in ("slower", "faster") else _outcome(r), f"`{r.scenario}`",
-             f"`{r.impl}`", r.regime, f"`{r.metric}`", _figure(r.base), _figure(r.new), _ratio(r),
-             "; ".join(r.notes)]
-    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+    cells = [f"**{r.verdict}**" if r.verdict in ("slower", "faster") else md(_outcome(r)), md_code(r.scenario),
+             md_code(r.impl), md(r.regime), md_code(r.metric), md(_figure(r.base)), md(_figure(r.new)),
+             md(_ratio(r)), md("; ".join(r.notes))]
+    return "| " + " | ".join(cells) + " |"
 
 
 MD_HEAD = ("| verdict | scenario | impl | regime | metric | BASE | NEW | NEW/BASE [95 %] | notes |\n"
@@ -173,8 +174,8 @@ def _mark(c: Comparison) -> str:
 
 def render_markdown(c: Comparison) -> str:
     """A pull-request comment: the verdict first, the rows that need a look in a table, the rest folded."""
-    lines = [f"### kvblock-bench compare: {_mark(c)} {title(c)}", ""]
-    lines += [f"- {line}" for line in [*headline(c), *header_lines(c)]]
+    lines = [f"### kvblock-bench compare: {_mark(c)} {md(title(c))}", ""]
+    lines += [f"- {md(line)}" for line in [*headline(c), *header_lines(c)]]
     shown = [r for r in _sorted(c.rows) if r.verdict != "no difference"]
     folded = [r for r in c.rows if r.verdict == "no difference"]
     if shown:
@@ -183,10 +184,10 @@ def render_markdown(c: Comparison) -> str:
         lines += ["", f"<details><summary>{len(folded)} figures with no difference</summary>", "", MD_HEAD,
                   *map(_md_row, folded), "", "</details>"]
     if c.counted:
-        lines += ["", f"Deterministic counts against BASE (the gate's): {counted_title(c)}", "",
+        lines += ["", f"Deterministic counts against BASE (the gate's): {md(counted_title(c))}", "",
                   "| " + " | ".join(COUNTED_HEAD) + " |", "|" + "---|" * len(COUNTED_HEAD),
-                  *("| " + " | ".join(_counted_cells(k, c.counts_threshold_pct)) + " |" for k in c.counted)]
-    lines += [f"- note: {n}" for n in c.counted_notes]
+                  *("| " + " | ".join(map(md, _counted_cells(k, c.counts_threshold_pct))) + " |" for k in c.counted)]
+    lines += [f"- note: {md(n)}" for n in c.counted_notes]
     return "\n".join(lines) + "\n"
 
 

@@ -27,8 +27,10 @@ from harness.output.report import (
     PAPER_COLUMNS,
     article_table,
     base_of,
+    checked_line,
     design_cells,
     driver_of,
+    nonconforming,
     paper_cells,
 )
 from harness.output.rundata import RunData
@@ -83,12 +85,13 @@ def cell_lines(run: RunData, scenario: str) -> list[str]:
              f"  {'regime':<9} {'impl':<{wide}} {'driver':<9} {'ns/seq-step':>11}  {'× ' + base + ', same regime':<36}"
              " CPU"]
     regimes = run.regimes(scenario, "seq_step_ns")
+    failing = set(run.df[run.df.conformance == "fails"].impl)
     for impl, regime in sorted(cells, key=lambda cell: regimes.index(cell[1])):
         ns = fmt(run.value(scenario, impl, regime, "seq_step_ns"))
         ratio = ratio_text(run, scenario, impl, regime, "seq_step_ns", base=base)
         cpu = cpu_text(run.value(scenario, impl, regime, "cpu_share_pct"))
         lines.append(f"  {regime:<9} {impl:<{wide}} {driver_of(run, scenario, impl, regime):<9} {ns:>11}  "
-                     f"{ratio:<36} {cpu}")
+                     f"{ratio:<36} {cpu}" + ("  DOES NOT CONFORM" if impl in failing else ""))
     return lines
 
 
@@ -116,6 +119,7 @@ def console_summary(run: str | Path | RunData | None = None) -> str:
              f"machine: {machine_line(data.meta)}"]
     if host := host_line(data.meta):
         lines.append(f"host: {host}")
+    lines += [*filter(None, [checked_line(data)]), *nonconforming(data)]
     scenario = headline_scenario(data)
     if scenario is not None:
         lines += [aa_line(data, scenario), *article_lines(data), *cell_lines(data, scenario)]

@@ -10,6 +10,7 @@ import pandas as pd
 from harness.base.host import competing_work, machine_name
 from harness.base.rows import ratio_metric
 from harness.base.text import duration_text
+from harness.output.markdown import one_line
 from harness.output.rundata import RunData
 from impls import registry
 
@@ -97,7 +98,8 @@ def cpu_text(pct: float) -> str:
 
 def machine_line(meta: dict) -> str:
     """The machine named precisely (``host.machine_name``), the PMU, the commit: where a run's figures belong."""
-    return f"{machine_name(meta)}; PMU: {meta.get('pmu', '?')}; commit {meta.get('git_commit', '?')}{load_text(meta)}"
+    return one_line(f"{machine_name(meta)}; PMU: {meta.get('pmu', '?')}; commit {meta.get('git_commit', '?')}"
+                    f"{load_text(meta)}")
 
 
 def host_line(meta: dict) -> str:

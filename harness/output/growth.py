@@ -29,6 +29,8 @@ from harness.output.drawing import (
     series_panels,
 )
 from harness.output.formatting import run_duration
+from harness.output.markdown import md, md_code
+from harness.output.readme import check_readme
 from harness.output.rundata import RunData, ordered
 from harness.run.matrix import SWEEPS, matches
 from harness.studies.scale import FAMILY_AXES
@@ -396,8 +398,8 @@ def growth_section(run_dir: Path, shown_as: str) -> str:
     if not path.is_file():
         raise GrowthReadmeError(f"{path} does not exist: run `kvblock-bench report {run_dir}` first")
     run = RunData.load(run_dir)
-    head = (f"Run `{run.run_id}` of `{run.meta.get('command_line', '?')}` at commit "
-            f"`{run.meta.get('git_commit', '?')}`, started {run.meta.get('started', '?')}, took "
+    head = (f"Run {md_code(run.run_id)} of {md_code(run.meta.get('command_line', '?'))} at commit "
+            f"{md_code(run.meta.get('git_commit', '?'))}, started {md(run.meta.get('started', '?'))}, took "
             f"{run_duration(run.meta)}.")
     return "\n".join([head, "", f"![How cost and memory grow]({shown_as}/figures/growth.png)", "",
                       path.read_text().rstrip(), ""])
@@ -405,9 +407,7 @@ def growth_section(run_dir: Path, shown_as: str) -> str:
 
 def write_growth_readme(readme: Path, run_dir: Path, shown_as: str | None = None) -> None:
     """Replace the README's growth section with :func:`growth_section` of ``run_dir``."""
-    text = readme.read_text()
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise GrowthReadmeError(f"{readme} needs one {BEGIN} ... {END} pair")
+    text = check_readme(readme, "--growth-readme", BEGIN, END)
     if shown_as is None:
         shown_as = Path(os.path.relpath(Path(run_dir).resolve(), readme.resolve().parent)).as_posix()
     section = growth_section(run_dir, shown_as)

@@ -14,11 +14,13 @@ from harness.output.history_report import (
     calls_cells,
     calls_table,
     console_lines,
+    legend,
     paired_steps,
     steps,
     table,
     write_steps,
 )
+from harness.output.markdown import md, md_code
 
 
 def render(folder: Path, figures: bool = True) -> list[str]:
@@ -29,10 +31,10 @@ def render(folder: Path, figures: bool = True) -> list[str]:
     found = steps(rows, paired=paired_steps(folder, rows))
     write_steps(folder, found)
     lines = [f"# {', '.join(sorted({r.engine for r in rows}))} by release", "",
-             f"Figures: `{HISTORY_CSV}`; machine: {meta.get('machine', '?')}; load average at the start "
-             f"{meta.get('load_average', '?')}; command: `{meta.get('command', '?')}`.", "",
+             f"Figures: `{HISTORY_CSV}`; machine: {md(meta.get('machine', '?'))}; load average at the start "
+             f"{md(meta.get('load_average', '?'))}; command: {md_code(meta.get('command', '?'))}.", "",
              f"Each release over the one before, per metric: NEW/BASE, its 95 % interval, and `compare`'s verdict at "
-             f"{DEFAULT_THRESHOLD * 100:g} % (SLOWER, faster, = no difference, n/c not comparable). {PAIRING}", "",
+             f"{DEFAULT_THRESHOLD * 100:g} % ({legend()}). {PAIRING}", "",
              *table(found), ""]
     cells = calls_cells(rows)
     calls = calls_table(cells)

@@ -11,7 +11,8 @@ from packaging.version import Version
 from harness.base.files import atomic_write_text, read_json
 from harness.base.history_rows import HISTORY_CSV, read_history
 from harness.output.history_report import DEFAULT_THRESHOLD, Step, paired_steps, steps
-from harness.output.readme import replace_section
+from harness.output.markdown import md, md_code
+from harness.output.readme import check_readme, replace_section
 
 
 def markers(engine: str) -> tuple[str, str]:
@@ -51,7 +52,8 @@ def section(folder: Path, shown_as: str) -> tuple[str, str]:
     load = load or "load average " + ", ".join(sorted({f"{r.load} (`{r.scenario}`)" for r in rows}))
     meta = {"command": rows[0].command, "machine": rows[0].machine, **meta}  # a run cut short wrote no meta.json
     lines = [f"`{shown_as}/`: {engine} {versions[0]} to {versions[-1]} ({len(versions)} releases), "
-             f"`{meta.get('command', '?')}` on {meta.get('machine', '?')}, {load}. Each release over the one before, "
+             f"{md_code(meta.get('command', '?'))} on {md(meta.get('machine', '?'))}, {load}. Each release over "
+             "the one before, "
              f"`compare`'s verdict at {DEFAULT_THRESHOLD * 100:g} % ({len(found)} comparisons; every one in "
              f"[`history.md`]({shown_as}/history.md), the figure "
              f"[`history-{engine}.png`]({shown_as}/history-{engine}.png)):",
@@ -65,5 +67,6 @@ def write_history_readme(readme: Path, folder: Path) -> str:
     shown_as = Path(os.path.relpath(folder.resolve(), readme.resolve().parent)).as_posix()
     engine, body = section(folder, shown_as)
     begin, end = markers(engine)
-    atomic_write_text(readme, replace_section(readme.read_text(), body, begin, end))
+    text = check_readme(readme, "--history-readme", begin, end)
+    atomic_write_text(readme, replace_section(text, body, begin, end))
     return engine

@@ -18,12 +18,17 @@ from packaging.version import Version
 from harness.base.files import ResultsError, atomic_write_text
 from harness.base.history_rows import CALL_METRICS, METRICS, HistoryRow
 from harness.base.stats import Estimate, independent_ratio, paired_reps
-from harness.output.compare import DEFAULT_THRESHOLD, verdict
+from harness.output.compare import DEFAULT_THRESHOLD, measured_change, verdict
 
 VERDICTS_CSV = "verdicts.csv"
 PAIRING = ("`seq_step_ns` is paired over repetitions where the folder's `runs/` holds them (every release's "
            "repetition r ran in the same windows of time); the other metrics combine the releases' own intervals.")
-SHORT = {"slower": "SLOWER", "faster": "faster", "no difference": "=", "not comparable": "n/c"}
+SHORT = {"slower": "SLOWER", "faster": "faster", "no difference": "=", "not comparable": "n/c",
+         "slower, under the threshold": "slower <{t}", "faster, under the threshold": "faster <{t}",
+         "slower, near the threshold": "slower ~{t}", "faster, near the threshold": "faster ~{t}"}
+LEGEND = ("SLOWER, faster: beyond the threshold; slower <{t}, faster <{t}: a change measured (the whole interval on "
+          "one side of 1) but under the threshold; slower ~{t}, faster ~{t}: measured, its interval reaching past "
+          "{t}; = no difference; n/c not comparable")
 
 
 @dataclass
@@ -75,6 +80,9 @@ def step(base: HistoryRow, new: HistoryRow, threshold: float = DEFAULT_THRESHOLD
     interval = "independent" if est is None or not math.isfinite(est.low) else "paired"
     est = independent_ratio(n, b) if interval == "independent" else est
     name, notes = verdict(est, threshold)
+    side = measured_change(est) if name == "no difference" else ""
+    if side:
+        name = f"{side}, {'near' if notes[0].startswith('inconclusive') else 'under'} the threshold"
     return Step(*head, est.value, est.low, est.high, name, "; ".join(notes), interval)
 
 
@@ -131,13 +139,13 @@ def write_steps(folder: Path, found: list[Step]) -> Path:
     return path
 
 
-def _cell(s: Step) -> str:
+def _cell(s: Step, threshold: float) -> str:
     if s.verdict == "not comparable":
         return "n/c"
-    return f"{s.ratio:.2f} [{s.ci_low:.2f}-{s.ci_high:.2f}] {SHORT[s.verdict]}"
+    return f"{s.ratio:.2f} [{s.ci_low:.2f}-{s.ci_high:.2f}] {SHORT[s.verdict].format(t=f'{threshold * 100:g} %')}"
 
 
-def table(found: list[Step]) -> list[str]:
+def table(found: list[Step], threshold: float = DEFAULT_THRESHOLD) -> list[str]:
     """A markdown table: one row per pair of releases and caching mode and scenario, a column per metric."""
     head = ["release", "caching", "scenario", *METRICS]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -146,7 +154,7 @@ def table(found: list[Step]) -> list[str]:
         by_pair.setdefault((s.engine, s.base, s.new, s.caching, s.scenario), {})[s.metric] = s
     for (engine, base, new, caching, scenario), cells in sorted(by_pair.items(), key=lambda kv: (
             kv[0][0], Version(kv[0][2]), kv[0][3], kv[0][4])):
-        values = [_cell(cells[m]) if m in cells else "" for m in METRICS]
+        values = [_cell(cells[m], threshold) if m in cells else "" for m in METRICS]
         lines.append(f"| {engine} {base} -> {new} | {caching} | {scenario} | " + " | ".join(values) + " |")
     return lines
 
@@ -154,12 +162,17 @@ def table(found: list[Step]) -> list[str]:
 def console_lines(found: list[Step], threshold: float = DEFAULT_THRESHOLD) -> list[str]:
     """The console summary: the table's rows as text, and the releases a verdict says are slower."""
     lines = [f"NEW/BASE per metric ({', '.join(METRICS)}), 95 % interval, compare's verdict at "
-             f"{threshold * 100:g} % (SLOWER, faster, = no difference, n/c not comparable):"]
-    lines += [line.strip("| ").replace(" | ", "  ") for line in table(found)[2:]]
+             f"{threshold * 100:g} % ({legend(threshold)}):"]
+    lines += [line.strip("| ").replace(" | ", "  ") for line in table(found, threshold)[2:]]
     slower = [s for s in found if s.verdict == "slower"]
     lines.append("slower: " + ("; ".join(f"{s.engine} {s.new} ({s.caching}, {s.scenario}, {s.metric} x{s.ratio:.2f})"
                                          for s in slower) if slower else "none"))
     return lines
+
+
+def legend(threshold: float = DEFAULT_THRESHOLD) -> str:
+    """What the table's verdict words mean, at ``threshold``."""
+    return LEGEND.format(t=f"{threshold * 100:g} %")
 
 
 def calls_cells(rows: list[HistoryRow]) -> list[list[str]]:

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from harness.base.files import atomic_write_text, os_reason
-from harness.errors import WriteError
+from harness.errors import InputError, WriteError
 from harness.output import reproduction, sections, times
 from harness.output.cache_report import caching_scenarios, hit_sentence
 from harness.output.cache_state_report import cache_state_sentence
@@ -22,6 +22,7 @@ from harness.output.formatting import (
     run_seconds,
     value_text,
 )
+from harness.output.markdown import md, md_code
 from harness.output.paced_report import paced_sentence
 from harness.output.report import (
     DESIGN_ROLES,
@@ -43,14 +44,16 @@ from scenarios.files.kinds import write_target
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
-class ReadmeError(ValueError):
+class ReadmeError(InputError):
     """The README has no (or broken) results markers."""
 
 
 def commit_text(meta: dict) -> str:
     """The run's commit, and for a ``-dirty`` one the files that differed from it (where the run recorded them)."""
     changed = meta.get("git_changed_files") or []
-    return f"`{meta.get('git_commit', '?')}`" + (f" (uncommitted edits to {', '.join(changed)})" if changed else "")
+    changed = changed if isinstance(changed, list) else [changed]
+    return md_code(meta.get("git_commit", "?")) + (f" (uncommitted edits to {md(', '.join(map(str, changed)))})"
+                                                   if changed else "")
 
 
 def _time_lines(run: RunData) -> list[str]:
@@ -122,10 +125,10 @@ def section(run: RunData) -> str:
     meta = run.meta
     versions = meta.get("versions", {})
     lines = [
-        f"Run `{run.run_id}` of `{meta.get('command_line', '?')}` at commit {commit_text(meta)}, "
-        f"started {meta.get('started', '?')}, took {run_duration(meta)}"
+        f"Run {md_code(run.run_id)} of {md_code(meta.get('command_line', '?'))} at commit {commit_text(meta)}, "
+        f"started {md(meta.get('started', '?'))}, took {run_duration(meta)}"
         + ("" if meta.get("complete") else " (INCOMPLETE)") + ".",
-        f"Machine: {machine_line(meta)}. Python {versions.get('python', '?')}, NumPy {versions.get('numpy', '?')}, "
+        f"Machine: {md(machine_line(meta))}. Python {versions.get('python', '?')}, NumPy {versions.get('numpy', '?')}, "
         f"Numba {versions.get('numba', '?')}, torch {versions.get('torch', '?')}.",
         "",
         *_time_lines(run),
@@ -192,10 +195,11 @@ def _caching_lines(run: RunData) -> list[str]:
     return [*out, ""]
 
 
-def replace_section(text: str, body: str, begin: str = BEGIN, end: str = END) -> str:
-    """``text`` with what lies between the markers (the results section's, or ``begin`` and ``end``) replaced."""
+def replace_section(text: str, body: str, begin: str = BEGIN, end: str = END, where: str = "the README") -> str:
+    """``text`` with what lies between the markers replaced; :class:`ReadmeError` naming ``where`` without them."""
     if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-        raise ReadmeError(f"the README needs exactly one {begin} ... {end} pair, in that order")
+        raise ReadmeError(f"{where}: needs exactly one {begin} ... {end} pair, in that order; put the two markers "
+                          "where the generated section goes")
     head, rest = text.split(begin)
     _, tail = rest.split(end)
     return f"{head}{begin}\n{body}\n{end}{tail}"
@@ -207,9 +211,18 @@ def current_section(text: str, begin: str = BEGIN, end: str = END) -> str:
     return text.split(begin)[1].split(end)[0].strip("\n")
 
 
+def check_readme(readme: Path, flag: str = "--readme", begin: str = BEGIN, end: str = END) -> str:
+    """A README's text, readable and holding the section's markers (else :class:`ReadmeError`)."""
+    text = _text_to_rewrite(readme, flag)
+    replace_section(text, "", begin, end, f"{flag} {readme}")
+    if times.BEGIN in text or times.END in text:
+        replace_section(text, "", times.BEGIN, times.END, f"{flag} {readme}")
+    return text
+
+
 def write_readme(readme: Path, run: RunData) -> None:
     """Rewrite the README's results section from ``run`` and its time table from the times file, atomically."""
-    text = _text_to_rewrite(readme)
+    text = check_readme(readme)
     measured = times.read_times()
     atomic_write_text(readme, with_time_table(replace_section(text, section(run)), measured))
     table = sections.beside(readme, "times")
@@ -217,12 +230,14 @@ def write_readme(readme: Path, run: RunData) -> None:
         write_time_table(table, measured)
 
 
-def _text_to_rewrite(readme: Path) -> str:
+def _text_to_rewrite(readme: Path, flag: str = "--readme") -> str:
     """The README's text, once :func:`write_target` has refused what must not be rewritten."""
     try:
         return write_target(readme).read_text(encoding="utf-8")
     except OSError as exc:
         raise WriteError(f"{readme}: cannot rewrite it ({os_reason(exc)})") from None
+    except UnicodeDecodeError as exc:
+        raise ReadmeError(f"{flag} {readme}: not UTF-8 text ({exc.reason}); give a Markdown file") from None
 
 
 def with_time_table(text: str, measured: times.Times | None) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.base.files import atomic_write_text
+from harness.errors import InputError
 from harness.output.cache_report import caching_scenarios, prefix_cache_section
 from harness.output.cache_state_report import cache_state_sentence
 from harness.output.coverage import left_out_note
@@ -24,8 +25,9 @@ from harness.output.formatting import (
     source_text,
     value_text,
 )
+from harness.output.markdown import md, one_line
 from harness.output.paced_report import paced_sentence
-from harness.output.rundata import RunData
+from harness.output.rundata import RunData, ordered
 from harness.studies.table_copy.variants import IMPL as TABLE_COPY_IMPL
 from impls import registry
 from scenarios import PAPER
@@ -119,7 +121,8 @@ def paper_table(run: RunData, scenario: str = PAPER) -> str:
     """The article's table, each measured cell beside the article's figure, ratios to C in the same run."""
     art = article_table()
     out = [f"# The article's table, reproduced on the `{scenario}` scenario", "",
-           f"Machine: {machine_line(run.meta)}.", *host_lines(run.meta), "", PAPER_INTRO, ""]
+           f"Machine: {md(machine_line(run.meta))}.", *host_lines(run.meta), "",
+           *(f"**{md(line)}**\n" for line in nonconforming(run)), PAPER_INTRO, ""]
     out += [aa_text(run, scenario), ""]
     if not run.meta.get("complete", True):
         out += ["**This run is incomplete** (interrupted or failed): scenarios it did not finish are missing.", ""]
@@ -219,7 +222,8 @@ def host_lines(meta: dict) -> list[str]:
 
 def scenario_summary(run: RunData) -> str:
     """One table per scenario, a row per measured cell: its main figures and slowdown against the batched base."""
-    out = ["# Per-scenario summary", "", f"Machine: {machine_line(run.meta)}.", *host_lines(run.meta), "",
+    out = ["# Per-scenario summary", "", f"Machine: {md(machine_line(run.meta))}.", *host_lines(run.meta), "",
+           *(f"**{md(line)}**\n" for line in nonconforming(run)),
            "× base: seq-step time relative to batched `flat` (`flat-pc` on the prefix-caching scenarios) in the "
            "same run (higher is slower), with its paired 95 % interval. Brackets: 95 % intervals. driver: the loop "
            "that issued the timed calls (python, compiled, native).", ""]
@@ -375,6 +379,29 @@ def table_copy_section(run: RunData) -> str:
     return "\n".join(out) + "\n"
 
 
+def nonconforming(run: RunData) -> list[str]:
+    """A line for each design the run marked as failing the contract check (the ``conformance`` column)."""
+    checks = _checks(run)
+    return [f"DOES NOT CONFORM: {impl} failed the contract check before the run timed it"
+            + (f" ({one_line(checks[impl].get('why', ''))})" if impl in checks else "")
+            + f"; its figures are a broken design's (`kvblock-bench check {impl}` says where)"
+            for impl in ordered(run.df[run.df.conformance == "fails"].impl)]
+
+
+def checked_line(run: RunData) -> str:
+    """Each plug-in the run checked before timing it, with its verdict and cost ("": none)."""
+    checks = _checks(run)
+    if not checks:
+        return ""
+    verdicts = "; ".join(f"{impl} {c.get('verdict')} ({c.get('seconds')} s)" for impl, c in checks.items())
+    return f"contract check before timing (quick form: {len(checks)} plug-in(s)): {verdicts}"
+
+
+def _checks(run: RunData) -> dict[str, dict]:
+    checks = run.meta.get("conformance")
+    return {k: v for k, v in checks.items() if isinstance(v, dict)} if isinstance(checks, dict) else {}
+
+
 def report_texts(data: RunData) -> dict[str, str]:
     """The run's reports by file name (``paper_table.md``, ``summary.md``), as text."""
     paper = paper_table(data) if data.has(PAPER) else "# No `paper` scenario in this run\n"
@@ -385,9 +412,20 @@ def report_texts(data: RunData) -> dict[str, str]:
             "summary.md": scenario_summary(data) + ("\n" + caching if caching else "")}
 
 
+def check_reportable(data: RunData) -> None:
+    """Refuse (:class:`InputError`) a run folder without rows or without a ``meta.json`` object."""
+    if data.df.empty:
+        raise InputError(f"{data.run_dir / 'results.csv'}: no rows (a header only); nothing to report, and the "
+                         "saved reports are left as they are")
+    if data.meta_problem:
+        raise InputError(f"{data.run_dir / 'meta.json'}: {data.meta_problem}; a report names the machine and "
+                         "software of its figures from it (kvblock-bench run writes it), so none is written")
+
+
 def write_reports(run: str | Path | RunData | None = None, texts: dict[str, str] | None = None) -> Path:
     """Write ``paper_table.md`` and ``summary.md`` into the run directory; :class:`WriteError` if it cannot."""
     data = run if isinstance(run, RunData) else RunData.load(run)
+    check_reportable(data)
     for name, text in (texts or report_texts(data)).items():
         atomic_write_text(data.run_dir / name, text)
     return data.run_dir

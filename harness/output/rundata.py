@@ -40,6 +40,7 @@ class RunData:
     df: pd.DataFrame
     meta: dict
     index: dict[tuple[str, str, str, str], dict] = field(default_factory=dict)
+    meta_problem: str = ""  # why meta.json is no run's metadata ("": it is one): missing, or not a JSON object
 
     @classmethod
     def load(cls, run: Path | str | None = None, root: Path | None = None) -> RunData:
@@ -52,12 +53,14 @@ class RunData:
             meta = read_json(meta_path) if meta_path.exists() else {}
         except (ValueError, OSError) as exc:
             raise ResultsError(f"{meta_path}: unreadable ({exc}); a run's meta.json is the JSON it wrote") from None
+        problem = ("missing" if not meta_path.exists() else "" if isinstance(meta, dict)
+                   else f"not a JSON object (a {type(meta).__name__})")
         index: dict[tuple[str, str, str, str], dict] = {}
         for r in df.to_dict("records"):
             key = (r["scenario"], r["impl"], r["regime"], r["metric"])
             if key not in index or (r["status"] == "ok" and index[key]["status"] != "ok"):
                 index[key] = r  # a measured fallback (callgrind-sim) wins over an unsupported primary (perf)
-        return cls(Path(run_dir), df, meta if isinstance(meta, dict) else {}, index)
+        return cls(Path(run_dir), df, meta if isinstance(meta, dict) else {}, index, problem)
 
     @property
     def run_id(self) -> str:

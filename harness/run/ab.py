@@ -14,12 +14,12 @@ from pathlib import Path
 
 from harness.base.files import PAIRED_FILE, write_json
 from harness.base.interleave import slice_bounds
+from harness.base.interrupts import sigterm_interrupts
 from harness.base.metrics import TIMED_FIGURES, Work
 from harness.base.stats import Estimate
 from harness.errors import InputError
 from harness.run import metadata, progress
 from harness.run.assemble import paired_sides
-from harness.run.interrupts import sigterm_interrupts
 from harness.run.jobs import ImplInfo, ProbeJob, RegistryJob, execute
 from harness.run.lockstep import alternating
 from harness.run.matrix import ScenarioPlan

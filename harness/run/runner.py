@@ -28,6 +28,7 @@ from harness.base.files import (
     write_json,
 )
 from harness.base.interleave import FAST_REPS, slice_bounds
+from harness.base.interrupts import signal_name, sigterm_interrupts
 from harness.base.metrics import Work
 from harness.base.replay import REGIMES
 from harness.base.rows import Row, clean_text, write_rows
@@ -35,10 +36,10 @@ from harness.errors import InputError, WriteError
 from harness.run import metadata, progress
 from harness.run.assemble import Merged, ScenarioRows, merge
 from harness.run.bound import floor_per_slice, paced_violations, violations
-from harness.run.interrupts import signal_name, sigterm_interrupts
 from harness.run.jobs import FloorJob, ImplInfo, ProbeJob, ScenarioJob, describe, execute
 from harness.run.lockstep import Order, lockstep, rotated
 from harness.run.matrix import OWN_STUDIES, ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios
+from harness.run.precheck import Checked, check_plugins
 from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug, WorkerSpec
 from harness.studies.paced_study import PACED_METRICS
 from harness.studies.scale import CONFIG_METRICS, config_rows
@@ -406,8 +407,8 @@ class RunWriter:
     """The run folder, made when the first figure is ready (``latest`` moves once it has rows); a failed write
     raises :class:`WriteError` naming what it keeps (docs/results-folder.md)."""
 
-    def __init__(self, cfg: RunConfig, meta: dict) -> None:
-        self.cfg, self.meta = cfg, meta
+    def __init__(self, cfg: RunConfig, meta: dict, conformance: dict[str, str] | None = None) -> None:
+        self.cfg, self.meta, self.conformance = cfg, meta, conformance or {}
         self.label = cfg.label or ("quick" if cfg.quick else "")
         check_run_root(cfg.root, self.label)
         self.run_dir: Path | None = None
@@ -422,9 +423,10 @@ class RunWriter:
         return self.run_dir
 
     def add(self, rows: list[Row], raw: dict[str, object] | None = None) -> None:
-        """Keep ``rows`` and rewrite results.csv (atomically), point ``latest`` to the run, then write the raw
-        files (by relative path, cleaned as the rows' scenario names are)."""
-        self.rows += rows
+        """Keep ``rows`` (a checked plug-in's marked) and rewrite results.csv (atomically), point ``latest`` to the
+        run, then write the raw files (by relative path, cleaned as the rows' scenario names are)."""
+        self.rows += [replace(r, conformance=self.conformance[r.impl]) if r.impl in self.conformance else r
+                      for r in rows]
         try:
             run_dir = self.folder()
             write_rows(run_dir / "results.csv", self.rows)
@@ -480,6 +482,7 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
             prefix="kvblock-bench-") as spool:
         bar.status("loading the implementations (the C++ designs build on first use; plug-ins load in a worker)")
         infos, skipped = resolve_impls(cfg, pool)
+        checked = _precheck(cfg, infos, bar)
         pool.limit = worker_limit(len(infos), len(pool))
         plan = build_plan(cfg, infos)
         bar.status("calibrating the timers (the compiled timing loop compiles on first use)")
@@ -488,8 +491,9 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
         meta = {**metadata.collect(argv, described={n: i.described for n, i in infos.items()}, natives=natives),
                 "config": {k: str(v) for k, v in vars(cfg).items()}, "processes": len(pool),
                 "calibration": shared.calib, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "complete": False,
-                "skipped_impls": skipped, "plan": [vars(p) for p, _ in plan]}
-        writer = RunWriter(cfg, meta)
+                "skipped_impls": skipped, "plan": [vars(p) for p, _ in plan],
+                "conformance": {name: c.record() for name, c in checked.items()}}
+        writer = RunWriter(cfg, meta, {name: c.verdict for name, c in checked.items()})
         meta["worker_pids"] = shared.pids
         weights = planned_work(plan)
         bar.start(sum(p.units(cfg.reps) for p, _ in plan),
@@ -509,6 +513,14 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
         finally:
             bar.close()
     return writer.run_dir
+
+
+def _precheck(cfg: RunConfig, infos: dict[str, ImplInfo], bar: progress.Progress) -> dict[str, Checked]:
+    """The contract check's quick form on every plug-in of the run."""
+    plugins = [name for name in infos if name not in REGISTRY]
+    if plugins:
+        bar.status(f"checking {', '.join(plugins)} against the contract (quick form) before timing")
+    return check_plugins(plugins, cfg.deadline_s)
 
 
 WORKER_BYTES = 256 << 20

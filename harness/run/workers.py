@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.base import coderoot
+from harness.base import coderoot, lifetime
 from harness.base.args import DEFAULT_DEADLINE_S
 from harness.errors import InputError
 from harness.run.bound import Meter
@@ -125,13 +125,13 @@ class Events:
 
 def _serve(conn, execute: Callable[[Any, Events], Any], audit: Callable[[], str] | None = None) -> None:
     """The worker's loop: receive a job, run it, send its result (or our exception's traceback; or what ``audit``
-    finds imported from elsewhere). Ctrl-C is the main process's to handle: it stops the workers. The worker leads a
-    process group of its own, so that stopping it stops whatever it started too (a plug-in's helpers, valgrind)."""
+    finds imported from elsewhere). Forked from a shield (:func:`harness.base.lifetime.shield`); its first message
+    is its process id. Ctrl-C is the main process's to handle: it stops the workers."""
+    lifetime.shield()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(OSError):
-        os.setpgrp()
     limit_memory()
     importlib.import_module("harness.base.clock").seal()  # this code root's timing names, before any design loads
+    conn.send(("pid", os.getpid()))
     events = Events(conn.send, conn.recv)
     while True:
         try:
@@ -261,8 +261,10 @@ class Worker:
                 on_tick(value)
             elif kind == "status":
                 on_status(value)
+            elif kind == "pid":
+                self.pid = value
             elif kind == "mark":
-                self.meter.mark(self._proc.pid, value)
+                self.meter.mark(self.pid, value)
                 self._conn.send(True)
             elif kind == "bug":
                 raise WorkerBug(f"an exception in a worker process:\n{value}")
@@ -297,6 +299,9 @@ class Worker:
         self._proc.join(5)
         code = self._proc.exitcode
         self.stop()
+        sent = lifetime.signalled_supervisor(code)
+        if sent:
+            return CellDied(cell, f"was stopped: its design sent {sent} to the process supervising it")
         if code is not None and code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
             return CellDied(cell, f"was killed by signal {name}")
@@ -319,7 +324,21 @@ class Worker:
         self._proc = self._conn = None
 
 
-class Pool:
+class Workers:
+    workers: dict[Any, Worker]
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Pool(Workers):
     """Workers by key (a :class:`WorkerSpec` or share index), started on first use; ``size`` shares, ``limit``
     processes at once."""
 
@@ -351,13 +370,3 @@ class Pool:
         """Stop ``key``'s worker."""
         if key in self.workers:
             self.workers[key].stop()
-
-    def close(self) -> None:
-        for worker in self.workers.values():
-            worker.stop()
-
-    def __enter__(self) -> Pool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from impls.contract import NoFreeBlocksError
-from impls.core.interpreted import InterpretedBlockManager
+from impls.core.interpreted import InterpretedBlockManager, append_as_batch
 from impls.core.validation import lookup_args
 
 _CPU = torch.device("cpu")
@@ -267,12 +267,8 @@ class PagedRows:
         """The decode batch when a fork shares pages (SGLang has no fork: each side emulates it its own way)."""
         raise NotImplementedError
 
-    def _append(self, seq_id: int) -> tuple[int, int] | None:
-        cow_out = np.zeros((1, 2), dtype=np.int64)
-        slot_out = np.zeros(1, dtype=np.int64)
-        if self._decode(np.array([seq_id], dtype=np.int64), [seq_id], cow_out, slot_out):
-            return int(cow_out[0, 0]), int(cow_out[0, 1])
-        return None
+    _engine_step = _decode  # the step SGLang's scheduler makes; the per-call append is a batch of one of it
+    _append = append_as_batch
 
     def _free(self, seq_id: int) -> None:
         self._admit()

@@ -265,9 +265,7 @@ class VllmV1CachingBlockManager(VllmV1BlockManager):
 
     def seal(self, seq_id: int, block_hash: int) -> bool:
         """Cache the sequence's full last block under ``block_hash``; False when another block carries it."""
-        seq_id, value, n, last = sealable(self, seq_id, block_hash, self._blocks)
-        key_hash = value.to_bytes(8, "little")
-        request = self.requests[seq_id]
+        seq_id, request, key_hash, n, last = sealable(self, seq_id, block_hash, self._blocks, 8)
         manager = self.single_type_manager
         num_full = n >> self.block_shift
         hashes = request.block_hashes
@@ -293,8 +291,9 @@ class VllmV1CachingBlockManager(VllmV1BlockManager):
             cached[child.request_id] = cached[parent.request_id]
 
 
-def sealable(mgr, seq_id: int, block_hash: int, blocks) -> tuple[int, int, int, KVCacheBlock]:
-    """The contract's checks of ``seal`` on a vLLM-shaped manager; (row, hash, length, last block)."""
+def sealable(mgr, seq_id: int, block_hash: int, blocks, width: int) -> tuple[int, object, bytes, int, KVCacheBlock]:
+    """The contract's checks of ``seal`` on a vLLM-shaped manager; (row, its request, the hash as ``width`` bytes,
+    length, last block)."""
     seq_id = mgr._active(seq_id)
     value = hash_arg(block_hash, seq_id)
     n = mgr._lens[seq_id]
@@ -303,4 +302,4 @@ def sealable(mgr, seq_id: int, block_hash: int, blocks) -> tuple[int, int, int, 
     last = blocks(seq_id)[-1]
     if last.block_hash is not None:
         mgr._fail(E_SEALED, seq_id)
-    return seq_id, value, n, last
+    return seq_id, mgr.requests[seq_id], value.to_bytes(width, "little"), n, last

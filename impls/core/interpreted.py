@@ -24,6 +24,16 @@ from impls.core.validation import (
 )
 
 
+def append_as_batch(self, seq_id: int) -> tuple[int, int] | None:
+    """``_append`` (a method) of a design whose unit of work is the batched step ``self._engine_step``: a batch of
+    one; the copy-on-write pair, or None."""
+    cow_out = np.zeros((1, 2), dtype=np.int64)
+    slot_out = np.zeros(1, dtype=np.int64)
+    if self._engine_step(np.array([seq_id], dtype=np.int64), [seq_id], cow_out, slot_out):
+        return int(cow_out[0, 0]), int(cow_out[0, 1])
+    return None
+
+
 class InterpretedBlockManager(ManagerBase):
     """Base class: validates every call, then hands the work to the design's primitives."""
 

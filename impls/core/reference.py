@@ -9,6 +9,23 @@ import numpy as np
 from impls.contract import NoFreeBlocksError, blocks_for
 
 
+def append_token(self, seq: int) -> tuple[int, int] | None:
+    """One token appended to ``seq`` (a method: ``self.tables``, ``lens``, ``refs``, ``block_size``, ``_take()``): a new
+    block at a block's start, the shared last block copied; the (source, copy) of a copy-on-write, else None."""
+    n = self.lens[seq]
+    table = self.tables[seq]
+    self.lens[seq] = n + 1
+    if n % self.block_size == 0:
+        table.append(self._take())
+        return None
+    src = table[-1]
+    if self.refs[src] == 1:
+        return None
+    self.refs[src] -= 1
+    table[-1] = self._take()
+    return src, table[-1]
+
+
 class ReferenceModel:
     """The contract, written for clarity rather than speed. Not a contender: not in the registry."""
 
@@ -170,19 +187,7 @@ class ReferenceModel:
             raise NoFreeBlocksError(1)
         return self._append(seq)
 
-    def _append(self, seq: int) -> tuple[int, int] | None:
-        n = self.lens[seq]
-        table = self.tables[seq]
-        self.lens[seq] = n + 1
-        if n % self.block_size == 0:
-            table.append(self._take())
-            return None
-        src = table[-1]
-        if self.refs[src] == 1:
-            return None
-        self.refs[src] -= 1
-        table[-1] = self._take()
-        return src, table[-1]
+    _append = append_token
 
     def fork(self, parent: int, child: int) -> None:
         self._in_range(parent)

