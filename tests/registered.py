@@ -18,3 +18,10 @@ def impl_params() -> list:
         if name in UNAVAILABLE else name
         for name in sorted({*REGISTRY, *UNAVAILABLE})
     ]
+
+
+
+def slow_for(params: list, slow: set[str]) -> list:
+    """``params`` with the plain names in ``slow`` marked slow (their minutes go to ``make test-slow``, which CI
+    runs); a param already marked (unavailable) stays as it is."""
+    return [pytest.param(p, marks=pytest.mark.slow) if isinstance(p, str) and p in slow else p for p in params]

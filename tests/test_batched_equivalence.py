@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from harness.base.threads import one_intra_op_thread
 from harness.conformance.machine import swept_ids
 from impls import REGISTRY, NoFreeBlocksError
-from tests.registered import impl_params
+from tests.registered import impl_params, slow_for
 
 CFG = {"num_blocks": 64, "block_size": 4, "max_seqs": 8, "max_blocks_per_seq": 8}
 # Drawn per example: every block size from 1 to 64, pools from the 64 blocks a full step may need to 65,536
@@ -47,7 +47,7 @@ SETUP = st.tuples(
 )
 
 
-@pytest.mark.parametrize("name", impl_params())
+@pytest.mark.parametrize("name", slow_for(impl_params(), {"flat-rows", "flat-pc"}))  # ~18 s each: Numba typings
 @settings(max_examples=25, deadline=None)
 @given(setup=SETUP, steps=st.integers(1, 12), block_size=st.sampled_from(BLOCK_SIZES), pool=st.sampled_from(POOLS))
 def test_decode_step_matches_per_call(name: str, setup, steps: int, block_size: int, pool: int) -> None:

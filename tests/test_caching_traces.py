@@ -18,6 +18,7 @@ from scenarios.realtrace import DATA_DIR, hash_id_chain
 from scenarios.trace import ALLOCATE_CACHED, OP_NAMES, SEAL, trace_uses_caching
 from scenarios.trace_format import V2_ARRAYS, V2_HEADER_KEYS, cache_totals, checksum
 from tests.one_line import one_line
+from tests.registered import slow_for
 
 CACHING = sorted(name for name, sc in SCENARIOS.items() if sc.caching)
 SMALL = {  # a short version of each, with hits (chat: follow-up turns arrive from about step 130)
@@ -233,7 +234,7 @@ def test_a_csv_without_hash_ids_is_refused_for_caching(tmp_path) -> None:
 
 
 # -- replay ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", CACHING)
+@pytest.mark.parametrize("name", slow_for(CACHING, {"mooncake-cached"}))
 def test_replay_reproduces_hits_seals_and_end_state(traces, name: str) -> None:
     trace = traces[name]
     prep = Prepared.from_trace(trace)

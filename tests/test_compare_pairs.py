@@ -242,6 +242,7 @@ def test_the_targets_hold_every_mode_and_the_minimum_of_pairs_to_its_measurement
     assert "Pairs needed: each ab pair judged again from subsets" in text and "| ab-quick | on | slowed |" in text
 
 
+@pytest.mark.slow  # every subset of the committed pairs judged again, ~20 s (make test-slow, .ci/run)
 def test_the_fewest_pairs_ab_accepts_is_what_the_committed_pairs_support() -> None:
     """MIN_PAIRS is decided by measurement: the committed campaign's pairs of processes where it has them, else the
     committed trial's ("Pairs needed", docs/ci.md)."""

@@ -9,6 +9,7 @@ from harness.base.replay import check_end_state, replay
 from harness.run.matrix import SCALE_ONLY, matches
 from impls import REGISTRY
 from scenarios import SCENARIOS, ScenarioError, generate, load, read_requests_csv, save
+from tests.registered import slow_for
 
 SHARING = {"shared-prefix", "parallel-sampling", "beam-search"}
 REAL = {"azure-code", "mooncake", "mooncake-cached"}
@@ -49,7 +50,7 @@ def traces(tmp_path_factory) -> Traces:
 TORCH_QUICK = {"paper", "parallel-sampling", "beam-search", "pressure"}
 
 
-@pytest.mark.parametrize("name", sorted(set(PLAIN) - SCALE_SLOW))
+@pytest.mark.parametrize("name", slow_for(sorted(set(PLAIN) - SCALE_SLOW), {"pool-131072", "beam-search"}))
 def test_every_scenario_replays_on_every_implementation(traces, name: str) -> None:
     _replay_all(traces[name], [i for i in REGISTRY if i != "sglang" or name in TORCH_QUICK])
 
