@@ -122,9 +122,9 @@ def test_the_ratio_on_the_engine_s_calls_and_its_columns() -> None:
     assert math.isnan(call_columns(None, real)["ratio_calls"])
 
 
-def test_a_worker_meters_both_sides_after_its_timed_repetitions(tmp_path) -> None:
-    """The nano-vllm stand-in and the contender, in a calibration worker's context: every replay with an engine
-    object is metered (the same calls in every metered replay: the count is deterministic), the timed samples kept."""
+@pytest.fixture(scope="module")
+def standin_measured(tmp_path_factory):
+    """One calibration worker's replays of the nano-vllm stand-in and the contender on a short ``paper`` trace."""
     from harness.calibration import engine_nano_vllm
     from harness.calibration.engines import ENGINES
     from harness.calibration.loader import engine_imports
@@ -133,16 +133,27 @@ def test_a_worker_meters_both_sides_after_its_timed_repetitions(tmp_path) -> Non
     from scenarios import generate
     from tests.calibration_standin import write_standin
 
-    root = write_standin(tmp_path / "nano-src")
+    root = write_standin(tmp_path_factory.mktemp("nano") / "nano-src")
     job = CalibrationJob("nano-vllm", str(root), "standin", "paper", {}, reps=2, only=[0, 1])
     with engine_imports(engine_nano_vllm.plan(), root):
         baselines = engine_nano_vllm.baselines(engine_nano_vllm.load(), "standin")
         trace = generate("paper", steps=24, running=12, num_blocks=2048)
         measured = Context(ENGINES["nano-vllm"], trace, job, Events(lambda message: None)).measure(baselines, "plan")
+    return measured, [b.name for b in baselines]
+
+
+def test_a_worker_meters_both_sides_after_its_timed_repetitions(standin_measured) -> None:
+    """The nano-vllm stand-in and the contender, in a calibration worker's context: every replay with an engine
+    object is metered, in each regime (the same calls in every metered replay: the count is deterministic, and the
+    contender's the engine's), the timed samples kept."""
+    measured, baselines = standin_measured
     assert not measured.failed
-    keys = {("nano-vllm", "per-call", ""), ("nano-vllm", "batched", "")} | {
-        (b.name, "batched", "real") for b in baselines}
+    regimes = ("per-call", "batched")  # the engine's code replayed in each regime the contender is calibrated in
+    keys = {("nano-vllm", r, "") for r in regimes} | {(b, r, "real") for b in baselines for r in regimes}
     assert set(measured.metered) == keys and set(measured.samples) == keys
+    for r in regimes:  # like for like: the model makes the engine's calls, in either regime
+        ours, real = measured.metered[("nano-vllm", r, "")], measured.metered[("hashing neutralised", r, "real")]
+        assert ours.calls == real.calls
     for key, m in measured.metered.items():
         assert not m.why, m.why
         assert len(m.calls) == 2 and m.calls[0] == m.calls[1] >= m.seq_steps, key  # a call per sequence per step
@@ -150,3 +161,30 @@ def test_a_worker_meters_both_sides_after_its_timed_repetitions(tmp_path) -> Non
         assert all(0 <= e <= w for e, w in zip(m.engine_ns, m.whole_ns, strict=True)), key  # calls within the step
         assert all(math.isfinite(x) for e in (m.engine(), m.shared()) for x in (e.value, e.low, e.high))
     assert engine_calls.METERED_REPLAYS >= 2
+
+
+def test_each_row_pairs_ours_with_the_engine_replayed_in_the_same_regime(standin_measured) -> None:
+    """A per-call row's engine figure, interval and engine calls come from the engine's per-call replay, a batched
+    row's from its batched replay (before, both from the batched one)."""
+    from types import SimpleNamespace
+
+    from harness.base.stats import ratio_of_sums
+    from harness.calibration import run
+    from harness.calibration.engines import ENGINES
+
+    measured, baselines = standin_measured
+    opts = run.Options(ENGINES["nano-vllm"], "standin", ["paper"], {})
+    context = run.Context(opts, SimpleNamespace(version="standin", digest="tree-sha256:x"), "paper")
+    context.parts = [measured]
+    assert context.merge() == {}
+    rows = [row for b in measured.baselines for row in context.rows_of(b)]
+    assert {(r.baseline, r.call_shape) for r in rows} == {(b, r) for b in baselines for r in ("per-call", "batched")}
+    for row in rows:
+        real_key = (row.baseline, row.call_shape, "real")
+        real = ratio_of_sums(*context.blocks(real_key))
+        assert row.real_call_shape == row.call_shape and row.real_ns_per_seq_step == real.value
+        assert row.real_calls_ns == context.metered[real_key].engine().value
+        assert f"the engine's code through the {row.call_shape} regime" in row.how
+    by = {(r.baseline, r.call_shape): r for r in rows}
+    per_call, batched = by[("hashing neutralised", "per-call")], by[("hashing neutralised", "batched")]
+    assert per_call.real_ns_per_seq_step != batched.real_ns_per_seq_step  # two replays, not one

@@ -72,8 +72,6 @@ class SGLangEngine(PagedRows, EngineAdapter):
             need_sort=False)
         self._setup_rows(self.max_seqs, self.max_tokens)
 
-    _engine_step = PagedRows._decode
-
     def _decode_sharing(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
         """The fork emulation on SGLang's allocator: copied pages from one ``alloc``, then the default decode."""
         movers = self._shared_tails(ids)

@@ -57,6 +57,7 @@ class CalibrationRow:
     ratio_calls: float = math.nan
     ratio_calls_low: float = math.nan
     ratio_calls_high: float = math.nan
+    real_call_shape: str = ""  # the regime the engine's code was replayed in (paired with ours in call_shape)
 
     def cells(self) -> dict[str, str]:
         out = {}
