@@ -159,6 +159,44 @@ def test_nano_reuses_block_ids_first_in_first_out() -> None:
     assert mgr.block_table(3) == [4, 5, 1]
 
 
+
+def test_nano_runs_the_hash_bookkeeping_of_its_neutralised_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nano-vllm with ``compute_hash`` returning 0, as the contender models it: each block a step fills is hashed
+    (chained from the block before), updated with its tokens and entered in ``hash_to_block_id``; an admission looks
+    its prompt's first block up (a miss: its stand-in tokens are its own); a reused block leaves the map."""
+    from impls.contenders import nano_vllm
+
+    hashed = []
+    real_hash = nano_vllm.BlockManager.compute_hash.__func__
+
+    def seen(cls, token_ids: list[int], prefix: int = -1) -> int:
+        hashed.append((list(token_ids), prefix))
+        return real_hash(cls, token_ids, prefix)
+
+    monkeypatch.setattr(nano_vllm.BlockManager, "compute_hash", classmethod(seen))
+    mgr = NanoVllmBlockManager(num_blocks=6, block_size=BS)
+    mgr.allocate(0, 2 * BS + 1)  # can_allocate's lookup (nothing hashed yet), then the prefill's postprocess
+    first = mgr.seqs[0].stand_in
+    assert len(first) == BS and hashed == [(first, -1), (first, -1), (first, 0)]
+    assert mgr.block_manager.hash_to_block_id == {0: 1} and [mgr.blocks[b].hash for b in (0, 1, 2)] == [0, 0, -1]
+    assert mgr.blocks[1].token_ids == first
+    hashed.clear()
+    for _ in range(BS - 2):
+        mgr.append_slot(0)
+    assert hashed == []  # no block filled: the every-step test alone
+    mgr.append_slot(0)  # fills block 2: hashed after block 1's hash
+    assert hashed == [(first, 0)] and mgr.block_manager.hash_to_block_id == {0: 2}
+    hashed.clear()
+    mgr.allocate(1, BS + 1)  # can_allocate looks the first block up: it finds block 2, whose tokens differ
+    assert hashed[0] == (mgr.seqs[1].stand_in, -1) and mgr.seqs[1].stand_in != first
+    assert mgr.block_table(1) == [3, 4] and mgr.block_manager.hash_to_block_id == {0: 3}
+    mgr.free(1)
+    mgr.free(0)
+    mgr.allocate(2, 2 * BS + 1)  # takes 5, 4 and 3: block 3, still named by hash 0, leaves the map as it is reset
+    assert mgr.block_table(2) == [5, 4, 3]
+    assert mgr.block_manager.hash_to_block_id == {0: 4} and [mgr.blocks[b].hash for b in (5, 4, 3)] == [0, 0, -1]
+
+
 # -- sglang -------------------------------------------------------------------------------------------------
 @pytest.fixture
 def sglang_cls():
