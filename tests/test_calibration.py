@@ -191,6 +191,40 @@ def test_an_adapter_makes_the_contract_s_checks_our_contenders_make(tmp_path, mo
             assert (len(seq), list(seq.block_table), adapter.num_free_blocks(), seq.num_scheduled_tokens) == before
 
 
+
+def test_the_sglang_adapter_drives_the_allocator_as_the_contender_does(monkeypatch) -> None:
+    """The SGLang adapter (here around our model of the allocator, in place of SGLang's) extends a step's admissions
+    as one prefill batch, one ``alloc_extend`` of every request, when the decode batch comes, as the contender and
+    SGLang's ``alloc_for_extend`` do; and its lookup is the contender's one gather, not a read per row (the untimed
+    lookup sits between two timed steps: the per-row reads left the adapter's caches unlike the contender's)."""
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from harness.calibration import engine_sglang
+    from impls.contenders.sglang import PagedAllocator, PagedRows
+
+    def allocator(size, page_size, dtype, device, kvcache, need_sort):
+        return PagedAllocator(size, page_size)
+
+    cls = engine_sglang.baselines(SimpleNamespace(PagedTokenToKVPoolAllocator=allocator), "standin")[0].cls
+    for mgr in (cls(16, 4, 4, 8), REGISTRY["sglang"](16, 4, 4, 8)):
+        calls, real = [], mgr.allocator.alloc_extend
+        monkeypatch.setattr(mgr.allocator, "alloc_extend", lambda prefix, *a, real=real, calls=calls: calls.append(
+            len(prefix)) or real(prefix, *a))
+        for row, blocks in ((0, 2), (1, 3), (2, 1)):
+            mgr.allocate(row, blocks * 4)
+        assert calls == [] and mgr.num_free_blocks() == 10  # the batch's pages held from each admission on
+        ids, cows, slots = np.array([0, 1, 2]), np.zeros((3, 2), dtype=np.int64), np.zeros(3, dtype=np.int64)
+        mgr.decode_step(ids, cows, slots)
+        assert calls == [3] and slots.tolist() == [24, 28, 32]  # each row opens a block after the batch's six
+        read = []
+        monkeypatch.setattr(type(mgr), "_last_slot",
+                            lambda self, s, read=read: read.append(s) or PagedRows._last_slot(self, s))
+        looked = np.zeros(3, dtype=np.int64)
+        mgr.lookup(ids, looked)
+        assert looked.tolist() == slots.tolist() and read == []
+
+
 # -- a trace as vLLM serves it -------------------------------------------------------------------------------
 def test_fanned_out_forks_are_independent_requests_with_the_same_decode_batches() -> None:
     trace = generate("parallel-sampling", steps=60, running=24, num_blocks=4096)

@@ -357,6 +357,19 @@ class PagedRows:
         self._admit()
         return int(self.req_to_token[seq_id, self._lens[seq_id] - 1]) - self.page_size
 
+    def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
+        """The newest token's slot of each sequence, gathered from ``req_to_token`` in one operation (the
+        calibration's adapter shares it: its per-row reads would leave the caches unlike ours between two steps)."""
+        checked = lookup_args(seq_ids, slot_out, self.max_seqs)
+        self._admit()
+        ids = checked.tolist()
+        n = len(ids)
+        if any(s < 0 or s >= self.max_seqs or self._lens[s] == 0 for s in ids):
+            super().lookup(seq_ids, slot_out)
+            return
+        rows = torch.as_tensor(checked, dtype=torch.int64)
+        slot_out[:n] = (self.req_to_token[rows, self.seq_lens[rows] - 1] - self.page_size).numpy()
+
 
 class SGLangBlockManager(PagedRows, InterpretedBlockManager):
     """Contender ``"sglang"``: SGLang's paged allocator driven one batch per step."""
@@ -404,15 +417,3 @@ class SGLangBlockManager(PagedRows, InterpretedBlockManager):
 
     def _table_nbytes(self, seq_id: int) -> int:
         return self.req_to_token.element_size() * self.req_to_token.shape[1]
-
-    def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
-        """The newest token's slot of each sequence, gathered from ``req_to_token`` in one operation."""
-        checked = lookup_args(seq_ids, slot_out, self.max_seqs)
-        self._admit()
-        ids = checked.tolist()
-        n = len(ids)
-        if any(s < 0 or s >= self.max_seqs or self._lens[s] == 0 for s in ids):
-            super().lookup(seq_ids, slot_out)
-            return
-        rows = torch.as_tensor(checked, dtype=torch.int64)
-        slot_out[:n] = (self.req_to_token[rows, self.seq_lens[rows] - 1] - self.page_size).numpy()
