@@ -34,10 +34,12 @@ class Block:
 class Sequence:
     """What nano-vllm's block manager and scheduler read of a ``Sequence``: length, table, postprocess counters, and
     a block's tokens. Our contract carries no token ids: ``stand_in`` (one block of the sequence's own stand-in
-    token, distinct per prompt as nano-vllm's prompts are) stands in for every block's tokens."""
+    token, distinct per prompt as nano-vllm's prompts are) stands in for every block's tokens. ``block_size`` is a
+    class attribute, as nano-vllm's (its engine sets it on the class): :func:`sequence_class` makes one per size."""
 
-    def __init__(self, num_tokens: int, block_size: int, stand_in: list[int]) -> None:
-        self.block_size = block_size
+    block_size = 256
+
+    def __init__(self, num_tokens: int, stand_in: list[int]) -> None:
         self.stand_in = stand_in
         self.num_tokens = num_tokens
         self.num_prompt_tokens = num_tokens
@@ -63,13 +65,17 @@ class Sequence:
         return self.stand_in[: self.block_size]
 
 
+def sequence_class(block_size: int) -> type[Sequence]:
+    """:class:`Sequence` with ``block_size`` on the class."""
+    return type("Sequence", (Sequence,), {"block_size": block_size})
+
+
 class BlockManager:
     """nano-vllm's block manager with ``compute_hash`` neutralised (every hash 0): its hash bookkeeping runs,
     over stand-in tokens (docs/implementations.md)."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.block_size = block_size
-        self.opens = 1 % block_size  # ours: `1 % block_size`, not nano-vllm's `1`, for block size 1
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.hash_to_block_id: dict[int, int] = {}
         self.free_block_ids: deque[int] = deque(range(num_blocks))
@@ -130,10 +136,10 @@ class BlockManager:
         seq.block_table.clear()
 
     def can_append(self, seq: Sequence) -> bool:
-        return len(self.free_block_ids) >= (len(seq) % self.block_size == self.opens)
+        return len(self.free_block_ids) >= (len(seq) % self.block_size == 1)
 
     def may_append(self, seq: Sequence) -> None:
-        if len(seq) % self.block_size == self.opens:
+        if len(seq) % self.block_size == 1:
             seq.block_table.append(self._allocate_block())
 
     def hash_blocks(self, seq: Sequence) -> None:
@@ -152,13 +158,30 @@ class BlockManager:
             self.hash_to_block_id[h] = block.block_id
 
 
+class UnitBlockManager(BlockManager):
+    """Ours, for block size 1, where nano-vllm's test ``len(seq) % block_size == 1`` never holds: every token opens
+    a block (``% 1 == 0``). Every other size runs nano-vllm's test as it is written."""
+
+    def can_append(self, seq: Sequence) -> bool:
+        return len(self.free_block_ids) >= (len(seq) % self.block_size == 0)
+
+    def may_append(self, seq: Sequence) -> None:
+        if len(seq) % self.block_size == 0:
+            seq.block_table.append(self._allocate_block())
+
+
 class NanoVllmBlockManager(InterpretedBlockManager):
     """Contender ``"nano-vllm"``: nano-vllm's deque of free ids, used-id set and per-sequence lists."""
+
+    unit_block_manager: type[BlockManager] = UnitBlockManager  # the block manager at block size 1
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self.block_manager = BlockManager(self.num_blocks, self.block_size)
+        manager = self.unit_block_manager if self.block_size == 1 else BlockManager
+        self.block_manager = manager(self.num_blocks, self.block_size)
+        self.sequence = sequence_class(self.block_size)
+        self.opens = 1 % self.block_size  # the token that opens a block: `1`, or `0` at block size 1
         self.blocks = self.block_manager.blocks
         self.free_block_ids = self.block_manager.free_block_ids
         self.used_block_ids = self.block_manager.used_block_ids
@@ -176,7 +199,7 @@ class NanoVllmBlockManager(InterpretedBlockManager):
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
         """The scheduler's prefill: ``can_allocate``, ``allocate``, then that step's ``postprocess``."""
         bm = self.block_manager
-        seq = Sequence(self._admit_tokens, self.block_size, [next(self._prompts)] * self.block_size)
+        seq = self.sequence(self._admit_tokens, [next(self._prompts)] * self.block_size)
         if bm.can_allocate(seq) == -1:  # pragma: no cover - the contract checked the pool
             raise AssertionError("can_allocate failed after the contract's check")
         bm.allocate(seq, 0)
@@ -199,7 +222,7 @@ class NanoVllmBlockManager(InterpretedBlockManager):
         seq.num_scheduled_tokens = 1
         seq.is_prefill = False
         cow = None
-        if self.forked and seq.num_tokens % self.block_size != bm.opens:
+        if self.forked and seq.num_tokens % self.block_size != self.opens:
             src = self.blocks[seq.block_table[-1]]
             if src.ref_count > 1:
                 src.ref_count -= 1
@@ -213,7 +236,7 @@ class NanoVllmBlockManager(InterpretedBlockManager):
 
     def _fork(self, parent_id: int, child_id: int) -> None:
         parent = self.seqs[parent_id]
-        child = Sequence(parent.num_tokens, self.block_size, parent.stand_in)
+        child = self.sequence(parent.num_tokens, parent.stand_in)
         child.block_table = parent.block_table.copy()
         child.num_cached_tokens = parent.num_cached_tokens + parent.num_scheduled_tokens
         child.is_prefill = parent.is_prefill
