@@ -260,6 +260,25 @@ def test_a_run_replaces_its_engine_s_rows_and_the_rows_the_command_did_not_make(
     assert [(r["engine"], r["ratio"], r["modelled"]) for r in got] == [("E", "0.500", "true"), ("F", "2.000", "false")]
 
 
+def test_the_console_says_which_modelled_rows_lie_outside_the_band() -> None:
+    """Whole step and engine calls, each with its interval, inside [0.8, 1.25]; unmodelled rows are not judged."""
+    from dataclasses import replace
+
+    from harness.calibration.table import BAND, band_lines
+
+    inside = replace(_row("E", "paper"), ratio_calls=1.0, ratio_calls_low=0.85, ratio_calls_high=1.2)
+    wide = replace(inside, scenario="wide", ratio_high=1.3)  # the figure inside, its interval not
+    low_calls = replace(inside, scenario="calls", ratio_calls=0.79, ratio_calls_low=0.7, ratio_calls_high=0.9)
+    unmetered = replace(_row("E", "bare"), scenario="bare")
+    unmodelled = replace(_row("E", "other", 2.0, modelled=False))
+    lines = band_lines([inside, wide, low_calls, unmetered, unmodelled])
+    assert BAND == (0.8, 1.25) and lines[0].endswith(": 1 of 4")
+    assert lines[1:] == ["  outside: wide c batched vs b: whole step 1.00 [0.90-1.30]",
+                         "  outside: calls c batched vs b: engine calls 0.79 [0.70-0.90]",
+                         "  outside: bare c batched vs b: engine calls not measured"]
+    assert band_lines([unmodelled]) == []
+
+
 def test_the_reports_show_the_modelled_baseline_with_its_interval(tmp_path) -> None:
     from harness.output.report import calibration_notes
 
