@@ -266,12 +266,12 @@ class Context:
                 if why:
                     return f"{m.attribute}: {why}"
 
-                def whole() -> float:
-                    times = driver.timed(mgr, False, 0, prep.num_steps)
-                    times.check(prep.trace.step_cows, prep.slot_digests)
-                    return float(times.step_ns.sum())
+                def step(s: int) -> StepTimes:
+                    times = driver.timed(mgr, False, s, s + 1)
+                    times.check(prep.trace.step_cows, prep.slot_digests, s)
+                    return times
 
-                metered_replay(m, target, whole)
+                metered_replay(m, target, step, Work.of(prep).seq_steps_per_step)
         except FAILURES as exc:
             return getattr(exc, "reason", f"{type(exc).__name__}: {exc}")
         return ""
