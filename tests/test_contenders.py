@@ -267,6 +267,26 @@ def test_sglang_extends_a_steps_admissions_as_one_prefill_batch(sglang_cls, monk
     assert slots.tolist() == [t[-1] * BS for t in tables]
 
 
+def test_sglang_a_forked_batch_without_a_copy_is_the_default_decode(sglang_cls, monkeypatch) -> None:
+    """While a fork shares pages, a step whose rows copy no shared last page makes SGLang's default decode call, one
+    alloc_decode, as the calibration's adapter does on SGLang's allocator; only a step with a copy takes its pages in
+    the contender's one call of its own (alloc_decode_copying)."""
+    import numpy as np
+
+    mgr = sglang_cls(num_blocks=16, block_size=BS, max_seqs=4, max_blocks_per_seq=8)
+    calls = []
+    for name in ("alloc_decode", "alloc_decode_copying"):
+        real = getattr(mgr.allocator, name)
+        monkeypatch.setattr(mgr.allocator, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+    mgr.allocate(0, BS + 1)
+    mgr.fork(0, 1)  # both share two pages, the last one partial
+    cows, slots = np.zeros((2, 2), dtype=np.int64), np.zeros(2, dtype=np.int64)
+    assert mgr.decode_step(np.array([0, 1]), cows, slots) == 1  # the second row copies the shared partial page
+    assert calls == ["alloc_decode_copying"]
+    assert mgr.decode_step(np.array([0, 1]), cows, slots) == 0  # a full page shared still, no last page to copy
+    assert calls == ["alloc_decode_copying", "alloc_decode"] and mgr.ref_count(mgr.block_table(0)[0]) == 2
+
+
 def test_sglang_queries_between_frees_do_not_change_later_block_ids(sglang_cls) -> None:
     """Regression: a pool query used to end the free group, so asking between two frees released their pages
     in two groups (freed order) instead of one (sorted) and later admissions got other block ids."""
