@@ -131,6 +131,20 @@ def test_a_metered_replay_leaves_out_the_steps_its_thread_was_preempted_in() -> 
     assert m.engine().value == m.engine_ns[0] / 20 and "67% of the seq-steps" in m.how()
 
 
+def test_the_ratio_on_the_engine_s_calls_pairs_the_replays_metered_together() -> None:
+    """The i-th metered replay of each side ran in the same worker, one after the other: a drift between workers
+    that moves both sides alike leaves their ratio alone (the extremes' ratios would read 0.8 to 1.25 here)."""
+    from harness.calibration.engine_calls import paired_calls_ratio
+
+    ours = MeteredReplays("a", 10, 0.0, 0.0, [1, 1, 1], [1000.0, 1100.0, 1250.0], [2000.0] * 3)
+    real = MeteredReplays("b", 10, 0.0, 0.0, [1, 1, 1], [1000.0, 1100.0, 1250.0], [2000.0] * 3)
+    assert paired_calls_ratio(ours, real) == Estimate(1.0, 1.0, 1.0)
+    assert call_columns(ours, real)["ratio_calls_low"] == 1.0
+    unpaired = MeteredReplays("b", 10, 0.0, 0.0, [1, 1], [1000.0, 1250.0], [2000.0] * 2)
+    r = paired_calls_ratio(ours, unpaired)  # no pairs: the extremes' ratios
+    assert (r.low, r.high) == (1000.0 / 1250.0, 1250.0 / 1000.0)
+
+
 def test_the_ratio_on_the_engine_s_calls_and_its_columns() -> None:
     r = ratio_of_spreads(Estimate(150.0, 140.0, 160.0), Estimate(100.0, 80.0, 125.0))
     assert (r.value, r.low, r.high) == (1.5, 140.0 / 125.0, 2.0)

@@ -136,6 +136,11 @@ class MeteredReplays:
         work = np.array(self._work(), dtype=float)
         return _spread(np.array([]) if self.why else ns[work > 0] / work[work > 0])
 
+    def per_replay(self) -> np.ndarray:
+        """The engine's calls, ns per sequence-step, of each metered replay in order (NaN: no step ran whole)."""
+        work = np.array(self._work(), dtype=float)
+        return np.where(work > 0, np.array(self.engine_ns, dtype=float) / np.maximum(work, 1.0), NAN)
+
     def engine(self) -> Estimate:
         """The engine's calls, ns per sequence-step: median, and min-max over the metered replays."""
         return self._per_seq_step(np.array(self.engine_ns, dtype=float))
@@ -164,10 +169,22 @@ def _spread(x: np.ndarray) -> Estimate:
 
 
 def ratio_of_spreads(ours: Estimate, real: Estimate) -> Estimate:
-    """ours / real, its range the extremes' ratios (min over max, max over min)."""
+    """ours / real, its range the extremes' ratios (min over max, max over min): for replays not metered in pairs."""
     if not (real.value > 0 and real.low > 0):
         return Estimate(NAN, NAN, NAN)
     return Estimate(ours.value / real.value, ours.low / real.high, ours.high / real.low)
+
+
+def paired_calls_ratio(ours: MeteredReplays, real: MeteredReplays) -> Estimate:
+    """ours/real on the engine's calls, replay by replay: the i-th metered replay of each side ran in the same worker,
+    one after the other (``replays.Context.meter_calls``), so their ratio leaves out what drifts between workers.
+    The median of those ratios and their min-max; the extremes' ratios when the replays do not pair."""
+    a, b = ours.per_replay(), real.per_replay()
+    if ours.why or real.why or len(a) != len(b):
+        return ratio_of_spreads(ours.engine(), real.engine())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = a / b
+    return _spread(r[np.isfinite(r) & (r > 0)])
 
 
 def merge_metered(parts: list[dict]) -> dict:
@@ -212,7 +229,7 @@ def call_columns(ours: MeteredReplays | None, real: MeteredReplays | None) -> di
     empty = Estimate(NAN, NAN, NAN)
     figures = {"ours_calls": ours.engine() if ours else empty, "ours_shared": ours.shared() if ours else empty,
                "real_calls": real.engine() if real else empty, "real_shared": real.shared() if real else empty}
-    figures["ratio_calls"] = ratio_of_spreads(figures["ours_calls"], figures["real_calls"])
+    figures["ratio_calls"] = paired_calls_ratio(ours, real) if ours and real else empty
     out = {}
     for name, est in figures.items():
         out.update({name if name.startswith("ratio") else f"{name}_ns": est.value, f"{name}_low": est.low,
@@ -225,4 +242,5 @@ def calls_how(ours: MeteredReplays | None, real: MeteredReplays | None) -> str:
         return "engine calls not metered (no engine object named for this replay)"
     return (f"engine calls apart: ours {ours.how()}; real {real.how()}; shared = the metered replay's whole timed "
             "step - its engine calls; each a median with its min-max over the metered replays, after the timed "
-            "repetitions (fresh manager each); ratio_calls = ours/real engine calls, its range the extremes' ratios")
+            "repetitions (fresh manager each); ratio_calls = ours/real engine calls, the median of the ratios of the "
+            "replays metered in pairs (the same worker, one after the other) and their min-max")
