@@ -439,6 +439,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     from harness.calibration.engines import parse_engine
     from harness.calibration.run import Options, calibrate
+    from harness.calibration.table import band_lines
 
     engine, version = parse_engine(args.engine)
     scenarios = args.scenario or list(engine.scenarios)
@@ -463,6 +464,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                  f"[{row.ratio_calls_low:.2f}-{row.ratio_calls_high:.2f}]" if math.isfinite(row.ratio_calls)
                  else "engine calls not metered")
               + ("  (modelled)" if row.modelled else ""))
+    for line in band_lines(outcome.rows):
+        print(line)
     for failure in outcome.failures:
         print(f"failed: {failure}", file=sys.stderr)
     print(f"repetitions spread over {outcome.processes} worker process{'es' * (outcome.processes != 1)}")

@@ -425,6 +425,7 @@ def _calibration_range(root: Path) -> str:
 _add("ref.paced.verdict", f"{REFERENCE}/results.csv: paced_above_floor_pct against "
      "harness.output.paced_report.TARGET_ABOVE_FLOOR", _paced_verdict)
 _add("calibration.range", "results/calibration/calibration.csv: ratio, ratio_calls", _calibration_range)
+constant("calibration.band", "harness.calibration.table", "BAND", lambda v: f"{v[0]:g}-{v[1]:g}")
 _add("ref.hit-rates", f"{REFERENCE}/results.csv: cache_hit_tokens_pct", _hit_rates)
 _add("ref.cache-hit.vs-flat-pc", f"{REFERENCE}/results.csv: cache_hit_ns",
      lambda root: _over(root, "cache_hit_ns", ("radix-pc", "dict-pc"), "flat-pc"))

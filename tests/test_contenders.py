@@ -159,6 +159,44 @@ def test_nano_reuses_block_ids_first_in_first_out() -> None:
     assert mgr.block_table(3) == [4, 5, 1]
 
 
+
+def test_nano_runs_the_hash_bookkeeping_of_its_neutralised_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nano-vllm with ``compute_hash`` returning 0, as the contender models it: each block a step fills is hashed
+    (chained from the block before), updated with its tokens and entered in ``hash_to_block_id``; an admission looks
+    its prompt's first block up (a miss: its stand-in tokens are its own); a reused block leaves the map."""
+    from impls.contenders import nano_vllm
+
+    hashed = []
+    real_hash = nano_vllm.BlockManager.compute_hash.__func__
+
+    def seen(cls, token_ids: list[int], prefix: int = -1) -> int:
+        hashed.append((list(token_ids), prefix))
+        return real_hash(cls, token_ids, prefix)
+
+    monkeypatch.setattr(nano_vllm.BlockManager, "compute_hash", classmethod(seen))
+    mgr = NanoVllmBlockManager(num_blocks=6, block_size=BS)
+    mgr.allocate(0, 2 * BS + 1)  # can_allocate's lookup (nothing hashed yet), then the prefill's postprocess
+    first = mgr.seqs[0].stand_in
+    assert len(first) == BS and hashed == [(first, -1), (first, -1), (first, 0)]
+    assert mgr.block_manager.hash_to_block_id == {0: 1} and [mgr.blocks[b].hash for b in (0, 1, 2)] == [0, 0, -1]
+    assert mgr.blocks[1].token_ids == first
+    hashed.clear()
+    for _ in range(BS - 2):
+        mgr.append_slot(0)
+    assert hashed == []  # no block filled: the every-step test alone
+    mgr.append_slot(0)  # fills block 2: hashed after block 1's hash
+    assert hashed == [(first, 0)] and mgr.block_manager.hash_to_block_id == {0: 2}
+    hashed.clear()
+    mgr.allocate(1, BS + 1)  # can_allocate looks the first block up: it finds block 2, whose tokens differ
+    assert hashed[0] == (mgr.seqs[1].stand_in, -1) and mgr.seqs[1].stand_in != first
+    assert mgr.block_table(1) == [3, 4] and mgr.block_manager.hash_to_block_id == {0: 3}
+    mgr.free(1)
+    mgr.free(0)
+    mgr.allocate(2, 2 * BS + 1)  # takes 5, 4 and 3: block 3, still named by hash 0, leaves the map as it is reset
+    assert mgr.block_table(2) == [5, 4, 3]
+    assert mgr.block_manager.hash_to_block_id == {0: 4} and [mgr.blocks[b].hash for b in (5, 4, 3)] == [0, 0, -1]
+
+
 # -- sglang -------------------------------------------------------------------------------------------------
 @pytest.fixture
 def sglang_cls():
@@ -227,6 +265,26 @@ def test_sglang_extends_a_steps_admissions_as_one_prefill_batch(sglang_cls, monk
     tables = [mgr.block_table(r) for r in range(3)]
     assert sorted(b for t in tables for b in t) == list(range(9))  # six admitted blocks and three new ones
     assert slots.tolist() == [t[-1] * BS for t in tables]
+
+
+def test_sglang_a_forked_batch_without_a_copy_is_the_default_decode(sglang_cls, monkeypatch) -> None:
+    """While a fork shares pages, a step whose rows copy no shared last page makes SGLang's default decode call, one
+    alloc_decode, as the calibration's adapter does on SGLang's allocator; only a step with a copy takes its pages in
+    the contender's one call of its own (alloc_decode_copying)."""
+    import numpy as np
+
+    mgr = sglang_cls(num_blocks=16, block_size=BS, max_seqs=4, max_blocks_per_seq=8)
+    calls = []
+    for name in ("alloc_decode", "alloc_decode_copying"):
+        real = getattr(mgr.allocator, name)
+        monkeypatch.setattr(mgr.allocator, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+    mgr.allocate(0, BS + 1)
+    mgr.fork(0, 1)  # both share two pages, the last one partial
+    cows, slots = np.zeros((2, 2), dtype=np.int64), np.zeros(2, dtype=np.int64)
+    assert mgr.decode_step(np.array([0, 1]), cows, slots) == 1  # the second row copies the shared partial page
+    assert calls == ["alloc_decode_copying"]
+    assert mgr.decode_step(np.array([0, 1]), cows, slots) == 0  # a full page shared still, no last page to copy
+    assert calls == ["alloc_decode_copying", "alloc_decode"] and mgr.ref_count(mgr.block_table(0)[0]) == 2
 
 
 def test_sglang_queries_between_frees_do_not_change_later_block_ids(sglang_cls) -> None:

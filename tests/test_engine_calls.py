@@ -110,6 +110,41 @@ def test_the_figures_take_the_meter_s_cost_out_of_both_sides() -> None:
     assert math.isnan(m.engine().value) and m.how() == "engine calls not metered: it failed"
 
 
+def test_a_metered_replay_leaves_out_the_steps_its_thread_was_preempted_in() -> None:
+    """Replayed step by step: a preempted step's calls, their time and its timed step leave the figures, as they
+    leave the timed figures; the call count stays the whole replay's (deterministic)."""
+    import numpy as np
+
+    from harness.base.steptimes import StepTimes
+
+    engine = Engine()
+
+    def step(s: int) -> StepTimes:
+        engine.inner(s)
+        ran = 0.5 if s == 1 else 1.0  # step 1 ran half its wall time: preempted
+        return StepTimes(np.zeros((1, 5)), np.zeros(1), np.array([1e6]), 1.0, "perf_counter_ns", None,
+                         np.array([1e6]), np.array([ran]))
+
+    m = MeteredReplays("engine", seq_steps=30, read_ns=0.0, added_ns=0.0)
+    engine_calls.metered_replay(m, engine, step, np.array([10, 10, 10]))
+    assert m.calls == [3] and m.work == [20.0] and m.whole_ns == [2e6]  # steps 0 and 2
+    assert m.engine().value == m.engine_ns[0] / 20 and "67% of the seq-steps" in m.how()
+
+
+def test_the_ratio_on_the_engine_s_calls_pairs_the_replays_metered_together() -> None:
+    """The i-th metered replay of each side ran in the same worker, one after the other: a drift between workers
+    that moves both sides alike leaves their ratio alone (the extremes' ratios would read 0.8 to 1.25 here)."""
+    from harness.calibration.engine_calls import paired_calls_ratio
+
+    ours = MeteredReplays("a", 10, 0.0, 0.0, [1, 1, 1], [1000.0, 1100.0, 1250.0], [2000.0] * 3)
+    real = MeteredReplays("b", 10, 0.0, 0.0, [1, 1, 1], [1000.0, 1100.0, 1250.0], [2000.0] * 3)
+    assert paired_calls_ratio(ours, real) == Estimate(1.0, 1.0, 1.0)
+    assert call_columns(ours, real)["ratio_calls_low"] == 1.0
+    unpaired = MeteredReplays("b", 10, 0.0, 0.0, [1, 1], [1000.0, 1250.0], [2000.0] * 2)
+    r = paired_calls_ratio(ours, unpaired)  # no pairs: the extremes' ratios
+    assert (r.low, r.high) == (1000.0 / 1250.0, 1250.0 / 1000.0)
+
+
 def test_the_ratio_on_the_engine_s_calls_and_its_columns() -> None:
     r = ratio_of_spreads(Estimate(150.0, 140.0, 160.0), Estimate(100.0, 80.0, 125.0))
     assert (r.value, r.low, r.high) == (1.5, 140.0 / 125.0, 2.0)
@@ -122,9 +157,9 @@ def test_the_ratio_on_the_engine_s_calls_and_its_columns() -> None:
     assert math.isnan(call_columns(None, real)["ratio_calls"])
 
 
-def test_a_worker_meters_both_sides_after_its_timed_repetitions(tmp_path) -> None:
-    """The nano-vllm stand-in and the contender, in a calibration worker's context: every replay with an engine
-    object is metered (the same calls in every metered replay: the count is deterministic), the timed samples kept."""
+@pytest.fixture(scope="module")
+def standin_measured(tmp_path_factory):
+    """One calibration worker's replays of the nano-vllm stand-in and the contender on a short ``paper`` trace."""
     from harness.calibration import engine_nano_vllm
     from harness.calibration.engines import ENGINES
     from harness.calibration.loader import engine_imports
@@ -133,20 +168,60 @@ def test_a_worker_meters_both_sides_after_its_timed_repetitions(tmp_path) -> Non
     from scenarios import generate
     from tests.calibration_standin import write_standin
 
-    root = write_standin(tmp_path / "nano-src")
+    root = write_standin(tmp_path_factory.mktemp("nano") / "nano-src")
     job = CalibrationJob("nano-vllm", str(root), "standin", "paper", {}, reps=2, only=[0, 1])
     with engine_imports(engine_nano_vllm.plan(), root):
         baselines = engine_nano_vllm.baselines(engine_nano_vllm.load(), "standin")
         trace = generate("paper", steps=24, running=12, num_blocks=2048)
         measured = Context(ENGINES["nano-vllm"], trace, job, Events(lambda message: None)).measure(baselines, "plan")
+    return measured, [b.name for b in baselines]
+
+
+def test_a_worker_meters_both_sides_after_its_timed_repetitions(standin_measured) -> None:
+    """The nano-vllm stand-in and the contender, in a calibration worker's context: every replay with an engine
+    object is metered, in each regime (the same calls in every metered replay: the count is deterministic, and the
+    contender's the engine's), the timed samples kept."""
+    measured, baselines = standin_measured
     assert not measured.failed
-    keys = {("nano-vllm", "per-call", ""), ("nano-vllm", "batched", "")} | {
-        (b.name, "batched", "real") for b in baselines}
+    regimes = ("per-call", "batched")  # the engine's code replayed in each regime the contender is calibrated in
+    keys = {("nano-vllm", r, "") for r in regimes} | {(b, r, "real") for b in baselines for r in regimes}
     assert set(measured.metered) == keys and set(measured.samples) == keys
+    for r in regimes:  # like for like: the model makes the engine's calls, in either regime
+        ours, real = measured.metered[("nano-vllm", r, "")], measured.metered[("hashing neutralised", r, "real")]
+        assert ours.calls == real.calls
     for key, m in measured.metered.items():
         assert not m.why, m.why
         assert len(m.calls) == 2 and m.calls[0] == m.calls[1] >= m.seq_steps, key  # a call per sequence per step
         assert m.attribute == ("bm" if key[2] else "block_manager")
-        assert all(0 <= e <= w for e, w in zip(m.engine_ns, m.whole_ns, strict=True)), key  # calls within the step
+        slack = max(0.0, m.added_ns - m.read_ns)  # each side's meter cost taken out: the calls lie within the step
+        assert all(0 <= e <= w + c * slack for e, w, c in zip(m.engine_ns, m.whole_ns, m.calls, strict=True)), key
+        assert all(0 < work <= m.seq_steps for work in m.work)  # the steps run whole, replayed step by step
         assert all(math.isfinite(x) for e in (m.engine(), m.shared()) for x in (e.value, e.low, e.high))
     assert engine_calls.METERED_REPLAYS >= 2
+
+
+def test_each_row_pairs_ours_with_the_engine_replayed_in_the_same_regime(standin_measured) -> None:
+    """A per-call row's engine figure, interval and engine calls come from the engine's per-call replay, a batched
+    row's from its batched replay (before, both from the batched one)."""
+    from types import SimpleNamespace
+
+    from harness.base.stats import ratio_of_sums
+    from harness.calibration import run
+    from harness.calibration.engines import ENGINES
+
+    measured, baselines = standin_measured
+    opts = run.Options(ENGINES["nano-vllm"], "standin", ["paper"], {})
+    context = run.Context(opts, SimpleNamespace(version="standin", digest="tree-sha256:x"), "paper")
+    context.parts = [measured]
+    assert context.merge() == {}
+    rows = [row for b in measured.baselines for row in context.rows_of(b)]
+    assert {(r.baseline, r.call_shape) for r in rows} == {(b, r) for b in baselines for r in ("per-call", "batched")}
+    for row in rows:
+        real_key = (row.baseline, row.call_shape, "real")
+        real = ratio_of_sums(*context.blocks(real_key))
+        assert row.real_call_shape == row.call_shape and row.real_ns_per_seq_step == real.value
+        assert row.real_calls_ns == context.metered[real_key].engine().value
+        assert f"the engine's code through the {row.call_shape} regime" in row.how
+    by = {(r.baseline, r.call_shape): r for r in rows}
+    per_call, batched = by[("hashing neutralised", "per-call")], by[("hashing neutralised", "batched")]
+    assert per_call.real_ns_per_seq_step != batched.real_ns_per_seq_step  # two replays, not one

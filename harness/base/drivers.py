@@ -53,6 +53,7 @@ class Prepared:
     hash_args: dict[int, np.ndarray | int] = field(default_factory=dict, repr=False)
     step_hits: list[int] = field(default_factory=list, repr=False)
     calls: list[tuple] = field(default_factory=list, repr=False)
+    methods: tuple[str, ...] = field(default=(), repr=False)  # the manager methods ``calls`` name, once
 
     @classmethod
     def from_trace(cls, trace: Trace) -> Prepared:
@@ -87,6 +88,7 @@ class Prepared:
                 spec = POOL_OPS[o]
                 self.calls[i] = (spec.method, call_args(o, self.a0[i], self.a1[i], self.hash_args.get(i)),
                                  spec.result, _COLUMN[spec.kind])
+        self.methods = tuple(sorted({call[0] for call in self.calls if call is not None}))
         return self
 
     def private(self) -> Prepared:
@@ -131,8 +133,9 @@ def op_block_counts(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _bound(mgr, prep: Prepared) -> dict:
-    """The manager's methods the trace's pool ops call, looked up once (not inside a timed region)."""
-    return {name: getattr(mgr, name) for name in {call[0] for call in prep.calls if call is not None}}
+    """The manager's methods the trace's pool ops call, looked up once (not inside a timed region; their names are
+    the trace's, found once: a replay step by step, as the calibration meters one, costs no scan of the trace)."""
+    return {name: getattr(mgr, name) for name in prep.methods}
 
 
 def _check_result(prep: Prepared, s: int, i: int, result: str, got) -> int:

@@ -7,8 +7,6 @@ import importlib.util
 import itertools
 from types import SimpleNamespace
 
-import numpy as np
-
 from harness.base.replay import ReplayError
 from harness.calibration.adapter import EngineAdapter
 from harness.calibration.engines import Baseline
@@ -81,37 +79,28 @@ class NanoEngine(EngineAdapter):
         self._next_token[seq_id] = token + 1
         seq.append_token(token)
 
-    def _engine_step(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """Per running sequence: ``schedule``'s decode branch, ``prepare_decode``'s slot, ``hash_blocks``."""
-        bm, seqs, bs, hashing = self.bm, self.seqs, self.block_size, self.hash_blocks
-        lens, forked = self._lens, self.forked
-        slots, cows = [], []
-        for s in ids:
-            seq = seqs[s]
-            if not bm.can_append(seq):
-                raise NoFreeBlocksError(f"nano-vllm's can_append refused row {s} (it would preempt)")
-            seq.num_scheduled_tokens = 1
-            seq.is_prefill = False
-            if forked and seq.num_tokens % bs != 1 and bm.blocks[seq.block_table[-1]].ref_count > 1:
-                cows.append(self._copy_last(seq))
-            bm.may_append(seq)
-            lens[s] += 1
-            slots.append(seq.block_table[-1] * bs + seq.last_block_num_tokens - 1)
-            if hashing:
-                bm.hash_blocks(seq)
-        slot_out[: len(slots)] = slots
-        self._sampled.append(ids)
-        if cows:
-            cow_out[: len(cows)] = cows
-        return len(cows)
+    def _append(self, seq_id: int) -> tuple[int, int] | None:
+        """One running sequence's decode token: ``schedule``'s decode branch (with the emulated copy of a shared
+        last block) and ``postprocess``'s ``hash_blocks``; its slot from ``_last_slot``, ``prepare_decode``'s formula
+        (a decode step makes both per sequence, as our contender's does)."""
+        seq, bm = self.seqs[seq_id], self.bm
+        if not bm.can_append(seq):
+            raise NoFreeBlocksError(f"nano-vllm's can_append refused row {seq_id} (it would preempt)")
+        seq.num_scheduled_tokens = 1
+        seq.is_prefill = False
+        cow = None
+        if self.forked and seq.num_tokens % self.block_size != 1 and bm.blocks[seq.block_table[-1]].ref_count > 1:
+            cow = self._copy_last(seq)
+        bm.may_append(seq)
+        self._lens[seq_id] += 1
+        if self.hash_blocks:
+            bm.hash_blocks(seq)
+        self._sampled.append(seq_id)
+        return cow
 
-    def untimed_after_step(self, step: int) -> None:
-        """The drivers' untimed hook: the rest of ``postprocess`` for every sequence of the step."""
-        seqs, record = self.seqs, self._record_sampled
-        for ids in self._sampled:
-            for s in ids:
-                record(seqs[s], s)
-        self._sampled.clear()
+    def _record(self, seq_id: int) -> None:
+        """The rest of ``postprocess`` for the sequence: its tokens counted, its sampled token appended."""
+        self._record_sampled(self.seqs[seq_id], seq_id)
 
     def _free(self, seq_id: int) -> None:
         seq = self.seqs[seq_id]

@@ -165,6 +165,7 @@ class VllmEngine(EngineAdapter):
         self._computed = v.computed
         self._request_kw = {"eos_token_id": None} if v.eos_token_id else {}
         self.pool = self.manager.block_pool
+        self.free_queue = getattr(self.pool, "free_block_queue", None)
         self.req_to_blocks = self.manager.coordinator.single_type_managers[0].req_to_blocks
         self.requests: list = [None] * self.max_seqs
         self.params = SimpleNamespace(max_tokens=self.max_tokens, extra_args=None, skip_reading_prefix_cache=None,
@@ -177,7 +178,10 @@ class VllmEngine(EngineAdapter):
         self._cached_hasher = self._given_hashes if caching else None
 
     def num_free_blocks(self) -> int:
-        return self.pool.get_num_free_blocks()
+        """The contract's checks read the pool's free queue as the contenders' do (an attribute, no call; vLLM's own
+        calls of ``get_num_free_blocks`` are the engine's, these the harness's), where the pool has the queue."""
+        queue = self.free_queue
+        return queue.num_free_blocks if queue is not None else self.pool.get_num_free_blocks()
 
     def _given_hashes(self, request) -> list[bytes]:
         """The hashes the trace gave for the request (``allocate_cached``'s chain, a ``seal``'s hash), once."""
@@ -207,30 +211,19 @@ class VllmEngine(EngineAdapter):
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
         self._admit(seq_id, self._admit_tokens)
 
-    def _engine_step(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """Per running request, as ``Scheduler.schedule`` does it: ``allocate_slots(request, 1)``, then its slot."""
-        requests, lens, req_to_blocks, bs = self.requests, self._lens, self.req_to_blocks, self.block_size
-        allocate_slots = self.manager.allocate_slots
-        slots = []
-        for s in ids:
-            request = requests[s]
-            if allocate_slots(request, 1) is None:
-                raise NoFreeBlocksError(f"vLLM's allocate_slots refused row {s}'s decode token")
-            request.num_computed_tokens += 1
-            n = lens[s]
-            lens[s] = n + 1
-            slots.append((req_to_blocks[request.request_id][n // bs].block_id - 1) * bs + n % bs)
-        slot_out[: len(slots)] = slots
-        self._sampled.append(ids)
-        return 0
+    def _append(self, seq_id: int) -> None:
+        """One running request's decode token, as ``Scheduler.schedule`` takes it: ``allocate_slots(request, 1)``
+        (its slot from ``_last_slot``; a decode step makes both per request, as our contenders' does)."""
+        request = self.requests[seq_id]
+        if self.manager.allocate_slots(request, 1) is None:
+            raise NoFreeBlocksError(f"vLLM's allocate_slots refused row {seq_id}'s decode token")
+        request.num_computed_tokens += 1
+        self._lens[seq_id] += 1
+        self._sampled.append(seq_id)
 
-    def untimed_after_step(self, step: int) -> None:
-        """The drivers' untimed hook: each request's sampled token recorded (``append_output_token_ids``)."""
-        requests = self.requests
-        for ids in self._sampled:
-            for s in ids:
-                requests[s].append_output_token_ids(0)
-        self._sampled.clear()
+    def _record(self, seq_id: int) -> None:
+        """The request's sampled token (``append_output_token_ids``, which runs its block hasher)."""
+        self.requests[seq_id].append_output_token_ids(0)
 
     def _last_shared(self, seq_id: int) -> bool:
         return False
@@ -270,6 +263,7 @@ class VllmCachingEngine(VllmEngine):
 
     def allocate_cached(self, seq_id: int, num_tokens: int, hashes: np.ndarray) -> int:
         """Admit a prompt whose full blocks carry ``hashes`` (handed to vLLM as 32-byte block hashes)."""
+        self._recorded()
         seq_id = seq_arg(seq_id, self.max_seqs)
         num_tokens = tokens_arg(num_tokens, seq_id, self.max_blocks_per_seq, self.block_shift)
         chain = [int(h).to_bytes(32, "little") for h in chain_arg(hashes, num_tokens, self.block_shift, seq_id)]

@@ -175,21 +175,30 @@ class Context:
         names = dict.fromkeys(c for b in baselines for c in b.calibrates)
         return [c for c in names if c in REGISTRY and (not caching or supports_prefix_caching(REGISTRY[c]))]
 
+    def regimes(self, contenders: list[str], b: Baseline) -> tuple[str, ...]:
+        """The regimes the engine's code is replayed in for ``b``: each regime of a contender it calibrates here
+        (ours[regime] pairs with real[regime]); the batched one alone when no contender is replayed (``history``)."""
+        found = dict.fromkeys(r for c in b.calibrates if c in contenders
+                              for r in self.engine.regimes.get(c, ("per-call", "batched")))
+        return tuple(found) or ("batched",)
+
     def build(self, baselines: list[Baseline]) -> None:
         real_preps: dict[object, Prepared] = {}
-        for contender in self.contenders(baselines):
+        contenders = self.contenders(baselines)
+        for contender in contenders:
             for regime in self.engine.regimes.get(contender, ("per-call", "batched")):
                 self.drivers[(contender, regime, "")] = Driver(self.prep, REGISTRY[contender], regime, {}, contender)
         for b in baselines:
-            key = (b.name, "batched", "real")
+            keys = [(b.name, regime, "real") for regime in self.regimes(contenders, b)]
             try:
                 if b.real_trace not in real_preps:
                     real = self.trace if b.real_trace is None else b.real_trace(self.trace)
                     real_preps[b.real_trace] = self.prep if real is self.trace else Prepared.from_trace(real)
             except FanOutError as exc:
-                self.failed[key] = f"{type(exc).__name__}: {exc}"
+                self.failed.update({key: f"{type(exc).__name__}: {exc}" for key in keys})
                 continue
-            self.drivers[key] = Driver(real_preps[b.real_trace], b.cls, "batched", {}, b.name)
+            for key in keys:
+                self.drivers[key] = Driver(real_preps[b.real_trace], b.cls, key[1], {}, b.name)
         for key in map(tuple, self.job.skip):
             self.drivers.pop(key, None)
 
@@ -229,16 +238,16 @@ class Context:
                         threads, [], os.getpid(), self.prep.num_steps, metered)
 
     def trace_changed(self, b: Baseline) -> bool:
-        driver = self.drivers.get((b.name, "batched", "real"))
-        return b.real_trace is not None and driver is not None and driver.prep is not self.prep
+        preps = [d.prep for k, d in self.drivers.items() if k[0] == b.name and k[2]]
+        return b.real_trace is not None and any(prep is not self.prep for prep in preps)
 
     def meter_calls(self, baselines: list[Baseline], replays: Replays | None) -> dict[Key, MeteredReplays]:
         """After the timed repetitions, full replays with the meter on each replay's engine object."""
-        objects = {(b.name, "batched", "real"): b.engine_object for b in baselines}
+        objects = {b.name: b.engine_object for b in baselines}
         done = set() if replays is None else {k for k in replays.samples if k not in replays.failed}
         out = {}
         for key, driver in self.drivers.items():
-            attribute = objects.get(key) if key[2] else self.engine.engine_objects.get(key[0])
+            attribute = objects.get(key[0]) if key[2] else self.engine.engine_objects.get(key[0])
             if attribute and key in done and key not in self.failed and driver.kind == "python":
                 out[key] = MeteredReplays(attribute, Work.of(driver.prep).seq_steps)
         if not out:
@@ -267,12 +276,12 @@ class Context:
                 if why:
                     return f"{m.attribute}: {why}"
 
-                def whole() -> float:
-                    times = driver.timed(mgr, False, 0, prep.num_steps)
-                    times.check(prep.trace.step_cows, prep.slot_digests)
-                    return float(times.step_ns.sum())
+                def step(s: int) -> StepTimes:
+                    times = driver.timed(mgr, False, s, s + 1)
+                    times.check(prep.trace.step_cows, prep.slot_digests, s)
+                    return times
 
-                metered_replay(m, target, whole)
+                metered_replay(m, target, step, Work.of(prep).seq_steps_per_step)
         except FAILURES as exc:
             return getattr(exc, "reason", f"{type(exc).__name__}: {exc}")
         return ""

@@ -92,6 +92,9 @@ def calibrate(opts: Options) -> Outcome:
     return outcome
 
 
+REGIMES_HOW = {"batched": "one decode_step per step", "per-call": "append_slot then last_slot per sequence"}
+
+
 class Context:
     """One scenario of one calibration, in the main process: the workers' jobs, their samples merged, the rows."""
 
@@ -118,15 +121,19 @@ class Context:
                                f" of {self.opts.reps} done in worker process {w + 1} of {len(pool)} "
                                f"({len(part.work)} replays, {part.steps} steps)")
         self.load.append(os.getloadavg()[0])
+        failures += [f"{self.name}: {k[0]} ({'the engine' if k[2] else 'ours'}, {k[1]}): {why}"
+                     for k, why in self.merge().items()]
+        return [row for b in self.parts[0].baselines for row in self.rows_of(b)]
+
+    def merge(self) -> dict[Key, str]:
+        """The workers' parts in one: each replay's samples in repetition order, the engine calls; the failures."""
         for part in self.parts:
             self.failed.update(part.failed)
         self.metered = merge_metered([part.metered for part in self.parts])
         for key in dict.fromkeys(k for part in self.parts for k in part.samples):
             if key not in self.failed:
                 self.samples[key] = [s for _, s in sorted(r for part in self.parts for r in part.samples.get(key, []))]
-        failures += [f"{self.name}: {k[0]} ({'the engine' if k[2] else 'ours'}, {k[1]}): {why}"
-                     for k, why in self.failed.items()]
-        return [row for b in self.parts[0].baselines for row in self.rows_of(b)]
+        return self.failed
 
     def supervised(self, pool: Pool, w: int, job: CalibrationJob) -> Measured:
         """``job``'s result from worker ``w``, rerun without a replay each time its worker dies or hangs in it."""
@@ -146,17 +153,15 @@ class Context:
             return result
 
     def rows_of(self, b: BaselineInfo) -> list[CalibrationRow]:
-        real_key = (b.name, "batched", "real")
-        if real_key not in self.samples:
-            return []
-        real_time, real_work = self.blocks(real_key)
-        real = ratio_of_sums(real_time, real_work)
+        """A row per contender and regime: ours[regime] paired with the engine's code replayed in the same regime."""
         rows = []
         for contender in b.calibrates:
             for regime in self.opts.engine.regimes.get(contender, ()):
-                key = (contender, regime, "")
-                if key not in self.samples:
+                key, real_key = (contender, regime, ""), (b.name, regime, "real")
+                if key not in self.samples or real_key not in self.samples:
                     continue
+                real_time, real_work = self.blocks(real_key)
+                real = ratio_of_sums(real_time, real_work)
                 ours_time, ours_work = self.blocks(key)
                 ours = ratio_of_sums(ours_time, ours_work)
                 ratio = paired_ratio(ours_time, real_time, ours_work, real_work)
@@ -179,8 +184,9 @@ class Context:
         processes = len({part.pid for part in self.parts})
         how = (f"ours: {contender}, {regime} regime of the harness's Python driver (run_interpreted); real: {b.how}; "
                + (f"{b.real_trace_how}; " if b.real_trace_how else "")
-               + "the engine's code through the batched regime of the same driver (one decode_step per step, "
-               "turned by the adapter into the engine's own calls); both replays checked against their trace "
+               + f"the engine's code through the {regime} regime of the same driver ({REGIMES_HOW[regime]}, turned "
+               "by the adapter into the engine's own calls, after the contract's checks our contenders make); both "
+               "replays checked against their trace "
                f"(answers, copy-on-writes, slot mapping, end state); {reps} repetitions interleaved in "
                f"{SLICES_PER_REP} slices each, spread over {processes} worker processes (the intervals include the "
                "variation between processes); ns per seq-step = whole step time (per-step medians over "
@@ -189,7 +195,7 @@ class Context:
         e = self.opts.engine
         return CalibrationRow(
             contender=contender, engine=e.label, engine_version=self.code.version, scenario=self.name,
-            call_shape=regime, baseline=b.name, modelled=contender in b.modelled_by,
+            call_shape=regime, real_call_shape=regime, baseline=b.name, modelled=contender in b.modelled_by,
             ours_ns_per_seq_step=ours.value, ours_low=ours.low, ours_high=ours.high,
             real_ns_per_seq_step=real.value, real_low=real.low, real_high=real.high,
             ratio=ratio.value, ratio_low=ratio.low, ratio_high=ratio.high,

@@ -12,6 +12,7 @@ from pathlib import Path
 from scenarios.files.atomic import atomic_write_bytes
 
 DEFAULT_CSV = Path("results") / "calibration" / "calibration.csv"
+BAND = (0.8, 1.25)  # where a modelled row's ours/real belongs, whole step and engine calls, intervals included
 
 
 @dataclass
@@ -57,6 +58,7 @@ class CalibrationRow:
     ratio_calls: float = math.nan
     ratio_calls_low: float = math.nan
     ratio_calls_high: float = math.nan
+    real_call_shape: str = ""  # the regime the engine's code was replayed in (paired with ours in call_shape)
 
     def cells(self) -> dict[str, str]:
         out = {}
@@ -100,3 +102,31 @@ def write_rows(path: Path, new: list[CalibrationRow], engine: str, scenarios: se
     writer.writeheader()
     writer.writerows(rows)
     return atomic_write_bytes(path, buf.getvalue().encode())
+
+
+def outside_band(row: CalibrationRow) -> list[str]:
+    """What of a modelled row lies outside :data:`BAND` (its ratio or interval, whole step or engine calls)."""
+    low, high = BAND
+    out = []
+    for name, figures in (("whole step", (row.ratio, row.ratio_low, row.ratio_high)),
+                          ("engine calls", (row.ratio_calls, row.ratio_calls_low, row.ratio_calls_high))):
+        finite = [x for x in figures if not math.isnan(x)]
+        if not finite:
+            out.append(f"{name} not measured")
+        elif min(finite) < low or max(finite) > high:
+            out.append(f"{name} {figures[0]:.2f} [{figures[1]:.2f}-{figures[2]:.2f}]")
+    return out
+
+
+def band_lines(rows: list[CalibrationRow]) -> list[str]:
+    """The console's verdict on the modelled rows: how many lie inside the band, and what lies outside."""
+    modelled = [r for r in rows if r.modelled]
+    if not modelled:
+        return []
+    low, high = BAND
+    outside = [(r, why) for r in modelled if (why := outside_band(r))]
+    lines = [f"modelled rows inside [{low}, {high}] (whole step and engine calls, intervals included): "
+             f"{len(modelled) - len(outside)} of {len(modelled)}"]
+    lines += [f"  outside: {r.scenario} {r.contender} {r.call_shape} vs {r.baseline}: {'; '.join(why)}"
+              for r, why in outside]
+    return lines

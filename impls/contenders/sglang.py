@@ -141,18 +141,23 @@ class PagedAllocator:
 
     def alloc_decode_copying(self, seq_lens: torch.Tensor, last_loc: torch.Tensor,
                              copy: torch.Tensor) -> torch.Tensor | None:
-        """Ours, not SGLang's (it has no fork): :meth:`alloc_decode` where the rows in ``copy`` (a shared last page,
-        copied on write) take a fresh page as well, every page taken in batch order; None when the pool is short."""
+        """Ours, not SGLang's (it has no fork): :meth:`alloc_decode`, step for step, where the rows in ``copy`` (a
+        shared last page, copied on write) take a fresh page as well, every page taken in batch order; None when the
+        pool is short."""
+        bs = len(seq_lens)
+        if bs > len(self.free_pages):
+            self.merge_and_sort_free()
         need = ((seq_lens - 1) % self.page_size == 0) | copy
-        num_new_pages = int(need.sum())
-        if num_new_pages == 0:
-            return last_loc + 1
+        num_new_pages = need.int().sum().item()
         if num_new_pages > len(self.free_pages):
             return None
+        out = torch.empty((bs,), dtype=torch.int64)
         taken = need.to(torch.int64)
-        new_page = self.free_pages[(torch.cumsum(taken, 0) - taken).clamp_(max=num_new_pages - 1)]
+        rank = (torch.cumsum(taken, 0) - taken).clamp_(max=num_new_pages - 1)
+        out.copy_(torch.where(need, self.free_pages[rank] * self.page_size + (seq_lens - 1) % self.page_size,
+                              last_loc + 1))
         self.free_pages = self.free_pages[num_new_pages:]
-        return torch.where(need, new_page * self.page_size + (seq_lens - 1) % self.page_size, last_loc + 1)
+        return out
 
     def free(self, free_index: torch.Tensor) -> None:
         if free_index.numel() == 0:
@@ -353,6 +358,19 @@ class PagedRows:
         self._admit()
         return int(self.req_to_token[seq_id, self._lens[seq_id] - 1]) - self.page_size
 
+    def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
+        """The newest token's slot of each sequence, gathered from ``req_to_token`` in one operation (the
+        calibration's adapter shares it: its per-row reads would leave the caches unlike ours between two steps)."""
+        checked = lookup_args(seq_ids, slot_out, self.max_seqs)
+        self._admit()
+        ids = checked.tolist()
+        n = len(ids)
+        if any(s < 0 or s >= self.max_seqs or self._lens[s] == 0 for s in ids):
+            super().lookup(seq_ids, slot_out)
+            return
+        rows = torch.as_tensor(checked, dtype=torch.int64)
+        slot_out[:n] = (self.req_to_token[rows, self.seq_lens[rows] - 1] - self.page_size).numpy()
+
 
 class SGLangBlockManager(PagedRows, InterpretedBlockManager):
     """Contender ``"sglang"``: SGLang's paged allocator driven one batch per step."""
@@ -366,16 +384,20 @@ class SGLangBlockManager(PagedRows, InterpretedBlockManager):
         self._admit_tokens = 0
 
     def _decode_sharing(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """Our fork emulation: a step's copied pages taken with its new pages, in batch order (the contract's per-call
-        order), by one call on the allocator model (so the engine-call meter counts that work as the allocator's)."""
-        ps = self.page_size
+        """Our fork emulation. A step with no shared last page to copy is the default decode batch, one
+        ``alloc_decode``, as on SGLang's side; one with copies takes them with its new pages, in batch order (the
+        contract's per-call order), by one call on the allocator model (so the engine-call meter counts that work as
+        the allocator's)."""
+        movers = self._shared_tails(ids)
         rows = torch.as_tensor(seq_ids, dtype=torch.int64)
+        if not movers:
+            self._decode_batch(rows, ids, slot_out)
+            return 0
+        ps = self.page_size
         seq_lens = self.seq_lens[rows] + 1
         last_loc = self.req_to_token[rows, seq_lens - 2].to(torch.int64)
-        movers = self._shared_tails(ids)
         copy = torch.zeros(len(ids), dtype=torch.bool)
-        if movers:
-            copy[[i for i, _ in movers]] = True
+        copy[[i for i, _ in movers]] = True
         out = self.allocator.alloc_decode_copying(seq_lens, last_loc, copy)
         if out is None:
             raise NoFreeBlocksError("the decode batch needs more pages than are free")
@@ -400,15 +422,3 @@ class SGLangBlockManager(PagedRows, InterpretedBlockManager):
 
     def _table_nbytes(self, seq_id: int) -> int:
         return self.req_to_token.element_size() * self.req_to_token.shape[1]
-
-    def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
-        """The newest token's slot of each sequence, gathered from ``req_to_token`` in one operation."""
-        checked = lookup_args(seq_ids, slot_out, self.max_seqs)
-        self._admit()
-        ids = checked.tolist()
-        n = len(ids)
-        if any(s < 0 or s >= self.max_seqs or self._lens[s] == 0 for s in ids):
-            super().lookup(seq_ids, slot_out)
-            return
-        rows = torch.as_tensor(checked, dtype=torch.int64)
-        slot_out[:n] = (self.req_to_token[rows, self.seq_lens[rows] - 1] - self.page_size).numpy()

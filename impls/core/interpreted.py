@@ -132,6 +132,11 @@ class InterpretedBlockManager(ManagerBase):
 
     def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
         """One decode step: append a token to each sequence in order and write its slot to ``slot_out``."""
+        return self._decode(seq_ids, self._decode_args(seq_ids, cow_out, slot_out), cow_out, slot_out)
+
+    def _decode_args(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> list[int]:
+        """The contract's checks of a decode step (its arguments, each row's append, no row twice, the pool's room),
+        before anything changes; the ids as a list. The calibration's adapters make the same checks through it."""
         ids = batch_args(seq_ids, cow_out, slot_out, self.max_seqs).tolist()
         n = len(ids)
         lens, max_blocks, shift = self._lens, self.max_blocks_per_seq, self.block_shift
@@ -147,7 +152,7 @@ class InterpretedBlockManager(ManagerBase):
             need = sum(self._needs_block(s) for s in ids)
             if need > self.num_free_blocks():
                 self._fail(E_NO_BLOCKS, need=need)
-        return self._decode(seq_ids, ids, cow_out, slot_out)
+        return ids
 
     def _decode(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
         """The validated step: one append per sequence, in order (a batched design overrides it)."""
