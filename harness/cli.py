@@ -569,7 +569,7 @@ def _add_trace(sub) -> None:
 def _add_run(sub, results: argparse.ArgumentParser) -> None:
     from harness.output import times
     from harness.run.matrix import describe
-    from harness.run.runner import MAX_PROCESSES, MAX_REPS
+    from harness.run.runner import MAX_REPS
 
     took = times.quoted_times()
     p = sub.add_parser("run", parents=[results],
@@ -603,10 +603,20 @@ def _add_run(sub, results: argparse.ArgumentParser) -> None:
     figures.add_argument("--no-figures", action="store_true", help="no figures (the default; as `report "
                                                                    "--no-figures`)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--processes", type=count(1, MAX_PROCESSES),
-                   help=f"worker processes the repetitions spread over (default: one per repetition; at most --reps "
-                        f"and {MAX_PROCESSES})")
+    _add_processes(p, "--reps and ")
     add_deadline(p)
+
+
+def _add_processes(p: argparse.ArgumentParser, bound: str = "") -> None:
+    from harness.run.runner import MAX_PROCESSES
+
+    p.add_argument("--processes", type=count(1, MAX_PROCESSES),
+                   help=f"worker processes the repetitions spread over (default: one per repetition; at most "
+                        f"{bound}{MAX_PROCESSES})")
+
+
+def _add_engine_scenarios(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--scenario", type=csv_list, metavar="S,...", help=f"scenarios (default: {default})")
 
 
 def _add_calibrate(sub) -> None:
@@ -620,14 +630,9 @@ def _add_calibrate(sub) -> None:
                     "results/<timestamp>-calibration-ENGINE/ (--update-committed: into results/calibration/"
                     "calibration.csv). Engines: vllm, sglang, nano-vllm (not on the package index: --source).")
     p.add_argument("engine", help="vllm, sglang or nano-vllm, optionally ==VERSION (e.g. vllm==0.33.0)")
-    p.add_argument("--scenario", type=csv_list, metavar="S,...",
-                   help="scenarios (default: the engine's committed ones)")
+    _add_engine_scenarios(p, "the engine's committed ones")
     p.add_argument("--source", metavar="DIR", help="the engine's source folder (holding its top-level package)")
-    from harness.run.runner import MAX_PROCESSES
-
-    p.add_argument("--processes", type=count(1, MAX_PROCESSES),
-                   help=f"worker processes the repetitions spread over (default: one per repetition; at most "
-                        f"{MAX_PROCESSES})")
+    _add_processes(p)
     p.add_argument("--results", default="results",
                    help="where the new calibration folder (<timestamp>-calibration-ENGINE/) is made (default: results)")
     p.add_argument("--out", metavar="FILE", help="merge the rows into this table instead (runs/ beside it)")
@@ -651,8 +656,7 @@ def _add_history(sub) -> None:
     p.add_argument("versions", metavar="VERSIONS",
                    help="published releases: a comma list (0.23.0,0.24.0) or a range FIRST..LAST (0.21.0..0.33.0), "
                         "resolved with `pip index versions`")
-    p.add_argument("--scenario", type=csv_list, metavar="S,...",
-                   help="scenarios (default: the engine's calibration scenarios without forks)")
+    _add_engine_scenarios(p, "the engine's calibration scenarios without forks")
     p.add_argument("--out", metavar="DIR",
                    help="where the tables and figures go (default: a new folder results/<timestamp>-history-ENGINE/)")
     p.add_argument("--no-figures", action="store_true", help="tables only")

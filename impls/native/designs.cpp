@@ -134,24 +134,35 @@ struct Common {
     }
 };
 
+// The free blocks of designs A and B: a stack, back() handed out next, every block free at the start.
+struct FreeStack {
+    Vec<int32_t> blocks;
+
+    explicit FreeStack(int64_t num_blocks) {
+        blocks.reserve(num_blocks);
+        for (int64_t b = num_blocks - 1; b >= 0; --b) blocks.push_back(static_cast<int32_t>(b));
+    }
+    int64_t size() const { return static_cast<int64_t>(blocks.size()); }
+    void push_back(int32_t b) { blocks.push_back(b); }
+    template <class Refs>
+    int32_t take(Refs& refs) {  // the next block handed out, its count 1
+        int32_t b = blocks.back();
+        blocks.pop_back();
+        refs[b] = 1;
+        return b;
+    }
+};
+
 // ---- design A: a hash map per sequence -------------------------------------------------------------------
 struct DictDesign : Common<> {
     using Table = Map<int32_t, int32_t>;
     Map<int32_t, Table> tables;  // row -> (logical -> physical); a new map per allocate, erased on free
     Map<int32_t, int32_t> refs;  // only blocks in use
-    Vec<int32_t> free_list;      // a stack: back() is handed out next
+    FreeStack free_list;
 
-    explicit DictDesign(const Config& cfg) : Common(cfg) {
-        free_list.reserve(cfg.num_blocks);
-        for (int64_t b = cfg.num_blocks - 1; b >= 0; --b) free_list.push_back(static_cast<int32_t>(b));
-    }
-    int64_t num_free() const { return static_cast<int64_t>(free_list.size()); }
-    int32_t take() {
-        int32_t b = free_list.back();
-        free_list.pop_back();
-        refs[b] = 1;
-        return b;
-    }
+    explicit DictDesign(const Config& cfg) : Common(cfg), free_list(cfg.num_blocks) {}
+    int64_t num_free() const { return free_list.size(); }
+    int32_t take() { return free_list.take(refs); }
     void take_table(int64_t seq, int64_t need) {
         Table& t = tables[static_cast<int32_t>(seq)];
         for (int32_t j = 0; j < need; ++j) {
@@ -225,19 +236,12 @@ struct ListDesign : Common<> {
     using Table = Vec<int32_t>;
     std::vector<Table, CountingAllocator<Table>> tables;  // per row; empty (no storage) when inactive
     Vec<int32_t> refs;
-    Vec<int32_t> free_list;
+    FreeStack free_list;
 
-    explicit ListDesign(const Config& cfg) : Common(cfg), tables(cfg.max_seqs), refs(cfg.num_blocks, 0) {
-        free_list.reserve(cfg.num_blocks);
-        for (int64_t b = cfg.num_blocks - 1; b >= 0; --b) free_list.push_back(static_cast<int32_t>(b));
-    }
-    int64_t num_free() const { return static_cast<int64_t>(free_list.size()); }
-    int32_t take() {
-        int32_t b = free_list.back();
-        free_list.pop_back();
-        refs[b] = 1;
-        return b;
-    }
+    explicit ListDesign(const Config& cfg)
+        : Common(cfg), tables(cfg.max_seqs), refs(cfg.num_blocks, 0), free_list(cfg.num_blocks) {}
+    int64_t num_free() const { return free_list.size(); }
+    int32_t take() { return free_list.take(refs); }
     void take_table(int64_t seq, int64_t need) {
         Table t;
         t.reserve(need);  // the prompt's blocks in one allocation; decode appends grow it by push_back
