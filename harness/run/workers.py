@@ -40,6 +40,7 @@ OWN_CODE_DEADLINE_S = 3600.0  # outside any cell: our own code (a callgrind stud
 Cell = tuple[str, str]  # (impl, regime)
 REASON_CHARS = 300
 Position = tuple[int, ...]  # (pass, repetition, slice)
+STOP_WAIT_S = 2.0  # a worker asked to stop may finish its job this long before it is killed
 
 
 @dataclass(frozen=True)
@@ -307,14 +308,19 @@ class Worker:
             return CellDied(cell, f"was killed by signal {name}")
         return CellDied(cell, f"exited with status {code} before its job was done")
 
-    def stop(self) -> None:
-        """Stop the worker process (killed if it does not end at once)."""
-        if self._proc is None:
-            return
-        if self._proc.is_alive():
+    def ask_to_stop(self) -> None:
+        """Ask the worker to end once its job is done (:meth:`stop` then waits for it)."""
+        if self._proc is not None and self._proc.is_alive():
             with contextlib.suppress(OSError):
                 self._conn.send(None)
-            self._proc.join(2)
+
+    def stop(self, until: float | None = None) -> None:
+        """Stop the worker process: asked, then killed if it has not ended by ``until`` (a ``time.monotonic()``;
+        default: in :data:`STOP_WAIT_S`)."""
+        if self._proc is None:
+            return
+        self.ask_to_stop()
+        self._proc.join(max(0.0, (time.monotonic() + STOP_WAIT_S if until is None else until) - time.monotonic()))
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join(5)
@@ -327,15 +333,21 @@ class Worker:
 class Workers:
     workers: dict[Any, Worker]
 
-    def close(self) -> None:
-        for worker in self.workers.values():
-            worker.stop()
+    def close(self, at_once: bool = False) -> None:
+        """Stop every worker: all asked first, then given the same :data:`STOP_WAIT_S` together (killed at once when
+        ``at_once``: an interrupted command ends in seconds, whatever its number of busy workers)."""
+        workers = list(self.workers.values())
+        for worker in workers:
+            worker.ask_to_stop()
+        until = time.monotonic() + (0.0 if at_once else STOP_WAIT_S)
+        for worker in workers:
+            worker.stop(until)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type | None, *exc: object) -> None:
+        self.close(at_once=kind is not None and issubclass(kind, KeyboardInterrupt))
 
 
 class Pool(Workers):
