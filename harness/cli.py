@@ -25,6 +25,7 @@ from harness.base.args import (
     csv_list,
     percentage,
 )
+from harness.base.files import check_creatable
 from harness.errors import InputError, TooFewPairs
 from impls.registry import PluginError
 from scenarios import SCENARIOS, ScenarioError, TraceError
@@ -47,14 +48,15 @@ class Parser(argparse.ArgumentParser):
 
 
 def writable_dir(path: Path, flag: str) -> Path:
-    """``path`` as a folder this process can create files in (made if missing), checked before any work."""
+    """``path`` as a folder this process can create files in, checked before any work; a missing one is made only
+    when something is written there (bad input found later leaves nothing behind)."""
     if path.exists() and not path.is_dir():
         raise UsageError(f"{flag} {path}: is a file, not a folder; give a folder (default: results)")
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        check_creatable(path)
     except OSError as exc:
         raise UsageError(f"{flag} {path}: cannot create it ({exc.strerror}); give a folder you can write") from None
-    if not os.access(path, os.W_OK | os.X_OK):
+    if path.exists() and not os.access(path, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {path}: not writable; give a folder you can write")
     return path
 

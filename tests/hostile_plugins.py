@@ -170,17 +170,21 @@ class CrashesInStudies(DictBlockManager):
 
 class Spy(DictBlockManager):
     """Behaves, and appends to the file named by ``$KVB_SPY_LOG`` a line per ``decode_step`` and ``lookup``: the
-    step (each manager replays from step 0) and a digest of the ids it was handed."""
+    step (each manager replays from step 0), a digest of the ids it was handed and the manager's configuration
+    (the run's quick contract check builds managers of its own)."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
+                 max_blocks_per_seq: int = 256) -> None:
+        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
         self._steps = 0
+        self._config = spy_config(num_blocks=num_blocks, block_size=block_size, max_seqs=max_seqs,
+                                  max_blocks_per_seq=max_blocks_per_seq)
 
     def _record(self, call: str, step: int, seq_ids: np.ndarray) -> None:
         path = os.environ.get(SPY_LOG)
         if path:
             with open(path, "a", encoding="ascii") as log:
-                log.write(f"{call} {step} {ids_digest(seq_ids)}\n")
+                log.write(f"{call} {step} {ids_digest(seq_ids)} {self._config}\n")
 
     def decode_step(self, seq_ids: np.ndarray, cow_out: np.ndarray, slot_out: np.ndarray) -> int:
         self._record("decode_step", self._steps, seq_ids)
@@ -190,6 +194,11 @@ class Spy(DictBlockManager):
     def lookup(self, seq_ids: np.ndarray, slot_out: np.ndarray) -> None:
         self._record("lookup", self._steps - 1, seq_ids)
         super().lookup(seq_ids, slot_out)
+
+
+def spy_config(**config: int) -> str:
+    """A manager's configuration as one word of the spy's log."""
+    return ",".join(f"{key}={config[key]}" for key in ("num_blocks", "block_size", "max_seqs", "max_blocks_per_seq"))
 
 
 def ids_digest(seq_ids) -> str:

@@ -86,6 +86,19 @@ def new_run_dir(root: Path = RESULTS_DIR, label: str = "") -> Path:
     raise WriteError(f"{root}: {RUN_SUFFIXES} run folders named {stem}[-N] exist already; try again in a second")
 
 
+def check_creatable(path: Path) -> Path:
+    """The nearest existing ancestor of ``path`` (made as a folder later); :class:`OSError` unless it is a folder
+    this process can write. Nothing is created."""
+    parent = path.absolute()
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "a file stands where a folder is needed", str(parent))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "not writable", str(parent))
+    return parent
+
+
 def check_run_root(root: Path, label: str = "") -> None:
     """Check before measuring that ``root`` takes this run's folder and link; :class:`InputError` naming the fix."""
     probe_name = f".{_stem(label)}-{RUN_SUFFIXES - 1}.probe"
@@ -99,9 +112,9 @@ def check_run_root(root: Path, label: str = "") -> None:
         raise InputError(f"{latest}: is a real {'folder' if latest.is_dir() else 'file'}, not the link to the newest "
                          "run that kvblock-bench keeps there; move it away (or give another --results folder)")
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        (root / probe_name).mkdir()
-        (root / probe_name).rmdir()
+        where = root if root.is_dir() else check_creatable(root)  # root is made when the run writes its folder
+        (where / probe_name).mkdir()
+        (where / probe_name).rmdir()
     except OSError as exc:
         raise WriteError(f"{root}: cannot create a run folder in it ({os_reason(exc)}); give a --results folder "
                          "you can write" + (" or a shorter --label" if exc.errno == errno.ENAMETOOLONG else "")
