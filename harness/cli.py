@@ -48,8 +48,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def writable_dir(path: Path, flag: str) -> Path:
-    """``path`` as a folder this process can create files in, checked before any work; a missing one is made only
-    when something is written there (bad input found later leaves nothing behind)."""
+    """``path``, checked to be a folder this process can write or make (made only when something is written)."""
     if path.exists() and not path.is_dir():
         raise UsageError(f"{flag} {path}: is a file, not a folder; give a folder (default: results)")
     try:

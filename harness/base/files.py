@@ -87,8 +87,7 @@ def new_run_dir(root: Path = RESULTS_DIR, label: str = "") -> Path:
 
 
 def check_creatable(path: Path) -> Path:
-    """The nearest existing ancestor of ``path`` (made as a folder later); :class:`OSError` unless it is a folder
-    this process can write. Nothing is created."""
+    """The nearest existing ancestor of ``path``; :class:`OSError` unless it is a writable folder (nothing made)."""
     parent = path.absolute()
     while not parent.exists():
         parent = parent.parent

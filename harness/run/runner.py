@@ -1,10 +1,5 @@
-"""A run: the matrix's scenarios, each measured, checked and written as it goes (docs/method.md).
-
-Traces are generated or read from the trace cache here; implementations run only in supervised worker processes
-(one per implementation and share, in lockstep); rows come from every worker's samples together. A design that
-fails costs its own cells; each scenario's rows are written atomically as it ends, and ``results/latest`` moves
-only once a run has figures.
-"""
+"""A run: the matrix's scenarios, each measured in supervised workers, checked and written as it goes.
+Design: docs/method.md."""
 
 from __future__ import annotations
 

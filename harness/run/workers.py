@@ -315,8 +315,7 @@ class Worker:
                 self._conn.send(None)
 
     def stop(self, until: float | None = None) -> None:
-        """Stop the worker process: asked, then killed if it has not ended by ``until`` (a ``time.monotonic()``;
-        default: in :data:`STOP_WAIT_S`)."""
+        """Stop the worker: asked, then killed if not ended by ``until`` (monotonic; default :data:`STOP_WAIT_S`)."""
         if self._proc is None:
             return
         self.ask_to_stop()
@@ -334,8 +333,7 @@ class Workers:
     workers: dict[Any, Worker]
 
     def close(self, at_once: bool = False) -> None:
-        """Stop every worker: all asked first, then given the same :data:`STOP_WAIT_S` together (killed at once when
-        ``at_once``: an interrupted command ends in seconds, whatever its number of busy workers)."""
+        """Stop every worker, all asked first, then given :data:`STOP_WAIT_S` together (``at_once``: killed)."""
         workers = list(self.workers.values())
         for worker in workers:
             worker.ask_to_stop()
