@@ -15,7 +15,7 @@ FILES = {
     "history-vllm": "README.md",  # kvblock-bench report results/history/vllm --history-readme README.md
     "history-sglang": "README.md",  # kvblock-bench report results/history/sglang --history-readme README.md
     "ci-example": "README.md",  # python -m harness.facts (from examples/ci/github-actions.yml)
-    "ci-plugin-example": "README.md",  # the same command (from examples/ci/plugin-repository.yml)
+    "ci-plugin-example": "docs/ci.md",  # the same command (from examples/ci/plugin-repository.yml)
 }
 # Every page whose generated sections, facts, links and figures the tests hold (globs from the root).
 PAGES = ("README.md", "ARCHITECTURE.md", "docs/*.md", "results/README.md", "results/*/README.md",
