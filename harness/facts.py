@@ -353,6 +353,7 @@ for _fact, _impl, _key, _show in (("gate.flat.max-instructions", "flat", "max_in
     _add(_fact, f"pyproject.toml: [tool.kvblock-bench.gate] {_impl} {_key}", _gate_rule(_impl, _key, _show.format))
 constant("gate.tolerance", "harness.ci.gate_config", "DEFAULT_TOLERANCE_PCT", lambda v: f"{v:g} %")
 constant("bound.fraction", "harness.run.bound", "FRACTION", lambda v: f"{v * 100:g} %")
+constant("bound.compiled-fraction", "harness.run.bound", "COMPILED_FRACTION", lambda v: f"{v * 100:g} %")
 constant("bound.floor-factor", "harness.run.bound", "FLOOR_FACTOR", lambda v: f"{v:g}")
 constant("bound.slack", "harness.run.bound", "SLACK_NS", lambda v: f"{v / 1000:g} us")
 constant("stats.trim", "harness.base.stats", "TRIM", lambda v: f"{v * 100:g} %")

@@ -359,3 +359,14 @@ def test_paced_loops_claiming_too_little_cpu_or_too_much_wall_time_are_failed() 
     fast_wall = paced_violations({("a", "batched", ""): (95_000_000, 200_000_000 + 11 * SLACK_NS)}, cpu, wall)
     assert "more than the" in fast_wall[("a", "batched")]
     assert paced_violations({("a", "batched", ""): (1, 1)}, None, wall) == {}
+
+
+def test_honest_compiled_cells_of_the_reference_run_pass_and_a_stopped_compiled_clock_fails() -> None:
+    """The full reference run at 91fb980 failed honest dict-jit and list-jit cells at 80 % (concurrency-64
+    list-jit: 20.27 ms claimed of 90.24 ms beyond the floor); compiled replays are held to COMPILED_FRACTION."""
+    ms = 1_000_000
+    honest = _result(20.27 * ms, int(90.24 * ms), 20, driver="compiled")
+    assert bound.violations(honest, {"compiled": 0.0}) == {}
+    assert bound.violations(_result(20.27 * ms, int(90.24 * ms), 20), _floor(0)) != {}  # from Python: failed
+    stopped = _result(0.0, int(400 * ms), 20, driver="compiled")
+    assert ("x", "batched") in bound.violations(stopped, {"compiled": 0.0})
