@@ -72,15 +72,16 @@ def cells(kept: list[Kept], scenario: str, metric: str) -> list[tuple[str, str]]
     return list(dict.fromkeys((k[1], k[2]) for run in kept for k in run.rows if k[0] == scenario and k[3] == metric))
 
 
-def table(kept: list[Kept], scenario: str, metric: str) -> list[str]:
-    """Per cell: per machine kind, the median over its runs with their range, and its newest run's own interval."""
+def table(kept: list[Kept], scenario: str, metric: str, regime: str = "batched") -> list[str]:
+    """Per cell of ``regime`` (the article's table is batched): per machine kind, the median over its runs with
+    their range, and its newest run's own interval."""
     groups = machines(kept)
-    header = ["impl", "regime"]
+    header = ["impl"]
     for runs in groups.values():
         header += [f"{machine_name(runs[-1].meta)}: median [range] ×runs", "newest run [its 95 % interval]"]
     body = []
-    for impl, regime in cells(kept, scenario, metric):
-        line = [f"`{impl}`", regime]
+    for impl in [impl for impl, r in cells(kept, scenario, metric) if r == regime]:
+        line = [f"`{impl}`"]
         for runs in groups.values():
             found = [r.rows.get((scenario, impl, regime, metric)) for r in runs]
             line += [spread_text([f.value for f in found if f is not None]), own_text(found[-1])]
@@ -99,7 +100,7 @@ def section(reference: Path, scenario: str = "paper") -> list[str]:
                       f"{', '.join(sorted({str(r.meta.get('git_commit', '?')) for r in runs}))})"
                       for runs in groups.values())
     metric = ratio_metric("seq_step_ns")
-    return [f"Every kept run of the reference (`{reference.name}/{RUNS}/`): {where}. Each cell's time over "
+    return [f"Every kept run of the reference (`{reference.name}/{RUNS}/`): {where}. Each batched cell's time over "
             f"`flat`'s on `{scenario}`, as the median over a machine's runs with their range, beside its newest run's "
             "own paired interval:", "", *table(kept, scenario, metric), "",
             "To check a run of yours against these: `make bench`, then `python scripts/reproduce_check.py "
