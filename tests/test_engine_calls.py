@@ -177,6 +177,7 @@ def standin_measured(tmp_path_factory):
     return measured, [b.name for b in baselines]
 
 
+@pytest.mark.slow  # an end-to-end run, ~10 s (make test-slow, .ci/run)
 def test_a_worker_meters_both_sides_after_its_timed_repetitions(standin_measured) -> None:
     """The nano-vllm stand-in and the contender, in a calibration worker's context: every replay with an engine
     object is metered, in each regime (the same calls in every metered replay: the count is deterministic, and the

@@ -198,7 +198,7 @@ def test_a_compiled_cell_whose_state_numba_types_slowly_passes_on_a_short_trace(
     us = 1_000
     result = _result(3_000 * us, int((312 + 1.5 * 114) * us) * 116, 116, driver="compiled")
     assert bound.violations(result, {"compiled": 114 * us}) == {}
-    faked = _result(0.0, int((312 + 1.5 * 114) * us) * 116 * 4, 116, driver="compiled")  # a clock stopped
+    faked = _result(0.0, int((312 + 1.5 * 114) * us) * 116 * 40, 116, driver="compiled")  # a clock stopped
     assert ("x", "batched") in bound.violations(faked, {"compiled": 114 * us})
 
 

@@ -194,6 +194,7 @@ def test_history_drives_four_ranges_of_releases_in_lockstep_and_checks_each_repl
     assert "4 releases in the cache" in err
 
 
+@pytest.mark.slow  # an end-to-end run, ~10 s (make test-slow, .ci/run)
 def test_a_release_whose_code_moved_from_its_era_fails_its_replays_and_is_not_guessed(tmp_path, capsys,
                                                                                        monkeypatch) -> None:
     links = vllm_wheels(tmp_path, {"0.25.1": (True, False, False), "0.26.0": (True, False, False)})  # as 0.25.1

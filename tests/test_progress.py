@@ -122,6 +122,7 @@ def test_disabled_progress_and_plain_callbacks_say_nothing() -> None:
     assert done == []
 
 
+@pytest.mark.slow  # an end-to-end run, ~10 s (make test-slow, .ci/run)
 def test_a_run_announces_its_work_before_the_first_unit(tmp_path, capsys) -> None:
     assert main(["run", "--results", str(tmp_path), "--quick", "--reps", "2", "--scenario", "paper", "--impl", "flat",
                  "--regime", "batched,per-call", "--no-paced", "--no-l1d", "--no-table-copy", "--no-allocations"]) == 0

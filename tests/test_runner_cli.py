@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from harness.base.rows import read_rows
 from harness.cli import main
 from harness.run import runner
@@ -20,6 +22,7 @@ def run_cli(tmp_path, *args: str) -> int:
                  "--no-table-copy", *args])
 
 
+@pytest.mark.slow  # an end-to-end run, ~10 s (make test-slow, .ci/run)
 def test_run_writes_a_complete_run_directory(tmp_path, capsys) -> None:
     assert run_cli(tmp_path, "--scenario", "paper", "--impl", "dict,flat") == 0
     run_dir = (tmp_path / "latest").resolve()
@@ -62,6 +65,7 @@ class WrongFlat(FlatBlockManager):
         pass
 
 
+@pytest.mark.slow  # an end-to-end run, ~10 s (make test-slow, .ci/run)
 def test_a_wrong_implementation_is_marked_failed_not_ranked(tmp_path, capsys) -> None:
     wrong = "tests.test_runner_cli:WrongFlat"
     assert run_cli(tmp_path, "--scenario", "paper", "--impl", f"{wrong},list", "--regime", "per-call") == 3

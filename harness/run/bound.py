@@ -12,8 +12,7 @@ import time
 
 Cell = tuple[str, str]
 FRACTION = 0.8  # of the CPU time beyond the floor that a cell's timed regions must claim (on CPU), from Python
-COMPILED_FRACTION = 0.1  # the same for compiled and C++ replays: their clock is read in compiled code, and Numba
-# unboxes a design's typed containers outside the timed loop at every replay call (docs/measurement.md#bound-and-floor)
+COMPILED_FRACTION = 0.1  # compiled and C++ replays (docs/measurement.md#bound-and-floor)
 SLACK_NS = 250_000  # per slice: the harness's work that differs between cells (first calls, caches, Numba
 # typing a design's state at each compiled replay call: slow for typed containers, and slower in a cold worker;
 # beside other work, the harness's own code refilling caches after each preemption)
