@@ -314,12 +314,16 @@ class Worker:
             with contextlib.suppress(OSError):
                 self._conn.send(None)
 
-    def stop(self, until: float | None = None) -> None:
-        """Stop the worker: asked, then killed if not ended by ``until`` (monotonic; default :data:`STOP_WAIT_S`)."""
+    def stop(self) -> None:
+        """Stop the worker: asked, then killed if not ended within :data:`STOP_WAIT_S`."""
+        self.ask_to_stop()
+        self.end_by(time.monotonic() + STOP_WAIT_S)
+
+    def end_by(self, until: float) -> None:
+        """Wait for the asked worker until ``until`` (``time.monotonic()``), then kill it and its group."""
         if self._proc is None:
             return
-        self.ask_to_stop()
-        self._proc.join(max(0.0, (time.monotonic() + STOP_WAIT_S if until is None else until) - time.monotonic()))
+        self._proc.join(max(0.0, until - time.monotonic()))
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join(5)
@@ -339,7 +343,7 @@ class Workers:
             worker.ask_to_stop()
         until = time.monotonic() + (0.0 if at_once else STOP_WAIT_S)
         for worker in workers:
-            worker.stop(until)
+            worker.end_by(until)
 
     def __enter__(self):
         return self
