@@ -115,3 +115,12 @@ def test_a_readers_run_is_checked_against_the_kept_runs_of_its_machine_kind() ->
     assert verdicts == {160: "within the runs' range", 180: "within their intervals", 400: "outside"}
     other = check([ratio("dict", 390)], {"cpu": {"vendor": "GenuineIntel", "family": 6, "model": 143}}, kept)[0]
     assert not other.same_machine and other.verdict == "within the runs' range"  # every kind's range: 150-400
+
+
+def test_each_kept_run_is_named_with_the_host_state_it_recorded() -> None:
+    from harness.output.reproduction import Kept, run_state
+
+    assert run_state(Kept("r1", {}, {})) == "r1 (host state not recorded)"
+    assert run_state(Kept("r2", {"host": {"on_cpu_pct": {"min": 99.5}}}, {})) == "r2 (idle)"
+    busy = run_state(Kept("r3", {"host": {"on_cpu_pct": {"min": 80.0}}}, {}))
+    assert busy.startswith("r3 (beside competing work: ") and "80 %" in busy

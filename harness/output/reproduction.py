@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.base.files import read_json
-from harness.base.host import machine_key, machine_name
+from harness.base.host import competing_work, machine_key, machine_name
 from harness.base.rows import Row, ratio_metric, read_rows
 from harness.output.formatting import fmt
 from harness.output.report import markdown_table
@@ -89,13 +89,21 @@ def table(kept: list[Kept], scenario: str, metric: str, regime: str = "batched")
     return markdown_table(header, body)
 
 
+def run_state(run: Kept) -> str:
+    """``RUN-ID`` with the host's state it recorded: idle, or beside competing work and why."""
+    if not isinstance(run.meta.get("host"), dict):
+        return f"{run.run_id} (host state not recorded)"
+    beside = competing_work(run.meta)
+    return f"{run.run_id} ({'beside competing work: ' + beside if beside else 'idle'})"
+
+
 def section(reference: Path, scenario: str = "paper") -> list[str]:
     """The README's lines on the kept runs: how many, where, the ``x flat`` table, how to reproduce it."""
     kept = kept_runs(reference)
     if not kept:
         return []
     groups = machines(kept)
-    where = "; ".join(f"{len(runs)} on {machine_name(runs[-1].meta)} ({', '.join(r.run_id for r in runs)}, "
+    where = "; ".join(f"{len(runs)} on {machine_name(runs[-1].meta)} ({', '.join(map(run_state, runs))}, "
                       f"commit{'s' if len({r.meta.get('git_commit') for r in runs}) > 1 else ''} "
                       f"{', '.join(sorted({str(r.meta.get('git_commit', '?')) for r in runs}))})"
                       for runs in groups.values())
