@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 
+from harness.base import interleave as il
 from harness.base.interleave import replay_slices, schedule, slice_bounds
 
 
@@ -146,3 +148,27 @@ def test_constructors_run_outside_every_marked_slice(monkeypatch) -> None:
     il.interleaved(drivers, 2, False, slice_bounds(20, 2), mark=marks.append)
     assert len(log["marked"]) == 4 and set(log["marked"]) == {None}
     assert {m for m in marks if m} == set(drivers) and len(log["calls"]) > 0
+
+
+def test_warm_up_makes_every_call_the_timed_batched_loop_makes() -> None:
+    """The batched timed loop calls ``lookup`` after each step's decode: its first call (a compile, a cache load:
+    tens of ms for a plug-in wrapping Numba) must come in the warm-up, not in the first timed step of a process."""
+    from harness.base.drivers import _LOOKUP, Prepared, run_interpreted
+    from impls import REGISTRY
+    from scenarios import generate
+
+    calls: list[str] = []
+
+    class FirstLookupSlow(REGISTRY["dict"]):
+        def lookup(self, seq_ids, slot_out):
+            if not calls:
+                time.sleep(0.05)  # the first call's one-time cost
+            calls.append("lookup")
+            super().lookup(seq_ids, slot_out)
+
+    prep = Prepared.from_trace(generate("paper", steps=40, running=8, num_blocks=512))
+    driver = il.Driver(prep, FirstLookupSlow, "batched", {}, "first-lookup-slow")
+    driver.warm_up()
+    assert calls, "the warm-up never called lookup, which the timed batched loop calls every step"
+    times = run_interpreted(driver.inputs, driver.new(), "batched")
+    assert times.ns[:, _LOOKUP].max() < 0.05e9, "a timed lookup paid the first call's cost"

@@ -12,7 +12,7 @@ from types import ModuleType, SimpleNamespace
 
 from harness.base.drivers import Prepared, StepTimes
 from harness.base.failures import blamed_on, short_reason
-from harness.base.interleave import WARM_STEPS, Driver, Key, Replays, interleaved, slice_bounds
+from harness.base.interleave import Driver, Key, Replays, interleaved, slice_bounds
 from harness.base.metrics import Work
 from harness.base.threads import one_intra_op_thread
 from harness.calibration.engine_calls import METERED_REPLAYS, MeteredReplays, meter_cost, meterable, metered_replay
@@ -208,7 +208,7 @@ class Context:
             self.events.cell(key)
             try:
                 with blamed_on(key[0], driver.cls):
-                    driver.advance(driver.new())(0, min(WARM_STEPS, self.prep.num_steps))
+                    driver.warm_up()
             except FAILURES as exc:
                 self.failed[key] = getattr(exc, "reason", f"{type(exc).__name__}: {exc}")
                 del self.drivers[key]

@@ -152,7 +152,7 @@ def measure_fast_floor(prep: Prepared, kinds: Iterable[str], loops: dict, mark: 
             cls = None
         if cls is not None:
             driver = Driver(prep, cls, "batched", loops, name)
-            driver.advance(driver.new())(0, min(WARM_STEPS, prep.num_steps))  # compile or load first
+            driver.warm_up()  # compile or load first
             drivers[("floor", kind, "")] = driver
     return _replay(drivers, prep, mark, enter, details=True)
 
