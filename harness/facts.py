@@ -145,13 +145,13 @@ _add("exit.bug", "Python: an exception nothing catches ends the process with sta
 constant("exit.does-not-conform", "harness.cli", "EXIT_DOES_NOT_CONFORM")
 constant("exit.compare-fails", "harness.output.compare", "EXIT_FAILS")
 constant("exit.nothing-comparable", "harness.output.compare", "EXIT_NOTHING_COMPARABLE")
-constant("exit.gate-fail", "harness.ci.gate", "EXIT_FAIL")
-constant("exit.gate-unmeasured", "harness.ci.gate", "EXIT_UNMEASURED")
+constant("exit.gate-fail", "harness.gate.command", "EXIT_FAIL")
+constant("exit.gate-unmeasured", "harness.gate.command", "EXIT_UNMEASURED")
 constant("paced.reps", "harness.studies.paced_study", "PACED_REPS")
 constant("ab.reps", "harness.ci.ab", "AB_REPS")
 constant("ab.quick-reps", "harness.ci.ab", "AB_QUICK_REPS")
 constant("ab.min-pairs", "harness.output.compare", "MIN_PAIRS")
-constant("ab.counts-threshold", "harness.ci.gate_config", "DEFAULT_COUNTS_THRESHOLD_PCT", lambda v: f"{v:g} %")
+constant("ab.counts-threshold", "harness.gate.config", "DEFAULT_COUNTS_THRESHOLD_PCT", lambda v: f"{v:g} %")
 constant("exit.too-few-pairs", "harness.errors", "EXIT_TOO_FEW_PAIRS")
 constant("interrupt.grace", "harness.base.interrupts", "GRACE_S", lambda v: f"{v:g} s")
 constant("precheck.form", "harness.run.precheck", "QUICK",
@@ -351,7 +351,7 @@ for _fact, _impl, _key, _show in (("gate.flat.max-instructions", "flat", "max_in
                                   ("gate.dict.min-vs-base", "dict", "min_instructions_vs_base", "{:g}×"),
                                   ("gate.wall.min-ratio", "wall", "min_ratio", "{:g}×")):
     _add(_fact, f"pyproject.toml: [tool.kvblock-bench.gate] {_impl} {_key}", _gate_rule(_impl, _key, _show.format))
-constant("gate.tolerance", "harness.ci.gate_config", "DEFAULT_TOLERANCE_PCT", lambda v: f"{v:g} %")
+constant("gate.tolerance", "harness.gate.config", "DEFAULT_TOLERANCE_PCT", lambda v: f"{v:g} %")
 constant("bound.fraction", "harness.run.bound", "FRACTION", lambda v: f"{v * 100:g} %")
 constant("bound.compiled-fraction", "harness.run.bound", "COMPILED_FRACTION", lambda v: f"{v * 100:g} %")
 constant("bound.floor-factor", "harness.run.bound", "FLOOR_FACTOR", lambda v: f"{v:g}")

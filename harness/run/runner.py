@@ -42,7 +42,7 @@ from impls import REGISTRY, UNAVAILABLE, registry
 from scenarios import SCENARIOS, ScenarioError, Trace, TraceError, generate, load, save
 from scenarios.scheduler import GENERATOR_VERSION
 from scenarios.trace import trace_uses_caching
-from scenarios.trace_format import FORMAT_VERSION, content_digest
+from scenarios.trace.file_format import FORMAT_VERSION, content_digest
 
 Cell = tuple[str, str]
 

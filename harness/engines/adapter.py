@@ -1,5 +1,5 @@
 """What every adapter (an engine's imported objects behind our contract) shares.
-Design: docs/output.md#harnesscalibrationadapterpy."""
+Design: docs/output.md#harnessenginesadapterpy."""
 
 from __future__ import annotations
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from harness.base.args import DEFAULT_DEADLINE_S, add_deadline, csv_list, percentage
 from harness.base.files import atomic_write_text, check_output_file
-from harness.ci import gate_baseline
-from harness.ci.gate_config import BASE_CELL, COUNTED_REGIMES, GateConfig, Rule, load_config
-from harness.ci.gate_jobs import AllocationsJob, Failed, GateWorkers, WallJob, wall_bound
 from harness.counters import callgrind
 from harness.errors import InputError
+from harness.gate import saved as gate_baseline
+from harness.gate.config import BASE_CELL, COUNTED_REGIMES, GateConfig, Rule, load_config
+from harness.gate.counting import AllocationsJob, Failed, GateWorkers, WallJob, wall_bound
 from harness.run import metadata
 from impls import REGISTRY, UNAVAILABLE, registry
 from scenarios import PAPER, Trace, generate, load, save

@@ -3,8 +3,8 @@
 A trace is three parallel op arrays (``op``, ``a0``, ``a1``) cut into steps by ``step_offsets``. Within a
 step the pool operations come first and the decode appends last, from ``decode_offsets[s]`` to
 ``step_offsets[s + 1]``. It carries what a correct replay must end with (free count, row lengths, block tables up
-to renaming) and each step's copy-on-writes. File format: :mod:`scenarios.trace_format`, :mod:`scenarios.trace_files`;
-checks: :mod:`scenarios.trace_checks`.
+to renaming) and each step's copy-on-writes. File format: :mod:`scenarios.trace.file_format`,
+:mod:`scenarios.trace.storage`; checks: :mod:`scenarios.trace.checks`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """vLLM v1's own ``KVCacheManager`` behind our contract, for the contenders ``vllm-v1`` and ``vllm-v1-pc``.
-Design: docs/output.md#harnesscalibrationengine_vllmpy."""
+Design: docs/output.md#harnessenginesvllm_enginepy."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import numpy as np
 
 from harness.base.replay import ReplayError
-from harness.calibration.adapter import EngineAdapter
-from harness.calibration.engines import Baseline
-from harness.calibration.eras import Era, era_of
-from harness.calibration.loader import ImportPlan, Piece
-from harness.calibration.traces import fan_out_forks
+from harness.engines.adapter import EngineAdapter
+from harness.engines.catalog import Baseline
+from harness.engines.eras import Era, era_of
+from harness.engines.fan_out import fan_out_forks
+from harness.engines.loader import ImportPlan, Piece
 from impls.contenders.vllm_v1_pc import cached_need, sealable
 from impls.contract import E_ACTIVE, E_NO_BLOCKS, NoFreeBlocksError
 from impls.core.validation import chain_arg, seq_arg, tokens_arg
@@ -129,7 +129,7 @@ def plan(version: str | None = None) -> ImportPlan:
 
 
 def load(version: str | None = None) -> SimpleNamespace:
-    """The engine's classes the adapter uses (inside :func:`harness.calibration.loader.engine_imports`), and how
+    """The engine's classes the adapter uses (inside :func:`harness.engines.loader.engine_imports`), and how
     ``version``'s era is driven."""
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id

@@ -1,5 +1,5 @@
 """``history``'s figure per engine: each metric against release, caching off and on, the slower steps marked.
-Design: docs/output.md#harnessoutputhistory_figurepy."""
+Design: docs/output.md#harnesshistoryfigurepy."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness.base.history_rows import METRICS, UNITS, HistoryRow
+from harness.history.records import METRICS, UNITS, HistoryRow
+from harness.history.verdicts import Step
 from harness.output.drawing import MIN_FONT, new_figure, save_figure
-from harness.output.history_report import Step
 
 STYLE = {"off": ("C0", "o", "caching off"), "on": ("C1", "s", "caching on")}
 

@@ -1,5 +1,5 @@
 """SGLang's own ``PagedTokenToKVPoolAllocator`` behind our contract, for the contender ``sglang``.
-Design: docs/output.md#harnesscalibrationengine_sglangpy."""
+Design: docs/output.md#harnessenginessglang_enginepy."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from harness.calibration.adapter import EngineAdapter
-from harness.calibration.engines import Baseline
-from harness.calibration.eras import Era, era_of
-from harness.calibration.loader import ImportPlan, Piece
+from harness.engines.adapter import EngineAdapter
+from harness.engines.catalog import Baseline
+from harness.engines.eras import Era, era_of
+from harness.engines.loader import ImportPlan, Piece
 from impls.contenders.sglang import PagedRows
 from impls.contract import NoFreeBlocksError
 

@@ -19,8 +19,8 @@ from impls.contract import (
     check_config,
 )
 
-from .trace import ARRAYS, Trace, TraceError
-from .trace_format import (
+from . import ARRAYS, Trace, TraceError
+from .file_format import (
     CACHE_KEYS,
     CONFIG_KEYS,
     COUNT_FIELDS,

@@ -1,5 +1,5 @@
 """``kvblock-bench history``: an engine's block manager, release by release, on the same traces in one run.
-Design: docs/output.md#harnesscalibrationhistorypy."""
+Design: docs/output.md#harnesshistorymeasurepy."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from pathlib import Path
 
 from harness.base.args import DEFAULT_DEADLINE_S
 from harness.base.files import RESULTS_DIR, new_run_dir, read_json, write_json
-from harness.base.history_rows import HISTORY_CSV, HistoryRow, write_history
 from harness.base.interrupts import signal_name
 from harness.base.metrics import step_ns_lists
-from harness.calibration import fetch
-from harness.calibration.engines import Engine
-from harness.calibration.history_metrics import measured_rows, refused_rows
-from harness.calibration.releases import resolve
 from harness.calibration.replays import IMPORTING, CalibrationJob, Measured, Refused, execute
 from harness.calibration.run import machine
+from harness.engines import fetch
+from harness.engines.catalog import Engine
 from harness.errors import InputError
+from harness.history.records import HISTORY_CSV, HistoryRow, write_history
+from harness.history.release_figures import measured_rows, refused_rows
+from harness.history.releases import resolve
 from harness.run.lockstep import lockstep
 from harness.run.metadata import collect, load_average
 from harness.run.workers import CellDied, Pool, WorkerBug

@@ -1,14 +1,14 @@
 """A ``history`` folder rendered: the verdicts (``verdicts.csv``, ``history.md``), a figure per engine, the summary.
-Design: docs/output.md#harnessoutputhistorypy."""
+Design: docs/output.md#harnesshistoryrenderpy."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from harness.base.files import atomic_write_text, read_json
-from harness.base.history_rows import HISTORY_CSV, read_history
-from harness.output import history_figure
-from harness.output.history_report import (
+from harness.history import figure as history_figure
+from harness.history.records import HISTORY_CSV, read_history
+from harness.history.verdicts import (
     DEFAULT_THRESHOLD,
     PAIRING,
     calls_cells,

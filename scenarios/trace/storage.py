@@ -15,11 +15,11 @@ import numpy as np
 
 from impls.contract import ALLOCATE_CACHED, APPEND, OP_NAMES, SEAL
 
-from .files.atomic import atomic_write
-from .files.kinds import kind_of, unwritable
-from .trace import ARRAYS, Trace, TraceError
-from .trace_checks import validate, validate_header
-from .trace_format import (
+from ..files.atomic import atomic_write
+from ..files.kinds import kind_of, unwritable
+from . import ARRAYS, Trace, TraceError
+from .checks import validate, validate_header
+from .file_format import (
     CACHE_KEYS,
     FORMAT,
     FORMAT_VERSION,

@@ -1,17 +1,17 @@
 """A release's figures from its worker's samples: ``run``'s per-unit metrics with their intervals.
-Design: docs/output.md#harnesscalibrationhistory_metricspy."""
+Design: docs/output.md#harnesshistoryrelease_figurespy."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
 
-from harness.base.history_rows import CALL_METRICS, METRICS, UNITS, HistoryRow
 from harness.base.interleave import SLICES_PER_REP, slice_bounds
 from harness.base.metrics import cell_blocks
 from harness.base.stats import ratio_of_sums
-from harness.calibration.engine_calls import MeteredReplays
 from harness.calibration.replays import Measured
+from harness.engines.call_meter import MeteredReplays
+from harness.history.records import CALL_METRICS, METRICS, UNITS, HistoryRow
 
 NAN = math.nan
 CALLS_HOW = ("shared = the metered replay's whole timed step - its engine calls; median, min-max (not a 95 % interval) "

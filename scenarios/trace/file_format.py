@@ -15,7 +15,7 @@ import numpy as np
 
 from impls.contract import ALLOCATE_CACHED, SEAL
 
-from .trace import ARRAYS, Trace
+from . import ARRAYS, Trace
 
 FORMAT = "kvblock-bench-trace"
 FORMAT_VERSION = 3

@@ -1,5 +1,5 @@
 """nano-vllm's own ``BlockManager`` behind our contract, for the contender ``nano-vllm``.
-Design: docs/output.md#harnesscalibrationengine_nano_vllmpy."""
+Design: docs/output.md#harnessenginesnano_vllm_enginepy."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import itertools
 from types import SimpleNamespace
 
 from harness.base.replay import ReplayError
-from harness.calibration.adapter import EngineAdapter
-from harness.calibration.engines import Baseline
-from harness.calibration.loader import ImportPlan
+from harness.engines.adapter import EngineAdapter
+from harness.engines.catalog import Baseline
+from harness.engines.loader import ImportPlan
 from impls.contract import NoFreeBlocksError
 
 REAL = ("nanovllm.engine.block_manager", "nanovllm.engine.sequence", "nanovllm.sampling_params")

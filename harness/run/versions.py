@@ -40,7 +40,7 @@ from harness.run.runner import (
 )
 from harness.run.workers import CellDied, Pool, WorkerBug, WorkerSpec
 from scenarios import Trace
-from scenarios.trace_format import content_digest
+from scenarios.trace.file_format import content_digest
 
 NATIVE_CACHE_ENV = "KVB_NATIVE_CACHE"  # impls/native/toolchain.py's
 SIDES = ("BASE", "NEW")

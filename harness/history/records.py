@@ -1,5 +1,5 @@
 """``history.csv``: one row per engine release, caching mode, scenario and metric (``kvblock-bench history``).
-Design: docs/output.md#harnessbasehistory_rowspy."""
+Design: docs/output.md#harnesshistoryrecordspy."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from harness.base.files import ResultsError, atomic_write_text, os_reason
 
 HISTORY_CSV = "history.csv"
 METRICS = ("seq_step_ns", "alloc_ns", "free_ns", "lookup_ns")  # as `run` defines them (harness.base.metrics)
-CALL_METRICS = ("engine_calls_ns", "shared_ns")  # the timed step apart (harness.calibration.engine_calls)
+CALL_METRICS = ("engine_calls_ns", "shared_ns")  # the timed step apart (harness.engines.call_meter)
 UNITS = {"seq_step_ns": "ns per sequence-step", "alloc_ns": "ns per block allocated",
          "free_ns": "ns per block freed", "lookup_ns": "ns per lookup (per sequence-step)",
          "engine_calls_ns": "ns of the engine's own calls per sequence-step",

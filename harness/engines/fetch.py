@@ -1,5 +1,5 @@
 """An engine's published code: fetched with the user's pip into a cache outside the repository, or a source folder.
-Design: docs/output.md#harnesscalibrationfetchpy."""
+Design: docs/output.md#harnessenginesfetchpy."""
 
 from __future__ import annotations
 

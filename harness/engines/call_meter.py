@@ -1,5 +1,5 @@
 """The engine's own calls apart from the shared work around them: a meter on one object's public methods.
-Design: docs/output.md#harnesscalibrationengine_callspy."""
+Design: docs/output.md#harnessenginescall_meterpy."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Importing an engine's block-manager modules, unmodified, from its published files and nothing else.
-Design: docs/output.md#harnesscalibrationloaderpy."""
+Design: docs/output.md#harnessenginesloaderpy."""
 
 from __future__ import annotations
 import __future__
@@ -127,7 +127,7 @@ class StubModule(types.ModuleType):
     """A stand-in module: the given attributes, and any other name as a stand-in class."""
 
     def __init__(self, name: str, attrs: Mapping[str, object] | None = None) -> None:
-        super().__init__(name, "stand-in module (harness.calibration.loader)")
+        super().__init__(name, "stand-in module (harness.engines.loader)")
         self.__dict__.update(attrs or {})
 
     def __getattr__(self, attr: str):

@@ -9,8 +9,8 @@ from pathlib import Path
 from packaging.version import Version
 
 from harness.base.files import atomic_write_text, read_json
-from harness.base.history_rows import HISTORY_CSV, read_history
-from harness.output.history_report import DEFAULT_THRESHOLD, Step, paired_steps, steps
+from harness.history.records import HISTORY_CSV, read_history
+from harness.history.verdicts import DEFAULT_THRESHOLD, Step, paired_steps, steps
 from harness.output.markdown import md, md_code
 from harness.output.readme import check_readme, replace_section
 

@@ -1,5 +1,5 @@
 """The engines a contender can be calibrated against, and their baselines.
-Design: docs/output.md#harnesscalibrationenginespy."""
+Design: docs/output.md#harnessenginescatalogpy."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from harness.calibration.loader import ImportPlan
+from harness.engines.loader import ImportPlan
 from harness.errors import InputError
 from scenarios import PAPER, Trace
 from scenarios.trace import trace_uses_caching
@@ -41,27 +41,27 @@ class Engine:
     label: str
     distribution: str | None
     packages: tuple[str, ...]
-    module: str  # harness.calibration.<module>: PLAN, load(), baselines(), REGIMES
+    module: str  # harness.engines.<module>: PLAN, load(), baselines(), REGIMES
     regimes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     scenarios: tuple[str, ...] = ("paper", "parallel-sampling")
     history: dict[str, str] = field(default_factory=dict)  # ``history``'s baselines and their caching mode
     engine_objects: dict[str, str] = field(default_factory=dict)  # contender -> its model of the engine's object
 
     def code(self) -> ModuleType:
-        return importlib.import_module(f"harness.calibration.{self.module}")
+        return importlib.import_module(f"harness.engines.{self.module}")
 
     def plan(self) -> ImportPlan:
         return self.code().plan()
 
 
 ENGINES = {
-    "vllm": Engine("vllm", "vLLM", "vllm", ("vllm",), "engine_vllm",
+    "vllm": Engine("vllm", "vLLM", "vllm", ("vllm",), "vllm_engine",
                    {"vllm-v1": ("per-call", "batched"), "vllm-v1-pc": ("per-call", "batched")},
                    (PAPER, "parallel-sampling", "system-prompt-256"), {"caching off": "off", "caching on": "on"},
                    engine_objects={"vllm-v1": "kv_cache_manager", "vllm-v1-pc": "kv_cache_manager"}),
-    "sglang": Engine("sglang", "SGLang", "sglang", ("sglang",), "engine_sglang", {"sglang": ("batched",)},
+    "sglang": Engine("sglang", "SGLang", "sglang", ("sglang",), "sglang_engine", {"sglang": ("batched",)},
                      history={"one torch thread": "off"}, engine_objects={"sglang": "allocator"}),
-    "nano-vllm": Engine("nano-vllm", "nano-vllm", None, ("nanovllm",), "engine_nano_vllm",
+    "nano-vllm": Engine("nano-vllm", "nano-vllm", None, ("nanovllm",), "nano_vllm_engine",
                         {"nano-vllm": ("per-call", "batched")}, engine_objects={"nano-vllm": "block_manager"}),
 }
 

@@ -1,5 +1,5 @@
 """The gate's rules, read from a TOML file: ``[tool.kvblock-bench.gate]`` in a ``pyproject.toml``.
-Design: docs/output.md#harnesscigate_configpy."""
+Design: docs/output.md#harnessgateconfigpy."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``history``'s verdicts: each pair of consecutive releases compared as ``compare`` compares two runs.
-Design: docs/output.md#harnessoutputhistory_reportpy."""
+Design: docs/output.md#harnesshistoryverdictspy."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import numpy as np
 from packaging.version import Version
 
 from harness.base.files import ResultsError, atomic_write_text
-from harness.base.history_rows import CALL_METRICS, METRICS, HistoryRow
 from harness.base.stats import Estimate, independent_ratio, paired_reps
+from harness.history.records import CALL_METRICS, METRICS, HistoryRow
 from harness.output.compare import DEFAULT_THRESHOLD, measured_change, verdict
 
 VERDICTS_CSV = "verdicts.csv"

@@ -1,5 +1,5 @@
 """A trace as an engine without fork serves it: each fork an independent request.
-Design: docs/output.md#harnesscalibrationtracespy."""
+Design: docs/output.md#harnessenginesfan_outpy."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``history``'s VERSIONS: a comma list or a range ``FIRST..LAST`` of published releases, resolved with pip.
-Design: docs/output.md#harnesscalibrationreleasespy."""
+Design: docs/output.md#harnesshistoryreleasespy."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from harness.calibration.eras import release
-from harness.calibration.fetch import pip
+from harness.engines.eras import release
+from harness.engines.fetch import pip
 from harness.errors import InputError
 
 PIP_INDEX_TIMEOUT_S = 300

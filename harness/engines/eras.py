@@ -1,5 +1,5 @@
 """Which published releases an engine's import plan and adapter drive: a table of release ranges, and refusals.
-Design: docs/output.md#harnesscalibrationeraspy."""
+Design: docs/output.md#harnessengineseraspy."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def era_of(eras: Sequence[Era], engine: str, version: str | None, before: str) -
     if v > Version(eras[-1].last):
         raise InputError(f"{engine} {version}: newer than {eras[-1].last}, the last release the import plans were "
                          f"checked against ({span}); its modules may have moved: check them and add a row to the "
-                         "table in harness/calibration/engine_" + engine + ".py")
+                         "table in harness/engines/" + engine.replace("-", "_") + "_engine.py")
     raise InputError(f"{engine} {version}: between the plans' ranges ({span}); no plan names it")
 
 

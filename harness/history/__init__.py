@@ -1,0 +1,2 @@
+"""``kvblock-bench history``: an engine's releases measured in lockstep, their figures, verdicts, figure and README
+section."""
