@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from harness.base.project import ROOT
 from harness.output import sections
 
 FACT = re.compile(r"<!-- fact:([a-z][\w.:-]*) -->(.*?)<!-- /fact -->")  # lower case: ``fact:NAME`` is prose about it
@@ -437,7 +438,7 @@ _add("ref.miss-evict.radix-vs-dict", f"{REFERENCE}/results.csv: cache_miss_evict
 EXCERPTS = {"ci-example": "examples/ci/github-actions.yml", "ci-plugin-example": "examples/ci/plugin-repository.yml"}
 
 
-def excerpt_section(name: str, root: Path = sections.ROOT) -> str:
+def excerpt_section(name: str, root: Path = ROOT) -> str:
     """The lines of ``EXCERPTS[name]`` between ``# excerpt:begin`` and ``# excerpt:end``, dedented, fenced."""
     import textwrap
 
@@ -460,12 +461,12 @@ def _sections(text: str, root: Path) -> str:
 
 
 # -- rendering --------------------------------------------------------------------------------------------------
-def render(text: str, root: Path = sections.ROOT) -> str:
+def render(text: str, root: Path = ROOT) -> str:
     """``text`` with every fact's text rewritten from its source."""
     return FACT.sub(lambda m: f"<!-- fact:{m.group(1)} -->{lookup(m.group(1)).render(root)}<!-- /fact -->", text)
 
 
-def stale(page: Path, root: Path = sections.ROOT) -> list[str]:
+def stale(page: Path, root: Path = ROOT) -> list[str]:
     """``page:line: fact NAME reads 'X', SOURCE gives 'Y'`` for every fact of ``page`` its source contradicts."""
     text = page.read_text(encoding="utf-8")
     out = []
@@ -481,7 +482,7 @@ def stale(page: Path, root: Path = sections.ROOT) -> list[str]:
 
 def main(argv: list[str]) -> int:
     """Rewrite every page's facts (``--check``: list the stale ones and exit 1 instead)."""
-    root = sections.ROOT
+    root = ROOT
     problems = [p for page in sections.pages(root) for p in stale(page, root)]
     if "--check" in argv:
         print("\n".join(problems) or "every fact holds")

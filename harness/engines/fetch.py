@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base import lifetime
+from harness.base.project import ROOT as PROJECT_ROOT
 from harness.errors import InputError
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PIP_TIMEOUT_S = 1800
 MANIFEST = ".sha256-files.json"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.base.args import DEFAULT_DEADLINE_S, add_deadline, csv_list, percentage
 from harness.base.files import atomic_write_text, check_output_file
+from harness.base.project import SCENARIO_DATA
 from harness.counters import callgrind
 from harness.errors import InputError
 from harness.gate import saved as gate_baseline
@@ -23,7 +24,7 @@ from harness.run import metadata
 from impls import REGISTRY, UNAVAILABLE, registry
 from scenarios import PAPER, Trace, generate, load, save
 
-TRACE = Path(__file__).resolve().parents[2] / "scenarios" / "data" / "gate-paper.npz"
+TRACE = SCENARIO_DATA / "gate-paper.npz"
 # How TRACE was made; tests/test_gate.py regenerates it and compares checksums.
 TRACE_SCENARIO = PAPER
 TRACE_PARAMS = {"steps": 48, "running": 64, "num_blocks": 8192}

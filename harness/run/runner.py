@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from harness.base import clock
+from harness.base import clock, compared_with
 from harness.base.failures import OUT_OF_MEMORY
 from harness.base.files import (
     RESULTS_DIR,
@@ -415,6 +415,7 @@ class RunWriter:
         if self.run_dir is None:
             self.run_dir = new_run_dir(self.cfg.root, self.label)
             write_json(self.run_dir / "meta.json", self.meta)
+            compared_with.record(self.run_dir)
         return self.run_dir
 
     def add(self, rows: list[Row], raw: dict[str, object] | None = None) -> None:
