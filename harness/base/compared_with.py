@@ -1,5 +1,4 @@
-"""What a run is compared against (the article's figures, the calibration rows in force), copied into the run's
-folder when it runs, so that its report reads the run alone and renders the same on any checkout."""
+"""What a run's report compares against, copied into the run's folder when it runs (docs/results-folder.md)."""
 
 from __future__ import annotations
 
@@ -8,14 +7,14 @@ from pathlib import Path
 from harness.base.files import atomic_write_bytes
 from harness.base.project import CALIBRATION_CSV, PAPER_TABLE_CSV
 
-FOLDER = "compared_with"  # <run>/compared_with/: the copies, under their own names
+FOLDER = "compared_with"
 PAPER_TABLE = "paper_table.csv"
 CALIBRATION = "calibration.csv"
 SOURCES = {PAPER_TABLE: PAPER_TABLE_CSV, CALIBRATION: CALIBRATION_CSV}
 
 
 def record(run_dir: Path) -> list[str]:
-    """Copy each source that exists into ``run_dir/compared_with/`` (atomically); the names copied."""
+    """Copy each source that exists into ``run_dir/compared_with/``; the names copied."""
     folder = run_dir / FOLDER
     copied = []
     for name, source in SOURCES.items():
@@ -27,6 +26,6 @@ def record(run_dir: Path) -> list[str]:
 
 
 def copy_of(run_dir: Path | None, name: str) -> Path | None:
-    """The run's own copy of ``name`` (:data:`PAPER_TABLE`, :data:`CALIBRATION`); None where it kept none."""
+    """The run's own copy of ``name``; None where it kept none."""
     path = None if run_dir is None else run_dir / FOLDER / name
     return path if path is not None and path.is_file() else None

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from harness.base.coderoot import HARNESS_ROOT
 
-ROOT = HARNESS_ROOT  # the folder holding harness/, impls/, scenarios/, results/
+ROOT = HARNESS_ROOT
 IMPLS_DIR = ROOT / "impls"
 SCENARIO_DATA = ROOT / "scenarios" / "data"
-PAPER_TABLE_CSV = ROOT / "harness" / "data" / "paper_table.csv"  # the article's figures
-CALIBRATION_CSV = ROOT / "results" / "calibration" / "calibration.csv"  # the calibration rows in force
+PAPER_TABLE_CSV = ROOT / "harness" / "data" / "paper_table.csv"
+CALIBRATION_CSV = ROOT / "results" / "calibration" / "calibration.csv"
 TIMES_JSON = ROOT / "results" / "times" / "times.json"

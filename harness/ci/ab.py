@@ -1,6 +1,5 @@
 """``kvblock-bench ab BASE_REF [NEW_REF]``: the refs checked out into temporary worktrees, measured in one run
-(:mod:`harness.run.versions`), compared with paired intervals, the gate's counts beside.
-Design: docs/ci.md#kvblock-bench-ab.
+(:mod:`harness.run.versions`), compared, the gate's counts beside. Design: docs/ci.md#kvblock-bench-ab.
 """
 
 from __future__ import annotations

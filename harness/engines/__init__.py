@@ -1,2 +1,1 @@
-"""The engines behind the contenders: per engine one module (import plan, eras, adapter, baselines), the
-catalog of engines, and what they share (fetching, importing by plan, metering the engine's own calls)."""
+"""Each engine in one module (import plan, eras, adapter, baselines), its catalog, and what they share."""

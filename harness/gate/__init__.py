@@ -1,1 +1,1 @@
-"""``kvblock-bench gate``: exact allocation and instruction counts held to configured rules and saved baselines."""
+"""``kvblock-bench gate``: exact counts held to configured rules and saved baselines."""

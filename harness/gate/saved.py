@@ -1,13 +1,5 @@
-"""The gate against a saved baseline: ``gate --save-baseline FILE`` and ``gate --against FILE``.
-
-A baseline is a gate document (what ``--json`` writes: cells, machine, commit, trace). Callgrind's instruction
-counts are exact, so a tight tolerance (``tolerance_pct`` in the configuration, 1 % by default) can fail a rise:
-a cell's figure (its fewest count over the heap layouts, :data:`harness.counters.callgrind.LAYOUTS`) moves only
-with the code, the trace and the software that runs it (Python, NumPy, Numba, llvmlite:
-:data:`harness.run.metadata.COUNT_IDENTITY`), and by up to 0.4 % with the other cells measured in the same
-valgrind process (``tests/test_gate.py``). A baseline from other software is refused unless allowed; one from
-another trace always is.
-"""
+"""The gate against a saved baseline (``gate --save-baseline FILE``, ``gate --against FILE``): a rise beyond the
+tolerance fails; a baseline of other software is refused unless allowed, of another trace always (docs/ci.md)."""
 
 from __future__ import annotations
 

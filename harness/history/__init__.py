@@ -1,2 +1,1 @@
-"""``kvblock-bench history``: an engine's releases measured in lockstep, their figures, verdicts, figure and README
-section."""
+"""``kvblock-bench history``: an engine's releases measured in lockstep, judged, drawn."""

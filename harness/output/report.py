@@ -44,8 +44,7 @@ REGIME_TITLES = {
 
 
 def article_table(run: RunData | None = None) -> pd.DataFrame:
-    """The article's figures, one row per design letter: the run's copy (``compared_with/``), or the project's
-    ``harness/data/paper_table.csv`` for a run that kept none."""
+    """The article's figures, one row per design letter: the run's copy, else the project's."""
     path = compared_with.copy_of(run.run_dir if run else None, compared_with.PAPER_TABLE) or PAPER_TABLE_CSV
     return pd.read_csv(path).set_index("scheme")
 
@@ -310,7 +309,7 @@ NOT_RECORDED = "calibration not recorded with this run"
 
 
 def run_calibration(run: RunData) -> Path | None:
-    """The calibration rows in force when ``run`` ran (its ``compared_with/calibration.csv``); None: not kept."""
+    """The calibration rows in force when ``run`` ran; None where it kept none."""
     return compared_with.copy_of(run.run_dir, compared_with.CALIBRATION)
 
 
