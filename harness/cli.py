@@ -126,7 +126,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def check_output_file(path: Path) -> None:
     """Refuse an output path that cannot be written, before minutes of simulation."""
-    from scenarios.trace_files import check_writable
+    from scenarios.trace.storage import check_writable
 
     if path.is_dir():
         raise UsageError(f"-o {path}: is a folder; give a file name such as {path / 'trace.npz'}")
@@ -192,7 +192,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from harness.output.rundata import RunData
 
     if args.history_readme:
-        from harness.output.history_readme import write_history_readme
+        from harness.history.readme_section import write_history_readme
 
         engine = write_history_readme(Path(args.history_readme), Path(args.run or "."))
         print(f"rewrote the {engine} history section of {args.history_readme} from {args.run}", file=sys.stderr)
@@ -389,7 +389,7 @@ def _add_ab(sub) -> None:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from harness.ci import gate
+    from harness.gate import command as gate
 
     return gate.run(args)
 
@@ -438,9 +438,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     failed."""
     import shlex
 
-    from harness.calibration.engines import parse_engine
     from harness.calibration.run import Options, calibrate
     from harness.calibration.table import band_lines
+    from harness.engines.catalog import parse_engine
 
     engine, version = parse_engine(args.engine)
     scenarios = args.scenario or list(engine.scenarios)
@@ -483,9 +483,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     failed."""
     import shlex
 
-    from harness.calibration.engines import ENGINES
-    from harness.calibration.history import HistoryOptions, history
-    from harness.output.history import render
+    from harness.engines.catalog import ENGINES
+    from harness.history.measure import HistoryOptions, history
+    from harness.history.render import render
 
     if args.engine not in ("vllm", "sglang"):
         raise UsageError(f"ENGINE {args.engine!r}: history compares published releases of vllm or sglang")
@@ -650,7 +650,7 @@ def _add_history(sub) -> None:
         "history", help="an engine's block manager release by release, on the same traces in one run",
         description=f"{PROG} history ENGINE VERSIONS [--scenario S,...] [--out DIR]. Each release is fetched, "
                     "imported and replayed as `calibrate` does (see its --help), by the plan of its range of releases "
-                    "(harness/calibration/engine_ENGINE.py: ERAS), each in a worker process of its own, in lockstep; "
+                    "(harness/engines/ENGINE_engine.py: ERAS), each in a worker process of its own, in lockstep; "
                     "writes DIR/history.csv, DIR/verdicts.csv (each release against the one before: compare's verdict "
                     f"at {DEFAULT_THRESHOLD_PCT:g} %), DIR/history.md and a figure.")
     p.add_argument("engine", help="vllm or sglang")
@@ -682,7 +682,8 @@ def _add_scenario_params(p: argparse.ArgumentParser, title: str) -> None:
 
 
 def build_parser() -> Parser:
-    from harness.ci import baseline, gate
+    from harness.ci import baseline
+    from harness.gate import command as gate
     from harness.output import times
     from harness.studies.table_copy import measurement as table_copy
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from harness.base.project import ROOT
 from harness.output import sections
 
 FACT = re.compile(r"<!-- fact:([a-z][\w.:-]*) -->(.*?)<!-- /fact -->")  # lower case: ``fact:NAME`` is prose about it
@@ -145,13 +146,13 @@ _add("exit.bug", "Python: an exception nothing catches ends the process with sta
 constant("exit.does-not-conform", "harness.cli", "EXIT_DOES_NOT_CONFORM")
 constant("exit.compare-fails", "harness.output.compare", "EXIT_FAILS")
 constant("exit.nothing-comparable", "harness.output.compare", "EXIT_NOTHING_COMPARABLE")
-constant("exit.gate-fail", "harness.ci.gate", "EXIT_FAIL")
-constant("exit.gate-unmeasured", "harness.ci.gate", "EXIT_UNMEASURED")
+constant("exit.gate-fail", "harness.gate.command", "EXIT_FAIL")
+constant("exit.gate-unmeasured", "harness.gate.command", "EXIT_UNMEASURED")
 constant("paced.reps", "harness.studies.paced_study", "PACED_REPS")
 constant("ab.reps", "harness.ci.ab", "AB_REPS")
 constant("ab.quick-reps", "harness.ci.ab", "AB_QUICK_REPS")
 constant("ab.min-pairs", "harness.output.compare", "MIN_PAIRS")
-constant("ab.counts-threshold", "harness.ci.gate_config", "DEFAULT_COUNTS_THRESHOLD_PCT", lambda v: f"{v:g} %")
+constant("ab.counts-threshold", "harness.gate.config", "DEFAULT_COUNTS_THRESHOLD_PCT", lambda v: f"{v:g} %")
 constant("exit.too-few-pairs", "harness.errors", "EXIT_TOO_FEW_PAIRS")
 constant("interrupt.grace", "harness.base.interrupts", "GRACE_S", lambda v: f"{v:g} s")
 constant("precheck.form", "harness.run.precheck", "QUICK",
@@ -351,7 +352,7 @@ for _fact, _impl, _key, _show in (("gate.flat.max-instructions", "flat", "max_in
                                   ("gate.dict.min-vs-base", "dict", "min_instructions_vs_base", "{:g}×"),
                                   ("gate.wall.min-ratio", "wall", "min_ratio", "{:g}×")):
     _add(_fact, f"pyproject.toml: [tool.kvblock-bench.gate] {_impl} {_key}", _gate_rule(_impl, _key, _show.format))
-constant("gate.tolerance", "harness.ci.gate_config", "DEFAULT_TOLERANCE_PCT", lambda v: f"{v:g} %")
+constant("gate.tolerance", "harness.gate.config", "DEFAULT_TOLERANCE_PCT", lambda v: f"{v:g} %")
 constant("bound.fraction", "harness.run.bound", "FRACTION", lambda v: f"{v * 100:g} %")
 constant("bound.compiled-fraction", "harness.run.bound", "COMPILED_FRACTION", lambda v: f"{v * 100:g} %")
 constant("bound.floor-factor", "harness.run.bound", "FLOOR_FACTOR", lambda v: f"{v:g}")
@@ -437,7 +438,7 @@ _add("ref.miss-evict.radix-vs-dict", f"{REFERENCE}/results.csv: cache_miss_evict
 EXCERPTS = {"ci-example": "examples/ci/github-actions.yml", "ci-plugin-example": "examples/ci/plugin-repository.yml"}
 
 
-def excerpt_section(name: str, root: Path = sections.ROOT) -> str:
+def excerpt_section(name: str, root: Path = ROOT) -> str:
     """The lines of ``EXCERPTS[name]`` between ``# excerpt:begin`` and ``# excerpt:end``, dedented, fenced."""
     import textwrap
 
@@ -460,12 +461,12 @@ def _sections(text: str, root: Path) -> str:
 
 
 # -- rendering --------------------------------------------------------------------------------------------------
-def render(text: str, root: Path = sections.ROOT) -> str:
+def render(text: str, root: Path = ROOT) -> str:
     """``text`` with every fact's text rewritten from its source."""
     return FACT.sub(lambda m: f"<!-- fact:{m.group(1)} -->{lookup(m.group(1)).render(root)}<!-- /fact -->", text)
 
 
-def stale(page: Path, root: Path = sections.ROOT) -> list[str]:
+def stale(page: Path, root: Path = ROOT) -> list[str]:
     """``page:line: fact NAME reads 'X', SOURCE gives 'Y'`` for every fact of ``page`` its source contradicts."""
     text = page.read_text(encoding="utf-8")
     out = []
@@ -481,7 +482,7 @@ def stale(page: Path, root: Path = sections.ROOT) -> list[str]:
 
 def main(argv: list[str]) -> int:
     """Rewrite every page's facts (``--check``: list the stale ones and exit 1 instead)."""
-    root = sections.ROOT
+    root = ROOT
     problems = [p for page in sections.pages(root) for p in stale(page, root)]
     if "--check" in argv:
         print("\n".join(problems) or "every fact holds")

@@ -4,7 +4,7 @@ from .catalogue import PAPER, SCENARIOS, Scenario, generate
 from .realtrace import read_requests_csv
 from .scheduler import ScenarioError
 from .trace import Trace, TraceError
-from .trace_files import load, save
+from .trace.storage import load, save
 
 __all__ = ["PAPER", "SCENARIOS", "Scenario", "ScenarioError", "Trace", "TraceError", "generate", "load",
            "read_requests_csv", "save"]

@@ -20,7 +20,7 @@ from .hashing import UNIQUE, TokenChain
 from .realtrace import REAL_TRACES, build_real_trace
 from .scheduler import Request, ScenarioError, Scheduler, Seq, TraceBuilder
 from .trace import Trace
-from .trace_format import MAX_POOL_BLOCKS
+from .trace.file_format import MAX_POOL_BLOCKS
 
 PAPER = "paper"  # the article's workload: every headline figure and ratio is judged on it
 

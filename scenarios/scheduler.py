@@ -34,7 +34,7 @@ from impls.core.reference import ReferenceModel
 
 from .hashing import TokenChain
 from .trace import ALLOCATE, ALLOCATE_CACHED, APPEND, CAN_ALLOCATE, FORK, FREE, OP_NAMES, SEAL, Trace, canonical_tables
-from .trace_files import finalize
+from .trace.storage import finalize
 
 # Bump when a change to the scheduler or the scenarios changes the traces they generate for the same parameters.
 GENERATOR_VERSION = 1

@@ -51,10 +51,10 @@ from harness.base.files import atomic_write_text  # noqa: E402
 from harness.base.metrics import Work  # noqa: E402
 from harness.base.oncpu import ran_share, ran_whole, thread_ns  # noqa: E402
 from harness.base.threads import one_intra_op_thread  # noqa: E402
-from harness.calibration import engine_sglang, fetch  # noqa: E402
-from harness.calibration.engine_calls import MeteredReplays, meter_cost, metered_replay  # noqa: E402
-from harness.calibration.loader import engine_imports  # noqa: E402
 from harness.calibration.run import machine  # noqa: E402
+from harness.engines import fetch, sglang_engine  # noqa: E402
+from harness.engines.call_meter import MeteredReplays, meter_cost, metered_replay  # noqa: E402
+from harness.engines.loader import engine_imports  # noqa: E402
 from impls.core.validation import batch_args  # noqa: E402
 from scenarios import generate  # noqa: E402
 from scenarios.trace import ALLOCATE, FREE  # noqa: E402
@@ -205,7 +205,7 @@ def variants(sglang: types.SimpleNamespace, old: types.ModuleType, torch, prep: 
     def model():
         return PagedAllocator(size, ps)
 
-    engine = engine_sglang.baselines(sglang, VERSION)[0].cls
+    engine = sglang_engine.baselines(sglang, VERSION)[0].cls
     out = {}
     for name, make in (("SGLang's allocator", real), ("our model of it", model)):
         for per, label in ((True, "per admission"), (False, "per prefill batch")):
@@ -285,10 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     prep = Prepared.from_trace(trace)
     seq_steps = int(trace.running_per_step().sum())
     load = [os.getloadavg()[0]]
-    with engine_imports(engine_sglang.plan(VERSION), code.root), one_intra_op_thread():
+    with engine_imports(sglang_engine.plan(VERSION), code.root), one_intra_op_thread():
         import torch
 
-        found = variants(engine_sglang.load(VERSION), old, torch, prep)
+        found = variants(sglang_engine.load(VERSION), old, torch, prep)
         figures = measure(args.reps, found, seq_steps)
         cost = meter_cost()
         calls = {n: engine_calls(v[2], prep, cost) for n, v in found.items() if v[2] is not None}

@@ -18,8 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.base.files import atomic_write_text, write_json
-from harness.ci import gate
 from harness.counters import where
+from harness.gate import command as gate
 from harness.run.metadata import git_commit
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """A stand-in vLLM for the history tests: a tiny package laid out as vLLM v1's KV-cache manager is
 (``vllm/v1/core/kv_cache_manager.py``, ``kv_cache_utils.py``, ``vllm/v1/kv_cache_interface.py``, ``vllm/v1/request.py``,
-a package ``__init__`` that must never run), with the interface ``harness.calibration.engine_vllm`` drives. Written for
+a package ``__init__`` that must never run), with the interface ``harness.engines.vllm_engine`` drives. Written for
 the tests, not taken from vLLM: a free deque of blocks (block 0 the null block), a block list per request.
 
 Three things moved between vLLM's releases and move here with :func:`write_vllm`'s flags: whether ``Request`` takes
@@ -161,7 +161,7 @@ def write_vllm(root: Path, scheduler_block_size: bool, three: bool, eos: bool = 
     return root
 
 
-# (scheduler_block_size, three values, eos_token_id) as each stand-in release has them (engine_vllm.ERAS' layouts)
+# (scheduler_block_size, three values, eos_token_id) as each stand-in release has them (vllm_engine.ERAS' layouts)
 LAYOUTS = {"0.16.0": (False, False, True), "0.22.1": (False, False, False), "0.25.1": (True, False, False),
            "0.26.0": (True, True, False)}
 

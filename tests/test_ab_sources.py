@@ -18,8 +18,8 @@ from harness.base import coderoot
 from harness.ci import ab
 from harness.cli import main
 from harness.errors import InputError
-from harness.run.ab import Side, check_from_refs, resolve_side
 from harness.run.jobs import ImplInfo, ProbeJob, execute
+from harness.run.versions import Side, check_from_refs, resolve_side
 from harness.run.workers import CodeUnloadable, Pool, Worker
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,10 +17,11 @@ import pytest
 from harness.base import stats
 from harness.base.metrics import TIMED_FIGURES, Work
 from harness.base.steptimes import StepTimes
-from harness.ci import ab, comment, gate
-from harness.ci.gate_config import DEFAULT_COUNTS_THRESHOLD_PCT, parse
+from harness.ci import ab, comment
 from harness.cli import build_parser, main
 from harness.errors import InputError, TooFewPairs
+from harness.gate import command as gate
+from harness.gate.config import DEFAULT_COUNTS_THRESHOLD_PCT, parse
 from harness.output.compare import MIN_PAIRS, Counted
 from harness.output.compare_report import render_markdown, render_text
 from harness.run import runner

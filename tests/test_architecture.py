@@ -240,7 +240,7 @@ def test_the_checks_see_function_local_imports_and_circles() -> None:
              "harness.cli": {"harness.base.stats"}}
     assert graph["harness.base.stats"] == {"harness.base.replay", "harness.cli"}
     bad = upward_imports(graph, place)
-    assert bad == ["harness.base.stats (floor 1) imports harness.cli (floor 6)"]
+    assert bad == ["harness.base.stats (floor 1) imports harness.cli (floor 8)"]
     assert circles(graph) == [["harness.base.stats", "harness.cli"]]
 
 
@@ -261,3 +261,38 @@ def test_file_plumbing_stands_below_everything_of_the_project() -> None:
                 continue
             bad = [n for n in names if n.startswith(".") or n.split(".")[0] in ("impls", "harness", "scenarios")]
             assert not bad, f"{path.relative_to(ROOT)} imports {bad}: file plumbing stands on nothing of the project"
+
+
+# -- one room per idea ------------------------------------------------------------------------------------------
+def code_modules() -> list[Path]:
+    """Every module of the code's folders but the packages' ``__init__.py``."""
+    return [p for top in ("impls", "harness", "scenarios") for p in (ROOT / top).rglob("*.py")
+            if p.name != "__init__.py" and "__pycache__" not in p.parts]
+
+
+def test_no_two_modules_share_a_basename() -> None:
+    by_name: dict[str, list[str]] = {}
+    for path in code_modules():
+        by_name.setdefault(path.name, []).append(path.relative_to(ROOT).as_posix())
+    repeated = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert not repeated, f"modules sharing a basename (give each its own name): {repeated}"
+
+
+def test_no_folder_outside_impls_keeps_three_modules_of_one_name_prefix() -> None:
+    """A name prefix shared by three modules is a folder's job (``history_*.py`` -> ``history/``)."""
+    by_prefix: dict[tuple[str, str], list[str]] = {}
+    for path in code_modules():
+        folder = path.parent.relative_to(ROOT).as_posix()
+        if folder.split("/")[0] != "impls":
+            by_prefix.setdefault((folder, path.stem.split("_")[0]), []).append(path.name)
+    crowded = {f"{folder}/{prefix}_*": names for (folder, prefix), names in by_prefix.items() if len(names) >= 3}
+    assert not crowded, f"name prefixes doing a folder's job: {crowded}"
+
+
+def test_the_layout_page_names_exactly_the_tree_s_folders() -> None:
+    """docs/layout.md (the README's layout table) names every package folder and no folder that is gone."""
+    layout = LAYOUT.split("# Repository layout", 1)[1]
+    named = {n.rstrip("/") for n in re.findall(r"^((?:impls|harness|scenarios)/[\w/.]*)\s", layout, re.M)}
+    tree = {p for p in packages() if p.count("/") <= 1} - {"harness"}
+    assert named - tree <= {"harness/cli.py"} and not {n for n in named if not (ROOT / n).exists()}, named - tree
+    assert tree <= named, f"folders the layout page does not name: {sorted(tree - named)}"

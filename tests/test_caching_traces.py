@@ -16,7 +16,7 @@ from impls.core.reference import ReferenceModel
 from scenarios import SCENARIOS, ScenarioError, TraceError, generate, load, save
 from scenarios.realtrace import DATA_DIR, hash_id_chain
 from scenarios.trace import ALLOCATE_CACHED, OP_NAMES, SEAL, trace_uses_caching
-from scenarios.trace_format import V2_ARRAYS, V2_HEADER_KEYS, cache_totals, checksum
+from scenarios.trace.file_format import V2_ARRAYS, V2_HEADER_KEYS, cache_totals, checksum
 from tests.one_line import one_line
 from tests.registered import slow_for
 

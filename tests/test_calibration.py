@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 
 from harness.base.replay import ReplayError, replay
-from harness.calibration import fetch
-from harness.calibration.engines import parse_engine
-from harness.calibration.loader import ImportPlan, Piece, PlanError, StubTouched, engine_imports
 from harness.calibration.table import CalibrationRow, merge, read_rows, write_rows
-from harness.calibration.traces import fan_out_forks
 from harness.cli import main
+from harness.engines import fetch
+from harness.engines.catalog import parse_engine
+from harness.engines.fan_out import fan_out_forks
+from harness.engines.loader import ImportPlan, Piece, PlanError, StubTouched, engine_imports
 from harness.errors import InputError
 from impls import REGISTRY
 from scenarios import generate
@@ -140,11 +140,11 @@ def test_pip_fetches_a_wheel_into_the_cache_and_unpacks_its_package_once(tmp_pat
 def test_an_adapter_records_sampled_tokens_in_the_untimed_hook_and_stops_without_it(tmp_path) -> None:
     """The engine's request objects get their sampled tokens in ``untimed_after_step`` (outside the timed step);
     a step that finds the previous step's tokens unrecorded stops the replay instead of running behind."""
-    from harness.calibration import engine_nano_vllm
+    from harness.engines import nano_vllm_engine
 
     root = write_standin(tmp_path / "nano-src")
-    with engine_imports(engine_nano_vllm.plan(), root):
-        adapter = engine_nano_vllm.baselines(engine_nano_vllm.load(), "standin")[0].cls(64, 4, 4, 16)
+    with engine_imports(nano_vllm_engine.plan(), root):
+        adapter = nano_vllm_engine.baselines(nano_vllm_engine.load(), "standin")[0].cls(64, 4, 4, 16)
         adapter.allocate(0, 5)
         seq = adapter.seqs[0]
         assert len(seq) == 6  # the prompt and the prefill's sampled token (its postprocess comes with admission)
@@ -163,7 +163,7 @@ def test_an_adapter_makes_the_contract_s_checks_our_contenders_make(tmp_path, mo
     """Both sides of a calibration pay the same bookkeeping around the engine's calls: an adapter's decode step
     checks its batch through the contenders' own function (each row active and listed once, the pool's room) before
     the engine is called, and a refused step leaves the engine's state as it was."""
-    from harness.calibration import engine_nano_vllm
+    from harness.engines import nano_vllm_engine
     from impls.contenders.nano_vllm import NanoVllmBlockManager
     from impls.core.interpreted import InterpretedBlockManager
 
@@ -172,8 +172,8 @@ def test_an_adapter_makes_the_contract_s_checks_our_contenders_make(tmp_path, mo
     monkeypatch.setattr(InterpretedBlockManager, "_decode_args",
                         lambda self, *args: checked.append(type(self).__name__) or real_args(self, *args))
     root = write_standin(tmp_path / "nano-src")
-    with engine_imports(engine_nano_vllm.plan(), root):
-        adapter = engine_nano_vllm.baselines(engine_nano_vllm.load(), "standin")[0].cls(64, 4, 4, 16)
+    with engine_imports(nano_vllm_engine.plan(), root):
+        adapter = nano_vllm_engine.baselines(nano_vllm_engine.load(), "standin")[0].cls(64, 4, 4, 16)
         ours = NanoVllmBlockManager(64, 4, 4, 16)
         cows, slots = np.zeros((2, 2), dtype=np.int64), np.zeros(2, dtype=np.int64)
         for mgr in (adapter, ours):
@@ -200,13 +200,13 @@ def test_the_sglang_adapter_drives_the_allocator_as_the_contender_does(monkeypat
     pytest.importorskip("torch")
     from types import SimpleNamespace
 
-    from harness.calibration import engine_sglang
+    from harness.engines import sglang_engine
     from impls.contenders.sglang import PagedAllocator, PagedRows
 
     def allocator(size, page_size, dtype, device, kvcache, need_sort):
         return PagedAllocator(size, page_size)
 
-    cls = engine_sglang.baselines(SimpleNamespace(PagedTokenToKVPoolAllocator=allocator), "standin")[0].cls
+    cls = sglang_engine.baselines(SimpleNamespace(PagedTokenToKVPoolAllocator=allocator), "standin")[0].cls
     for mgr in (cls(16, 4, 4, 8), REGISTRY["sglang"](16, 4, 4, 8)):
         calls, real = [], mgr.allocator.alloc_extend
         monkeypatch.setattr(mgr.allocator, "alloc_extend", lambda prefix, *a, real=real, calls=calls: calls.append(
@@ -578,7 +578,7 @@ def test_a_wheel_whose_files_disagree_with_its_record_is_refused(tmp_path) -> No
 def test_calibrate_unpacks_a_changed_cached_file_again_before_importing_it(tmp_path, capsys, monkeypatch) -> None:
     from dataclasses import replace
 
-    from harness.calibration.engines import ENGINES
+    from harness.engines.catalog import ENGINES
 
     house, cache = _standin_wheel(tmp_path)
     code = fetch.published("nano-vllm-standin", "1.2", ("nanovllm",), cache, find_links=house)
@@ -597,7 +597,7 @@ def test_calibrate_unpacks_a_changed_cached_file_again_before_importing_it(tmp_p
 
 
 def _has_xxhash() -> bool:
-    from harness.calibration.engine_nano_vllm import have_xxhash
+    from harness.engines.nano_vllm_engine import have_xxhash
 
     return have_xxhash()
 

@@ -125,7 +125,7 @@ def test_rendering_rewrites_only_the_facts() -> None:
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_the_history_sections_are_what_their_folders_say(engine: str) -> None:
     """The README's engine histories, regenerated from the committed folders (``report DIR --history-readme``)."""
-    from harness.output.history_readme import markers, section
+    from harness.history.readme_section import markers, section
 
     begin, end = markers(engine)
     text = sections.doc_path(f"history-{engine}", ROOT).read_text(encoding="utf-8")

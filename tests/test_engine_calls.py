@@ -9,8 +9,9 @@ from dataclasses import fields
 import pytest
 
 from harness.base.stats import Estimate
-from harness.calibration import engine_calls
-from harness.calibration.engine_calls import (
+from harness.calibration.table import CalibrationRow
+from harness.engines import call_meter as engine_calls
+from harness.engines.call_meter import (
     CallMeter,
     MeteredReplays,
     call_columns,
@@ -21,7 +22,6 @@ from harness.calibration.engine_calls import (
     public_methods,
     ratio_of_spreads,
 )
-from harness.calibration.table import CalibrationRow
 
 
 class Engine:
@@ -134,7 +134,7 @@ def test_a_metered_replay_leaves_out_the_steps_its_thread_was_preempted_in() -> 
 def test_the_ratio_on_the_engine_s_calls_pairs_the_replays_metered_together() -> None:
     """The i-th metered replay of each side ran in the same worker, one after the other: a drift between workers
     that moves both sides alike leaves their ratio alone (the extremes' ratios would read 0.8 to 1.25 here)."""
-    from harness.calibration.engine_calls import paired_calls_ratio
+    from harness.engines.call_meter import paired_calls_ratio
 
     ours = MeteredReplays("a", 10, 0.0, 0.0, [1, 1, 1], [1000.0, 1100.0, 1250.0], [2000.0] * 3)
     real = MeteredReplays("b", 10, 0.0, 0.0, [1, 1, 1], [1000.0, 1100.0, 1250.0], [2000.0] * 3)
@@ -160,18 +160,18 @@ def test_the_ratio_on_the_engine_s_calls_and_its_columns() -> None:
 @pytest.fixture(scope="module")
 def standin_measured(tmp_path_factory):
     """One calibration worker's replays of the nano-vllm stand-in and the contender on a short ``paper`` trace."""
-    from harness.calibration import engine_nano_vllm
-    from harness.calibration.engines import ENGINES
-    from harness.calibration.loader import engine_imports
     from harness.calibration.replays import CalibrationJob, Context
+    from harness.engines import nano_vllm_engine
+    from harness.engines.catalog import ENGINES
+    from harness.engines.loader import engine_imports
     from harness.run.workers import Events
     from scenarios import generate
     from tests.calibration_standin import write_standin
 
     root = write_standin(tmp_path_factory.mktemp("nano") / "nano-src")
     job = CalibrationJob("nano-vllm", str(root), "standin", "paper", {}, reps=2, only=[0, 1])
-    with engine_imports(engine_nano_vllm.plan(), root):
-        baselines = engine_nano_vllm.baselines(engine_nano_vllm.load(), "standin")
+    with engine_imports(nano_vllm_engine.plan(), root):
+        baselines = nano_vllm_engine.baselines(nano_vllm_engine.load(), "standin")
         trace = generate("paper", steps=24, running=12, num_blocks=2048)
         measured = Context(ENGINES["nano-vllm"], trace, job, Events(lambda message: None)).measure(baselines, "plan")
     return measured, [b.name for b in baselines]
@@ -208,7 +208,7 @@ def test_each_row_pairs_ours_with_the_engine_replayed_in_the_same_regime(standin
 
     from harness.base.stats import ratio_of_sums
     from harness.calibration import run
-    from harness.calibration.engines import ENGINES
+    from harness.engines.catalog import ENGINES
 
     measured, baselines = standin_measured
     opts = run.Options(ENGINES["nano-vllm"], "standin", ["paper"], {})

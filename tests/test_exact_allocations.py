@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from harness.base.drivers import Prepared
-from harness.ci import gate_jobs
 from harness.counters.allocations import region_allocations
 from harness.counters.regions import prepare_cell
+from harness.gate import counting as gate_jobs
 from harness.run.alloc_cells import alloc_kind, cell_allocations, design_files
 from scenarios import generate
 from tests import alloc_toy

@@ -247,7 +247,7 @@ def test_a_meter_without_the_process_clock_bounds_nothing(monkeypatch) -> None:
 
 
 def test_the_untimed_hook_is_only_for_adapters_and_records_that_allow_it(monkeypatch) -> None:
-    from harness.calibration.adapter import EngineAdapter
+    from harness.engines.adapter import EngineAdapter
     from tests.faking_plugins import WorksInHook
 
     with pytest.raises(ReplayError, match="untimed_after_step"):

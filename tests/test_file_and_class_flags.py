@@ -113,8 +113,8 @@ def test_a_plugin_that_is_not_a_class_is_one_line(command: str, name: str, tmp_p
 
 def test_an_engine_whose_class_is_not_a_class_is_refused_naming_it() -> None:
     """calibrate --source (and history): the engine's names the adapter drives as classes must be classes."""
-    from harness.calibration.engines import ENGINES
     from harness.calibration.replays import _classes_checked
+    from harness.engines.catalog import ENGINES
 
     engine = ENGINES["nano-vllm"]
     fine = SimpleNamespace(BlockManager=type("BlockManager", (), {}), helper=len)

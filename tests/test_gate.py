@@ -9,9 +9,12 @@ import pytest
 
 from harness.base.drivers import Prepared
 from harness.base.replay import REGIMES, check_end_state
-from harness.ci import gate, gate_baseline, gate_config, gate_jobs
 from harness.counters import callgrind
 from harness.counters import regions as callgrind_region
+from harness.gate import command as gate
+from harness.gate import config as gate_config
+from harness.gate import counting as gate_jobs
+from harness.gate import saved as gate_baseline
 from scenarios import load
 from tests.registered import impl_params
 
@@ -24,7 +27,7 @@ def prep() -> Prepared:
 
 
 def test_committed_trace_is_what_the_generator_makes() -> None:
-    """If the scenario generator changes, regenerate: python -m harness.ci.gate --write-trace."""
+    """If the scenario generator changes, regenerate: python -m harness.gate.command --write-trace."""
     assert load(gate.TRACE).header["checksum"] == gate.gate_trace().header["checksum"]
 
 

@@ -21,10 +21,11 @@ import pytest
 
 from harness import cli
 from harness.base import args as arg_types
-from harness.ci import gate, gate_baseline
-from harness.ci.gate_jobs import GateWorkers
 from harness.counters import callgrind
 from harness.errors import InputError
+from harness.gate import command as gate
+from harness.gate import saved as gate_baseline
+from harness.gate.counting import GateWorkers
 from harness.run.runner import MAX_PROCESSES, MAX_REPS, RunConfig, check_config
 from harness.studies.table_copy.measurement import FLAG_STEPS
 from tests.test_hostile_plugins import MARK, assert_none_left

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.ci import gate_baseline, gate_config
-from harness.ci.gate import GATE_LAYOUTS
 from harness.cli import main
 from harness.errors import InputError
+from harness.gate import config as gate_config
+from harness.gate import saved as gate_baseline
+from harness.gate.command import GATE_LAYOUTS
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = """

@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 import pytest
 
-from harness.studies import hashing
+from harness.studies import block_hashing as hashing
 from scenarios import generate
 from scenarios.trace import ALLOCATE, APPEND, FORK, FREE, Trace
 

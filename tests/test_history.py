@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from packaging.version import Version
 
-from harness.base.history_rows import CALL_METRICS, METRICS, HistoryRow, read_history, write_history
-from harness.calibration import engine_sglang, engine_vllm
-from harness.calibration.eras import Era, era_of
-from harness.calibration.releases import parse_versions, resolve
 from harness.cli import main
+from harness.engines import sglang_engine, vllm_engine
+from harness.engines.eras import Era, era_of
 from harness.errors import InputError
-from harness.output.history import render
-from harness.output.history_report import paired_steps, step, steps
+from harness.history.records import CALL_METRICS, METRICS, HistoryRow, read_history, write_history
+from harness.history.releases import parse_versions, resolve
+from harness.history.render import render
+from harness.history.verdicts import paired_steps, step, steps
 from tests.history_standin import LAYOUTS, vllm_wheels
 
 SMALL = ["--steps", "24", "--running", "12", "--num-blocks", "2048", "--prompt-mean", "40", "--output-mean", "30"]
@@ -57,7 +57,7 @@ def test_a_range_is_every_release_the_index_lists_between_its_ends(tmp_path) -> 
 
 
 # -- the plans' table of releases --------------------------------------------------------------------------
-@pytest.mark.parametrize("module", [engine_vllm, engine_sglang])
+@pytest.mark.parametrize("module", [vllm_engine, sglang_engine])
 def test_the_eras_are_ordered_and_disjoint_and_each_release_finds_its_own(module) -> None:
     eras = module.ERAS
     for era in eras:
@@ -69,18 +69,18 @@ def test_the_eras_are_ordered_and_disjoint_and_each_release_finds_its_own(module
 
 
 def test_the_vllm_eras_drive_what_moved_between_releases() -> None:
-    assert engine_vllm.era("0.16.0").drive["eos_token_id"] and not engine_vllm.era("0.17.0").drive["eos_token_id"]
-    assert "vllm.utils.mem_constants" in engine_vllm.plan("0.13.0").stubs
-    assert engine_vllm.era("0.22.1").drive["scheduler_block_size"] is False
-    assert engine_vllm.era("0.23.0").drive["scheduler_block_size"] is True
-    assert engine_vllm.era("0.25.1").drive["computed"]((["b"], 16)) == (["b"], 16)
+    assert vllm_engine.era("0.16.0").drive["eos_token_id"] and not vllm_engine.era("0.17.0").drive["eos_token_id"]
+    assert "vllm.utils.mem_constants" in vllm_engine.plan("0.13.0").stubs
+    assert vllm_engine.era("0.22.1").drive["scheduler_block_size"] is False
+    assert vllm_engine.era("0.23.0").drive["scheduler_block_size"] is True
+    assert vllm_engine.era("0.25.1").drive["computed"]((["b"], 16)) == (["b"], 16)
     with pytest.raises(ValueError):  # a third value where the era expects two: never read past it
-        engine_vllm.era("0.25.1").drive["computed"]((["b"], 16, 0))
-    assert engine_vllm.era("0.26.0").drive["computed"]((["b"], 16, 0)) == (["b"], 16)
-    assert engine_vllm.plan("0.27.0").stubs["vllm.envs"] == {"VLLM_PREFIX_CACHE_RETENTION_INTERVAL": None}
-    assert engine_vllm.plan("0.29.0").stubs["vllm.envs"] == {}
-    assert "vllm.utils.gc_utils" in engine_vllm.plan("0.34.0").real
-    assert "vllm.utils.gc_utils" not in engine_vllm.plan("0.33.0").real
+        vllm_engine.era("0.25.1").drive["computed"]((["b"], 16, 0))
+    assert vllm_engine.era("0.26.0").drive["computed"]((["b"], 16, 0)) == (["b"], 16)
+    assert vllm_engine.plan("0.27.0").stubs["vllm.envs"] == {"VLLM_PREFIX_CACHE_RETENTION_INTERVAL": None}
+    assert vllm_engine.plan("0.29.0").stubs["vllm.envs"] == {}
+    assert "vllm.utils.gc_utils" in vllm_engine.plan("0.34.0").real
+    assert "vllm.utils.gc_utils" not in vllm_engine.plan("0.33.0").real
 
 
 @pytest.mark.parametrize("engine, version, words", [
@@ -89,7 +89,7 @@ def test_the_vllm_eras_drive_what_moved_between_releases() -> None:
     ("sglang", "0.5.21", "launch Triton kernels"),
 ])
 def test_a_release_outside_the_plans_is_refused_saying_why(engine, version, words) -> None:
-    module = {"vllm": engine_vllm, "sglang": engine_sglang}[engine]
+    module = {"vllm": vllm_engine, "sglang": sglang_engine}[engine]
     with pytest.raises(InputError, match=re.escape(words)):
         module.era(version)
 
@@ -246,7 +246,7 @@ def test_history_runs_two_published_releases_end_to_end(tmp_path, capsys, engine
 
 
 def _history_row(version: str, value: float):
-    from harness.base.history_rows import HistoryRow
+    from harness.history.records import HistoryRow
 
     return HistoryRow("vllm", version, "off", "paper", "seq_step_ns", value, value * 0.99, value * 1.01, "ok", 5, 100,
                       "sha256:x", "m", "1.0", "t", "kvblock-bench history vllm 0.1.0..0.3.0", "")
@@ -255,8 +255,8 @@ def _history_row(version: str, value: float):
 def test_the_readme_section_names_the_releases_a_verdict_moved(tmp_path) -> None:
     import json
 
-    from harness.base.history_rows import HISTORY_CSV, write_history
-    from harness.output.history_readme import markers, write_history_readme
+    from harness.history.readme_section import markers, write_history_readme
+    from harness.history.records import HISTORY_CSV, write_history
 
     folder = tmp_path / "results" / "history" / "vllm"
     folder.mkdir(parents=True)

@@ -29,9 +29,10 @@ from harness.base.files import ResultsError, check_run_root, point_latest, read_
 from harness.base.rows import COLUMNS, MAX_TEXT_CHARS, Row, read_rows, write_rows
 from harness.cli import main
 from harness.errors import WriteError
-from scenarios import generate, load, save, trace_files
+from scenarios import generate, load, save
 from scenarios.files import atomic
 from scenarios.files.kinds import NotRegularFileError
+from scenarios.trace import storage as trace_files
 from tests.test_hostile_cli import ROOT, run_past_its_first_scenario
 
 pytestmark = pytest.mark.usefixtures("no_hang")

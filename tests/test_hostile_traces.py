@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from scenarios import TraceError, generate, load, save
-from scenarios.trace_files import check_writable
-from scenarios.trace_format import MAX_TRACE_BYTES, checksum
+from scenarios.trace.file_format import MAX_TRACE_BYTES, checksum
+from scenarios.trace.storage import check_writable
 from tests.one_line import one_line
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.ci import gate_baseline
 from harness.cli import main
+from harness.gate import saved as gate_baseline
 from harness.output.compare import Rules, compare_runs, load_run
 from harness.output.compare_report import render_markdown, render_text
 from tests.test_compare import make_run, three
@@ -152,7 +152,7 @@ def test_report_refuses_a_readme_it_cannot_rewrite_before_writing_anything(flag:
 def history_folder(tmp: Path) -> Path:
     """A history folder of three vllm releases: 0.2.0 is 6 % slower than 0.1.0 (each figure within ±0.5 %), 0.3.0
     as 0.2.0."""
-    from harness.base.history_rows import HISTORY_CSV, HistoryRow, write_history
+    from harness.history.records import HISTORY_CSV, HistoryRow, write_history
 
     folder = tmp / "results" / "history" / "vllm"
     folder.mkdir(parents=True)
@@ -170,7 +170,7 @@ def test_history_shows_a_measured_change_under_the_threshold_as_one(tmp_path: Pa
     or "no difference"; 0.2.0 -> 0.3.0 (an interval holding 1) stays "="."""
     import csv
 
-    from harness.output.history import render
+    from harness.history.render import render
 
     folder = history_folder(tmp_path)
     lines = render(folder, figures=False)
@@ -232,7 +232,7 @@ def test_a_cell_the_gate_baseline_lacks_fails_instead_of_passing() -> None:
 
 
 def test_a_history_json_meta_with_markdown_stays_text(tmp_path: Path) -> None:
-    from harness.output.history import render
+    from harness.history.render import render
 
     folder = history_folder(tmp_path)
     meta = json.loads((folder / "meta.json").read_text())

@@ -62,7 +62,8 @@ def test_run_dirs_are_unique_and_latest_follows(tmp_path) -> None:
 
 
 def test_calibration_notes_name_every_scenario_a_contender_was_calibrated_on(tmp_path) -> None:
-    from harness.output.report import CALIBRATION_CSV, calibration_notes
+    from harness.base.project import CALIBRATION_CSV
+    from harness.output.report import calibration_notes
 
     path = tmp_path / "calibration.csv"
     path.write_text(

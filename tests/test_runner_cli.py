@@ -14,7 +14,7 @@ from harness.run import runner
 from harness.run.matrix import overrides
 from impls.designs.flat import FlatBlockManager
 from scenarios import generate
-from scenarios.trace_format import content_digest
+from scenarios.trace.file_format import content_digest
 
 
 def run_cli(tmp_path, *args: str) -> int:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from scenarios import ScenarioError, TraceError, generate, load, read_requests_csv, save
-from scenarios.trace_format import FORMAT_VERSION
+from scenarios.trace.file_format import FORMAT_VERSION
 
 
 @pytest.fixture(scope="module")

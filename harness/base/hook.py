@@ -14,7 +14,7 @@ HOOK = "untimed_after_step"
 
 def _adapter_base() -> type | None:
     """The calibration's adapter base class, if it was imported (only the calibration imports it)."""
-    module = sys.modules.get("harness.calibration.adapter")
+    module = sys.modules.get("harness.engines.adapter")
     return getattr(module, "EngineAdapter", None)
 
 

@@ -15,10 +15,10 @@ from harness.base.failures import blamed_on, short_reason
 from harness.base.interleave import Driver, Key, Replays, interleaved, slice_bounds
 from harness.base.metrics import Work
 from harness.base.threads import one_intra_op_thread
-from harness.calibration.engine_calls import METERED_REPLAYS, MeteredReplays, meter_cost, meterable, metered_replay
-from harness.calibration.engines import ENGINES, Baseline, Engine
-from harness.calibration.loader import PlanError, StubTouched, engine_imports
-from harness.calibration.traces import FanOutError
+from harness.engines.call_meter import METERED_REPLAYS, MeteredReplays, meter_cost, meterable, metered_replay
+from harness.engines.catalog import ENGINES, Baseline, Engine
+from harness.engines.fan_out import FanOutError
+from harness.engines.loader import PlanError, StubTouched, engine_imports
 from harness.errors import DesignFailure, InputError
 from harness.run.workers import Events
 from impls import REGISTRY

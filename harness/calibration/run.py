@@ -17,12 +17,12 @@ from harness.base.host import cpu_identity, machine_name
 from harness.base.interleave import SLICES_PER_REP, Key, slice_bounds
 from harness.base.metrics import cell_blocks, step_ns_lists
 from harness.base.stats import paired_ratio, ratio_of_sums
-from harness.calibration import fetch
 from harness.calibration.destination import Destination
-from harness.calibration.engine_calls import call_columns, calls_how, merge_metered
-from harness.calibration.engines import Engine
 from harness.calibration.replays import IMPORTING, BaselineInfo, CalibrationJob, Measured, Refused, execute
 from harness.calibration.table import CalibrationRow, write_rows
+from harness.engines import fetch
+from harness.engines.call_meter import call_columns, calls_how, merge_metered
+from harness.engines.catalog import Engine
 from harness.errors import InputError
 from harness.run.metadata import cache_sizes, versions
 from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug

@@ -43,7 +43,7 @@ class CalibrationRow:
     made: str
     command: str
     how: str
-    ours_calls_ns: float = math.nan  # the engine's own calls apart (harness.calibration.engine_calls)
+    ours_calls_ns: float = math.nan  # the engine's own calls apart (harness.engines.call_meter)
     ours_calls_low: float = math.nan
     ours_calls_high: float = math.nan
     ours_shared_ns: float = math.nan

@@ -1,5 +1,5 @@
 """``kvblock-bench ab BASE_REF [NEW_REF]``: the refs checked out into temporary worktrees, measured in one run
-(:mod:`harness.run.ab`), compared with paired intervals, the gate's counts beside. Design: docs/ci.md#kvblock-bench-ab.
+(:mod:`harness.run.versions`), compared, the gate's counts beside. Design: docs/ci.md#kvblock-bench-ab.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from harness.base import coderoot
 from harness.base.args import DEFAULT_DEADLINE_S
 from harness.base.files import atomic_write_text
 from harness.base.metrics import TIMED_FIGURES
-from harness.ci import gate
-from harness.ci.gate_config import DEFAULT_COUNTS_THRESHOLD_PCT, load_config
 from harness.errors import InputError, TooFewPairs
+from harness.gate import command as gate
+from harness.gate.config import DEFAULT_COUNTS_THRESHOLD_PCT, load_config
 from harness.output.compare import (
     DEFAULT_METRICS,
     MIN_PAIRS,
@@ -32,8 +32,8 @@ from harness.output.compare import (
 )
 from harness.output.compare_report import RENDER
 from harness.run import metadata
-from harness.run.ab import Side, from_ref, run_ab
 from harness.run.runner import RunConfig, processes_of
+from harness.run.versions import Side, from_ref, run_ab
 
 REPORTS = {"text": "compare.txt", "markdown": "compare.md", "json": "compare.json"}  # in NEW's run folder
 # ab's defaults, which results/compare_pairs/ measures (docs/ci.md#kvblock-bench-ab).

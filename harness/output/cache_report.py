@@ -86,7 +86,7 @@ def _hashing_table(run: RunData, scenarios: list[str]) -> list[str]:
         return []
     first = sub.scenario.iloc[0]
     out = ["Block hashing, which engines do on token ids and our traces carry precomputed "
-           "(`harness/studies/hashing.py`: each engine's documented algorithm; median of interleaved loops over "
+           "(`harness/studies/block_hashing.py`: each engine's documented algorithm; median of interleaved loops over "
            "chained 16-token blocks, [lowest–highest loop]):", "",
            "| algorithm | ns per block | " + " | ".join(f"ns per seq-step, `{s}`" for s in scenarios) + " |",
            "|---|---|" + "---|" * len(scenarios)]

@@ -63,7 +63,7 @@ def article_lines(run: RunData, scenario: str = HEADLINE, regime: str = "batched
     recs = design_cells(run, scenario, regime)
     if not recs:
         return []
-    art = article_table()
+    art = article_table(run)
     header = ["design", *(PAPER_COLUMNS[k] for k in ARTICLE_TABLE_KEYS)]
     rows = [[rec.label, *(cells[k] for k in ARTICLE_TABLE_KEYS)]
             for rec in recs for cells in [paper_cells(run, scenario, regime, rec, art)]]

@@ -257,7 +257,7 @@ def fig_paper_vs_article(run: RunData) -> Figure | None:
     if not regimes:
         log.warning("paper_vs_article: no figures for designs A/B/C in the %s scenario", PAPER)
         return None
-    art = article_table()
+    art = article_table(run)
     rates = _pmu_rates(run)
     found = groups(run)
     l1d = any(run.value(PAPER, i, r, L1D) > 0 for g in found for i in (g.ours, g.cxx) if i for r in regimes)

@@ -226,7 +226,7 @@ def fig_op_latency(run: RunData) -> Figure | None:
     if not panels:
         log.warning("op_latency: no per-operation rows for the %s scenario", PAPER)
         return None
-    art = article_table()
+    art = article_table(run)
     fig, axes = new_figure(12, 3.1 * len(panels) + 0.5, len(panels), 1, sharey=True)
     for ax, (regime, title, impls, whole) in zip(axes, panels, strict=True):
         if whole:
@@ -313,7 +313,7 @@ def _concurrency_panel(ax: Axes, run: RunData, sweep: dict[int, str], lines: lis
                 [hi - y for y, (_, hi) in zip(ys, bounds, strict=True)]]
         ax.errorbar(xs, ys, yerr=yerr, ls=regime_style(regime), marker="o", ms=3.5, color=color(impl, run),
                     capsize=2, elinewidth=0.8, label=label(impl))
-    art = article_table()
+    art = article_table(run)
     drawn = set()
     for scheme, impl in SCHEMES.items():
         if scheme in art.index and any(i == impl for i, _, _ in lines):
@@ -496,7 +496,7 @@ def _l1d_bars(ax: Axes, run: RunData, metric: str, impls: list[str], regimes: li
     ran = set(run.cells(PAPER))
     width = 0.8 / (len(regimes) + (1 if article else 0))
     top = 0.0
-    art = article_table()
+    art = article_table(run)
     missing: list[tuple[float, str]] = []
     several = len(_sources(run, metric, impls, regimes)) > 1
     for x, impl, regime, row, v in _grouped_values(run, metric, impls, regimes, width):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pandas as pd
+
 from harness.base.files import atomic_write_text, os_reason
 from harness.errors import InputError, WriteError
 from harness.output import reproduction, sections, times
@@ -26,12 +28,14 @@ from harness.output.markdown import md, md_code
 from harness.output.paced_report import paced_sentence
 from harness.output.report import (
     DESIGN_ROLES,
+    NOT_RECORDED,
     SHARING_COLUMNS,
     SHARING_SCENARIOS,
     article_table,
     calibration_notes,
     l1d_texts,
     markdown_table,
+    run_calibration,
     sharing_counts,
     sharing_rows,
     sharing_scenario,
@@ -67,8 +71,7 @@ def _time_lines(run: RunData) -> list[str]:
     return [f"Where the time went (wall clock, each scenario's `scenario_wall_s` row): {', '.join(parts)}{tail}.", ""]
 
 
-def _article(rec: registry.Impl, column: str) -> str:
-    art = article_table()
+def _article(art: pd.DataFrame, rec: registry.Impl, column: str) -> str:
     if not rec.compares_with_article or rec.letter not in art.index:
         return ""
     a = art.loc[rec.letter]
@@ -77,7 +80,7 @@ def _article(rec: registry.Impl, column: str) -> str:
 
 def _design_rows(run: RunData) -> list[tuple[list[str], list[str]]]:
     """Each design's (timings, counters) cells, batched on `paper`, beside the article's."""
-    out = []
+    out, art = [], article_table(run)
     ran = {i for i, r in run.cells(PAPER) if r == "batched"}
     for rec in registry.RECORDS:
         if rec.role not in DESIGN_ROLES or rec.name not in ran:
@@ -85,12 +88,12 @@ def _design_rows(run: RunData) -> list[tuple[list[str], list[str]]]:
         timings = [f"{rec.label}"]
         for metric, column in (("lookup_ns", "lookup_ns_per_step"), ("alloc_free_ns", "alloc_free_ns_per_block")):
             timings += [f"{value_text(run, PAPER, rec.name, 'batched', metric)} "
-                        f"({ratio_text(run, PAPER, rec.name, 'batched', metric)})", _article(rec, column)]
+                        f"({ratio_text(run, PAPER, rec.name, 'batched', metric)})", _article(art, rec, column)]
         timings += [f"{value_text(run, PAPER, rec.name, 'batched', 'cpu_share_pct')} "
                     f"({ratio_text(run, PAPER, rec.name, 'batched', 'seq_step_ns')})",
-                    _article(rec, "cpu_share_pct_at_2000_steps_s")]
+                    _article(art, rec, "cpu_share_pct_at_2000_steps_s")]
         misses, rate, source = l1d_texts(run, PAPER, rec.name, "batched")
-        counters = [f"{rec.label}", misses, rate, _article(rec, "l1d_miss_pct"), source,
+        counters = [f"{rec.label}", misses, rate, _article(art, rec, "l1d_miss_pct"), source,
                     fmt(run.value(PAPER, rec.name, "batched", "allocs_per_step"))]
         out.append((timings, counters))
     return out
@@ -107,7 +110,8 @@ def _design_tables(run: RunData) -> list[str]:
 
 def _engine_rows(run: RunData) -> list[str]:
     out = []
-    notes = calibration_notes()
+    path = run_calibration(run)
+    notes = calibration_notes(path)
     for rec in registry.RECORDS:
         if rec.role != "contender":
             continue
@@ -116,7 +120,7 @@ def _engine_rows(run: RunData) -> list[str]:
                 continue
             out.append(f"| `{rec.name}` | {regime} | {value_text(run, PAPER, rec.name, regime, 'seq_step_ns')} | "
                        f"{ratio_text(run, PAPER, rec.name, regime, 'seq_step_ns', 'batched')} | "
-                       f"{notes.get((rec.name, regime), 'not calibrated')} |")
+                       f"{notes.get((rec.name, regime), 'not calibrated' if path else NOT_RECORDED)} |")
     return out
 
 

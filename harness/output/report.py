@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.base import compared_with
 from harness.base.files import atomic_write_text
+from harness.base.project import PAPER_TABLE_CSV
 from harness.errors import InputError
 from harness.output.cache_report import caching_scenarios, prefix_cache_section
 from harness.output.cache_state_report import cache_state_sentence
@@ -32,7 +34,6 @@ from harness.studies.table_copy.variants import IMPL as TABLE_COPY_IMPL
 from impls import registry
 from scenarios import PAPER
 
-PAPER_CSV = Path(__file__).resolve().parents[1] / "data" / "paper_table.csv"
 # The article's designs, their compiled twins and their C++ builds: the rows of the paper table.
 DESIGN_ROLES = ("design", "twin", "native")
 ENGINE_ROLES = ("contender", "plugin")
@@ -42,9 +43,10 @@ REGIME_TITLES = {
 }
 
 
-def article_table() -> pd.DataFrame:
-    """The article's figures (``harness/data/paper_table.csv``), one row per design letter."""
-    return pd.read_csv(PAPER_CSV).set_index("scheme")
+def article_table(run: RunData | None = None) -> pd.DataFrame:
+    """The article's figures, one row per design letter: the run's copy, else the project's."""
+    path = compared_with.copy_of(run.run_dir if run else None, compared_with.PAPER_TABLE) or PAPER_TABLE_CSV
+    return pd.read_csv(path).set_index("scheme")
 
 
 def regime_title(regime: str) -> str:
@@ -119,7 +121,7 @@ PAPER_TABLES = (
 
 def paper_table(run: RunData, scenario: str = PAPER) -> str:
     """The article's table, each measured cell beside the article's figure, ratios to C in the same run."""
-    art = article_table()
+    art = article_table(run)
     out = [f"# The article's table, reproduced on the `{scenario}` scenario", "",
            f"Machine: {md(machine_line(run.meta))}.", *host_lines(run.meta), "",
            *(f"**{md(line)}**\n" for line in nonconforming(run)), PAPER_INTRO, ""]
@@ -303,12 +305,17 @@ def sharing_table(run: RunData) -> str:
     return "\n".join(out) + "\n"
 
 
-CALIBRATION_CSV = Path(__file__).resolve().parents[2] / "results" / "calibration" / "calibration.csv"
+NOT_RECORDED = "calibration not recorded with this run"
 
 
-def calibration_notes(path: Path = CALIBRATION_CSV) -> dict[tuple[str, str], str]:
+def run_calibration(run: RunData) -> Path | None:
+    """The calibration rows in force when ``run`` ran; None where it kept none."""
+    return compared_with.copy_of(run.run_dir, compared_with.CALIBRATION)
+
+
+def calibration_notes(path: Path | None) -> dict[tuple[str, str], str]:
     """(contender, regime) -> "calibrated: ours/real = R [low-high] (scenario), ..." for the modelled baseline."""
-    if not path.is_file():
+    if path is None or not path.is_file():
         return {}
     frame = pd.read_csv(path)
     if "modelled" in frame:
@@ -345,7 +352,8 @@ def engines_section(run: RunData, scenario: str = PAPER) -> str:
            "| impl | regime | ns/seq-step | lookup ns | alloc/free ns | allocs/step | batched flat is × faster "
            "| vs the engine's code |",
            "|---|---|---|---|---|---|---|---|"]
-    notes = calibration_notes()
+    path = run_calibration(run)
+    notes = calibration_notes(path)
     for impl in [*present, registry.RATIO_BASE]:
         for regime in ("per-call", "batched"):
             v = _get(run, scenario, impl, regime, "seq_step_ns")[0]
@@ -355,7 +363,7 @@ def engines_section(run: RunData, scenario: str = PAPER) -> str:
                        f"| {fmt(_get(run, scenario, impl, regime, 'alloc_free_ns')[0])} "
                        f"| {fmt(_get(run, scenario, impl, regime, 'allocs_per_step')[0])} "
                        f"| {ratio_text(run, scenario, impl, regime, 'seq_step_ns', 'batched')} "
-                       f"| {notes.get((impl, regime), '')} |")
+                       f"| {notes.get((impl, regime), '' if path else NOT_RECORDED)} |")
     return "\n".join(out) + "\n"
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from harness.base.project import ROOT
+
 FILES = {
     "results": "README.md",  # kvblock-bench report RUN --readme README.md
     "times": "docs/time-budget.md",  # the same command, and scripts/make_times.py

@@ -10,10 +10,9 @@ from pathlib import Path
 
 from harness.base.files import atomic_write_text
 from harness.base.host import machine_name
+from harness.base.project import TIMES_JSON
 from harness.base.text import duration_text
 
-ROOT = Path(__file__).resolve().parents[2]
-TIMES_JSON = ROOT / "results" / "times" / "times.json"
 RELATIVE = "results/times/times.json"
 FORMAT = 1
 BEGIN, END = "<!-- times:begin -->", "<!-- times:end -->"

@@ -33,7 +33,7 @@ from harness.run.floor import FAST_FLOOR, measure_fast_floor, measure_floor
 from harness.run.workers import Events
 from impls import registry
 from scenarios import Trace, load
-from scenarios.trace_format import content_digest
+from scenarios.trace.file_format import content_digest
 
 Cell = tuple[str, str]
 
@@ -291,7 +291,7 @@ def scenario_studies(job: ScenarioJob, bench: CellBench, cells: list[Cell], even
         rows += _cache_ops_rows(scenario, cells, bench, events)
         events.tick(f"{scenario} cache operations")
     if "hashing" in job.studies:
-        from harness.studies.hashing import hashing_rows
+        from harness.studies.block_hashing import hashing_rows
 
         rows += hashing_rows(trace, scenario)
         events.tick(f"{scenario} hashing")

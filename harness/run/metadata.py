@@ -11,10 +11,9 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 
 from harness.base.host import cpu_identity, cpu_ticks, load_average, steal_pct
+from harness.base.project import ROOT as PROJECT_ROOT
 from harness.counters.latency import probe
 from harness.counters.perf import perf_status
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> str:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from harness.base import clock
+from harness.base import clock, compared_with
 from harness.base.failures import OUT_OF_MEMORY
 from harness.base.files import (
     RESULTS_DIR,
@@ -42,7 +42,7 @@ from impls import REGISTRY, UNAVAILABLE, registry
 from scenarios import SCENARIOS, ScenarioError, Trace, TraceError, generate, load, save
 from scenarios.scheduler import GENERATOR_VERSION
 from scenarios.trace import trace_uses_caching
-from scenarios.trace_format import FORMAT_VERSION, content_digest
+from scenarios.trace.file_format import FORMAT_VERSION, content_digest
 
 Cell = tuple[str, str]
 
@@ -415,6 +415,7 @@ class RunWriter:
         if self.run_dir is None:
             self.run_dir = new_run_dir(self.cfg.root, self.label)
             write_json(self.run_dir / "meta.json", self.meta)
+            compared_with.record(self.run_dir)
         return self.run_dir
 
     def add(self, rows: list[Row], raw: dict[str, object] | None = None) -> None:

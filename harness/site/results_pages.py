@@ -9,7 +9,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from harness.base.history_rows import METRICS, UNITS, read_history
+from harness.history.records import METRICS, UNITS, read_history
 from harness.output.formatting import fmt
 from harness.site.figures import Points, block, markers
 from harness.site.html import Cell, markdown, para, section, table

@@ -52,7 +52,8 @@ def runs_table(machines: list[Machine], ident: str) -> str:
 
 # -- the article's table ---------------------------------------------------------------------------------------
 def _article_rows(m: Machine) -> list[list[object]]:
-    run, art = m.newest, article_table()
+    run = m.newest
+    art = article_table(run)
     rows = []
     for regime in run.regimes(PAPER, "lookup_ns"):
         if not any(run.value(PAPER, r.name, regime, "lookup_ns") > 0 for r in design_cells(run, PAPER, regime)):
@@ -68,7 +69,8 @@ def _article_rows(m: Machine) -> list[list[object]]:
 
 
 def _article_figure(m: Machine, metric: str, column: str, unit: str, out: Path, ident: str) -> str:
-    run, art = m.newest, article_table()
+    run = m.newest
+    art = article_table(run)
     points = Points()
     for rec in design_cells(run, PAPER, "batched"):
         row = run.get(PAPER, rec.name, "batched", metric)

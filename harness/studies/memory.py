@@ -14,12 +14,11 @@ import numpy as np
 
 from harness.base.builds import build_of, with_build
 from harness.base.failures import blamed_on
+from harness.base.project import IMPLS_DIR
 from harness.base.replay import ReplayError, answered, answered_shown, apply_pool_op, check_step_hits, hash_args
 from harness.base.rows import Row
 from harness.errors import DesignFailure
 from scenarios.trace import Trace, trace_uses_caching
-
-IMPLS_DIR = Path(inspect.getfile(Row)).resolve().parents[2] / "impls"
 
 
 class Replayer:

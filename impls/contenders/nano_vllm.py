@@ -98,7 +98,7 @@ class BlockManager:
 
     @classmethod
     def compute_hash(cls, token_ids: list[int], prefix: int = -1) -> int:
-        """Neutralised: 0 for every block (hashing is measured apart, harness/studies/hashing.py)."""
+        """Neutralised: 0 for every block (hashing is measured apart, harness/studies/block_hashing.py)."""
         return 0
 
     def can_allocate(self, seq: Sequence) -> int:

@@ -1,8 +1,8 @@
 """Rule 3, measured: each decode step's block tables to the GPU as int32. Design: docs/measurement.md#table_copy."""
 
+from harness.studies.table_copy.copied import Copied
 from harness.studies.table_copy.guards import BufferRing, CopyGuard, DoneEvent, Event
 from harness.studies.table_copy.measurement import default_steps, measure
-from harness.studies.table_copy.rows import Copied
 from harness.studies.table_copy.variants import (
     COPY_METRICS,
     MAX_STEPS,

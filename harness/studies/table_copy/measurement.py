@@ -18,7 +18,7 @@ from harness.base.interrupts import signal_name
 from harness.base.replay import ReplayError, apply_pool_op
 from harness.base.rows import Row, write_rows
 from harness.errors import InputError
-from harness.studies.table_copy.rows import Copied
+from harness.studies.table_copy.copied import Copied
 from harness.studies.table_copy.variants import (
     COMPUTED,
     COPY_METRICS,

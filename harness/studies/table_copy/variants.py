@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from harness.studies.table_copy.copied import Copied, MirroredFlat, RowsMirror
 from harness.studies.table_copy.guards import BufferRing, CopyGuard, DoneEvent, Event
-from harness.studies.table_copy.rows import Copied, MirroredFlat, RowsMirror
 from impls.contract import blocks_for
 from impls.core.ids import table_dtype
 from impls.designs.flat import FlatBlockManager

@@ -1,0 +1,77 @@
+"""The engines a contender can be calibrated against, and their baselines.
+Design: docs/output.md#harnessenginescatalogpy."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+
+from harness.engines.loader import ImportPlan
+from harness.errors import InputError
+from scenarios import PAPER, Trace
+from scenarios.trace import trace_uses_caching
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One way of running the engine's code, timed beside our contenders."""
+
+    name: str
+    cls: type
+    calibrates: tuple[str, ...]
+    modelled_by: tuple[str, ...]  # contenders that model exactly this (the report shows their ratio)
+    how: str
+    plain_traces: bool = True
+    caching_traces: bool = False
+    real_trace: Callable[[Trace], Trace] | None = None  # the trace as the engine serves it (vLLM: no forks)
+    real_trace_how: str = ""
+    engine_object: str = ""  # the adapter's attribute holding the engine's object (its calls metered apart)
+
+    def replays(self, trace: Trace) -> bool:
+        return self.caching_traces if trace_uses_caching(trace) else self.plain_traces
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine: its published distribution (None: not on the package index) and its module here."""
+
+    name: str
+    label: str
+    distribution: str | None
+    packages: tuple[str, ...]
+    module: str  # harness.engines.<module>: PLAN, load(), baselines(), REGIMES
+    regimes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    scenarios: tuple[str, ...] = ("paper", "parallel-sampling")
+    history: dict[str, str] = field(default_factory=dict)  # ``history``'s baselines and their caching mode
+    engine_objects: dict[str, str] = field(default_factory=dict)  # contender -> its model of the engine's object
+
+    def code(self) -> ModuleType:
+        return importlib.import_module(f"harness.engines.{self.module}")
+
+    def plan(self) -> ImportPlan:
+        return self.code().plan()
+
+
+ENGINES = {
+    "vllm": Engine("vllm", "vLLM", "vllm", ("vllm",), "vllm_engine",
+                   {"vllm-v1": ("per-call", "batched"), "vllm-v1-pc": ("per-call", "batched")},
+                   (PAPER, "parallel-sampling", "system-prompt-256"), {"caching off": "off", "caching on": "on"},
+                   engine_objects={"vllm-v1": "kv_cache_manager", "vllm-v1-pc": "kv_cache_manager"}),
+    "sglang": Engine("sglang", "SGLang", "sglang", ("sglang",), "sglang_engine", {"sglang": ("batched",)},
+                     history={"one torch thread": "off"}, engine_objects={"sglang": "allocator"}),
+    "nano-vllm": Engine("nano-vllm", "nano-vllm", None, ("nanovllm",), "nano_vllm_engine",
+                        {"nano-vllm": ("per-call", "batched")}, engine_objects={"nano-vllm": "block_manager"}),
+}
+
+
+def parse_engine(text: str) -> tuple[Engine, str | None]:
+    """``ENGINE`` or ``ENGINE==VERSION`` -> (engine, version or None)."""
+    name, sep, version = text.partition("==")
+    name, version = name.strip().lower(), version.strip()
+    if name not in ENGINES:
+        raise InputError(f"unknown engine {name!r}; known: {', '.join(ENGINES)} (e.g. vllm==0.33.0)")
+    if sep and not version:
+        raise InputError(f"{text!r}: give a version after '==' (e.g. {name}==0.33.0), or leave '==' out")
+    return ENGINES[name], version or None

@@ -1,0 +1,1 @@
+"""``kvblock-bench gate``: exact counts held to configured rules and saved baselines."""

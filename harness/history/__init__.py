@@ -1,0 +1,1 @@
+"""``kvblock-bench history``: an engine's releases measured in lockstep, judged, drawn."""
