@@ -70,7 +70,6 @@ ENGINES = {
 
 
 def or_list(names) -> str:
-    """``a, b or c``: names for a message."""
     names = list(names)
     return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 

@@ -20,8 +20,6 @@ REAL = (f"{PAGING}.base_block_manager", f"{PAGING}.default_block_manager", "lmde
 
 
 class CrossSequence(Sequence):
-    """:class:`Sequence` with the cross-attention tokens (none) that ``num_required_blocks`` reads up to 0.11.1."""
-
     __slots__ = ()
 
     def num_all_cross_tokens(self) -> int:
@@ -29,8 +27,6 @@ class CrossSequence(Sequence):
 
 
 class CalledSequence(CrossSequence):
-    """:class:`CrossSequence` with ``num_all_tokens()``, the method ``num_required_blocks`` calls up to 0.10.0."""
-
     __slots__ = ()
 
     def num_all_tokens(self) -> int:
@@ -53,13 +49,10 @@ BEFORE = ("releases before 0.9.2 were not read: the eras of harness/engines/lmde
 
 
 def era(version: str | None = None) -> Era:
-    """The era of :data:`ERAS` that drives ``version`` (None: the newest); :class:`InputError` when none does."""
     return era_of(ERAS, "lmdeploy", version, BEFORE)
 
 
 def plan(version: str | None = None) -> ImportPlan:
-    """The block manager and its table from the wheel; ``messages`` (torch and the engine) a stand-in whose
-    ``SchedulerSequence`` is the era's sequence (0.9.2's ``allocate`` checks its type)."""
     e = era(version)
     return ImportPlan(packages=("lmdeploy",), real=REAL,
                       stubs={"lmdeploy.pytorch.messages": {"SchedulerSequence": e.drive["sequence"]}})
@@ -74,8 +67,7 @@ def load(version: str | None = None) -> SimpleNamespace:
 
 
 class LmdeployEngine(SchedulerDrive, EngineAdapter):
-    """LMDeploy's ``DefaultBlockManager`` (the engine's, imported) driven per sequence per step as its scheduler
-    drives it, with the contender's sequence and order (``impls.contenders.lmdeploy``)."""
+    """LMDeploy's ``DefaultBlockManager`` driven with the contender's step (docs/output.md)."""
 
     lmdeploy: SimpleNamespace
 
@@ -88,11 +80,9 @@ class LmdeployEngine(SchedulerDrive, EngineAdapter):
         self.seqs: list = [None] * self.max_seqs
 
     def num_free_blocks(self) -> int:
-        """The contract's checks read the GPU stack's count as the contender's do (an attribute, no call)."""
         return self.gpu._free_count
 
     def _allocate(self, seq_id: int, num_blocks: int) -> None:
-        """The prefill scheduler's admission: the eviction helper's capacity test, ``allocate(seq, 0)``, active."""
         lm, bm = self.lmdeploy, self.bm
         seq = lm.Sequence(self._admit_tokens, self.block_size, lm.LogicalTokenBlocks())
         if bm.num_required_blocks(seq, 0) > bm.get_num_free_gpu_blocks():
@@ -102,7 +92,6 @@ class LmdeployEngine(SchedulerDrive, EngineAdapter):
         self.seqs[seq_id] = seq
 
     def _grow(self, seq) -> None:
-        """``schedule_running`` for one sequence (look-ahead 0: the contract counts blocks exactly)."""
         if seq.status != Status.RUNNING:
             raise ReplayError("a sequence not running was scheduled")
         bm = self.bm
@@ -113,7 +102,6 @@ class LmdeployEngine(SchedulerDrive, EngineAdapter):
         bm.allocate(seq, 0)
 
     def _copy_shared_last(self, seq) -> tuple[int, int] | None:
-        """Copy-on-write emulated as the contender emulates it, with the engine's allocator calls."""
         alloc, table = self.allocator, seq.logical_blocks
         last = table.get_real_blocks()[-1:].copy()
         if alloc.get_ref_count(last)[0] <= 1:
@@ -124,7 +112,6 @@ class LmdeployEngine(SchedulerDrive, EngineAdapter):
         return int(alloc.get_physical_blocks(last)[0]), int(alloc.get_physical_blocks(new)[0])
 
     def _fork(self, parent_id: int, child_id: int) -> None:
-        """Fork emulated as the contender emulates it: a clone of the parent's table, a reference more on each."""
         parent = self.seqs[parent_id]
         child = self.lmdeploy.Sequence(parent.num_all_ids, self.block_size, parent.logical_blocks.clone())
         child._num_history_ids, child._num_token_ids = parent._num_history_ids, parent._num_token_ids
@@ -152,13 +139,13 @@ class LmdeployEngine(SchedulerDrive, EngineAdapter):
 
 
 def baselines(lmdeploy: SimpleNamespace, version: str) -> list[Baseline]:
-    """One baseline: the default block manager with prefix caching off (its block trie not built)."""
     cls = type("LmdeployEngine", (LmdeployEngine,), {"lmdeploy": lmdeploy})
     how = (f"LMDeploy {version}'s DefaultBlockManager(num_blocks, 0) and LogicalTokenBlocks from the wheel (PyTorch "
            "engine, prefix caching off), driven as paging/scheduler.py does: at admission num_required_blocks + "
-           "get_num_free_gpu_blocks (the eviction helper's test) and allocate(seq, 0); per step, last row first, "
-           "schedule_running's num_required_blocks(seq, 0) and, when a block is due, the capacity test and "
-           "allocate(seq, 0); then get_block_table per row and the slot from it; free(seq) at the end; look-ahead 0 "
+           "get_num_free_gpu_blocks (the eviction helper's test) and allocate(seq, 0); per step, in the batch's order "
+           "(the contract's; LMDeploy's goes last row first), schedule_running's num_required_blocks(seq, 0) and, "
+           "when a block is due, the capacity test and allocate(seq, 0); then get_block_table per row and the slot "
+           "from it; free(seq) at the end; look-ahead 0 "
            "(prefill_interval's 16 tokens, checked once per 16 decode loops, set aside: the contract counts blocks "
            "exactly); the sequence is the contender's (token counts, status, table); fork and copy-on-write emulated "
            "as the contender emulates them, with the allocator's add_ref_count, allocate and free")

@@ -259,11 +259,12 @@ class SchedulerDrive:
         return cow
 
     def _decode(self, seq_ids: np.ndarray, ids: list[int], cow_out: np.ndarray, slot_out: np.ndarray) -> int:
-        """One step: ``schedule_running`` over the batch, last row first, then every row's table resolved to
+        """One step: ``schedule_running`` over the batch (in the batch's order: the contract's step hands out blocks
+        as its per-call appends would, where LMDeploy goes last row first), then every row's table resolved to
         physical ids (``get_block_tables``) and its slot read from it."""
         seqs, lens, bs = self.seqs, self._lens, self.block_size
         cows = []
-        for s in reversed(ids):
+        for s in ids:
             seq = seqs[s]
             seq.grow()
             if lens[s] % bs:
@@ -277,7 +278,7 @@ class SchedulerDrive:
         slot_out[: len(ids)] = [int(t[(lens[s] - 1) // bs]) * bs + (lens[s] - 1) % bs
                                 for s, t in zip(ids, tables, strict=True)]
         if cows:
-            cow_out[: len(cows)] = cows[::-1]
+            cow_out[: len(cows)] = cows
         return len(cows)
 
     def _last_slot(self, seq_id: int) -> int:
