@@ -12,7 +12,7 @@ from harness.engines.adapter import EngineAdapter
 from harness.engines.catalog import Baseline
 from harness.engines.eras import Era, era_of
 from harness.engines.loader import ImportPlan
-from impls.contenders.lmdeploy import SchedulerDrive, Sequence, Status
+from impls.contenders.lmdeploy import SchedulerDrive, Sequence, Status, child_of
 from impls.contract import NoFreeBlocksError
 
 PAGING = "lmdeploy.pytorch.paging.block_manager"
@@ -113,9 +113,7 @@ class LmdeployEngine(SchedulerDrive, EngineAdapter):
 
     def _fork(self, parent_id: int, child_id: int) -> None:
         parent = self.seqs[parent_id]
-        child = self.lmdeploy.Sequence(parent.num_all_ids, self.block_size, parent.logical_blocks.clone())
-        child._num_history_ids, child._num_token_ids = parent._num_history_ids, parent._num_token_ids
-        child.state.status = Status.RUNNING
+        child = child_of(parent, parent.logical_blocks.clone(), self.lmdeploy.Sequence)
         self.allocator.add_ref_count(child.logical_blocks.get_real_blocks(), 1)
         self.seqs[child_id] = child
 

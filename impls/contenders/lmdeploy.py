@@ -63,6 +63,14 @@ class Sequence:
         self._num_token_ids = 1
 
 
+def child_of(parent: Sequence, table: object, cls: type = Sequence) -> Sequence:
+    """A fork's child (emulated: LMDeploy forks no sequence): the parent's token counts over ``table``, running."""
+    child = cls(parent.num_all_ids, parent.block_size, table)
+    child._num_history_ids, child._num_token_ids = parent._num_history_ids, parent._num_token_ids
+    child.state.status = Status.RUNNING
+    return child
+
+
 class BlockIds:
     """A sequence's logical block ids: a NumPy array grown in chunks of :data:`TABLE_CHUNK`, and how many are real."""
 
@@ -349,9 +357,7 @@ class LmdeployBlockManager(SchedulerDrive, InterpretedBlockManager):
     def _fork(self, parent_id: int, child_id: int) -> None:
         """Emulated fork: the child's table a copy of the parent's, one more reference on each block."""
         parent = self.seqs[parent_id]
-        child = Sequence(parent.num_all_ids, self.block_size, parent.logical_blocks.copy())
-        child._num_history_ids, child._num_token_ids = parent._num_history_ids, parent._num_token_ids
-        child.state.status = Status.RUNNING
+        child = child_of(parent, parent.logical_blocks.copy())
         self.allocator.add_refs(child.logical_blocks.real(), 1)
         self.seqs[child_id] = child
 
