@@ -67,8 +67,6 @@ def load(version: str | None = None) -> SimpleNamespace:
 
 
 class LmdeployEngine(SchedulerDrive, EngineAdapter):
-    """LMDeploy's ``DefaultBlockManager`` driven with the contender's step (docs/output.md)."""
-
     lmdeploy: SimpleNamespace
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
