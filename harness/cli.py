@@ -483,12 +483,12 @@ def cmd_history(args: argparse.Namespace) -> int:
     failed."""
     import shlex
 
-    from harness.engines.catalog import ENGINES
+    from harness.engines.catalog import ENGINES, HISTORY_ENGINES, or_list
     from harness.history.measure import HistoryOptions, history
     from harness.history.render import render
 
-    if args.engine not in ("vllm", "sglang"):
-        raise UsageError(f"ENGINE {args.engine!r}: history compares published releases of vllm or sglang")
+    if args.engine not in HISTORY_ENGINES:
+        raise UsageError(f"ENGINE {args.engine!r}: history compares published releases of {or_list(HISTORY_ENGINES)}")
     engine = ENGINES[args.engine]
     scenarios = args.scenario or [s for s in engine.scenarios if s != "parallel-sampling"]
     unknown = [s for s in scenarios if s not in SCENARIOS]
@@ -621,6 +621,9 @@ def _add_engine_scenarios(p: argparse.ArgumentParser, default: str) -> None:
 
 
 def _add_calibrate(sub) -> None:
+    from harness.engines.catalog import ENGINES, PUBLISHED_ENGINES, or_list
+
+    unpublished = [name for name in ENGINES if name not in PUBLISHED_ENGINES]
     p = sub.add_parser(
         "calibrate", help="time our contenders beside an engine's own block manager (a new results/ folder)",
         description=f"{PROG} calibrate ENGINE[==VERSION] [--scenario S,...] [--source DIR] [--PARAM VALUE ...]. "
@@ -629,8 +632,9 @@ def _add_calibrate(sub) -> None:
                     "each scenario on them and on our contenders with the same driver and interleaving as `run`, "
                     "checks every replay against its trace, and writes ratio rows into a new folder "
                     "results/<timestamp>-calibration-ENGINE/ (--update-committed: into results/calibration/"
-                    "calibration.csv). Engines: vllm, sglang, nano-vllm (not on the package index: --source).")
-    p.add_argument("engine", help="vllm, sglang or nano-vllm, optionally ==VERSION (e.g. vllm==0.33.0)")
+                    f"calibration.csv). Engines: {', '.join(PUBLISHED_ENGINES)}, {', '.join(unpublished)} (not on the "
+                    "package index: --source).")
+    p.add_argument("engine", help=f"{or_list(ENGINES)}, optionally ==VERSION (e.g. vllm==0.33.0)")
     _add_engine_scenarios(p, "the engine's committed ones")
     p.add_argument("--source", metavar="DIR", help="the engine's source folder (holding its top-level package)")
     _add_processes(p)
@@ -644,6 +648,7 @@ def _add_calibrate(sub) -> None:
 
 
 def _add_history(sub) -> None:
+    from harness.engines.catalog import HISTORY_ENGINES, or_list
     from harness.output.compare import DEFAULT_THRESHOLD_PCT
 
     p = sub.add_parser(
@@ -653,7 +658,7 @@ def _add_history(sub) -> None:
                     "(harness/engines/ENGINE_engine.py: ERAS), each in a worker process of its own, in lockstep; "
                     "writes DIR/history.csv, DIR/verdicts.csv (each release against the one before: compare's verdict "
                     f"at {DEFAULT_THRESHOLD_PCT:g} %), DIR/history.md and a figure.")
-    p.add_argument("engine", help="vllm or sglang")
+    p.add_argument("engine", help=or_list(HISTORY_ENGINES))
     p.add_argument("versions", metavar="VERSIONS",
                    help="published releases: a comma list (0.23.0,0.24.0) or a range FIRST..LAST (0.21.0..0.33.0), "
                         "resolved with `pip index versions`")

@@ -31,6 +31,7 @@ from harness.errors import InputError
 from impls import REGISTRY
 from scenarios import generate
 from tests.calibration_standin import build_wheel, write_standin
+from tests.lmdeploy_standin import write_lmdeploy
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--steps", "24", "--running", "12", "--num-blocks", "2048", "--prompt-mean", "40", "--output-mean", "30"]
@@ -190,6 +191,48 @@ def test_an_adapter_makes_the_contract_s_checks_our_contenders_make(tmp_path, mo
                     mgr.decode_step(bad, cows, slots)
             assert (len(seq), list(seq.block_table), adapter.num_free_blocks(), seq.num_scheduled_tokens) == before
 
+
+
+@pytest.mark.parametrize("version, reads", [("0.10.0", "method"), ("0.12.0", "property"), ("0.18.0", "limit")])
+def test_the_lmdeploy_adapter_keeps_the_contract_on_each_era_s_layout(tmp_path, version, reads) -> None:
+    """The adapter over a stand-in laid out as each era's release (what num_required_blocks reads off a sequence)
+    passes the contract checker, forks and copy-on-write included, and never runs messages.py or an __init__."""
+    from harness.conformance.check import check
+    from harness.engines import lmdeploy_engine
+
+    root = write_lmdeploy(tmp_path / "lmdeploy-src", reads)
+    with engine_imports(lmdeploy_engine.plan(version), root) as imports:
+        cls = lmdeploy_engine.baselines(lmdeploy_engine.load(version), version)[0].cls
+        verdict = check(cls, seeds=(1,), max_examples=8, step_count=30)
+        assert verdict.ok, verdict.failures[0].reproduction
+        assert "lmdeploy.pytorch.messages" in imports.loaded  # served as a stand-in, never run
+
+
+def test_the_lmdeploy_adapter_and_the_contender_take_the_same_step(tmp_path) -> None:
+    """The two sides of LMDeploy's calibration share the scheduler's step (SchedulerDrive): the same sequence class,
+    the same order, the same contract answers; only the block manager differs."""
+    from harness.engines import lmdeploy_engine
+    from impls.contenders.lmdeploy import LmdeployBlockManager, SchedulerDrive
+
+    root = write_lmdeploy(tmp_path / "lmdeploy-src")
+    with engine_imports(lmdeploy_engine.plan(), root) as imports:
+        adapter = lmdeploy_engine.baselines(lmdeploy_engine.load(), "standin")[0].cls(32, 4, 4, 16)
+        imports.arm()  # a stand-in touched from here on raises
+        ours = LmdeployBlockManager(32, 4, 4, 16)
+        assert isinstance(adapter, SchedulerDrive) and type(adapter.seqs) is type(ours.seqs)
+        seen = []
+        for mgr in (adapter, ours):
+            cows, slots = np.zeros((4, 2), dtype=np.int64), np.zeros(4, dtype=np.int64)
+            mgr.allocate(0, 6)
+            mgr.fork(0, 1)
+            n = mgr.decode_step(np.array([0, 1]), cows, slots)
+            mgr.allocate(2, 4)
+            mgr.decode_step(np.array([2, 1, 0]), cows, slots)
+            mgr.free(0)
+            seen.append((n, [mgr.seq_len(s) for s in (1, 2)], mgr.num_free_blocks(),
+                         [[mgr.ref_count(b) for b in mgr.block_table(s)] for s in (1, 2)],
+                         type(mgr.seqs[1]).__name__))
+        assert seen[0] == seen[1] and seen[0][0] == 1  # the shared last block was copied once
 
 
 def test_the_sglang_adapter_drives_the_allocator_as_the_contender_does(monkeypatch) -> None:
@@ -608,6 +651,7 @@ def _has_xxhash() -> bool:
     ("sglang==0.5.23", {"one torch thread"},
      "sha256:00b3cd5b265a"),
     ("vllm==0.33.0", {"caching off", "caching on", "caching on, no block hashes"}, "sha256:4b6bdec4ab26"),
+    ("lmdeploy==0.18.0", {"caching off"}, "sha256:e6790a25dcdb"),
 ])
 def test_calibrate_runs_the_published_engines(tmp_path, capsys, engine, baselines, digest) -> None:
     """The published wheels (fetched once into the user's cache), on short traces: every baseline loads, replays

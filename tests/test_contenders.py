@@ -494,3 +494,50 @@ def test_vllm_pc_makes_the_reference_models_choices(seed: int) -> None:
         run.step()
     check_vllm(run.d)
     assert run.d.block_pool.evictions == run.r.evictions > 0
+
+
+# -- lmdeploy -----------------------------------------------------------------------------------------------
+def test_lmdeploy_hands_out_the_ids_freed_last_first_from_numpy_stacks() -> None:
+    """LMDeploy's allocators are NumPy arrays used as stacks: a free writes the ids just below the free part, so the
+    next allocation takes them first, in the order the freed table listed them."""
+    from impls.contenders.lmdeploy import LmdeployBlockManager
+
+    mgr = LmdeployBlockManager(num_blocks=8, block_size=BS)
+    alloc = mgr.allocator
+    assert alloc.gpu.ids.dtype == alloc.logical.ids.dtype == alloc.map.refs.dtype == np.int64
+    mgr.allocate(0, 3 * BS)
+    mgr.allocate(1, BS)
+    assert mgr.block_table(0) == [0, 1, 2] and mgr.block_table(1) == [3]
+    mgr.free(0)
+    assert mgr.num_free_blocks() == 7 and alloc.gpu.ids[1:4].tolist() == [0, 1, 2]  # the stack: 3 in use, then 0 1 2
+    mgr.allocate(2, 2 * BS)
+    assert mgr.block_table(2) == [0, 1]
+
+
+def test_lmdeploy_tables_are_numpy_arrays_grown_by_whole_chunks_and_frees_are_stamped() -> None:
+    from impls.contenders.lmdeploy import TABLE_CHUNK, LmdeployBlockManager
+
+    mgr = LmdeployBlockManager(num_blocks=2 * TABLE_CHUNK + 8, block_size=1, max_seqs=2,
+                               max_blocks_per_seq=2 * TABLE_CHUNK + 8)
+    mgr.allocate(0, TABLE_CHUNK)
+    assert mgr.table_nbytes(0) == TABLE_CHUNK * 8
+    mgr.append_slot(0)
+    assert mgr.table_nbytes(0) == 2 * TABLE_CHUNK * 8  # one more chunk, not doubling
+    before = mgr.allocator.map.touched.copy()
+    mgr.free(0)
+    assert (mgr.allocator.map.touched[: TABLE_CHUNK + 1] >= before[: TABLE_CHUNK + 1]).all()
+
+
+def test_lmdeploy_forks_by_reference_counts_and_copies_a_shared_last_block_on_append() -> None:
+    from impls.contenders.lmdeploy import LmdeployBlockManager
+
+    mgr = LmdeployBlockManager(num_blocks=8, block_size=BS)
+    mgr.allocate(0, BS + 1)
+    mgr.fork(0, 1)
+    assert [mgr.ref_count(b) for b in mgr.block_table(0)] == [2, 2] and mgr.num_free_blocks() == 6
+    src, dst = mgr.append_slot(1)
+    assert src == mgr.block_table(0)[-1] and dst == mgr.block_table(1)[-1] != src
+    assert mgr.ref_count(src) == 1 and mgr.ref_count(dst) == 1 and mgr.ref_count(mgr.block_table(1)[0]) == 2
+    mgr.free(0)
+    mgr.free(1)
+    assert mgr.num_free_blocks() == 8 and not mgr.allocator.map.refs.any()

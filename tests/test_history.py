@@ -18,7 +18,7 @@ import pytest
 from packaging.version import Version
 
 from harness.cli import main
-from harness.engines import sglang_engine, vllm_engine
+from harness.engines import lmdeploy_engine, sglang_engine, vllm_engine
 from harness.engines.eras import Era, era_of
 from harness.errors import InputError
 from harness.history.records import CALL_METRICS, METRICS, HistoryRow, read_history, write_history
@@ -26,6 +26,8 @@ from harness.history.releases import parse_versions, resolve
 from harness.history.render import render
 from harness.history.verdicts import paired_steps, step, steps
 from tests.history_standin import LAYOUTS, vllm_wheels
+from tests.lmdeploy_standin import LAYOUTS as LMDEPLOY_LAYOUTS
+from tests.lmdeploy_standin import lmdeploy_wheels
 
 SMALL = ["--steps", "24", "--running", "12", "--num-blocks", "2048", "--prompt-mean", "40", "--output-mean", "30"]
 
@@ -57,7 +59,7 @@ def test_a_range_is_every_release_the_index_lists_between_its_ends(tmp_path) -> 
 
 
 # -- the plans' table of releases --------------------------------------------------------------------------
-@pytest.mark.parametrize("module", [vllm_engine, sglang_engine])
+@pytest.mark.parametrize("module", [vllm_engine, sglang_engine, lmdeploy_engine])
 def test_the_eras_are_ordered_and_disjoint_and_each_release_finds_its_own(module) -> None:
     eras = module.ERAS
     for era in eras:
@@ -83,13 +85,26 @@ def test_the_vllm_eras_drive_what_moved_between_releases() -> None:
     assert "vllm.utils.gc_utils" not in vllm_engine.plan("0.33.0").real
 
 
+def test_the_lmdeploy_eras_hand_each_release_the_sequence_its_block_manager_reads() -> None:
+    old, middle, new = (lmdeploy_engine.era(v).drive["sequence"] for v in ("0.9.2.post1", "0.11.1", "0.12.0"))
+    assert lmdeploy_engine.era("0.10.0").drive["sequence"] is old
+    assert lmdeploy_engine.era("0.18.0").drive["sequence"] is new
+    assert hasattr(old, "num_all_tokens") and hasattr(old, "num_all_cross_tokens")
+    assert not hasattr(middle, "num_all_tokens") and hasattr(middle, "num_all_cross_tokens")
+    assert not hasattr(new, "num_all_cross_tokens")
+    # 0.9.2's allocate checks isinstance(seq, SchedulerSequence): the stand-in messages module names the era's class
+    assert lmdeploy_engine.plan("0.9.2").stubs["lmdeploy.pytorch.messages"]["SchedulerSequence"] is old
+
+
 @pytest.mark.parametrize("engine, version, words", [
     ("vllm", "0.11.2", "older than the plans drive (0.12.0..0.34.0): before 0.12.0 KVCacheManager takes no"),
     ("vllm", "0.35.0", "newer than 0.34.0, the last release the import plans were checked against"),
     ("sglang", "0.5.21", "launch Triton kernels"),
+    ("lmdeploy", "0.9.1", "older than the plans drive (0.9.2..0.18.0): releases before 0.9.2 were not read"),
+    ("lmdeploy", "0.19.0", "newer than 0.18.0, the last release the import plans were checked against"),
 ])
 def test_a_release_outside_the_plans_is_refused_saying_why(engine, version, words) -> None:
-    module = {"vllm": vllm_engine, "sglang": sglang_engine}[engine]
+    module = {"vllm": vllm_engine, "sglang": sglang_engine, "lmdeploy": lmdeploy_engine}[engine]
     with pytest.raises(InputError, match=re.escape(words)):
         module.era(version)
 
@@ -194,6 +209,18 @@ def test_history_drives_four_ranges_of_releases_in_lockstep_and_checks_each_repl
     assert "4 releases in the cache" in err
 
 
+@pytest.mark.slow  # an end-to-end history run over three of LMDeploy's ranges (make test-slow, .ci/run)
+def test_history_drives_lmdeploy_s_ranges_of_releases(tmp_path, capsys) -> None:
+    links, out = lmdeploy_wheels(tmp_path), tmp_path / "out"
+    code, stdout, err = _history(capsys, "lmdeploy", "0.10.0..0.15.0", "--scenario", "paper", "--reps", "2", "--out",
+                                 str(out), "--cache", str(tmp_path / "cache"), "--find-links", str(links), *SMALL)
+    assert code == 0, err
+    rows = read_history(out / "history.csv")
+    assert {(r.version, r.caching) for r in rows} == {(v, "off") for v in LMDEPLOY_LAYOUTS}
+    assert all(r.status == "ok" and "default_block_manager" in r.how for r in rows)
+    assert "lmdeploy 0.12.0 -> 0.15.0" in stdout
+
+
 @pytest.mark.slow  # an end-to-end run, ~10 s (make test-slow, .ci/run)
 def test_a_release_whose_code_moved_from_its_era_fails_its_replays_and_is_not_guessed(tmp_path, capsys,
                                                                                        monkeypatch) -> None:
@@ -211,7 +238,7 @@ def test_a_release_whose_code_moved_from_its_era_fails_its_replays_and_is_not_gu
 
 
 @pytest.mark.parametrize("args, message", [
-    (["nano-vllm", "0.1.0"], "history compares published releases of vllm or sglang"),
+    (["nano-vllm", "0.1.0"], "history compares published releases of vllm, sglang or lmdeploy"),
     (["vllm", "0.11.2,0.12.0"], "vllm 0.11.2: older than the plans drive"),
     (["sglang", "0.5.21,0.5.22"], "sglang 0.5.21: older than the plans drive (0.5.22..0.5.23): before 0.5.22"),
     (["vllm", "latest"], "VERSIONS latest: 'latest' is not a release number"),

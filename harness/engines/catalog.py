@@ -63,7 +63,19 @@ ENGINES = {
                      history={"one torch thread": "off"}, engine_objects={"sglang": "allocator"}),
     "nano-vllm": Engine("nano-vllm", "nano-vllm", None, ("nanovllm",), "nano_vllm_engine",
                         {"nano-vllm": ("per-call", "batched")}, engine_objects={"nano-vllm": "block_manager"}),
+    "lmdeploy": Engine("lmdeploy", "LMDeploy", "lmdeploy", ("lmdeploy",), "lmdeploy_engine",
+                       {"lmdeploy": ("per-call", "batched")}, history={"caching off": "off"},
+                       engine_objects={"lmdeploy": "manager"}),
 }
+
+
+def or_list(names) -> str:
+    names = list(names)
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+HISTORY_ENGINES = tuple(name for name, e in ENGINES.items() if e.distribution is not None and e.history)
+PUBLISHED_ENGINES = tuple(name for name, e in ENGINES.items() if e.distribution is not None)
 
 
 def parse_engine(text: str) -> tuple[Engine, str | None]:

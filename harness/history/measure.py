@@ -19,7 +19,7 @@ from harness.base.metrics import step_ns_lists
 from harness.calibration.replays import IMPORTING, CalibrationJob, Measured, Refused, execute
 from harness.calibration.run import machine
 from harness.engines import fetch
-from harness.engines.catalog import Engine
+from harness.engines.catalog import HISTORY_ENGINES, Engine, or_list
 from harness.errors import InputError
 from harness.history.records import HISTORY_CSV, HistoryRow, write_history
 from harness.history.release_figures import measured_rows, refused_rows
@@ -68,7 +68,8 @@ def check(opts: HistoryOptions) -> list[str]:
     """Everything about the input, before anything is fetched: the releases VERSIONS names, each one drivable."""
     e = opts.engine
     if e.distribution is None or not e.history:
-        raise InputError(f"history: {e.name} has no published releases to compare; give vllm or sglang")
+        raise InputError(f"history: {e.name} has no published releases to compare; give "
+                         f"{or_list(HISTORY_ENGINES)}")
     for name in opts.scenarios:
         SCENARIOS[name].params(opts.params.get(name, {}))
     fetch.outside_repository(opts.cache, "--cache")

@@ -1,1 +1,1 @@
-"""Models of real engines' block managers (vLLM v1, nano-vllm, SGLang), calibrated against the engines' code."""
+"""Models of engines' block managers (vLLM v1, nano-vllm, SGLang, LMDeploy), calibrated against the engines' code."""
