@@ -25,7 +25,7 @@ from harness.history.records import CALL_METRICS, METRICS, HistoryRow, read_hist
 from harness.history.releases import parse_versions, resolve
 from harness.history.render import render
 from harness.history.verdicts import paired_steps, step, steps
-from tests.history_standin import LAYOUTS, vllm_wheels
+from tests.history_standin import LAYOUTS, PUBLISHED_VLLM, vllm_wheels
 
 SMALL = ["--steps", "24", "--running", "12", "--num-blocks", "2048", "--prompt-mean", "40", "--output-mean", "30"]
 
@@ -81,6 +81,11 @@ def test_the_vllm_eras_drive_what_moved_between_releases() -> None:
     assert vllm_engine.plan("0.29.0").stubs["vllm.envs"] == {}
     assert "vllm.utils.gc_utils" in vllm_engine.plan("0.34.0").real
     assert "vllm.utils.gc_utils" not in vllm_engine.plan("0.33.0").real
+
+
+def test_every_published_vllm_release_the_plans_span_has_a_plan() -> None:
+    """0.15.1 (only the hybrid coordinator and the scheduler changed from 0.15.0) fell between two rows."""
+    assert [vllm_engine.era(v).first for v in PUBLISHED_VLLM].count("0.14.0") == 4  # 0.14.0 to 0.15.1
 
 
 @pytest.mark.parametrize("engine, version, words", [

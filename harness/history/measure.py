@@ -21,12 +21,13 @@ from harness.calibration.run import machine
 from harness.engines import fetch
 from harness.engines.catalog import Engine
 from harness.errors import InputError
-from harness.history.records import HISTORY_CSV, HistoryRow, write_history
+from harness.history.groups import DEFAULT_GROUP, GroupPlan, anchor_for, next_group, workers_that_fit
+from harness.history.records import HISTORY_CSV, HistoryRow, raw_path, write_history
 from harness.history.release_figures import measured_rows, refused_rows
 from harness.history.releases import resolve
 from harness.run.lockstep import lockstep
 from harness.run.metadata import collect, load_average
-from harness.run.workers import CellDied, Pool, WorkerBug
+from harness.run.workers import CellDied, Pool, WorkerBug, memory_available
 from scenarios import SCENARIOS
 from scenarios.files.atomic import atomic_write_bytes
 
@@ -42,6 +43,8 @@ class HistoryOptions:
     cache: Path = field(default_factory=fetch.default_cache)
     find_links: Path | None = None
     deadline_s: float = DEFAULT_DEADLINE_S
+    group: int = DEFAULT_GROUP  # releases measured together, the anchor included (0: as many as memory holds)
+    anchor: str | None = None  # the release in every group (None: the newest)
     command: str = ""
     progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
 
@@ -80,6 +83,7 @@ def check(opts: HistoryOptions) -> list[str]:
     era = e.code().era
     for version in versions:
         era(version)  # InputError: the plans cannot drive it, and why
+    anchor_for(versions, opts.group, opts.anchor)
     return versions
 
 
@@ -120,17 +124,57 @@ def _measure(opts: HistoryOptions, versions: list[str], started: float) -> Histo
     disk = sum(r.disk for r in outcome.releases)
     opts.progress(f"{len(versions)} releases in the cache {opts.cache}: {disk / 1e6:,.0f} MB")
     meta = _meta(opts, outcome.releases)
-    with Pool(len(versions), execute, opts.deadline_s) as pool:
-        for name in opts.scenarios:
-            rows, load = Scenario(opts, outcome.releases, name).measure(pool, outcome.failures)
-            outcome.rows += rows
-            meta["load_average_by_scenario"][name] = load
-            outcome.written = write_history(opts.out / HISTORY_CSV, outcome.rows)
-            write_json(opts.out / "meta.json", {**meta, "complete": False})  # an interrupted run keeps its meta too
+    plan = GroupPlan(opts.group, anchor_for(versions, opts.group, opts.anchor))
+    by_version = {r.version: r for r in outcome.releases}
+    pending, peak = list(versions), 0
+    while pending:
+        available = memory_available()
+        group = next_group(pending, plan, workers_that_fit(peak, available))
+        number = len(meta["groups"]) + 1
+        record = {"group": number, "releases": group, "memory_available_bytes": available, "peak_rss_bytes": {}}
+        meta["groups"].append(record)
+        opts.progress(_group_line(number, group, plan, pending, available, peak))
+        with Pool(len(group), execute, opts.deadline_s) as pool:
+            for name in opts.scenarios:
+                measured = Scenario(opts, [by_version[v] for v in group], name, number)
+                rows, load = measured.measure(pool, outcome.failures)
+                outcome.rows += rows
+                _note(meta, record, name, load, measured.peaks())
+                outcome.written = write_history(opts.out / HISTORY_CSV, outcome.rows)
+                write_json(opts.out / "meta.json", {**meta, "complete": False})  # an interrupted run keeps its meta
+        peak = max([peak, *record["peak_rss_bytes"].values()])
+        opts.progress(_memory_line(number, record))
+        pending = [v for v in pending if v not in group]
     outcome.seconds = time.monotonic() - started
     meta["seconds"] = round(outcome.seconds, 1)
     write_json(opts.out / "meta.json", {**meta, "complete": True})
     return outcome
+
+
+def _note(meta: dict, record: dict, scenario: str, load: list[float], peaks: dict[str, int]) -> None:
+    """A scenario's load average (its range over the groups so far) and its workers' peak memory, into ``meta``."""
+    seen = meta["load_average_by_scenario"].get(scenario, []) + load
+    meta["load_average_by_scenario"][scenario] = [min(seen), max(seen)] if len(seen) > 2 else seen
+    record.setdefault("load_average_by_scenario", {})[scenario] = load
+    for version, rss in peaks.items():
+        record["peak_rss_bytes"][version] = max(rss, record["peak_rss_bytes"].get(version, 0))
+
+
+def _group_line(number: int, group: list[str], plan: GroupPlan, pending: list[str], available: int,
+                peak: int) -> str:
+    left = len([v for v in pending if v not in group])
+    bound = (f"; {available / 2**30:,.1f} GiB available, a worker's peak so far {peak / 2**20:,.0f} MiB"
+             if peak else "")
+    anchor = f", the anchor {plan.anchor} in every group" if left or number > 1 else ""
+    return f"group {number}: {len(group)} releases ({group[0]} to {group[-1]}){anchor}, {left} left after it{bound}"
+
+
+def _memory_line(number: int, record: dict) -> str:
+    rss = record["peak_rss_bytes"].values()
+    if not rss:
+        return f"group {number}: no worker reported its memory"
+    return (f"group {number}: peak resident memory per worker {min(rss) / 2**20:,.0f}-{max(rss) / 2**20:,.0f} MiB, "
+            f"{sum(rss) / 2**30:,.2f} GiB for its {len(rss)} workers together")
 
 
 def fetched(opts: HistoryOptions, version: str) -> Release:
@@ -152,14 +196,16 @@ def _meta(opts: HistoryOptions, releases: list[Release]) -> dict:
             "scenarios": opts.scenarios, "params": opts.params, "reps": opts.reps, "cache": str(opts.cache),
             "releases": [{"version": r.version, "digest": r.code.digest, "wheel": r.code.origin, "disk_bytes": r.disk,
                           "era": f"{era(r.version).first}..{era(r.version).last}"} for r in releases],
-            "cache_disk_bytes": sum(r.disk for r in releases), "load_average_by_scenario": {}}
+            "cache_disk_bytes": sum(r.disk for r in releases), "load_average_by_scenario": {},
+            "group_size": opts.group, "anchor": anchor_for([r.version for r in releases], opts.group, opts.anchor),
+            "groups": []}
 
 
 class Scenario:
     """One scenario on every release: one worker per release, in lockstep; again without a replay that died."""
 
-    def __init__(self, opts: HistoryOptions, releases: list[Release], name: str) -> None:
-        self.opts, self.releases, self.name = opts, releases, name
+    def __init__(self, opts: HistoryOptions, releases: list[Release], name: str, group: int = 1) -> None:
+        self.opts, self.releases, self.name, self.group = opts, releases, name, group
         self.failed: dict[str, dict[tuple, str]] = {r.version: {} for r in releases}
         self.results: dict[str, Measured | Refused] = {}
 
@@ -210,7 +256,8 @@ class Scenario:
         value = self.results[release.version]
         common = {"engine": self.opts.engine.name, "version": release.version, "scenario": self.name,
                   "digest": release.code.digest, "machine": machine(), "command": self.opts.command,
-                  "load": "-".join(f"{x:.2f}" for x in load), "made": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                  "load": "-".join(f"{x:.2f}" for x in load), "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                  "group": self.group}
         if isinstance(value, Refused):
             failures.append(value.message)
             return refused_rows(self.opts.engine.history, value.message, common)
@@ -218,6 +265,10 @@ class Scenario:
         failures += [f"{self.name}: {self.opts.engine.name} {release.version} {k[0]}: {why}"
                      for k, why in value.failed.items() if k[0] in self.opts.engine.history]
         return measured_rows(value, self.opts.engine.history, common)
+
+    def peaks(self) -> dict[str, int]:
+        """Each release's worker's peak resident memory, bytes (the releases that were measured)."""
+        return {v: m.peak_rss for v, m in self.results.items() if isinstance(m, Measured) and m.peak_rss}
 
     def write_raw(self) -> None:
         """Per-repetition step times of every release's replays (``runs/ENGINE-VERSION__SCENARIO.json.gz``)."""
@@ -232,7 +283,7 @@ class Scenario:
                                 for k, v in value.samples.items()},
                     "caching": dict(self.opts.engine.history),
                     "metered_engine_calls": {k[0]: asdict(m) for k, m in value.metered.items()}}
-            path = self.opts.out / "runs" / f"{self.opts.engine.name}-{version}__{self.name}.json.gz"
+            path = raw_path(self.opts.out, self.opts.engine.name, version, self.name, self.group)
             atomic_write_bytes(path, gzip.compress(json.dumps(data).encode(), mtime=0))
 
 
