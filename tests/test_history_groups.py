@@ -174,6 +174,7 @@ def test_history_in_groups_bounded_by_the_workers_measured_memory(tmp_path, caps
         return 2 if peak else 1 << 30
 
     monkeypatch.setattr(measure, "workers_that_fit", fits)
+    monkeypatch.setattr(measure, "PROGRESS_S", 0.0)  # a progress line at every position of the lockstep
     links, out = vllm_wheels(tmp_path, LAYOUTS5), tmp_path / "out"
     code = main(["history", "vllm", "0.16.0..0.26.0", "--scenario", "paper", "--reps", "2", "--group", "3",
                  "--anchor", "0.26.0", "--out", str(out), "--cache", str(tmp_path / "cache"), "--find-links",
@@ -203,3 +204,5 @@ def test_history_in_groups_bounded_by_the_workers_measured_memory(tmp_path, caps
     assert "group 2: 2 releases (0.25.0 to 0.26.0), the anchor 0.26.0 in every group, 1 left after it" in err
     assert "peak resident memory per worker" in err and (out / "history-vllm.png").is_file()
     assert "vllm 0.22.1 -> 0.25.0" in stdout
+    assert "paper, group 1 (3 releases): repetition 2 of 2, slice 1," in err
+    assert "paper, group 3 (2 releases): metered replay 2," in err

@@ -72,7 +72,7 @@ class Measured:
     pid: int
     steps: int
     metered: dict[Key, MeteredReplays] = field(default_factory=dict)  # the engine's calls apart (engine_calls)
-    peak_rss: int = 0  # the worker's peak resident memory, bytes, when its job ended
+    peak_rss: int = 0
 
 
 @dataclass

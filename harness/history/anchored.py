@@ -1,5 +1,4 @@
-"""A history measured in groups (``history --group``): releases of different groups compared through the anchor
-release measured in each, and the figures put on the scale of the anchor's first group.
+"""A history in groups: releases of different groups compared through the anchor.
 Design: docs/output.md#harnesshistoryanchoredpy."""
 
 from __future__ import annotations
@@ -15,14 +14,13 @@ from packaging.version import Version
 from harness.base.stats import Estimate, independent_ratio
 from harness.history.records import HistoryRow
 
-Series = tuple[str, str, str, str]  # engine, caching, scenario, metric
+Series = tuple[str, str, str, str]
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Chained(Estimate):
-    """NEW/BASE of two releases measured in different groups: (NEW / the anchor in NEW's group) over (BASE / the
-    anchor in BASE's group), each ratio paired over repetitions (``paired``) or of independent figures."""
+    """NEW/BASE of releases in different groups, through the anchor (:func:`chain`)."""
 
     anchor: str = ""
     paired: bool = False
@@ -56,8 +54,7 @@ def common_group(releases: dict[str, dict[int, object]], base: str, new: str) ->
 
 def chain(base: T, new: T, base_anchor: T, new_anchor: T, anchor: str,
           ratio: Callable[[T, T], Estimate] = independent_ratio, paired: bool = False) -> Chained:
-    """NEW/BASE through the anchor: ``ratio(new, new_anchor) / ratio(base, base_anchor)`` (figures, or step times
-    per repetition with ``stats.paired_reps``), their intervals combined as independent (the groups ran apart)."""
+    """``ratio(new, new_anchor) / ratio(base, base_anchor)``, the two intervals combined as independent."""
     est = independent_ratio(ratio(new, new_anchor), ratio(base, base_anchor))
     return Chained(est.value, est.low, est.high, anchor, paired)
 
@@ -86,8 +83,7 @@ def canonical(rows: list[HistoryRow]) -> list[HistoryRow]:
 
 
 def on_anchor_scale(rows: list[HistoryRow]) -> list[HistoryRow]:
-    """The rows of :func:`canonical`, each group's figures scaled by the anchor's value in the first group over its
-    value in theirs (a group's drift of load taken out); a row whose group's anchor has no figure is left out."""
+    """:func:`canonical`'s rows, each group's scaled by the anchor's first-group value over its value there."""
     out = []
     for key, series in groupby(sorted(rows, key=series_key), key=series_key):
         series = list(series)
@@ -103,10 +99,6 @@ def on_anchor_scale(rows: list[HistoryRow]) -> list[HistoryRow]:
             if math.isfinite(scale) and scale > 0:
                 out.append(replace(r, value=r.value * scale, ci_low=r.ci_low * scale, ci_high=r.ci_high * scale))
     return out
-
-
-def grouped(rows: list[HistoryRow]) -> bool:
-    return len({r.group for r in rows}) > 1
 
 
 def groups_note(meta: dict) -> str:

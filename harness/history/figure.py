@@ -45,7 +45,7 @@ def draw(engine: str, rows: list[HistoryRow], found: list[Step], meta: dict, out
     rows = [r for r in rows if r.engine == engine]
     releases = sorted({r.version for r in rows}, key=Version)
     scenarios = sorted({r.scenario for r in rows})
-    width = max(4.2, 0.2 * len(releases))  # a panel widens with the releases along it
+    width = max(4.2, 0.2 * len(releases))
     fig, axes = new_figure(width * len(METRICS), 3.2 * len(scenarios) + 1.1, len(scenarios), len(METRICS))
     for i, scenario in enumerate(scenarios):
         for j, metric in enumerate(METRICS):

@@ -1,5 +1,4 @@
-"""``history``'s groups: the releases measured a group at a time, one anchor release in every group, so no more
-workers live at once than memory holds and every group's figures pair with the others' through the anchor.
+"""``history``'s groups: releases measured a group at a time, the anchor in every group.
 Design: docs/output.md#harnesshistorygroupspy."""
 
 from __future__ import annotations
@@ -10,9 +9,9 @@ from packaging.version import Version
 
 from harness.errors import InputError
 
-DEFAULT_GROUP = 12  # releases per group, the anchor included: 12 workers of a few hundred MB each
-MIN_GROUP = 2  # the anchor and one release
-MEMORY_SHARE = 0.75  # of the memory available when a group starts, for that group's workers
+DEFAULT_GROUP = 12
+MIN_GROUP = 2
+MEMORY_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -37,16 +36,14 @@ def anchor_for(versions: list[str], size: int, anchor: str | None) -> str:
 
 
 def next_group(pending: list[str], plan: GroupPlan, fits: int) -> list[str]:
-    """The next group, in release order: the anchor and the oldest ``min(plan.size, fits) - 1`` of the ``pending``
-    releases (``plan.size`` 0: as many as ``fits``); never fewer than :data:`MIN_GROUP` releases."""
+    """The anchor and the oldest pending releases, ``min(plan.size, fits)`` in all (at least :data:`MIN_GROUP`)."""
     others = [v for v in pending if v != plan.anchor]
     size = min(plan.size or len(others) + 1, max(MIN_GROUP, fits))
     return sorted([*others[: size - 1], plan.anchor], key=Version)
 
 
 def workers_that_fit(peak: int, available: int) -> int:
-    """How many workers of ``peak`` bytes each :data:`MEMORY_SHARE` of ``available`` holds (a large number while
-    nothing has been measured)."""
+    """Workers of ``peak`` bytes that :data:`MEMORY_SHARE` of ``available`` holds (unbounded before a peak)."""
     if peak <= 0 or available <= 0:
         return 1 << 30
     return int(available * MEMORY_SHARE // peak)

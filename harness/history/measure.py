@@ -31,6 +31,8 @@ from harness.run.workers import CellDied, Pool, WorkerBug, memory_available
 from scenarios import SCENARIOS
 from scenarios.files.atomic import atomic_write_bytes
 
+PROGRESS_S = 30.0
+
 
 @dataclass
 class HistoryOptions:
@@ -43,8 +45,8 @@ class HistoryOptions:
     cache: Path = field(default_factory=fetch.default_cache)
     find_links: Path | None = None
     deadline_s: float = DEFAULT_DEADLINE_S
-    group: int = DEFAULT_GROUP  # releases measured together, the anchor included (0: as many as memory holds)
-    anchor: str | None = None  # the release in every group (None: the newest)
+    group: int = DEFAULT_GROUP
+    anchor: str | None = None
     command: str = ""
     progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
 
@@ -82,7 +84,7 @@ def check(opts: HistoryOptions) -> list[str]:
         raise InputError(f"VERSIONS {opts.versions}: no published {e.distribution} release lies in that range")
     era = e.code().era
     for version in versions:
-        era(version)  # InputError: the plans cannot drive it, and why
+        era(version)
     anchor_for(versions, opts.group, opts.anchor)
     return versions
 
@@ -141,7 +143,7 @@ def _measure(opts: HistoryOptions, versions: list[str], started: float) -> Histo
                 outcome.rows += rows
                 _note(meta, record, name, load, measured.peaks())
                 outcome.written = write_history(opts.out / HISTORY_CSV, outcome.rows)
-                write_json(opts.out / "meta.json", {**meta, "complete": False})  # an interrupted run keeps its meta
+                write_json(opts.out / "meta.json", {**meta, "complete": False})
         peak = max([peak, *record["peak_rss_bytes"].values()])
         opts.progress(_memory_line(number, record))
         pending = [v for v in pending if v not in group]
@@ -152,7 +154,6 @@ def _measure(opts: HistoryOptions, versions: list[str], started: float) -> Histo
 
 
 def _note(meta: dict, record: dict, scenario: str, load: list[float], peaks: dict[str, int]) -> None:
-    """A scenario's load average (its range over the groups so far) and its workers' peak memory, into ``meta``."""
     seen = meta["load_average_by_scenario"].get(scenario, []) + load
     meta["load_average_by_scenario"][scenario] = [min(seen), max(seen)] if len(seen) > 2 else seen
     record.setdefault("load_average_by_scenario", {})[scenario] = load
@@ -210,8 +211,7 @@ class Scenario:
         self.results: dict[str, Measured | Refused] = {}
 
     def spec(self, release: Release) -> tuple[str, str]:
-        """The release's worker key: its own process (the job imports the release's code from the cache, so the
-        worker runs this checkout's code, not a code root's)."""
+        """The release's worker key: a process of its own, running this checkout (the job imports the release)."""
         return "release", f"{self.opts.engine.name}=={release.version}"
 
     def job(self, release: Release) -> CalibrationJob:
@@ -226,7 +226,7 @@ class Scenario:
         started = time.monotonic()
         pending = list(self.releases)
         while pending:
-            outcome = lockstep(pool, {self.spec(r): self.job(r) for r in pending})
+            outcome = lockstep(pool, {self.spec(r): self.job(r) for r in pending}, on_position=self.progress(started))
             pending = [r for r in pending if not self.settle(r, outcome[self.spec(r)], pool)]
         load.append(load_average()[0])
         self.opts.progress(f"{self.name}: {len(self.releases)} releases replayed in lockstep, {self.opts.reps} "
@@ -236,6 +236,22 @@ class Scenario:
             rows += self.rows_of(r, load, failures)
         self.write_raw()
         return rows, load
+
+    def progress(self, started: float) -> Callable[[tuple], None]:
+        last = [time.monotonic()]
+
+        def line(position: tuple) -> None:
+            now = time.monotonic()
+            if now - last[0] < PROGRESS_S or len(position) != 3:
+                return
+            last[0] = now
+            kind, rep, where = position
+            what = (f"metered replay {rep + 1}" if kind == 2 else
+                    f"repetition {rep + 1} of {self.opts.reps}, slice {where + 1}")
+            self.opts.progress(f"{self.name}, group {self.group} ({len(self.releases)} releases): {what}, "
+                               f"{now - started:,.0f} s")
+
+        return line
 
     def settle(self, release: Release, value: object, pool: Pool) -> bool:
         """Keep ``value`` (True), or note the replay its worker died in to measure the release again (False)."""
@@ -267,7 +283,6 @@ class Scenario:
         return measured_rows(value, self.opts.engine.history, common)
 
     def peaks(self) -> dict[str, int]:
-        """Each release's worker's peak resident memory, bytes (the releases that were measured)."""
         return {v: m.peak_rss for v, m in self.results.items() if isinstance(m, Measured) and m.peak_rss}
 
     def write_raw(self) -> None:

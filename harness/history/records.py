@@ -41,7 +41,7 @@ class HistoryRow:
     made: str
     command: str
     how: str
-    group: int = 1  # the group of releases measured together (harness.history.groups); the anchor is in each
+    group: int = 1
 
     def cells(self) -> dict[str, str]:
         out = {}
@@ -53,11 +53,11 @@ class HistoryRow:
 COLUMNS = [f.name for f in fields(HistoryRow)]
 _FLOATS = ("value", "ci_low", "ci_high")
 _INTS = ("reps", "steps", "group")
-_OPTIONAL = {"group": "1"}  # columns a table written before them lacks, and their value there
+_OPTIONAL = {"group": "1"}
 
 
 def raw_path(folder: Path, engine: str, version: str, scenario: str, group: int = 1) -> Path:
-    """A release's step times per repetition of one scenario: ``runs/`` (the first group), ``runs/group-N/``."""
+    """A release's step times per repetition: ``runs/`` for the first group, ``runs/group-N/`` after."""
     runs = folder / "runs" if group == 1 else folder / "runs" / f"group-{group}"
     return runs / f"{engine}-{version}__{scenario}.json.gz"
 

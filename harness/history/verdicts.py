@@ -47,7 +47,7 @@ class Step:
     ci_high: float
     verdict: str
     note: str
-    interval: str = "independent"  # "paired": over repetitions replayed in the same windows of time
+    interval: str = "independent"  # or "paired" (the same windows of time), either "through the anchor V"
 
 
 def _estimate(row: HistoryRow) -> Estimate | None:
@@ -61,14 +61,12 @@ PairKey = tuple[str, str, str, str, str, str]  # engine, caching, scenario, metr
 
 def step(base: HistoryRow, new: HistoryRow, threshold: float = DEFAULT_THRESHOLD,
          paired: dict[PairKey, Estimate] | None = None) -> Step:
-    """``new`` over ``base``, ``compare``'s verdict at ``threshold``: paired where ``paired`` holds the figure, else
-    the releases' independent intervals combined as ``compare`` combines them; releases of different groups
-    (``history --group``) through the anchor, as ``paired`` holds them (:class:`Chained`)."""
+    """``new`` over ``base``, ``compare``'s verdict at ``threshold``; paired where ``paired`` holds the figure."""
     b, n = _estimate(base), _estimate(new)
     head = (new.engine, new.caching, new.scenario, new.metric, base.version, new.version)
     est = (paired or {}).get(head)
     if isinstance(est, Chained) and not math.isfinite(est.low):
-        b = None  # the anchor has no figure in one of the groups: nothing joins the two
+        b = None
         base = replace(base, version=f"{base.version} or the anchor {est.anchor}")
     if b is None or n is None:
         side = base.version if b is None else new.version
@@ -90,8 +88,7 @@ def _interval(est: Estimate | None) -> str:
 
 def steps(rows: list[HistoryRow], threshold: float = DEFAULT_THRESHOLD,
           paired: dict[PairKey, Estimate] | None = None) -> list[Step]:
-    """Every pair of consecutive releases of every series of :data:`METRICS`; releases measured in a group of their
-    own each (``history --group``) compared in the group they share, else through the anchor."""
+    """Every pair of consecutive releases of every series of :data:`METRICS`, in a shared group or via the anchor."""
     out = []
     for key, releases in by_release([r for r in rows if r.metric in METRICS]).items():
         for a, b in pairwise(releases):
@@ -107,9 +104,7 @@ def steps(rows: list[HistoryRow], threshold: float = DEFAULT_THRESHOLD,
 
 
 def paired_steps(folder: Path, rows: list[HistoryRow]) -> dict[PairKey, Estimate]:
-    """``seq_step_ns`` of each release over the one before, paired over repetitions (``stats.paired_reps``), from
-    the step times per repetition in ``folder/runs/`` (every release's repetition r ran in the same windows); two
-    releases of different groups through the anchor's step times in each (:class:`Chained`)."""
+    """``seq_step_ns`` of each release over the one before, paired over the repetitions in ``folder/runs/``."""
     out: dict[PairKey, Estimate] = {}
     for key, releases in by_release([r for r in rows if r.metric == "seq_step_ns" and r.status == "ok"]).items():
         times = {(v, g): _rep_step_times(raw_path(folder, r.engine, v, r.scenario, g)).get(r.caching)
@@ -144,7 +139,7 @@ def _rep_step_times(path: Path) -> dict[str, np.ndarray]:
         doc = json.loads(gzip.decompress(path.read_bytes()))
     except (OSError, ValueError, EOFError) as exc:
         raise ResultsError(f"{path}: not a history run file ({exc})") from None
-    modes = doc.get("caching", {})  # baseline -> caching mode
+    modes = doc.get("caching", {})
     return {modes[name]: np.asarray(reps, dtype=float) for name, reps in doc.get("step_ns", {}).items()
             if name in modes and len(reps) >= 2}
 
@@ -198,8 +193,7 @@ def legend(threshold: float = DEFAULT_THRESHOLD) -> str:
 
 
 def calls_cells(rows: list[HistoryRow]) -> list[list[str]]:
-    """Per release, caching mode and scenario: the engine's own calls, the shared rest of the step, the engine's
-    share, as text cells."""
+    """Per release, caching mode and scenario: the engine's calls, the shared rest, the engine's share (text)."""
     found: dict[tuple, dict[str, HistoryRow]] = {}
     for r in rows:
         if r.metric in CALL_METRICS:
