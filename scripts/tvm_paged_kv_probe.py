@@ -68,16 +68,22 @@ def check_pages(f: dict) -> None:
     f["begin"](kv, shape([0]), shape([100]))
     f["end"](kv)
     assert (f["length"](kv, 0), total - f["free_pages"](kv)) == (100, 7)  # ceil(100 / 16) pages
-    f["fork"](kv, 0, 1, -1)  # the child shares the parent's pages
-    assert f["free_pages"](kv) == total - 7
+    f["fork"](kv, 0, 1, -1)  # the six full pages shared; the partial seventh copied for the child (f_copy_single_page)
+    assert total - f["free_pages"](kv) == 8
     f["begin"](kv, shape([0, 1]), shape([1, 1]))
     f["end"](kv)
     assert (f["length"](kv, 0), f["length"](kv, 1), total - f["free_pages"](kv)) == (101, 101, 8)
-    f["remove"](kv, 1)
-    f["remove"](kv, 0)
+    f["begin"](kv, shape([0, 1]), shape([12, 12]))  # 113 tokens: an eighth page each
+    f["end"](kv)
+    assert total - f["free_pages"](kv) == 10
+    f["fork"](kv, 0, 2, 96)  # at a page boundary: nothing copied
+    assert (f["length"](kv, 2), total - f["free_pages"](kv)) == (96, 10)
+    for seq in (2, 1, 0):
+        f["remove"](kv, seq)
     assert f["free_pages"](kv) == total
-    print(f"page accounting as expected: {total} pages, 100 tokens take 7, a fork shares them and its first "
-          "append into the shared last page takes one more; all back after remove")
+    print(f"page accounting as expected: {total} pages of {PAGE} tokens; 100 tokens take 7; a fork shares the full "
+          "pages and copies the partial last one (one page), at a page boundary copies none; 113 tokens take 8; "
+          "every page back after remove")
 
 
 def time_steps(f: dict, steps: int, batch: int = 64) -> None:
