@@ -222,6 +222,9 @@ def test_a_release_whose_code_moved_from_its_era_fails_its_replays_and_is_not_gu
     (["vllm", "latest"], "VERSIONS latest: 'latest' is not a release number"),
     (["vllm", "0.23.0,0.24.0", "--scenario", "nope"], "--scenario nope: unknown scenario"),
     (["vllm", "0.23.0,0.24.0", "--reps", "0"], "--reps"),
+    (["vllm", "0.23.0,0.24.0", "--group", "1"], "--group 1: a group holds the anchor and at least one release"),
+    (["vllm", "0.23.0,0.24.0", "--group", "-2"], "--group"),
+    (["vllm", "0.23.0,0.24.0", "--anchor", "0.25.0"], "--anchor 0.25.0: not one of the releases VERSIONS names"),
 ])
 def test_bad_history_input_is_one_line_and_exit_status_2(tmp_path, capsys, args, message) -> None:
     code, _, err = _history(capsys, *args, "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"))
