@@ -47,7 +47,6 @@ def anchor_of(releases: dict[str, dict[int, object]]) -> str | None:
 
 
 def common_group(releases: dict[str, dict[int, object]], base: str, new: str) -> int | None:
-    """The first group both releases were measured in (None: none)."""
     both = sorted(set(releases[base]) & set(releases[new]))
     return both[0] if both else None
 
