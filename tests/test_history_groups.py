@@ -206,3 +206,15 @@ def test_history_in_groups_bounded_by_the_workers_measured_memory(tmp_path, caps
     assert "vllm 0.22.1 -> 0.25.0" in stdout
     assert "paper, group 1 (3 releases): repetition 2 of 2, slice 1," in err
     assert "paper, group 3 (2 releases): metered replay 2," in err
+
+
+def test_the_readme_section_says_the_groups_and_the_anchor(tmp_path) -> None:
+    from harness.history.readme_section import section
+
+    write_history(tmp_path / "history.csv", [_row("0.24.0", 100.0), _row("0.26.0", 100.0), _row("0.25.0", 165.0, 2),
+                                             _row("0.26.0", 150.0, 2)])
+    groups = [{"releases": ["0.24.0", "0.26.0"]}, {"releases": ["0.25.0", "0.26.0"]}]
+    (tmp_path / "meta.json").write_text(json.dumps({"anchor": "0.26.0", "groups": groups}))
+    _, text = section(tmp_path, "results/history/vllm")
+    assert "Measured in 2 groups of up to 2 releases in turn, the anchor 0.26.0 in every group" in text
+    assert "0.25.0 (paper" not in text and "3 releases" in text
