@@ -496,8 +496,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         raise UsageError(f"--scenario {unknown[0]}: unknown scenario; `{PROG} scenarios` lists them")
     out = writable_dir(Path(args.out), "--out") if args.out else None
     opts = HistoryOptions(engine, args.versions, scenarios, {s: scenario_params(s, args) for s in scenarios}, out,
-                          reps=args.reps, find_links=find_links(args),
-                          deadline_s=args.deadline, command=shlex.join([PROG, *sys.argv[1:]]))
+                          reps=args.reps, find_links=find_links(args), deadline_s=args.deadline, group=args.group,
+                          anchor=args.anchor, command=shlex.join([PROG, *sys.argv[1:]]))
     if args.cache:
         opts.cache = Path(args.cache)
     outcome = history(opts)
@@ -649,13 +649,15 @@ def _add_calibrate(sub) -> None:
 
 def _add_history(sub) -> None:
     from harness.engines.catalog import HISTORY_ENGINES, or_list
+    from harness.history.groups import DEFAULT_GROUP
     from harness.output.compare import DEFAULT_THRESHOLD_PCT
 
     p = sub.add_parser(
         "history", help="an engine's block manager release by release, on the same traces in one run",
-        description=f"{PROG} history ENGINE VERSIONS [--scenario S,...] [--out DIR]. Each release is fetched, "
-                    "imported and replayed as `calibrate` does (see its --help), by the plan of its range of releases "
-                    "(harness/engines/ENGINE_engine.py: ERAS), each in a worker process of its own, in lockstep; "
+        description=f"{PROG} history ENGINE VERSIONS [--scenario S,...] [--group N] [--out DIR]. Each release is "
+                    "fetched, imported and replayed as `calibrate` does (see its --help), by the plan of its range of "
+                    "releases (harness/engines/ENGINE_engine.py: ERAS), each in a worker process of its own, in "
+                    "lockstep with the others of its group (the anchor release in every group); "
                     "writes DIR/history.csv, DIR/verdicts.csv (each release against the one before: compare's verdict "
                     f"at {DEFAULT_THRESHOLD_PCT:g} %), DIR/history.md and a figure.")
     p.add_argument("engine", help=or_list(HISTORY_ENGINES))
@@ -666,6 +668,12 @@ def _add_history(sub) -> None:
     p.add_argument("--out", metavar="DIR",
                    help="where the tables and figures go (default: a new folder results/<timestamp>-history-ENGINE/)")
     p.add_argument("--no-figures", action="store_true", help="tables only")
+    p.add_argument("--group", type=count(0, 1000), default=DEFAULT_GROUP, metavar="N",
+                   help=f"measure N releases at a time, the anchor among them (default {DEFAULT_GROUP}; 0: as many as "
+                        "memory holds): a worker process per release lives while its group is measured, and a group "
+                        "shrinks when the workers' measured peak memory says fewer fit")
+    p.add_argument("--anchor", metavar="VERSION", help="the release measured in every group, through which releases of "
+                                                       "different groups are compared (default: the newest)")
     _add_engine_options(p, "interleaved repetitions per release")
 
 

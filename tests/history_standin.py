@@ -172,3 +172,10 @@ def vllm_wheels(tmp: Path, layouts: dict[str, tuple[bool, bool, bool]] = LAYOUTS
     for version, flags in layouts.items():
         build_wheel(write_vllm(tmp / f"src-{version}", *flags), "vllm", version, dist)
     return dist
+
+
+# vLLM's final releases from 0.12.0 to 0.34.0 as PyPI lists them (2026-12-06): every one has a plan, none between two
+PUBLISHED_VLLM = ["0.12.0", "0.13.0", "0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0",
+                  "0.18.1", "0.19.0", "0.19.1", "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0",
+                  "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0",
+                  "0.32.0", "0.33.0", "0.34.0"]

@@ -25,7 +25,7 @@ from harness.history.records import CALL_METRICS, METRICS, HistoryRow, read_hist
 from harness.history.releases import parse_versions, resolve
 from harness.history.render import render
 from harness.history.verdicts import paired_steps, step, steps
-from tests.history_standin import LAYOUTS, vllm_wheels
+from tests.history_standin import LAYOUTS, PUBLISHED_VLLM, vllm_wheels
 from tests.lmdeploy_standin import LAYOUTS as LMDEPLOY_LAYOUTS
 from tests.lmdeploy_standin import lmdeploy_wheels
 
@@ -94,6 +94,11 @@ def test_the_lmdeploy_eras_hand_each_release_the_sequence_its_block_manager_read
     assert not hasattr(new, "num_all_cross_tokens")
     # 0.9.2's allocate checks isinstance(seq, SchedulerSequence): the stand-in messages module names the era's class
     assert lmdeploy_engine.plan("0.9.2").stubs["lmdeploy.pytorch.messages"]["SchedulerSequence"] is old
+
+
+def test_every_published_vllm_release_the_plans_span_has_a_plan() -> None:
+    """0.15.1 (only the hybrid coordinator and the scheduler changed from 0.15.0) fell between two rows."""
+    assert [vllm_engine.era(v).first for v in PUBLISHED_VLLM].count("0.14.0") == 4  # 0.14.0 to 0.15.1
 
 
 @pytest.mark.parametrize("engine, version, words", [
@@ -244,6 +249,9 @@ def test_a_release_whose_code_moved_from_its_era_fails_its_replays_and_is_not_gu
     (["vllm", "latest"], "VERSIONS latest: 'latest' is not a release number"),
     (["vllm", "0.23.0,0.24.0", "--scenario", "nope"], "--scenario nope: unknown scenario"),
     (["vllm", "0.23.0,0.24.0", "--reps", "0"], "--reps"),
+    (["vllm", "0.23.0,0.24.0", "--group", "1"], "--group 1: a group holds the anchor and at least one release"),
+    (["vllm", "0.23.0,0.24.0", "--group", "-2"], "--group"),
+    (["vllm", "0.23.0,0.24.0", "--anchor", "0.25.0"], "--anchor 0.25.0: not one of the releases VERSIONS names"),
 ])
 def test_bad_history_input_is_one_line_and_exit_status_2(tmp_path, capsys, args, message) -> None:
     code, _, err = _history(capsys, *args, "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"))

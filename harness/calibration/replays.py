@@ -20,7 +20,7 @@ from harness.engines.catalog import ENGINES, Baseline, Engine
 from harness.engines.fan_out import FanOutError
 from harness.engines.loader import PlanError, StubTouched, engine_imports
 from harness.errors import DesignFailure, InputError
-from harness.run.workers import Events
+from harness.run.workers import Events, peak_rss
 from impls import REGISTRY
 from impls.contract import supports_prefix_caching
 from scenarios import Trace, generate
@@ -72,6 +72,7 @@ class Measured:
     pid: int
     steps: int
     metered: dict[Key, MeteredReplays] = field(default_factory=dict)  # the engine's calls apart (engine_calls)
+    peak_rss: int = 0
 
 
 @dataclass
@@ -116,6 +117,7 @@ def _measure(job: CalibrationJob, events: Events) -> Measured:
         context = Context(engine, generate(job.scenario, **job.params), job, events)
         measured = context.measure(baselines, plan.describe())
         measured.loaded = list(imports.loaded)
+    measured.peak_rss = peak_rss()
     return measured
 
 

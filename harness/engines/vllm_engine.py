@@ -76,7 +76,7 @@ def _drive(scheduler_block_size: bool, computed, eos_token_id: bool = False, upd
 _EOS = _drive(False, _two, eos_token_id=True, update_hashes=_extend)
 ERAS = (
     Era("0.12.0", "0.13.0", "the first release the plan drives", {"vllm.utils.mem_constants": {}}, drive=_EOS),
-    Era("0.14.0", "0.15.0", "kv_cache_utils takes its sizes from vllm.utils.mem_utils, not mem_constants", _OLD,
+    Era("0.14.0", "0.15.1", "kv_cache_utils takes its sizes from vllm.utils.mem_utils, not mem_constants", _OLD,
         drive=_EOS),
     Era("0.16.0", "0.16.0", "Request.update_block_hashes hashes its newly full blocks", _OLD,
         drive=_drive(False, _two, eos_token_id=True)),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from harness.history.anchored import groups_note
 from harness.history.records import METRICS, UNITS, HistoryRow
 from harness.history.verdicts import Step
 from harness.output.drawing import MIN_FONT, new_figure, save_figure
@@ -44,7 +45,7 @@ def draw(engine: str, rows: list[HistoryRow], found: list[Step], meta: dict, out
     rows = [r for r in rows if r.engine == engine]
     releases = sorted({r.version for r in rows}, key=Version)
     scenarios = sorted({r.scenario for r in rows})
-    width = max(4.2, 0.2 * len(releases))  # a panel widens with the releases along it
+    width = max(4.2, 0.2 * len(releases))
     fig, axes = new_figure(width * len(METRICS), 3.2 * len(scenarios) + 1.1, len(scenarios), len(METRICS))
     for i, scenario in enumerate(scenarios):
         for j, metric in enumerate(METRICS):
@@ -60,7 +61,7 @@ def draw(engine: str, rows: list[HistoryRow], found: list[Step], meta: dict, out
                f"by the same driver, every release in a worker process of its own, in lockstep ({reps} repetitions "
                "each); whiskers: 95 % bootstrap intervals; red rings: compare's verdict 'slower' against the release "
                f"before. Machine: {meta.get('machine', '?')}; load average {meta.get('load_average', '?')} at the "
-               f"start; commit {meta.get('git_commit', '?')}.")
+               f"start; commit {meta.get('git_commit', '?')}. {groups_note(meta)}").strip()
     fig.suptitle(f"{engine}: block-manager cost by release", fontsize=12)
     footer = textwrap.wrap(caption, width=int(fig.get_figwidth() * 14))
     fig.text(0.005, 0.004, "\n".join(footer), fontsize=MIN_FONT, ha="left", va="bottom", color="0.3")

@@ -21,14 +21,17 @@ from harness.calibration.run import machine
 from harness.engines import fetch
 from harness.engines.catalog import HISTORY_ENGINES, Engine, or_list
 from harness.errors import InputError
-from harness.history.records import HISTORY_CSV, HistoryRow, write_history
+from harness.history.groups import DEFAULT_GROUP, GroupPlan, anchor_for, next_group, workers_that_fit
+from harness.history.records import HISTORY_CSV, HistoryRow, raw_path, write_history
 from harness.history.release_figures import measured_rows, refused_rows
 from harness.history.releases import resolve
 from harness.run.lockstep import lockstep
 from harness.run.metadata import collect, load_average
-from harness.run.workers import CellDied, Pool, WorkerBug
+from harness.run.workers import CellDied, Pool, WorkerBug, memory_available
 from scenarios import SCENARIOS
 from scenarios.files.atomic import atomic_write_bytes
+
+PROGRESS_S = 30.0
 
 
 @dataclass
@@ -42,6 +45,8 @@ class HistoryOptions:
     cache: Path = field(default_factory=fetch.default_cache)
     find_links: Path | None = None
     deadline_s: float = DEFAULT_DEADLINE_S
+    group: int = DEFAULT_GROUP
+    anchor: str | None = None
     command: str = ""
     progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
 
@@ -80,7 +85,8 @@ def check(opts: HistoryOptions) -> list[str]:
         raise InputError(f"VERSIONS {opts.versions}: no published {e.distribution} release lies in that range")
     era = e.code().era
     for version in versions:
-        era(version)  # InputError: the plans cannot drive it, and why
+        era(version)
+    anchor_for(versions, opts.group, opts.anchor)
     return versions
 
 
@@ -121,17 +127,56 @@ def _measure(opts: HistoryOptions, versions: list[str], started: float) -> Histo
     disk = sum(r.disk for r in outcome.releases)
     opts.progress(f"{len(versions)} releases in the cache {opts.cache}: {disk / 1e6:,.0f} MB")
     meta = _meta(opts, outcome.releases)
-    with Pool(len(versions), execute, opts.deadline_s) as pool:
-        for name in opts.scenarios:
-            rows, load = Scenario(opts, outcome.releases, name).measure(pool, outcome.failures)
-            outcome.rows += rows
-            meta["load_average_by_scenario"][name] = load
-            outcome.written = write_history(opts.out / HISTORY_CSV, outcome.rows)
-            write_json(opts.out / "meta.json", {**meta, "complete": False})  # an interrupted run keeps its meta too
+    plan = GroupPlan(opts.group, anchor_for(versions, opts.group, opts.anchor))
+    by_version = {r.version: r for r in outcome.releases}
+    pending, peak = list(versions), 0
+    while pending:
+        available = memory_available()
+        group = next_group(pending, plan, workers_that_fit(peak, available))
+        number = len(meta["groups"]) + 1
+        record = {"group": number, "releases": group, "memory_available_bytes": available, "peak_rss_bytes": {}}
+        meta["groups"].append(record)
+        opts.progress(_group_line(number, group, plan, pending, available, peak))
+        with Pool(len(group), execute, opts.deadline_s) as pool:
+            for name in opts.scenarios:
+                measured = Scenario(opts, [by_version[v] for v in group], name, number)
+                rows, load = measured.measure(pool, outcome.failures)
+                outcome.rows += rows
+                _note(meta, record, name, load, measured.peaks())
+                outcome.written = write_history(opts.out / HISTORY_CSV, outcome.rows)
+                write_json(opts.out / "meta.json", {**meta, "complete": False})
+        peak = max([peak, *record["peak_rss_bytes"].values()])
+        opts.progress(_memory_line(number, record))
+        pending = [v for v in pending if v not in group]
     outcome.seconds = time.monotonic() - started
     meta["seconds"] = round(outcome.seconds, 1)
     write_json(opts.out / "meta.json", {**meta, "complete": True})
     return outcome
+
+
+def _note(meta: dict, record: dict, scenario: str, load: list[float], peaks: dict[str, int]) -> None:
+    seen = meta["load_average_by_scenario"].get(scenario, []) + load
+    meta["load_average_by_scenario"][scenario] = [min(seen), max(seen)] if len(seen) > 2 else seen
+    record.setdefault("load_average_by_scenario", {})[scenario] = load
+    for version, rss in peaks.items():
+        record["peak_rss_bytes"][version] = max(rss, record["peak_rss_bytes"].get(version, 0))
+
+
+def _group_line(number: int, group: list[str], plan: GroupPlan, pending: list[str], available: int,
+                peak: int) -> str:
+    left = len([v for v in pending if v not in group])
+    bound = (f"; {available / 2**30:,.1f} GiB available, a worker's peak so far {peak / 2**20:,.0f} MiB"
+             if peak else "")
+    anchor = f", the anchor {plan.anchor} in every group" if left or number > 1 else ""
+    return f"group {number}: {len(group)} releases ({group[0]} to {group[-1]}){anchor}, {left} left after it{bound}"
+
+
+def _memory_line(number: int, record: dict) -> str:
+    rss = record["peak_rss_bytes"].values()
+    if not rss:
+        return f"group {number}: no worker reported its memory"
+    return (f"group {number}: peak resident memory per worker {min(rss) / 2**20:,.0f}-{max(rss) / 2**20:,.0f} MiB, "
+            f"{sum(rss) / 2**30:,.2f} GiB for its {len(rss)} workers together")
 
 
 def fetched(opts: HistoryOptions, version: str) -> Release:
@@ -153,20 +198,21 @@ def _meta(opts: HistoryOptions, releases: list[Release]) -> dict:
             "scenarios": opts.scenarios, "params": opts.params, "reps": opts.reps, "cache": str(opts.cache),
             "releases": [{"version": r.version, "digest": r.code.digest, "wheel": r.code.origin, "disk_bytes": r.disk,
                           "era": f"{era(r.version).first}..{era(r.version).last}"} for r in releases],
-            "cache_disk_bytes": sum(r.disk for r in releases), "load_average_by_scenario": {}}
+            "cache_disk_bytes": sum(r.disk for r in releases), "load_average_by_scenario": {},
+            "group_size": opts.group, "anchor": anchor_for([r.version for r in releases], opts.group, opts.anchor),
+            "groups": []}
 
 
 class Scenario:
     """One scenario on every release: one worker per release, in lockstep; again without a replay that died."""
 
-    def __init__(self, opts: HistoryOptions, releases: list[Release], name: str) -> None:
-        self.opts, self.releases, self.name = opts, releases, name
+    def __init__(self, opts: HistoryOptions, releases: list[Release], name: str, group: int = 1) -> None:
+        self.opts, self.releases, self.name, self.group = opts, releases, name, group
         self.failed: dict[str, dict[tuple, str]] = {r.version: {} for r in releases}
         self.results: dict[str, Measured | Refused] = {}
 
     def spec(self, release: Release) -> tuple[str, str]:
-        """The release's worker key: its own process (the job imports the release's code from the cache, so the
-        worker runs this checkout's code, not a code root's)."""
+        """The release's worker key: a process of its own, running this checkout (the job imports the release)."""
         return "release", f"{self.opts.engine.name}=={release.version}"
 
     def job(self, release: Release) -> CalibrationJob:
@@ -181,7 +227,7 @@ class Scenario:
         started = time.monotonic()
         pending = list(self.releases)
         while pending:
-            outcome = lockstep(pool, {self.spec(r): self.job(r) for r in pending})
+            outcome = lockstep(pool, {self.spec(r): self.job(r) for r in pending}, on_position=self.progress(started))
             pending = [r for r in pending if not self.settle(r, outcome[self.spec(r)], pool)]
         load.append(load_average()[0])
         self.opts.progress(f"{self.name}: {len(self.releases)} releases replayed in lockstep, {self.opts.reps} "
@@ -191,6 +237,22 @@ class Scenario:
             rows += self.rows_of(r, load, failures)
         self.write_raw()
         return rows, load
+
+    def progress(self, started: float) -> Callable[[tuple], None]:
+        last = [time.monotonic()]
+
+        def line(position: tuple) -> None:
+            now = time.monotonic()
+            if now - last[0] < PROGRESS_S or len(position) != 3:
+                return
+            last[0] = now
+            kind, rep, where = position
+            what = (f"metered replay {rep + 1}" if kind == 2 else
+                    f"repetition {rep + 1} of {self.opts.reps}, slice {where + 1}")
+            self.opts.progress(f"{self.name}, group {self.group} ({len(self.releases)} releases): {what}, "
+                               f"{now - started:,.0f} s")
+
+        return line
 
     def settle(self, release: Release, value: object, pool: Pool) -> bool:
         """Keep ``value`` (True), or note the replay its worker died in to measure the release again (False)."""
@@ -211,7 +273,8 @@ class Scenario:
         value = self.results[release.version]
         common = {"engine": self.opts.engine.name, "version": release.version, "scenario": self.name,
                   "digest": release.code.digest, "machine": machine(), "command": self.opts.command,
-                  "load": "-".join(f"{x:.2f}" for x in load), "made": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                  "load": "-".join(f"{x:.2f}" for x in load), "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                  "group": self.group}
         if isinstance(value, Refused):
             failures.append(value.message)
             return refused_rows(self.opts.engine.history, value.message, common)
@@ -219,6 +282,9 @@ class Scenario:
         failures += [f"{self.name}: {self.opts.engine.name} {release.version} {k[0]}: {why}"
                      for k, why in value.failed.items() if k[0] in self.opts.engine.history]
         return measured_rows(value, self.opts.engine.history, common)
+
+    def peaks(self) -> dict[str, int]:
+        return {v: m.peak_rss for v, m in self.results.items() if isinstance(m, Measured) and m.peak_rss}
 
     def write_raw(self) -> None:
         """Per-repetition step times of every release's replays (``runs/ENGINE-VERSION__SCENARIO.json.gz``)."""
@@ -233,7 +299,7 @@ class Scenario:
                                 for k, v in value.samples.items()},
                     "caching": dict(self.opts.engine.history),
                     "metered_engine_calls": {k[0]: asdict(m) for k, m in value.metered.items()}}
-            path = self.opts.out / "runs" / f"{self.opts.engine.name}-{version}__{self.name}.json.gz"
+            path = raw_path(self.opts.out, self.opts.engine.name, version, self.name, self.group)
             atomic_write_bytes(path, gzip.compress(json.dumps(data).encode(), mtime=0))
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from harness.base.files import atomic_write_text, read_json
+from harness.history.anchored import groups_note
 from harness.history.records import HISTORY_CSV, read_history
 from harness.history.verdicts import DEFAULT_THRESHOLD, Step, paired_steps, steps
 from harness.output.markdown import md, md_code
@@ -52,8 +53,8 @@ def section(folder: Path, shown_as: str) -> tuple[str, str]:
     load = load or "load average " + ", ".join(sorted({f"{r.load} (`{r.scenario}`)" for r in rows}))
     meta = {"command": rows[0].command, "machine": rows[0].machine, **meta}  # a run cut short wrote no meta.json
     lines = [f"`{shown_as}/`: {engine} {versions[0]} to {versions[-1]} ({len(versions)} releases), "
-             f"{md_code(meta.get('command', '?'))} on {md(meta.get('machine', '?'))}, {load}. Each release over "
-             "the one before, "
+             f"{md_code(meta.get('command', '?'))} on {md(meta.get('machine', '?'))}, {load}. "
+             f"{groups_note(meta)}{' ' if groups_note(meta) else ''}Each release over the one before, "
              f"`compare`'s verdict at {DEFAULT_THRESHOLD * 100:g} % ({len(found)} comparisons; every one in "
              f"[`history.md`]({shown_as}/history.md), the figure "
              f"[`history-{engine}.png`]({shown_as}/history-{engine}.png)):",

@@ -41,6 +41,7 @@ class HistoryRow:
     made: str
     command: str
     how: str
+    group: int = 1
 
     def cells(self) -> dict[str, str]:
         out = {}
@@ -51,7 +52,14 @@ class HistoryRow:
 
 COLUMNS = [f.name for f in fields(HistoryRow)]
 _FLOATS = ("value", "ci_low", "ci_high")
-_INTS = ("reps", "steps")
+_INTS = ("reps", "steps", "group")
+_OPTIONAL = {"group": "1"}
+
+
+def raw_path(folder: Path, engine: str, version: str, scenario: str, group: int = 1) -> Path:
+    """A release's step times per repetition: ``runs/`` for the first group, ``runs/group-N/`` after."""
+    runs = folder / "runs" if group == 1 else folder / "runs" / f"group-{group}"
+    return runs / f"{engine}-{version}__{scenario}.json.gz"
 
 
 def write_history(path: Path, rows: list[HistoryRow]) -> Path:
@@ -69,7 +77,7 @@ def read_history(path: Path) -> list[HistoryRow]:
     try:
         with path.open(newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
-            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or []) and c not in _OPTIONAL]
             if missing:
                 raise ResultsError(f"{path}: not a history table (no column {missing[0]!r})")
             return [_row(r, path, i) for i, r in enumerate(reader, start=2)]
@@ -79,9 +87,9 @@ def read_history(path: Path) -> list[HistoryRow]:
 
 def _row(r: dict[str, str], path: Path, line: int) -> HistoryRow:
     try:
-        values = {c: r[c] for c in COLUMNS}
+        values = {c: r[c] if c in r else _OPTIONAL[c] for c in COLUMNS}
         values.update({c: float(r[c]) if r[c] else math.nan for c in _FLOATS})
-        values.update({c: int(r[c]) for c in _INTS})
+        values.update({c: int(values[c]) for c in _INTS})
     except ValueError as exc:
         raise ResultsError(f"{path}, line {line}: {exc}") from None
     return HistoryRow(**values)

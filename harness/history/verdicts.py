@@ -8,8 +8,8 @@ import gzip
 import io
 import json
 import math
-from dataclasses import asdict, dataclass
-from itertools import groupby, pairwise
+from dataclasses import asdict, dataclass, replace
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +17,8 @@ from packaging.version import Version
 
 from harness.base.files import ResultsError, atomic_write_text
 from harness.base.stats import Estimate, independent_ratio, paired_reps
-from harness.history.records import CALL_METRICS, METRICS, HistoryRow
+from harness.history.anchored import Chained, anchor_of, by_release, chain, chained_from_rows, common_group
+from harness.history.records import CALL_METRICS, METRICS, HistoryRow, raw_path
 from harness.output.compare import DEFAULT_THRESHOLD, measured_change, verdict
 
 VERDICTS_CSV = "verdicts.csv"
@@ -46,16 +47,7 @@ class Step:
     ci_high: float
     verdict: str
     note: str
-    interval: str = "independent"  # "paired": over repetitions replayed in the same windows of time
-
-
-def series_key(row: HistoryRow) -> tuple[str, str, str, str]:
-    return row.engine, row.caching, row.scenario, row.metric
-
-
-def ordered(rows: list[HistoryRow]) -> list[HistoryRow]:
-    """By engine, caching, scenario, metric (in :data:`METRICS`' order), then release."""
-    return sorted(rows, key=lambda r: (r.engine, r.caching, r.scenario, METRICS.index(r.metric), Version(r.version)))
+    interval: str = "independent"  # or "paired" (the same windows of time), either "through the anchor V"
 
 
 def _estimate(row: HistoryRow) -> Estimate | None:
@@ -69,15 +61,17 @@ PairKey = tuple[str, str, str, str, str, str]  # engine, caching, scenario, metr
 
 def step(base: HistoryRow, new: HistoryRow, threshold: float = DEFAULT_THRESHOLD,
          paired: dict[PairKey, Estimate] | None = None) -> Step:
-    """``new`` over ``base``, ``compare``'s verdict at ``threshold``: paired where ``paired`` holds the figure, else
-    the releases' independent intervals combined as ``compare`` combines them."""
+    """``new`` over ``base``, ``compare``'s verdict at ``threshold``; paired where ``paired`` holds the figure."""
     b, n = _estimate(base), _estimate(new)
     head = (new.engine, new.caching, new.scenario, new.metric, base.version, new.version)
+    est = (paired or {}).get(head)
+    if isinstance(est, Chained) and not math.isfinite(est.low):
+        b = None
+        base = replace(base, version=f"{base.version} or the anchor {est.anchor}")
     if b is None or n is None:
         side = base.version if b is None else new.version
         return Step(*head, math.nan, math.nan, math.nan, "not comparable", f"no figure with an interval in {side}")
-    est = (paired or {}).get(head)
-    interval = "independent" if est is None or not math.isfinite(est.low) else "paired"
+    interval = _interval(est)
     est = independent_ratio(n, b) if interval == "independent" else est
     name, notes = verdict(est, threshold)
     side = measured_change(est) if name == "no difference" else ""
@@ -86,32 +80,55 @@ def step(base: HistoryRow, new: HistoryRow, threshold: float = DEFAULT_THRESHOLD
     return Step(*head, est.value, est.low, est.high, name, "; ".join(notes), interval)
 
 
+def _interval(est: Estimate | None) -> str:
+    if isinstance(est, Chained):
+        return f"{'paired' if est.paired else 'independent'} through the anchor {est.anchor}"
+    return "independent" if est is None or not math.isfinite(est.low) else "paired"
+
+
 def steps(rows: list[HistoryRow], threshold: float = DEFAULT_THRESHOLD,
           paired: dict[PairKey, Estimate] | None = None) -> list[Step]:
-    """Every pair of consecutive releases of every series of :data:`METRICS`."""
+    """Every pair of consecutive releases of every series of :data:`METRICS`, in a shared group or via the anchor."""
     out = []
-    for _, series in groupby(ordered([r for r in rows if r.metric in METRICS]), key=series_key):
-        out += [step(a, b, threshold, paired) for a, b in pairwise(list(series))]
-    return out
+    for key, releases in by_release([r for r in rows if r.metric in METRICS]).items():
+        for a, b in pairwise(releases):
+            g = common_group(releases, a, b)
+            if g is not None:
+                out.append(step(releases[a][g], releases[b][g], threshold, paired))
+                continue
+            head = (*key, a, b)
+            through = (paired or {}).get(head) or chained_from_rows(releases, a, b)
+            base, new = next(iter(releases[a].values())), next(iter(releases[b].values()))
+            out.append(step(base, new, threshold, {head: through} if through is not None else {}))
+    return sorted(out, key=lambda s: (s.engine, s.caching, s.scenario, METRICS.index(s.metric), Version(s.new)))
 
 
 def paired_steps(folder: Path, rows: list[HistoryRow]) -> dict[PairKey, Estimate]:
-    """``seq_step_ns`` of each release over the one before, paired over repetitions (``stats.paired_reps``), from
-    the step times per repetition in ``folder/runs/`` (every release's repetition r ran in the same windows)."""
-    times = {}
-    for row in rows:
-        if row.metric == "seq_step_ns" and row.status == "ok":
-            path = folder / "runs" / f"{row.engine}-{row.version}__{row.scenario}.json.gz"
-            found = _rep_step_times(path).get(row.caching)
+    """``seq_step_ns`` of each release over the one before, paired over the repetitions in ``folder/runs/``."""
+    out: dict[PairKey, Estimate] = {}
+    for key, releases in by_release([r for r in rows if r.metric == "seq_step_ns" and r.status == "ok"]).items():
+        times = {(v, g): _rep_step_times(raw_path(folder, r.engine, v, r.scenario, g)).get(r.caching)
+                 for v, found in releases.items() for g, r in found.items()}
+        for a, b in pairwise(releases):
+            found = _paired(releases, times, a, b)
             if found is not None:
-                times[(*series_key(row), row.version)] = found
-    out = {}
-    for key, series in groupby(ordered([r for r in rows if r.metric == "seq_step_ns"]), key=series_key):
-        for a, b in pairwise(list(series)):
-            ta, tb = times.get((*key, a.version)), times.get((*key, b.version))
-            if ta is not None and tb is not None and ta.shape == tb.shape:
-                out[(*key, a.version, b.version)] = paired_reps(tb, ta)
+                out[(*key, a, b)] = found
     return out
+
+
+def _paired(releases: dict, times: dict, a: str, b: str) -> Estimate | None:
+    g = common_group(releases, a, b)
+    if g is not None:
+        ta, tb = times[(a, g)], times[(b, g)]
+        return paired_reps(tb, ta) if ta is not None and tb is not None and ta.shape == tb.shape else None
+    anchor = anchor_of(releases)
+    if anchor is None:
+        return None
+    (ga, *_), (gb, *_) = releases[a], releases[b]
+    ta, tb, tab, tan = times[(a, ga)], times[(b, gb)], times.get((anchor, ga)), times.get((anchor, gb))
+    if any(t is None for t in (ta, tb, tab, tan)) or ta.shape != tab.shape or tb.shape != tan.shape:
+        return None
+    return chain(ta, tb, tab, tan, anchor, paired_reps, paired=True)
 
 
 def _rep_step_times(path: Path) -> dict[str, np.ndarray]:
@@ -122,7 +139,7 @@ def _rep_step_times(path: Path) -> dict[str, np.ndarray]:
         doc = json.loads(gzip.decompress(path.read_bytes()))
     except (OSError, ValueError, EOFError) as exc:
         raise ResultsError(f"{path}: not a history run file ({exc})") from None
-    modes = doc.get("caching", {})  # baseline -> caching mode
+    modes = doc.get("caching", {})
     return {modes[name]: np.asarray(reps, dtype=float) for name, reps in doc.get("step_ns", {}).items()
             if name in modes and len(reps) >= 2}
 
@@ -176,8 +193,7 @@ def legend(threshold: float = DEFAULT_THRESHOLD) -> str:
 
 
 def calls_cells(rows: list[HistoryRow]) -> list[list[str]]:
-    """Per release, caching mode and scenario: the engine's own calls, the shared rest of the step, the engine's
-    share, as text cells."""
+    """Per release, caching mode and scenario: the engine's calls, the shared rest, the engine's share (text)."""
     found: dict[tuple, dict[str, HistoryRow]] = {}
     for r in rows:
         if r.metric in CALL_METRICS:

@@ -30,9 +30,10 @@ def alternating(codes: list[str]) -> Order:
 
 
 def lockstep(pool: Pool, jobs: dict[Any, Any], on_tick: Callable[[str], None] = lambda what: None,
-             on_status: Callable[[str], None] = lambda what: None, order: Order = rotated) -> dict[Any, Any]:
+             on_status: Callable[[str], None] = lambda what: None, order: Order = rotated,
+             on_position: Callable[[Position], None] = lambda position: None) -> dict[Any, Any]:
     """Each key's result, or the :class:`CellDied` or :class:`WorkerBug` (with ``cell``) it ended with. Jobs start
-    one at a time; then at each earliest position every job there goes in turn, in ``order`` (default rotated)."""
+    one at a time; then at each earliest position (``on_position``) every job there goes in turn, in ``order``."""
     results: dict[Any, Any] = {}
     waiting: dict[Any, tuple[Position, Worker]] = {}
     for key, job in jobs.items():
@@ -42,6 +43,7 @@ def lockstep(pool: Pool, jobs: dict[Any, Any], on_tick: Callable[[str], None] = 
     turn = 0
     while waiting:
         position = min(pos for pos, _ in waiting.values())
+        on_position(position)
         ready = order([key for key in jobs if key in waiting and waiting[key][0] == position], turn)
         turn += 1
         for key in ready:

@@ -178,6 +178,16 @@ def _meminfo_bytes(path: str, field: str) -> int:
         return 0
 
 
+def memory_available() -> int:
+    """Bytes the system can give new allocations now (``MemAvailable``; 0 where unknown)."""
+    return _meminfo_bytes("/proc/meminfo", "MemAvailable")
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory so far, in bytes (Linux reports ``ru_maxrss`` in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+
+
 def memory_limit() -> int:
     """A worker's address space: what it mapped at its start plus 3/4 of the memory then available (8 GiB to the
     physical memory), so a design exhausting memory meets MemoryError before the kernel's OOM killer acts."""
@@ -185,7 +195,7 @@ def memory_limit() -> int:
         physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         return 0
-    mapped, available = _meminfo_bytes("/proc/self/status", "VmSize"), _meminfo_bytes("/proc/meminfo", "MemAvailable")
+    mapped, available = _meminfo_bytes("/proc/self/status", "VmSize"), memory_available()
     room = mapped + available * 3 // 4 if available else physical
     return max(8 << 30, min(physical, room))
 

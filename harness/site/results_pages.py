@@ -9,6 +9,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from harness.history.anchored import groups_note, on_anchor_scale
 from harness.history.records import METRICS, UNITS, read_history
 from harness.output.formatting import fmt
 from harness.site.figures import Points, block, markers
@@ -44,13 +45,13 @@ def _interval(value: float, low: float, high: float, suffix: str = "") -> Cell:
 
 # -- engines release by release --------------------------------------------------------------------------------
 def _engine(folder: Path, out: Path) -> str:
-    rows = read_history(folder / "history.csv")
+    rows = on_anchor_scale(read_history(folder / "history.csv"))  # a release once, on the anchor's scale
     meta = json.loads((folder / "meta.json").read_text()) if (folder / "meta.json").is_file() else {}
     machine = str(meta.get("machine") or (rows[0].machine if rows else "?"))
     engine = rows[0].engine if rows else folder.name
     body = para(f"{engine}'s own block manager, each release imported unmodified from its published package and "
                 f"replayed by the same driver, every release in lockstep ({len({r.version for r in rows})} releases; "
-                f"machine: {machine}).")
+                f"machine: {machine}). {groups_note(meta)}".strip())
     for metric in METRICS:
         mine = sorted((r for r in rows if r.metric == metric and r.status == "ok"),
                       key=lambda r: _version_key(r.version))
