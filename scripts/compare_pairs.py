@@ -359,13 +359,28 @@ def ab_pair(args: argparse.Namespace, run_args: list[str], work: Path, commits: 
                                          for side, run in runs.items()}
 
 
-def pair_summary(index: int, config: dict, result: tuple, seconds: float) -> dict:
+def already_measured(work: Path, config: dict) -> bool:
+    """Whether ``--resume`` finds the pair measured in ``work`` (its seconds then are its runs' own)."""
+    if config["mode"] in AB_MODES:
+        return (work / "latest" / "compare.json").is_file()
+    return all(finished_run(work / side) for side in ("base", "new"))
+
+
+def pair_seconds(pair: dict) -> float:
+    """A pair's seconds: as timed when it ran, else its runs' own (an ab pair's sides share one run)."""
+    if pair.get("seconds"):
+        return pair["seconds"]
+    each = [r.get("seconds") or 0 for r in pair["runs"].values()]
+    return max(each, default=0) if pair.get("order") == "interleaved" else sum(each)
+
+
+def pair_summary(index: int, config: dict, result: tuple, seconds: float | None) -> dict:
     """What the results file keeps of one pair."""
     status, doc, order, runs = result
     keys = ("impl", "regime", "metric", "ratio", "ci_low", "ci_high")
     return {
         **config, "pair": index, "order": order, "exit_status": status, "counts": doc["counts"],
-        "seconds": round(seconds, 1), "runs": runs,
+        "seconds": None if seconds is None else round(seconds, 1), "runs": runs,
         "slowed": [{**{k: r[k] for k in keys[1:]}, "verdict": r["verdict"]} for r in doc["rows"] if plugin_row(r)],
         "failing": [{**{k: r[k] for k in keys}, "verdict": r["verdict"]} for r in doc["rows"]
                     if r["verdict"] in ("slower", "faster")],
@@ -407,11 +422,11 @@ def measure(args: argparse.Namespace) -> dict:
         if index > counts[config_name(config)]:
             continue
         work = args.work / config_name(config) / f"pair{index}"
-        started = time.monotonic()
-        with neighbour(config["neighbour"] == "on", args.neighbour_procs, index):
+        started, kept = time.monotonic(), args.resume and already_measured(work, config)
+        with neighbour(config["neighbour"] == "on" and not kept, args.neighbour_procs, index):
             result = (ab_pair(args, run_args, work, commits, config["kind"], config["mode"])
                       if config["mode"] in AB_MODES else separate_pair(args, run_args, work, index, config["kind"]))
-        pairs.append(pair_summary(index, config, result, time.monotonic() - started))
+        pairs.append(pair_summary(index, config, result, None if kept else time.monotonic() - started))
         print(f"{config_name(config)} pair {index}: exit {result[0]}, {result[1]['counts']}", flush=True)
         atomic_write_text(args.work / "pairs.json", json.dumps(document(args, run_args, pairs, meta), indent=1) + "\n")
     return document(args, run_args, pairs, meta)
@@ -438,7 +453,7 @@ def summarise(config: dict, pairs: list[dict], thresholds: tuple[float, ...], de
     """One configuration at every threshold, and at the default: exit statuses, seconds, the slowdown caught."""
     table = by_threshold(pairs, thresholds, config["kind"])
     at = next((t for t in table if t["threshold_pct"] == default), None)
-    seconds = [p.get("seconds") or sum(r.get("seconds") or 0 for r in p["runs"].values()) for p in pairs]
+    seconds = [pair_seconds(p) for p in pairs]
     return {**config, "pairs": len(pairs), "by_threshold": table, "at_default": at,
             "exits": {str(s): sum(p["exit_status"] == s for p in pairs) for s in EXITS},
             "seconds": [min(seconds), max(seconds)], "caught_9_of_10_pct": caught_in_nine_of_ten(pairs, default)}
