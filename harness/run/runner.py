@@ -3,8 +3,6 @@ Design: docs/method.md."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
 import tempfile
 import time
@@ -13,15 +11,7 @@ from pathlib import Path
 
 from harness.base import clock, compared_with
 from harness.base.failures import OUT_OF_MEMORY
-from harness.base.files import (
-    RESULTS_DIR,
-    ResultsError,
-    check_run_root,
-    new_run_dir,
-    point_latest,
-    read_json,
-    write_json,
-)
+from harness.base.files import RESULTS_DIR, check_run_root, new_run_dir, point_latest, write_json
 from harness.base.interleave import FAST_REPS, slice_bounds
 from harness.base.interrupts import signal_name, sigterm_interrupts
 from harness.base.metrics import Work
@@ -35,14 +25,14 @@ from harness.run.jobs import FloorJob, ImplInfo, ProbeJob, ScenarioJob, describe
 from harness.run.lockstep import Order, lockstep, rotated
 from harness.run.matrix import OWN_STUDIES, ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios
 from harness.run.precheck import Checked, check_plugins
+from harness.run.trace_cache import cached_trace, trace_cache_path
 from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug, WorkerSpec
 from harness.studies.paced_study import PACED_METRICS
 from harness.studies.scale import CONFIG_METRICS, config_rows
 from impls import REGISTRY, UNAVAILABLE, registry
-from scenarios import SCENARIOS, ScenarioError, Trace, TraceError, generate, load, save
-from scenarios.scheduler import GENERATOR_VERSION
+from scenarios import SCENARIOS, ScenarioError, Trace, load, save
 from scenarios.trace import trace_uses_caching
-from scenarios.trace.file_format import FORMAT_VERSION, content_digest
+from scenarios.trace.file_format import content_digest
 
 Cell = tuple[str, str]
 
@@ -73,62 +63,6 @@ class RunConfig:
     progress: bool = True
     processes: int = 0  # worker processes the repetitions spread over (0: one per repetition)
     deadline_s: float = DEFAULT_DEADLINE_S  # a worker silent this long is killed, and its cell failed
-
-
-# -- traces ---------------------------------------------------------------------------------------------
-def _claim(name: str, overrides: dict, cache_dir: Path) -> tuple[dict, Path]:
-    """What a trace cache entry claims to hold, and where it lives (named by a hash of the claim)."""
-    claim = json.loads(json.dumps({"scenario": name, "params": SCENARIOS[name].params(overrides),
-                                   "format_version": FORMAT_VERSION, "generator_version": GENERATOR_VERSION},
-                                  sort_keys=True, default=str))
-    key = hashlib.sha256(json.dumps(claim, sort_keys=True).encode()).hexdigest()[:16]
-    return claim, cache_dir / f"{name}-{key}.npz"
-
-
-def trace_cache_path(name: str, overrides: dict, cache_dir: Path) -> Path:
-    """Where the trace cache keeps a scenario's trace (see :func:`cached_trace`)."""
-    return _claim(name, overrides, cache_dir)[1]
-
-
-def cached_trace(name: str, overrides: dict, cache_dir: Path) -> tuple[Trace, float]:
-    """A scenario's trace, generated or read from the cache (docs/results-folder.md); (trace, seconds)."""
-    claim, path = _claim(name, overrides, cache_dir)
-    t0 = time.perf_counter()
-    trace = _cache_entry(path, claim)
-    if trace is None:
-        trace = generate(name, **overrides)
-        _cache_store(path, claim, trace)
-    return trace, time.perf_counter() - t0
-
-
-def _plain_file(path: Path) -> bool:
-    return path.is_file() and not path.is_symlink()
-
-
-def _cache_entry(path: Path, claim: dict) -> Trace | None:
-    """The cached trace at ``path`` if its content is what ``claim`` asks for (see :func:`cached_trace`)."""
-    claim_path = path.with_suffix(".json")
-    if not (_plain_file(path) and _plain_file(claim_path)):
-        return None
-    try:
-        stored, trace = read_json(claim_path), load(path)
-    except (ResultsError, TraceError):
-        return None
-    ok = stored == {**claim, "checksum": trace.header["checksum"]} and trace.header["scenario"] == claim["scenario"]
-    return trace if ok else None
-
-
-def _cache_store(path: Path, claim: dict, trace: Trace) -> None:
-    claim_path = path.with_suffix(".json")
-    try:
-        for entry in (path, claim_path):
-            if entry.is_symlink() or (entry.exists() and not entry.is_file()):
-                raise WriteError(f"{entry}: not a regular file; left alone")
-        save(trace, path)
-        write_json(claim_path, {**claim, "checksum": trace.header["checksum"]})
-    except (TraceError, WriteError) as exc:
-        print(f"kvblock-bench: note: the trace cache is not written ({exc}); the trace is used uncached",
-              file=sys.stderr)
 
 
 def base_impl(trace: Trace) -> str:
