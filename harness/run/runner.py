@@ -1,5 +1,5 @@
 """A run: the matrix's scenarios, each measured in supervised workers, checked and written as it goes.
-Design: docs/method.md."""
+Design: docs/method.md#timing-rules."""
 
 from __future__ import annotations
 

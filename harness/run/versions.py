@@ -1,6 +1,6 @@
 """Two code versions measured in one run (``kvblock-bench ab``), each implementation's two versions replaying
 every slice side by side under this checkout's harness; each side's rows in a run folder of its own, NEW/BASE
-paired slice by slice. Design: docs/measurement.md#ab."""
+paired slice by slice. Design: docs/measurement.md#versions."""
 
 from __future__ import annotations
 
