@@ -140,8 +140,7 @@ def measure_scenario(sc: ScenarioTrace, shared: Shared) -> tuple[list[Row], dict
 
 def measure_timings(sc: ScenarioTrace, shared: Shared, sides: Sides,
                     order: Order = rotated) -> dict[str, tuple[Merged, list[Row], dict]]:
-    """The timed cells of every side (code version) of one scenario, all sides' workers of a share in one lockstep
-    (in ``order``); per side its merged samples, rows and raw files."""
+    """Every side's timed cells of one scenario, a share's workers in one lockstep; per side (merged, rows, raw)."""
     plan, reps = sc.plan, shared.cfg.reps
     every = list(dict.fromkeys(c for cells in sides.values() for c in cells))
     caps = {c: plan.reps_of(c, reps) for c in every if plan.reps_of(c, reps) < reps}
@@ -201,8 +200,7 @@ def _studies_job(sc: ScenarioTrace, cells: list[Cell], impl: str, shared: Shared
 
 
 def _floor(shared: Shared, sc: ScenarioTrace, cells: list[Cell]) -> dict[str, float]:
-    """The harness's own CPU time per slice on this trace (:func:`harness.run.bound.floor_per_slice`), measured once
-    in the worker of no design; a failure there is ours."""
+    """The harness's own CPU time per slice on this trace (``floor_per_slice``), once, in a worker of no design."""
     job = FloorJob(str(sc.path), sc.digest, sorted({r for _, r in cells}))
     shared.bar.status(f"{sc.scenario}: the harness's own work per slice (a do-nothing design's replays)")
     try:
