@@ -57,6 +57,7 @@ from harness.ci.profile import run_args as ci_run_args
 from harness.errors import TooFewPairs
 from harness.output import sections
 from harness.output.compare import DEFAULT_THRESHOLD_PCT, MIN_PAIRS, verdict
+from harness.output.markdown import markdown_table
 from harness.run import metadata
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,14 +215,13 @@ def pairs_needed_lines(doc: dict) -> list[str]:
              "the same code on both sides reported slower or faster); of slowed pairs, those whose slowed rows were "
              f"all reported slower. The fewest pairs with at most {MAX_FALSE_SHARE:.0%} alarmed at that count and "
              "every larger one, beside the neighbour: "
-             f"{least if least is not None else 'none'} (ab's minimum: {MIN_PAIRS}).", "",
-             "| mode | neighbour | kind | " + " | ".join(f"{n} pairs" for n in counts) + " |",
-             "|---|---|---|" + "---|" * len(counts)]
+             f"{least if least is not None else 'none'} (ab's minimum: {MIN_PAIRS}).", ""]
+    rows = []
     for config, table in found:
         by_n = {t["pairs"]: t for t in table}
-        cells = [_pair_cell(by_n.get(n), config["kind"]) for n in counts]
-        lines.append(f"| {config['mode']} | {config['neighbour']} | {config['kind']} | " + " | ".join(cells) + " |")
-    return [*lines, ""]
+        rows.append([config["mode"], config["neighbour"], config["kind"],
+                     *(_pair_cell(by_n.get(n), config["kind"]) for n in counts)])
+    return [*lines, *markdown_table(["mode", "neighbour", "kind", *(f"{n} pairs" for n in counts)], rows), ""]
 
 
 def _pair_cell(t: dict | None, kind: str) -> str:
@@ -484,22 +484,23 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{x:+.1f} %"
 
 
+SUMMARY_HEADER = ["mode", "neighbour", "kind", "exit 0 / 1 / 2 / 4", "pairs with a false alarm",
+                  "slowed pairs caught (each slowed row: median NEW/BASE, reported slower)",
+                  "slowdown caught in 9 of 10", "seconds a pair"]
+
+
 def summary_table(doc: dict) -> list[str]:
     """Per configuration at the default threshold: false alarms, slowed pairs caught, the slowdown caught in 9 of
     10, seconds per pair."""
-    lines = ["| mode | neighbour | kind | exit 0 / 1 / 2 / 4 | pairs with a false alarm | slowed pairs caught (each "
-             "slowed row: median NEW/BASE, reported slower) | slowdown caught in 9 of 10 | seconds a pair |",
-             "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for s, (_, pairs) in zip(summaries(doc), configs_of(doc), strict=True):
         at = s["at_default"] or {}
         catches = row_catches(pairs, default_threshold(doc, s["mode"])) or "none judged"
         caught = f"{at.get('pairs_caught', '—')} of {s['pairs']} ({catches})" if s["kind"] == "slowed" else "—"
-        lines.append(f"| {s['mode']} | {s['neighbour']} | {s['kind']} | "
-                     f"{' / '.join(str(s['exits'].get(str(x), 0)) for x in EXITS)} | "
-                     f"{at.get('pairs_with_false_alarm', '—')} of "
-                     f"{s['pairs']} | {caught} | {_pct(s['caught_9_of_10_pct'])} | {s['seconds'][0]:.0f}-"
-                     f"{s['seconds'][1]:.0f} |")
-    return lines
+        rows.append([s["mode"], s["neighbour"], s["kind"], " / ".join(str(s["exits"].get(str(x), 0)) for x in EXITS),
+                     f"{at.get('pairs_with_false_alarm', '—')} of {s['pairs']}", caught,
+                     _pct(s["caught_9_of_10_pct"]), f"{s['seconds'][0]:.0f}-{s['seconds'][1]:.0f}"])
+    return markdown_table(SUMMARY_HEADER, rows)
 
 
 def slowed_row_stats(pairs: list[dict], default: float) -> list[tuple[tuple[str, str], list[float], int]]:
@@ -522,16 +523,16 @@ def row_catches(pairs: list[dict], default: float) -> str:
 def slowed_rows(doc: dict) -> list[str]:
     """Per slowed configuration and slowed row: NEW/BASE over its pairs (median, range) and how often it was
     reported slower at the mode's default threshold, so each catch rate stands beside the slowdown it caught."""
-    lines = ["| mode | neighbour | slowed row | NEW/BASE: median [range] over pairs | reported slower |",
-             "|---|---|---|---|---|"]
+    rows = []
     for config, pairs in configs_of(doc):
         if config["kind"] != "slowed":
             continue
         for key, ratios, caught in slowed_row_stats(pairs, default_threshold(doc, config["mode"])):
-            lines.append(f"| {config['mode']} | {config['neighbour']} | {key[0]} {key[1]} | "
-                         f"{statistics.median(ratios):.3f}x [{ratios[0]:.3f}-{ratios[-1]:.3f}] | "
-                         f"{caught} of {len(ratios)} |")
-    return lines
+            rows.append([config["mode"], config["neighbour"], f"{key[0]} {key[1]}",
+                         f"{statistics.median(ratios):.3f}x [{ratios[0]:.3f}-{ratios[-1]:.3f}]",
+                         f"{caught} of {len(ratios)}"])
+    return markdown_table(["mode", "neighbour", "slowed row", "NEW/BASE: median [range] over pairs",
+                           "reported slower"], rows)
 
 
 def render_markdown(doc: dict) -> str:

@@ -24,6 +24,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 from compare_pairs import neighbour, run_meta, run_once  # noqa: E402
 
 from harness.base.files import atomic_write_text  # noqa: E402
+from harness.output.markdown import markdown_table  # noqa: E402
 from harness.studies.limit_loop import YARDSTICKS  # noqa: E402
 
 RUN_ARGS = ["--impl", "flat", "--scenario", "paper", "--regime", "batched", "--no-paced", "--no-l1d",
@@ -53,20 +54,19 @@ def summary(rows: pd.DataFrame, procs: int) -> str:
              f"on `paper` idle and beside `scripts/noisy_neighbour.py --procs {procs}` (busy, idle phases of 1-5 s), "
              "in turn; `limit_check.csv` has every figure of every run. A ratio below 1: `flat` takes less time "
              "than the yardstick. The load is the 1-minute load average at each run's end, which lags: an idle run "
-             "that follows a loaded one still carries the neighbour in it.", "",
-             "| condition | figure | runs below 1 / above 1 (interval) | median of the runs | runs' range "
-             "| median load |",
-             "|---|---|---|---|---|---|"]
+             "that follows a loaded one still carries the neighbour in it.", ""]
+    cells = []
     for condition in ("idle", "loaded"):
         part = rows[rows.condition == condition]
         for metric in (*RATIOS, *STICKS_WARM, "seq_step_alone_warm_ns"):
             r = part[part.metric == metric]
             below, above = int((r.ci_high < 1).sum()), int((r.ci_low > 1).sum())
             sides = f"{below} / {above} of {len(r)}" if metric in RATIOS else ""
-            lines.append(f"| {condition} | `{metric}` | {sides} | "
-                         f"{r.value.median():.3g} | {r.value.min():.3g}-{r.value.max():.3g} | "
-                         f"{part.load_end.median():.2f} |")
-    return "\n".join(lines) + "\n"
+            cells.append([condition, f"`{metric}`", sides, f"{r.value.median():.3g}",
+                          f"{r.value.min():.3g}-{r.value.max():.3g}", f"{part.load_end.median():.2f}"])
+    header = ["condition", "figure", "runs below 1 / above 1 (interval)", "median of the runs", "runs' range",
+              "median load"]
+    return "\n".join([*lines, *markdown_table(header, cells)]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

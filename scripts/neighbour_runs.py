@@ -31,6 +31,7 @@ from compare_pairs import neighbour  # noqa: E402
 from harness.base.files import atomic_write_text  # noqa: E402
 from harness.base.host import machine_name  # noqa: E402
 from harness.output.formatting import host_line  # noqa: E402
+from harness.output.markdown import markdown_table  # noqa: E402
 from harness.output.overlap import SPREAD_TARGET, Agreement, agreement, figure, ratio_rows  # noqa: E402
 from harness.run import metadata  # noqa: E402
 
@@ -48,14 +49,11 @@ def one_run(run_args: list[str], results: Path, label: str) -> Path:
 
 
 def table(found: list[Agreement], runs: int) -> list[str]:
-    head = ("| impl | regime | figure | " + " | ".join(f"run {i + 1}" for i in range(runs))
-            + " | max/min | intervals hold |")
-    lines = [head, "|" + "---|" * (runs + 5)]
-    for a in sorted(found, key=lambda a: (a.key[2] != HEADLINE, a.key[2], a.key[0])):
-        cells = [figure(r) if r is not None else "—" for r in a.rows]
-        lines.append(f"| `{a.key[0]}` | {a.key[1]} | {a.key[2].removesuffix('_vs_flat')} | " + " | ".join(cells)
-                     + f" | {a.spread:.2f} | {'yes' if a.covered else 'NO'} |")
-    return lines
+    header = ["impl", "regime", "figure", *(f"run {i + 1}" for i in range(runs)), "max/min", "intervals hold"]
+    rows = [[f"`{a.key[0]}`", a.key[1], a.key[2].removesuffix("_vs_flat"),
+             *(figure(r) if r is not None else "—" for r in a.rows), f"{a.spread:.2f}", "yes" if a.covered else "NO"]
+            for a in sorted(found, key=lambda a: (a.key[2] != HEADLINE, a.key[2], a.key[0]))]
+    return markdown_table(header, rows)
 
 
 def verdict(found: list[Agreement]) -> str:

@@ -20,12 +20,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.base.files import atomic_write_text, write_json
 from harness.counters import where
 from harness.gate import command as gate
+from harness.output.markdown import markdown_table
 from harness.run.metadata import git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = [(impl, "batched") for impl in ("flat", "cpp-flat", "flat-rows", "cpp-flat-rows", "dict-jit", "cpp-dict",
                                          "list-jit", "cpp-list", "dict", "list")]
 BEGIN, END = "<!-- where:begin -->", "<!-- where:end -->"
+
+
+def markdown(result: dict) -> str:
+    """The table: one row per cell, instructions per sequence-step by kind of work, and the total."""
+    rows = [[cell, *(f"{figures['per_kind'][k]:.1f}" for k in where.KINDS), f"{figures['total']:.1f}"]
+            for cell, figures in result.items()]
+    return "\n".join(markdown_table(["cell", *where.KINDS, "total"], rows)) + "\n"
 
 
 def with_table(text: str, table: str) -> str:
@@ -43,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=ROOT / "docs" / "measurement.md")
     args = parser.parse_args(argv)
     result = where.breakdown(gate.TRACE, CELLS, gate.WARM_STEPS, gate.STEPS)
-    table = where.markdown(result)
+    table = markdown(result)
     write_json(args.out / "where.json", {"commit": git_commit(), "trace": str(gate.TRACE.name),
                                          "warm_steps": gate.WARM_STEPS, "steps": gate.STEPS, "cells": result})
     atomic_write_text(args.out / "where.md", table)

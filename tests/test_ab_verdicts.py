@@ -95,12 +95,12 @@ def test_which_version_goes_first_changes_from_one_share_to_the_next(monkeypatch
     """Every share's lockstep starts one turn further on, so BASE does not go first at the start of every pair."""
     seen = []
     monkeypatch.setattr(runner, "lockstep", lambda pool, jobs, tick, status, order: seen.append(order) or {})
-    shared = runner.Shared({}, {}, [0, 0], type("Bar", (), {"status": print})(), Path("."))
+    shared = runner.Shared({}, {}, [0, 0], type("Bar", (), {"status": print})(), Path("."), RunConfig())
     specs = [WorkerSpec("a", 0, "/base"), WorkerSpec("a", 0, "/new")]
     sides = {"/base": [("a", "batched")], "/new": [("a", "batched")]}
+    timed = runner.Timed(sides, {"/base": {}, "/new": {}}, {}, alternating(["/base", "/new"]))
     for share in (0, 1):
-        runner._in_lockstep(shared, share, sides, lambda code, impl, cells: None, {"/base": {}, "/new": {}}, {},
-                            alternating(["/base", "/new"]))
+        runner._in_lockstep(shared, timed, share, lambda code, impl, cells: None)
     first = [order(specs, 0)[0].code for order in seen]
     assert first == ["/base", "/new"]
 

@@ -296,3 +296,21 @@ def test_the_layout_page_names_exactly_the_tree_s_folders() -> None:
     tree = {p for p in packages() if p.count("/") <= 1} - {"harness"}
     assert named - tree <= {"harness/cli.py"} and not {n for n in named if not (ROOT / n).exists()}, named - tree
     assert tree <= named, f"folders the layout page does not name: {sorted(tree - named)}"
+
+
+def parameter_counts(path: Path) -> dict[str, int]:
+    """Every function of a module (methods and nested ones too) -> how many parameters it takes."""
+    out = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            out[f"{node.name}:{node.lineno}"] = (len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
+                                                 + bool(a.vararg) + bool(a.kwarg))
+    return out
+
+
+@pytest.mark.parametrize("module", ["harness/run/runner.py", "harness/run/jobs.py"])
+def test_a_run_s_settings_travel_as_records_not_long_argument_lists(module: str) -> None:
+    """What travels together goes in one record (``Shared``, ``ScenarioTrace``, ``Timed``, ``ScenarioJob``)."""
+    long = {name: n for name, n in parameter_counts(ROOT / module).items() if n > 5}
+    assert not long, f"{module}: functions of more than 5 parameters: {long}"

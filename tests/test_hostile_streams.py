@@ -24,7 +24,7 @@ import pytest
 from harness.base.files import ResultsError, read_json
 from harness.base.rows import Row, read_rows, write_rows
 from harness.cli import main
-from harness.run.runner import cached_trace
+from harness.run.trace_cache import cached_trace
 from scenarios import generate, load, read_requests_csv, save
 from scenarios.realtrace import DATA_DIR
 from tests.test_hostile_files import one_line_error

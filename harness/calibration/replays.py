@@ -71,7 +71,7 @@ class Measured:
     loaded: list[str]
     pid: int
     steps: int
-    metered: dict[Key, MeteredReplays] = field(default_factory=dict)  # the engine's calls apart (engine_calls)
+    metered: dict[Key, MeteredReplays] = field(default_factory=dict)  # the engine's calls apart (call_meter)
     peak_rss: int = 0
 
 

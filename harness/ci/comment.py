@@ -1,5 +1,5 @@
 """The pull-request comment of ``scripts/ci_compare.sh`` (``python -m harness.ci.comment OUT GATE_STATUS AB_STATUS``,
-``-`` for a gate left out): both verdicts first, "passed" only when both passed. Design: docs/ci.md."""
+``-`` for a gate left out): both verdicts first, "passed" only when both passed. Design: docs/ci.md#kvblock-bench-ab."""
 
 from __future__ import annotations
 

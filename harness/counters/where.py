@@ -76,12 +76,3 @@ def breakdown(trace: Path, cells: list[tuple[str, str]], warm_steps: int, steps:
                                           "functions": {name: ir / seq_steps for name, ir in top}}
         return result
 
-
-def markdown(result: dict) -> str:
-    """The table: one row per cell, instructions per sequence-step by kind of work, and the total."""
-    head = "| cell | " + " | ".join(KINDS) + " | total |"
-    lines = [head, "|" + "---|" * (len(KINDS) + 2)]
-    for cell, figures in result.items():
-        values = " | ".join(f"{figures['per_kind'][k]:.1f}" for k in KINDS)
-        lines.append(f"| {cell} | {values} | {figures['total']:.1f} |")
-    return "\n".join(lines) + "\n"

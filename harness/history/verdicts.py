@@ -20,6 +20,7 @@ from harness.base.stats import Estimate, independent_ratio, paired_reps
 from harness.history.anchored import Chained, anchor_of, by_release, chain, chained_from_rows, common_group
 from harness.history.records import CALL_METRICS, METRICS, HistoryRow, raw_path
 from harness.output.compare import DEFAULT_THRESHOLD, measured_change, verdict
+from harness.output.markdown import markdown_table
 
 VERDICTS_CSV = "verdicts.csv"
 PAIRING = ("`seq_step_ns` is paired over repetitions where the folder's `runs/` holds them (every release's "
@@ -164,16 +165,14 @@ def _cell(s: Step, threshold: float) -> str:
 
 def table(found: list[Step], threshold: float = DEFAULT_THRESHOLD) -> list[str]:
     """A markdown table: one row per pair of releases and caching mode and scenario, a column per metric."""
-    head = ["release", "caching", "scenario", *METRICS]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     by_pair: dict[tuple, dict[str, Step]] = {}
     for s in found:
         by_pair.setdefault((s.engine, s.base, s.new, s.caching, s.scenario), {})[s.metric] = s
-    for (engine, base, new, caching, scenario), cells in sorted(by_pair.items(), key=lambda kv: (
-            kv[0][0], Version(kv[0][2]), kv[0][3], kv[0][4])):
-        values = [_cell(cells[m], threshold) if m in cells else "" for m in METRICS]
-        lines.append(f"| {engine} {base} -> {new} | {caching} | {scenario} | " + " | ".join(values) + " |")
-    return lines
+    rows = [[f"{engine} {base} -> {new}", caching, scenario,
+             *(_cell(cells[m], threshold) if m in cells else "" for m in METRICS)]
+            for (engine, base, new, caching, scenario), cells in sorted(by_pair.items(), key=lambda kv: (
+                kv[0][0], Version(kv[0][2]), kv[0][3], kv[0][4]))]
+    return markdown_table(["release", "caching", "scenario", *METRICS], rows)
 
 
 def console_lines(found: list[Step], threshold: float = DEFAULT_THRESHOLD) -> list[str]:
@@ -212,8 +211,8 @@ def calls_table(cells: list[list[str]]) -> list[str]:
     """:func:`calls_cells`' cells as a Markdown table (none when there are none)."""
     if not cells:
         return []
-    return ["| release | caching | scenario | engine calls, ns/seq-step | shared, ns/seq-step | engine's share |",
-            "|---|---|---|---|---|---|", *("| " + " | ".join(c) + " |" for c in cells)]
+    return markdown_table(["release", "caching", "scenario", "engine calls, ns/seq-step", "shared, ns/seq-step",
+                           "engine's share"], cells)
 
 
 def _spread(row: HistoryRow | None) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from harness.output.formatting import CACHE_BASE, fmt, ratio_text, value_text
+from harness.output.markdown import markdown_table
 from harness.output.rundata import RunData, ordered
 
 HIT_METRICS = ("cache_hit_tokens_pct", "cache_hit_blocks_pct", "evictions_per_step")
@@ -48,15 +49,12 @@ def _hit_line(run: RunData, scenario: str) -> str:
 
 def _cells_table(run: RunData, scenario: str) -> list[str]:
     """A row per cell the run measured on ``scenario`` (registry order, batched first)."""
-    out = ["| impl | regime | ns/seq-step | × flat-pc | CPU share % (computed) | alloc/free ns | allocs/step |",
-           "|---|---|---|---|---|---|---|"]
-    for impl, regime in run.cells(scenario):
-        out.append(f"| `{impl}` | {regime} | {value_text(run, scenario, impl, regime, 'seq_step_ns')} "
-                   f"| {ratio_text(run, scenario, impl, regime, 'seq_step_ns', base=CACHE_BASE)} "
-                   f"| {value_text(run, scenario, impl, regime, 'cpu_share_pct')} "
-                   f"| {value_text(run, scenario, impl, regime, 'alloc_free_ns')} "
-                   f"| {value_text(run, scenario, impl, regime, 'allocs_per_step')} |")
-    return out
+    header = ["impl", "regime", "ns/seq-step", "× flat-pc", "CPU share % (computed)", "alloc/free ns", "allocs/step"]
+    return markdown_table(header, [
+        [f"`{impl}`", regime, value_text(run, scenario, impl, regime, "seq_step_ns"),
+         ratio_text(run, scenario, impl, regime, "seq_step_ns", base=CACHE_BASE),
+         *(value_text(run, scenario, impl, regime, m) for m in ("cpu_share_pct", "alloc_free_ns", "allocs_per_step"))]
+        for impl, regime in run.cells(scenario)])
 
 
 def _ops_table(run: RunData) -> list[str]:
@@ -67,15 +65,15 @@ def _ops_table(run: RunData) -> list[str]:
     scenario = sub.scenario.iloc[0]
     out = [f"Cache operations one at a time (`kvblock-bench` study `cache_ops`, on `{scenario}`'s block size; "
            "admissions of a 32-block chain, median of timed admissions with its 95 % interval; derived columns are "
-           "differences of medians):", "",
-           "| impl | " + " | ".join(h for _, h in OPS_COLUMNS) + " |", "|---|" + "---|" * len(OPS_COLUMNS)]
+           "differences of medians):", ""]
+    rows = []
     for impl in ordered(sub.impl):
         vals = []
         for metric, _ in OPS_COLUMNS:
             v = run.value(scenario, impl, "per-call", metric)
             vals.append("—" if math.isnan(v) else value_text(run, scenario, impl, "per-call", metric))
-        out.append(f"| `{impl}` | " + " | ".join(vals) + " |")
-    return out
+        rows.append([f"`{impl}`", *vals])
+    return [*out, *markdown_table(["impl", *(h for _, h in OPS_COLUMNS)], rows)]
 
 
 def _hashing_table(run: RunData, scenarios: list[str]) -> list[str]:
@@ -87,19 +85,18 @@ def _hashing_table(run: RunData, scenarios: list[str]) -> list[str]:
     first = sub.scenario.iloc[0]
     out = ["Block hashing, which engines do on token ids and our traces carry precomputed "
            "(`harness/studies/block_hashing.py`: each engine's documented algorithm; median of interleaved loops over "
-           "chained 16-token blocks, [lowest–highest loop]):", "",
-           "| algorithm | ns per block | " + " | ".join(f"ns per seq-step, `{s}`" for s in scenarios) + " |",
-           "|---|---|" + "---|" * len(scenarios)]
+           "chained 16-token blocks, [lowest–highest loop]):", ""]
+    rows = []
     for algo in dict.fromkeys(sub[sub.scenario == first].impl):
         row = run.get(first, algo, "hash", "hash_ns_per_block")
         if row is None or row["status"] != "ok":
-            out.append(f"| `{algo}` | {row['status'] if row else '—'}: {row['how'] if row else ''} |"
-                       + " |" * len(scenarios))
+            rows.append([f"`{algo}`", f"{row['status'] if row else '—'}: {row['how'] if row else ''}",
+                         *("" for _ in scenarios)])
             continue
-        per_step = [value_text(run, s, algo, "hash", "hash_ns_per_seq_step") for s in scenarios]
-        out.append(f"| `{algo}` | {value_text(run, first, algo, 'hash', 'hash_ns_per_block')} | "
-                   + " | ".join(per_step) + " |")
-    return out
+        rows.append([f"`{algo}`", value_text(run, first, algo, "hash", "hash_ns_per_block"),
+                     *(value_text(run, s, algo, "hash", "hash_ns_per_seq_step") for s in scenarios)])
+    return [*out, *markdown_table(["algorithm", "ns per block", *(f"ns per seq-step, `{s}`" for s in scenarios)],
+                                  rows)]
 
 
 def prefix_cache_section(run: RunData, heading: str = "#") -> str:

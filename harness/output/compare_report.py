@@ -8,7 +8,7 @@ from dataclasses import asdict
 from harness.errors import TooFewPairs
 from harness.output.compare import MIN_PAIRS, VERDICTS, Compared, Comparison, Counted, Figure
 from harness.output.formatting import fmt
-from harness.output.markdown import md, md_code, one_line
+from harness.output.markdown import markdown_table, md, md_code, one_line
 
 FORMATS = ("text", "markdown", "json")
 ORDER = {v: i for i, v in enumerate(("slower", "faster", "not comparable", "no difference"))}
@@ -155,15 +155,13 @@ def _sorted(rows: list[Compared]) -> list[Compared]:
     return sorted(rows, key=lambda r: ORDER[r.verdict])
 
 
-def _md_row(r: Compared) -> str:
-    cells = [f"**{r.verdict}**" if r.verdict in ("slower", "faster") else md(_outcome(r)), md_code(r.scenario),
-             md_code(r.impl), md(r.regime), md_code(r.metric), md(_figure(r.base)), md(_figure(r.new)),
-             md(_ratio(r)), md("; ".join(r.notes))]
-    return "| " + " | ".join(cells) + " |"
+def _md_cells(r: Compared) -> list[str]:
+    return [f"**{r.verdict}**" if r.verdict in ("slower", "faster") else md(_outcome(r)), md_code(r.scenario),
+            md_code(r.impl), md(r.regime), md_code(r.metric), md(_figure(r.base)), md(_figure(r.new)),
+            md(_ratio(r)), md("; ".join(r.notes))]
 
 
-MD_HEAD = ("| verdict | scenario | impl | regime | metric | BASE | NEW | NEW/BASE [95 %] | notes |\n"
-           "|---|---|---|---|---|---|---|---|---|")
+MD_HEAD = ["verdict", "scenario", "impl", "regime", "metric", "BASE", "NEW", "NEW/BASE [95 %]", "notes"]
 
 
 def _mark(c: Comparison) -> str:
@@ -179,14 +177,14 @@ def render_markdown(c: Comparison) -> str:
     shown = [r for r in _sorted(c.rows) if r.verdict != "no difference"]
     folded = [r for r in c.rows if r.verdict == "no difference"]
     if shown:
-        lines += ["", MD_HEAD, *map(_md_row, shown)]
+        lines += ["", *markdown_table(MD_HEAD, map(_md_cells, shown))]
     if folded:
-        lines += ["", f"<details><summary>{len(folded)} figures with no difference</summary>", "", MD_HEAD,
-                  *map(_md_row, folded), "", "</details>"]
+        lines += ["", f"<details><summary>{len(folded)} figures with no difference</summary>", "",
+                  *markdown_table(MD_HEAD, map(_md_cells, folded)), "", "</details>"]
     if c.counted:
         lines += ["", f"Deterministic counts against BASE (the gate's): {md(counted_title(c))}", "",
-                  "| " + " | ".join(COUNTED_HEAD) + " |", "|" + "---|" * len(COUNTED_HEAD),
-                  *("| " + " | ".join(map(md, _counted_cells(k, c.counts_threshold_pct))) + " |" for k in c.counted)]
+                  *markdown_table(COUNTED_HEAD, [[md(x) for x in _counted_cells(k, c.counts_threshold_pct)]
+                                                 for k in c.counted])]
     lines += [f"- note: {md(n)}" for n in c.counted_notes]
     return "\n".join(lines) + "\n"
 

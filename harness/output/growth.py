@@ -29,7 +29,7 @@ from harness.output.drawing import (
     series_panels,
 )
 from harness.output.formatting import run_duration
-from harness.output.markdown import md, md_code
+from harness.output.markdown import markdown_table, md, md_code
 from harness.output.readme import check_readme
 from harness.output.rundata import RunData, ordered
 from harness.run.matrix import SWEEPS, matches
@@ -254,12 +254,10 @@ def slopes_markdown(found: list[Slope]) -> str:
         for s in mine:
             cells.setdefault((s.impl, s.regime), {})[s.metric] = s
         out += [f"**{family}** ({AXIS_LABELS[family]}, {_size(lo)} to {_size(hi)}):", "",
-                "| impl | regime | " + " | ".join(f"{METRICS[m][0]} (`{m}`)" for m in METRICS) + " | points |",
-                "|---|---|" + "---|" * len(METRICS) + "---|"]
-        for (impl, regime), by in cells.items():
-            values = [_cell(by[m]) if m in by else "" for m in METRICS]
-            out.append(f"| `{impl}` | {regime} | " + " | ".join(values) + f" | {max(b.points for b in by.values())} |")
-        out.append("")
+                *markdown_table(["impl", "regime", *(f"{METRICS[m][0]} (`{m}`)" for m in METRICS), "points"],
+                                [[f"`{impl}`", regime, *(_cell(by[m]) if m in by else "" for m in METRICS),
+                                  str(max(b.points for b in by.values()))] for (impl, regime), by in cells.items()]),
+                ""]
     return "\n".join(out)
 
 

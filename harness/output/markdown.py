@@ -1,8 +1,9 @@
-"""Text from a run's files put into Markdown as one line of text: it can add no heading, link, row or HTML."""
+"""Markdown: a run's text as one inert line (it adds no heading, link, row or HTML); the harness's table writer."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 
 CONTROL = re.compile(r"([\\`*_\[\]<>|~])")
 LEADING = re.compile(r"^([#+=>-])")
@@ -22,3 +23,17 @@ def md(text: object) -> str:
 def md_code(text: object) -> str:
     """``text`` as an inline code span (in a table cell too)."""
     return "`" + one_line(text).replace("`", "'").replace("|", "\\|") + "`"
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """The table's lines: header, rule, a line per row of cells as given; ValueError for a row of another width."""
+    lines = [_row(header), "|" + "---|" * len(header)]
+    for row in rows:
+        if len(row) != len(header):
+            raise ValueError(f"a table row of {len(row)} cells under a header of {len(header)}: {list(row)}")
+        lines.append(_row(row))
+    return lines
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"

@@ -24,17 +24,16 @@ from harness.output.formatting import (
     run_seconds,
     value_text,
 )
-from harness.output.markdown import md, md_code
+from harness.output.markdown import markdown_table, md, md_code
 from harness.output.paced_report import paced_sentence
 from harness.output.report import (
     DESIGN_ROLES,
     NOT_RECORDED,
-    SHARING_COLUMNS,
+    SHARING_HEADER,
     SHARING_SCENARIOS,
     article_table,
     calibration_notes,
     l1d_texts,
-    markdown_table,
     run_calibration,
     sharing_counts,
     sharing_rows,
@@ -108,7 +107,7 @@ def _design_tables(run: RunData) -> list[str]:
                             [c for _, c in rows])]
 
 
-def _engine_rows(run: RunData) -> list[str]:
+def _engine_rows(run: RunData) -> list[list[str]]:
     out = []
     path = run_calibration(run)
     notes = calibration_notes(path)
@@ -118,9 +117,9 @@ def _engine_rows(run: RunData) -> list[str]:
         for regime in ("per-call", "batched"):
             if math.isnan(run.value(PAPER, rec.name, regime, "seq_step_ns")):
                 continue
-            out.append(f"| `{rec.name}` | {regime} | {value_text(run, PAPER, rec.name, regime, 'seq_step_ns')} | "
-                       f"{ratio_text(run, PAPER, rec.name, regime, 'seq_step_ns', 'batched')} | "
-                       f"{notes.get((rec.name, regime), 'not calibrated' if path else NOT_RECORDED)} |")
+            out.append([f"`{rec.name}`", regime, value_text(run, PAPER, rec.name, regime, "seq_step_ns"),
+                        ratio_text(run, PAPER, rec.name, regime, "seq_step_ns", "batched"),
+                        notes.get((rec.name, regime), "not calibrated" if path else NOT_RECORDED)])
     return out
 
 
@@ -157,8 +156,8 @@ def section(run: RunData) -> str:
     if engines:
         lines += ["Engine contenders (our models of their block managers), ns per sequence-step and how many times "
                   "slower than batched `flat` [paired 95 % interval]:", "",
-                  "| impl | regime | ns/seq-step | × batched flat | vs the engine's own code (results/calibration) |",
-                  "|---|---|---|---|---|", *engines, ""]
+                  *markdown_table(["impl", "regime", "ns/seq-step", "× batched flat",
+                                   "vs the engine's own code (results/calibration)"], engines), ""]
     return "\n".join(lines)
 
 
@@ -176,8 +175,7 @@ def _sharing_lines(run: RunData) -> list[str]:
     return [f"Copy-on-write: `paper` shares no block, `{scenario}` does: its trace makes "
             f"{sharing_counts(run, scenario)}. The same designs on it, batched regime: our figure [95 % interval], "
             "ns per sequence-step also as a ratio to `flat` [paired 95 % interval].", "",
-            "| design | impl | regime | " + " | ".join(h for _, h in SHARING_COLUMNS) + " |",
-            "|---|---|---|" + "---|" * len(SHARING_COLUMNS), *sharing_rows(run, scenario, ("batched",)), ""]
+            *markdown_table(SHARING_HEADER, sharing_rows(run, scenario, ("batched",))), ""]
 
 
 def _caching_lines(run: RunData) -> list[str]:
@@ -188,15 +186,14 @@ def _caching_lines(run: RunData) -> list[str]:
     impls = ordered(run.df[run.df.scenario.isin(scenarios) & (run.df.metric == "seq_step_ns")].impl)
     out = ["Prefix caching, batched regime: ns per sequence-step [95 % interval] and its ratio to `flat-pc` [paired "
            "95 % interval]; the hit rate is the same for every implementation (each replay is checked against the "
-           "trace's hits step by step).", "",
-           "| scenario | hit rate | " + " | ".join(f"`{i}`" for i in impls) + " |",
-           "|---|---|" + "---|" * len(impls)]
+           "trace's hits step by step).", ""]
+    rows = []
     for scenario in scenarios:
         cells = [f"{value_text(run, scenario, i, 'batched', 'seq_step_ns')} "
                  f"({ratio_text(run, scenario, i, 'batched', 'seq_step_ns', base=CACHE_BASE)})"
                  if run.get(scenario, i, "batched", "seq_step_ns") else "—" for i in impls]
-        out.append(f"| `{scenario}` | {hit_sentence(run, scenario)} | " + " | ".join(cells) + " |")
-    return [*out, ""]
+        rows.append([f"`{scenario}`", hit_sentence(run, scenario), *cells])
+    return [*out, *markdown_table(["scenario", "hit rate", *(f"`{i}`" for i in impls)], rows), ""]
 
 
 def replace_section(text: str, body: str, begin: str = BEGIN, end: str = END, where: str = "the README") -> str:

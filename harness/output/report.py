@@ -27,7 +27,7 @@ from harness.output.formatting import (
     source_text,
     value_text,
 )
-from harness.output.markdown import md, one_line
+from harness.output.markdown import markdown_table, md, one_line
 from harness.output.paced_report import paced_sentence
 from harness.output.rundata import RunData, ordered
 from harness.studies.table_copy.variants import IMPL as TABLE_COPY_IMPL
@@ -167,11 +167,6 @@ def _paper_tables(rows: list[dict[str, str]]) -> list[str]:
     return out
 
 
-def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A markdown table's lines: the header, its rule, a line per row."""
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
-
-
 ARTICLE_TABLE_KEYS = ("lookup", "lookup_article", "alloc_free", "alloc_free_article", "cpu_share", "cpu_article")
 
 
@@ -234,14 +229,11 @@ def scenario_summary(run: RunData) -> str:
         if not cells:
             continue
         base = base_of(run, scenario)
-        out += [f"## {scenario}", "",
-                "| impl | regime | driver | " + " | ".join(h for _, h in SUMMARY_METRICS) + f" | × batched {base} |",
-                "|---|---|---|" + "---|" * (len(SUMMARY_METRICS) + 1)]
-        for impl, regime in cells:
-            vals = [value_text(run, scenario, impl, regime, m) for m, _ in SUMMARY_METRICS]
-            out.append(f"| `{impl}` | {regime} | {driver_of(run, scenario, impl, regime)} | " + " | ".join(vals)
-                       + f" | {ratio_text(run, scenario, impl, regime, 'seq_step_ns', 'batched', base)} |")
-        out.append("")
+        header = ["impl", "regime", "driver", *(h for _, h in SUMMARY_METRICS), f"× batched {base}"]
+        rows = [[f"`{impl}`", regime, driver_of(run, scenario, impl, regime),
+                 *(value_text(run, scenario, impl, regime, m) for m, _ in SUMMARY_METRICS),
+                 ratio_text(run, scenario, impl, regime, "seq_step_ns", "batched", base)] for impl, regime in cells]
+        out += [f"## {scenario}", "", *markdown_table(header, rows), ""]
         if note := left_out_note(run, scenario, ("caching",) if base == CACHE_BASE else DESIGN_ROLES):
             out += [note, ""]
     return "\n".join(out) + "\n"
@@ -273,8 +265,12 @@ def sharing_counts(run: RunData, scenario: str) -> str:
     return f"{forks:,.0f} forks and {cows:,.0f} copy-on-writes"
 
 
-def sharing_rows(run: RunData, scenario: str, regimes: tuple[str, ...] | None = None) -> list[str]:
-    """One row per design and regime measured on ``scenario``: each figure with its interval, ratio to flat."""
+SHARING_HEADER = ["design", "impl", "regime", *(h for _, h in SHARING_COLUMNS)]
+
+
+def sharing_rows(run: RunData, scenario: str, regimes: tuple[str, ...] | None = None) -> list[list[str]]:
+    """One row of cells (:data:`SHARING_HEADER`) per design and regime measured on ``scenario``: each figure with its
+    interval, ratio to flat."""
     out = []
     for rec in _rows_of(run, DESIGN_ROLES):
         for regime in run.regimes(scenario, "seq_step_ns") if regimes is None else regimes:
@@ -282,7 +278,7 @@ def sharing_rows(run: RunData, scenario: str, regimes: tuple[str, ...] | None = 
                 continue
             cells = [f"{value_text(run, scenario, rec.name, regime, m)}" for m, _ in SHARING_COLUMNS]
             cells[0] += f" ({ratio_text(run, scenario, rec.name, regime, 'seq_step_ns')})"
-            out.append(f"| {rec.label} {rec.description} | `{rec.name}` | {regime} | " + " | ".join(cells) + " |")
+            out.append([f"{rec.label} {rec.description}", f"`{rec.name}`", regime, *cells])
     return out
 
 
@@ -299,9 +295,7 @@ def sharing_table(run: RunData) -> str:
            f"{sharing_counts(run, scenario)}, and every replay is checked against its copy-on-writes, step by "
            "step. Each figure with its 95 % interval; ns/seq-step also as a ratio to `flat` in the same regime "
            "[paired 95 % interval].", "",
-           aa_text(run, scenario), "",
-           "| design | impl | regime | " + " | ".join(h for _, h in SHARING_COLUMNS) + " |",
-           "|---|---|---|" + "---|" * len(SHARING_COLUMNS), *rows, ""]
+           aa_text(run, scenario), "", *markdown_table(SHARING_HEADER, rows), ""]
     return "\n".join(out) + "\n"
 
 
@@ -340,6 +334,10 @@ def _ratio_note(row: dict) -> str:
     return f"{row['ratio']:.2f}{interval}{calls} ({row['scenario']})"
 
 
+ENGINES_HEADER = ["impl", "regime", "ns/seq-step", "lookup ns", "alloc/free ns", "allocs/step",
+                  "batched flat is × faster", "vs the engine's code"]
+
+
 def engines_section(run: RunData, scenario: str = PAPER) -> str:
     """Engine-style contenders (as engines run them: per call) beside batched flat, ratios in one run."""
     flat = _get(run, scenario, registry.RATIO_BASE, "batched", "seq_step_ns")[0]
@@ -348,10 +346,8 @@ def engines_section(run: RunData, scenario: str = PAPER) -> str:
         return ""
     out = [f"# Engines: contenders modelled on real engines, `{scenario}` scenario", "",
            "Written in our code from each engine's published design (see `impls/`), under our contract. "
-           "Engines call their block manager per operation from Python: the per-call rows are how they run.", "",
-           "| impl | regime | ns/seq-step | lookup ns | alloc/free ns | allocs/step | batched flat is × faster "
-           "| vs the engine's code |",
-           "|---|---|---|---|---|---|---|---|"]
+           "Engines call their block manager per operation from Python: the per-call rows are how they run.", ""]
+    rows = []
     path = run_calibration(run)
     notes = calibration_notes(path)
     for impl in [*present, registry.RATIO_BASE]:
@@ -359,12 +355,12 @@ def engines_section(run: RunData, scenario: str = PAPER) -> str:
             v = _get(run, scenario, impl, regime, "seq_step_ns")[0]
             if math.isnan(v):
                 continue
-            out.append(f"| `{impl}` | {regime} | {fmt(v)} | {fmt(_get(run, scenario, impl, regime, 'lookup_ns')[0])} "
-                       f"| {fmt(_get(run, scenario, impl, regime, 'alloc_free_ns')[0])} "
-                       f"| {fmt(_get(run, scenario, impl, regime, 'allocs_per_step')[0])} "
-                       f"| {ratio_text(run, scenario, impl, regime, 'seq_step_ns', 'batched')} "
-                       f"| {notes.get((impl, regime), '' if path else NOT_RECORDED)} |")
-    return "\n".join(out) + "\n"
+            rows.append([f"`{impl}`", regime, fmt(v), fmt(_get(run, scenario, impl, regime, "lookup_ns")[0]),
+                         fmt(_get(run, scenario, impl, regime, "alloc_free_ns")[0]),
+                         fmt(_get(run, scenario, impl, regime, "allocs_per_step")[0]),
+                         ratio_text(run, scenario, impl, regime, "seq_step_ns", "batched"),
+                         notes.get((impl, regime), "" if path else NOT_RECORDED)])
+    return "\n".join([*out, *markdown_table(ENGINES_HEADER, rows)]) + "\n"
 
 
 def table_copy_section(run: RunData) -> str:
@@ -376,15 +372,14 @@ def table_copy_section(run: RunData) -> str:
         return ("# Rule 3: block tables to the device\n\nNot measured" + (f": {reasons[0]}" if reasons else "") + "\n")
     out = ["# Rule 3: block tables to the device", "",
            "Host time per step (median over the measured steps) to turn the step's block tables into the int32 "
-           "tensor attention takes; `device` is CUDA-event time where a GPU was present.", "",
-           "| scenario | variant | host ns/step | host ns/seq | bytes/step | device ns/step |",
-           "|---|---|---|---|---|---|"]
+           "tensor attention takes; `device` is CUDA-event time where a GPU was present.", ""]
+    rows = []
     for (scenario, variant), _ in sub.groupby(["scenario", "regime"], sort=False):
         vals = [_get(run, scenario, TABLE_COPY_IMPL, variant, m) for m in
                 ("table_copy_ns", "table_copy_ns_per_seq", "table_copy_bytes", "table_copy_device_ns")]
-        cells = [fmt(v) if st == "ok" else st for v, _src, st in vals]
-        out.append(f"| {scenario} | {variant} | " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n"
+        rows.append([scenario, variant, *(fmt(v) if st == "ok" else st for v, _src, st in vals)])
+    header = ["scenario", "variant", "host ns/step", "host ns/seq", "bytes/step", "device ns/step"]
+    return "\n".join([*out, *markdown_table(header, rows)]) + "\n"
 
 
 def nonconforming(run: RunData) -> list[str]:

@@ -11,7 +11,7 @@ from harness.base.files import read_json
 from harness.base.host import competing_work, machine_key, machine_name
 from harness.base.rows import Row, ratio_metric, read_rows
 from harness.output.formatting import fmt
-from harness.output.report import markdown_table
+from harness.output.markdown import markdown_table
 
 RUNS = "runs"  # results/reference/runs/<run-id>/: each kept run's results.csv and meta.json
 FIGURES = ("seq_step_ns", ratio_metric("seq_step_ns"))

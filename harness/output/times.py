@@ -12,6 +12,7 @@ from harness.base.files import atomic_write_text
 from harness.base.host import machine_name
 from harness.base.project import TIMES_JSON
 from harness.base.text import duration_text
+from harness.output.markdown import markdown_table
 
 RELATIVE = "results/times/times.json"
 FORMAT = 1
@@ -134,11 +135,9 @@ def section(times: Times | None) -> str:
     lines = [f"Measured by `python scripts/make_times.py` on {machine_name(m)} (`{RELATIVE}`); wall time, and the "
              "CPU time of the target's processes (two cores can run "
              "two at once). Caches `cold`: the Numba cache, the C++ build and the trace cache removed before the "
-             "target, as on a fresh clone; `warm`: left as the previous target left them.", "",
-             "| command | what it does | wall time | CPU time | caches | load when started | commit, date |",
-             "|---|---|---|---|---|---|---|"]
-    for t in times.targets:
-        load = "—" if t.load_1m is None or math.isnan(t.load_1m) else f"{t.load_1m:.2f}"
-        lines.append(f"| `{t.command}` | {TARGETS.get(t.target, '')} | {took(t)} | {_cpu(t)} | {t.caches} | {load} "
-                     f"| `{t.commit}`, {t.started[:10]} |")
-    return "\n".join(lines)
+             "target, as on a fresh clone; `warm`: left as the previous target left them.", ""]
+    rows = [[f"`{t.command}`", TARGETS.get(t.target, ""), took(t), _cpu(t), t.caches,
+             "—" if t.load_1m is None or math.isnan(t.load_1m) else f"{t.load_1m:.2f}",
+             f"`{t.commit}`, {t.started[:10]}"] for t in times.targets]
+    header = ["command", "what it does", "wall time", "CPU time", "caches", "load when started", "commit, date"]
+    return "\n".join([*lines, *markdown_table(header, rows)])

@@ -1,17 +1,6 @@
 """The jobs a worker process runs (:mod:`harness.run.workers`): every place a run executes an implementation.
-
-- :class:`ScenarioJob` ``timing``: one implementation's cells, one share of a scenario's repetitions
-  (:class:`harness.run.cells.CellBench`), the samples sent back whole; ``studies``: its allocation counts,
-  paced runs and studies (or, with no cells, the studies of no implementation).
-- :class:`FloorJob`: the harness's own work per slice (a do-nothing design's replays), once per scenario, in a
-  worker that runs no plug-in, for the supervisor's bound on every cell (:mod:`harness.run.bound`).
-- :class:`ProbeJob`: load an implementation by name (a plug-in's import runs here, never in the main process)
-  and say what it is (:class:`ImplInfo`), or why it cannot be loaded.
-- :class:`CheckJob`: ``kvblock-bench check``'s conformance run.
-
 :func:`execute` runs any of them; the main process never imports a plug-in, so a plug-in that hangs, crashes
-or exits, at import or later, costs only its own cells (or its own verdict).
-"""
+or exits, at import or later, costs only its own cells (or its own verdict)."""
 
 from __future__ import annotations
 
@@ -82,6 +71,8 @@ def _absent(exc: BaseException, name: str) -> bool:
 
 @dataclass
 class ProbeJob:
+    """Load an implementation by name (a plug-in's import runs here) and describe it, or say why it cannot load."""
+
     name: str
 
 
@@ -142,7 +133,8 @@ def registry_of_code(events: Events) -> RegistryResult:
 # -- a scenario's share of work --------------------------------------------------------------------------
 @dataclass
 class ScenarioJob:
-    """One worker's work on one scenario: ``kind`` "timing" (the repetitions ``only``) or "studies"."""
+    """One worker's work on one scenario: ``kind`` "timing" (its cells' repetitions ``only``, the samples sent back
+    whole) or "studies" (allocations, paced runs, studies; with no cells, the studies of no implementation)."""
 
     kind: str
     scenario: str
@@ -223,7 +215,7 @@ def run_timing(job: ScenarioJob, events: Events) -> TimingResult:
 # -- the harness's own work per slice -------------------------------------------------------------------------
 @dataclass
 class FloorJob:
-    """The do-nothing replays of one scenario's trace (:mod:`harness.run.floor`), in a worker of no design."""
+    """A do-nothing design's replays of a scenario's trace in a worker of no design: the supervisor's bound's floor."""
 
     trace_path: str
     digest: str
@@ -270,8 +262,7 @@ def run_studies(job: ScenarioJob, events: Events) -> StudiesResult:
 
 def scenario_studies(job: ScenarioJob, bench: CellBench, cells: list[Cell], events: Events,
                      raw: dict) -> list[Row]:
-    """The scenario's studies with machinery of their own (L1D, id width, cache operations, hashing, table
-    copies)."""
+    """The scenario's studies with machinery of their own (L1D, id width, cache, hashing, memory, table copies)."""
     rows: list[Row] = []
     trace, scenario = bench.trace, job.scenario
     if "l1d" in job.studies:
@@ -356,6 +347,8 @@ def _cache_ops_rows(scenario: str, cells: list[Cell], bench: CellBench, events: 
 # -- kvblock-bench check ---------------------------------------------------------------------------------
 @dataclass
 class CheckJob:
+    """``kvblock-bench check``'s conformance run of one implementation."""
+
     name: str
     seeds: int
     examples: int

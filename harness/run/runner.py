@@ -1,10 +1,8 @@
 """A run: the matrix's scenarios, each measured in supervised workers, checked and written as it goes.
-Design: docs/method.md."""
+Design: docs/method.md#timing-rules."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
 import tempfile
 import time
@@ -13,15 +11,7 @@ from pathlib import Path
 
 from harness.base import clock, compared_with
 from harness.base.failures import OUT_OF_MEMORY
-from harness.base.files import (
-    RESULTS_DIR,
-    ResultsError,
-    check_run_root,
-    new_run_dir,
-    point_latest,
-    read_json,
-    write_json,
-)
+from harness.base.files import RESULTS_DIR, check_run_root, new_run_dir, point_latest, write_json
 from harness.base.interleave import FAST_REPS, slice_bounds
 from harness.base.interrupts import signal_name, sigterm_interrupts
 from harness.base.metrics import Work
@@ -35,14 +25,14 @@ from harness.run.jobs import FloorJob, ImplInfo, ProbeJob, ScenarioJob, describe
 from harness.run.lockstep import Order, lockstep, rotated
 from harness.run.matrix import OWN_STUDIES, ScenarioPlan, default_scenarios, plan_scenario, sweep_scenarios
 from harness.run.precheck import Checked, check_plugins
+from harness.run.trace_cache import cached_trace, trace_cache_path
 from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug, WorkerSpec
 from harness.studies.paced_study import PACED_METRICS
 from harness.studies.scale import CONFIG_METRICS, config_rows
 from impls import REGISTRY, UNAVAILABLE, registry
-from scenarios import SCENARIOS, ScenarioError, Trace, TraceError, generate, load, save
-from scenarios.scheduler import GENERATOR_VERSION
+from scenarios import SCENARIOS, ScenarioError, Trace, load, save
 from scenarios.trace import trace_uses_caching
-from scenarios.trace.file_format import FORMAT_VERSION, content_digest
+from scenarios.trace.file_format import content_digest
 
 Cell = tuple[str, str]
 
@@ -75,62 +65,6 @@ class RunConfig:
     deadline_s: float = DEFAULT_DEADLINE_S  # a worker silent this long is killed, and its cell failed
 
 
-# -- traces ---------------------------------------------------------------------------------------------
-def _claim(name: str, overrides: dict, cache_dir: Path) -> tuple[dict, Path]:
-    """What a trace cache entry claims to hold, and where it lives (named by a hash of the claim)."""
-    claim = json.loads(json.dumps({"scenario": name, "params": SCENARIOS[name].params(overrides),
-                                   "format_version": FORMAT_VERSION, "generator_version": GENERATOR_VERSION},
-                                  sort_keys=True, default=str))
-    key = hashlib.sha256(json.dumps(claim, sort_keys=True).encode()).hexdigest()[:16]
-    return claim, cache_dir / f"{name}-{key}.npz"
-
-
-def trace_cache_path(name: str, overrides: dict, cache_dir: Path) -> Path:
-    """Where the trace cache keeps a scenario's trace (see :func:`cached_trace`)."""
-    return _claim(name, overrides, cache_dir)[1]
-
-
-def cached_trace(name: str, overrides: dict, cache_dir: Path) -> tuple[Trace, float]:
-    """A scenario's trace, generated or read from the cache (docs/results-folder.md); (trace, seconds)."""
-    claim, path = _claim(name, overrides, cache_dir)
-    t0 = time.perf_counter()
-    trace = _cache_entry(path, claim)
-    if trace is None:
-        trace = generate(name, **overrides)
-        _cache_store(path, claim, trace)
-    return trace, time.perf_counter() - t0
-
-
-def _plain_file(path: Path) -> bool:
-    return path.is_file() and not path.is_symlink()
-
-
-def _cache_entry(path: Path, claim: dict) -> Trace | None:
-    """The cached trace at ``path`` if its content is what ``claim`` asks for (see :func:`cached_trace`)."""
-    claim_path = path.with_suffix(".json")
-    if not (_plain_file(path) and _plain_file(claim_path)):
-        return None
-    try:
-        stored, trace = read_json(claim_path), load(path)
-    except (ResultsError, TraceError):
-        return None
-    ok = stored == {**claim, "checksum": trace.header["checksum"]} and trace.header["scenario"] == claim["scenario"]
-    return trace if ok else None
-
-
-def _cache_store(path: Path, claim: dict, trace: Trace) -> None:
-    claim_path = path.with_suffix(".json")
-    try:
-        for entry in (path, claim_path):
-            if entry.is_symlink() or (entry.exists() and not entry.is_file()):
-                raise WriteError(f"{entry}: not a regular file; left alone")
-        save(trace, path)
-        write_json(claim_path, {**claim, "checksum": trace.header["checksum"]})
-    except (TraceError, WriteError) as exc:
-        print(f"kvblock-bench: note: the trace cache is not written ({exc}); the trace is used uncached",
-              file=sys.stderr)
-
-
 def base_impl(trace: Trace) -> str:
     """The implementation every ratio of ``trace``'s cells is taken against."""
     return registry.CACHING_RATIO_BASE if trace_uses_caching(trace) else registry.RATIO_BASE
@@ -139,80 +73,109 @@ def base_impl(trace: Trace) -> str:
 # -- one scenario, measured in the worker processes ---------------------------------------------------------
 @dataclass
 class Shared:
-    """What every scenario of a run uses: the timers' calibration, the implementations, the workers."""
+    """What every scenario of a run uses (timers' calibration, implementations, workers, settings) and learns."""
 
     calib: dict
     infos: dict[str, ImplInfo]
     pool: Pool
     bar: progress.Progress
     spool: Path  # a private folder for trace files the workers load when the trace cache cannot hold them
+    cfg: RunConfig
     torch_threads: int | None = None  # torch's intra-op threads in the workers, as they reported it
     pids: dict[str, dict[str, list[int]]] = field(default_factory=dict)
 
 
-def measure_scenario(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: RunConfig,
-                     shared: Shared) -> tuple[list[Row], dict]:
-    """Every figure of one scenario: per share, each implementation's cells in its own worker, in lockstep; then
-    the studies. Returns (rows, raw files)."""
-    ((merged, rows, raw),) = measure_timings(plan, trace, trace_path, cfg, shared, {"": plan.cells}).values()
-    shared.pids[plan.scenario] = merged.pids
-    if merged.torch_threads is not None:  # what the workers held torch to (docs/method.md, "One host thread")
-        shared.torch_threads = max(shared.torch_threads or 0, merged.torch_threads)
-    if plan.studies:
-        base, digest, late = base_impl(trace), content_digest(trace), dict(merged.failed)
-        rows += _studies(plan, trace_path.resolve(), digest, [c for c in plan.cells if c not in merged.failed], cfg,
-                         shared, base, late, raw)
-        rows += [Row(plan.scenario, *c, "correctness", float("nan"), "", "trace check", "failed",
-                     f"in the studies: {reason}") for c, reason in late.items() if c not in merged.failed]
-    return rows, raw
+@dataclass(frozen=True)
+class ScenarioTrace:
+    """One scenario as its workers measure it: plan, trace, the file they load, its digest, ratio base, start."""
+
+    plan: ScenarioPlan
+    trace: Trace
+    path: Path
+    digest: str
+    base: str
+    started: float
+
+    @classmethod
+    def of(cls, plan: ScenarioPlan, trace: Trace, path: Path, started: float) -> ScenarioTrace:
+        return cls(plan, trace, path.resolve(), content_digest(trace), base_impl(trace), started)
+
+    @property
+    def scenario(self) -> str:
+        return self.plan.scenario
+
+    def job(self, kind: str, cells: list[Cell], shared: Shared, **fields: object) -> ScenarioJob:
+        """A worker's job on this scenario: ``kind`` "timing" or "studies", of ``cells``."""
+        return ScenarioJob(kind, self.scenario, str(self.path), cells, shared.cfg.reps, shared.calib, self.base,
+                           digest=self.digest, **fields)
 
 
 Sides = dict[str, list[Cell]]  # code ("": this checkout, else another checkout's folder) -> its cells
 
 
-def measure_timings(plan: ScenarioPlan, trace: Trace, trace_path: Path, cfg: RunConfig, shared: Shared,
-                    sides: Sides, order: Order = rotated) -> dict[str, tuple[Merged, list[Row], dict]]:
-    """The timed cells of every side (code version) of one scenario, all sides' workers of a share in one lockstep
-    (in ``order``); per side its merged samples, rows and raw files."""
-    base, digest = base_impl(trace), content_digest(trace)
-    trace_path = trace_path.resolve()
+@dataclass(frozen=True)
+class Timed:
+    """One scenario's timed cells of every side (code version), those failed so far, the floor, the turns' order."""
+
+    sides: Sides
+    failed: dict[str, dict[Cell, str]]
+    floor: dict[str, float]
+    order: Order = rotated
+
+
+def measure_scenario(sc: ScenarioTrace, shared: Shared) -> tuple[list[Row], dict]:
+    """Every figure of one scenario: its timed cells in lockstep workers, then the studies; (rows, raw files)."""
+    plan = sc.plan
+    ((merged, rows, raw),) = measure_timings(sc, shared, {"": plan.cells}).values()
+    shared.pids[plan.scenario] = merged.pids
+    if merged.torch_threads is not None:  # what the workers held torch to (docs/method.md, "One host thread")
+        shared.torch_threads = max(shared.torch_threads or 0, merged.torch_threads)
+    if plan.studies:
+        late = dict(merged.failed)
+        rows += _studies(sc, [c for c in plan.cells if c not in merged.failed], shared, late, raw)
+        rows += [Row(plan.scenario, *c, "correctness", float("nan"), "", "trace check", "failed",
+                     f"in the studies: {reason}") for c, reason in late.items() if c not in merged.failed]
+    return rows, raw
+
+
+def measure_timings(sc: ScenarioTrace, shared: Shared, sides: Sides,
+                    order: Order = rotated) -> dict[str, tuple[Merged, list[Row], dict]]:
+    """Every side's timed cells of one scenario, a share's workers in one lockstep; per side (merged, rows, raw)."""
+    plan, reps = sc.plan, shared.cfg.reps
     every = list(dict.fromkeys(c for cells in sides.values() for c in cells))
-    caps = {c: plan.reps_of(c, cfg.reps) for c in every if plan.reps_of(c, cfg.reps) < cfg.reps}
+    caps = {c: plan.reps_of(c, reps) for c in every if plan.reps_of(c, reps) < reps}
     impls = {code: list(dict.fromkeys(i for i, _ in cells)) for code, cells in sides.items()}
-    control = {code: base if base in mine else mine[0] if mine else "" for code, mine in impls.items()}
-    floor = _floor(shared, plan.scenario, trace_path, digest, every)
-    failed: dict[str, dict[Cell, str]] = {code: {} for code in sides}
+    control = {code: sc.base if sc.base in mine else mine[0] if mine else "" for code, mine in impls.items()}
+    timed = Timed(sides, {code: {} for code in sides}, _floor(shared, sc, every), order)
     results: dict[str, list] = {code: [] for code in sides}
     for w in range(len(shared.pool)):
-        only = list(range(w, cfg.reps * FAST_REPS, len(shared.pool)))
+        only = list(range(w, reps * FAST_REPS, len(shared.pool)))
 
         def job(code: str, impl: str, cells: list[Cell], only=only, w=w) -> ScenarioJob:
-            return ScenarioJob("timing", plan.scenario, str(trace_path), cells, cfg.reps, shared.calib, base, caps,
-                               only, record=w == 0, digest=digest, control=impl == control[code], lockstep=True)
+            return sc.job("timing", cells, shared, caps=caps, only=only, record=w == 0,
+                          control=impl == control[code], lockstep=True)
 
-        for code, got in _in_lockstep(shared, w, sides, job, failed, floor, order).items():
+        for code, got in _in_lockstep(shared, timed, w, job).items():
             results[code] += got
     out = {}
     for code, cells in sides.items():
-        merged = merge(results[code], failed[code])
-        rows, raw = ScenarioRows(plan.scenario, trace, Work.of_trace(trace), slice_bounds(trace.num_steps), base,
-                                 shared.calib).build(cells, merged)
+        merged = merge(results[code], timed.failed[code])
+        rows, raw = ScenarioRows(plan.scenario, sc.trace, Work.of_trace(sc.trace), slice_bounds(sc.trace.num_steps),
+                                 sc.base, shared.calib).build(cells, merged)
         out[code] = (merged, rows, raw)
     return out
 
 
-def _studies(plan: ScenarioPlan, trace_path: Path, digest: str, cells: list[Cell], cfg: RunConfig, shared: Shared,
-             base: str, failed: dict[Cell, str], raw: dict) -> list[Row]:
+def _studies(sc: ScenarioTrace, cells: list[Cell], shared: Shared, failed: dict[Cell, str], raw: dict) -> list[Row]:
     """The studies' rows: each implementation's in its own worker, then those of no implementation."""
-    impls = sorted(dict.fromkeys(i for i, _ in cells), key=lambda i: i != base)
+    impls = sorted(dict.fromkeys(i for i, _ in cells), key=lambda i: i != sc.base)
     rows: list[Row] = []
     for impl in [*impls, ""]:
         mine = [c for c in cells if c[0] == impl]
         if impl and not mine:
             continue
-        spec = WorkerSpec(impl, 0)
-        result = _supervised(shared, spec, mine, lambda live, impl=impl: _studies_job(
-            plan, trace_path, digest, live, impl, cfg, shared, base), failed, empty_ok=not impl)
+        result = _supervised(shared, WorkerSpec(impl, 0), mine,
+                             lambda live, impl=impl: _studies_job(sc, live, impl, shared), failed)
         if result is not None:
             _bound_paced(result)
             seen = {(r.impl, r.regime, r.metric) for r in rows}
@@ -223,27 +186,23 @@ def _studies(plan: ScenarioPlan, trace_path: Path, digest: str, cells: list[Cell
 
 
 def _bound_paced(result) -> None:
-    """The paced rows of a cell whose paced loops break the supervisor's bound: failed, with the reason; the cell
-    too (:func:`harness.run.bound.paced_violations`)."""
+    """Fail the cell, and its paced rows, whose paced loops break the supervisor's bound (``paced_violations``)."""
     bent = paced_violations(result.paced_claims, result.supervised, result.supervised_wall)
     result.rows = [replace(r, value=float("nan"), status="failed", how=bent[(r.impl, r.regime)])
                    if (r.impl, r.regime) in bent and r.metric in PACED_METRICS else r for r in result.rows]
     result.failed.update(bent)
 
 
-def _studies_job(plan: ScenarioPlan, trace_path: Path, digest: str, cells: list[Cell], impl: str, cfg: RunConfig,
-                 shared: Shared, base: str) -> ScenarioJob:
-    studies = [s for s in plan.studies if (s in OWN_STUDIES) == (not impl)]
-    study_cells = {s: plan.study_cells(s, cells) for s in studies}
-    return ScenarioJob("studies", plan.scenario, str(trace_path), cells, cfg.reps, shared.calib, base,
-                       studies=studies, study_cells=study_cells, quick=cfg.quick, digest=digest)
+def _studies_job(sc: ScenarioTrace, cells: list[Cell], impl: str, shared: Shared) -> ScenarioJob:
+    studies = [s for s in sc.plan.studies if (s in OWN_STUDIES) == (not impl)]
+    study_cells = {s: sc.plan.study_cells(s, cells) for s in studies}
+    return sc.job("studies", cells, shared, studies=studies, study_cells=study_cells, quick=shared.cfg.quick)
 
 
-def _floor(shared: Shared, scenario: str, trace_path: Path, digest: str, cells: list[Cell]) -> dict[str, float]:
-    """The harness's own CPU time per slice on this trace (:func:`harness.run.bound.floor_per_slice`), measured once
-    in the worker of no design; a failure there is ours."""
-    job = FloorJob(str(trace_path), digest, sorted({r for _, r in cells}))
-    shared.bar.status(f"{scenario}: the harness's own work per slice (a do-nothing design's replays)")
+def _floor(shared: Shared, sc: ScenarioTrace, cells: list[Cell]) -> dict[str, float]:
+    """The harness's own CPU time per slice on this trace (``floor_per_slice``), once, in a worker of no design."""
+    job = FloorJob(str(sc.path), sc.digest, sorted({r for _, r in cells}))
+    shared.bar.status(f"{sc.scenario}: the harness's own work per slice (a do-nothing design's replays)")
     try:
         result = shared.pool.run(WorkerSpec("", 0), job, shared.bar, shared.bar.status)
     except CellDied as exc:
@@ -251,10 +210,10 @@ def _floor(shared: Shared, scenario: str, trace_path: Path, digest: str, cells: 
     return floor_per_slice(result.supervised, result.claimed)
 
 
-def _in_lockstep(shared: Shared, share: int, sides: Sides, make_job, failed: dict[str, dict[Cell, str]],
-                 floor: dict[str, float], order: Order = rotated) -> dict[str, list]:
+def _in_lockstep(shared: Shared, timed: Timed, share: int, make_job) -> dict[str, list]:
     """One share: each side's implementations' jobs each in its own worker, all in lockstep, again without a cell
-    that failed; each result bounded by ``floor`` (:mod:`harness.run.bound`). Per side, its results."""
+    that failed; each result bounded by the floor (:mod:`harness.run.bound`). Per side, its results."""
+    sides, failed = timed.sides, timed.failed
     results: dict[str, list] = {code: [] for code in sides}
     pending = [(code, i) for code, cells in sides.items() for i in dict.fromkeys(i for i, _ in cells)]
     while pending:
@@ -262,14 +221,14 @@ def _in_lockstep(shared: Shared, share: int, sides: Sides, make_job, failed: dic
         jobs = {WorkerSpec(i, share, code): make_job(code, i, mine) for (code, i), mine in live.items() if mine}
         # each share one turn further on: which version goes first varies from pair to pair
         outcome = lockstep(shared.pool, jobs, shared.bar, shared.bar.status,
-                           lambda ready, turn: order(ready, turn + share))
+                           lambda ready, turn: timed.order(ready, turn + share))
         pending = []
         for spec, value in outcome.items():
             if isinstance(value, (CellDied, WorkerBug)):
                 _blame(shared, spec, value, live[(spec.code, spec.impl)], failed[spec.code])
                 pending.append((spec.code, spec.impl))
             else:
-                value.failed.update(violations(value, floor))  # the supervisor's bound on what it claims
+                value.failed.update(violations(value, timed.floor))  # the supervisor's bound on what it claims
                 results[spec.code].append(value)
                 if any(reason.startswith(OUT_OF_MEMORY) for reason in value.failed.values()):
                     shared.pool.close_worker(spec)
@@ -278,8 +237,7 @@ def _in_lockstep(shared: Shared, share: int, sides: Sides, make_job, failed: dic
 
 def _blame(shared: Shared, spec: WorkerSpec, exc: CellDied | WorkerBug, live: list[Cell],
            failed: dict[Cell, str]) -> None:
-    """Record the cell a worker died, hung or failed in (our exception in a plug-in's worker: its answers); raise
-    what is ours."""
+    """Record the cell a worker died, hung or failed in (our bug in a plug-in's worker: its answers); raise ours."""
     cell = tuple(exc.cell) if getattr(exc, "cell", None) else None
     if isinstance(exc, WorkerBug):
         if cell not in live or (spec.impl in REGISTRY and not spec.code):  # another version's: its cell fails
@@ -295,12 +253,11 @@ def _blame(shared: Shared, spec: WorkerSpec, exc: CellDied | WorkerBug, live: li
     shared.bar.status(f"{cell[0]} {cell[1]}: {reason}; measuring the others again")
 
 
-def _supervised(shared: Shared, worker: WorkerSpec, cells: list[Cell], make_job, failed: dict[Cell, str],
-                empty_ok: bool = False):
+def _supervised(shared: Shared, worker: WorkerSpec, cells: list[Cell], make_job, failed: dict[Cell, str]):
     """``make_job(cells)``'s result from ``worker``, again without each cell that failed (see :func:`_blame`)."""
     while True:
         live = [c for c in cells if c not in failed]
-        if not live and not empty_ok:
+        if not live and worker.impl:  # the worker of no implementation runs its studies without cells
             return None
         try:
             return shared.pool.run(worker, make_job(live), shared.bar, shared.bar.status)
@@ -482,7 +439,7 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
         pool.limit = worker_limit(len(infos), len(pool))
         plan = build_plan(cfg, infos)
         bar.status("calibrating the timers (the compiled timing loop compiles on first use)")
-        shared = Shared(calibrate_timers(), infos, pool, bar, Path(spool))
+        shared = Shared(calibrate_timers(), infos, pool, bar, Path(spool), cfg)
         natives = [name for name, info in infos.items() if info.native]
         meta = {**metadata.collect(argv, described={n: i.described for n, i in infos.items()}, natives=natives),
                 "config": {k: str(v) for k, v in vars(cfg).items()}, "processes": len(pool),
@@ -496,7 +453,7 @@ def run(cfg: RunConfig, argv: list[str] | None = None) -> Path | None:
                   sum(w * p.units(cfg.reps) for w, (p, _) in zip(weights, plan, strict=True)))
         try:
             with sigterm_interrupts():
-                _run_plan(plan, cfg, shared, writer, weights)
+                _run_plan(plan, shared, writer, weights)
             writer.finish(complete=True, torch_intra_op_threads=shared.torch_threads)
         except KeyboardInterrupt as exc:
             writer.interrupted(exc)
@@ -580,18 +537,18 @@ def planned_work(plan: list[tuple[ScenarioPlan, Trace | None]]) -> list[float]:
     return [fill if k is None else k for k in known]
 
 
-def scenario_trace(scenario_plan: ScenarioPlan, given: Trace | None, cfg: RunConfig,
-                   shared: Shared) -> tuple[Trace, list[Row], Path]:
-    """The scenario's trace (given, generated or read from the trace cache), its rows, and the file workers load."""
-    name, trace, trace_rows, path = scenario_plan.scenario, given, [], cfg.trace_file
+def scenario_trace(scenario_plan: ScenarioPlan, given: Trace | None, shared: Shared) -> tuple[ScenarioTrace, list[Row]]:
+    """The scenario, started now, with its trace (given, or from the trace cache) and the file workers load; rows."""
+    started = time.perf_counter()
+    name, trace, trace_rows, path = scenario_plan.scenario, given, [], shared.cfg.trace_file
     if trace is None:
         progress.status(shared.bar, f"{name}: the trace (generated, or read from the trace cache)")
-        cache_dir = cfg.root / ".trace-cache"
+        cache_dir = shared.cfg.root / ".trace-cache"
         trace, gen_s = cached_trace(name, scenario_plan.overrides, cache_dir)
         path = _worker_copy(trace, trace_cache_path(name, scenario_plan.overrides, cache_dir), shared.spool)
         trace_rows = [Row(name, "-", "-", "trace_s", gen_s, "s", "wall clock",
                           how="generate (or load from the trace cache) the scenario's trace")]
-    return trace, trace_rows + trace_count_rows(name, trace), Path(path)
+    return ScenarioTrace.of(scenario_plan, trace, Path(path), started), trace_rows + trace_count_rows(name, trace)
 
 
 def same_trace_rows(writer: RunWriter, name: str, first: str) -> list[Row]:
@@ -600,38 +557,37 @@ def same_trace_rows(writer: RunWriter, name: str, first: str) -> list[Row]:
             for r in writer.rows if r.scenario == first and r.metric not in TRACE_METRICS]
 
 
-def skip_scenario(tick: progress.Progress, name: str, first: str, units: int, planned: float, started: float) -> None:
+def skip_scenario(tick: progress.Progress, sc: ScenarioTrace, first: str, units: int, planned: float) -> None:
     """The progress of a scenario whose trace was measured already (as ``first``): its share of the bar done."""
     tick.scenario(units, planned, 0.0)  # nothing left to measure: its share of the work is none
     for _ in range(units):
-        tick(f"{name}: same trace as {first}")
-    tick.scenario_done(name, time.perf_counter() - started, f" (same trace as {first}: its rows copied)")
+        tick(f"{sc.scenario}: same trace as {first}")
+    tick.scenario_done(sc.scenario, time.perf_counter() - sc.started, f" (same trace as {first}: its rows copied)")
 
 
-def wall_row(name: str, started: float) -> Row:
-    """The scenario's ``scenario_wall_s`` row: the time since ``started``."""
-    return Row(name, "-", "-", "scenario_wall_s", time.perf_counter() - started, "s", "wall clock",
+def wall_row(sc: ScenarioTrace) -> Row:
+    """The scenario's ``scenario_wall_s`` row: the time since it started."""
+    return Row(sc.scenario, "-", "-", "scenario_wall_s", time.perf_counter() - sc.started, "s", "wall clock",
                how="the scenario's whole share of the run: trace, timed replays and studies")
 
 
-def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], cfg: RunConfig, shared: Shared,
-              writer: RunWriter, weights: list[float] | None = None) -> None:
+def _run_plan(plan: list[tuple[ScenarioPlan, Trace | None]], shared: Shared, writer: RunWriter,
+              weights: list[float] | None = None) -> None:
     seen: dict[str, str] = {}  # trace content digest -> the scenario that measured it
     tick = shared.bar
     weights = weights or [1.0] * len(plan)
     for (scenario_plan, given), planned in zip(plan, weights, strict=True):
-        name, started = scenario_plan.scenario, time.perf_counter()
-        trace, trace_rows, path = scenario_trace(scenario_plan, given, cfg, shared)
-        checksum = content_digest(trace)
+        sc, trace_rows = scenario_trace(scenario_plan, given, shared)
+        name, checksum = sc.scenario, sc.digest
         writer.meta.setdefault("traces", {})[name] = checksum  # what `kvblock-bench compare` checks per scenario
-        units = scenario_plan.units(cfg.reps)
+        units = scenario_plan.units(shared.cfg.reps)
         if checksum in seen:  # the same trace twice (concurrency-256 is paper): measure once, say so
             writer.add(trace_rows + same_trace_rows(writer, name, seen[checksum]))
-            skip_scenario(tick, name, seen[checksum], units, planned, started)
+            skip_scenario(tick, sc, seen[checksum], units, planned)
             continue
         seen[checksum] = name
-        tick.scenario(units, planned, float(trace.running_per_step().sum()))
-        rows, raw = measure_scenario(scenario_plan, trace, path, cfg, shared)
-        rows.append(wall_row(name, started))
+        tick.scenario(units, planned, float(sc.trace.running_per_step().sum()))
+        rows, raw = measure_scenario(sc, shared)
+        rows.append(wall_row(sc))
         writer.add(trace_rows + rows, raw)
         tick.scenario_done(name, rows[-1].value)

@@ -1,6 +1,6 @@
 """Two code versions measured in one run (``kvblock-bench ab``), each implementation's two versions replaying
 every slice side by side under this checkout's harness; each side's rows in a run folder of its own, NEW/BASE
-paired slice by slice. Design: docs/measurement.md#ab."""
+paired slice by slice. Design: docs/measurement.md#versions."""
 
 from __future__ import annotations
 
@@ -40,7 +40,6 @@ from harness.run.runner import (
 )
 from harness.run.workers import CellDied, Pool, WorkerBug, WorkerSpec
 from scenarios import Trace
-from scenarios.trace.file_format import content_digest
 
 NATIVE_CACHE_ENV = "KVB_NATIVE_CACHE"  # impls/native/toolchain.py's
 SIDES = ("BASE", "NEW")
@@ -193,7 +192,7 @@ def run_ab(cfg: RunConfig, sides: list[Side], argv: list[str] | None = None,
         pool.limit = worker_limit(sum(len(s.infos) for s in sides), len(pool))
         plan = _plans(cfg, sides)
         bar.status("calibrating the timers (the compiled timing loop compiles on first use)")
-        shared = Shared(calibrate_timers(), {}, pool, bar, Path(spool))
+        shared = Shared(calibrate_timers(), {}, pool, bar, Path(spool), cfg)
         for side, other in zip(sides, sides[::-1], strict=True):
             label = "-".join(filter(None, ["ab", side.name.lower(), cfg.label]))
             side.writer = RunWriter(replace(cfg, label=label), _side_meta(side, cfg, shared, argv, other))
@@ -202,7 +201,7 @@ def run_ab(cfg: RunConfig, sides: list[Side], argv: list[str] | None = None,
         pairs: dict[Key, list[float]] = {}
         try:
             with sigterm_interrupts():
-                _measure(plan, cfg, shared, sides, (paired, pairs))
+                _measure(plan, shared, sides, (paired, pairs))
             for side in sides:
                 side.writer.finish(complete=True)
         except KeyboardInterrupt as exc:
@@ -219,16 +218,15 @@ def run_ab(cfg: RunConfig, sides: list[Side], argv: list[str] | None = None,
     return AbResult({s.name: s.writer.run_dir for s in sides if s.writer.run_dir is not None}, paired, pairs)
 
 
-def _measure(plan: list, cfg: RunConfig, shared: Shared, sides: list[Side],
+def _measure(plan: list, shared: Shared, sides: list[Side],
              found: tuple[dict[Key, Estimate], dict[Key, list[float]]]) -> None:
     """Every scenario of the plan: both sides' cells in one lockstep, each side's rows written as it goes."""
     paired, pairs = found
     seen: dict[str, str] = {}
     order = alternating([side.code for side in sides])
     for scenario_plan, given, cells in plan:
-        name, started = scenario_plan.scenario, time.perf_counter()
-        trace, trace_rows, path = scenario_trace(scenario_plan, given, cfg, shared)
-        checksum = content_digest(trace)
+        sc, trace_rows = scenario_trace(scenario_plan, given, shared)
+        name, checksum, trace = sc.scenario, sc.digest, sc.trace
         for side in sides:
             side.writer.meta.setdefault("traces", {})[name] = checksum
         if checksum in seen:
@@ -236,17 +234,17 @@ def _measure(plan: list, cfg: RunConfig, shared: Shared, sides: list[Side],
                 side.writer.add(trace_rows + same_trace_rows(side.writer, name, seen[checksum]))
             for done in (paired, pairs):
                 done.update({(name, *key[1:]): value for key, value in done.items() if key[0] == seen[checksum]})
-            skip_scenario(shared.bar, name, seen[checksum], _units(scenario_plan, cells, cfg.reps), 1.0, started)
+            skip_scenario(shared.bar, sc, seen[checksum], _units(scenario_plan, cells, shared.cfg.reps), 1.0)
             continue
         seen[checksum] = name
-        measured = measure_timings(scenario_plan, trace, path, cfg, shared, cells, order)
+        measured = measure_timings(sc, shared, cells, order)
         merged = {code: m for code, (m, _, _) in measured.items()}
         base, new = (merged[side.code] for side in sides)
         each: dict = {}
         paired.update(paired_sides(name, Work.of_trace(trace), slice_bounds(trace.num_steps), base, new,
                                    TIMED_FIGURES, processes=len(shared.pool), pairs=each))
         pairs.update({key: [float(x) for x in ratios] for key, ratios in each.items()})
-        wall = wall_row(name, started)
+        wall = wall_row(sc)
         for side in sides:
             _, rows, raw = measured[side.code]
             side.writer.add([*trace_rows, *rows, wall], raw)

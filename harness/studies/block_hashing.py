@@ -1,4 +1,4 @@
-"""Hashing time alone: what prefix caching costs before the manager sees a hash. Design: docs/measurement.md#hashing."""
+"""Hashing alone: what prefix caching costs before a manager sees a hash. Design: docs/measurement.md#block_hashing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rule 3 for ``flat-rows``: only the 64-byte rows a step wrote go to the device. Design: docs/measurement.md#rows."""
+"""Rule 3 for ``flat-rows``: only the 64-byte rows a step wrote go to the device. Design: docs/measurement.md#copied."""
 
 from __future__ import annotations
 
