@@ -197,6 +197,7 @@ def test_outside_a_git_checkout_it_says_where_to_run_it(tmp_path: Path, capsys,
 def test_ab_of_head_against_the_working_tree_end_to_end(tmp_path: Path, capsys) -> None:
     """Both versions in one run: two run folders with their commits, the paired comparison in NEW's, the
     headline saying so; compare of the two folders gives the same rows (it reads ab.json)."""
+    before = ab_worktrees()  # another checkout of this repository may run an ab of its own meanwhile
     status, out, err = run_ab(capsys, "HEAD", *TINY, "--no-counts", "--results", str(tmp_path), "--format", "json")
     assert status in (0, 1), err  # 1 should this loaded machine make a false alarm of a one-repetition run
     doc = json.loads(out)
@@ -213,8 +214,13 @@ def test_ab_of_head_against_the_working_tree_end_to_end(tmp_path: Path, capsys) 
     assert main(["compare", str(base), str(new), "--format", "json"]) == status
     again = json.loads(capsys.readouterr().out)
     assert again["interleaved"] and [r["ci_low"] for r in again["rows"]] == [r["ci_low"] for r in doc["rows"]]
-    worktrees = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True).stdout
-    assert "kvblock-bench-ab-" not in worktrees  # the temporary checkouts are gone
+    assert ab_worktrees() <= before  # this run's temporary checkouts are gone
+
+
+def ab_worktrees() -> set[str]:
+    """The temporary checkouts of ``ab`` that git lists for this repository (every checkout of it shares them)."""
+    listed = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True).stdout
+    return {line.split()[0] for line in listed.splitlines() if "kvblock-bench-ab-" in line}
 
 
 @pytest.mark.slow
