@@ -193,12 +193,18 @@ def _history(capsys, *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def _stand_in_history(capsys, tmp_path: Path, engine: str, versions: str, links: Path) -> tuple[Path, str, str]:
+    """``history`` of stand-in wheels at ``links`` on a small ``paper``, 2 repetitions; (out folder, stdout, stderr)."""
+    out = tmp_path / "out"
+    code, stdout, err = _history(capsys, engine, versions, "--scenario", "paper", "--reps", "2", "--out", str(out),
+                                 "--cache", str(tmp_path / "cache"), "--find-links", str(links), *SMALL)
+    assert code == 0, err
+    return out, stdout, err
+
+
 @pytest.mark.slow  # an end-to-end history run over four ranges (make test-slow, .ci/run)
 def test_history_drives_four_ranges_of_releases_in_lockstep_and_checks_each_replay(tmp_path, capsys) -> None:
-    links, out = vllm_wheels(tmp_path), tmp_path / "out"
-    code, stdout, err = _history(capsys, "vllm", "0.16.0..0.26.0", "--scenario", "paper", "--reps", "2", "--out",
-                                 str(out), "--cache", str(tmp_path / "cache"), "--find-links", str(links), *SMALL)
-    assert code == 0, err
+    out, stdout, err = _stand_in_history(capsys, tmp_path, "vllm", "0.16.0..0.26.0", vllm_wheels(tmp_path))
     rows = read_history(out / "history.csv")
     assert {(r.version, r.caching, r.metric) for r in rows} == {
         (v, c, m) for v in LAYOUTS for c in ("off", "on") for m in METRICS + CALL_METRICS}
@@ -216,10 +222,7 @@ def test_history_drives_four_ranges_of_releases_in_lockstep_and_checks_each_repl
 
 @pytest.mark.slow  # an end-to-end history run over three of LMDeploy's ranges (make test-slow, .ci/run)
 def test_history_drives_lmdeploy_s_ranges_of_releases(tmp_path, capsys) -> None:
-    links, out = lmdeploy_wheels(tmp_path), tmp_path / "out"
-    code, stdout, err = _history(capsys, "lmdeploy", "0.10.0..0.15.0", "--scenario", "paper", "--reps", "2", "--out",
-                                 str(out), "--cache", str(tmp_path / "cache"), "--find-links", str(links), *SMALL)
-    assert code == 0, err
+    out, stdout, _ = _stand_in_history(capsys, tmp_path, "lmdeploy", "0.10.0..0.15.0", lmdeploy_wheels(tmp_path))
     rows = read_history(out / "history.csv")
     assert {(r.version, r.caching) for r in rows} == {(v, "off") for v in LMDEPLOY_LAYOUTS}
     assert all(r.status == "ok" and "default_block_manager" in r.how for r in rows)
