@@ -101,12 +101,31 @@ def test_a_worker_of_another_version_of_this_checkout_runs_that_versions_designs
 # -- the order and the pairing ------------------------------------------------------------------------------------
 def test_each_implementations_two_versions_go_side_by_side_their_order_swapped_each_turn() -> None:
     order = alternating(["/base", ""])
-    ready = [WorkerSpec(i, 0, c) for i in ("a", "b") for c in ("", "/base")]
-    names = [[(s.impl, s.code or "new") for s in order(ready, turn)] for turn in range(3)]
-    assert names[0] == [("a", "/base"), ("a", "new"), ("b", "/base"), ("b", "new")]
-    assert names[1] == [("b", "new"), ("b", "/base"), ("a", "new"), ("a", "/base")]
-    assert names[2] == names[0]
+    ready = [WorkerSpec(i, 0, c) for i in ("a", "b", "c") for c in ("", "/base")]
+    turns = [order(ready, turn) for turn in range(400)]
+    for got in turns:
+        assert sorted(got, key=str) == sorted(ready, key=str)
+        assert all(got[k].impl == got[k + 1].impl for k in range(0, len(got), 2))  # side by side
+    for even, odd in zip(turns[::2], turns[1::2], strict=True):
+        firsts = {s.impl: s.code for s in even[::2]}
+        assert all(firsts[s.impl] != s.code for s in odd[::2])  # the next turn swaps which goes first
+    assert [s.code for s in alternating(["/base", ""])(ready, 0)] == [s.code for s in turns[0]]  # the same run
     assert order(ready[:1], 1) == ready[:1]  # a version alone (the other failed or lacks the implementation)
+
+
+def test_no_version_always_follows_the_same_slice() -> None:
+    """A version that always ran after its own other slice (or never after another implementation's) carried a
+    cache or scheduling state the other version never had: a systematic NEW/BASE of code that did not change."""
+    for impls in (("a", "b"), ("a", "b", "c")):
+        order = alternating(["/base", ""])
+        ready = [WorkerSpec(i, 0, c) for i in impls for c in ("", "/base")]
+        flat = [spec for turn in range(2000) for spec in order(ready, turn)]
+        for impl in impls:
+            after_own_impl = {}
+            for code in ("", "/base"):
+                mine = [k for k in range(1, len(flat)) if flat[k].impl == impl and flat[k].code == code]
+                after_own_impl[code] = sum(flat[k - 1].impl == impl for k in mine) / len(mine)
+            assert abs(after_own_impl[""] - after_own_impl["/base"]) < 0.05, (impls, impl, after_own_impl)
 
 
 def _samples(level: np.ndarray, slowdown: float, rng: np.random.Generator) -> list[StepTimes]:

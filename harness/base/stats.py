@@ -8,7 +8,7 @@ import numpy as np
 
 RESAMPLES = 2000
 CONFIDENCE = 0.95
-SEED = 20261130  # fixed: the same measurements always give the same interval
+SEED = 20261130  # fixed: the same measurements always give the same interval (and the same drawn orders)
 
 
 @dataclass(frozen=True)

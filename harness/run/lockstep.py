@@ -3,9 +3,11 @@ running at a time, every design's slice k replayed within one pass, so ratios st
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
+from harness.base.stats import SEED
 from harness.run.workers import CellDied, Pool, Position, Worker, WorkerBug, WorkerSpec
 
 Order = Callable[[list, int], list]
@@ -16,15 +18,25 @@ def rotated(ready: list, turn: int) -> list:
     return ready[turn % len(ready):] + ready[: turn % len(ready)]
 
 
-def alternating(codes: list[str]) -> Order:
-    """An order for workers keyed by :class:`WorkerSpec` of several code versions: each implementation's versions
-    side by side (A B, then B A at the next turn), the implementations rotated (``kvblock-bench ab``)."""
+def alternating(codes: list[str], seed: int = SEED) -> Order:
+    """An order for workers keyed by :class:`WorkerSpec` of several code versions (``kvblock-bench ab``): each
+    implementation's versions side by side, which goes first drawn at a turn and swapped at the next one, the
+    implementations in an order drawn anew each turn, so that no version always follows the same slice."""
+    rng = random.Random(seed)
+    drawn: dict[str, bool] = {}
+    last = [-2]
 
     def order(ready: list[WorkerSpec], turn: int) -> list[WorkerSpec]:
-        impls = rotated(list(dict.fromkeys(spec.impl for spec in ready)), turn)
-        flip = -1 if turn % 2 else 1
-        return [spec for impl in impls for spec in sorted((s for s in ready if s.impl == impl),
-                                                          key=lambda s: flip * codes.index(s.code))]
+        impls = list(dict.fromkeys(spec.impl for spec in ready))
+        rng.shuffle(impls)
+        swap = turn == last[0] + 1 and turn % 2 == 1  # the second turn of a pair: each order reversed
+        last[0] = turn
+        out = []
+        for impl in impls:
+            reverse = not drawn.get(impl, False) if swap else rng.random() < 0.5
+            drawn[impl] = reverse
+            out += sorted((s for s in ready if s.impl == impl), key=lambda s: codes.index(s.code), reverse=reverse)
+        return out
 
     return order
 

@@ -148,8 +148,8 @@ def _side_meta(side: Side, cfg: RunConfig, shared: Shared, argv: list[str] | Non
                 skipped_impls=side.skipped,
                 ab={"side": side.name, "ref": side.ref, "code": side.code or "this checkout", "code_from": side.origin,
                     "other": {"side": other.name, "ref": other.ref, "commit": other.commit},
-                    "order": "each implementation's two versions side by side at every slice, the order swapped "
-                             "at each"})
+                    "order": "each implementation's two versions side by side at every slice, which goes first "
+                             "drawn and swapped at the next, the implementations in a drawn order"})
     return meta
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -12,7 +13,7 @@ from numba import njit
 from harness.base.failures import blamed_on
 from harness.base.interleave import Driver, frozen_gc, slice_bounds
 from harness.base.rows import Row
-from harness.base.stats import median_estimate
+from harness.base.stats import SEED, median_estimate
 from harness.base.steptimes import StepTimes, concat
 from harness.errors import DesignFailure
 from harness.studies.cache_state import EVICT_BYTES, REPS, Evictor, check_replay
@@ -109,14 +110,22 @@ def _blamed(driver: Driver, fn: Callable[..., T], *args: object) -> T:
         return fn(*args)
 
 
+def slice_orders(drivers: int, slices: int, rep: int) -> list[list[int]]:
+    """The drivers' order on each slice, drawn (seeded by ``rep``): a fixed or reversed order let the first and last
+    drivers follow themselves, their data still in the caches, on every other slice, and the middle one never."""
+    rng = random.Random(SEED + rep)
+    return [rng.sample(range(drivers), drivers) for _ in range(slices)]
+
+
 def repetition(drivers: list[Driver], cold: Evictor | None, rep: int) -> list[tuple[object, StepTimes]]:
-    """Fresh managers replaying the trace slice by slice, the drivers in turn on each slice (the order swapped from
-    one slice to the next), the caches flushed before every slice when ``cold`` is given."""
+    """Fresh managers replaying the trace slice by slice, the drivers in turn on each slice in :func:`slice_orders`,
+    the caches flushed before every slice when ``cold`` is given."""
     n = drivers[0].prep.num_steps
     mgrs = [_blamed(d, d.new) for d in drivers]
     parts: list[list[StepTimes]] = [[] for _ in drivers]
-    for k, (lo, hi) in enumerate(slice_bounds(n)):
-        for i in (range(len(drivers)) if (rep + k) % 2 == 0 else reversed(range(len(drivers)))):
+    bounds = slice_bounds(n)
+    for (lo, hi), order in zip(bounds, slice_orders(len(drivers), len(bounds), rep), strict=True):
+        for i in order:
             if cold is not None:
                 cold.evict()
             parts[i].append(_blamed(drivers[i], drivers[i].timed, mgrs[i], False, lo, hi))
