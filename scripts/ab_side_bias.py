@@ -1,11 +1,13 @@
 """Does `ab` favour one side when both sides are the same code? Runs of ``kvblock-bench ab HEAD HEAD`` (or kept
 ones) tabulated: each row's NEW/BASE over its pairs of processes, how many sit below 1, and a sign test.
 
-Usage: python scripts/ab_side_bias.py --runs 4 --label "drawn order" [--ab-args "..."] [--out results/compare_pairs/side_bias]
+Usage: python scripts/ab_side_bias.py --runs 4 --label "drawn order" [--ab-args "..."]
+                                      [--out results/compare_pairs/side_bias]
        python scripts/ab_side_bias.py --keep DIR --label "fixed order (87b2080)"   (ab runs made already, in DIR)
        python scripts/ab_side_bias.py --table                                      (rewrite side_bias.md only)
 
-Each group's ``ab.json`` files are copied to ``<out>/runs/<label>/``; ``<out>/side_bias.md`` is made from them.
+Each group's ``ab.json`` and ``meta.json`` files are copied to ``<out>/runs/<label>/``; ``<out>/side_bias.md`` is made
+from them.
 """
 
 from __future__ import annotations
