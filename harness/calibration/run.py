@@ -60,12 +60,16 @@ def engine_code(opts: Options) -> fetch.EngineCode:
     """The engine's code: the named source folder, else its published wheel (the cache outside the repository)."""
     e = opts.engine
     if opts.source is not None:
+        if e.binaries:
+            raise InputError(f"--source: {e.name}'s block manager is compiled code; calibrate its published wheel "
+                             f"(leave --source out, e.g. {e.name}=={e.wheels(None)[0]})")
         return fetch.source_folder(opts.source, e.packages, opts.version)
     if e.distribution is None:
         raise InputError(f"{e.name} is not published on the package index: give its source folder with --source "
                          f"DIR (e.g. a checkout of its repository)")
     cache = fetch.outside_repository(opts.cache, "--cache")
-    return fetch.published(e.distribution, opts.version, e.packages, cache, opts.find_links)
+    version, companions = e.wheels(opts.version)
+    return fetch.published(e.distribution, version, e.packages, cache, opts.find_links, e.binaries, companions)
 
 
 def calibrate(opts: Options) -> Outcome:

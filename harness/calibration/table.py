@@ -122,7 +122,8 @@ def band_lines(rows: list[CalibrationRow]) -> list[str]:
     """The console's verdict on the modelled rows: how many lie inside the band, and what lies outside."""
     modelled = [r for r in rows if r.modelled]
     if not modelled:
-        return []
+        return [f"no row models the engine ({rows[0].engine}): no band applies; each row says how far the design's "
+                "step lies from the engine's (docs/calibration.md)"] if rows else []
     low, high = BAND
     outside = [(r, why) for r in modelled if (why := outside_band(r))]
     lines = [f"modelled rows inside [{low}, {high}] (whole step and engine calls, intervals included): "
