@@ -108,6 +108,20 @@ def test_the_call_meter_sees_the_runtime_calls_alone() -> None:
                                               "end_forward", "num_available_pages", "sequence_length"}
 
 
+def test_a_ratio_far_below_one_keeps_three_significant_digits_in_the_table() -> None:
+    from dataclasses import replace
+
+    from harness.calibration.table import CalibrationRow
+
+    row = CalibrationRow("cpp-flat", "TVM", VERSION, "paper", "batched", "page bookkeeping", False, 3.0, 3.0, 3.0,
+                         749.0, 717.0, 779.0, 0.00368, 0.00351, 0.0041, 5, 2000, 512000, "sha256:x", "1", "m", "4",
+                         "t", "cmd", "how", ratio_calls=0.0068)
+    cells = row.cells()
+    assert (cells["ratio"], cells["ratio_low"], cells["ratio_high"], cells["ratio_calls"]) == (
+        "0.00368", "0.00351", "0.0041", "0.0068")
+    assert replace(row, ratio=0.974).cells()["ratio"] == "0.974" and replace(row, ratio=1.2).cells()["ratio"] == "1.200"
+
+
 # -- the catalog record, the wheels, the import --------------------------------------------------------------
 def test_the_tvm_record_calibrates_the_cpp_tier_from_two_pinned_wheels() -> None:
     engine, version = parse_engine(f"tvm=={VERSION}")
@@ -213,6 +227,7 @@ def test_calibrate_tvm_times_the_cpp_tier_beside_the_stand_in_runtime(tmp_path, 
         assert all(math.isfinite(float(r[k])) for k in ("ratio", "ratio_low", "ratio_high", "ratio_calls",
                                                         "ours_calls_ns", "real_calls_ns"))
         assert "the whole step timed inside C++" in r["how"] and "public methods of `cache`" in r["how"]
+        assert r["how"].startswith(f"ours: {r['contender']}, batched regime, the whole replay inside C++")
     assert "no row models the engine (TVM): no band applies" in stdout
 
 
