@@ -234,17 +234,20 @@ class TvmEngine(EngineAdapter):
         return sum(self._table(s).count(block_id) for s in range(self.max_seqs) if self._lens[s])
 
 
+HOW = ("TVM {version}'s PagedAttentionKVCache from the wheel's libtvm_runtime.so (through apache-tvm-ffi), on "
+       "cpu:0 with one layer of one 8-feature head and no attention kernels (empty kernel lists; the "
+       "split-rotary, compact-copy and merge functions stand-ins never called; copy-single-page a stand-in "
+       "that records the pages TVM copies): per admission add_sequence and a begin_forward/end_forward of the "
+       "prompt; per decode step one begin_forward(ids, ones) and end_forward (TVM reserves each row's token, "
+       "takes pages from its free-page stack, and builds the attention's host-side page tables, position maps "
+       "and lengths); fork_sequence(parent, child, -1) copies a partial last page at once, the contract at the "
+       "row's next append (the copy is reported there, its page counted free until then); remove_sequence at a "
+       "free; the ids' Shape made by tvm_ffi's Shape constructor function (not its Python class, which checks "
+       "every element in Python); slots: the offsets in their pages (TVM hands the page part only to attention "
+       "kernels), the pages checked at the end through debug_get_kv")
+
+
 def baselines(tvm: SimpleNamespace, version: str) -> list[Baseline]:
+    """One baseline, TVM's page bookkeeping, calibrating the C++ tier and modelled by none of it."""
     cls = type("TvmEngine", (TvmEngine,), {"tvm": tvm})
-    how = (f"TVM {version}'s PagedAttentionKVCache from the wheel's libtvm_runtime.so (through apache-tvm-ffi), on "
-           "cpu:0 with one layer of one 8-feature head and no attention kernels (empty kernel lists; the "
-           "split-rotary, compact-copy and merge functions stand-ins never called; copy-single-page a stand-in "
-           "that records the pages TVM copies): per admission add_sequence and a begin_forward/end_forward of the "
-           "prompt; per decode step one begin_forward(ids, ones) and end_forward (TVM reserves each row's token, "
-           "takes pages from its free-page stack, and builds the attention's host-side page tables, position maps "
-           "and lengths); fork_sequence(parent, child, -1) copies a partial last page at once, the contract at the "
-           "row's next append (the copy is reported there, its page counted free until then); remove_sequence at a "
-           "free; the ids' Shape made by tvm_ffi's Shape constructor function (not its Python class, which checks "
-           "every element in Python); slots: the offsets in their pages (TVM hands the page part only to attention "
-           "kernels), the pages checked at the end through debug_get_kv")
-    return [Baseline("page bookkeeping", cls, CPP_TIER, (), how, engine_object="cache")]
+    return [Baseline("page bookkeeping", cls, CPP_TIER, (), HOW.format(version=version), engine_object="cache")]
