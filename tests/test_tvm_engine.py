@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from harness.base.replay import check_end_state, replay
-from harness.calibration.table import read_rows
+from harness.calibration.table import CalibrationRow, read_rows
 from harness.cli import main
 from harness.engines import fetch
 from harness.engines.call_meter import WHOLE_STEP
@@ -111,8 +111,6 @@ def test_the_call_meter_sees_the_runtime_calls_alone() -> None:
 def test_a_ratio_far_below_one_keeps_three_significant_digits_in_the_table() -> None:
     from dataclasses import replace
 
-    from harness.calibration.table import CalibrationRow
-
     row = CalibrationRow("cpp-flat", "TVM", VERSION, "paper", "batched", "page bookkeeping", False, 3.0, 3.0, 3.0,
                          749.0, 717.0, 779.0, 0.00368, 0.00351, 0.0041, 5, 2000, 512000, "sha256:x", "1", "m", "4",
                          "t", "cmd", "how", ratio_calls=0.0068)
@@ -120,6 +118,20 @@ def test_a_ratio_far_below_one_keeps_three_significant_digits_in_the_table() -> 
     assert (cells["ratio"], cells["ratio_low"], cells["ratio_high"], cells["ratio_calls"]) == (
         "0.00368", "0.00351", "0.0041", "0.0068")
     assert replace(row, ratio=0.974).cells()["ratio"] == "0.974" and replace(row, ratio=1.2).cells()["ratio"] == "1.200"
+
+
+def test_the_site_says_no_design_models_tvm(tmp_path) -> None:
+    from harness.calibration.table import write_rows
+    from harness.site.results_pages import calibration_page
+
+    def row(contender: str, engine: str, modelled: bool) -> CalibrationRow:
+        return CalibrationRow(contender, engine, "1", "paper", "batched", "b", modelled, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0,
+                              1.0, 1.0, 1.0, 1, 1, 1, "sha256:x", "1", "m", "1", "t", "cmd", "how")
+
+    write_rows(tmp_path / "calibration" / "calibration.csv", [row("sglang", "SGLang", True)], "SGLang", {"paper"})
+    assert "No design models" not in calibration_page(tmp_path, tmp_path / "site")
+    write_rows(tmp_path / "calibration" / "calibration.csv", [row("cpp-flat", "TVM", False)], "TVM", {"paper"})
+    assert "No design models TVM: those rows say how far" in calibration_page(tmp_path, tmp_path / "site")
 
 
 # -- the catalog record, the wheels, the import --------------------------------------------------------------
