@@ -433,6 +433,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if ok else EXIT_DOES_NOT_CONFORM
 
 
+def _ratio(x: float) -> str:
+    """Two decimals; two significant digits below 0.1 (a design far cheaper than the engine keeps its figure)."""
+    return f"{x:.2f}" if not 0 < abs(x) < 0.1 else f"{x:.2g}"
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Our contenders beside an engine's own code (a new folder, or the table asked for); exit 1 when a replay
     failed."""
@@ -459,10 +464,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print("ours/real: whole step [95 % paired interval]; engine calls: ns per seq-step, ours/real, their ratio "
               "[min-max over the metered replays]")
     for row in outcome.rows:
-        print(f"{row.scenario:<18} {row.contender:<11} {row.call_shape:<9} vs {row.baseline:<28} "
-              f"ours/real = {row.ratio:.2f} [{row.ratio_low:.2f}-{row.ratio_high:.2f}]; "
-              + (f"engine calls {row.ours_calls_ns:.0f}/{row.real_calls_ns:.0f} ns = {row.ratio_calls:.2f} "
-                 f"[{row.ratio_calls_low:.2f}-{row.ratio_calls_high:.2f}]" if math.isfinite(row.ratio_calls)
+        print(f"{row.scenario:<18} {row.contender:<13} {row.call_shape:<9} vs {row.baseline:<28} "
+              f"ours/real = {_ratio(row.ratio)} [{_ratio(row.ratio_low)}-{_ratio(row.ratio_high)}]; "
+              + (f"engine calls {row.ours_calls_ns:.0f}/{row.real_calls_ns:.0f} ns = {_ratio(row.ratio_calls)} "
+                 f"[{_ratio(row.ratio_calls_low)}-{_ratio(row.ratio_calls_high)}]" if math.isfinite(row.ratio_calls)
                  else "engine calls not metered")
               + ("  (modelled)" if row.modelled else ""))
     for line in band_lines(outcome.rows):

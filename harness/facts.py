@@ -427,6 +427,22 @@ def _calibration_range(root: Path) -> str:
 _add("ref.paced.verdict", f"{REFERENCE}/results.csv: paced_above_floor_pct against "
      "harness.output.paced_report.TARGET_ABOVE_FLOOR", _paced_verdict)
 _add("calibration.range", "results/calibration/calibration.csv: ratio, ratio_calls", _calibration_range)
+
+
+def _calibration_tvm(root: Path) -> str:
+    """``cpp-flat`` over TVM's page bookkeeping on ``paper``, on the engine's calls, with its min-max."""
+    import pandas as pd
+
+    frame = pd.read_csv(root / "results/calibration/calibration.csv")
+    row = frame[(frame["engine"] == "TVM") & (frame["contender"] == "cpp-flat") & (frame["scenario"] == "paper")]
+    if row.empty:
+        raise FactError("results/calibration/calibration.csv has no TVM row of cpp-flat on paper")
+    r = row.iloc[0]
+    return f"{r['ratio_calls']:.2g} [{r['ratio_calls_low']:.2g}-{r['ratio_calls_high']:.2g}]"
+
+
+_add("calibration.tvm", "results/calibration/calibration.csv: ratio_calls of cpp-flat against TVM on paper",
+     _calibration_tvm)
 constant("calibration.band", "harness.calibration.table", "BAND", lambda v: f"{v[0]:g}-{v[1]:g}")
 _add("ref.hit-rates", f"{REFERENCE}/results.csv: cache_hit_tokens_pct", _hit_rates)
 _add("ref.cache-hit.vs-flat-pc", f"{REFERENCE}/results.csv: cache_hit_ns",

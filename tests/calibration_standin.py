@@ -159,15 +159,15 @@ def write_standin(root: Path, leak: bool = False) -> Path:
     return root
 
 
-def build_wheel(source: Path, dist: str, version: str, out: Path) -> Path:
-    """A minimal wheel of the ``.py`` files under ``source``, with its RECORD (what ``pip download`` fetches and we
-    unpack)."""
+def build_wheel(source: Path, dist: str, version: str, out: Path, pattern: str = "*.py") -> Path:
+    """A minimal wheel of the files under ``source`` named by ``pattern`` (the ``.py`` files by default), with its
+    RECORD (what ``pip download`` fetches and we unpack)."""
     out.mkdir(parents=True, exist_ok=True)
     info = f"{dist.replace('-', '_')}-{version}.dist-info"
     wheel = out / f"{dist.replace('-', '_')}-{version}-py3-none-any.whl"
     record = []
     with zipfile.ZipFile(wheel, "w") as zf:
-        for path in sorted(source.rglob("*.py")):
+        for path in sorted(source.rglob(pattern)):
             name, data = path.relative_to(source).as_posix(), path.read_bytes()
             zf.writestr(name, data)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()

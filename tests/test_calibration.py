@@ -319,7 +319,9 @@ def test_the_console_says_which_modelled_rows_lie_outside_the_band() -> None:
     assert lines[1:] == ["  outside: wide c batched vs b: whole step 1.00 [0.90-1.30]",
                          "  outside: calls c batched vs b: engine calls 0.79 [0.70-0.90]",
                          "  outside: bare c batched vs b: engine calls not measured"]
-    assert band_lines([unmodelled]) == []
+    assert band_lines([]) == [] and band_lines([unmodelled]) == [
+        "no row models the engine (E): no band applies; each row says how far the design's step lies from the "
+        "engine's (docs/calibration.md)"]
 
 
 def test_the_reports_show_the_modelled_baseline_with_its_interval(tmp_path) -> None:

@@ -15,7 +15,15 @@ from harness.base.failures import blamed_on, short_reason
 from harness.base.interleave import Driver, Key, Replays, interleaved, slice_bounds
 from harness.base.metrics import Work
 from harness.base.threads import one_intra_op_thread
-from harness.engines.call_meter import METERED_REPLAYS, MeteredReplays, meter_cost, meterable, metered_replay
+from harness.engines.call_meter import (
+    METERED_REPLAYS,
+    WHOLE_STEP,
+    MeteredReplays,
+    meter_cost,
+    meterable,
+    metered_replay,
+    whole_step_replay,
+)
 from harness.engines.catalog import ENGINES, Baseline, Engine
 from harness.engines.fan_out import FanOutError
 from harness.engines.loader import PlanError, StubTouched, engine_imports
@@ -250,13 +258,14 @@ class Context:
         out = {}
         for key, driver in self.drivers.items():
             attribute = objects.get(key[0]) if key[2] else self.engine.engine_objects.get(key[0])
-            if attribute and key in done and key not in self.failed and driver.kind == "python":
+            kind = "native" if attribute == WHOLE_STEP else "python"
+            if attribute and key in done and key not in self.failed and driver.kind == kind:
                 out[key] = MeteredReplays(attribute, Work.of(driver.prep).seq_steps)
         if not out:
             return out
         cost = meter_cost()
         for m in out.values():
-            m.read_ns, m.added_ns = cost
+            m.read_ns, m.added_ns = (0.0, 0.0) if m.attribute == WHOLE_STEP else cost
         for i in range(min(METERED_REPLAYS, len(self.job.only))):
             if self.job.lockstep:
                 self.events.pause((2, i, 0))  # after every timed slice's position: the releases take turns still
@@ -273,16 +282,19 @@ class Context:
         try:
             with blamed_on(driver.impl, driver.cls):
                 mgr = driver.new()
-                target = getattr(mgr, m.attribute, None)
-                why = meterable(target)
-                if why:
-                    return f"{m.attribute}: {why}"
 
                 def step(s: int) -> StepTimes:
                     times = driver.timed(mgr, False, s, s + 1)
                     times.check(prep.trace.step_cows, prep.slot_digests, s)
                     return times
 
+                if m.attribute == WHOLE_STEP:
+                    whole_step_replay(m, step, Work.of(prep).seq_steps_per_step)
+                    return ""
+                target = getattr(mgr, m.attribute, None)
+                why = meterable(target)
+                if why:
+                    return f"{m.attribute}: {why}"
                 metered_replay(m, target, step, Work.of(prep).seq_steps_per_step)
         except FAILURES as exc:
             return getattr(exc, "reason", f"{type(exc).__name__}: {exc}")

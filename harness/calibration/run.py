@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from harness.base.drivers import is_native
 from harness.base.host import cpu_identity, machine_name
 from harness.base.interleave import SLICES_PER_REP, Key, slice_bounds
 from harness.base.metrics import cell_blocks, step_ns_lists
@@ -26,6 +27,7 @@ from harness.engines.catalog import Engine
 from harness.errors import InputError
 from harness.run.metadata import cache_sizes, versions
 from harness.run.workers import DEFAULT_DEADLINE_S, CellDied, Pool, WorkerBug
+from impls import REGISTRY
 from scenarios import SCENARIOS
 from scenarios.files.atomic import atomic_write_bytes
 
@@ -60,12 +62,16 @@ def engine_code(opts: Options) -> fetch.EngineCode:
     """The engine's code: the named source folder, else its published wheel (the cache outside the repository)."""
     e = opts.engine
     if opts.source is not None:
+        if e.binaries:
+            raise InputError(f"--source: {e.name}'s block manager is compiled code; calibrate its published wheel "
+                             f"(leave --source out, e.g. {e.name}=={e.wheels(None)[0]})")
         return fetch.source_folder(opts.source, e.packages, opts.version)
     if e.distribution is None:
         raise InputError(f"{e.name} is not published on the package index: give its source folder with --source "
                          f"DIR (e.g. a checkout of its repository)")
     cache = fetch.outside_repository(opts.cache, "--cache")
-    return fetch.published(e.distribution, opts.version, e.packages, cache, opts.find_links)
+    version, companions = e.wheels(opts.version)
+    return fetch.published(e.distribution, version, e.packages, cache, opts.find_links, e.binaries, companions)
 
 
 def calibrate(opts: Options) -> Outcome:
@@ -182,7 +188,10 @@ class Context:
             calls: tuple = (None, None)) -> CalibrationRow:
         reps = len(self.samples[(contender, regime, "")])
         processes = len({part.pid for part in self.parts})
-        how = (f"ours: {contender}, {regime} regime of the harness's Python driver (run_interpreted); real: {b.how}; "
+        ours_how = (f"{regime} regime, the whole replay inside C++ (one foreign call per slice, each step timed "
+                    "there)" if regime == "batched" and is_native(REGISTRY.get(contender, object)) else
+                    f"{regime} regime of the harness's Python driver (run_interpreted)")
+        how = (f"ours: {contender}, {ours_how}; real: {b.how}; "
                + (f"{b.real_trace_how}; " if b.real_trace_how else "")
                + f"the engine's code through the {regime} regime of the same driver ({REGIMES_HOW[regime]}, turned "
                "by the adapter into the engine's own calls, after the contract's checks our contenders make); both "

@@ -66,10 +66,16 @@ class CalibrationRow:
             if isinstance(value, bool):
                 out[key] = "true" if value else "false"
             elif isinstance(value, float):
-                out[key] = "" if math.isnan(value) else (f"{value:.3f}" if key.startswith("ratio") else f"{value:.0f}")
+                out[key] = "" if math.isnan(value) else (_ratio_cell(value) if key.startswith("ratio") else
+                                                         f"{value:.0f}")
             else:
                 out[key] = str(value)
         return out
+
+
+def _ratio_cell(value: float) -> str:
+    """Three decimals; three significant digits below 0.1 (a design far cheaper than the engine: TVM's rows)."""
+    return f"{value:.3f}" if not 0 < abs(value) < 0.1 else f"{value:.3g}"
 
 
 COLUMNS = [f.name for f in fields(CalibrationRow)]
@@ -122,7 +128,8 @@ def band_lines(rows: list[CalibrationRow]) -> list[str]:
     """The console's verdict on the modelled rows: how many lie inside the band, and what lies outside."""
     modelled = [r for r in rows if r.modelled]
     if not modelled:
-        return []
+        return [f"no row models the engine ({rows[0].engine}): no band applies; each row says how far the design's "
+                "step lies from the engine's (docs/calibration.md)"] if rows else []
     low, high = BAND
     outside = [(r, why) for r in modelled if (why := outside_band(r))]
     lines = [f"modelled rows inside [{low}, {high}] (whole step and engine calls, intervals included): "

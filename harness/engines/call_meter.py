@@ -19,6 +19,7 @@ from harness.base.steptimes import StepTimes
 
 METERED_REPLAYS = 3  # per worker at most: after the timed repetitions, never among them
 NAN = math.nan
+WHOLE_STEP = "(the whole native step)"  # a design replayed in C++: its timed step holds no Python, only its calls
 
 
 class CallMeter:
@@ -156,6 +157,10 @@ class MeteredReplays:
         if self.why:
             return f"engine calls not metered: {self.why}"
         whole = sum(self._work()) / max(1, self.seq_steps * len(self.engine_ns))
+        if self.attribute == WHOLE_STEP:
+            return (f"the whole step timed inside C++ (no Python in the timed region: the step is the design's own "
+                    f"call), {len(self.calls)} replays step by step, figures over the steps the thread ran whole: "
+                    f"{whole:.0%} of the seq-steps")
         return (f"the public methods of `{self.attribute}`, {self.calls_per_seq_step():.2f} calls per seq-step, "
                 f"{len(self.calls)} metered replays (read {self.read_ns:.0f} ns per call of a do-nothing method, "
                 f"{self.added_ns:.0f} ns added per call to the step, both subtracted; replayed step by step, "
@@ -222,6 +227,23 @@ def metered_replay(out: MeteredReplays, target: object, step: Callable[[int], St
             step_ns += float(times.step_ns.sum())
             seq_steps += float(work[s])
     out.add(meter, step_ns, (calls, ns, seq_steps))
+
+
+def whole_step_replay(out: MeteredReplays, step: Callable[[int], StepTimes], work: np.ndarray) -> None:
+    """One full replay of a native design, step by step: its engine calls are its whole timed steps (nothing else
+    runs inside them); the steps its thread was preempted in left out, as :func:`metered_replay` leaves them."""
+    steps, step_ns, seq_steps = 0, 0.0, 0.0
+    with frozen_gc():
+        for s in range(len(work)):
+            times = step(s)
+            if times.preempted is not None and times.preempted.any():
+                continue
+            steps += 1
+            step_ns += float(times.step_ns.sum())
+            seq_steps += float(work[s])
+    meter = CallMeter()
+    meter.calls, meter.ns = steps, int(step_ns)
+    out.add(meter, step_ns, (steps, step_ns, seq_steps))
 
 
 def call_columns(ours: MeteredReplays | None, real: MeteredReplays | None) -> dict[str, float]:

@@ -8,10 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from harness.engines.call_meter import WHOLE_STEP
 from harness.engines.loader import ImportPlan
 from harness.errors import InputError
 from scenarios import PAPER, Trace
 from scenarios.trace import trace_uses_caching
+
+CPP_TIER = ("cpp-flat", "cpp-dict", "cpp-list", "cpp-flat-rows")  # impls/native: calibrated against TVM
 
 
 @dataclass(frozen=True)
@@ -46,12 +49,17 @@ class Engine:
     scenarios: tuple[str, ...] = ("paper", "parallel-sampling")
     history: dict[str, str] = field(default_factory=dict)  # ``history``'s baselines and their caching mode
     engine_objects: dict[str, str] = field(default_factory=dict)  # contender -> its model of the engine's object
+    binaries: tuple[str, ...] = ()  # compiled files unpacked too (path prefixes in the wheels; companions(version))
 
     def code(self) -> ModuleType:
         return importlib.import_module(f"harness.engines.{self.module}")
 
     def plan(self) -> ImportPlan:
         return self.code().plan()
+
+    def wheels(self, version: str | None) -> tuple[str | None, tuple[str, ...]]:
+        """The version to fetch and the other wheels its compiled code loads (none for a Python-only engine)."""
+        return self.code().wheels(version) if self.binaries else (version, ())
 
 
 ENGINES = {
@@ -66,6 +74,9 @@ ENGINES = {
     "lmdeploy": Engine("lmdeploy", "LMDeploy", "lmdeploy", ("lmdeploy",), "lmdeploy_engine",
                        {"lmdeploy": ("per-call", "batched")}, history={"caching off": "off"},
                        engine_objects={"lmdeploy": "manager"}),
+    "tvm": Engine("tvm", "TVM", "apache-tvm", ("tvm_ffi",), "tvm_engine", {name: ("batched",) for name in CPP_TIER},
+                  (PAPER, "parallel-sampling"), engine_objects=dict.fromkeys(CPP_TIER, WHOLE_STEP),
+                  binaries=("tvm/lib/libtvm_runtime.so", "tvm_ffi/")),
 }
 
 

@@ -120,35 +120,47 @@ def wheel_version(wheel: Path) -> str:
     return parts[1]
 
 
-def unpack(wheel: Path, packages: tuple[str, ...], cache: Path) -> EngineCode:
-    """The ``.py`` files of ``packages`` from ``wheel`` unpacked into ``cache/<wheel stem>/``, reused while intact."""
-    digest = sha256_file(wheel)
-    root = cache / wheel.name.removesuffix(".whl")
+def unpack(wheel: Path, packages: tuple[str, ...], cache: Path, binaries: tuple[str, ...] = (),
+           companions: tuple[Path, ...] = ()) -> EngineCode:
+    """The ``.py`` files of ``packages`` and the files under the path prefixes ``binaries`` (compiled libraries) from
+    ``wheel`` and the ``companions`` it loads, unpacked into one folder of the cache, reused while intact."""
+    wheels = (wheel, *companions)
+    digests = [sha256_file(w) for w in wheels]
+    root = cache / "+".join(w.name.removesuffix(".whl") for w in wheels)
     stamp = root / ".sha256"
-    record = wheel_record(wheel)
-    fresh = stamp.is_file() and stamp.read_text().strip() == digest
+    record = {k: v for w in wheels for k, v in wheel_record(w).items()}
+    fresh = stamp.is_file() and stamp.read_text().strip() == " ".join(digests)
     changed = unpacked_changes(root, packages, record) if fresh else []
     if not fresh or changed:
         shutil.rmtree(root, ignore_errors=True)
         tmp = root.with_name(root.name + ".partial")
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            manifest = _extract(wheel, packages, tmp, record)
+            manifest = {}
+            for w in wheels:
+                manifest |= _extract(w, packages if w is wheel else (), tmp, record, binaries)
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=0, sort_keys=True) + "\n")
-            (tmp / ".sha256").write_text(digest + "\n")
+            (tmp / ".sha256").write_text(" ".join(digests) + "\n")
             tmp.rename(root)
         finally:  # an interrupted or refused unpack leaves no half-made folder in the cache
             shutil.rmtree(tmp, ignore_errors=True)
-    return EngineCode(root, wheel_version(wheel), f"sha256:{digest}", wheel.name, tuple(changed))
+    return EngineCode(root, wheel_version(wheel), "+".join(f"sha256:{d}" for d in digests),
+                      " + ".join(w.name for w in wheels), tuple(changed))
 
 
-def _extract(wheel: Path, packages: tuple[str, ...], dest: Path, record: dict[str, str]) -> dict[str, str]:
-    """The ``.py`` files of ``packages`` written under ``dest``, checked against ``record``; SHA-256 by path."""
+def _wanted(name: str, packages: tuple[str, ...], binaries: tuple[str, ...]) -> bool:
+    return (name.endswith(".py") and name.split("/", 1)[0] in packages) or name.startswith(binaries)
+
+
+def _extract(wheel: Path, packages: tuple[str, ...], dest: Path, record: dict[str, str],
+             binaries: tuple[str, ...] = ()) -> dict[str, str]:
+    """The ``.py`` files of ``packages`` and the files under ``binaries`` written under ``dest``, checked against
+    ``record``; SHA-256 by path."""
     try:
         with zipfile.ZipFile(wheel) as zf:
-            names = [n for n in zf.namelist() if n.endswith(".py") and n.split("/", 1)[0] in packages]
+            names = [n for n in zf.namelist() if not n.endswith("/") and _wanted(n, packages, binaries)]
             if not names or any(".." in n.split("/") for n in names):
-                raise InputError(f"{wheel.name} holds no Python files of {', '.join(packages)} (or names outside "
+                raise InputError(f"{wheel.name} holds no files of {', '.join(packages + binaries)} (or names outside "
                                  "them)")
             manifest = {}
             for name in names:
@@ -201,11 +213,14 @@ def unpacked_changes(root: Path, packages: tuple[str, ...], record: dict[str, st
 
 
 def published(distribution: str, version: str | None, packages: tuple[str, ...], cache: Path,
-              find_links: Path | None = None) -> EngineCode:
-    """The published wheel of ``distribution`` (``version``, else the newest), fetched and unpacked."""
+              find_links: Path | None = None, binaries: tuple[str, ...] = (),
+              companions: tuple[str, ...] = ()) -> EngineCode:
+    """The published wheel of ``distribution`` (``version``, else the newest), fetched and unpacked; with
+    ``companions`` (requirements of the other wheels its compiled code loads), theirs beside it."""
     requirement = f"{distribution}=={version}" if version else distribution
     wheel = pip_download(requirement, cache / "downloads", find_links)
-    return unpack(wheel, packages, cache)
+    others = tuple(pip_download(r, cache / "downloads", find_links) for r in companions)
+    return unpack(wheel, packages, cache, binaries, others)
 
 
 def source_folder(folder: Path, packages: tuple[str, ...], version: str | None) -> EngineCode:

@@ -44,6 +44,7 @@ class ImportPlan:
     stubs: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     pieces: Mapping[str, Piece] = field(default_factory=dict)
     external_stubs: tuple[str, ...] = ()
+    compiled: tuple[str, ...] = ()  # packages imported whole from the folder, compiled extensions included
 
     def owns(self, name: str) -> bool:
         return name.partition(".")[0] in self.packages
@@ -63,7 +64,10 @@ class ImportPlan:
         """One line for the results: what ran from the engine's files, what stood in."""
         stubs = sorted([*self.stubs, *self.external_stubs])
         pieces = [f"{p.source}:{','.join(p.names)}" for p in self.pieces.values()]
-        return (f"run from the package's files: {', '.join(sorted(self.real))}"
+        parts = [f"run from the package's files: {', '.join(sorted(self.real))}"] if self.real else []
+        if self.compiled:
+            parts.append(f"imported whole from the wheels' files (compiled parts included): {', '.join(self.compiled)}")
+        return ("; ".join(parts)
                 + (f"; definitions compiled from: {'; '.join(pieces)}" if pieces else "")
                 + (f"; stand-ins: {', '.join(stubs)}" if stubs else ""))
 
@@ -182,6 +186,8 @@ class EngineImports(importlib.abc.MetaPathFinder):
             return self._made(fullname, lambda spec: StubModule(spec.name), package=True)
         if not self.plan.owns(fullname):
             return None
+        if top in self.plan.compiled:
+            return self._compiled(fullname, path)
         if fullname in self.plan.real:
             return self._real(fullname)
         if fullname in self.plan.pieces:
@@ -193,6 +199,14 @@ class EngineImports(importlib.abc.MetaPathFinder):
             return self._made(fullname, self._shell, package=True)
         raise PlanError(f"{fullname} is imported by the engine's modules but the calibration's import plan "
                         f"does not name it (harness/calibration): load it from the files or stand in for it")
+
+    def _compiled(self, name: str, path):
+        """The standard path finder's spec, searched under the folder only (never an installed copy)."""
+        spec = importlib.machinery.PathFinder.find_spec(name, [str(self.root)] if path is None else path)
+        if spec is None or spec.origin is None or not Path(spec.origin).resolve().is_relative_to(self.root.resolve()):
+            raise PlanError(f"{name}: not found under {self.root}; is the engine's wheel unpacked there whole?")
+        self.loaded.append(name)
+        return spec
 
     def _real(self, name: str):
         path = self.file_of(name)

@@ -133,9 +133,13 @@ def calibration_page(root: Path, out: Path) -> str:
                    _float(r["ratio_high"]))
     fig = markers(points, "Our contenders over the engines' own code, ns per sequence-step", "ours / real",
                   "; ".join(machines), reference=1.0)
+    modelled = {r["engine"] for r in rows if r.get("modelled", "").lower() in ("true", "1")}
+    unmodelled = sorted({r["engine"] for r in rows} - modelled)
     return (para("Each contender (our model of an engine's block manager) replayed beside the engine's own code on the "
                  "same trace: ours over real per sequence-step [paired 95 % interval], and on the engine's calls "
-                 "alone.")
+                 "alone." + (f" No design models {', '.join(unmodelled)}: those rows say how far a design's step "
+                             "lies from the engine's, and no band applies (docs/calibration.md)." if unmodelled
+                             else ""))
             + block(fig, points, "calibration", out)
             + table("calibration", ["contender", "engine", "scenario", "regime", "baseline", "ours ns/seq-step",
                                     "real ns/seq-step", "ours / real", "ours / real, engine calls", "machine"],
