@@ -113,6 +113,11 @@ class Prepared:
     def num_steps(self) -> int:
         return self.trace.num_steps
 
+    @property
+    def caching(self) -> bool:
+        """Whether the trace holds prefix-caching ops (:func:`scenarios.trace.trace_uses_caching`)."""
+        return trace_uses_caching(self.trace)
+
 
 def slot_digest(slots, block_size: int) -> int:
     """A digest of a step's slot mapping that every correct manager produces, whatever its block ids: the sum of (offset
@@ -499,9 +504,9 @@ _NO_DIGESTS = np.zeros(0, dtype=np.int64)
 _NO_HASHES = np.zeros(0, dtype=np.uint64)
 
 
-def driver_for(kernels, trace: Trace):
-    """The compiled replay loop over ``kernels`` for ``trace`` (with the prefix-caching ops for a caching trace)."""
-    return compiled_driver(kernels, caching=trace_uses_caching(trace))
+def driver_for(kernels, prep: Prepared):
+    """The compiled replay loop over ``kernels`` for ``prep``'s trace (with the prefix-caching ops on a caching one)."""
+    return compiled_driver(kernels, caching=prep.caching)
 
 
 def compiled_driver(kernels, caching: bool = False):
@@ -523,7 +528,7 @@ def compiled_driver(kernels, caching: bool = False):
 
 def _caching_args(prep: Prepared, hits_out: np.ndarray) -> tuple:
     """The replay loop's last three arguments: the trace's hash pool, where each op's hashes start, hits out."""
-    if not trace_uses_caching(prep.trace):
+    if not prep.caching:
         return _NO_HASHES, _NO_DIGESTS, hits_out
     return prep.hashes, prep.trace.op_hash, hits_out
 
@@ -545,7 +550,7 @@ def compiled_step_runner(prep: Prepared, mgr, drive, cows: np.ndarray | None = N
                                     False, _NO_DIGESTS, t.config["block_size"] - 1, *_caching_args(prep, hits[lo:hi]))
         if status:
             raise ReplayError(f"compiled replay failed at step {lo + step}, op {index}: status {status}")
-        if trace_uses_caching(t):
+        if prep.caching:
             check_hits(hits[lo:hi], t.step_hits, lo)
 
     return run
@@ -578,7 +583,7 @@ def run_compiled(prep: Prepared, mgr, drive, detail: bool, lo: int = 0, hi: int 
                                 t.config["block_size"] - 1, *_caching_args(prep, hits))
     if status:
         raise ReplayError(f"compiled replay failed at step {lo + step}, op {index}: status {status}")
-    if trace_uses_caching(t):
+    if prep.caching:
         check_hits(hits, t.step_hits, lo)
     ns = ticks_out * ns_per_tick()
     if detail:

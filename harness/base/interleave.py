@@ -33,7 +33,6 @@ from harness.base.failures import blamed_on
 from harness.base.oncpu import ran_share, thread_ns, voluntary_switches
 from harness.base.replay import ReplayError, apply_pool_op, check_end_state
 from harness.errors import DesignFailure
-from scenarios.trace import trace_uses_caching
 
 WARM_STEPS = 5  # untimed steps each cell replays first (compilation, caches)
 SLICES_PER_REP = 20
@@ -106,9 +105,9 @@ class Driver:
         return self.kind != "python"
 
     def loop(self):
-        key = (self.impl, trace_uses_caching(self.prep.trace))
+        key = (self.impl, self.prep.caching)
         if key not in self.compiled_loops:
-            self.compiled_loops[key] = driver_for(self.cls.kernels, self.prep.trace)
+            self.compiled_loops[key] = driver_for(self.cls.kernels, self.prep)
         return self.compiled_loops[key]
 
     def new(self):

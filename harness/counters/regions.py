@@ -55,7 +55,7 @@ def prepare_cell(prep: Prepared, impl: str, regime: str, cls: type | None = None
     if regime == "batched" and is_native(cls):
         return mgr, native_step_runner(prep, mgr, cows), cows
     if regime == "batched" and getattr(cls, "kernels", None) is not None:
-        return mgr, compiled_step_runner(prep, mgr, driver_for(cls.kernels, prep.trace), cows), cows
+        return mgr, compiled_step_runner(prep, mgr, driver_for(cls.kernels, prep), cows), cows
     return mgr, step_runner(prep, mgr, regime, cows), cows
 
 

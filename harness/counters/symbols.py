@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     for impl, regime in args.cell:
         cls = REGISTRY[impl]
         if regime == "batched" and getattr(cls, "kernels", None) is not None:  # a compiled replay loop
-            compiled_step_runner(prep, cls(**prep.trace.config), driver_for(cls.kernels, prep.trace))(0, 1)
+            compiled_step_runner(prep, cls(**prep.trace.config), driver_for(cls.kernels, prep))(0, 1)
     write_json(Path(args.out), layouts())
     return 0
 

@@ -16,7 +16,7 @@ from harness.base.drivers import Prepared
 from harness.base.interleave import Driver, interleaved, slice_bounds
 from impls import registry
 from impls.contract import blocks_for
-from scenarios.trace import ALLOCATE_CACHED, APPEND, CAN_ALLOCATE, trace_uses_caching
+from scenarios.trace import ALLOCATE_CACHED, APPEND, CAN_ALLOCATE
 
 FLOOR_REPS = 2  # repetitions of the floor's replay (its CPU time per slice is their mean)
 FAST_FLOOR = {"compiled": ("flat", "flat-pc"), "native": ("cpp-flat", "")}  # per driver: plain, caching trace
@@ -38,7 +38,7 @@ class _Answers:
         first_cached = {}
         for i in np.flatnonzero(op == ALLOCATE_CACHED).tolist():
             first_cached.setdefault(int(step_of_op[i]), i)
-        self.hits = {i: int(t.step_hits[s]) for s, i in first_cached.items()} if trace_uses_caching(t) else {}
+        self.hits = {i: int(t.step_hits[s]) for s, i in first_cached.items()} if prep.caching else {}
         self.pool_ops = [i for first, mid, _ in prep.bounds for i in range(first, mid)]
         op64, _, a164 = prep.arrays64
         self.statuses = [np.where(op64[f:m] == CAN_ALLOCATE, a164[f:m], 0) for f, m, _ in prep.bounds]
@@ -119,7 +119,7 @@ class Oracle:
 
 def oracle_class(prep: Prepared) -> type:
     """An :class:`Oracle` class for ``prep``'s trace."""
-    return type("Oracle", (Oracle,), {"answers": _Answers(prep), "prefix_caching": trace_uses_caching(prep.trace)})
+    return type("Oracle", (Oracle,), {"answers": _Answers(prep), "prefix_caching": prep.caching})
 
 
 Mark = Callable[[tuple | None], None]
@@ -132,9 +132,8 @@ def measure_floor(prep: Prepared, regimes: Iterable[str], mark: Mark,
     as a cell's tells the main process where it is. Returns the nanoseconds its timed regions claimed, per regime
 (the oracle's own calls, which are not the harness's work). ``RuntimeError`` (ours) if its replay fails."""
     cls = oracle_class(prep)
-    caching = trace_uses_caching(prep.trace)
     return _replay({("floor", r, ""): Driver(prep, cls, r, {}, "floor") for r in sorted(set(regimes))
-             if not (caching and r == "step")}, prep, mark, enter)
+             if not (prep.caching and r == "step")}, prep, mark, enter)
 
 
 def measure_fast_floor(prep: Prepared, kinds: Iterable[str], loops: dict, mark: Mark,
@@ -145,7 +144,7 @@ def measure_fast_floor(prep: Prepared, kinds: Iterable[str], loops: dict, mark: 
     if "compiled" in kinds:
         clock.ns_per_tick()  # calibrated once per process: not in the floor's first slice
     for kind in sorted(set(kinds) & set(FAST_FLOOR)):
-        name = FAST_FLOOR[kind][trace_uses_caching(prep.trace)]
+        name = FAST_FLOOR[kind][prep.caching]
         try:
             cls = registry.BY_NAME[name].load() if name else None
         except Exception:  # not built or not importable here: that driver's cells are not bounded
