@@ -309,8 +309,10 @@ def parameter_counts(path: Path) -> dict[str, int]:
     return out
 
 
-@pytest.mark.parametrize("module", ["harness/run/runner.py", "harness/run/jobs.py"])
+@pytest.mark.parametrize("module", ["harness/run/runner.py", "harness/run/jobs.py", "harness/run/cells.py",
+                                    "harness/base/interleave.py", "harness/studies/paced_study.py"])
 def test_a_run_s_settings_travel_as_records_not_long_argument_lists(module: str) -> None:
-    """What travels together goes in one record (``Shared``, ``ScenarioTrace``, ``Timed``, ``ScenarioJob``)."""
+    """What travels together goes in one record: the main process's (``Shared``, ``ScenarioTrace``, ``Timed``,
+    ``ScenarioJob``), a worker's (``CellSetup``, ``Repetitions``, ``Turns``, ``Hooks``, ``PacedCells``)."""
     long = {name: n for name, n in parameter_counts(ROOT / module).items() if n > 5}
     assert not long, f"{module}: functions of more than 5 parameters: {long}"

@@ -333,8 +333,8 @@ def test_a_design_rebinding_the_timing_code_fails_at_any_share_hidden(name, monk
     trace = generate("paper", steps=40, running=8)
     prep = Prepared.from_trace(trace)
     key = (name, "batched", "")
-    out = interleave.interleaved({key: interleave.Driver(prep, getattr(plugins, name), "batched", {}, name)}, 1,
-                                 False, interleave.slice_bounds(40, 4))
+    out = interleave.interleaved({key: interleave.Driver(prep, getattr(plugins, name), "batched", {}, name)},
+                                 interleave.Turns(1, interleave.slice_bounds(40, 4)), False)
     assert key in out.failed and "rebound the harness's timing code" in str(out.failed[key])
 
 

@@ -91,8 +91,8 @@ def replay_fakes(monkeypatch, names, reps, blocks, done=lambda key: None, caps=N
 
     monkeypatch.setattr(il, "_finish", lambda *args: None)
     log: dict[str, list] = {"created": [], "calls": []}
-    il.interleaved({(n, "batched", ""): RecordingDriver(n, log) for n in names}, reps, False, blocks, done,
-                   caps=caps)
+    il.interleaved({(n, "batched", ""): RecordingDriver(n, log) for n in names}, il.Turns(reps, blocks, caps or {}),
+                   False, il.Hooks(done=done))
     return log
 
 
@@ -145,7 +145,7 @@ def test_constructors_run_outside_every_marked_slice(monkeypatch) -> None:
             return super().new()
 
     drivers = {(n, "batched", ""): MarkRecordingDriver(n, log) for n in ("a", "b")}
-    il.interleaved(drivers, 2, False, slice_bounds(20, 2), mark=marks.append)
+    il.interleaved(drivers, il.Turns(2, slice_bounds(20, 2)), False, il.Hooks(mark=marks.append))
     assert len(log["marked"]) == 4 and set(log["marked"]) == {None}
     assert {m for m in marks if m} == set(drivers) and len(log["calls"]) > 0
 

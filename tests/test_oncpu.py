@@ -91,7 +91,7 @@ def replay(cls: type, steps: int = 40, reps: int = 1) -> list[StepTimes]:
     prep = Prepared.from_trace(trace)
     driver = il.Driver(prep, cls, "batched", {}, "x")
     key = ("x", "batched", "")
-    return il.interleaved({key: driver}, reps, False, il.slice_bounds(steps, 4)).samples[key]
+    return il.interleaved({key: driver}, il.Turns(reps, il.slice_bounds(steps, 4)), False).samples[key]
 
 
 def test_a_design_that_waits_keeps_its_wait() -> None:

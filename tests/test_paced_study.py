@@ -7,7 +7,7 @@ import pytest
 
 from harness.base.drivers import Prepared
 from harness.studies.paced import paced_loop
-from harness.studies.paced_study import PacedKind, above, paced_study_rows, run_interleaved
+from harness.studies.paced_study import PacedCells, PacedHooks, PacedKind, above, paced_study_rows, run_interleaved
 from impls import REGISTRY
 from scenarios import generate
 
@@ -25,8 +25,8 @@ def makers(prep: Prepared, cells):
 
 def test_every_loop_is_repeated_with_an_interval_and_the_floor_is_its_own_row(prep: Prepared) -> None:
     cells = [("flat", "batched"), ("dict", "per-call")]
-    rows = paced_study_rows("paper", prep, makers(prep, cells), {c: REGISTRY[c[0]] for c in cells}, RATE, False,
-                            reps=3)
+    rows = paced_study_rows(PacedCells("paper", prep, makers(prep, cells), {c: REGISTRY[c[0]] for c in cells}, RATE,
+                                       False, reps=3))
     by = {(r.impl, r.regime, r.metric): r for r in rows}
     assert set(by) == {("flat", "batched", "cpu_share_observed_pct"), ("flat", "batched", "deadline_misses"),
                        ("flat", "batched", "cpu_share_observed_whole_step_pct"),
@@ -49,7 +49,7 @@ def test_the_loops_rotate_from_repetition_to_repetition() -> None:
 
     kinds = [kind("a"), kind("b"), kind("c")]
     reps_done: list[int] = []
-    run_interleaved(kinds, 1e6, 1, 3, reps_done.append)
+    run_interleaved(kinds, 1e6, 1, 3, PacedHooks(on_repetition=reps_done.append))
     assert log[:3] == ["a", "b", "c"]  # the first calls, outside every measurement
     assert log[3:] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
     assert reps_done == [0, 1, 2] and all(len(k.cpu_ns) == 3 for k in kinds)
@@ -65,7 +65,7 @@ def test_a_failing_loop_is_a_failed_row_and_the_others_go_on(prep: Prepared) -> 
 
     make[("dict", "batched")] = lambda: Broken(**prep.trace.config)
     classes = {**{c: REGISTRY[c[0]] for c in cells}, ("dict", "batched"): Broken}
-    rows = paced_study_rows("paper", prep, make, classes, RATE, False, reps=2)
+    rows = paced_study_rows(PacedCells("paper", prep, make, classes, RATE, False, reps=2))
     failed = [r for r in rows if r.status == "failed"]
     assert {(r.impl, r.metric) for r in failed} == {("dict", "cpu_share_observed_pct"),
                                                    ("dict", "cpu_share_observed_whole_step_pct")}
@@ -76,8 +76,8 @@ def test_a_failing_loop_is_a_failed_row_and_the_others_go_on(prep: Prepared) -> 
 
 def test_on_a_caching_trace_the_whole_step_is_unsupported_not_guessed(prep: Prepared) -> None:
     cells = [("flat", "batched")]
-    rows = paced_study_rows("paper", prep, makers(prep, cells), {c: REGISTRY[c[0]] for c in cells}, RATE, True,
-                            reps=2)
+    rows = paced_study_rows(PacedCells("paper", prep, makers(prep, cells), {c: REGISTRY[c[0]] for c in cells}, RATE,
+                                       True, reps=2))
     whole = [r for r in rows if r.metric == "cpu_share_observed_whole_step_pct"]
     assert [(w.status, w.how) for w in whole] == [("unsupported", "step() does not take the prefix-caching ops yet")]
     assert not [r for r in rows if r.metric == "paced_above_floor_pct"]

@@ -10,7 +10,7 @@ from harness.base.drivers import Prepared, step_runner
 from harness.base.interleave import Driver
 from harness.counters.regions import prepare_cell
 from harness.studies.paced import paced_run, paced_runner
-from harness.studies.paced_study import kinds_of, paced_study_rows
+from harness.studies.paced_study import PacedCells, kinds_of, paced_study_rows
 from impls import REGISTRY
 from scenarios import generate
 
@@ -76,7 +76,7 @@ def test_the_paced_study_measures_each_cell_through_its_regimes_path(prep: Prepa
     calls.start()[0](0, prep.num_steps)
     assert entered(log) == PATH[regime]
     log.clear()
-    rows = paced_study_rows("paper", prep, make, {cell: cls}, RATE, False, reps=1)
+    rows = paced_study_rows(PacedCells("paper", prep, make, {cell: cls}, RATE, False, reps=1))
     assert entered(log) == PATH[regime] | ({"step"} if regime == "batched" else set())  # + the batched whole step
     share = next(r for r in rows if r.metric == "cpu_share_observed_pct")
     assert share.status == "ok" and share.regime == regime

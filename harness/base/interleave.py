@@ -196,48 +196,71 @@ class Replays:
     last_mgr: dict[Key, object] = field(default_factory=dict)
 
 
-def interleaved(drivers: dict[Key, Driver], reps: int, detail: bool, slices: list[tuple[int, int]],
-                done: Callable[[Key], None] = lambda key: None, out: Replays | None = None,
-                caps: dict[Key, int] | None = None, only: Iterable[int] | None = None,
-                enter: Callable[[Key], None] = lambda key: None,
-                mark: Callable[[Key | None], None] = lambda key: None,
-                pause: Callable[[tuple[int, ...]], None] = lambda position: None) -> Replays:
-    """``reps`` repetitions of every driver (``caps[key]`` for a key it names), interleaved slice by slice;
-    ``mark(key)`` before each slice and ``mark(None)`` after a repetition's last (the supervisor's bound);
-    ``pause((detail, rep, slice))`` before each slice (other designs' workers take their turn: ``lockstep``)."""
-    out = out or Replays()
-    caps = caps or {}
-    total = max([reps, *caps.values()])
-    chosen = set(range(total) if only is None else only)
+def _nothing(what: object) -> None:
+    """No one listens."""
+
+
+@dataclass(frozen=True)
+class Turns:
+    """Which repetitions interleaved replays make: ``reps`` of every key (``caps[key]`` for a key it names), of which
+    this process replays ``only`` (None: all), each over ``slices``."""
+
+    reps: int
+    slices: list[tuple[int, int]]
+    caps: dict[Key, int] = field(default_factory=dict)
+    only: Iterable[int] | None = None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What interleaved replays tell as they go: ``enter(key)`` before a key's code runs, ``mark(key)`` before each
+    timed slice and ``mark(None)`` after a repetition's last (the supervisor's bound), ``pause((detail, rep,
+    slice))`` before each slice (other designs' workers take their turn: ``lockstep``), ``done(key)`` after each
+    of a key's ``reps`` repetitions."""
+
+    enter: Callable[[Key], None] = _nothing
+    mark: Callable[[Key | None], None] = _nothing
+    pause: Callable[[tuple[int, ...]], None] = _nothing
+    done: Callable[[Key], None] = _nothing
+
+
+def interleaved(drivers: dict[Key, Driver], turns: Turns, detail: bool, hooks: Hooks = Hooks()) -> Replays:
+    """Every repetition ``turns`` asks of every driver, interleaved slice by slice (whole steps, or with ``detail``
+    per operation)."""
+    out = Replays()
+    total = max([turns.reps, *turns.caps.values()])
+    chosen = set(range(total) if turns.only is None else turns.only)
     for rep in range(total):
-        keys = [k for k in drivers if rep < caps.get(k, reps)]
+        keys = [k for k in drivers if rep < turns.caps.get(k, turns.reps)]
         if not keys:
             break
         if rep not in chosen:
             continue
-        bounds = replay_slices(slices, rep, total)
+        bounds = replay_slices(turns.slices, rep, total)
         orders = [[keys[j] for j in order] for order in schedule(len(keys), rep, len(bounds))]
-        mgrs = _new_managers(drivers, orders[0], out, enter)
+        mgrs = _new_managers(drivers, orders[0], out, hooks.enter)
         parts: dict[Key, list[StepTimes]] = {k: [] for k in mgrs}
         with frozen_gc():
             for k_slice, ((lo, hi), order) in enumerate(zip(bounds, orders, strict=True)):
-                pause((int(detail), rep, k_slice))
-                for k in order:
-                    if k in parts and k not in out.failed:
-                        enter(k)
-                        mark(k)
-                        _slice(drivers[k], mgrs[k], detail, lo, hi, parts[k], out, k)
-            mark(None)
+                hooks.pause((int(detail), rep, k_slice))
+                for k in (k for k in order if k in parts and k not in out.failed):
+                    hooks.enter(k)
+                    hooks.mark(k)
+                    try:
+                        parts[k].append(_slice(drivers[k], mgrs[k], detail, (lo, hi)))
+                    except DesignFailure as exc:
+                        out.failed[k] = exc
+            hooks.mark(None)
         for k in (k for k in keys if k in parts):
-            enter(k)
-            _finish(drivers[k], mgrs[k], parts[k], out, k, rep)
-            if rep < reps:
-                done(k)
+            hooks.enter(k)
+            _finish(drivers[k], mgrs[k], parts[k], out, (k, rep))
+            if rep < turns.reps:
+                hooks.done(k)
     return out
 
 
 def _new_managers(drivers: dict[Key, Driver], keys: list[Key], out: Replays,
-                  enter: Callable[[Key], None] = lambda key: None) -> dict:
+                  enter: Callable[[Key], None] = _nothing) -> dict:
     """A fresh manager per key, in ``keys``' order; a constructor that fails fails its key. Constructors run
     unmarked: building a large pool is work no timed region claims (docs/measurement.md#bound-and-floor)."""
     mgrs = {}
@@ -253,21 +276,21 @@ def _new_managers(drivers: dict[Key, Driver], keys: list[Key], out: Replays,
     return mgrs
 
 
-def _slice(driver: Driver, mgr, detail: bool, lo: int, hi: int, parts: list, out: Replays, key: Key) -> None:
-    try:
-        with blamed_on(driver.impl, driver.cls):
-            waits = voluntary_switches()
-            c0 = thread_ns()
-            w0 = perf_ns()
-            times = driver.timed(mgr, detail, lo, hi)
-            w1 = perf_ns()
-            times = read_slice(times, w1 - w0, thread_ns() - c0, voluntary_switches() > waits)
-            if rebound := clock.changed():
-                raise ReplayError(f"the design rebound the harness's timing code ({rebound}): its figures cannot be "
-                                  "trusted")
-        parts.append(times)
-    except DesignFailure as exc:
-        out.failed[key] = exc
+def _slice(driver: Driver, mgr, detail: bool, span: tuple[int, int]) -> StepTimes:
+    """One timed slice ``[lo, hi)`` of ``driver`` on ``mgr``, with its wall and CPU time; :class:`DesignFailure`
+    (blamed on the design) where it fails."""
+    lo, hi = span
+    with blamed_on(driver.impl, driver.cls):
+        waits = voluntary_switches()
+        c0 = thread_ns()
+        w0 = perf_ns()
+        times = driver.timed(mgr, detail, lo, hi)
+        w1 = perf_ns()
+        times = read_slice(times, w1 - w0, thread_ns() - c0, voluntary_switches() > waits)
+        if rebound := clock.changed():
+            raise ReplayError(f"the design rebound the harness's timing code ({rebound}): its figures cannot be "
+                              "trusted")
+    return times
 
 
 def read_slice(times: StepTimes, wall_ns: float, cpu_ns: float, blocked: bool = False) -> StepTimes:
@@ -286,8 +309,9 @@ def read_slice(times: StepTimes, wall_ns: float, cpu_ns: float, blocked: bool = 
     return times
 
 
-def _finish(driver: Driver, mgr, parts: list[StepTimes], out: Replays, key: Key, rep: int = 0) -> None:
-    """Check one repetition of one key as a whole replay, and keep it."""
+def _finish(driver: Driver, mgr, parts: list[StepTimes], out: Replays, at: tuple[Key, int]) -> None:
+    """Check repetition ``rep`` of ``key`` (``at``) as a whole replay, and keep it."""
+    key, rep = at
     if key in out.failed:
         return
     try:

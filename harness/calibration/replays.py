@@ -12,7 +12,7 @@ from types import ModuleType, SimpleNamespace
 
 from harness.base.drivers import Prepared, StepTimes
 from harness.base.failures import blamed_on, short_reason
-from harness.base.interleave import Driver, Key, Replays, interleaved, slice_bounds
+from harness.base.interleave import Driver, Hooks, Key, Replays, Turns, interleaved, slice_bounds
 from harness.base.metrics import Work
 from harness.base.threads import one_intra_op_thread
 from harness.engines.call_meter import (
@@ -230,9 +230,11 @@ class Context:
         with one_intra_op_thread() as threads:
             self.warm_up()
             try:
-                pause = self.events.pause if self.job.lockstep else lambda position: None
-                replays = interleaved(self.drivers, self.job.reps, False, self.slices, only=self.job.only,
-                                      enter=self.events.cell, pause=pause) if self.drivers else None
+                hooks = Hooks(self.events.cell)
+                if self.job.lockstep:
+                    hooks = Hooks(self.events.cell, pause=self.events.pause)
+                replays = interleaved(self.drivers, Turns(self.job.reps, self.slices, only=self.job.only), False,
+                                      hooks) if self.drivers else None
             except (StubTouched, PlanError) as exc:
                 raise RuntimeError(f"{self.job.scenario}: the engine's code left the import plan during a replay: "
                                    f"{exc}") from exc

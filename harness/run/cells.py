@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,8 +26,10 @@ from harness.base.interleave import (
     FAST_REPS,
     WARM_STEPS,
     Driver,
+    Hooks,
     Key,
     Replays,
+    Turns,
     interleaved,
     slice_bounds,
     verify_slots,
@@ -37,13 +40,42 @@ from harness.base.steptimes import StepTimes
 from harness.errors import DesignFailure
 from harness.run.alloc_cells import cell_allocations
 from harness.studies.dispatch import calls_per_trace, dispatch_rows, empty_call_ns, has_dispatch
-from harness.studies.paced_study import paced_study_rows
+from harness.studies.paced_study import PacedCells, PacedHooks, paced_study_rows
 from impls.contract import table_nbytes_problem
-from scenarios import Trace
-from scenarios.trace import trace_uses_caching
+
+if TYPE_CHECKING:
+    from harness.run.workers import Events
 
 Cell = tuple[str, str]
 ALLOC_STEPS = 20  # steps counted for allocations per step (after warm-up)
+
+
+@dataclass(frozen=True)
+class CellSetup:
+    """What one scenario's cells in a worker are built from, once per job: the scenario, its trace prepared, the
+    cells and their implementations' classes, the timers' calibration, the worker's compiled replay loops."""
+
+    scenario: str
+    prep: Prepared
+    cells: tuple[Cell, ...]
+    classes: dict[str, type]
+    calib: dict
+    loops: dict
+
+
+@dataclass(frozen=True)
+class Repetitions:
+    """What a timing job asks of its cells: ``reps`` repetitions (``caps`` a cell's own), this worker's ``only``,
+    the A/A control on ``base`` (with ``control``), the figures read off the last managers (``read_off``), and
+    a pause before each slice for the other designs' workers (``lockstep``)."""
+
+    reps: int
+    caps: dict[Cell, int]
+    only: list[int]
+    base: str
+    read_off: bool = False
+    control: bool = True
+    lockstep: bool = False
 
 
 @dataclass
@@ -81,25 +113,19 @@ def reps_of(cell_driver: Driver, reps: int, cap: int | None) -> int:
 class CellBench:
     """The drivers of one scenario's cells in this process, and what they measure."""
 
-    def __init__(self, scenario: str, trace: Trace, prep: Prepared, cells: list[Cell], classes: dict[str, type],
-                 calib: dict, loops: dict, enter: Callable[[Cell | None], None] = lambda cell: None,
-                 tick: Callable[[str], None] = lambda what: None,
-                 status: Callable[[str], None] = lambda what: None,
-                 mark: Callable[[tuple | None], None] = lambda key: None) -> None:
-        self.scenario, self.trace, self.prep, self.calib = scenario, trace, prep, calib
-        self.cells = list(cells)
-        self.drivers = {(i, r, ""): Driver(prep, classes[i], r, loops, i) for i, r in self.cells}
-        self.slices = slice_bounds(prep.num_steps)
-        self.enter, self.tick, self.status, self.mark = enter, tick, status, mark
-        self.pause: Callable[[tuple[int, ...]], None] = lambda position: None
+    def __init__(self, setup: CellSetup, events: Events) -> None:
+        self.setup, self.events = setup, events
+        self.scenario, self.prep, self.trace = setup.scenario, setup.prep, setup.prep.trace
+        self.drivers = {(i, r, ""): Driver(setup.prep, setup.classes[i], r, setup.loops, i) for i, r in setup.cells}
+        self.slices = slice_bounds(setup.prep.num_steps)
         self.failed: dict[Cell, str] = {}
         self.rows: list[Row] = []
         self.paced_claims: dict[tuple, tuple[int, int]] = {}  # harness.studies.paced_study.paced_claims
 
-    def row(self, impl: str, regime: str, metric: str, value: float, unit: str, source: str, how: str = "",
-            status: str = "ok", build: str = "", **columns) -> None:
-        self.rows.append(Row(self.scenario, impl, regime, metric, value, unit, source, status,
-                             with_build(how, build), **columns))
+    def row(self, cell: Cell, metric: str, value: float, **columns) -> None:
+        """A row of ``cell`` (``unit``, ``source``, ``how`` and the other columns by name; ``build`` ends ``how``)."""
+        how = with_build(columns.pop("how", ""), columns.pop("build", ""))
+        self.rows.append(Row(self.scenario, *cell, metric, value, how=how, **columns))
 
     def _fail(self, cell: Cell, exc: DesignFailure) -> None:
         self.failed.setdefault(cell, exc.reason)
@@ -107,7 +133,7 @@ class CellBench:
 
     def _guarded(self, cell: Cell, fn: Callable[[], object]) -> object:
         """``fn()`` inside ``cell``: its failure fails the cell (returns None then)."""
-        self.enter(cell)
+        self.events.cell(cell)
         try:
             with blamed_on(cell[0], self.drivers[(*cell, "")].cls):
                 return fn()
@@ -115,7 +141,7 @@ class CellBench:
             self._fail(cell, exc)
             return None
         finally:
-            self.enter(None)
+            self.events.cell(None)
 
     # -- timings ---------------------------------------------------------------------------------------------
     def warm_up(self, record: bool) -> None:
@@ -128,14 +154,15 @@ class CellBench:
             if key[0] not in said:  # one line per design: its regimes warm up in turn
                 said.add(key[0])
                 regimes = ", ".join(dict.fromkeys(k[1] for k in self.drivers if k[0] == key[0]))
-                self.status(f"{self.scenario}: warming up {key[0]} ({regimes}; first calls: compilation or cache load)")
+                self.events.status(f"{self.scenario}: warming up {key[0]} ({regimes}; first calls: compilation or "
+                                   "cache load)")
             t0 = time.perf_counter()
             if self._guarded(key[:2], lambda d=driver: self._first_steps(d)) is None:
                 continue
             if record and (driver.kind != "python" or getattr(driver.cls, "kernels", None) is not None):
-                self.row(key[0], key[1], "compile_s", time.perf_counter() - t0, "s", "wall clock",
-                         f"first steps through the {driver.kind} driver (compile or cache load)", driver=driver.kind,
-                         build=driver.build)
+                self.row(key[:2], "compile_s", time.perf_counter() - t0, unit="s", source="wall clock",
+                         how=f"first steps through the {driver.kind} driver (compile or cache load)",
+                         driver=driver.kind, build=driver.build)
         if any(d.kind != "python" for d in self.drivers.values()):
             clock.ns_per_tick()  # the tick's calibration (100 ms, once per process) outside the first timed slice
 
@@ -154,43 +181,42 @@ class CellBench:
         key = (base, "batched", "") if (base, "batched", "") in self.drivers else next(iter(self.drivers))
         return (*key[:2], "aa")
 
-    def time(self, reps: int, caps: dict[Cell, int], only: list[int], base: str,
-             read_off: bool = False, control: bool = True) -> TimingResult:
-        """The repetitions ``only`` of every cell (with ``control``, the A/A control), whole steps then, for the
-        compiled and C++ drivers, per operation; with ``read_off``, the figures read off each cell's last manager."""
-        aa = self.aa_key(base) if control else None
+    def time(self, asked: Repetitions) -> TimingResult:
+        """The repetitions ``asked.only`` of every cell (and the A/A control), whole steps then, for the compiled and
+        C++ drivers, per operation; with ``asked.read_off``, the figures read off each cell's last manager."""
+        aa = self.aa_key(asked.base) if asked.control else None
         timed = {**self.drivers, **({aa: self.drivers[(*aa[:2], "")]} if aa else {})}
-        rep_caps = {k: reps_of(self.drivers[(*k[:2], "")], reps, caps.get(k[:2])) for k in timed}
+        turns = Turns(asked.reps, self.slices, {k: reps_of(self.drivers[(*k[:2], "")], asked.reps,
+                                                           asked.caps.get(k[:2])) for k in timed}, asked.only)
 
         def enter(key: Key) -> None:
-            self.enter(key[:2])
+            self.events.cell(key[:2])
 
         def done(key: Key) -> None:
             if not key[2]:
-                self.tick(f"{self.scenario} {key[0]} {key[1]}")
+                self.events.tick(f"{self.scenario} {key[0]} {key[1]}")
 
-        steps = interleaved(timed, reps, False, self.slices, done, caps=rep_caps, only=only, enter=enter,
-                            mark=self.mark, pause=self.pause)
+        hooks = Hooks(enter, self.events.mark, self.events.pause if asked.lockstep else _no_pause)
+        steps = interleaved(timed, turns, False, replace(hooks, done=done))
         detailed = {k: d for k, d in self.drivers.items() if d.separate_detail and k not in steps.failed}
-        details = interleaved(detailed, reps, True, self.slices, caps=rep_caps, only=only, enter=enter,
-                              mark=self.mark, pause=self.pause)
-        self.enter(None)
+        details = interleaved(detailed, turns, True, hooks)
+        self.events.cell(None)
         for key, exc in {**steps.failed, **details.failed}.items():
             if not key[2]:
                 self._fail(key[:2], exc)
-        if read_off:
+        if asked.read_off:
             self.read_off(steps)
         return TimingResult(_by_rep(steps, self.failed), _by_rep(details, self.failed), dict(self.failed),
                             list(self.rows), self.info())
 
     def info(self) -> dict[Cell, CellInfo]:
-        return {key[:2]: CellInfo(d.kind, d.how(), d.timer_overhead(self.calib), d.separate_detail, d.build)
+        return {key[:2]: CellInfo(d.kind, d.how(), d.timer_overhead(self.setup.calib), d.separate_detail, d.build)
                 for key, d in self.drivers.items()}
 
     def read_off(self, replays: Replays) -> None:
         """Figures read off each cell's last manager: table bytes per live sequence, and for the per-call cells
         of compiled designs the dispatch floor."""
-        for impl, regime in list(self.cells):
+        for impl, regime in self.setup.cells:
             mgr = replays.last_mgr.get((impl, regime, ""))
             if mgr is None or (impl, regime) in self.failed:
                 continue
@@ -207,11 +233,12 @@ class CellBench:
         if problem:  # an answer outside the contract fails the cell, as a wrong slot would
             raise ReplayError(f"{problem}, for a sequence live at the end of the trace")
         if sizes and None not in sizes:
-            self.row(impl, regime, "table_bytes_per_seq", float(np.mean(sizes)), "B", "design introspection",
-                     f"mean over the {len(sizes)} live sequences at the end (see the design's _table_nbytes)")
+            self.row((impl, regime), "table_bytes_per_seq", float(np.mean(sizes)), unit="B",
+                     source="design introspection",
+                     how=f"mean over the {len(sizes)} live sequences at the end (see the design's _table_nbytes)")
         else:
-            self.row(impl, regime, "table_bytes_per_seq", float("nan"), "B", "design introspection",
-                     "the design cannot report it" if sizes else "no live sequence at the end",
+            self.row((impl, regime), "table_bytes_per_seq", float("nan"), unit="B", source="design introspection",
+                     how="the design cannot report it" if sizes else "no live sequence at the end",
                      status="unavailable")
 
     # -- cell studies ----------------------------------------------------------------------------------------
@@ -223,31 +250,35 @@ class CellBench:
         for cell in cells:
             if (*cell, "") in self.drivers:
                 self._guarded(cell, lambda c=cell: self._allocations(c, lo, hi))
-            self.tick(f"{self.scenario} {cell[0]} {cell[1]} allocations")
+            self.events.tick(f"{self.scenario} {cell[0]} {cell[1]} allocations")
 
     def _allocations(self, cell: Cell, lo: int, hi: int) -> None:
-        impl, regime = cell
         driver = self.drivers[(*cell, "")]
         mgr = driver.new()
         advance = driver.advance(mgr)
         advance(0, lo)
-        figures = cell_allocations(driver.kind, regime, driver.inputs, mgr, advance, lo, hi)
+        figures = cell_allocations(driver.kind, cell[1], driver.inputs, mgr, advance, lo, hi)
         driver.check_inputs(0, hi)
         for fig in figures:
-            self.row(impl, regime, fig.metric, fig.per_step, "allocs/step", fig.source, fig.how, steps=fig.steps,
-                     driver=driver.kind, build=driver.build, status=fig.status)
+            self.row(cell, fig.metric, fig.per_step, unit="allocs/step", source=fig.source, how=fig.how,
+                     steps=fig.steps, driver=driver.kind, build=driver.build, status=fig.status)
 
     def measure_paced(self, cells: list[Cell]) -> None:
         """The paced study (:mod:`harness.studies.paced_study`): every cell's paced loops and the floor, repeated
         and interleaved; a cell whose implementation fails gets a failed row."""
         cells = [c for c in cells if (*c, "") in self.drivers]
         self.rows += paced_study_rows(
-            self.scenario, self.prep, {c: self.drivers[(*c, "")].new for c in cells},
-            {c: self.drivers[(*c, "")].cls for c in cells}, self.trace.header["params"].get("step_rate", 2000),
-            trace_uses_caching(self.trace), enter=self.enter, mark=self.mark, claims=self.paced_claims)
-        self.enter(None)
+            PacedCells(self.scenario, self.prep, {c: self.drivers[(*c, "")].new for c in cells},
+                       {c: self.drivers[(*c, "")].cls for c in cells},
+                       self.trace.header["params"].get("step_rate", 2000), self.prep.caching),
+            PacedHooks(self.events.cell, self.events.mark), self.paced_claims)
+        self.events.cell(None)
         for impl, regime in cells:
-            self.tick(f"{self.scenario} {impl} {regime} paced")
+            self.events.tick(f"{self.scenario} {impl} {regime} paced")
+
+
+def _no_pause(position: tuple[int, ...]) -> None:
+    """Outside a lockstep a worker goes on from slice to slice."""
 
 
 def _by_rep(replays: Replays, failed: dict[Cell, str]) -> dict[Key, list[tuple[int, StepTimes]]]:

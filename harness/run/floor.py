@@ -13,7 +13,7 @@ import numpy as np
 
 from harness.base import clock
 from harness.base.drivers import Prepared
-from harness.base.interleave import Driver, interleaved, slice_bounds
+from harness.base.interleave import Driver, Hooks, Turns, interleaved, slice_bounds
 from impls import registry
 from impls.contract import blocks_for
 from scenarios.trace import ALLOCATE_CACHED, APPEND, CAN_ALLOCATE
@@ -160,8 +160,8 @@ def _replay(drivers: dict, prep: Prepared, mark: Mark, enter: Mark, details: boo
     """The floor's replays; the nanoseconds each key's timed regions claimed, by its floor name."""
     slices, claimed = slice_bounds(prep.num_steps), {}
     for detail in (False, True) if details else (False,):
-        out = interleaved(drivers, FLOOR_REPS, detail, slices, enter=lambda key: enter(None),
-                          mark=lambda key: mark(key[:2] if key else None))
+        out = interleaved(drivers, Turns(FLOOR_REPS, slices), detail,
+                          Hooks(enter=lambda key: enter(None), mark=lambda key: mark(key[:2] if key else None)))
         if out.failed:
             raise RuntimeError(f"the floor's replay failed: {out.failed}")
         for key, samples in out.samples.items():

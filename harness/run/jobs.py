@@ -17,11 +17,11 @@ from harness.base.hook import hook_problem
 from harness.base.rows import Row
 from harness.base.threads import pin_one_thread
 from harness.errors import DesignFailure
-from harness.run.cells import CellBench, TimingResult
+from harness.run.cells import CellBench, CellSetup, Repetitions, TimingResult
 from harness.run.floor import FAST_FLOOR, measure_fast_floor, measure_floor
 from harness.run.workers import Events
 from impls import registry
-from scenarios import Trace, load
+from scenarios import load
 from scenarios.trace.file_format import content_digest
 
 Cell = tuple[str, str]
@@ -153,6 +153,10 @@ class ScenarioJob:
     control: bool = True  # the A/A control
     lockstep: bool = False  # pause between slices (harness.run.lockstep)
 
+    def repetitions(self) -> Repetitions:
+        """What this timing job asks of its cells, as the worker's cells take it."""
+        return Repetitions(self.reps, self.caps, self.only, self.base, self.record, self.control, self.lockstep)
+
 
 @dataclass
 class StudiesResult:
@@ -164,11 +168,11 @@ class StudiesResult:
     supervised_wall: dict | None = None
 
 
-_TRACE: dict[tuple[str, str], tuple[Trace, Prepared]] = {}  # the last trace this worker loaded, prepared
+_TRACE: dict[tuple[str, str], Prepared] = {}  # the last trace this worker loaded, prepared
 _LOOPS: dict = {}  # compiled replay loops, made once per design in this worker
 
 
-def _prepared(path: str, digest: str) -> tuple[Trace, Prepared]:
+def _prepared(path: str, digest: str) -> Prepared:
     """The trace at ``path``, prepared (kept for the next job of the same trace); it must be the one whose content
     digest the main process measured."""
     if (path, digest) not in _TRACE:
@@ -176,13 +180,13 @@ def _prepared(path: str, digest: str) -> tuple[Trace, Prepared]:
         trace = load(Path(path))
         if digest and content_digest(trace) != digest:
             raise RuntimeError(f"{path} no longer holds the trace the run measures (another run rewrote it?)")
-        _TRACE[(path, digest)] = (trace, Prepared.from_trace(trace))
+        _TRACE[(path, digest)] = Prepared.from_trace(trace)
     return _TRACE[(path, digest)]
 
 
 def _bench(job: ScenarioJob, events: Events) -> CellBench:
     """The job's cells in this worker; an implementation that cannot be loaded here fails its cells."""
-    trace, prep = _prepared(job.trace_path, job.digest)
+    prep = _prepared(job.trace_path, job.digest)
     classes, failed = {}, {}
     for name in _impls(job):
         events.cell((name, job.cells[0][1]))
@@ -194,9 +198,8 @@ def _bench(job: ScenarioJob, events: Events) -> CellBench:
             failed[name] = short_reason(exc)
     events.cell(None)
     pin_one_thread()  # torch arrives with the designs that need it: held to one thread before anything runs
-    cells = [c for c in job.cells if c[0] in classes]
-    bench = CellBench(job.scenario, trace, prep, cells, classes, job.calib, _LOOPS, events.cell, events.tick,
-                      events.status, events.mark)
+    cells = tuple(c for c in job.cells if c[0] in classes)
+    bench = CellBench(CellSetup(job.scenario, prep, cells, classes, job.calib, _LOOPS), events)
     bench.failed.update({c: failed[c[0]] for c in job.cells if c[0] in failed})
     return bench
 
@@ -204,9 +207,7 @@ def _bench(job: ScenarioJob, events: Events) -> CellBench:
 def run_timing(job: ScenarioJob, events: Events) -> TimingResult:
     bench = _bench(job, events)
     bench.warm_up(record=job.record)
-    if job.lockstep:
-        bench.pause = events.pause
-    result = bench.time(job.reps, job.caps, job.only, job.base, read_off=job.record, control=job.control)
+    result = bench.time(job.repetitions())
     result.pid = os.getpid()
     result.torch_threads = pin_one_thread()
     return result
@@ -230,7 +231,7 @@ class FloorResult:
 
 def run_floor(job: FloorJob, events: Events) -> FloorResult:
     """The floor of every regime in ``job`` and of the compiled and C++ drivers, once per scenario."""
-    prep = _prepared(job.trace_path, job.digest)[1]
+    prep = _prepared(job.trace_path, job.digest)
     claimed = measure_floor(prep, job.regimes, events.mark)
     claimed.update(measure_fast_floor(prep, FAST_FLOOR, _LOOPS, events.mark))
     return FloorResult(claimed)

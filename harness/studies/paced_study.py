@@ -21,6 +21,35 @@ FLOOR = ("-", "-")
 Starter = Callable[[], tuple[Callable[[int, int], None] | None, Callable[[int], None]]]
 
 
+@dataclass(frozen=True)
+class PacedCells:
+    """One scenario's paced study, as asked: its trace prepared, each cell's manager maker and class, the step rate,
+    whether the trace holds prefix-caching ops, ``reps`` repetitions of ``steps`` steps (None: every step)."""
+
+    scenario: str
+    prep: Prepared
+    makers: dict[tuple[str, str], Callable]
+    classes: dict[tuple[str, str], type]
+    rate: float
+    caching: bool
+    reps: int = PACED_REPS
+    steps: int | None = None
+
+
+def _nothing(what: object) -> None:
+    """No one listens."""
+
+
+@dataclass(frozen=True)
+class PacedHooks:
+    """What a paced study tells as it runs: ``enter(cell)`` before a cell's code (None: its own), ``mark(key)``
+    around each measured loop (the supervisor's bound), ``on_repetition(rep)`` after each repetition."""
+
+    enter: Callable[[tuple[str, str] | None], None] = _nothing
+    mark: Callable[[tuple | None], None] = _nothing
+    on_repetition: Callable[[int], None] = _nothing
+
+
 def _unchecked(steps: int) -> None:
     """Loops whose checks run inside them (hits per step) or that have nothing to check."""
 
@@ -70,29 +99,26 @@ def kinds_of(prep: Prepared, makers: dict[tuple[str, str], Callable], whole_step
     return kinds
 
 
-def run_interleaved(kinds: list[PacedKind], rate: float, steps: int, reps: int,
-                    on_repetition: Callable[[int], None] | None = None,
-                    enter: Callable[[tuple[str, str] | None], None] = lambda cell: None,
-                    mark: Callable[[tuple | None], None] = lambda key: None) -> None:
+def run_interleaved(kinds: list[PacedKind], rate: float, steps: int, reps: int, hooks: PacedHooks = PacedHooks()
+                    ) -> None:
     """``reps`` repetitions of every kind, rotated by one each repetition so that no kind always runs first or after the
     same one; each kind's first steps are run once before, outside every measurement (compilation). Each measured
     loop is marked ``(impl, regime, "paced:<what>")`` for the supervisor's bound (:mod:`harness.run.bound`)."""
     for kind in kinds:
-        enter((kind.impl, kind.regime) if kind.cls is not None else None)
+        hooks.enter((kind.impl, kind.regime) if kind.cls is not None else None)
         kind.guarded(lambda kind=kind: _first_steps(kind, steps))
     for rep in range(reps):
         live = [k for k in kinds if k.error is None]
         for kind in live[rep % len(live):] + live[:rep % len(live)] if live else []:
-            enter((kind.impl, kind.regime) if kind.cls is not None else None)
-            measured = kind.guarded(lambda kind=kind: _measured_loop(kind, rate, steps, mark))
+            hooks.enter((kind.impl, kind.regime) if kind.cls is not None else None)
+            measured = kind.guarded(lambda kind=kind: _measured_loop(kind, rate, steps, hooks.mark))
             if measured is None:
                 continue
             kind.cpu_ns.append(measured.cpu_ns)
             kind.wall_ns.append(measured.wall_ns)
             kind.misses.append(measured.misses)
             kind.callee_ns.append(measured.callee_ns)
-        if on_repetition is not None:
-            on_repetition(rep)
+        hooks.on_repetition(rep)
 
 
 def _first_steps(kind: PacedKind, steps: int) -> None:
@@ -194,21 +220,16 @@ def _finite(x: float) -> float | None:
     return None if x != x else x
 
 
-def paced_study_rows(scenario: str, prep: Prepared, makers: dict[tuple[str, str], Callable],
-                     classes: dict[tuple[str, str], type], rate: float, caching: bool,
-                     reps: int = PACED_REPS, steps: int | None = None,
-                     on_repetition: Callable[[int], None] | None = None,
-                     enter: Callable[[tuple[str, str] | None], None] = lambda cell: None,
-                     mark: Callable[[tuple | None], None] = lambda key: None,
-                     claims: dict | None = None) -> list[Row]:
+def paced_study_rows(study: PacedCells, hooks: PacedHooks = PacedHooks(), claims: dict | None = None) -> list[Row]:
     """Every paced figure of a scenario; ``claims`` (when given) receives :func:`paced_claims`."""
-    steps = min(steps or prep.num_steps, prep.num_steps)
-    stepped = {c for c in makers if c[1] == "batched" and callable(getattr(classes.get(c), "step", None))}
-    unsupported = sorted(stepped) if caching else []
-    rows = [Row(scenario, impl, regime, METRICS["step"][0], float("nan"), "%", "thread_time_ns", "unsupported",
+    prep, classes = study.prep, study.classes
+    steps = min(study.steps or prep.num_steps, prep.num_steps)
+    stepped = {c for c in study.makers if c[1] == "batched" and callable(getattr(classes.get(c), "step", None))}
+    unsupported = sorted(stepped) if study.caching else []
+    rows = [Row(study.scenario, impl, regime, METRICS["step"][0], float("nan"), "%", "thread_time_ns", "unsupported",
                 "step() does not take the prefix-caching ops yet") for impl, regime in unsupported]
-    kinds = kinds_of(prep, makers, set() if caching else stepped, classes)
-    run_interleaved(kinds, rate, steps, reps, on_repetition, enter, mark)
+    kinds = kinds_of(prep, study.makers, set() if study.caching else stepped, classes)
+    run_interleaved(kinds, study.rate, steps, study.reps, hooks)
     if claims is not None:
         claims.update(paced_claims(kinds))
-    return rows + study_rows(scenario, kinds, rate, steps)
+    return rows + study_rows(study.scenario, kinds, study.rate, steps)
