@@ -69,7 +69,7 @@ def _absent(exc: BaseException, name: str) -> bool:
         module == exc.name or module.startswith(exc.name + "."))
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProbeJob:
     """Load an implementation by name (a plug-in's import runs here) and describe it, or say why it cannot load."""
 
@@ -99,7 +99,7 @@ def import_failure(name: str, exc: BaseException) -> str:
     return f"implementation {name!r} could not be imported: {short_reason(exc)}{at}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class RegistryJob:
     """The registry of the worker's code: each registered implementation described, or why it cannot run here."""
 
@@ -131,7 +131,7 @@ def registry_of_code(events: Events) -> RegistryResult:
 
 
 # -- a scenario's share of work --------------------------------------------------------------------------
-@dataclass
+@dataclass(frozen=True)
 class ScenarioJob:
     """One worker's work on one scenario: ``kind`` "timing" (its cells' repetitions ``only``, the samples sent back
     whole) or "studies" (allocations, paced runs, studies; with no cells, the studies of no implementation)."""
@@ -214,7 +214,7 @@ def run_timing(job: ScenarioJob, events: Events) -> TimingResult:
 
 
 # -- the harness's own work per slice -------------------------------------------------------------------------
-@dataclass
+@dataclass(frozen=True)
 class FloorJob:
     """A do-nothing design's replays of a scenario's trace in a worker of no design: the supervisor's bound's floor."""
 
@@ -346,7 +346,7 @@ def _cache_ops_rows(scenario: str, cells: list[Cell], bench: CellBench, events: 
 
 
 # -- kvblock-bench check ---------------------------------------------------------------------------------
-@dataclass
+@dataclass(frozen=True)
 class CheckJob:
     """``kvblock-bench check``'s conformance run of one implementation."""
 
