@@ -51,6 +51,7 @@ import numpy as np
 
 from harness.base.files import atomic_write_text
 from harness.base.host import machine_name
+from harness.base.interrupts import interruptible
 from harness.base.stats import Estimate, log_interval
 from harness.ci.ab import AB_THRESHOLD_PCT
 from harness.ci.profile import run_args as ci_run_args
@@ -66,6 +67,7 @@ PLUGIN_FILE = PLUGIN_DIR / "slowed_flat.py"
 PLUGIN = "slowed_flat:SlowedFlat"
 PASSES_ENV = "KVB_SLOWED_FLAT_PASSES"
 NEIGHBOUR = ROOT / "scripts" / "noisy_neighbour.py"
+CHILD_GRACE_S = 60  # an interrupted ab removes its worktrees within this
 SLOWED_METRICS = ("seq_step_ns",)
 UNTOUCHED_REGIMES = ("per-call",)  # the plug-in's per-call methods do no extra work
 THRESHOLDS = (0, 2, 5, 7.5, 10, 15, 20, 25, 30)  # percent
@@ -252,12 +254,30 @@ def finished_run(results: Path) -> tuple[Path, float] | None:
     return meta_path.parent.resolve(), took.total_seconds()
 
 
+def run_child(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run`` whose child, when this script is interrupted (Ctrl-C, SIGTERM), is sent SIGTERM and given
+    :data:`CHILD_GRACE_S` to clean up (``ab`` removes its worktrees) before it is killed."""
+    with subprocess.Popen(cmd, **kwargs) as proc:
+        try:
+            out, err = proc.communicate()
+        except KeyboardInterrupt:
+            proc.terminate()
+            try:
+                proc.wait(CHILD_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def run_once(args: list[str], results: Path, passes: float, label: str) -> tuple[Path, float]:
     """One ``kvblock-bench run`` into its own results folder; returns (run folder, seconds the run took)."""
     cmd = [sys.executable, "-m", "harness.cli", "run", *args, "--results", str(results), "--no-progress",
            "--label", label]
     print(f"$ {PASSES_ENV}={passes} {shlex.join(cmd[2:])}", flush=True)
-    subprocess.run(cmd, env=_env(passes), cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    done = run_child(cmd, env=_env(passes), cwd=ROOT, stdout=subprocess.DEVNULL)
+    if done.returncode:
+        raise SystemExit(f"{shlex.join(cmd[2:])} failed ({done.returncode})")
     finished = finished_run(results)
     if finished is None:
         raise SystemExit(f"{results}: the run ended without a complete run folder")
@@ -267,8 +287,8 @@ def run_once(args: list[str], results: Path, passes: float, label: str) -> tuple
 def cli_json(cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, dict]:
     """A ``kvblock-bench compare`` or ``ab`` with ``--format json``: (exit status, document; empty for ab's refusal
     of too few pairs, which measures nothing)."""
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", *cmd, "--format", "json"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, check=False)
+    proc = run_child([sys.executable, "-m", "harness.cli", *cmd, "--format", "json"], cwd=ROOT, env=env,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode == TooFewPairs.exit_status and not proc.stdout.strip():
         return proc.returncode, {}
     if proc.returncode not in (0, 1, TooFewPairs.exit_status):
@@ -638,7 +658,8 @@ def main(argv: list[str] | None = None) -> int:
         if (args.out / "pairs.json").is_file():
             atomic_write_text(args.out / "pairs.md", render_markdown(json.loads((args.out / "pairs.json").read_text())))
         return 0
-    doc = measure(args)
+    with interruptible():  # SIGTERM as Ctrl-C: the neighbour and the running child are stopped on the way out
+        doc = measure(args)
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.out / "pairs.json", json.dumps(doc, indent=1) + "\n")
     atomic_write_text(args.out / "pairs.md", render_markdown(doc))

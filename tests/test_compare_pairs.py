@@ -253,3 +253,24 @@ def test_the_fewest_pairs_ab_accepts_is_what_the_committed_pairs_support() -> No
     assert least == compare_pairs.MIN_PAIRS
     trial = (RESULTS.parent / "trial_pairs_needed.md").read_text()
     assert trial == compare_pairs.render_markdown(found[-1])
+
+
+def test_an_interrupted_campaign_stops_its_child_gracefully(tmp_path: Path) -> None:
+    """Ctrl-C or SIGTERM reaches the script while a child (an ``ab``) runs: the child gets SIGTERM, so it can remove
+    its worktrees, and is gone when the script goes on (it used to keep running, with the neighbour, after a kill)."""
+    import os
+    import signal
+    import threading
+
+    marker = tmp_path / "cleaned"
+    child = ("import signal, sys, time\n"
+             f"signal.signal(signal.SIGTERM, lambda *a: (open({str(marker)!r}, 'w').close(), sys.exit(0)))\n"
+             "print('ready', flush=True)\n"
+             "time.sleep(60)\n")
+    timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        compare_pairs.run_child([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    timer.cancel()
+    assert marker.is_file() and time.monotonic() - t0 < 30
