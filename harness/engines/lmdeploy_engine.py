@@ -12,7 +12,7 @@ from harness.engines.adapter import EngineAdapter
 from harness.engines.catalog import Baseline
 from harness.engines.eras import Era, era_of
 from harness.engines.loader import ImportPlan
-from impls.contenders.lmdeploy import SchedulerDrive, Sequence, Status, child_of
+from impls.contenders.lmdeploy import SchedulerDrive, Sequence, Status
 from impls.contract import NoFreeBlocksError
 
 PAGING = "lmdeploy.pytorch.paging.block_manager"
@@ -72,6 +72,7 @@ class LmdeployEngine(SchedulerDrive, EngineAdapter):
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
+        self.sequence_class = self.lmdeploy.Sequence
         self.bm = self.lmdeploy.DefaultBlockManager(self.num_blocks, 0)
         self.allocator = self.bm.allocator
         self.gpu = self.allocator.get_phy_allocator("gpu")
@@ -99,22 +100,6 @@ class LmdeployEngine(SchedulerDrive, EngineAdapter):
             raise NoFreeBlocksError("LMDeploy's block manager has no room for a decode token (it would preempt)")
         bm.allocate(seq, 0)
 
-    def _copy_shared_last(self, seq) -> tuple[int, int] | None:
-        alloc, table = self.allocator, seq.logical_blocks
-        last = table.get_real_blocks()[-1:].copy()
-        if alloc.get_ref_count(last)[0] <= 1:
-            return None
-        new = alloc.allocate(1, "gpu")
-        alloc.free(last)
-        table[-1] = new[0]
-        return int(alloc.get_physical_blocks(last)[0]), int(alloc.get_physical_blocks(new)[0])
-
-    def _fork(self, parent_id: int, child_id: int) -> None:
-        parent = self.seqs[parent_id]
-        child = child_of(parent, parent.logical_blocks.clone(), self.lmdeploy.Sequence)
-        self.allocator.add_ref_count(child.logical_blocks.get_real_blocks(), 1)
-        self.seqs[child_id] = child
-
     def _free(self, seq_id: int) -> None:
         seq = self.seqs[seq_id]
         self.seqs[seq_id] = None
@@ -122,9 +107,6 @@ class LmdeployEngine(SchedulerDrive, EngineAdapter):
 
     def _memory(self):
         return self.allocator._log_mem
-
-    def _last_shared(self, seq_id: int) -> bool:
-        return bool(self._memory().ref_count[self.seqs[seq_id].logical_blocks.get_real_blocks()[-1]] > 1)
 
     def _physical(self, seq) -> np.ndarray:
         return self.bm.get_block_table(seq)

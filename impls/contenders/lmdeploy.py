@@ -84,9 +84,9 @@ class BlockIds:
         return self._n
 
     def __setitem__(self, index, value) -> None:
-        self.real()[index] = value
+        self.get_real_blocks()[index] = value
 
-    def real(self) -> np.ndarray:
+    def get_real_blocks(self) -> np.ndarray:
         return self._ids[: self._n]
 
     def _room(self, size: int) -> None:
@@ -103,9 +103,9 @@ class BlockIds:
     def clear(self) -> None:
         self._n = 0
 
-    def copy(self) -> BlockIds:
+    def clone(self) -> BlockIds:
         out = BlockIds()
-        out.extend(self.real())
+        out.extend(self.get_real_blocks())
         return out
 
 
@@ -153,7 +153,8 @@ class IdMap:
 
 class Allocator:
     """LMDeploy's two-level allocator: logical ids (what tables hold) from a stack of their own, each mapped to a
-    physical block of the GPU's or the CPU's stack, with an int64 ref count and access time per logical id."""
+    physical block of the GPU's or the CPU's stack, with an int64 ref count and access time per logical id. Its
+    methods carry LMDeploy's names, so :class:`SchedulerDrive` drives this allocator and LMDeploy's alike."""
 
     def __init__(self, num_gpu_blocks: int, num_cpu_blocks: int = 0) -> None:
         n = num_gpu_blocks + num_cpu_blocks
@@ -180,30 +181,33 @@ class Allocator:
         ids = self.logical.take(k)
         self.map.to_physical.put(ids, physical.take(k))
         self.map.refs.put(ids, 1)
-        self.touch(ids)
+        self.update_access_time(ids)
         return ids.copy()
 
-    def touch(self, ids: np.ndarray) -> None:
+    def update_access_time(self, ids: np.ndarray) -> None:
         self.map.touched[ids] = time.perf_counter()
 
-    def add_refs(self, ids: np.ndarray, delta: int) -> None:
+    def get_access_time(self, ids: np.ndarray) -> np.ndarray:
+        return self.map.touched[ids]
+
+    def add_ref_count(self, ids: np.ndarray, delta: int) -> None:
         np.add.at(self.map.refs, ids, delta)
 
-    def refs_of(self, ids: np.ndarray) -> np.ndarray:
+    def get_ref_count(self, ids: np.ndarray) -> np.ndarray:
         return self.map.refs[ids]
 
-    def physical(self, ids: np.ndarray) -> np.ndarray:
+    def get_physical_blocks(self, ids: np.ndarray) -> np.ndarray:
         return self.map.physical(ids)
 
-    def release(self, ids: np.ndarray) -> None:
+    def free(self, ids: np.ndarray) -> None:
         """One reference fewer on each id; ids left unreferenced go back, with their physical blocks."""
-        self.add_refs(ids, -1)
-        self.touch(ids)
-        dropped = ids[self.refs_of(ids) == 0]
+        self.add_ref_count(ids, -1)
+        self.update_access_time(ids)
+        dropped = ids[self.get_ref_count(ids) == 0]
         if len(dropped) <= 0:
             return
         self.logical.give(dropped)
-        physical = self.physical(dropped)
+        physical = self.get_physical_blocks(dropped)
         on_cpu = physical[physical >= self.cpu_offset]
         on_gpu = physical[physical < self.cpu_offset]
         if len(on_cpu) > 0:
@@ -241,22 +245,45 @@ class BlockManager:
             seq.logical_blocks.extend(self.allocator.allocate(short, "gpu"))
 
     def release(self, seq: Sequence) -> None:
-        self.allocator.release(seq.logical_blocks.real())
+        self.allocator.free(seq.logical_blocks.get_real_blocks())
         seq.logical_blocks.clear()
 
     def physical_table(self, seq: Sequence) -> np.ndarray:
-        return self.allocator.physical(seq.logical_blocks.real())
+        return self.allocator.get_physical_blocks(seq.logical_blocks.get_real_blocks())
 
 
 class SchedulerDrive:
-    """The scheduler's decode step, shared by the contender and the engine adapter (harness/engines/
-    lmdeploy_engine.py), so both pay the same work around the block manager: a class provides ``_grow`` (one
-    sequence's ``schedule_running``), ``_copy_shared_last`` (the fork emulation's copy) and ``_physical`` (its table
-    as physical ids, ``get_block_table``)."""
+    """The scheduler's decode step and the fork emulation, shared by the contender and the engine adapter
+    (harness/engines/lmdeploy_engine.py), so both pay the same work around the block manager: a class provides
+    ``allocator`` (with LMDeploy's ``LogicalAllocator`` methods: ours or LMDeploy's), ``sequence_class``, ``_grow``
+    (one sequence's ``schedule_running``) and ``_physical`` (its table as physical ids, ``get_block_table``)."""
 
     seqs: list
     _lens: list[int]
     block_size: int
+    allocator: Allocator
+    sequence_class: type = Sequence
+
+    def _copy_shared_last(self, seq: Sequence) -> tuple[int, int] | None:
+        """Emulated copy-on-write (LMDeploy forks no sequence): a shared last block is swapped for a new one."""
+        alloc, table = self.allocator, seq.logical_blocks
+        last = table.get_real_blocks()[-1:].copy()
+        if alloc.get_ref_count(last)[0] <= 1:
+            return None
+        new = alloc.allocate(1, "gpu")
+        alloc.free(last)
+        table[-1] = new[0]
+        return int(alloc.get_physical_blocks(last)[0]), int(alloc.get_physical_blocks(new)[0])
+
+    def _fork(self, parent_id: int, child_id: int) -> None:
+        """Emulated fork: the child's table a copy of the parent's, one more reference on each block."""
+        parent = self.seqs[parent_id]
+        child = child_of(parent, parent.logical_blocks.clone(), self.sequence_class)
+        self.allocator.add_ref_count(child.logical_blocks.get_real_blocks(), 1)
+        self.seqs[child_id] = child
+
+    def _last_shared(self, seq_id: int) -> bool:
+        return bool(self.allocator.get_ref_count(self.seqs[seq_id].logical_blocks.get_real_blocks()[-1]) > 1)
 
     def _append(self, seq_id: int) -> tuple[int, int] | None:
         seq = self.seqs[seq_id]
@@ -338,28 +365,6 @@ class LmdeployBlockManager(SchedulerDrive, InterpretedBlockManager):
         if manager.blocks_short(seq) > manager.free_gpu_blocks():  # pragma: no cover - the contract checked it
             raise AssertionError("no room after the contract's check")
         manager.grow(seq)
-
-    def _copy_shared_last(self, seq: Sequence) -> tuple[int, int] | None:
-        """Emulated copy-on-write (LMDeploy forks no sequence): a shared last block is swapped for a new one."""
-        table = seq.logical_blocks
-        alloc = self.allocator
-        last = table.real()[-1:].copy()
-        if alloc.refs_of(last)[0] <= 1:
-            return None
-        new = alloc.allocate(1, "gpu")
-        alloc.release(last)
-        table[-1] = new[0]
-        return int(alloc.physical(last)[0]), int(alloc.physical(new)[0])
-
-    def _last_shared(self, seq_id: int) -> bool:
-        return bool(self.allocator.map.refs[self.seqs[seq_id].logical_blocks.real()[-1]] > 1)
-
-    def _fork(self, parent_id: int, child_id: int) -> None:
-        """Emulated fork: the child's table a copy of the parent's, one more reference on each block."""
-        parent = self.seqs[parent_id]
-        child = child_of(parent, parent.logical_blocks.copy())
-        self.allocator.add_refs(child.logical_blocks.real(), 1)
-        self.seqs[child_id] = child
 
     def _free(self, seq_id: int) -> None:
         seq = self.seqs[seq_id]
