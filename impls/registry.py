@@ -64,6 +64,8 @@ RECORDS: tuple[Impl, ...] = (
          "SGLang batched page allocator (torch)", "#D55E00", needs="needs torch: pip install -e '.[torch]'"),
     Impl("lmdeploy", "impls.contenders.lmdeploy:LmdeployBlockManager", "contender", "lmdeploy",
          "LMDeploy logical/physical NumPy allocators, per-sequence NumPy tables", "#00C853"),
+    Impl("lmdeploy-pc", "impls.contenders.lmdeploy_pc:LmdeployCachingBlockManager", "contender", "lmdeploy-pc",
+         "LMDeploy with prefix caching on (its block trie)", "#004D40"),
     Impl("flat-pc", "impls.caching.flat_pc:FlatPcBlockManager", "caching", "C flat-pc",
          "flat + open-addressing hash table and intrusive LRU (prefix caching)", "#B2DF8A"),
     Impl("dict-pc", "impls.caching.dict_pc:DictPcBlockManager", "caching", "A dict-pc",

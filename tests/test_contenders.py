@@ -541,3 +541,62 @@ def test_lmdeploy_forks_by_reference_counts_and_copies_a_shared_last_block_on_ap
     mgr.free(0)
     mgr.free(1)
     assert mgr.num_free_blocks() == 8 and not mgr.allocator.map.refs.any()
+
+
+# -- lmdeploy-pc: the block trie -------------------------------------------------------------------------------
+@pytest.mark.parametrize("block_size", [1, 2, 4, 16, 128])
+def test_lmdeploy_pc_gives_the_trie_one_token_row_per_hash_and_another_for_every_other_hash(block_size) -> None:
+    """The trie keys a block by its token ids: cut from the chain hash one-to-one, so equal hashes give equal rows
+    (a shared prefix is shared) and any two hashes that differ, even in one bit, give rows that differ."""
+    from impls.contenders.lmdeploy_pc import block_tokens, token_layout
+
+    layout = token_layout(block_size)
+    hashes = np.array([1, 2, 3, 2**63, 2**64 - 1, 2**64 - 2, 0x0123456789ABCDEF, 1 << 40, 1 << 41],
+                      dtype=np.uint64)
+    rows = block_tokens(hashes, block_size, layout)
+    assert rows.shape == (len(hashes), block_size) and rows.dtype == np.uint64
+    assert len({tuple(r) for r in rows.tolist()}) == len(hashes)
+    again = block_tokens(hashes[::-1].copy(), block_size, layout)[::-1]
+    assert (again == rows).all()
+    width = -(-64 // block_size)  # the pieces put back together give the hash
+    back = [sum(int(t) << (width * k) for k, t in enumerate(r)) for r in rows.tolist()]
+    assert back == [int(h) for h in hashes]
+
+
+def test_lmdeploy_pc_trie_keys_children_by_the_token_ids_and_holds_a_reference_per_cached_block() -> None:
+    from impls.contenders.lmdeploy_pc import LmdeployCachingBlockManager
+
+    mgr = LmdeployCachingBlockManager(num_blocks=8, block_size=BS, max_seqs=4, max_blocks_per_seq=4)
+    assert mgr.allocate_cached(0, 2 * BS + 1, np.array([7, 9], dtype=np.uint64)) == 0
+    trie = mgr.trie
+    root = trie.root("")
+    (first,) = root.children.values()
+    (second,) = first.children.values()
+    assert first.block_hash == hash(("random", tuple(first.token_ids), ())) and first.chain == 7 and second.chain == 9
+    assert [first.block_id, second.block_id] == mgr.block_table(0)[:2] and second.prefix_len == 2 * BS
+    refs = mgr.allocator.map.refs
+    assert refs[mgr.block_table(0)].tolist() == [2, 2, 1]  # the row's and the trie's; the partial block uncached
+    assert [mgr.ref_count(b) for b in mgr.block_table(0)] == [1, 1, 1]
+    assert mgr.allocate_cached(1, 2 * BS, np.array([7, 9], dtype=np.uint64)) == 2 * BS
+    assert refs[mgr.block_table(1)].tolist() == [3, 3]
+    mgr.free(0)
+    mgr.free(1)
+    assert trie.num_evictable == 2 and mgr.num_free_blocks() == 8 and mgr.num_cached_blocks() == 2
+    assert refs[[first.block_id, second.block_id]].tolist() == [1, 1]  # held by the trie alone: evictable
+
+
+def test_lmdeploy_pc_evicts_only_what_the_free_stack_lacks_least_recently_freed_tail_first() -> None:
+    from impls.contenders.lmdeploy_pc import LmdeployCachingBlockManager
+
+    mgr = LmdeployCachingBlockManager(num_blocks=4, block_size=BS, max_seqs=4, max_blocks_per_seq=4)
+    mgr.allocate_cached(0, 2 * BS, np.array([1, 2], dtype=np.uint64))
+    mgr.allocate_cached(1, 2 * BS, np.array([3, 4], dtype=np.uint64))
+    a, b = mgr.block_table(0), mgr.block_table(1)
+    mgr.free(1)
+    mgr.free(0)  # evictable, oldest first: 4, 3 (row 1's tail first), then 2, 1
+    stamps = mgr.allocator.get_access_time(np.array([b[1], b[0], a[1], a[0]]))
+    assert (np.diff(stamps) > 0).all()
+    mgr.allocate(2, BS + 1)  # two fresh blocks: the stack is empty, so the two oldest go
+    assert sorted(mgr.block_table(2)) == sorted(b) and mgr.num_cached_blocks() == 2
+    assert mgr.allocate_cached(3, 2 * BS, np.array([1, 2], dtype=np.uint64)) == 2 * BS
+    assert mgr.block_table(3) == a and mgr.num_free_blocks() == 0
