@@ -6,7 +6,8 @@ ref counts and the logical-to-physical map in NumPy arrays, a list-backed table 
 
 What ``num_required_blocks`` reads off a sequence moved between LMDeploy's releases and moves here with
 :func:`write_lmdeploy`'s ``reads``: ``num_all_tokens()`` (up to 0.10.0), ``num_all_ids`` (later), and the chunk limit
-``kv_token_limit`` (from 0.15.0).
+``kv_token_limit`` (from 0.15.0). The block trie (``paging/block_trie/``, 0.16.0 on) is a plain one: full blocks
+keyed by their token ids, a reference each, leaves evicted least recently accessed first.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class _Memory:
     def __init__(self, n):
         self.phy_map = np.arange(n, dtype=np.int64)
         self.ref_count = np.zeros(n, dtype=np.int64)
+        self.access_time = np.zeros(n, dtype=np.int64)
 
 
 class _Physical:
@@ -79,8 +81,17 @@ class LogicalAllocator:
             raise MemoryError("No enough free memory blocks.")
         ids = np.array([self._free.pop() for _ in range(num_blocks)], dtype=np.int64)
         self._log_mem.ref_count[ids] = 1
+        self.update_access_time(ids)
         self._gpu._free_count -= num_blocks
         return ids
+
+    def update_access_time(self, blocks):
+        for b in blocks[::-1]:  # a counter, not a clock; later ids in a call older
+            self._clock = getattr(self, "_clock", 0) + 1
+            self._log_mem.access_time[b] = self._clock
+
+    def get_access_time(self, blocks):
+        return self._log_mem.access_time[blocks]
 
     def add_ref_count(self, blocks, value):
         np.add.at(self._log_mem.ref_count, blocks, value)
@@ -93,6 +104,7 @@ class LogicalAllocator:
 
     def free(self, blocks):
         self.add_ref_count(blocks, -1)
+        self.update_access_time(blocks)
         for b in blocks[self._log_mem.ref_count[blocks] == 0]:
             self._free.append(int(b)){BUG}
             self._gpu._free_count += 1
@@ -133,6 +145,97 @@ class DefaultBlockManager(BaseBlockManager):
         self.allocator.free(msg.logical_blocks.get_real_blocks())
         msg.logical_blocks.reset()
 '''
+TRIE = '''import numpy as np
+
+
+class Node:
+    def __init__(self, key, block_id, token_ids, prefix_len, parent):
+        self.key, self.block_id, self.token_ids, self.prefix_len = key, block_id, token_ids, prefix_len
+        self.parent = parent
+        self.children = {}
+
+
+class BlockTrie:
+    """Full blocks keyed by their token ids under a root; each holds one reference; leaves held by the trie alone
+    are evicted least recently accessed first."""
+
+    def __init__(self, *, allocator, block_size, enabled, checkpoint_state_manager=None):
+        self.allocator, self.block_size, self.enabled = allocator, block_size, enabled
+        self._roots = {}
+
+    def _get_or_create_root(self, adapter_name):
+        return self._roots.setdefault(adapter_name, Node(None, -1, None, 0, None))
+
+    @staticmethod
+    def _hash_block(token_ids, extra_identity):
+        return hash((tuple(int(t) for t in token_ids), extra_identity))
+
+    def _child(self, seq, node):
+        start = node.prefix_len
+        tokens = seq.history_cache[start:start + self.block_size]
+        key = self._hash_block(tokens, seq.get_prefix_cache_extra_identity(start, start + self.block_size))
+        return key, tokens, node.children.get(key)
+
+    def match(self, seq):
+        node = self._get_or_create_root(seq.adapter_name)
+        hits = []
+        while node.prefix_len + self.block_size < seq.num_valid_ids:
+            _, tokens, child = self._child(seq, node)
+            if child is None or not np.array_equal(child.token_ids, tokens):
+                break
+            hits.append(child.block_id)
+            node = child
+        if hits:
+            ids = np.array(hits, dtype=np.int64)
+            self.allocator.update_access_time(ids)
+            self.allocator.add_ref_count(ids, 1)
+            seq.logical_blocks.append(ids)
+            seq.set_step(node.prefix_len)
+        seq.prefix_cache.trie_cursor = node
+
+    def allocate(self, seq):
+        node = seq.prefix_cache.trie_cursor or self._get_or_create_root(seq.adapter_name)
+        n = seq.num_valid_ids if seq.kv_token_limit is None else min(seq.num_valid_ids, seq.kv_token_limit)
+        new = []
+        while node.prefix_len + self.block_size <= n:
+            key, tokens, child = self._child(seq, node)
+            if child is None:
+                block = int(seq.logical_blocks.get_real_blocks()[node.prefix_len // self.block_size])
+                child = Node(key, block, tokens.copy(), node.prefix_len + self.block_size, node)
+                node.children[key] = child
+                new.append(block)
+            node = child
+        if new:
+            self.allocator.add_ref_count(np.array(new, dtype=np.int64), 1)
+        seq.prefix_cache.trie_cursor = node
+
+    def _leaves(self):
+        todo, out = list(self._roots.values()), []
+        while todo:
+            node = todo.pop()
+            todo.extend(node.children.values())
+            if node.parent is not None and not node.children:
+                out.append(node)
+        return out
+
+    def evict(self, max_num_blocks):
+        evicted = []
+        while len(evicted) < max_num_blocks:
+            alloc = self.allocator
+            leaves = [n for n in self._leaves() if alloc.get_ref_count(np.array([n.block_id]))[0] == 1]
+            if not leaves:
+                break
+            leaf = min(leaves, key=lambda n: alloc.get_access_time(np.array([n.block_id]))[0])
+            del leaf.parent.children[leaf.key]
+            evicted.append(leaf.block_id)
+        if evicted:
+            self.allocator.free(np.array(evicted, dtype=np.int64))
+        return len(evicted)
+'''
+PREFIX_CACHE_STATE = '''class PrefixCacheState:
+    def __init__(self):
+        self.trie_cursor = None
+'''
 TOKENS = {"method": "obj.num_all_tokens()", "property": "obj.num_all_ids",
           "limit": "obj.num_all_ids if obj.kv_token_limit is None else min(obj.num_all_ids, obj.kv_token_limit)"}
 
@@ -149,7 +252,10 @@ def write_lmdeploy(root: Path, reads: str = "limit", leak: bool = False) -> Path
              "lmdeploy/pytorch/paging/block_manager/base_block_manager.py": BASE.replace("{BUG}",
                                                                                           LEAK if leak else ""),
              "lmdeploy/pytorch/paging/block_manager/default_block_manager.py": DEFAULT.replace("{TOKENS}",
-                                                                                                TOKENS[reads])}
+                                                                                                TOKENS[reads]),
+             "lmdeploy/pytorch/prefix_cache_state.py": PREFIX_CACHE_STATE,
+             "lmdeploy/pytorch/paging/block_trie/__init__.py": "from .trie import BlockTrie\n",
+             "lmdeploy/pytorch/paging/block_trie/trie.py": TRIE}
     for name, text in files.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -235,6 +235,38 @@ def test_the_lmdeploy_adapter_and_the_contender_take_the_same_step(tmp_path) -> 
         assert seen[0] == seen[1] and seen[0][0] == 1  # the shared last block was copied once
 
 
+@pytest.mark.parametrize("scenario, params", [("system-prompt-256", {"steps": 30}),
+                                              ("tight-pool-cached", {"steps": 120, "num_blocks": 512,
+                                                                     "running": 32})])
+def test_the_lmdeploy_caching_adapter_replays_caching_traces_as_the_contender_does(tmp_path, scenario, params) -> None:
+    """The caching-on baseline (0.16.0 on: the trie package) drives the trie with the token ids the contender gives
+    its own (cut from the chain hashes): the same hits, seals, evictions and end state as the trace says, with no
+    stand-in touched; releases before 0.16.0 have no caching-on baseline."""
+    from harness.base.replay import check_end_state, replay
+    from harness.engines import lmdeploy_engine
+    from impls.contenders.lmdeploy_pc import LmdeployCachingBlockManager
+    from scenarios import generate
+
+    trace = generate(scenario, **params)
+    assert trace.header["cache"]["hit_blocks"] > 0 and (scenario != "tight-pool-cached"
+                                                        or trace.header["cache"]["evictions"] > 0)
+    root = write_lmdeploy(tmp_path / "lmdeploy-src")
+    with engine_imports(lmdeploy_engine.plan("0.18.0"), root) as imports:
+        found = lmdeploy_engine.baselines(lmdeploy_engine.load("0.18.0"), "0.18.0")
+        assert [b.name for b in found] == ["caching off", "caching on"]
+        on = found[1]
+        assert on.calibrates == ("lmdeploy-pc",) and on.replays(trace) and not on.plain_traces
+        imports.arm()
+        for cls in (on.cls, LmdeployCachingBlockManager):
+            for regime in ("per-call", "batched"):
+                mgr = cls(**trace.config)
+                replay(trace, mgr, regime)
+                check_end_state(trace, mgr)
+    with engine_imports(lmdeploy_engine.plan("0.15.0"), root):
+        assert [b.name for b in lmdeploy_engine.baselines(lmdeploy_engine.load("0.15.0"), "0.15.0")] == [
+            "caching off"]
+
+
 def test_the_sglang_adapter_drives_the_allocator_as_the_contender_does(monkeypatch) -> None:
     """The SGLang adapter (here around our model of the allocator, in place of SGLang's) extends a step's admissions
     as one prefill batch, one ``alloc_extend`` of every request, when the decode batch comes, as the contender and

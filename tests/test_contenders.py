@@ -569,7 +569,7 @@ def test_lmdeploy_pc_trie_keys_children_by_the_token_ids_and_holds_a_reference_p
     mgr = LmdeployCachingBlockManager(num_blocks=8, block_size=BS, max_seqs=4, max_blocks_per_seq=4)
     assert mgr.allocate_cached(0, 2 * BS + 1, np.array([7, 9], dtype=np.uint64)) == 0
     trie = mgr.trie
-    root = trie.root("")
+    root = trie._root("")
     (first,) = root.children.values()
     (second,) = first.children.values()
     assert first.block_hash == hash(("random", tuple(first.token_ids), ())) and first.chain == 7 and second.chain == 9

@@ -229,6 +229,23 @@ def test_history_drives_lmdeploy_s_ranges_of_releases(tmp_path, capsys) -> None:
     assert "lmdeploy 0.12.0 -> 0.15.0" in stdout
 
 
+@pytest.mark.slow  # an end-to-end history run over two of LMDeploy's releases, two scenarios (make test-slow, .ci/run)
+def test_history_measures_lmdeploy_s_trie_where_the_release_has_the_trie_package(tmp_path, capsys) -> None:
+    """Caching off on the plain trace for both releases; caching on (the trie) on the caching trace from 0.16.0 only,
+    the release before it having no caching-on baseline (and no row saying otherwise)."""
+    out = tmp_path / "out"
+    links = lmdeploy_wheels(tmp_path, {"0.15.0": "limit", "0.16.0": "limit"})
+    code, _, err = _history(capsys, "lmdeploy", "0.15.0,0.16.0", "--scenario", "paper,system-prompt-256",
+                            "--reps", "2", "--out", str(out), "--cache", str(tmp_path / "cache"),
+                            "--find-links", str(links), *SMALL)
+    assert code == 0, err
+    rows = read_history(out / "history.csv")
+    assert {(r.version, r.caching, r.scenario) for r in rows} == {
+        ("0.15.0", "off", "paper"), ("0.16.0", "off", "paper"), ("0.16.0", "on", "system-prompt-256")}
+    assert all(r.status == "ok" for r in rows)
+    assert all("block_trie" in r.how for r in rows if r.caching == "on")
+
+
 @pytest.mark.slow  # an end-to-end run, ~10 s (make test-slow, .ci/run)
 def test_a_release_whose_code_moved_from_its_era_fails_its_replays_and_is_not_guessed(tmp_path, capsys,
                                                                                        monkeypatch) -> None:

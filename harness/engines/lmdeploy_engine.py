@@ -3,6 +3,7 @@ Design: docs/output.md#harnessengineslmdeploy_enginepy."""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,10 +14,18 @@ from harness.engines.catalog import Baseline
 from harness.engines.eras import Era, era_of
 from harness.engines.loader import ImportPlan
 from impls.contenders.lmdeploy import SchedulerDrive, Sequence, Status
-from impls.contract import NoFreeBlocksError
+from impls.contenders.lmdeploy_pc import PcSequence, block_tokens, token_layout
+from impls.contract import E_ACTIVE, E_NO_BLOCKS, E_NOT_FULL, E_SEALED, NoFreeBlocksError, blocks_for
+from impls.core.validation import chain_arg, hash_arg, seq_arg, tokens_arg
 
 PAGING = "lmdeploy.pytorch.paging.block_manager"
 REAL = (f"{PAGING}.base_block_manager", f"{PAGING}.default_block_manager", "lmdeploy.pytorch.block")
+TRIE_PACKAGE = "lmdeploy.pytorch.paging.block_trie"
+TRIE = (TRIE_PACKAGE, *(f"{TRIE_PACKAGE}.{m}" for m in ("trie", "node", "kv_lifecycle", "checkpoint",
+                                                       "checkpoint_lifecycle")),
+        "lmdeploy.pytorch.prefix_cache_state")
+# lmdeploy.utils imports torch for its logger; the trie's debug lines stay below the logger's level
+TRIE_STUBS = {"lmdeploy.utils": {"get_logger": logging.getLogger}, "lmdeploy.pytorch.paging.state_manager": {}}
 
 
 class CrossSequence(Sequence):
@@ -41,8 +50,11 @@ ERAS = (
         drive={"sequence": CrossSequence}),
     Era("0.12.0", "0.14.0", "num_required_blocks no longer reads the cross-attention tokens (num_all_cross_tokens)",
         drive={"sequence": Sequence}),
-    Era("0.15.0", "0.18.0", "num_required_blocks caps the tokens at seq.kv_token_limit (long-context prefill chunks)",
+    Era("0.15.0", "0.15.0", "num_required_blocks caps the tokens at seq.kv_token_limit (long-context prefill chunks)",
         drive={"sequence": Sequence}),
+    Era("0.16.0", "0.18.0", "the block trie became the package paging/block_trie (BlockTrie(allocator=, block_size=, "
+        "enabled=), seq.prefix_cache a PrefixCacheState with its trie cursor): the caching-on baseline drives it",
+        real=TRIE, stubs=TRIE_STUBS, drive={"sequence": Sequence, "trie": True}),
 )
 BEFORE = ("releases before 0.9.2 were not read: the eras of harness/engines/lmdeploy_engine.py were checked against "
           "the wheels of 0.9.2 to 0.18.0")
@@ -54,16 +66,23 @@ def era(version: str | None = None) -> Era:
 
 def plan(version: str | None = None) -> ImportPlan:
     e = era(version)
-    return ImportPlan(packages=("lmdeploy",), real=REAL,
-                      stubs={"lmdeploy.pytorch.messages": {"SchedulerSequence": e.drive["sequence"]}})
+    return ImportPlan(packages=("lmdeploy",), real=(*REAL, *e.real),
+                      stubs={"lmdeploy.pytorch.messages": {"SchedulerSequence": e.drive["sequence"]}, **e.stubs})
 
 
 def load(version: str | None = None) -> SimpleNamespace:
     from lmdeploy.pytorch.block import LogicalTokenBlocks
     from lmdeploy.pytorch.paging.block_manager.default_block_manager import DefaultBlockManager
 
-    return SimpleNamespace(DefaultBlockManager=DefaultBlockManager, LogicalTokenBlocks=LogicalTokenBlocks,
-                           Sequence=era(version).drive["sequence"])
+    e = era(version)
+    out = SimpleNamespace(DefaultBlockManager=DefaultBlockManager, LogicalTokenBlocks=LogicalTokenBlocks,
+                          Sequence=e.drive["sequence"], BlockTrie=None, PrefixCacheState=None)
+    if e.drive.get("trie"):
+        from lmdeploy.pytorch.paging.block_trie import BlockTrie
+        from lmdeploy.pytorch.prefix_cache_state import PrefixCacheState
+
+        out.BlockTrie, out.PrefixCacheState = BlockTrie, PrefixCacheState
+    return out
 
 
 class LmdeployEngine(SchedulerDrive, EngineAdapter):
@@ -116,6 +135,219 @@ class LmdeployEngine(SchedulerDrive, EngineAdapter):
         return int(m.ref_count[(m.phy_map == block_id) & (m.ref_count > 0)].sum())
 
 
+class TokenHistory:
+    """A sequence's token ids (those of its full blocks, cut from their hashes), grown by doubling, sliced as
+    LMDeploy's ``HistoryTokenIds`` is by the trie."""
+
+    __slots__ = ("_ids", "_n")
+
+    def __init__(self) -> None:
+        self._ids = np.zeros(64, dtype=np.uint64)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index):
+        return self._ids[: self._n][index]
+
+    def append(self, ids: np.ndarray) -> None:
+        end = self._n + len(ids)
+        if end > len(self._ids):
+            self._ids = np.concatenate([self._ids, np.zeros(max(end, len(self._ids)), dtype=np.uint64)])
+        self._ids[self._n:end] = ids
+        self._n = end
+
+    def clone(self) -> TokenHistory:
+        out = TokenHistory()
+        out.append(self[:])
+        return out
+
+
+class TrieSequence(PcSequence):
+    """The contender's sequence with what LMDeploy's ``BlockTrie`` reads of a ``SchedulerSequence``: the token
+    history, the wheel's ``PrefixCacheState``, no adapter, no routed experts, no multimodal spans. During a match it
+    counts one token more, so the trie (which keeps the last token out of a hit) may hit every full block, as the
+    contract does."""
+
+    __slots__ = ("_match_extra", "history_cache", "prefix_cache")
+    adapter_name = None
+    session_id = seq_id = 0  # read for the trie's debug lines
+    return_routed_experts = False
+
+    @property
+    def num_history_ids(self) -> int:
+        return self._num_history_ids
+
+    @property
+    def num_valid_ids(self) -> int:
+        return self._num_history_ids + self._num_token_ids + self._match_extra
+
+    def get_prefix_cache_max_match_step(self) -> int:
+        return self.num_valid_ids - 1
+
+    def clamp_prefix_cache_match_step(self, step: int) -> int:
+        return step
+
+
+class LmdeployCachingEngine(LmdeployEngine):
+    """:class:`LmdeployEngine` with LMDeploy's ``BlockTrie`` on (0.16.0 on): the contract's caching part, driven as
+    the contender ``lmdeploy-pc`` drives its own trie."""
+
+    prefix_caching = True
+
+    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
+                 max_blocks_per_seq: int = 256) -> None:
+        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
+        self.trie = self.lmdeploy.BlockTrie(allocator=self.allocator, block_size=self.block_size, enabled=True)
+        self.sequence_class = TrieSequence
+        self._layout = token_layout(self.block_size)
+        self.in_trie = np.zeros(self.num_blocks, dtype=bool)
+        self.num_evictable = 0
+
+    def num_free_blocks(self) -> int:
+        return self.gpu._free_count + self.num_evictable
+
+    def num_cached_blocks(self) -> int:
+        return int(np.count_nonzero(self.in_trie))
+
+    def _new_sequence(self, num_tokens: int) -> TrieSequence:
+        seq = TrieSequence(num_tokens, self.block_size, self.lmdeploy.LogicalTokenBlocks())
+        seq.prefix_cache = self.lmdeploy.PrefixCacheState()
+        seq.history_cache = TokenHistory()
+        seq._match_extra = 0
+        return seq
+
+    def _allocate(self, seq_id: int, num_blocks: int) -> None:
+        seq = self._new_sequence(self._admit_tokens)
+        self._grow_evicting(seq)
+        seq.state.status = Status.RUNNING
+        self.seqs[seq_id] = seq
+
+    def _evict(self, k: int) -> None:
+        """The trie's ``evict(k)``; the blocks it freed leave our record of the trie's blocks."""
+        refs = self._memory().ref_count
+        candidates = np.flatnonzero(self.in_trie & (refs[: self.num_blocks] == 1))
+        self.trie.evict(k)
+        evicted = candidates[refs[candidates] == 0]
+        self.in_trie[evicted] = False
+        self.num_evictable -= len(evicted)
+
+    def _grow_evicting(self, seq) -> None:
+        """The eviction helper's room-making and ``allocate(seq, 0)``, the free stack's blocks first (as the
+        contender does, in the contract's order)."""
+        free = self.gpu._free_count
+        missing = self.bm.num_required_blocks(seq, 0) - free
+        if missing > 0:
+            if free:
+                seq.logical_blocks.append(self.allocator.allocate(free, "gpu"))
+            self._evict(missing)
+        self.bm.allocate(seq, 0)
+
+    def _grow(self, seq) -> None:
+        if seq.status != Status.RUNNING:
+            raise ReplayError("a sequence not running was scheduled")
+        if self.bm.num_required_blocks(seq, 0) == 0:
+            return
+        self._grow_evicting(seq)
+
+    def _copy_shared_last(self, seq) -> tuple[int, int] | None:
+        if self.gpu._free_count == 0 and self.allocator.get_ref_count(seq.logical_blocks.get_real_blocks()[-1]) > 1:
+            self._evict(1)
+        return super()._copy_shared_last(seq)
+
+    def _fork(self, parent_id: int, child_id: int) -> None:
+        super()._fork(parent_id, child_id)
+        parent, child = self.seqs[parent_id], self.seqs[child_id]
+        child.prefix_cache = self.lmdeploy.PrefixCacheState()
+        child.prefix_cache.trie_cursor = parent.prefix_cache.trie_cursor
+        child.history_cache = parent.history_cache.clone()
+        child._match_extra = 0
+
+    def _need(self, seq: TrieSequence, num_blocks: int) -> int:
+        """Free blocks the admission consumes (the contract's check, made before the trie's match mutates): a
+        walk of the trie's children, only when the pool may be short."""
+        trie, bs, refs = self.trie, self.block_size, self._memory().ref_count
+        node = trie._get_or_create_root(seq.adapter_name)
+        need = num_blocks
+        for i in range(len(seq.history_cache) // bs):
+            tokens = seq.history_cache[i * bs:(i + 1) * bs]
+            child = node.children.get(trie._hash_block(tokens, ()))
+            if child is None or not np.array_equal(tokens, child.token_ids):
+                break
+            need += int(refs[child.block_id] == 1) - 1
+            node = child
+        return need
+
+    def allocate_cached(self, seq_id: int, num_tokens: int, hashes: np.ndarray) -> int:
+        """Admit a prompt: the trie's ``match``, room made by eviction, ``allocate(seq, 0)``, the trie's
+        ``allocate`` (its full blocks attached)."""
+        self._recorded()
+        seq_id = seq_arg(seq_id, self.max_seqs)
+        num_tokens = tokens_arg(num_tokens, seq_id, self.max_blocks_per_seq, self.block_shift)
+        chain = chain_arg(hashes, num_tokens, self.block_shift, seq_id)
+        if self._lens[seq_id]:
+            self._fail(E_ACTIVE, seq_id)
+        seq = self._new_sequence(num_tokens)
+        seq.history_cache.append(block_tokens(chain, self.block_size, self._layout).ravel())
+        num_blocks = blocks_for(num_tokens, self.block_size)
+        if num_blocks > self.num_free_blocks():
+            need = self._need(seq, num_blocks)
+            if need > self.num_free_blocks():
+                self._fail(E_NO_BLOCKS, seq_id, need=need)
+        seq._match_extra = 1
+        self.trie.match(seq)
+        seq._match_extra = 0
+        hits = len(seq.logical_blocks)
+        if hits:
+            self.num_evictable -= int(np.count_nonzero(self.allocator.get_ref_count(
+                seq.logical_blocks.get_real_blocks()) == 2))
+        self._grow_evicting(seq)
+        self.trie.allocate(seq)
+        self.in_trie[seq.logical_blocks.get_real_blocks()[hits:len(chain)]] = True
+        seq.state.status = Status.RUNNING
+        self.seqs[seq_id] = seq
+        self._lens[seq_id] = num_tokens
+        return hits * self.block_size
+
+    def seal(self, seq_id: int, block_hash: int) -> bool:
+        """The block's token ids into the history, then the trie's ``allocate`` attaches it (LMDeploy does so when
+        the next block is allocated; the trace says when the block is full)."""
+        self._recorded()
+        seq_id = self._active(seq_id)
+        h = hash_arg(block_hash, seq_id)
+        n = self._lens[seq_id]
+        if n & (self.block_size - 1):
+            self._fail(E_NOT_FULL, seq_id)
+        seq = self.seqs[seq_id]
+        table = seq.logical_blocks.get_real_blocks()
+        if self.in_trie[table[-1]]:
+            self._fail(E_SEALED, seq_id)
+        if len(seq.history_cache) != n - self.block_size:
+            raise ReplayError(f"row {seq_id}: LMDeploy's trie needs the token ids of all its full blocks, in order; "
+                              f"the trace seals block {n // self.block_size} after "
+                              f"{len(seq.history_cache) // self.block_size}")
+        tokens = block_tokens(np.array([h], dtype=np.uint64), self.block_size, self._layout)[0]
+        cursor = seq.prefix_cache.trie_cursor
+        if cursor is not None and self.trie._hash_block(tokens, ()) in cursor.children:
+            raise ReplayError(f"row {seq_id}: another row sealed hash {h} under the same prefix: LMDeploy's trie would "
+                              "swap this row's block for the cached one, where the contract keeps it uncached")
+        seq.history_cache.append(tokens)
+        self.trie.allocate(seq)
+        self.in_trie[table[-1]] = True
+        return True
+
+    def _free(self, seq_id: int) -> None:
+        ids = self.seqs[seq_id].logical_blocks.get_real_blocks().copy()
+        super()._free(seq_id)
+        held = ids[self.in_trie[ids]]
+        if len(held):
+            self.num_evictable += int(np.count_nonzero(self.allocator.get_ref_count(held) == 1))
+
+    def _ref(self, block_id: int) -> int:
+        return int(self._memory().ref_count[block_id]) - int(self.in_trie[block_id])
+
+
 def baselines(lmdeploy: SimpleNamespace, version: str) -> list[Baseline]:
     cls = type("LmdeployEngine", (LmdeployEngine,), {"lmdeploy": lmdeploy})
     how = (f"LMDeploy {version}'s DefaultBlockManager(num_blocks, 0) and LogicalTokenBlocks from the wheel (PyTorch "
@@ -127,4 +359,18 @@ def baselines(lmdeploy: SimpleNamespace, version: str) -> list[Baseline]:
            "(prefill_interval's 16 tokens, checked once per 16 decode loops, set aside: the contract counts blocks "
            "exactly); the sequence is the contender's (token counts, status, table); fork and copy-on-write emulated "
            "as the contender emulates them, with the allocator's add_ref_count, allocate and free")
-    return [Baseline("caching off", cls, ("lmdeploy",), ("lmdeploy",), how, engine_object="bm")]
+    out = [Baseline("caching off", cls, ("lmdeploy",), ("lmdeploy",), how, engine_object="bm")]
+    if lmdeploy.BlockTrie is not None:
+        caching = type("LmdeployCachingEngine", (LmdeployCachingEngine,), {"lmdeploy": lmdeploy})
+        out.append(Baseline("caching on", caching, ("lmdeploy-pc",), ("lmdeploy-pc",), how.replace(
+            "prefix caching off", "prefix caching on") + CACHING_HOW.format(version=version), plain_traces=False,
+            caching_traces=True, engine_object="trie"))
+    return out
+
+
+CACHING_HOW = ("; with LMDeploy {version}'s BlockTrie(allocator, block_size, enabled=True) from the wheel: at "
+               "admission the trie's match (the sequence counting one token more, so every full block may hit, as "
+               "the contract says), the eviction helper's room-making (the free stack's blocks first, then "
+               "trie.evict for the rest), allocate(seq, 0) and the trie's allocate; at a seal the block's token ids "
+               "into the history and the trie's allocate; the token ids of a block are its chain hash cut into "
+               "block_size pieces (impls/contenders/lmdeploy_pc.py, block_tokens), as the contender gives its trie")

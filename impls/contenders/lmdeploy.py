@@ -94,7 +94,7 @@ class BlockIds:
             more = -(-(size - self._ids.size) // TABLE_CHUNK) * TABLE_CHUNK
             self._ids = np.pad(self._ids, (0, more))
 
-    def extend(self, ids: np.ndarray) -> None:
+    def append(self, ids: np.ndarray) -> None:
         start = self._n
         self._room(start + len(ids))
         self._n = start + len(ids)
@@ -105,7 +105,7 @@ class BlockIds:
 
     def clone(self) -> BlockIds:
         out = BlockIds()
-        out.extend(self.get_real_blocks())
+        out.append(self.get_real_blocks())
         return out
 
 
@@ -242,7 +242,7 @@ class BlockManager:
     def grow_table(self, seq: Sequence, lookahead: int = 0) -> None:
         short = self.blocks_short(seq, lookahead)
         if short > 0:
-            seq.logical_blocks.extend(self.allocator.allocate(short, "gpu"))
+            seq.logical_blocks.append(self.allocator.allocate(short, "gpu"))
 
     def release(self, seq: Sequence) -> None:
         self.allocator.free(seq.logical_blocks.get_real_blocks())
@@ -332,10 +332,13 @@ class LmdeployBlockManager(SchedulerDrive, InterpretedBlockManager):
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self.manager = BlockManager(self.num_blocks)
+        self.manager = self._new_manager()
         self.allocator = self.manager.allocator
         self.gpu = self.allocator.gpu
         self.seqs: list[Sequence | None] = [None] * self.max_seqs
+
+    def _new_manager(self) -> BlockManager:
+        return BlockManager(self.num_blocks)
 
     def memory_bytes(self) -> int:
         """Three int64 arrays per logical id, two int64 stacks (logical and physical); a row's table comes later."""

@@ -91,7 +91,7 @@ class BlockTrie:
         self.by_chain: dict[int, Node] = {}  # the contract's hash -> node: a hash is cached once, anywhere
         self.num_evictable = 0
 
-    def root(self, adapter_name: str) -> Node:
+    def _root(self, adapter_name: str) -> Node:
         if adapter_name not in self._roots:
             self._roots[adapter_name] = Node(-1, -1, None)
         return self._roots[adapter_name]
@@ -107,7 +107,7 @@ class BlockTrie:
     def find(self, seq: Sequence, tokens: np.ndarray, chain: list[int]) -> list[Node]:
         """The match's walk: from the root, each full block's key among the children; a block cached elsewhere in
         the trie (the contract hits a hash wherever it is) is found by its hash. No reference is taken."""
-        node = self.root("")
+        node = self._root("")
         matched: list[Node] = []
         bs = self.block_size
         for i, h in enumerate(chain):
@@ -127,7 +127,8 @@ class BlockTrie:
         alloc = self.allocator
         alloc.update_access_time(ids)
         alloc.add_ref_count(ids, 1)
-        seq.logical_blocks.extend(ids)
+        seq.logical_blocks.append(ids)
+        seq.set_step(len(ids) * self.block_size)
 
     def attach(self, seq: Sequence, tokens: np.ndarray, chain: list[int], first: int, parent: Node) -> None:
         """``allocate``'s path extension: the sequence's blocks ``first ..`` (``tokens`` and ``chain`` hold theirs
@@ -159,12 +160,6 @@ class BlockTrie:
         self.in_trie[block] = True
         self.by_chain[chain] = node
         return node
-
-    def released(self, ids: np.ndarray) -> None:
-        """After a sequence's references went: its trie blocks now held by the trie alone join the evictable."""
-        held = ids[self.in_trie[ids]]
-        if len(held):
-            self.num_evictable += int(np.count_nonzero(self.allocator.get_ref_count(held) == 1))
 
     def evict(self, max_num_blocks: int) -> int:
         """Free the ``max_num_blocks`` least recently accessed blocks the trie alone holds (LMDeploy: among the
@@ -205,6 +200,11 @@ class PcSequence(Sequence):
     def get_prefix_cache_extra_identity(self, start: int, end: int) -> tuple:
         return ()
 
+    def set_step(self, step: int) -> None:
+        """``step`` tokens are in the cache (a match's hits): the history, and the rest the step's input."""
+        total = self.num_all_ids
+        self._num_history_ids, self._num_token_ids = step, total - step
+
 
 class LmdeployCachingBlockManager(LmdeployBlockManager):
     """Contender ``"lmdeploy-pc"``: LMDeploy's block manager with its block trie (prefix caching on), driven as its
@@ -214,14 +214,12 @@ class LmdeployCachingBlockManager(LmdeployBlockManager):
     prefix_caching = True
     sequence_class = PcSequence
 
-    def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
-                 max_blocks_per_seq: int = 256) -> None:
-        super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self.manager = CachingBlockManager(self.num_blocks)
-        self.allocator = self.manager.allocator
-        self.gpu = self.allocator.gpu
-        self.trie = BlockTrie(self.allocator, self.block_size)
+    def _new_manager(self) -> CachingBlockManager:
+        """The block manager, and the trie over its allocator (as LMDeploy's scheduler builds the two)."""
+        manager = CachingBlockManager(self.num_blocks)
+        self.trie = BlockTrie(manager.allocator, self.block_size)
         self._layout = token_layout(self.block_size)
+        return manager
 
     def memory_bytes(self) -> int:
         """The plain manager's, plus per block a trie flag and a node slot (nodes themselves grow with use)."""
@@ -240,7 +238,7 @@ class LmdeployCachingBlockManager(LmdeployBlockManager):
         missing = self.manager.blocks_short(seq) - self.gpu.free
         if missing > 0:
             if self.gpu.free:
-                seq.logical_blocks.extend(self.allocator.allocate(self.gpu.free, "gpu"))
+                seq.logical_blocks.append(self.allocator.allocate(self.gpu.free, "gpu"))
             self.trie.evict(missing)
         self.manager.grow(seq)
 
@@ -273,7 +271,7 @@ class LmdeployCachingBlockManager(LmdeployBlockManager):
             trie.num_evictable -= evictable_hits
         self._grow_evicting(seq)
         k = len(hits)
-        trie.attach(seq, tokens[k:], hashes_list[k:], k, hits[-1] if hits else trie.root(""))
+        trie.attach(seq, tokens[k:], hashes_list[k:], k, hits[-1] if hits else trie._root(""))
         seq.state.status = Status.RUNNING
         self.seqs[seq_id] = seq
         self._lens[seq_id] = num_tokens
@@ -295,7 +293,7 @@ class LmdeployCachingBlockManager(LmdeployBlockManager):
             return False
         tokens = block_tokens(np.array([h], dtype=np.uint64), self.block_size, self._layout)
         parent = trie.node_of[table[-2]] if len(table) > 1 else None
-        trie.attach(self.seqs[seq_id], tokens, [h], len(table) - 1, parent or trie.root(""))
+        trie.attach(self.seqs[seq_id], tokens, [h], len(table) - 1, parent or trie._root(""))
         return True
 
     def _grow(self, seq: Sequence) -> None:
@@ -316,7 +314,10 @@ class LmdeployCachingBlockManager(LmdeployBlockManager):
         self.seqs[seq_id] = None
         ids = seq.logical_blocks.get_real_blocks().copy()
         self.manager.release(seq)
-        self.trie.released(ids)
+        trie = self.trie
+        held = ids[trie.in_trie[ids]]  # its trie blocks now held by the trie alone join the evictable
+        if len(held):
+            trie.num_evictable += int(np.count_nonzero(self.allocator.get_ref_count(held) == 1))
 
     def _ref(self, block_id: int) -> int:
         """References held by sequences: the allocator's count less the trie's own (ids are physical ids)."""
