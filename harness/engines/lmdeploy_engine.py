@@ -76,8 +76,8 @@ def load(version: str | None = None) -> SimpleNamespace:
 
     e = era(version)
     out = SimpleNamespace(DefaultBlockManager=DefaultBlockManager, LogicalTokenBlocks=LogicalTokenBlocks,
-                          Sequence=e.drive["sequence"], BlockTrie=None, PrefixCacheState=None)
-    if e.drive.get("trie"):
+                          Sequence=e.drive["sequence"])
+    if e.drive.get("trie"):  # BlockTrie and PrefixCacheState only where the era drives the trie
         from lmdeploy.pytorch.paging.block_trie import BlockTrie
         from lmdeploy.pytorch.prefix_cache_state import PrefixCacheState
 
@@ -360,7 +360,7 @@ def baselines(lmdeploy: SimpleNamespace, version: str) -> list[Baseline]:
            "exactly); the sequence is the contender's (token counts, status, table); fork and copy-on-write emulated "
            "as the contender emulates them, with the allocator's add_ref_count, allocate and free")
     out = [Baseline("caching off", cls, ("lmdeploy",), ("lmdeploy",), how, engine_object="bm")]
-    if lmdeploy.BlockTrie is not None:
+    if hasattr(lmdeploy, "BlockTrie"):
         caching = type("LmdeployCachingEngine", (LmdeployCachingEngine,), {"lmdeploy": lmdeploy})
         out.append(Baseline("caching on", caching, ("lmdeploy-pc",), ("lmdeploy-pc",), how.replace(
             "prefix caching off", "prefix caching on") + CACHING_HOW.format(version=version), plain_traces=False,
