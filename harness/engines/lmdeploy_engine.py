@@ -135,45 +135,15 @@ class LmdeployEngine(SchedulerDrive, EngineAdapter):
         return int(m.ref_count[(m.phy_map == block_id) & (m.ref_count > 0)].sum())
 
 
-class TokenHistory:
-    """A sequence's token ids (those of its full blocks, cut from their hashes), grown by doubling, sliced as
-    LMDeploy's ``HistoryTokenIds`` is by the trie."""
-
-    __slots__ = ("_ids", "_n")
-
-    def __init__(self) -> None:
-        self._ids = np.zeros(64, dtype=np.uint64)
-        self._n = 0
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, index):
-        return self._ids[: self._n][index]
-
-    def append(self, ids: np.ndarray) -> None:
-        end = self._n + len(ids)
-        if end > len(self._ids):
-            self._ids = np.concatenate([self._ids, np.zeros(max(end, len(self._ids)), dtype=np.uint64)])
-        self._ids[self._n:end] = ids
-        self._n = end
-
-    def clone(self) -> TokenHistory:
-        out = TokenHistory()
-        out.append(self[:])
-        return out
-
-
 class TrieSequence(PcSequence):
     """The contender's sequence with what LMDeploy's ``BlockTrie`` reads of a ``SchedulerSequence``: the token
     history, the wheel's ``PrefixCacheState``, no adapter, no routed experts, no multimodal spans. During a match it
     counts one token more, so the trie (which keeps the last token out of a hit) may hit every full block, as the
     contract does."""
 
-    __slots__ = ("_match_extra", "history_cache", "prefix_cache")
+    __slots__ = ("_match_extra", "prefix_cache")
     adapter_name = None
     session_id = seq_id = 0  # read for the trie's debug lines
-    return_routed_experts = False
 
     @property
     def num_history_ids(self) -> int:
@@ -214,7 +184,6 @@ class LmdeployCachingEngine(LmdeployEngine):
     def _new_sequence(self, num_tokens: int) -> TrieSequence:
         seq = TrieSequence(num_tokens, self.block_size, self.lmdeploy.LogicalTokenBlocks())
         seq.prefix_cache = self.lmdeploy.PrefixCacheState()
-        seq.history_cache = TokenHistory()
         seq._match_extra = 0
         return seq
 

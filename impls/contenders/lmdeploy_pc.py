@@ -4,6 +4,8 @@ a chained hash per full block instead, so the trie is given token ids cut from t
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from impls.contenders.lmdeploy import Allocator, BlockIds, BlockManager, LmdeployBlockManager, Sequence, Status
@@ -11,6 +13,7 @@ from impls.contract import E_ACTIVE, E_NO_BLOCKS, E_NOT_FULL, E_SEALED, blocks_f
 from impls.core.validation import chain_arg, hash_arg, seq_arg, tokens_arg
 
 HASH_BITS = 64
+logger = logging.getLogger("lmdeploy")  # the trie logs every match at debug level, as LMDeploy's does
 
 
 def token_layout(block_size: int) -> tuple[np.ndarray, np.uint64]:
@@ -30,11 +33,47 @@ def block_tokens(chain: np.ndarray, block_size: int, layout: tuple[np.ndarray, n
     return tokens
 
 
+class TokenHistory:
+    """A sequence's token ids (LMDeploy's ``HistoryTokenIds``): a NumPy array padded by whole chunks, its real part
+    sliced through ``get_real`` on every read, as the trie reads a block's ids."""
+
+    ALLOC_SIZE = 512
+
+    __slots__ = ("_data", "_num_real")
+
+    def __init__(self) -> None:
+        self._data = np.empty((self.ALLOC_SIZE,), dtype=np.uint64)
+        self._num_real = 0
+
+    def get_real(self) -> np.ndarray:
+        return self._data[: self._num_real]
+
+    def __getitem__(self, index):
+        return self.get_real()[index]
+
+    def __len__(self) -> int:
+        return self._num_real
+
+    def append(self, ids: np.ndarray) -> None:
+        end = self._num_real + len(ids)
+        if end > len(self._data):
+            more = -(-(end - len(self._data)) // self.ALLOC_SIZE) * self.ALLOC_SIZE
+            self._data = np.pad(self._data, (0, more))
+        self._data[self._num_real:end] = ids
+        self._num_real = end
+
+    def clone(self) -> TokenHistory:
+        out = TokenHistory()
+        out.append(self.get_real())
+        return out
+
+
 class Node:
     """One full block in the trie (LMDeploy's ``Node``): the key of its token ids (``block_hash``), its logical id,
     its token ids, where it ends in its sequence, its children by key; ``chain`` is the contract's hash."""
 
-    __slots__ = ("block_hash", "block_id", "chain", "children", "extra_identity", "parent", "prefix_len", "token_ids")
+    __slots__ = ("block_hash", "block_id", "chain", "children", "extra_identity", "parent", "prefix_len",
+                 "routed_experts", "token_ids")
 
     def __init__(self, block_hash: int, block_id: int, token_ids: np.ndarray | None, prefix_len: int = 0,
                  extra_identity: tuple = (), chain: int = 0) -> None:
@@ -46,6 +85,7 @@ class Node:
         self.chain = chain
         self.children: dict[int, Node] = {}
         self.parent: Node | None = None
+        self.routed_experts = None
 
     def attach_to(self, parent: Node) -> None:
         parent.children[self.block_hash] = self
@@ -90,6 +130,7 @@ class BlockTrie:
         self.in_trie = np.zeros(n, dtype=bool)
         self.by_chain: dict[int, Node] = {}  # the contract's hash -> node: a hash is cached once, anywhere
         self.num_evictable = 0
+        self.num_query_tokens = self.num_hit_tokens = 0  # LMDeploy's PrefixCacheStats
 
     def _root(self, adapter_name: str) -> Node:
         if adapter_name not in self._roots:
@@ -104,14 +145,16 @@ class BlockTrie:
     def same_block(node: Node, token_ids: np.ndarray, extra_identity: tuple) -> bool:
         return np.array_equal(token_ids, node.token_ids) and extra_identity == node.extra_identity
 
-    def find(self, seq: Sequence, tokens: np.ndarray, chain: list[int]) -> list[Node]:
-        """The match's walk: from the root, each full block's key among the children; a block cached elsewhere in
-        the trie (the contract hits a hash wherever it is) is found by its hash. No reference is taken."""
+    def find(self, seq: PcSequence, chain: list[int]) -> list[Node]:
+        """The match's walk: from the root, each full block's key (its token ids read from the sequence's history)
+        among the children; a block cached elsewhere in the trie (the contract hits a hash wherever it is) is found
+        by its hash. No reference is taken; the stats count the query and the hits."""
         node = self._root("")
         matched: list[Node] = []
         bs = self.block_size
+        history = seq.history_cache
         for i, h in enumerate(chain):
-            token_ids = tokens[i]
+            token_ids = history[i * bs:(i + 1) * bs]
             extra_identity = seq.get_prefix_cache_extra_identity(i * bs, (i + 1) * bs)
             child = node.children.get(self.key(token_ids, extra_identity))
             if child is None or not self.same_block(child, token_ids, extra_identity):
@@ -120,6 +163,9 @@ class BlockTrie:
                     break
             matched.append(child)
             node = child
+        self.num_query_tokens += seq.num_all_ids
+        self.num_hit_tokens += len(matched) * bs
+        logger.debug("Prefix-cache match: matched_step=%s candidate_step=%s", len(matched) * bs, len(chain) * bs)
         return matched
 
     def take(self, seq: Sequence, ids: np.ndarray) -> None:
@@ -130,16 +176,18 @@ class BlockTrie:
         seq.logical_blocks.append(ids)
         seq.set_step(len(ids) * self.block_size)
 
-    def attach(self, seq: Sequence, tokens: np.ndarray, chain: list[int], first: int, parent: Node) -> None:
-        """``allocate``'s path extension: the sequence's blocks ``first ..`` (``tokens`` and ``chain`` hold theirs
-        from ``first`` on) become children along the path; a hash already cached stays with its block (the
+    def attach(self, seq: PcSequence, chain: list[int], first: int, parent: Node) -> None:
+        """``allocate``'s path extension: the sequence's blocks ``first ..`` (``chain`` holds their hashes, the
+        history their token ids) become children along the path; a hash already cached stays with its block (the
         contract; LMDeploy would swap the sequence's block for the cached one)."""
         bs = self.block_size
         table = seq.logical_blocks.get_real_blocks()
+        history = seq.history_cache
         ref_blocks: list[int] = []
-        node = parent
+        node = parent if parent.parent is None or parent.parent.children.get(parent.block_hash) is parent else \
+            self._root("")  # LMDeploy's check that the cursor is still attached
         for i, h in enumerate(chain, first):
-            token_ids = tokens[i - first]
+            token_ids = history[i * bs:(i + 1) * bs]
             extra_identity = seq.get_prefix_cache_extra_identity(i * bs, (i + 1) * bs)
             key = self.key(token_ids, extra_identity)
             child = node.children.get(key)
@@ -147,11 +195,19 @@ class BlockTrie:
                 child = self.by_chain.get(h)
             if child is None:
                 child = self._new_node(key, int(table[i]), token_ids, (i + 1) * bs, extra_identity, h)
+                child.routed_experts = self._routed_experts(seq, i * bs, (i + 1) * bs)
                 child.attach_to(node)
                 ref_blocks.append(child.block_id)
             node = child
         if ref_blocks:
             self.allocator.add_ref_count(np.array(ref_blocks), 1)
+
+    @staticmethod
+    def _routed_experts(seq: PcSequence, start: int, end: int) -> None:
+        """A MoE model's routed experts for the block, kept on its node (none asked for here)."""
+        if not seq.return_routed_experts:
+            return None
+        raise AssertionError("routed experts are never asked for")  # pragma: no cover
 
     def _new_node(self, key: int, block: int, token_ids: np.ndarray, prefix_len: int, extra_identity: tuple,
                   chain: int) -> Node:
@@ -193,9 +249,15 @@ class CachingBlockManager(BlockManager):
 
 
 class PcSequence(Sequence):
-    """:class:`Sequence` with what the trie reads of it: the multimodal identity of a token range (none: text)."""
+    """:class:`Sequence` with what the trie reads of it: its token history and the multimodal identity of a token
+    range (none: text)."""
 
-    __slots__ = ()
+    __slots__ = ("history_cache",)
+    return_routed_experts = False
+
+    def __init__(self, num_tokens: int, block_size: int, table: object) -> None:
+        super().__init__(num_tokens, block_size, table)
+        self.history_cache = TokenHistory()
 
     def get_prefix_cache_extra_identity(self, start: int, end: int) -> tuple:
         return ()
@@ -257,10 +319,10 @@ class LmdeployCachingBlockManager(LmdeployBlockManager):
         if self._lens[seq_id]:
             self._fail(E_ACTIVE, seq_id)
         seq = PcSequence(num_tokens, self.block_size, BlockIds())
-        tokens = block_tokens(chain, self.block_size, self._layout)
+        seq.history_cache.append(block_tokens(chain, self.block_size, self._layout).ravel())
         hashes_list = chain.tolist()
         trie = self.trie
-        hits = trie.find(seq, tokens, hashes_list)
+        hits = trie.find(seq, hashes_list)
         ids = np.array([node.block_id for node in hits], dtype=np.int64)
         evictable_hits = int(np.count_nonzero(self.allocator.get_ref_count(ids) == 1)) if hits else 0
         need = blocks_for(num_tokens, self.block_size) - len(hits) + evictable_hits
@@ -271,7 +333,7 @@ class LmdeployCachingBlockManager(LmdeployBlockManager):
             trie.num_evictable -= evictable_hits
         self._grow_evicting(seq)
         k = len(hits)
-        trie.attach(seq, tokens[k:], hashes_list[k:], k, hits[-1] if hits else trie._root(""))
+        trie.attach(seq, hashes_list[k:], k, hits[-1] if hits else trie._root(""))
         seq.state.status = Status.RUNNING
         self.seqs[seq_id] = seq
         self._lens[seq_id] = num_tokens
@@ -291,9 +353,13 @@ class LmdeployCachingBlockManager(LmdeployBlockManager):
             self._fail(E_SEALED, seq_id)
         if h in trie.by_chain:
             return False
-        tokens = block_tokens(np.array([h], dtype=np.uint64), self.block_size, self._layout)
+        seq = self.seqs[seq_id]
+        history = seq.history_cache
+        if len(history) < n - self.block_size:  # earlier blocks without token ids (no chain): never read
+            history.append(np.zeros(n - self.block_size - len(history), dtype=np.uint64))
+        history.append(block_tokens(np.array([h], dtype=np.uint64), self.block_size, self._layout)[0])
         parent = trie.node_of[table[-2]] if len(table) > 1 else None
-        trie.attach(self.seqs[seq_id], tokens, [h], len(table) - 1, parent or trie._root(""))
+        trie.attach(seq, [h], len(table) - 1, parent or trie._root(""))
         return True
 
     def _grow(self, seq: Sequence) -> None:
