@@ -103,3 +103,16 @@ def test_each_generated_section_lives_in_the_file_the_map_names(name: str) -> No
 def test_beside_finds_a_section_relative_to_the_results_file(tmp_path: Path) -> None:
     assert sections.beside(tmp_path / "README.md", "times") == tmp_path / sections.FILES["times"]
     assert sections.beside(ROOT / "README.md", "growth") == sections.doc_path("growth")
+
+
+def test_no_page_repeats_a_heading() -> None:
+    """A heading twice on one page is a section merged in twice (docs/calibration.md once held two histories and
+    two TVM sections, the older one stale): its anchor links reach only the first."""
+    for page in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md", ROOT / "ARCHITECTURE.md"]:
+        headings, fenced = [], False
+        for line in page.read_text().splitlines():
+            fenced ^= line.startswith("```")
+            if line.startswith("#") and not fenced:  # a shell comment in a code block is no heading
+                headings.append(line.strip())
+        repeated = sorted({h for h in headings if headings.count(h) > 1})
+        assert not repeated, f"{page.name} repeats {repeated}"
