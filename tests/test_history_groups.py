@@ -94,8 +94,10 @@ def test_a_table_without_the_group_column_reads_as_one_group(tmp_path) -> None:
         writer.writeheader()
         writer.writerows(old)
     assert read_history(path) == rows  # group 1
-    committed = Path(__file__).resolve().parent.parent / "results" / "history" / "vllm" / "history.csv"
-    assert {r.group for r in read_history(committed)} == {1}  # the committed table, written before the column
+    committed = Path(__file__).resolve().parent.parent / "results" / "history" / "sglang" / "history.csv"
+    assert {r.group for r in read_history(committed)} == {1}  # a committed table written before the column
+    grouped = Path(__file__).resolve().parent.parent / "results" / "history" / "vllm" / "history.csv"
+    assert {r.group for r in read_history(grouped)} == {1, 2, 3}  # vLLM 0.12.0..0.34.0, measured in three groups
 
 
 # -- verdicts through the anchor -----------------------------------------------------------------------------
