@@ -353,15 +353,19 @@ def test_paced_shares_are_drawn_against_their_own_cells_computed_share(reference
     assert "observed = computed" in labels and "paced decode calls, step cell" in labels
 
 
-def test_prefix_caching_is_one_shared_axis_of_ratios_to_flat_pc(reference) -> None:
+def test_prefix_caching_is_a_panel_per_regime_of_ratios_to_flat_pc(reference) -> None:
+    """One panel per regime, so that no panel holds more than one series per design (at most eight series)."""
     fig = plots.fig_prefix_cache(reference)
-    (ax,) = [a for a in fig.axes if a.get_visible()]
-    assert "flat-pc" in ax.get_ylabel() and ax.get_yscale() == "log"
-    ticks = [t.get_text() for t in ax.get_xticklabels()]
-    assert [t.split("\n")[0] for t in ticks] == ["mooncake-cached", "chat-multiturn", "tight-pool-cached",
-                                                 "system-prompt-256", "system-prompt-1024"]
-    assert all("hit " in t and "flat-pc:" in t for t in ticks)
-    labels = {t.get_text() for t in _texts(ax)}
+    axes = [a for a in fig.axes if a.get_visible()]
+    assert [a.get_title() for a in axes] == ["batched regime", "per-call regime"]
+    labels = set()
+    for ax in axes:
+        assert "flat-pc" in ax.get_ylabel() and ax.get_yscale() == "log"
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        assert [t.split("\n")[0] for t in ticks] == ["mooncake-cached", "chat-multiturn", "tight-pool-cached",
+                                                     "system-prompt-256", "system-prompt-1024"]
+        assert all("hit " in t and "flat-pc:" in t for t in ticks)
+        labels |= {t.get_text() for t in _texts(ax)}
     ratios = {f"{fmt(reference.value(scenario, impl, 'batched', 'seq_step_ns_vs_flat_pc'))}×"
               for scenario, impl in (("mooncake-cached", "dict-pc"), ("system-prompt-256", "vllm-v1-pc"))}
     assert {*ratios, "1× (base)"} <= labels  # the run's paired ratios, read from its rows

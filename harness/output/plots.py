@@ -227,7 +227,7 @@ def fig_op_latency(run: RunData) -> Figure | None:
         log.warning("op_latency: no per-operation rows for the %s scenario", PAPER)
         return None
     art = article_table(run)
-    fig, axes = new_figure(12, 3.1 * len(panels) + 0.5, len(panels), 1, sharey=True)
+    fig, axes = new_figure(12, 2.9 * len(panels) + 0.5, len(panels), 1, sharey=True)
     for ax, (regime, title, impls, whole) in zip(axes, panels, strict=True):
         if whole:
             marks = _whole_step_panel(ax, run, regime, impls)
@@ -765,17 +765,9 @@ def _cache_bar(ax: Axes, run: RunData, scenario: str, impl: str, regime: str, x:
     return value
 
 
-def fig_prefix_cache(run: RunData) -> Figure | None:
-    """Prefix caching: each design's seq-step time over ``flat-pc``'s in the same regime and run, per scenario."""
-    scenarios = caching_scenarios(run)
-    if not scenarios:
-        log.warning("prefix_cache: no caching scenario in this run")
-        return None
-    cells = [c for s in scenarios for c in run.cells(s)]
-    regimes = list(dict.fromkeys(r for s in scenarios for r in run.regimes(s, "seq_step_ns")))
-    series = list(dict.fromkeys((i, r) for r in regimes for i in ordered(c[0] for c in cells) if (i, r) in cells))
+def _cache_panel(ax, run: RunData, scenarios: list[str], series: list[tuple[str, str]]) -> None:
+    """One regime's bars: per scenario each design's seq-step time over ``flat-pc``'s, with its legend."""
     present = {s: [c for c in series if c in run.cells(s)] for s in scenarios}
-    fig, (ax,) = new_figure(max(11.0, 2.1 * len(scenarios) + 4.5), 5.6)
     width = 0.84 / max(1, *map(len, present.values()))
     heights = []
     for k, scenario in enumerate(scenarios):
@@ -788,12 +780,28 @@ def fig_prefix_cache(run: RunData) -> Figure | None:
     ax.axhline(1, color="black", lw=0.8)
     ax.set_xticks(range(len(scenarios)), [_cache_tick(run, s) for s in scenarios], fontsize=7.5)
     ax.set_xlim(-0.5, len(scenarios) - 0.5)
-    ax.set_ylabel(f"ns per sequence-step over {CACHE_BASE}'s, same regime (×, log)")
+    ax.set_ylabel(f"ns per sequence-step over {CACHE_BASE}'s (×, log)")
     ax.grid(axis="y", which="both", alpha=0.25)
     handles = [Patch(facecolor=color(i, run), edgecolor="white", hatch=regime_hatch(r), label=f"{label(i)}, {r}")
                for i, r in series]
     handles.append(Line2D([], [], color="black", marker="_", lw=0.9, label="paired 95 % interval"))
     ax.legend(handles=handles, fontsize=7.5, loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False)
+
+
+def fig_prefix_cache(run: RunData) -> Figure | None:
+    """Prefix caching: each design's seq-step time over ``flat-pc``'s in the same regime and run, per scenario, a
+    panel per regime (at most one series per design in a panel)."""
+    scenarios = caching_scenarios(run)
+    if not scenarios:
+        log.warning("prefix_cache: no caching scenario in this run")
+        return None
+    cells = [c for s in scenarios for c in run.cells(s)]
+    regimes = list(dict.fromkeys(r for s in scenarios for r in run.regimes(s, "seq_step_ns")))
+    series = list(dict.fromkeys((i, r) for r in regimes for i in ordered(c[0] for c in cells) if (i, r) in cells))
+    fig, axes = new_figure(max(11.0, 2.1 * len(scenarios) + 4.5), 4.4 * len(regimes) + 1.2, len(regimes), 1)
+    for ax, regime in zip(axes, regimes, strict=True):
+        _cache_panel(ax, run, scenarios, [c for c in series if c[1] == regime])
+        ax.set_title(f"{regime} regime", fontsize=9)
     return finish(fig, run, f"Prefix caching: block-manager time per sequence-step relative to {CACHE_BASE}, "
                             "same hits for every design",
                   f"Bars: each cell's seq-step time over {CACHE_BASE}'s in the same run and regime, with the paired "
