@@ -162,6 +162,17 @@ def test_seal_caches_a_full_last_block_once(make) -> None:
     assert mgr.num_free_blocks() == 7 and mgr.num_cached_blocks() == 1
 
 
+def test_seal_re_keys_a_block_whose_chain_hash_is_cached_elsewhere(make) -> None:
+    mgr = make()
+    mgr.allocate_cached(0, 4, chain(3))
+    mgr.allocate_cached(1, 12, chain(1, 2, 3))  # 3 is carried by seq 0's block: seq 1's third block stays uncached
+    t0, t1 = mgr.block_table(0), mgr.block_table(1)
+    assert mgr.seal(1, 13) is True  # that block now carries 13, and 3 stays with seq 0's
+    assert mgr.allocate_cached(2, 16, chain(1, 2, 3, 4)) == 12
+    assert mgr.block_table(2)[:3] == [t1[0], t1[1], t0[0]]
+    assert mgr.allocate_cached(3, 12, chain(1, 2, 13)) == 12 and mgr.block_table(3) == t1
+
+
 SETUPS = {  # seq 0 (and seq 1 for "hit"): what the last block is before the failing seal
     "partial": lambda mgr: mgr.allocate(0, 3),
     "full": lambda mgr: mgr.allocate(0, 4),

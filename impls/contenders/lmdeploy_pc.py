@@ -54,6 +54,11 @@ class TokenHistory:
     def __len__(self) -> int:
         return self._num_real
 
+    def resize(self, size: int) -> None:
+        """Keep the first ``size`` ids (shrink only, as LMDeploy's)."""
+        assert size <= self._num_real
+        self._num_real = size
+
     def append(self, ids: np.ndarray) -> None:
         end = self._num_real + len(ids)
         if end > len(self._data):
@@ -355,8 +360,11 @@ class LmdeployCachingBlockManager(LmdeployBlockManager):
             return False
         seq = self.seqs[seq_id]
         history = seq.history_cache
-        if len(history) < n - self.block_size:  # earlier blocks without token ids (no chain): never read
-            history.append(np.zeros(n - self.block_size - len(history), dtype=np.uint64))
+        start = n - self.block_size
+        if len(history) > start:  # the block came with a chain hash whose block was cached elsewhere: re-keyed
+            history.resize(start)
+        if len(history) < start:  # earlier blocks without token ids (no chain): never read
+            history.append(np.zeros(start - len(history), dtype=np.uint64))
         history.append(block_tokens(np.array([h], dtype=np.uint64), self.block_size, self._layout)[0])
         parent = trie.node_of[table[-2]] if len(table) > 1 else None
         trie.attach(seq, [h], len(table) - 1, parent or trie._root(""))
