@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.base import host
+from harness.counters import latency
 from harness.counters.latency import SIZES_KIB, probe
 from harness.output.formatting import host_line, machine_line
 from harness.run.metadata import TIMING_IDENTITY, collect, host_end, identity_differences
@@ -67,6 +68,25 @@ def test_the_latency_probe_reads_every_size() -> None:
     found = probe((16, 256))
     assert list(found) == ["16K", "256K"] and all(v > 0 for v in found.values())
     assert len(SIZES_KIB) >= 4
+
+
+def test_the_latency_probe_reads_each_line_once_on_small_pages(monkeypatch) -> None:
+    """A walk goes on where the last stopped: a cycle larger than the caches is read from memory, not re-read."""
+    starts, ends, real = [], [], latency._walk.py_func
+
+    def walk(chain, loads, at):
+        starts.append(at)
+        ends.append(real(chain, loads, at))
+        return ends[-1]
+
+    monkeypatch.setattr(latency, "_walk", walk)
+    monkeypatch.setattr(latency, "LOADS", 64)
+    latency.probe((64,))  # 1,024 lines: the walks after the first take 64 lines each, none twice
+    timed = starts[2:]
+    assert len(timed) == latency.WALKS and timed == ends[1:-1] and len(set(timed)) == len(timed)
+    chain = latency._chain(4096)
+    assert not chain.flags.owndata and chain.base is not None  # on the mmap of small_pages, not NumPy's allocator
+    assert sorted(chain[:: latency.LINE // 8].tolist()) == list(range(0, len(chain), latency.LINE // 8))
 
 
 def meta_with(on_cpu_min: float, steal: float = 0.0, latency_end: float = 2.0) -> dict:

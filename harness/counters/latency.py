@@ -3,6 +3,8 @@ docs/measurement.md#host."""
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 from numba import njit
 
@@ -16,35 +18,44 @@ LINE = 64
 
 
 @njit(cache=True)
-def _walk(chain, loads):
-    at = 0
+def _walk(chain, loads, at):
     for _ in range(loads):
         at = chain[at]
     return at
 
 
+def small_pages(count: int) -> np.ndarray:
+    """``count`` zeroed int64 slots on 4 KiB pages: NumPy asks for huge pages on large arrays, and whether the kernel
+    grants them varies from call to call, which moved the probe more than the host did (docs/measurement.md#host)."""
+    buffer = mmap.mmap(-1, count * 8)
+    if hasattr(buffer, "madvise") and hasattr(mmap, "MADV_NOHUGEPAGE"):
+        buffer.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(buffer, dtype=np.int64)
+
+
 def _chain(size_kib: int, seed: int = 0) -> np.ndarray:
-    """A random cycle over one int64 slot per cache line of ``size_kib`` KiB."""
+    """A random cycle over one int64 slot per cache line of ``size_kib`` KiB (4 KiB pages)."""
     stride = LINE // 8
     n = max(2, size_kib * 1024 // LINE)
     order = np.random.default_rng(seed).permutation(n)
-    chain = np.zeros(n * stride, dtype=np.int64)
+    chain = small_pages(n * stride)
     chain[order * stride] = np.roll(order, -1) * stride
     return chain
 
 
 def probe(sizes_kib: tuple[int, ...] = SIZES_KIB) -> dict[str, float]:
-    """ns per dependent load by size (``"16K"``: ...), the median of the walks run whole (``oncpu``)."""
-    _walk(_chain(16), 10)  # compiled (or loaded from the cache) outside the timed walks
+    """ns per dependent load by size (``"16K"``: ...), the median of the walks run whole (``oncpu``). Each walk
+    goes on where the last stopped, so a cycle larger than the caches is read from memory, not re-read."""
+    _walk(_chain(16), 10, 0)  # compiled (or loaded from the cache) outside the timed walks
     out = {}
     for size in sizes_kib:
         chain = _chain(size)
-        _walk(chain, min(LOADS, len(chain)))  # the set in the caches it fits
+        at = _walk(chain, min(LOADS, len(chain)), 0)  # the set in the caches it fits
         walls, cpus = np.zeros(WALKS), np.zeros(WALKS)
         for i in range(WALKS):
             c0 = thread_ns()
             t0 = perf_ns()
-            _walk(chain, LOADS)
+            at = _walk(chain, LOADS, at)
             walls[i] = perf_ns() - t0
             cpus[i] = thread_ns() - c0
         whole = ~preempted(walls, np.minimum(1.0, cpus / walls))
