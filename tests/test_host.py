@@ -89,6 +89,15 @@ def test_the_latency_probe_reads_each_line_once_on_small_pages(monkeypatch) -> N
     assert sorted(chain[:: latency.LINE // 8].tolist()) == list(range(0, len(chain), latency.LINE // 8))
 
 
+def test_a_probe_without_its_method_is_not_read_past_the_l3() -> None:
+    """Before the probe named its method its 64 MiB walk re-read 3.2 MiB: a move there said the page size granted."""
+    moved = {"start": {"latency_ns": {"16K": 2.0, "65536K": 154.0}},
+             "end": {"latency_ns": {"16K": 2.0, "65536K": 28.0}}}
+    assert host.latency_moved(moved) == ""
+    moved["start"]["latency_probe"] = latency.METHOD
+    assert "memory probe at 65536K" in host.latency_moved(moved)
+
+
 def meta_with(on_cpu_min: float, steal: float = 0.0, latency_end: float = 2.0) -> dict:
     return {**ZEN4, "host": {"start": {"latency_ns": {"16K": 2.0}, "cpu_ticks": [0, 0]},
                              "end": {"latency_ns": {"16K": latency_end}, "steal_pct": steal},

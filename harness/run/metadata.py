@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.base.host import cpu_identity, cpu_ticks, load_average, steal_pct
 from harness.base.project import ROOT as PROJECT_ROOT
-from harness.counters.latency import probe
+from harness.counters.latency import METHOD, probe
 from harness.counters.perf import perf_status
 
 
@@ -144,7 +144,7 @@ def host_end(meta: dict, on_cpu_pct: list[float]) -> dict:
 
 def host_state(start: dict | None = None) -> dict:
     """The host now: load, ``/proc/stat`` ticks, the memory probe (and the steal since ``start``)."""
-    now = {"load_average": load_average(), "cpu_ticks": cpu_ticks(), "latency_ns": probe()}
+    now = {"load_average": load_average(), "cpu_ticks": cpu_ticks(), "latency_ns": probe(), "latency_probe": METHOD}
     if start is not None:
         ticks = start.get("cpu_ticks")
         now["steal_pct"] = steal_pct(tuple(ticks) if isinstance(ticks, list | tuple) else None, now["cpu_ticks"])
