@@ -55,7 +55,6 @@ class TokenHistory:
         return self._num_real
 
     def resize(self, size: int) -> None:
-        """Keep the first ``size`` ids (shrink only, as LMDeploy's)."""
         assert size <= self._num_real
         self._num_real = size
 
@@ -151,9 +150,8 @@ class BlockTrie:
         return np.array_equal(token_ids, node.token_ids) and extra_identity == node.extra_identity
 
     def find(self, seq: PcSequence, chain: list[int]) -> list[Node]:
-        """The match's walk: from the root, each full block's key (its token ids read from the sequence's history)
-        among the children; a block cached elsewhere in the trie (the contract hits a hash wherever it is) is found
-        by its hash. No reference is taken; the stats count the query and the hits."""
+        """The match's walk: each full block's key (its token ids, from the history) among the children, else its
+        hash anywhere in the trie (as the contract hits); no reference taken, the stats counted."""
         node = self._root("")
         matched: list[Node] = []
         bs = self.block_size
@@ -289,7 +287,7 @@ class LmdeployCachingBlockManager(LmdeployBlockManager):
         return manager
 
     def memory_bytes(self) -> int:
-        """The plain manager's, plus per block a trie flag and a node slot (nodes themselves grow with use)."""
+        """The plain manager's, plus per block a trie flag and a node slot."""
         return super().memory_bytes() + 9 * self.num_blocks
 
     def num_free_blocks(self) -> int:
