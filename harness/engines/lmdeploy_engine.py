@@ -220,6 +220,8 @@ class LmdeployCachingEngine(LmdeployEngine):
     prefix_caching = True
     sequence_base = TrieSequence
     node_fields = ("token_ids", "block_id")
+    cursor_at = ("prefix_cache", "trie_cursor")  # where a sequence keeps its place in the trie
+    root_method = "_get_or_create_root"
     built = "BlockTrie(allocator, block_size, enabled=True)"
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
@@ -238,13 +240,15 @@ class LmdeployCachingEngine(LmdeployEngine):
         seq.prefix_cache = self.lmdeploy.PrefixCacheState()
 
     def _cursor(self, seq: TrieSequence):
-        return seq.prefix_cache.trie_cursor
+        holder, name = self.cursor_at
+        return getattr(getattr(seq, holder), name)
 
     def _set_cursor(self, seq: TrieSequence, node) -> None:
-        seq.prefix_cache.trie_cursor = node
+        holder, name = self.cursor_at
+        setattr(getattr(seq, holder), name, node)
 
     def _root(self, seq: TrieSequence):
-        return self.trie._get_or_create_root(seq.adapter_name)
+        return getattr(self.trie, self.root_method)(seq.adapter_name)
 
     def _key(self, tokens: np.ndarray) -> int:
         return self.trie._hash_block(tokens, ())
@@ -398,6 +402,8 @@ class TableCursorEngine(LmdeployCachingEngine):
 
     sequence_base = OldTrieSequence
     node_fields = ("tokens", "block")
+    cursor_at = ("logical_blocks", "last_shared_node")
+    root_method = "get_root"
     built = ("BlockTrie(cache_config, block_manager) (the module paging/block_trie.py; cache_config giving "
              "block_size and enable_prefix_caching=True); its scheduler attaches a prompt's full blocks at "
              "admission from 0.11.1 on, at the next decode step before it, where the contract caches them at admission")
@@ -409,15 +415,6 @@ class TableCursorEngine(LmdeployCachingEngine):
     def _new_cache_state(self, seq: TrieSequence) -> None:
         """None: the cursor lives on the table, which starts and resets without one."""
 
-    def _cursor(self, seq: TrieSequence):
-        return seq.logical_blocks.last_shared_node
-
-    def _set_cursor(self, seq: TrieSequence, node) -> None:
-        seq.logical_blocks.last_shared_node = node
-
-    def _root(self, seq: TrieSequence):
-        return self.trie.get_root(seq.adapter_name)
-
     def _key(self, tokens: np.ndarray) -> int:
         return hash(("random", tuple(tokens)))  # the key these releases' match and allocate compute inline
 
@@ -426,14 +423,10 @@ class StateCursorEngine(TableCursorEngine):
     """0.14.0 and 0.15.0: the module's cursor moved to ``seq.prefix_cache.last_shared_node`` and its key to
     ``_make_key`` (token ids and multimodal hashes, none here)."""
 
+    cursor_at = ("prefix_cache", "last_shared_node")
+
     def _new_cache_state(self, seq: TrieSequence) -> None:
         seq.prefix_cache = PrefixCacheFields()
-
-    def _cursor(self, seq: TrieSequence):
-        return seq.prefix_cache.last_shared_node
-
-    def _set_cursor(self, seq: TrieSequence, node) -> None:
-        seq.prefix_cache.last_shared_node = node
 
     def _key(self, tokens: np.ndarray) -> int:
         return self.trie._make_key(tokens, ())
