@@ -213,9 +213,10 @@ class PrefixCacheFields:
 
 
 class LmdeployCachingEngine(LmdeployEngine):
-    """:class:`LmdeployEngine` with LMDeploy's ``BlockTrie`` on (0.16.0 on): the contract's caching part, driven as
-    the contender ``lmdeploy-pc`` drives its own trie. What differs between the trie's releases (how it is built,
-    where a sequence keeps its cursor, a node's fields, a block's key) is in the methods below ``__init__``."""
+    """:class:`LmdeployEngine` with LMDeploy's ``BlockTrie`` on (the package, 0.16.0 on; the module before it in the
+    subclasses below): the contract's caching part, driven as the contender ``lmdeploy-pc`` drives its own trie. What
+    differs between the trie's releases (how it is built, where a sequence keeps its cursor, a node's fields, a
+    block's key) is in the class attributes and the methods below ``__init__``."""
 
     prefix_caching = True
     sequence_base = TrieSequence
