@@ -178,9 +178,8 @@ class TrieSequence(PcSequence):
 
 
 class OldTrieSequence(TrieSequence):
-    """:class:`TrieSequence` for the trie module before 0.16.0: ``num_all_ids`` counts the match's extra token too
-    (up to 0.10.0 the trie stops at ``num_all_ids``), and no multimodal hashes (``get_prefix_cache_extra_hashes``,
-    0.14.0 on)."""
+    """:class:`TrieSequence` for the trie module before 0.16.0: ``num_all_ids`` (its bound up to 0.10.0) counts the
+    match's extra token too; no multimodal hashes."""
 
     __slots__ = ()
 
@@ -197,9 +196,8 @@ class OldTrieSequence(TrieSequence):
 
 
 class PrefixCacheFields:
-    """What the trie of 0.14.0 and 0.15.0 reads and writes of ``seq.prefix_cache`` on its text path (LMDeploy's
-    ``PrefixCacheState`` lives in messages.py, which the plan stands in for): its cursor, the match's start, no
-    state checkpoint, no recompute overlap, stats counted."""
+    """The fields of ``seq.prefix_cache`` the trie of 0.14.0 and 0.15.0 reads on its text path (LMDeploy's
+    ``PrefixCacheState`` is in messages.py, which the plan stands in for)."""
 
     __slots__ = ("last_shared_node", "match_start_step", "private_recompute_end_step",
                  "private_recompute_start_step", "restore_node", "restore_state")
@@ -213,15 +211,13 @@ class PrefixCacheFields:
 
 
 class LmdeployCachingEngine(LmdeployEngine):
-    """:class:`LmdeployEngine` with LMDeploy's ``BlockTrie`` on (the package, 0.16.0 on; the module before it in the
-    subclasses below): the contract's caching part, driven as the contender ``lmdeploy-pc`` drives its own trie. What
-    differs between the trie's releases (how it is built, where a sequence keeps its cursor, a node's fields, a
-    block's key) is in the class attributes and the methods below ``__init__``."""
+    """:class:`LmdeployEngine` with LMDeploy's ``BlockTrie`` on (the package, 0.16.0 on; the subclasses drive the
+    module before it), driven as the contender ``lmdeploy-pc`` drives its own trie."""
 
     prefix_caching = True
     sequence_base = TrieSequence
     node_fields = ("token_ids", "block_id")
-    cursor_at = ("prefix_cache", "trie_cursor")  # where a sequence keeps its place in the trie
+    cursor_at = ("prefix_cache", "trie_cursor")
     root_method = "_get_or_create_root"
     built = "BlockTrie(allocator, block_size, enabled=True)"
 
@@ -397,9 +393,8 @@ class LmdeployCachingEngine(LmdeployEngine):
 
 
 class TableCursorEngine(LmdeployCachingEngine):
-    """0.9.2 to 0.13.0: the trie is the module paging/block_trie.py, built from the cache config and the block
-    manager; a sequence's cursor is its table's ``last_shared_node``; a node holds ``tokens`` and ``block``; match and
-    allocate compute a block's key inline (no method to call)."""
+    """0.9.2 to 0.13.0: the module paging/block_trie.py, built from a cache config and the block manager; the cursor
+    on the table (which starts and resets without one), a block's key computed inline."""
 
     sequence_base = OldTrieSequence
     node_fields = ("tokens", "block")
@@ -414,15 +409,14 @@ class TableCursorEngine(LmdeployCachingEngine):
         return self.lmdeploy.BlockTrie(config, self.bm)
 
     def _new_cache_state(self, seq: TrieSequence) -> None:
-        """None: the cursor lives on the table, which starts and resets without one."""
+        return
 
     def _key(self, tokens: np.ndarray) -> int:
         return hash(("random", tuple(tokens)))  # the key these releases' match and allocate compute inline
 
 
 class StateCursorEngine(TableCursorEngine):
-    """0.14.0 and 0.15.0: the module's cursor moved to ``seq.prefix_cache.last_shared_node`` and its key to
-    ``_make_key`` (token ids and multimodal hashes, none here)."""
+    """0.14.0 and 0.15.0: the cursor in ``seq.prefix_cache``, the key ``_make_key``."""
 
     cursor_at = ("prefix_cache", "last_shared_node")
 
@@ -433,7 +427,6 @@ class StateCursorEngine(TableCursorEngine):
         return self.trie._make_key(tokens, ())
 
 
-# the caching-on engine of each trie layout an era names (ERAS' drive["trie"])
 CACHING = {"table": TableCursorEngine, "prefix_cache": StateCursorEngine, "package": LmdeployCachingEngine}
 
 
