@@ -7,7 +7,10 @@ ref counts and the logical-to-physical map in NumPy arrays, a list-backed table 
 What ``num_required_blocks`` reads off a sequence moved between LMDeploy's releases and moves here with
 :func:`write_lmdeploy`'s ``reads``: ``num_all_tokens()`` (up to 0.10.0), ``num_all_ids`` (later), and the chunk limit
 ``kv_token_limit`` (from 0.15.0). The block trie (``paging/block_trie/``, 0.16.0 on) is a plain one: full blocks
-keyed by their token ids, a reference each, leaves evicted least recently accessed first.
+keyed by their token ids, a reference each, leaves evicted least recently accessed first. Before 0.16.0 the trie is
+the module ``paging/block_trie.py`` (:data:`OLD_TRIE`, the same plain trie behind the older interface), laid out as
+:data:`TRIES` names: the cursor on the table, the bound ``num_all_ids`` (``"table-all"``, up to 0.10.0) or
+``num_valid_ids`` (``"table"``), or the cursor in ``seq.prefix_cache`` with a key method (``"prefix_cache"``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ BLOCK = '''import numpy as np
 class LogicalTokenBlocks:
     def __init__(self):
         self._ids = []
+        self.last_shared_node = None
 
     def __len__(self):
         return len(self._ids)
@@ -40,6 +44,7 @@ class LogicalTokenBlocks:
 
     def reset(self):
         self._ids = []
+        self.last_shared_node = None
 
     def clone(self):
         out = LogicalTokenBlocks()
@@ -145,15 +150,74 @@ class DefaultBlockManager(BaseBlockManager):
         self.allocator.free(msg.logical_blocks.get_real_blocks())
         msg.logical_blocks.reset()
 '''
+NODE = '''class Node:
+    def __init__(self, {KEY_FIELD}, {BLOCK}, {TOKENS}, {LEN}, parent):
+        self.{KEY_FIELD}, self.{BLOCK}, self.{TOKENS}, self.{LEN} = {KEY_FIELD}, {BLOCK}, {TOKENS}, {LEN}
+        self.parent = parent
+        self.children = {}
+'''
+# the trie's methods, over the names its layout gives a node's fields, the cursor and the bounds
+TRIE_METHODS = '''
+    def match(self, seq):
+        node = {CURSOR} or self.{ROOT}(seq.adapter_name)
+        hits = []
+        while node.{LEN} + self.block_size < seq.{BOUND}:
+            _, tokens, child = self._child(seq, node)
+            if child is None or not np.array_equal(child.{TOKENS}, tokens):
+                break
+            hits.append(child.{BLOCK})
+            node = child
+        if hits:
+            ids = np.array(hits, dtype=np.int64)
+            self.allocator.update_access_time(ids)
+            self.allocator.add_ref_count(ids, 1)
+            seq.logical_blocks.append(ids)
+            seq.set_step(node.{LEN})
+        {CURSOR} = node
+
+    def allocate(self, seq):
+        node = {CURSOR} or self.{ROOT}(seq.adapter_name)
+        n = seq.{BOUND} if seq.kv_token_limit is None else min(seq.{BOUND}, seq.kv_token_limit)
+        new = []
+        while node.{LEN} + self.block_size <= n:
+            key, tokens, child = self._child(seq, node)
+            if child is None:
+                block = int(seq.logical_blocks.get_real_blocks()[node.{LEN} // self.block_size])
+                child = Node(key, block, tokens.copy(), node.{LEN} + self.block_size, node)
+                node.children[key] = child
+                new.append(block)
+            node = child
+        if new:
+            self.allocator.add_ref_count(np.array(new, dtype=np.int64), 1)
+        {CURSOR} = node
+
+    def _leaves(self):
+        todo, out = list(self._roots.values()), []
+        while todo:
+            node = todo.pop()
+            todo.extend(node.children.values())
+            if node.parent is not None and not node.children:
+                out.append(node)
+        return out
+
+    def evict(self, max_num_blocks):
+        evicted = []
+        while len(evicted) < max_num_blocks:
+            alloc = self.allocator
+            leaves = [n for n in self._leaves() if alloc.get_ref_count(np.array([n.{BLOCK}]))[0] == 1]
+            if not leaves:
+                break
+            leaf = min(leaves, key=lambda n: alloc.get_access_time(np.array([n.{BLOCK}]))[0])
+            del leaf.parent.children[leaf.{KEY_FIELD}]
+            evicted.append(leaf.{BLOCK})
+        if evicted:
+            self.allocator.free(np.array(evicted, dtype=np.int64))
+        return len(evicted)
+'''
 TRIE = '''import numpy as np
 
 
-class Node:
-    def __init__(self, key, block_id, token_ids, prefix_len, parent):
-        self.key, self.block_id, self.token_ids, self.prefix_len = key, block_id, token_ids, prefix_len
-        self.parent = parent
-        self.children = {}
-
+{NODE}
 
 class BlockTrie:
     """Full blocks keyed by their token ids under a root; each holds one reference; leaves held by the trie alone
@@ -175,63 +239,53 @@ class BlockTrie:
         tokens = seq.history_cache[start:start + self.block_size]
         key = self._hash_block(tokens, seq.get_prefix_cache_extra_identity(start, start + self.block_size))
         return key, tokens, node.children.get(key)
+''' + TRIE_METHODS
+PACKAGE = {"{CURSOR}": "seq.prefix_cache.trie_cursor", "{ROOT}": "_get_or_create_root", "{LEN}": "prefix_len",
+           "{BOUND}": "num_valid_ids", "{TOKENS}": "token_ids", "{BLOCK}": "block_id", "{KEY_FIELD}": "key"}
+OLD_TRIE = '''import numpy as np
 
-    def match(self, seq):
-        node = self._get_or_create_root(seq.adapter_name)
-        hits = []
-        while node.prefix_len + self.block_size < seq.num_valid_ids:
-            _, tokens, child = self._child(seq, node)
-            if child is None or not np.array_equal(child.token_ids, tokens):
-                break
-            hits.append(child.block_id)
-            node = child
-        if hits:
-            ids = np.array(hits, dtype=np.int64)
-            self.allocator.update_access_time(ids)
-            self.allocator.add_ref_count(ids, 1)
-            seq.logical_blocks.append(ids)
-            seq.set_step(node.prefix_len)
-        seq.prefix_cache.trie_cursor = node
+from lmdeploy.pytorch.messages import SchedulerSequence
 
-    def allocate(self, seq):
-        node = seq.prefix_cache.trie_cursor or self._get_or_create_root(seq.adapter_name)
-        n = seq.num_valid_ids if seq.kv_token_limit is None else min(seq.num_valid_ids, seq.kv_token_limit)
-        new = []
-        while node.prefix_len + self.block_size <= n:
-            key, tokens, child = self._child(seq, node)
-            if child is None:
-                block = int(seq.logical_blocks.get_real_blocks()[node.prefix_len // self.block_size])
-                child = Node(key, block, tokens.copy(), node.prefix_len + self.block_size, node)
-                node.children[key] = child
-                new.append(block)
-            node = child
-        if new:
-            self.allocator.add_ref_count(np.array(new, dtype=np.int64), 1)
-        seq.prefix_cache.trie_cursor = node
+from ..config import CacheConfig
+from .block_manager import BaseBlockManager
+{LOGGER}
 
-    def _leaves(self):
-        todo, out = list(self._roots.values()), []
-        while todo:
-            node = todo.pop()
-            todo.extend(node.children.values())
-            if node.parent is not None and not node.children:
-                out.append(node)
-        return out
+{NODE}
 
-    def evict(self, max_num_blocks):
-        evicted = []
-        while len(evicted) < max_num_blocks:
-            alloc = self.allocator
-            leaves = [n for n in self._leaves() if alloc.get_ref_count(np.array([n.block_id]))[0] == 1]
-            if not leaves:
-                break
-            leaf = min(leaves, key=lambda n: alloc.get_access_time(np.array([n.block_id]))[0])
-            del leaf.parent.children[leaf.key]
-            evicted.append(leaf.block_id)
-        if evicted:
-            self.allocator.free(np.array(evicted, dtype=np.int64))
-        return len(evicted)
+class BlockTrie:
+    """The package's plain trie behind the module's interface: built from a cache config and the block manager."""
+
+    def __init__(self, cache_config: CacheConfig, block_manager: BaseBlockManager):
+        self.allocator = block_manager.allocator
+        self.block_size = cache_config.block_size
+        self.enable = cache_config.enable_prefix_caching
+        self._roots = {}
+
+    def get_root(self, adapter_name):
+        return self._roots.setdefault(adapter_name, Node(-1, -1, None, 0, None))
+{KEY_METHOD}
+    def _child(self, seq: SchedulerSequence, node):
+        start = node.num_matched
+        tokens = seq.history_cache[start:start + self.block_size]
+        key = {KEY}
+        return key, tokens, node.children.get(key)
+''' + TRIE_METHODS
+KEY_METHOD = '''
+    @staticmethod
+    def _make_key(tokens, extra_hashes):
+        return hash(("random", tuple(tokens), extra_hashes))
 '''
+OLD = {"{ROOT}": "get_root", "{LEN}": "num_matched", "{TOKENS}": "tokens", "{BLOCK}": "block",
+       "{KEY_FIELD}": "hash_key"}
+TABLE = {**OLD, "{CURSOR}": "seq.logical_blocks.last_shared_node", "{KEY}": 'hash(("random", tuple(tokens)))',
+         "{KEY_METHOD}": "", "{LOGGER}": ""}
+# each layout of the trie module: what its placeholders become
+OLD_TRIES = {
+    "table-all": {**TABLE, "{BOUND}": "num_all_ids"}, "table": {**TABLE, "{BOUND}": "num_valid_ids"},
+    "prefix_cache": {**OLD, "{CURSOR}": "seq.prefix_cache.last_shared_node", "{BOUND}": "num_valid_ids",
+                     "{KEY}": "self._make_key(tokens, seq.get_prefix_cache_extra_hashes(start, start + "
+                              "self.block_size))", "{KEY_METHOD}": KEY_METHOD,
+                     "{LOGGER}": "\nfrom lmdeploy.utils import get_logger\n\nlogger = get_logger(\"lmdeploy\")\n"}}
 PREFIX_CACHE_STATE = '''class PrefixCacheState:
     def __init__(self):
         self.trie_cursor = None
@@ -241,11 +295,32 @@ TOKENS = {"method": "obj.num_all_tokens()", "property": "obj.num_all_ids",
 
 # what num_required_blocks reads, as each stand-in release has it (lmdeploy_engine.ERAS' layouts)
 LAYOUTS = {"0.10.0": "method", "0.12.0": "property", "0.15.0": "limit"}
+# the trie's layout of each stand-in release: a key of OLD_TRIES, or the package (0.16.0 on)
+TRIES = {"0.10.0": "table-all", "0.12.0": "table", "0.15.0": "prefix_cache"}
+RAISES = 'raise ImportError("the stand-in {} ran: the plan stands in for it")\n'
 
 
-def write_lmdeploy(root: Path, reads: str = "limit", leak: bool = False) -> Path:
+def _fill(text: str, marks: dict[str, str]) -> str:
+    text = text.replace("{NODE}", NODE)
+    for mark, value in marks.items():
+        text = text.replace(mark, value)
+    return text
+
+
+def _trie_files(trie: str) -> dict[str, str]:
+    if trie == "package":
+        return {"lmdeploy/pytorch/prefix_cache_state.py": PREFIX_CACHE_STATE,
+                "lmdeploy/pytorch/paging/block_trie/__init__.py": "from .trie import BlockTrie\n",
+                "lmdeploy/pytorch/paging/block_trie/trie.py": _fill(TRIE, PACKAGE)}
+    text = _fill(OLD_TRIE, OLD_TRIES[trie])
+    return {"lmdeploy/pytorch/paging/block_trie.py": text, "lmdeploy/pytorch/config.py": RAISES.format("config.py"),
+            "lmdeploy/utils.py": RAISES.format("utils.py")}
+
+
+def write_lmdeploy(root: Path, reads: str = "limit", leak: bool = False, trie: str = "package") -> Path:
     """The stand-in under ``root`` (which it returns): ``num_required_blocks`` reading ``reads`` (a key of
-    :data:`TOKENS`); ``leak``: a free hands a block back twice."""
+    :data:`TOKENS`); ``leak``: a free hands a block back twice; ``trie``: the trie's layout (a key of
+    :data:`OLD_TRIES`, or ``"package"``)."""
     files = {"lmdeploy/__init__.py": INIT, "lmdeploy/pytorch/__init__.py": INIT,
              "lmdeploy/pytorch/messages.py": MESSAGES, "lmdeploy/pytorch/block.py": BLOCK,
              "lmdeploy/pytorch/paging/__init__.py": INIT, "lmdeploy/pytorch/paging/block_manager/__init__.py": INIT,
@@ -253,9 +328,7 @@ def write_lmdeploy(root: Path, reads: str = "limit", leak: bool = False) -> Path
                                                                                           LEAK if leak else ""),
              "lmdeploy/pytorch/paging/block_manager/default_block_manager.py": DEFAULT.replace("{TOKENS}",
                                                                                                 TOKENS[reads]),
-             "lmdeploy/pytorch/prefix_cache_state.py": PREFIX_CACHE_STATE,
-             "lmdeploy/pytorch/paging/block_trie/__init__.py": "from .trie import BlockTrie\n",
-             "lmdeploy/pytorch/paging/block_trie/trie.py": TRIE}
+             **_trie_files(trie)}
     for name, text in files.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -264,8 +337,10 @@ def write_lmdeploy(root: Path, reads: str = "limit", leak: bool = False) -> Path
 
 
 def lmdeploy_wheels(tmp: Path, layouts: dict[str, str] = LAYOUTS) -> Path:
-    """A folder of stand-in LMDeploy wheels, one per release of ``layouts`` (for ``--find-links``)."""
+    """A folder of stand-in LMDeploy wheels, one per release of ``layouts`` (for ``--find-links``), each with the
+    trie's layout :data:`TRIES` gives its release (the package where it names none)."""
     dist = tmp / "dist"
     for version, reads in layouts.items():
-        build_wheel(write_lmdeploy(tmp / f"src-{version}", reads), "lmdeploy", version, dist)
+        src = write_lmdeploy(tmp / f"src-{version}", reads, trie=TRIES.get(version, "package"))
+        build_wheel(src, "lmdeploy", version, dist)
     return dist

@@ -31,7 +31,7 @@ from harness.errors import InputError
 from impls import REGISTRY
 from scenarios import generate
 from tests.calibration_standin import build_wheel, write_standin
-from tests.lmdeploy_standin import write_lmdeploy
+from tests.lmdeploy_standin import TRIES, write_lmdeploy
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--steps", "24", "--running", "12", "--num-blocks", "2048", "--prompt-mean", "40", "--output-mean", "30"]
@@ -200,7 +200,7 @@ def test_the_lmdeploy_adapter_keeps_the_contract_on_each_era_s_layout(tmp_path, 
     from harness.conformance.check import check
     from harness.engines import lmdeploy_engine
 
-    root = write_lmdeploy(tmp_path / "lmdeploy-src", reads)
+    root = write_lmdeploy(tmp_path / "lmdeploy-src", reads, trie=TRIES.get(version, "package"))
     with engine_imports(lmdeploy_engine.plan(version), root) as imports:
         cls = lmdeploy_engine.baselines(lmdeploy_engine.load(version), version)[0].cls
         verdict = check(cls, seeds=(1,), max_examples=8, step_count=30)
@@ -235,13 +235,17 @@ def test_the_lmdeploy_adapter_and_the_contender_take_the_same_step(tmp_path) -> 
         assert seen[0] == seen[1] and seen[0][0] == 1  # the shared last block was copied once
 
 
+@pytest.mark.parametrize("version, reads, trie", [("0.10.0", "method", "table-all"), ("0.12.0", "property", "table"),
+                                                  ("0.15.0", "limit", "prefix_cache"), ("0.18.0", "limit", "package")])
 @pytest.mark.parametrize("scenario, params", [("system-prompt-256", {"steps": 30}),
                                               ("tight-pool-cached", {"steps": 120, "num_blocks": 512,
                                                                      "running": 32})])
-def test_the_lmdeploy_caching_adapter_replays_caching_traces_as_the_contender_does(tmp_path, scenario, params) -> None:
-    """The caching-on baseline (0.16.0 on: the trie package) drives the trie with the token ids the contender gives
-    its own (cut from the chain hashes): the same hits, seals, evictions and end state as the trace says, with no
-    stand-in touched; releases before 0.16.0 have no caching-on baseline."""
+def test_the_lmdeploy_caching_adapter_replays_caching_traces_as_the_contender_does(tmp_path, scenario, params, version,
+                                                                                    reads, trie) -> None:
+    """The caching-on baseline drives each era's trie (before 0.16.0 the module block_trie.py: its cursor on the
+    table, its bound num_all_ids up to 0.10.0, its cursor in seq.prefix_cache from 0.14.0; from 0.16.0 the package)
+    with the token ids the contender gives its own (cut from the chain hashes): the same hits, seals, evictions and
+    end state as the trace says, with no stand-in touched."""
     from harness.base.replay import check_end_state, replay
     from harness.engines import lmdeploy_engine
     from impls.contenders.lmdeploy_pc import LmdeployCachingBlockManager
@@ -250,21 +254,62 @@ def test_the_lmdeploy_caching_adapter_replays_caching_traces_as_the_contender_do
     trace = generate(scenario, **params)
     assert trace.header["cache"]["hit_blocks"] > 0 and (scenario != "tight-pool-cached"
                                                         or trace.header["cache"]["evictions"] > 0)
-    root = write_lmdeploy(tmp_path / "lmdeploy-src")
-    with engine_imports(lmdeploy_engine.plan("0.18.0"), root) as imports:
-        found = lmdeploy_engine.baselines(lmdeploy_engine.load("0.18.0"), "0.18.0")
+    root = write_lmdeploy(tmp_path / "lmdeploy-src", reads, trie=trie)
+    with engine_imports(lmdeploy_engine.plan(version), root) as imports:
+        found = lmdeploy_engine.baselines(lmdeploy_engine.load(version), version)
         assert [b.name for b in found] == ["caching off", "caching on"]
         on = found[1]
         assert on.calibrates == ("lmdeploy-pc",) and on.replays(trace) and not on.plain_traces
+        assert ("cache_config" in on.how) == (trie != "package")
         imports.arm()
         for cls in (on.cls, LmdeployCachingBlockManager):
             for regime in ("per-call", "batched"):
                 mgr = cls(**trace.config)
                 replay(trace, mgr, regime)
                 check_end_state(trace, mgr)
-    with engine_imports(lmdeploy_engine.plan("0.15.0"), root):
-        assert [b.name for b in lmdeploy_engine.baselines(lmdeploy_engine.load("0.15.0"), "0.15.0")] == [
-            "caching off"]
+        assert ("lmdeploy.pytorch.config" in imports.loaded) == (trie != "package")  # stood in for, never run
+
+
+@pytest.mark.parametrize("version, reads, trie", [("0.10.0", "method", "table-all"), ("0.12.0", "property", "table"),
+                                                  ("0.15.0", "limit", "prefix_cache"), ("0.18.0", "limit", "package")])
+def test_the_lmdeploy_caching_adapter_reads_each_trie_layout_s_cursor_bound_and_key(tmp_path, version, reads,
+                                                                                   trie) -> None:
+    """What moved between the trie's layouts, one call each: a whole cached prompt hits every full block (the
+    bound the trie stops at, counting the match's extra token), a short pool admits a prompt whose hits it shares
+    (the walk of the trie's children by the layout's key), a fork keeps its parent's cursor, and a second row
+    sealing a hash under the same prefix is refused (the layout's cursor and key), as the contender answers."""
+    from harness.base.replay import ReplayError
+    from harness.engines import lmdeploy_engine
+    from impls.contenders.lmdeploy_pc import LmdeployCachingBlockManager
+
+    h = np.array([11, 12, 13], dtype=np.uint64)
+    cows, slots = np.zeros((4, 2), dtype=np.int64), np.zeros(4, dtype=np.int64)
+    root = write_lmdeploy(tmp_path / "lmdeploy-src", reads, trie=trie)
+    with engine_imports(lmdeploy_engine.plan(version), root) as imports:
+        adapter = lmdeploy_engine.baselines(lmdeploy_engine.load(version), version)[1].cls
+        imports.arm()
+        seen = []
+        for cls in (adapter, LmdeployCachingBlockManager):
+            mgr = cls(num_blocks=4, block_size=4, max_seqs=4, max_blocks_per_seq=4)
+            hits = [mgr.allocate_cached(0, 8, h[:2])]
+            mgr.free(0)
+            hits.append(mgr.allocate_cached(1, 8, h[:2]))  # all of it cached
+            hits.append(mgr.allocate_cached(2, 12, h))  # 2 blocks free, 3 asked: the 2 hits are shared
+            mgr.free(2)
+            mgr.fork(1, 3)
+            for _ in range(4):
+                mgr.decode_step(np.array([1, 3]), cows, slots)
+            mgr.seal(1, 14)
+            seen.append((hits, mgr.num_free_blocks(), [mgr.seq_len(s) for s in (1, 3)]))
+        assert seen[0] == seen[1] and seen[0][0] == [0, 8, 8]
+        with pytest.raises(ReplayError, match="under the same prefix"):
+            mgr_adapter = adapter(num_blocks=8, block_size=4, max_seqs=4, max_blocks_per_seq=4)
+            mgr_adapter.allocate_cached(0, 4, h[:1])
+            mgr_adapter.fork(0, 1)  # the child's cursor: its parent's
+            for _ in range(4):
+                mgr_adapter.decode_step(np.array([0, 1]), cows, slots)
+            mgr_adapter.seal(0, 14)
+            mgr_adapter.seal(1, 14)
 
 
 def test_the_sglang_adapter_drives_the_allocator_as_the_contender_does(monkeypatch) -> None:

@@ -96,6 +96,21 @@ def test_the_lmdeploy_eras_hand_each_release_the_sequence_its_block_manager_read
     assert lmdeploy_engine.plan("0.9.2").stubs["lmdeploy.pytorch.messages"]["SchedulerSequence"] is old
 
 
+def test_the_lmdeploy_eras_drive_the_trie_module_before_0_16_0_and_the_package_from_it() -> None:
+    """Every release the plans span has a caching-on baseline: the module block_trie.py up to 0.15.0 (its cursor on
+    the table up to 0.13.0, in seq.prefix_cache from 0.14.0, which also logs), the package from 0.16.0."""
+    layouts = {v: lmdeploy_engine.era(v).drive["trie"] for v in ("0.9.2", "0.13.0", "0.14.0", "0.15.0", "0.16.0")}
+    assert layouts == {"0.9.2": "table", "0.13.0": "table", "0.14.0": "prefix_cache", "0.15.0": "prefix_cache",
+                       "0.16.0": "package"}
+    module = "lmdeploy.pytorch.paging.block_trie"
+    assert lmdeploy_engine.plan("0.13.0").real[-1] == module and "lmdeploy.utils" not in lmdeploy_engine.plan(
+        "0.13.0").stubs
+    assert "lmdeploy.utils" in lmdeploy_engine.plan("0.14.0").stubs
+    assert "lmdeploy.pytorch.config" in lmdeploy_engine.plan("0.15.0").stubs
+    assert f"{module}.trie" in lmdeploy_engine.plan("0.16.0").real
+    assert f"{module}.trie" not in lmdeploy_engine.plan("0.15.0").real
+
+
 def test_every_published_vllm_release_the_plans_span_has_a_plan() -> None:
     """0.15.1 (only the hybrid coordinator and the scheduler changed from 0.15.0) fell between two rows."""
     assert [vllm_engine.era(v).first for v in PUBLISHED_VLLM].count("0.14.0") == 4  # 0.14.0 to 0.15.1
@@ -230,9 +245,9 @@ def test_history_drives_lmdeploy_s_ranges_of_releases(tmp_path, capsys) -> None:
 
 
 @pytest.mark.slow  # an end-to-end history run over two of LMDeploy's releases, two scenarios (make test-slow, .ci/run)
-def test_history_measures_lmdeploy_s_trie_where_the_release_has_the_trie_package(tmp_path, capsys) -> None:
-    """Caching off on the plain trace for both releases; caching on (the trie) on the caching trace from 0.16.0 only,
-    the release before it having no caching-on baseline (and no row saying otherwise)."""
+def test_history_measures_lmdeploy_s_trie_in_the_module_and_in_the_package(tmp_path, capsys) -> None:
+    """Caching off on the plain trace, caching on (the trie) on the caching trace, for both releases: 0.15.0 with
+    the trie module block_trie.py (built from a cache config and the block manager), 0.16.0 with the package."""
     out = tmp_path / "out"
     links = lmdeploy_wheels(tmp_path, {"0.15.0": "limit", "0.16.0": "limit"})
     code, _, err = _history(capsys, "lmdeploy", "0.15.0,0.16.0", "--scenario", "paper,system-prompt-256",
@@ -241,9 +256,13 @@ def test_history_measures_lmdeploy_s_trie_where_the_release_has_the_trie_package
     assert code == 0, err
     rows = read_history(out / "history.csv")
     assert {(r.version, r.caching, r.scenario) for r in rows} == {
-        ("0.15.0", "off", "paper"), ("0.16.0", "off", "paper"), ("0.16.0", "on", "system-prompt-256")}
+        ("0.15.0", "off", "paper"), ("0.16.0", "off", "paper"), ("0.15.0", "on", "system-prompt-256"),
+        ("0.16.0", "on", "system-prompt-256")}
     assert all(r.status == "ok" for r in rows)
     assert all("block_trie" in r.how for r in rows if r.caching == "on")
+    on = {r.version: r.how for r in rows if r.caching == "on" and r.metric == "seq_step_ns"}
+    assert "lmdeploy.pytorch.config" in on["0.15.0"] and "block_trie.trie" not in on["0.15.0"]
+    assert "block_trie.trie" in on["0.16.0"] and "lmdeploy.pytorch.config" not in on["0.16.0"]
 
 
 @pytest.mark.slow  # an end-to-end run, ~10 s (make test-slow, .ci/run)

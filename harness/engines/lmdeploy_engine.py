@@ -25,7 +25,11 @@ TRIE = (TRIE_PACKAGE, *(f"{TRIE_PACKAGE}.{m}" for m in ("trie", "node", "kv_life
                                                        "checkpoint_lifecycle")),
         "lmdeploy.pytorch.prefix_cache_state")
 # lmdeploy.utils imports torch for its logger; the trie's debug lines stay below the logger's level
-TRIE_STUBS = {"lmdeploy.utils": {"get_logger": logging.getLogger}, "lmdeploy.pytorch.paging.state_manager": {}}
+LOGGER_STUB = {"lmdeploy.utils": {"get_logger": logging.getLogger}}
+TRIE_STUBS = {**LOGGER_STUB, "lmdeploy.pytorch.paging.state_manager": {}}
+# before 0.16.0 the trie is one module; its CacheConfig and BaseBlockManager only annotate BlockTrie's arguments
+OLD_TRIE = (TRIE_PACKAGE,)
+OLD_TRIE_STUBS = {"lmdeploy.pytorch.config": {}, PAGING: {}}
 
 
 class CrossSequence(Sequence):
@@ -45,16 +49,24 @@ class CalledSequence(CrossSequence):
 ERAS = (
     Era("0.9.2", "0.10.0", "the first release the plan drives: num_required_blocks calls seq.num_all_tokens() and "
         "seq.num_all_cross_tokens(); up to 0.9.2.post1 BaseBlockManager.allocate checks isinstance(seq, "
-        "SchedulerSequence)", drive={"sequence": CalledSequence}),
-    Era("0.10.1", "0.11.1", "num_required_blocks reads the property seq.num_all_ids, no longer num_all_tokens()",
-        drive={"sequence": CrossSequence}),
-    Era("0.12.0", "0.14.0", "num_required_blocks no longer reads the cross-attention tokens (num_all_cross_tokens)",
-        drive={"sequence": Sequence}),
-    Era("0.15.0", "0.15.0", "num_required_blocks caps the tokens at seq.kv_token_limit (long-context prefill chunks)",
-        drive={"sequence": Sequence}),
+        "SchedulerSequence); the block trie is the module paging/block_trie.py (BlockTrie(cache_config, "
+        "block_manager), its cursor the table's last_shared_node, its bound seq.num_all_ids)",
+        real=OLD_TRIE, stubs=OLD_TRIE_STUBS, drive={"sequence": CalledSequence, "trie": "table"}),
+    Era("0.10.1", "0.11.1", "num_required_blocks reads the property seq.num_all_ids, no longer num_all_tokens(); the "
+        "trie's match and allocate stop at seq.num_valid_ids, no longer seq.num_all_ids",
+        real=OLD_TRIE, stubs=OLD_TRIE_STUBS, drive={"sequence": CrossSequence, "trie": "table"}),
+    Era("0.12.0", "0.13.0", "num_required_blocks no longer reads the cross-attention tokens (num_all_cross_tokens)",
+        real=OLD_TRIE, stubs=OLD_TRIE_STUBS, drive={"sequence": Sequence, "trie": "table"}),
+    Era("0.14.0", "0.14.0", "the trie keeps its cursor in seq.prefix_cache (a PrefixCacheState of messages.py, "
+        "last_shared_node), keys a block by its token ids and multimodal hashes (_make_key) and logs (lmdeploy.utils); "
+        "the table no longer has last_shared_node", real=OLD_TRIE, stubs={**OLD_TRIE_STUBS, **LOGGER_STUB},
+        drive={"sequence": Sequence, "trie": "prefix_cache"}),
+    Era("0.15.0", "0.15.0", "num_required_blocks caps the tokens at seq.kv_token_limit (long-context prefill chunks); "
+        "the trie's allocate caps them too and reads the recompute-overlap fields of seq.prefix_cache",
+        real=OLD_TRIE, stubs={**OLD_TRIE_STUBS, **LOGGER_STUB}, drive={"sequence": Sequence, "trie": "prefix_cache"}),
     Era("0.16.0", "0.18.0", "the block trie became the package paging/block_trie (BlockTrie(allocator=, block_size=, "
-        "enabled=), seq.prefix_cache a PrefixCacheState with its trie cursor): the caching-on baseline drives it",
-        real=TRIE, stubs=TRIE_STUBS, drive={"sequence": Sequence, "trie": True}),
+        "enabled=), seq.prefix_cache a PrefixCacheState with its trie cursor)",
+        real=TRIE, stubs=TRIE_STUBS, drive={"sequence": Sequence, "trie": "package"}),
 )
 BEFORE = ("releases before 0.9.2 were not read: the eras of harness/engines/lmdeploy_engine.py were checked against "
           "the wheels of 0.9.2 to 0.18.0")
@@ -77,11 +89,16 @@ def load(version: str | None = None) -> SimpleNamespace:
     e = era(version)
     out = SimpleNamespace(DefaultBlockManager=DefaultBlockManager, LogicalTokenBlocks=LogicalTokenBlocks,
                           Sequence=e.drive["sequence"])
-    if e.drive.get("trie"):  # BlockTrie and PrefixCacheState only where the era drives the trie
+    if e.drive.get("trie"):  # the trie (a module before 0.16.0, a package from it) where the era drives it
         from lmdeploy.pytorch.paging.block_trie import BlockTrie
+
+        out.BlockTrie, out.CachingEngine = BlockTrie, CACHING[e.drive["trie"]]
+        out.TrieSequence = type("TrieSequence", (out.CachingEngine.sequence_base, e.drive["sequence"]),
+                                {"__slots__": ()})  # an instance of the class messages.py stands in for
+    if e.drive.get("trie") == "package":
         from lmdeploy.pytorch.prefix_cache_state import PrefixCacheState
 
-        out.BlockTrie, out.PrefixCacheState = BlockTrie, PrefixCacheState
+        out.PrefixCacheState = PrefixCacheState
     return out
 
 
@@ -160,20 +177,78 @@ class TrieSequence(PcSequence):
         return step
 
 
+class OldTrieSequence(TrieSequence):
+    """:class:`TrieSequence` for the trie module before 0.16.0: ``num_all_ids`` (its bound up to 0.10.0) counts the
+    match's extra token too; no multimodal hashes."""
+
+    __slots__ = ()
+
+    @property
+    def num_all_ids(self) -> int:
+        return self.num_valid_ids
+
+    def set_step(self, step: int) -> None:
+        total = self._num_history_ids + self._num_token_ids
+        self._num_history_ids, self._num_token_ids = step, total - step
+
+    def get_prefix_cache_extra_hashes(self, start: int, end: int) -> tuple:
+        return ()
+
+
+class PrefixCacheFields:
+    """The fields of ``seq.prefix_cache`` the trie of 0.14.0 and 0.15.0 reads on its text path (LMDeploy's
+    ``PrefixCacheState`` is in messages.py, which the plan stands in for)."""
+
+    __slots__ = ("last_shared_node", "match_start_step", "private_recompute_end_step",
+                 "private_recompute_start_step", "restore_node", "restore_state")
+    match_recompute_blocks = 0
+    suppress_match_stats = False
+
+    def __init__(self) -> None:
+        self.last_shared_node = self.restore_node = None
+        self.match_start_step = 0
+        self.restore_state = self.private_recompute_start_step = self.private_recompute_end_step = -1
+
+
 class LmdeployCachingEngine(LmdeployEngine):
-    """:class:`LmdeployEngine` with LMDeploy's ``BlockTrie`` on (0.16.0 on): the contract's caching part, driven as
-    the contender ``lmdeploy-pc`` drives its own trie."""
+    """:class:`LmdeployEngine` with LMDeploy's ``BlockTrie`` on (the package, 0.16.0 on; the subclasses drive the
+    module before it), driven as the contender ``lmdeploy-pc`` drives its own trie."""
 
     prefix_caching = True
+    sequence_base = TrieSequence
+    node_fields = ("token_ids", "block_id")
+    cursor_at = ("prefix_cache", "trie_cursor")
+    root_method = "_get_or_create_root"
+    built = "BlockTrie(allocator, block_size, enabled=True)"
 
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self.trie = self.lmdeploy.BlockTrie(allocator=self.allocator, block_size=self.block_size, enabled=True)
-        self.sequence_class = TrieSequence
+        self.trie = self._new_trie()
+        self.sequence_class = self.lmdeploy.TrieSequence
         self._layout = token_layout(self.block_size)
         self.in_trie = np.zeros(self.num_blocks, dtype=bool)
         self.num_evictable = 0
+
+    def _new_trie(self):
+        return self.lmdeploy.BlockTrie(allocator=self.allocator, block_size=self.block_size, enabled=True)
+
+    def _new_cache_state(self, seq: TrieSequence) -> None:
+        seq.prefix_cache = self.lmdeploy.PrefixCacheState()
+
+    def _cursor(self, seq: TrieSequence):
+        holder, name = self.cursor_at
+        return getattr(getattr(seq, holder), name)
+
+    def _set_cursor(self, seq: TrieSequence, node) -> None:
+        holder, name = self.cursor_at
+        setattr(getattr(seq, holder), name, node)
+
+    def _root(self, seq: TrieSequence):
+        return getattr(self.trie, self.root_method)(seq.adapter_name)
+
+    def _key(self, tokens: np.ndarray) -> int:
+        return self.trie._hash_block(tokens, ())
 
     def num_free_blocks(self) -> int:
         return self.gpu._free_count + self.num_evictable
@@ -182,8 +257,8 @@ class LmdeployCachingEngine(LmdeployEngine):
         return int(np.count_nonzero(self.in_trie))
 
     def _new_sequence(self, num_tokens: int) -> TrieSequence:
-        seq = TrieSequence(num_tokens, self.block_size, self.lmdeploy.LogicalTokenBlocks())
-        seq.prefix_cache = self.lmdeploy.PrefixCacheState()
+        seq = self.sequence_class(num_tokens, self.block_size, self.lmdeploy.LogicalTokenBlocks())
+        self._new_cache_state(seq)
         seq._match_extra = 0
         return seq
 
@@ -228,23 +303,23 @@ class LmdeployCachingEngine(LmdeployEngine):
     def _fork(self, parent_id: int, child_id: int) -> None:
         super()._fork(parent_id, child_id)
         parent, child = self.seqs[parent_id], self.seqs[child_id]
-        child.prefix_cache = self.lmdeploy.PrefixCacheState()
-        child.prefix_cache.trie_cursor = parent.prefix_cache.trie_cursor
+        self._new_cache_state(child)
+        self._set_cursor(child, self._cursor(parent))
         child.history_cache = parent.history_cache.clone()
         child._match_extra = 0
 
     def _need(self, seq: TrieSequence, num_blocks: int) -> int:
         """Free blocks the admission consumes (the contract's check, made before the trie's match mutates): a
         walk of the trie's children, only when the pool may be short."""
-        trie, bs, refs = self.trie, self.block_size, self._memory().ref_count
-        node = trie._get_or_create_root(seq.adapter_name)
+        bs, refs, (token_ids, block_id) = self.block_size, self._memory().ref_count, self.node_fields
+        node = self._root(seq)
         need = num_blocks
         for i in range(len(seq.history_cache) // bs):
             tokens = seq.history_cache[i * bs:(i + 1) * bs]
-            child = node.children.get(trie._hash_block(tokens, ()))
-            if child is None or not np.array_equal(tokens, child.token_ids):
+            child = node.children.get(self._key(tokens))
+            if child is None or not np.array_equal(tokens, getattr(child, token_ids)):
                 break
-            need += int(refs[child.block_id] == 1) - 1
+            need += int(refs[getattr(child, block_id)] == 1) - 1
             node = child
         return need
 
@@ -297,8 +372,8 @@ class LmdeployCachingEngine(LmdeployEngine):
                               f"the trace seals block {n // self.block_size} after "
                               f"{len(seq.history_cache) // self.block_size}")
         tokens = block_tokens(np.array([h], dtype=np.uint64), self.block_size, self._layout)[0]
-        cursor = seq.prefix_cache.trie_cursor
-        if cursor is not None and self.trie._hash_block(tokens, ()) in cursor.children:
+        cursor = self._cursor(seq)
+        if cursor is not None and self._key(tokens) in cursor.children:
             raise ReplayError(f"row {seq_id}: another row sealed hash {h} under the same prefix: LMDeploy's trie would "
                               "swap this row's block for the cached one, where the contract keeps it uncached")
         seq.history_cache.append(tokens)
@@ -317,6 +392,44 @@ class LmdeployCachingEngine(LmdeployEngine):
         return int(self._memory().ref_count[block_id]) - int(self.in_trie[block_id])
 
 
+class TableCursorEngine(LmdeployCachingEngine):
+    """0.9.2 to 0.13.0: the module paging/block_trie.py, built from a cache config and the block manager; the cursor
+    on the table (which starts and resets without one), a block's key computed inline."""
+
+    sequence_base = OldTrieSequence
+    node_fields = ("tokens", "block")
+    cursor_at = ("logical_blocks", "last_shared_node")
+    root_method = "get_root"
+    built = ("BlockTrie(cache_config, block_manager) (the module paging/block_trie.py; cache_config giving "
+             "block_size and enable_prefix_caching=True); its scheduler attaches a prompt's full blocks at "
+             "admission from 0.11.1 on, at the next decode step before it, where the contract caches them at admission")
+
+    def _new_trie(self):
+        config = SimpleNamespace(block_size=self.block_size, enable_prefix_caching=True)
+        return self.lmdeploy.BlockTrie(config, self.bm)
+
+    def _new_cache_state(self, seq: TrieSequence) -> None:
+        return
+
+    def _key(self, tokens: np.ndarray) -> int:
+        return hash(("random", tuple(tokens)))  # the key these releases' match and allocate compute inline
+
+
+class StateCursorEngine(TableCursorEngine):
+    """0.14.0 and 0.15.0: the cursor in ``seq.prefix_cache``, the key ``_make_key``."""
+
+    cursor_at = ("prefix_cache", "last_shared_node")
+
+    def _new_cache_state(self, seq: TrieSequence) -> None:
+        seq.prefix_cache = PrefixCacheFields()
+
+    def _key(self, tokens: np.ndarray) -> int:
+        return self.trie._make_key(tokens, ())
+
+
+CACHING = {"table": TableCursorEngine, "prefix_cache": StateCursorEngine, "package": LmdeployCachingEngine}
+
+
 def baselines(lmdeploy: SimpleNamespace, version: str) -> list[Baseline]:
     cls = type("LmdeployEngine", (LmdeployEngine,), {"lmdeploy": lmdeploy})
     how = (f"LMDeploy {version}'s DefaultBlockManager(num_blocks, 0) and LogicalTokenBlocks from the wheel (PyTorch "
@@ -330,14 +443,15 @@ def baselines(lmdeploy: SimpleNamespace, version: str) -> list[Baseline]:
            "as the contender emulates them, with the allocator's add_ref_count, allocate and free")
     out = [Baseline("caching off", cls, ("lmdeploy",), ("lmdeploy",), how, engine_object="bm")]
     if hasattr(lmdeploy, "BlockTrie"):
-        caching = type("LmdeployCachingEngine", (LmdeployCachingEngine,), {"lmdeploy": lmdeploy})
+        caching = type("LmdeployCachingEngine", (lmdeploy.CachingEngine,), {"lmdeploy": lmdeploy})
         out.append(Baseline("caching on", caching, ("lmdeploy-pc",), ("lmdeploy-pc",), how.replace(
-            "prefix caching off", "prefix caching on") + CACHING_HOW.format(version=version), plain_traces=False,
+            "prefix caching off", "prefix caching on") + CACHING_HOW.format(version=version, built=caching.built),
+            plain_traces=False,
             caching_traces=True, engine_object="trie"))
     return out
 
 
-CACHING_HOW = ("; with LMDeploy {version}'s BlockTrie(allocator, block_size, enabled=True) from the wheel: at "
+CACHING_HOW = ("; with LMDeploy {version}'s {built} from the wheel: at "
                "admission the trie's match (the sequence counting one token more, so every full block may hit, as "
                "the contract says), the eviction helper's room-making (the free stack's blocks first, then "
                "trie.evict for the rest), allocate(seq, 0) and the trie's allocate; at a seal the block's token ids "
