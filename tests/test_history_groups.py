@@ -9,6 +9,7 @@ import csv
 import gzip
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 
 from harness.cli import main
 from harness.errors import InputError
-from harness.history import measure
+from harness.history import figure, measure
 from harness.history.anchored import canonical, on_anchor_scale
 from harness.history.groups import GroupPlan, anchor_for, next_group, workers_that_fit
 from harness.history.records import COLUMNS, METRICS, HistoryRow, raw_path, read_history, write_history
@@ -220,3 +221,14 @@ def test_the_readme_section_says_the_groups_and_the_anchor(tmp_path) -> None:
     _, text = section(tmp_path, "results/history/vllm")
     assert "Measured in 2 groups of up to 2 releases in turn, the anchor 0.26.0 in every group" in text
     assert "0.25.0 (paper" not in text and "3 releases" in text
+
+
+def test_each_row_of_the_figure_names_its_own_series(tmp_path, monkeypatch) -> None:
+    """A scenario measured with caching on alone gets a legend of its own, not the first row's "caching off"."""
+    rows = [replace(_row(v, 100.0, metric=m), engine="lmdeploy") for v in ("0.1.0", "0.2.0") for m in METRICS]
+    rows += [replace(r, caching="on", scenario="system-prompt-256") for r in rows]
+    legends = []
+    monkeypatch.setattr(figure, "save_figure", lambda fig, out, name: legends.extend(
+        [ax.get_title(), [t.get_text() for t in ax.get_legend().get_texts()]] for ax in fig.axes if ax.get_legend()))
+    figure.draw("lmdeploy", rows, [], {}, tmp_path)
+    assert legends == [["paper: seq_step_ns", ["caching off"]], ["system-prompt-256: seq_step_ns", ["caching on"]]]

@@ -40,6 +40,16 @@ def _panel(ax, rows: list[HistoryRow], found: list[Step], releases: list[str]) -
     ax.grid(axis="y", alpha=0.3)
 
 
+def _row_legend(row: list) -> None:
+    """One legend on a row's first panel naming every series of the row (a scenario may have one caching mode)."""
+    named: dict[str, object] = {}
+    for ax in row:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            named.setdefault(label, handle)
+    if named:
+        row[0].legend(list(named.values()), list(named), fontsize=7, loc="lower left")
+
+
 def draw(engine: str, rows: list[HistoryRow], found: list[Step], meta: dict, out: Path) -> list[Path]:
     """``history-ENGINE.png`` and ``.svg`` in ``out``: a panel per scenario and metric."""
     rows = [r for r in rows if r.engine == engine]
@@ -55,7 +65,8 @@ def draw(engine: str, rows: list[HistoryRow], found: list[Step], meta: dict, out
                    releases)
             ax.set_title(f"{scenario}: {metric}", fontsize=9)
             ax.set_ylabel(UNITS[metric], fontsize=8)
-    axes[0].legend(fontsize=7, loc="lower left")
+    for i in range(len(scenarios)):
+        _row_legend(axes[i * len(METRICS): (i + 1) * len(METRICS)])
     reps = max((r.reps for r in rows), default=0)
     caption = (f"{engine}'s own block manager, each release imported unmodified from its published wheel, replayed "
                f"by the same driver, every release in a worker process of its own, in lockstep ({reps} repetitions "
