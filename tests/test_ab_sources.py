@@ -211,7 +211,7 @@ def test_a_registered_design_that_raises_at_import_refuses_its_side_naming_the_r
     with (root / "impls" / "designs" / "list_design.py").open("a") as source:
         source.write("\nraise RuntimeError('list is broken here')\n")
     side = Side("BASE", str(root), "HEAD~1", "0123456789ab")
-    with Pool(1, execute, 60) as pool, pytest.raises(InputError) as raised:
+    with Pool(1, execute, 300) as pool, pytest.raises(InputError) as raised:
         resolve_side(pool, side, ["dict", "list"])
     text = str(raised.value)
     assert text.startswith("BASE (HEAD~1, commit 0123456789ab): implementation 'list' could not be imported: "
