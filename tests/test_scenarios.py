@@ -50,7 +50,11 @@ def traces(tmp_path_factory) -> Traces:
 TORCH_QUICK = {"paper", "parallel-sampling", "beam-search", "pressure"}
 
 
-@pytest.mark.parametrize("name", slow_for(sorted(set(PLAIN) - SCALE_SLOW), {"pool-131072", "beam-search"}))
+# The two slowest replays of the rest also go to the slow suite, so that `make test` stays under its 10 minutes.
+REPLAY_SLOW = {"pool-131072", "beam-search", "concurrency-1024", "mooncake"}
+
+
+@pytest.mark.parametrize("name", slow_for(sorted(set(PLAIN) - SCALE_SLOW), REPLAY_SLOW))
 def test_every_scenario_replays_on_every_implementation(traces, name: str) -> None:
     _replay_all(traces[name], [i for i in REGISTRY if i != "sglang" or name in TORCH_QUICK])
 
