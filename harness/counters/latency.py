@@ -15,7 +15,8 @@ SIZES_KIB = (16, 256, 4 << 10, 64 << 10)  # L1, L2, L3 and memory on the machine
 LOADS = 50_000  # per walk: well under a scheduler's time slice, even from memory
 WALKS = 7
 LINE = 64
-METHOD = "walks going on where the last stopped, on 4 KiB pages"  # recorded beside each reading (meta.json)
+SMALL_PAGES = hasattr(mmap, "MADV_NOHUGEPAGE")  # where the kernel cannot be told, its own page size stands
+METHOD = "walks going on where the last stopped, on " + ("4 KiB pages" if SMALL_PAGES else "the pages granted")
 
 
 @njit(cache=True)
@@ -29,7 +30,7 @@ def small_pages(count: int) -> np.ndarray:
     """``count`` zeroed int64 slots on 4 KiB pages: NumPy asks for huge pages on large arrays, and whether the kernel
     grants them varies from call to call, which moved the probe more than the host did (docs/measurement.md#host)."""
     buffer = mmap.mmap(-1, count * 8)
-    if hasattr(buffer, "madvise") and hasattr(mmap, "MADV_NOHUGEPAGE"):
+    if SMALL_PAGES:
         buffer.madvise(mmap.MADV_NOHUGEPAGE)
     return np.frombuffer(buffer, dtype=np.int64)
 

@@ -287,7 +287,7 @@ class LmdeployCachingBlockManager(LmdeployBlockManager):
         return manager
 
     def memory_bytes(self) -> int:
-        """The plain manager's, plus per block a trie flag and a node slot."""
+        """The plain manager's, plus per block a trie flag and a node slot (not the nodes, which grow with use)."""
         return super().memory_bytes() + 9 * self.num_blocks
 
     def num_free_blocks(self) -> int:
