@@ -201,6 +201,7 @@ def test_a_worker_meters_both_sides_after_its_timed_repetitions(standin_measured
     assert engine_calls.METERED_REPLAYS >= 2
 
 
+@pytest.mark.slow  # shares the ~10 s worker run above (make test-slow, .ci/run)
 def test_each_row_pairs_ours_with_the_engine_replayed_in_the_same_regime(standin_measured) -> None:
     """A per-call row's engine figure, interval and engine calls come from the engine's per-call replay, a batched
     row's from its batched replay (before, both from the batched one)."""

@@ -25,6 +25,19 @@ def cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess
                           timeout=timeout, cwd=cwd or ROOT, env=env, check=False)
 
 
+def cli_in_process(capsys, *args: str) -> subprocess.CompletedProcess:
+    """``cli`` without a new interpreter (seconds of imports per case); the other tests keep the real process."""
+    from harness.cli import main
+
+    capsys.readouterr()
+    try:
+        status = main(list(args))
+    except SystemExit as exc:  # argparse's own exit
+        status = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["kvblock-bench", *args], status, out, err)
+
+
 def assert_one_line_error(proc: subprocess.CompletedProcess, *words: str) -> None:
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     lines = proc.stderr.strip().splitlines()
@@ -56,9 +69,9 @@ def results_with_a_run(tmp_path: Path) -> Path:
     (["--sweep", "bogus"], ["--sweep", "bogus", "context"]),
     (["--sweep", "pool", "--scenario", "paper"], ["--sweep", "--scenario"]),
 ])
-def test_bad_run_fails_before_creating_anything(results_with_a_run: Path, args, words) -> None:
+def test_bad_run_fails_before_creating_anything(results_with_a_run: Path, capsys, args, words) -> None:
     before = sorted(p.name for p in results_with_a_run.iterdir())
-    proc = cli("run", "--results", str(results_with_a_run), "--no-progress", *args)
+    proc = cli_in_process(capsys, "run", "--results", str(results_with_a_run), "--no-progress", *args)
     assert_one_line_error(proc, *words)
     assert sorted(p.name for p in results_with_a_run.iterdir()) == before  # no empty run folder left behind
     assert os.readlink(results_with_a_run / "latest") == "20200101-000000"  # the earlier run stays latest
