@@ -34,7 +34,8 @@ def paced_sentence(run: RunData, scenario: str = PAPER, impl: str = RATIO_BASE) 
     head = (f"Paced at {fmt(rate) if rate == rate and rate else '?'} steps/s from Python "
             f"({int(reps) if reps == reps and reps else '?'} interleaved repetitions; medians [95 % interval]): a "
             f"compiled call that does nothing, once per step, costs {fmt(float(floor['value']))} %"
-            f"{interval_text(floor)} of a core (`{FLOOR}`), the floor of any block manager entered once per step")
+            f"{interval_text(floor)} of a core over an idle paced loop (`{FLOOR}`: a difference, so its interval "
+            f"can reach below 0), the floor of any block manager entered once per step")
     whole, above = run.get(scenario, impl, "batched", WHOLE), run.get(scenario, impl, "batched", ABOVE)
     if whole is None or whole["status"] != "ok" or above is None or above["status"] != "ok":
         return head + f"; `{impl}`'s whole step was not paced in this run."
