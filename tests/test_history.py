@@ -336,6 +336,7 @@ def test_bad_history_input_is_one_line_and_exit_status_2(tmp_path, capsys, args,
 @pytest.mark.parametrize("engine, versions, cachings", [
     ("vllm", "0.23.0,0.24.0", {"off", "on"}),
     ("sglang", "0.5.22,0.5.23", {"off"}),
+    ("tvm", "0.26.0,0.27.0", {"off"}),  # the length read through debug_get_kv, then through its getter
 ])
 def test_history_runs_two_published_releases_end_to_end(tmp_path, capsys, engine, versions, cachings) -> None:
     """The published wheels (fetched once into the user's cache), on a short trace. Skipped when the package index
