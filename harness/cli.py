@@ -495,7 +495,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.engine not in HISTORY_ENGINES:
         raise UsageError(f"ENGINE {args.engine!r}: history compares published releases of {or_list(HISTORY_ENGINES)}")
     engine = ENGINES[args.engine]
-    scenarios = args.scenario or [s for s in engine.scenarios if s != "parallel-sampling"]
+    scenarios = args.scenario or engine.history_scenarios()
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         raise UsageError(f"--scenario {unknown[0]}: unknown scenario; `{PROG} scenarios` lists them")
@@ -653,7 +653,7 @@ def _add_calibrate(sub) -> None:
 
 
 def _add_history(sub) -> None:
-    from harness.engines.catalog import HISTORY_ENGINES, or_list
+    from harness.engines.catalog import ENGINES, HISTORY_ENGINES, or_list
     from harness.history.groups import DEFAULT_GROUP
     from harness.output.compare import DEFAULT_THRESHOLD_PCT
 
@@ -669,7 +669,8 @@ def _add_history(sub) -> None:
     p.add_argument("versions", metavar="VERSIONS",
                    help="published releases: a comma list (0.23.0,0.24.0) or a range FIRST..LAST (0.21.0..0.33.0), "
                         "resolved with `pip index versions`")
-    _add_engine_scenarios(p, "the engine's calibration scenarios without forks")
+    forking = or_list(name for name, e in ENGINES.items() if e.history_forks)
+    _add_engine_scenarios(p, f"the engine's calibration scenarios, with forks only for an engine that forks: {forking}")
     p.add_argument("--out", metavar="DIR",
                    help="where the tables and figures go (default: a new folder results/<timestamp>-history-ENGINE/)")
     p.add_argument("--no-figures", action="store_true", help="tables only")

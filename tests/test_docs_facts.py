@@ -122,7 +122,7 @@ def test_rendering_rewrites_only_the_facts() -> None:
         "8", facts.lookup("ab.reps").render(ROOT))
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang", "lmdeploy"])
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "lmdeploy", "tvm"])
 def test_the_history_sections_are_what_their_folders_say(engine: str) -> None:
     """The README's engine histories, regenerated from the committed folders (``report DIR --history-readme``)."""
     from harness.history.readme_section import markers, section

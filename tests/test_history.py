@@ -18,7 +18,8 @@ import pytest
 from packaging.version import Version
 
 from harness.cli import main
-from harness.engines import lmdeploy_engine, sglang_engine, vllm_engine
+from harness.engines import lmdeploy_engine, sglang_engine, tvm_engine, vllm_engine
+from harness.engines.catalog import ENGINES, TVM_CACHING
 from harness.engines.eras import Era, era_of
 from harness.errors import InputError
 from harness.history.records import CALL_METRICS, METRICS, HistoryRow, read_history, write_history
@@ -59,7 +60,7 @@ def test_a_range_is_every_release_the_index_lists_between_its_ends(tmp_path) -> 
 
 
 # -- the plans' table of releases --------------------------------------------------------------------------
-@pytest.mark.parametrize("module", [vllm_engine, sglang_engine, lmdeploy_engine])
+@pytest.mark.parametrize("module", [vllm_engine, sglang_engine, lmdeploy_engine, tvm_engine])
 def test_the_eras_are_ordered_and_disjoint_and_each_release_finds_its_own(module) -> None:
     eras = module.ERAS
     for era in eras:
@@ -265,6 +266,38 @@ def test_history_measures_lmdeploy_s_trie_in_the_module_and_in_the_package(tmp_p
     assert "block_trie.trie" in on["0.16.0"] and "lmdeploy.pytorch.config" not in on["0.16.0"]
 
 
+def test_history_replays_forks_by_default_only_for_an_engine_that_forks() -> None:
+    """TVM forks in its own runtime (fork_sequence): its history replays the calibration's fork scenario too."""
+    assert ENGINES["tvm"].history_scenarios() == ["paper", "parallel-sampling"]
+    assert ENGINES["vllm"].history_scenarios() == ["paper", "system-prompt-256"]
+    assert ENGINES["sglang"].history_scenarios() == ["paper"]
+
+
+@pytest.mark.slow  # an end-to-end history run over two of TVM's eras (make test-slow, .ci/run)
+def test_history_drives_tvm_s_runtimes_each_with_its_own_companion_wheel(tmp_path, capsys) -> None:
+    """0.25.0.post1 (apache-tvm-ffi 0.1.12, no length getter) and 0.27.0 (0.1.15.post2), on stand-in wheels: each
+    release fetched with its era's companion, both scenarios by default, caching off and said why in every row."""
+    from tests.tvm_standin import write_wheels
+
+    links = tmp_path / "wheels"
+    write_wheels(links, "attention_kv_cache_get_sequence_length", version="0.25.0.post1", ffi="0.1.12")
+    write_wheels(links, version="0.27.0")
+    out = tmp_path / "out"
+    code, stdout, err = _history(capsys, "tvm", "0.25.0.post1,0.27.0", "--reps", "2", "--out", str(out), "--cache",
+                                 str(tmp_path / "cache"), "--find-links", str(links), *SMALL)
+    assert code == 0, err
+    rows = read_history(out / "history.csv")
+    assert {(r.version, r.caching, r.scenario) for r in rows} == {
+        (v, "off", s) for v in ("0.25.0.post1", "0.27.0") for s in ("paper", "parallel-sampling")}
+    assert all(r.status == "ok" and r.how.startswith(f"page bookkeeping: {TVM_CACHING}") for r in rows)
+    digests = {r.version: r.digest for r in rows}
+    assert all(d.count("sha256:") == 2 for d in digests.values()) and len(set(digests.values())) == 2
+    releases = json.loads((out / "meta.json").read_text())["releases"]
+    assert [("apache_tvm_ffi-0.1.12" in r["wheel"], r["era"]) for r in releases] == [
+        (True, "0.25.0..0.25.0.post1"), (False, "0.27.0..0.27.0.post1")]
+    assert "tvm 0.25.0.post1 -> 0.27.0" in stdout
+
+
 @pytest.mark.slow  # an end-to-end run, ~10 s (make test-slow, .ci/run)
 def test_a_release_whose_code_moved_from_its_era_fails_its_replays_and_is_not_guessed(tmp_path, capsys,
                                                                                        monkeypatch) -> None:
@@ -282,7 +315,8 @@ def test_a_release_whose_code_moved_from_its_era_fails_its_replays_and_is_not_gu
 
 
 @pytest.mark.parametrize("args, message", [
-    (["nano-vllm", "0.1.0"], "history compares published releases of vllm, sglang or lmdeploy"),
+    (["nano-vllm", "0.1.0"], "history compares published releases of vllm, sglang, lmdeploy or tvm"),
+    (["tvm", "0.24.0,0.25.0"], "tvm 0.24.0: older than the plans drive (0.25.0..0.27.0.post1)"),
     (["vllm", "0.11.2,0.12.0"], "vllm 0.11.2: older than the plans drive"),
     (["sglang", "0.5.21,0.5.22"], "sglang 0.5.21: older than the plans drive (0.5.22..0.5.23): before 0.5.22"),
     (["vllm", "latest"], "VERSIONS latest: 'latest' is not a release number"),
@@ -302,6 +336,7 @@ def test_bad_history_input_is_one_line_and_exit_status_2(tmp_path, capsys, args,
 @pytest.mark.parametrize("engine, versions, cachings", [
     ("vllm", "0.23.0,0.24.0", {"off", "on"}),
     ("sglang", "0.5.22,0.5.23", {"off"}),
+    ("tvm", "0.26.0,0.27.0", {"off"}),  # the length read through debug_get_kv, then through its getter
 ])
 def test_history_runs_two_published_releases_end_to_end(tmp_path, capsys, engine, versions, cachings) -> None:
     """The published wheels (fetched once into the user's cache), on a short trace. Skipped when the package index

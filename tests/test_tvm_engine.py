@@ -18,7 +18,7 @@ from harness.engines import fetch
 from harness.engines.call_meter import WHOLE_STEP
 from harness.engines.catalog import CPP_TIER, ENGINES, parse_engine
 from harness.engines.loader import ImportPlan, PlanError, engine_imports
-from harness.engines.tvm_engine import TvmEngine, baselines, plan, wheels
+from harness.engines.tvm_engine import TvmEngine, baselines, era, plan, wheels
 from harness.errors import InputError
 from impls.native import UNAVAILABLE_REASON
 from scenarios import generate
@@ -28,8 +28,8 @@ VERSION = "0.27.0.post1"
 SMALL = ("--steps", "30", "--running", "12")
 
 
-def _engine(**config):
-    cls = type("TvmEngine", (TvmEngine,), {"tvm": namespace()})
+def _engine(length: bool = True, **config):
+    cls = type("TvmEngine", (TvmEngine,), {"tvm": namespace(length)})
     return cls(**({"num_blocks": 32, "block_size": 4, "max_seqs": 8, "max_blocks_per_seq": 16} | config))
 
 
@@ -96,6 +96,23 @@ def test_the_adapter_replays_the_traces_with_their_copies_and_end_state(scenario
     check_end_state(trace, mgr)
 
 
+def test_before_0_27_0_a_length_is_the_end_tvm_s_debug_read_reaches() -> None:
+    """0.25.0 and 0.26.0 register no length getter: the adapter reads TVM's length as the longest prefix its
+    debug_get_kv accepts (it refuses an end past the length), so the end-state check still reads TVM's count."""
+    trace = generate("parallel-sampling", steps=40, running=12)
+    mgr = _engine(False, **trace.config)
+    replay(trace, mgr, "batched")
+    check_end_state(trace, mgr)
+    row = next(s for s in range(mgr.max_seqs) if mgr._lens[s])
+    kv, length = mgr._kv, int(mgr._lens[row])
+    assert mgr.seq_len(row) == length
+    kv.lens[row] = length - 1  # TVM counts a token fewer than the contract: the adapter says TVM's count
+    assert mgr.seq_len(row) == length - 1
+    kv.tables[row] += [kv.take(), kv.take()]  # and a few more (pages for them)
+    kv.lens[row] = length + 3
+    assert mgr.seq_len(row) == length + 3
+
+
 def test_the_call_meter_sees_the_runtime_calls_alone() -> None:
     """The meter goes on ``cache`` (TVM's object and its functions), the baseline calibrates the C++ tier and models
     none of it (no band applies)."""
@@ -143,7 +160,11 @@ def test_the_tvm_record_calibrates_the_cpp_tier_from_two_pinned_wheels() -> None
     assert engine.wheels(None) == wheels(VERSION) == (VERSION, ("apache-tvm-ffi==0.1.15.post2",))
     assert ENGINES["vllm"].wheels("0.33.0") == ("0.33.0", ())
     assert plan(VERSION).compiled == ("tvm_ffi",)
-    for bad, reason in (("0.26.0", "older than"), ("0.28.0", "newer than")):
+    # 0.25.0's runtime links a symbol only apache-tvm-ffi 0.1.12 exports; 0.26.0 runs with 0.27.0's companion
+    assert [wheels(v)[1] for v in ("0.25.0", "0.25.0.post1", "0.26.0", "0.27.0")] == [
+        ("apache-tvm-ffi==0.1.12",)] * 2 + [("apache-tvm-ffi==0.1.15.post2",)] * 2
+    assert [era(v).drive["length"] for v in ("0.25.0", "0.26.0", "0.27.0")] == [False, False, True]
+    for bad, reason in (("0.24.0", "lists no apache-tvm release before 0.25.0"), ("0.28.0", "newer than")):
         with pytest.raises(InputError, match=reason):
             wheels(bad)
 
@@ -174,11 +195,14 @@ def test_a_compiled_package_imports_from_the_folder_and_never_from_elsewhere(tmp
         import tvm_ffi
 
 
-@pytest.mark.parametrize("missing, library, message", [
-    ("kv_state_fork_sequence", None, "libtvm_runtime.so registers no vm.builtin.kv_state_fork_sequence"),
-    ("", b"not a shared library", "libtvm_runtime.so does not load"),
+@pytest.mark.parametrize("missing, library, version, message", [
+    ("kv_state_fork_sequence", None, VERSION, "libtvm_runtime.so registers no vm.builtin.kv_state_fork_sequence"),
+    ("kv_state_fork_sequence", None, "0.25.0", "registers no vm.builtin.kv_state_fork_sequence; the adapter "
+     "(harness/engines/tvm_engine.py) drives the functions of the runtimes of 0.25.0..0.25.0.post1"),
+    ("attention_kv_cache_get_sequence_length", None, "0.27.0", "registers no vm.builtin.attention_kv_cache_get_seq"),
+    ("", b"not a shared library", VERSION, "libtvm_runtime.so does not load"),
 ])
-def test_a_runtime_that_does_not_load_or_lacks_a_function_is_an_input_error(tmp_path, missing, library,
+def test_a_runtime_that_does_not_load_or_lacks_a_function_is_an_input_error(tmp_path, missing, library, version,
                                                                            message) -> None:
     import _ctypes
 
@@ -187,8 +211,22 @@ def test_a_runtime_that_does_not_load_or_lacks_a_function_is_an_input_error(tmp_
     root = write_package(tmp_path / "root", missing)
     (root / LIBRARY).parent.mkdir(parents=True)
     (root / LIBRARY).write_bytes(library or Path(_ctypes.__file__).read_bytes())
-    with engine_imports(plan(VERSION), root), pytest.raises(InputError, match=re.escape(message)):
-        load(VERSION)
+    with engine_imports(plan(version), root), pytest.raises(InputError, match=re.escape(message)):
+        load(version)
+
+
+@pytest.mark.parametrize("version", ["0.25.0", "0.26.0"])
+def test_a_runtime_before_0_27_0_loads_without_a_length_getter(tmp_path, version) -> None:
+    import _ctypes
+
+    from harness.engines.tvm_engine import LIBRARY, load
+
+    root = write_package(tmp_path / "root", "attention_kv_cache_get_sequence_length")
+    (root / LIBRARY).parent.mkdir(parents=True)
+    (root / LIBRARY).write_bytes(Path(_ctypes.__file__).read_bytes())
+    with engine_imports(plan(version), root):
+        tvm = load(version)
+    assert tvm.length is None and tvm.debug_get_kv is not None
 
 
 # -- whole runs through the CLI -----------------------------------------------------------------------------
@@ -200,7 +238,7 @@ def _calibrate(capsys, *args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("args, wheels_kind, message", [
-    (("tvm==0.26.0",), None, "tvm 0.26.0: older than the plans drive"),
+    (("tvm==0.24.0",), None, "tvm 0.24.0: older than the plans drive (0.25.0..0.27.0.post1): the package index"),
     ((f"tvm=={VERSION}", "--source", "/tmp"), None, "--source: tvm's block manager is compiled code"),
     ((f"tvm=={VERSION}",), "none", f"pip download apache-tvm=={VERSION} failed"),
     pytest.param((f"tvm=={VERSION}",), "missing", "libtvm_runtime.so registers no vm.builtin.kv_state_fork_sequence",

@@ -116,6 +116,8 @@ def length(kv: Cache, seq: int) -> int:
 
 
 def debug_get_kv(kv: Cache, seq: int, start: int, stop: int, k, v) -> None:
+    if not 0 <= start < stop <= kv.lens[seq]:
+        raise ValueError("DebugGetKV does not accept out-of-range end_pos")
     table = kv.tables[seq]
     positions = np.array([table[i // kv.page] * kv.page + i % kv.page for i in range(start, stop)], np.int32)
     kv.debug(None, positions, k, v, 0)
@@ -128,11 +130,13 @@ FUNCTIONS = {"paged_attention_kv_cache_create": create, "kv_state_add_sequence":
 FFI = SimpleNamespace(Shape=lambda values: shape(*values), convert=lambda f: f, from_dlpack=lambda a: a)
 
 
-def namespace() -> SimpleNamespace:
-    """What ``harness.engines.tvm_engine.load`` returns, on the stand-in's functions."""
+def namespace(length: bool = True) -> SimpleNamespace:
+    """What ``harness.engines.tvm_engine.load`` returns, on the stand-in's functions (``length``: the runtime has a
+    length getter, as from 0.27.0)."""
     from harness.engines.tvm_engine import FUNCTIONS as NAMES
 
-    return SimpleNamespace(ffi=FFI, shape=shape, **{key: FUNCTIONS[name] for key, name in NAMES.items()})
+    found = {key: FUNCTIONS[name] for key, name in NAMES.items()}
+    return SimpleNamespace(ffi=FFI, shape=shape, **found | ({} if length else {"length": None}))
 
 
 INIT = '''from tvm_ffi import _ffi_api
@@ -160,19 +164,20 @@ def write_package(root: Path, missing: str = "") -> Path:
     return root
 
 
-def write_wheels(folder: Path, missing: str = "", library: bytes | None = None) -> Path:
-    """The two wheels ``calibrate tvm==0.27.0.post1`` fetches, in ``folder`` (for ``--find-links``): the runtime
-    library (a loadable shared library, or ``library``'s bytes) and the stand-in ``tvm_ffi``."""
+def write_wheels(folder: Path, missing: str = "", library: bytes | None = None, version: str = "0.27.0.post1",
+                 ffi: str = "0.1.15.post2") -> Path:
+    """The two wheels ``calibrate tvm==VERSION`` fetches, in ``folder`` (for ``--find-links``): the runtime library
+    (a loadable shared library, or ``library``'s bytes) and the stand-in ``tvm_ffi`` (version ``ffi``)."""
     import _ctypes
 
     from tests.calibration_standin import build_wheel
 
-    runtime = folder / "tvm-src" / "tvm" / "lib" / "libtvm_runtime.so"
+    runtime = folder / f"tvm-src-{version}" / "tvm" / "lib" / "libtvm_runtime.so"
     runtime.parent.mkdir(parents=True, exist_ok=True)
     if library is None:
         shutil.copyfile(_ctypes.__file__, runtime)
     else:
         runtime.write_bytes(library)
-    build_wheel(folder / "tvm-src", "apache-tvm", "0.27.0.post1", folder, "*.so")
-    build_wheel(write_package(folder / "ffi-src", missing), "apache-tvm-ffi", "0.1.15.post2", folder)
+    build_wheel(runtime.parents[2], "apache-tvm", version, folder, "*.so")
+    build_wheel(write_package(folder / f"ffi-src-{ffi}", missing), "apache-tvm-ffi", ffi, folder)
     return folder

@@ -14,6 +14,8 @@ from harness.errors import InputError
 from scenarios import PAPER, Trace
 from scenarios.trace import trace_uses_caching
 
+TVM_CACHING = ("caching off: TVM's paged KV cache has no prefix caching (MLC-LLM's prefix cache, outside the wheel, "
+               "shares a prefix through fork_sequence)")
 CPP_TIER = ("cpp-flat", "cpp-dict", "cpp-list", "cpp-flat-rows")  # impls/native: calibrated against TVM
 
 
@@ -50,12 +52,18 @@ class Engine:
     history: dict[str, str] = field(default_factory=dict)  # ``history``'s baselines and their caching mode
     engine_objects: dict[str, str] = field(default_factory=dict)  # contender -> its model of the engine's object
     binaries: tuple[str, ...] = ()  # compiled files unpacked too (path prefixes in the wheels; companions(version))
+    history_forks: bool = False  # ``history`` replays the fork scenario by default too (the engine forks natively)
+    history_how: str = ""  # what every ``history`` row's how adds (what the engine's caching mode means there)
 
     def code(self) -> ModuleType:
         return importlib.import_module(f"harness.engines.{self.module}")
 
     def plan(self) -> ImportPlan:
         return self.code().plan()
+
+    def history_scenarios(self) -> list[str]:
+        """``history``'s default scenarios: the calibration's, the fork scenario only where the engine forks."""
+        return [s for s in self.scenarios if self.history_forks or s != "parallel-sampling"]
 
     def wheels(self, version: str | None) -> tuple[str | None, tuple[str, ...]]:
         """The version to fetch and the other wheels its compiled code loads (none for a Python-only engine)."""
@@ -76,8 +84,8 @@ ENGINES = {
                        (PAPER, "parallel-sampling", "system-prompt-256"), {"caching off": "off", "caching on": "on"},
                        engine_objects={"lmdeploy": "manager", "lmdeploy-pc": "trie"}),
     "tvm": Engine("tvm", "TVM", "apache-tvm", ("tvm_ffi",), "tvm_engine", {name: ("batched",) for name in CPP_TIER},
-                  (PAPER, "parallel-sampling"), engine_objects=dict.fromkeys(CPP_TIER, WHOLE_STEP),
-                  binaries=("tvm/lib/libtvm_runtime.so", "tvm_ffi/")),
+                  (PAPER, "parallel-sampling"), {"page bookkeeping": "off"}, dict.fromkeys(CPP_TIER, WHOLE_STEP),
+                  ("tvm/lib/libtvm_runtime.so", "tvm_ffi/"), history_forks=True, history_how=TVM_CACHING),
 }
 
 

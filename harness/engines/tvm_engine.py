@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from harness.base.replay import ReplayError
 from harness.engines.adapter import EngineAdapter
 from harness.engines.catalog import CPP_TIER, Baseline
 from harness.engines.eras import Era, era_of
@@ -24,12 +25,20 @@ FUNCTIONS = {"create": "paged_attention_kv_cache_create", "add": "kv_state_add_s
              "begin": "kv_state_begin_forward", "end": "kv_state_end_forward",
              "free_pages": "attention_kv_cache_get_num_available_pages",
              "length": "attention_kv_cache_get_sequence_length", "debug_get_kv": "attention_kv_cache_debug_get_kv"}
-ERAS = (Era("0.27.0.post1", "0.27.0.post1", "the first release read: paged_attention_kv_cache_create takes 28 "
-            "arguments (eight kernel lists that may be empty, then the merge list, split-rotary, copy-single-page, "
-            "debug-get-kv and compact-copy functions); its runtime loads through apache-tvm-ffi 0.1.15.post2",
-            drive={"companions": ("apache-tvm-ffi==0.1.15.post2",)}),)
-BEFORE = ("releases before 0.27.0.post1 were not read: the constructor's arguments (harness/engines/tvm_engine.py) "
-          "were checked against 0.27.0.post1's runtime only")
+FFI_0_1_12, FFI_NEWEST = "apache-tvm-ffi==0.1.12", "apache-tvm-ffi==0.1.15.post2"
+ERAS = (Era("0.25.0", "0.25.0.post1", "the first release on the package index: paged_attention_kv_cache_create takes "
+            "28 arguments (a config of 5 fields); no attention_kv_cache_get_sequence_length (a length is the bound "
+            "debug_get_kv reads to); its runtime links tvm::ffi::json::Stringify taking Optional<int> by value, "
+            "which apache-tvm-ffi exports in 0.1.12 alone of the releases its >=0.1.12 allows",
+            drive={"companions": (FFI_0_1_12,), "length": False}),
+        Era("0.26.0", "0.26.0", "its runtime links json::Stringify taking Optional<int> by reference (apache-tvm-ffi "
+            "0.1.13 on; it requires >=0.1.13.post2): run with 0.1.15.post2, as pip resolves it and as 0.27.0's",
+            drive={"companions": (FFI_NEWEST,), "length": False}),
+        Era("0.27.0", "0.27.0.post1", "registers attention_kv_cache_get_sequence_length (read for a length); the "
+            "config may hold a sixth field (a per-layer sliding window, unset here)",
+            drive={"companions": (FFI_NEWEST,), "length": True}))
+BEFORE = ("the package index lists no apache-tvm release before 0.25.0 (`pip index versions apache-tvm`; older TVM "
+          "was published as source archives)")
 HEAD_DIM = 8  # one layer, one head of 8 features: the pages' tensor stays small (no attention runs)
 
 
@@ -61,10 +70,13 @@ def load(version: str | None = None) -> SimpleNamespace:
         raise InputError(f"tvm {version}: {library} does not load ({exc}); delete that folder of the engines' "
                          "cache and run again") from None
     found = {key: tvm_ffi.get_global_func(f"vm.builtin.{name}", allow_missing=True) for key, name in FUNCTIONS.items()}
-    missing = [FUNCTIONS[key] for key, f in found.items() if f is None]
+    e = era(version)
+    missing = [FUNCTIONS[key] for key, f in found.items() if f is None and (key != "length" or e.drive["length"])]
     if missing:
         raise InputError(f"tvm {version}: {LIBRARY.name} registers no vm.builtin.{missing[0]}; the adapter "
-                         "(harness/engines/tvm_engine.py) drives the functions of 0.27.0.post1's runtime")
+                         f"(harness/engines/tvm_engine.py) drives the functions of the runtimes of {e.first}..{e.last}")
+    if not e.drive["length"]:
+        found["length"] = None
     return SimpleNamespace(ffi=tvm_ffi, shape=_ffi_api.Shape, **found)
 
 
@@ -218,23 +230,45 @@ class TvmEngine(EngineAdapter):
         return (self._lens[seq_id] - 1) & (self.block_size - 1)
 
     def seq_len(self, seq_id: int) -> int:
-        """The sequence's length as TVM counts it."""
-        return int(self.cache.sequence_length(self._active(seq_id)))
+        """The sequence's length as TVM counts it (before 0.27.0, which has no getter: what debug_get_kv reads)."""
+        row = self._active(seq_id)
+        return int(self.cache.sequence_length(row)) if self.tvm.length is not None else self._readable(row)
 
-    def _table(self, seq_id: int) -> list[int]:
-        """TVM's pages of the sequence, read through its debug_get_kv (the block trace's position map; untimed)."""
-        length = self._lens[seq_id]
+    def _readable(self, seq_id: int) -> int:
+        """The longest prefix of the sequence TVM's debug_get_kv reads (it refuses an end_pos past the length)."""
+        low, high, cap = 0, self._lens[seq_id] + 1, self.max_blocks_per_seq * self.block_size + 1
+        while high < cap and self._positions_of(seq_id, high) is not None:
+            low, high = high, min(2 * high, cap)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if self._positions_of(seq_id, mid) is not None else (low, mid)
+        return low
+
+    def _positions_of(self, seq_id: int, length: int) -> np.ndarray | None:
+        """TVM's position map of the sequence's first ``length`` tokens (untimed); None where TVM refuses the end."""
         ffi = self.tvm.ffi
         self._positions.clear()
         k, v = (ffi.from_dlpack(np.zeros((1, length, 1, HEAD_DIM), np.float16)) for _ in range(2))
-        self.tvm.debug_get_kv(self._kv, seq_id, 0, length, k, v)
-        return [int(p) // self.block_size for p in self._positions[0][:: self.block_size]]
+        try:
+            self.tvm.debug_get_kv(self._kv, seq_id, 0, length, k, v)
+        except Exception as exc:  # the runtime's failed check, as tvm_ffi raises it
+            if "end_pos" not in str(exc):
+                raise
+            return None
+        return self._positions.pop()
+
+    def _table(self, seq_id: int) -> list[int]:
+        """TVM's pages of the sequence, read through its debug_get_kv (the block trace's position map; untimed)."""
+        positions = self._positions_of(seq_id, self._lens[seq_id])
+        if positions is None:
+            raise ReplayError(f"row {seq_id}: TVM holds fewer than its {self._lens[seq_id]} tokens")
+        return [int(p) // self.block_size for p in positions[:: self.block_size]]
 
     def _ref(self, block_id: int) -> int:
         return sum(self._table(s).count(block_id) for s in range(self.max_seqs) if self._lens[s])
 
 
-HOW = ("TVM {version}'s PagedAttentionKVCache from the wheel's libtvm_runtime.so (through apache-tvm-ffi), on "
+HOW = ("TVM {version}'s PagedAttentionKVCache from the wheel's libtvm_runtime.so (through {ffi}), on "
        "cpu:0 with one layer of one 8-feature head and no attention kernels (empty kernel lists; the "
        "split-rotary, compact-copy and merge functions stand-ins never called; copy-single-page a stand-in "
        "that records the pages TVM copies): per admission add_sequence and a begin_forward/end_forward of the "
@@ -244,10 +278,13 @@ HOW = ("TVM {version}'s PagedAttentionKVCache from the wheel's libtvm_runtime.so
        "row's next append (the copy is reported there, its page counted free until then); remove_sequence at a "
        "free; the ids' Shape made by tvm_ffi's Shape constructor function (not its Python class, which checks "
        "every element in Python); slots: the offsets in their pages (TVM hands the page part only to attention "
-       "kernels), the pages checked at the end through debug_get_kv")
+       "kernels), the pages checked at the end through debug_get_kv, the lengths through {length}")
 
 
 def baselines(tvm: SimpleNamespace, version: str) -> list[Baseline]:
     """One baseline, TVM's page bookkeeping, calibrating the C++ tier and modelled by none of it."""
     cls = type("TvmEngine", (TvmEngine,), {"tvm": tvm})
-    return [Baseline("page bookkeeping", cls, CPP_TIER, (), HOW.format(version=version), engine_object="cache")]
+    e = era(version)
+    length = "get_sequence_length" if e.drive["length"] else "the end debug_get_kv reads to (no getter before 0.27.0)"
+    how = HOW.format(version=version, ffi=e.drive["companions"][0], length=length)
+    return [Baseline("page bookkeeping", cls, CPP_TIER, (), how, engine_object="cache")]

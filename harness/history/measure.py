@@ -182,10 +182,12 @@ def _memory_line(number: int, record: dict) -> str:
 def fetched(opts: HistoryOptions, version: str) -> Release:
     """``version``'s wheel fetched into the cache (reused when there) and unpacked."""
     e = opts.engine
+    companions = e.wheels(version)[1]
     code = fetch.published(e.distribution, version, e.packages, fetch.outside_repository(opts.cache, "--cache"),
-                           opts.find_links)
-    wheel = opts.cache.expanduser().resolve() / "downloads" / code.origin
-    size = (wheel.stat().st_size if wheel.is_file() else 0) + sum(
+                           opts.find_links, e.binaries, companions)
+    downloads = opts.cache.expanduser().resolve() / "downloads"
+    wheels = [downloads / name for name in code.origin.split(" + ")]
+    size = sum(w.stat().st_size for w in wheels if w.is_file()) + sum(
         p.stat().st_size for p in Path(code.root).rglob("*") if p.is_file())
     opts.progress(f"{e.label} {code.version} ({code.digest[:19]}...): {code.origin}, {size / 1e6:,.0f} MB in the cache")
     return Release(version, code, size)
@@ -281,7 +283,7 @@ class Scenario:
         value.failed.update(self.failed[release.version])
         failures += [f"{self.name}: {self.opts.engine.name} {release.version} {k[0]}: {why}"
                      for k, why in value.failed.items() if k[0] in self.opts.engine.history]
-        return measured_rows(value, self.opts.engine.history, common)
+        return measured_rows(value, self.opts.engine.history, common, self.opts.engine.history_how)
 
     def peaks(self) -> dict[str, int]:
         return {v: m.peak_rss for v, m in self.results.items() if isinstance(m, Measured) and m.peak_rss}

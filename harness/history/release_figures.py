@@ -26,11 +26,12 @@ def how(value: Measured, baseline: str, metric: str, reps: int) -> str:
             f"repetitions; every release in a worker process of its own, in lockstep; {value.plan}")
 
 
-def measured_rows(value: Measured, baselines: Mapping[str, str], common: dict) -> list[HistoryRow]:
-    """Per baseline of ``baselines`` (name -> caching mode), a row per metric; a failed replay's rows say why."""
+def measured_rows(value: Measured, baselines: Mapping[str, str], common: dict, note: str = "") -> list[HistoryRow]:
+    """Per baseline of ``baselines`` (name -> caching mode), a row per metric, ``note`` in its how; a failed
+    replay's rows say why."""
     rows = []
     for baseline, caching in baselines.items():
-        key = (baseline, "batched", "real")
+        key, label = (baseline, "batched", "real"), f"{baseline}: {note}" if note else baseline
         if key in value.failed:
             rows += failed_rows(baseline, caching, value.failed[key], common, value.steps)
             continue
@@ -44,8 +45,8 @@ def measured_rows(value: Measured, baselines: Mapping[str, str], common: dict) -
             status = "ok" if math.isfinite(est.value) else "skipped"
             rows.append(HistoryRow(caching=caching, metric=metric, value=est.value, ci_low=est.low,
                                    ci_high=est.high, status=status, reps=len(samples), steps=work.steps,
-                                   how=how(value, baseline, metric, len(samples)), **common))
-        rows += call_rows(value.metered.get(key), baseline, caching, work.steps, value.plan, common)
+                                   how=how(value, label, metric, len(samples)), **common))
+        rows += call_rows(value.metered.get(key), label, caching, work.steps, value.plan, common)
     return rows
 
 

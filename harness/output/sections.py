@@ -16,6 +16,7 @@ FILES = {
     "history-vllm": "README.md",  # kvblock-bench report results/history/vllm --history-readme README.md
     "history-sglang": "README.md",  # kvblock-bench report results/history/sglang --history-readme README.md
     "history-lmdeploy": "README.md",
+    "history-tvm": "README.md",
     "ci-example": "README.md",  # python -m harness.facts (from examples/ci/github-actions.yml)
     "ci-plugin-example": "docs/ci.md",  # the same command (from examples/ci/plugin-repository.yml)
 }
