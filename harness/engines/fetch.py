@@ -32,6 +32,7 @@ class EngineCode:
     digest: str  # "sha256:<wheel digest>" or "tree-sha256:<digest of the packages' .py files>"
     origin: str
     repaired: tuple[str, ...] = field(default=(), compare=False)
+    wheels: tuple[Path, ...] = field(default=(), compare=False)  # the wheels unpacked (none for a source folder)
 
 
 def default_cache() -> Path:
@@ -145,7 +146,7 @@ def unpack(wheel: Path, packages: tuple[str, ...], cache: Path, binaries: tuple[
         finally:  # an interrupted or refused unpack leaves no half-made folder in the cache
             shutil.rmtree(tmp, ignore_errors=True)
     return EngineCode(root, wheel_version(wheel), "+".join(f"sha256:{d}" for d in digests),
-                      " + ".join(w.name for w in wheels), tuple(changed))
+                      " + ".join(w.name for w in wheels), tuple(changed), wheels)
 
 
 def _wanted(name: str, packages: tuple[str, ...], binaries: tuple[str, ...]) -> bool:

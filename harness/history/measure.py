@@ -185,9 +185,7 @@ def fetched(opts: HistoryOptions, version: str) -> Release:
     companions = e.wheels(version)[1]
     code = fetch.published(e.distribution, version, e.packages, fetch.outside_repository(opts.cache, "--cache"),
                            opts.find_links, e.binaries, companions)
-    downloads = opts.cache.expanduser().resolve() / "downloads"
-    wheels = [downloads / name for name in code.origin.split(" + ")]
-    size = sum(w.stat().st_size for w in wheels if w.is_file()) + sum(
+    size = sum(w.stat().st_size for w in code.wheels if w.is_file()) + sum(
         p.stat().st_size for p in Path(code.root).rglob("*") if p.is_file())
     opts.progress(f"{e.label} {code.version} ({code.digest[:19]}...): {code.origin}, {size / 1e6:,.0f} MB in the cache")
     return Release(version, code, size)
