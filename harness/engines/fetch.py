@@ -32,7 +32,7 @@ class EngineCode:
     digest: str  # "sha256:<wheel digest>" or "tree-sha256:<digest of the packages' .py files>"
     origin: str
     repaired: tuple[str, ...] = field(default=(), compare=False)
-    wheels: tuple[Path, ...] = field(default=(), compare=False)  # the wheels unpacked (none for a source folder)
+    wheels: tuple[Path, ...] = field(default=(), compare=False)
 
 
 def default_cache() -> Path:
