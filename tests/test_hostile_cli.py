@@ -101,9 +101,9 @@ def test_results_path_that_is_a_file(tmp_path: Path) -> None:
     (["paper", "--samples", "2"], ["--samples", "not a parameter"]),
     (["nope"], ["nope"]),
 ])
-def test_bad_trace_parameters(tmp_path: Path, args, words) -> None:
+def test_bad_trace_parameters(tmp_path: Path, capsys, args, words) -> None:
     out = tmp_path / "t.npz"
-    assert_one_line_error(cli("trace", *args, "-o", str(out)), *words)
+    assert_one_line_error(cli_in_process(capsys, "trace", *args, "-o", str(out)), *words)
     assert not out.exists()
 
 
