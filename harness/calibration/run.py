@@ -69,9 +69,7 @@ def engine_code(opts: Options) -> fetch.EngineCode:
     if e.distribution is None:
         raise InputError(f"{e.name} is not published on the package index: give its source folder with --source "
                          f"DIR (e.g. a checkout of its repository)")
-    cache = fetch.outside_repository(opts.cache, "--cache")
-    version, companions = e.wheels(opts.version)
-    return fetch.published(e.distribution, version, e.packages, cache, opts.find_links, e.binaries, companions)
+    return e.published(opts.version, fetch.outside_repository(opts.cache, "--cache"), opts.find_links)
 
 
 def calibrate(opts: Options) -> Outcome:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 
+from harness.engines import fetch
 from harness.engines.call_meter import WHOLE_STEP
 from harness.engines.loader import ImportPlan
 from harness.errors import InputError
@@ -68,6 +70,10 @@ class Engine:
     def wheels(self, version: str | None) -> tuple[str | None, tuple[str, ...]]:
         """The version to fetch and the other wheels its compiled code loads (none for a Python-only engine)."""
         return self.code().wheels(version) if self.binaries else (version, ())
+
+    def published(self, version: str | None, cache: Path, find_links: Path | None) -> fetch.EngineCode:
+        version, companions = self.wheels(version)
+        return fetch.published(self.distribution, version, self.packages, cache, find_links, self.binaries, companions)
 
 
 ENGINES = {

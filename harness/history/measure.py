@@ -182,9 +182,7 @@ def _memory_line(number: int, record: dict) -> str:
 def fetched(opts: HistoryOptions, version: str) -> Release:
     """``version``'s wheel fetched into the cache (reused when there) and unpacked."""
     e = opts.engine
-    companions = e.wheels(version)[1]
-    code = fetch.published(e.distribution, version, e.packages, fetch.outside_repository(opts.cache, "--cache"),
-                           opts.find_links, e.binaries, companions)
+    code = e.published(version, fetch.outside_repository(opts.cache, "--cache"), opts.find_links)
     size = sum(w.stat().st_size for w in code.wheels if w.is_file()) + sum(
         p.stat().st_size for p in Path(code.root).rglob("*") if p.is_file())
     opts.progress(f"{e.label} {code.version} ({code.digest[:19]}...): {code.origin}, {size / 1e6:,.0f} MB in the cache")
