@@ -31,6 +31,7 @@ def test_every_loop_is_repeated_with_an_interval_and_the_floor_is_its_own_row(pr
     assert set(by) == {("flat", "batched", "cpu_share_observed_pct"), ("flat", "batched", "deadline_misses"),
                        ("flat", "batched", "cpu_share_observed_whole_step_pct"),
                        ("flat", "batched", "deadline_misses_whole_step"), ("flat", "batched", "paced_above_floor_pct"),
+                       ("flat", "batched", "paced_step_over_kernel_pct"),
                        ("dict", "per-call", "cpu_share_observed_pct"), ("dict", "per-call", "deadline_misses"),
                        ("-", "-", "paced_floor_pct")}
     assert all(r.status == "ok" and r.reps == 3 and r.steps == 30 for r in rows)
@@ -80,7 +81,7 @@ def test_on_a_caching_trace_the_whole_step_is_unsupported_not_guessed(prep: Prep
                                        True, reps=2))
     whole = [r for r in rows if r.metric == "cpu_share_observed_whole_step_pct"]
     assert [(w.status, w.how) for w in whole] == [("unsupported", "step() does not take the prefix-caching ops yet")]
-    assert not [r for r in rows if r.metric == "paced_above_floor_pct"]
+    assert not [r for r in rows if r.metric in ("paced_above_floor_pct", "paced_step_over_kernel_pct")]
 
 
 def test_above_the_floor_compares_the_cpu_inside_the_calls_only() -> None:

@@ -219,6 +219,18 @@ def test_the_paced_floor_sentence_judges_the_target_on_the_interval(tmp_path: Pa
     assert text in paper_table(run) and text in console_summary(run) and text in section(run)
 
 
+@pytest.mark.parametrize(("over", "verdict"), [((0.1, -0.2, 0.2), "met"), ((0.6, 0.3, 0.9), "missed"),
+                                               ((0.4, -0.1, 0.8), "not decided")])
+def test_what_step_adds_to_its_kernel_is_judged_against_its_own_target(tmp_path: Path, over, verdict) -> None:
+    rows = [*paced((2.45, 1.9, 2.6), (0.6, 0.2, 0.95)),
+            Row("paper", "flat", "batched", "paced_step_over_kernel_pct", over[0], "%", "thread_time_ns",
+                ci_low=over[1], ci_high=over[2], reps=9)]
+    text = paced_sentence(make_run(tmp_path, rows))
+    assert f"adds {over[0]:g} points [{over[1]:g}–{over[2]:g}] over its kernel called straight" in text
+    assert f"Target: at most 0.25 points: {verdict}" in text
+    assert "over its kernel" not in paced_sentence(make_run(tmp_path, paced((2.45, 1.9, 2.6), (0.6, 0.2, 0.95))))
+
+
 def test_no_floor_row_no_sentence(tmp_path: Path) -> None:
     assert paced_sentence(make_run(tmp_path)) == ""
 

@@ -22,7 +22,7 @@ DRIVERS = ("python", "compiled", "native")
 SIGNED_METRICS = frozenset({"allocs_per_step", "nrt_allocs_per_step", "allocs_above_floor_per_step",
                             "aa_ratio_log", "cache_insert_ns",
                             "cache_evict_ns", "cpu_share_observed_pct", "cpu_share_observed_whole_step_pct",
-                            "paced_floor_pct", "paced_above_floor_pct"})
+                            "paced_floor_pct", "paced_above_floor_pct", "paced_step_over_kernel_pct"})
 MAX_ABS_VALUE = 1e15
 
 

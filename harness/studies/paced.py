@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -11,6 +12,7 @@ from numba import njit
 
 from harness.base.drivers import Prepared, step_runner, whole_step_runner
 from harness.base.replay import ReplayError, check_end_state
+from impls.core.compiled import exact_step_kernel
 
 
 @dataclass
@@ -75,16 +77,36 @@ def whole_step_paced(prep: Prepared, make_mgr):
     """``(run, check)`` over a fresh manager, ``run`` making unchecked ``step`` calls."""
     mgr = make_mgr()
     cows = np.zeros(prep.num_steps, dtype=np.int64)
+    return whole_step_runner(prep, mgr, cows, check=False), _step_check(prep, mgr, cows, "step()")
+
+
+def kernel_paced(prep: Prepared, make_mgr):
+    """``(run, check)``, ``run`` calling a fresh compiled manager's step kernel straight: ``step()`` less its work."""
+    mgr = make_mgr()
+    state = mgr.state
+    kernel = partial(exact_step_kernel(mgr.kernels, state), state)
+    args, buffers, limits = step_arguments(prep)
+    cows = np.zeros(prep.num_steps, dtype=np.int64)
+
+    def run(lo: int, hi: int) -> None:
+        for s in range(lo, hi):
+            cows[s], _ = kernel(*args[s], *buffers, *limits)
+
+    return run, _step_check(prep, mgr, cows, "the step kernel")
+
+
+def _step_check(prep: Prepared, mgr, cows: np.ndarray, what: str):
+    """``check(steps)``: the copy-on-writes ``what`` returned, and after the last step the end state, are right."""
 
     def check(steps: int) -> None:
         bad = np.flatnonzero(cows[:steps] != prep.trace.step_cows[:steps])
         if bad.size:
             s = int(bad[0])
-            raise ReplayError(f"step {s}: step() returned {cows[s]}, the trace expects {prep.trace.step_cows[s]}")
+            raise ReplayError(f"step {s}: {what} returned {cows[s]}, the trace expects {prep.trace.step_cows[s]}")
         if steps == prep.num_steps:
             check_end_state(prep.trace, mgr)
 
-    return whole_step_runner(prep, mgr, cows, check=False), check
+    return check
 
 
 def paced_whole_step_run(prep: Prepared, make_mgr, rate: float, steps: int | None = None) -> PacedResult:

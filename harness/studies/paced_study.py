@@ -14,7 +14,8 @@ from harness.base.failures import blamed_on
 from harness.base.rows import Row
 from harness.base.stats import median_estimate
 from harness.errors import DesignFailure
-from harness.studies.paced import Paced, floor_runner, paced_loop, paced_runner, whole_step_paced
+from harness.studies.paced import Paced, floor_runner, kernel_paced, paced_loop, paced_runner, whole_step_paced
+from impls.registry import RATIO_BASE
 
 PACED_REPS = 9
 FLOOR = ("-", "-")
@@ -85,8 +86,10 @@ class PacedKind:
 
 
 def kinds_of(prep: Prepared, makers: dict[tuple[str, str], Callable], whole_step: set[tuple[str, str]],
-             classes: dict[tuple[str, str], type] | None = None) -> list[PacedKind]:
-    """The study's loops: idle, each cell's decode calls, the whole step of the cells in ``whole_step``, the floor."""
+             classes: dict[tuple[str, str], type] | None = None,
+             direct: set[tuple[str, str]] = frozenset()) -> list[PacedKind]:
+    """The study's loops: idle, each cell's decode calls, the whole step of the cells in ``whole_step``, the step
+    kernel called straight for those in ``direct`` as well, the floor."""
     classes = classes or {}
     kinds = [PacedKind("-", "-", "idle", lambda: (None, _unchecked))]
     for (impl, regime), make in makers.items():
@@ -94,6 +97,9 @@ def kinds_of(prep: Prepared, makers: dict[tuple[str, str], Callable], whole_step
         kinds.append(PacedKind(impl, regime, "calls", partial(paced_runner, own, make, regime), cls=cls))
         if (impl, regime) in whole_step:
             kinds.append(PacedKind(impl, regime, "step", lambda make=make, own=own: whole_step_paced(own, make),
+                                   cls=cls))
+        if (impl, regime) in whole_step and (impl, regime) in direct:
+            kinds.append(PacedKind(impl, regime, "kernel", lambda make=make, own=own: kernel_paced(own, make),
                                    cls=cls))
     kinds.append(PacedKind(*FLOOR, "floor", lambda: (floor_runner(prep), _unchecked)))
     return kinds
@@ -159,7 +165,8 @@ def above(kind: PacedKind, floor: PacedKind) -> np.ndarray:
 METRICS = {"calls": ("cpu_share_observed_pct", "deadline_misses"),
            "step": ("cpu_share_observed_whole_step_pct", "deadline_misses_whole_step"),
            "floor": ("paced_floor_pct", None)}
-PACED_METRICS = frozenset({m for pair in METRICS.values() for m in pair if m} | {"paced_above_floor_pct"})
+PAIRED = ("paced_above_floor_pct", "paced_step_over_kernel_pct")
+PACED_METRICS = frozenset({m for pair in METRICS.values() for m in pair if m} | set(PAIRED))
 CALLS_HOW = {"per-call": "the contract's calls per step from Python (one per operation and sequence); compiled "
                          "designs pay one dispatch per call",
              "batched": "one decode_step call per step from Python, pool operations per call; compiled designs pay "
@@ -174,9 +181,10 @@ def study_rows(scenario: str, kinds: list[PacedKind], rate: float, steps: int) -
     """The study's rows from the kinds' repetitions."""
     idle = next(k for k in kinds if k.what == "idle")
     floor = next(k for k in kinds if k.what == "floor")
+    kernels = {(k.impl, k.regime): k for k in kinds if k.what == "kernel"}
     rows: list[Row] = []
     for kind in kinds:
-        if kind.what == "idle":
+        if kind.what in ("idle", "kernel"):
             continue
         share_metric, miss_metric = METRICS[kind.what]
         common = {"step_rate": rate, "steps": steps, "driver": "python"}
@@ -202,6 +210,8 @@ def study_rows(scenario: str, kinds: list[PacedKind], rate: float, steps: int) -
                             ci_high=_finite(misses.high), steps=steps, driver="python"))
         if kind.what == "step" and floor.error is None and floor.callee_ns:
             rows.append(_above_row(scenario, kind, floor, common))
+        if kind.what == "step" and (kind.impl, kind.regime) in kernels:
+            rows.append(_over_kernel_row(scenario, kind, kernels[(kind.impl, kind.regime)], common))
     return rows
 
 
@@ -216,6 +226,22 @@ def _above_row(scenario: str, kind: PacedKind, floor: PacedKind, common: dict) -
                ci_high=_finite(est.high), **common)
 
 
+def _over_kernel_row(scenario: str, step: PacedKind, kernel: PacedKind, common: dict) -> Row:
+    """``paced_step_over_kernel_pct``: the whole step's calls over its kernel's called straight, paired."""
+    metric = PAIRED[1]
+    if kernel.error is not None or not kernel.callee_ns:
+        why = kernel.error.reason if isinstance(kernel.error, DesignFailure) else "no repetition finished"
+        return Row(scenario, step.impl, step.regime, metric, float("nan"), "%", "thread_time_ns", "failed",
+                   f"the step kernel called straight: {why}")
+    est = median_estimate(above(step, kernel))
+    return Row(scenario, step.impl, step.regime, metric, est.value, "%", "thread_time_ns", "ok",
+               "the whole step's share of thread CPU inside its step() calls minus that of the same design's step "
+               "kernel called straight with the same arguments, in a paced loop of its own (step()'s checks and "
+               "dispatch: what an engine calling the kernel itself would not pay), paired repetition by repetition; "
+               "median, 95 % bootstrap interval", reps=min(len(step.callee_ns), len(kernel.callee_ns)),
+               ci_low=_finite(est.low), ci_high=_finite(est.high), **common)
+
+
 def _finite(x: float) -> float | None:
     return None if x != x else x
 
@@ -228,7 +254,8 @@ def paced_study_rows(study: PacedCells, hooks: PacedHooks = PacedHooks(), claims
     unsupported = sorted(stepped) if study.caching else []
     rows = [Row(study.scenario, impl, regime, METRICS["step"][0], float("nan"), "%", "thread_time_ns", "unsupported",
                 "step() does not take the prefix-caching ops yet") for impl, regime in unsupported]
-    kinds = kinds_of(prep, study.makers, set() if study.caching else stepped, classes)
+    direct = {c for c in stepped if c[0] == RATIO_BASE and getattr(classes.get(c), "kernels", None) is not None}
+    kinds = kinds_of(prep, study.makers, set() if study.caching else stepped, classes, direct)
     run_interleaved(kinds, study.rate, steps, study.reps, hooks)
     if claims is not None:
         claims.update(paced_claims(kinds))

@@ -19,6 +19,7 @@ from impls.contract import (
 )
 from impls.core.compiled import CachingKernels
 from impls.core.jit import specialise
+from impls.core.pages import resident_zeros
 from impls.core.validation import chain_problem, chain_shape_arg, hash_arg, lookup_args, seq_arg, tokens_arg
 from impls.designs import flat
 from impls.designs.flat import (
@@ -451,14 +452,14 @@ class FlatPcBlockManager(FlatBlockManager):
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq, table=table)
         s, n = self.max_seqs, self.num_blocks
         ext, cap_bits, scr_bits, size, key_size = layout(s, n, self.max_blocks_per_seq)
-        ints = np.zeros(size, dtype=np.int32)
+        ints = resident_zeros(size, np.int32)
         ints[:ext] = self.ints
         ints[ext + HEAD] = ints[ext + TAIL] = NIL
         ints[ext + CAP_BITS], ints[ext + SCR_BITS] = cap_bits, scr_bits
         records, refs, stack, _, _ = offsets(s, n)
         self.ints = ints
         self._lens, self._refs = ints[records + LEN : refs : ROW], ints[refs:stack]
-        self.keys = np.zeros(key_size, dtype=np.uint64)
+        self.keys = resident_zeros(key_size, np.uint64)
         self._ext, self._cap = ext, 1 << cap_bits
         self.state = (self.table, self.ints, self.keys)
 

@@ -23,6 +23,7 @@ from impls.contract import (
 )
 from impls.core.compiled import CompiledBlockManager, Kernels
 from impls.core.ids import table_dtype
+from impls.core.pages import resident_zeros
 from impls.core.validation import blocks_needed_jit, slot_of_jit
 
 # Header slots at the start of ``ints``.
@@ -570,13 +571,13 @@ class FlatBlockManager(CompiledBlockManager):
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
         s, n = self.max_seqs, self.num_blocks
         if table is None:
-            self.table = np.zeros((s, self.max_blocks_per_seq), dtype=table_dtype(n))
+            self.table = resident_zeros((s, self.max_blocks_per_seq), table_dtype(n))
         else:
             check_table_buffer(table, s, self.max_blocks_per_seq, n)
             table[...] = 0  # the same starting state as a fresh table
             self.table = table
         records, refs, stack, _, size = offsets(s, n)
-        self.ints = np.zeros(size, dtype=np.int32)
+        self.ints = resident_zeros(size, np.int32)
         self.ints[TOP], self.ints[NUM_BLOCKS], self.ints[BLOCK_SHIFT] = n, n, self.block_shift
         self._lens, self._refs = self.ints[records + LEN : refs : ROW], self.ints[refs:stack]
         # the top of the stack hands out 0, 1, 2, ...

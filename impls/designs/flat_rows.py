@@ -22,6 +22,7 @@ from impls.contract import (
 from impls.core.compiled import CompiledBlockManager, Kernels
 from impls.core.ids import ROW_BYTES, table_dtype
 from impls.core.jit import specialise
+from impls.core.pages import resident_zeros
 from impls.core.validation import slot_of_jit
 from impls.designs import flat
 from impls.designs.flat import SHARED, STAMP_LIMIT, can_allocate, load
@@ -46,7 +47,7 @@ def cache_aligned_zeros(shape: tuple[int, ...] | int, dtype: np.dtype | type) ->
     the view of an over-allocated byte buffer, ``ROW_BYTES`` more than the array's bytes."""
     count = int(np.prod(shape))
     nbytes = count * np.dtype(dtype).itemsize
-    buffer = np.zeros(nbytes + ROW_BYTES, dtype=np.uint8)
+    buffer = resident_zeros(nbytes + ROW_BYTES, np.uint8)
     start = -buffer.ctypes.data % ROW_BYTES
     return buffer[start : start + nbytes].view(dtype).reshape(shape)
 
