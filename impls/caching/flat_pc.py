@@ -450,18 +450,16 @@ class FlatPcBlockManager(FlatBlockManager):
     def __init__(self, num_blocks: int, block_size: int = 16, max_seqs: int = 256,
                  max_blocks_per_seq: int = 256, *, table: np.ndarray | None = None) -> None:
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq, table=table)
-        s, n = self.max_seqs, self.num_blocks
-        ext, cap_bits, scr_bits, size, key_size = layout(s, n, self.max_blocks_per_seq)
-        ints = resident_zeros(size, np.int32)
-        ints[:ext] = self.ints
+        ext, cap_bits, scr_bits, _, key_size = layout(self.max_seqs, self.num_blocks, self.max_blocks_per_seq)
+        ints = self.ints
         ints[ext + HEAD] = ints[ext + TAIL] = NIL
         ints[ext + CAP_BITS], ints[ext + SCR_BITS] = cap_bits, scr_bits
-        records, refs, stack, _, _ = offsets(s, n)
-        self.ints = ints
-        self._lens, self._refs = ints[records + LEN : refs : ROW], ints[refs:stack]
         self.keys = resident_zeros(key_size, np.uint64)
         self._ext, self._cap = ext, 1 << cap_bits
         self.state = (self.table, self.ints, self.keys)
+
+    def _ints_size(self) -> int:
+        return layout(self.max_seqs, self.num_blocks, self.max_blocks_per_seq)[3]
 
     def memory_bytes(self) -> int:
         _, _, _, size, key_size = layout(self.max_seqs, self.num_blocks, self.max_blocks_per_seq)

@@ -576,13 +576,16 @@ class FlatBlockManager(CompiledBlockManager):
             check_table_buffer(table, s, self.max_blocks_per_seq, n)
             table[...] = 0  # the same starting state as a fresh table
             self.table = table
-        records, refs, stack, _, size = offsets(s, n)
-        self.ints = resident_zeros(size, np.int32)
+        records, refs, stack, _, _ = offsets(s, n)
+        self.ints = resident_zeros(self._ints_size(), np.int32)
         self.ints[TOP], self.ints[NUM_BLOCKS], self.ints[BLOCK_SHIFT] = n, n, self.block_shift
         self._lens, self._refs = self.ints[records + LEN : refs : ROW], self.ints[refs:stack]
         # the top of the stack hands out 0, 1, 2, ...
         self.ints[stack : stack + n] = np.arange(n - 1, -1, -1, dtype=np.int32)
         self.state = (self.table, self.ints)
+
+    def _ints_size(self) -> int:
+        return offsets(self.max_seqs, self.num_blocks)[-1]
 
     def memory_bytes(self) -> int:
         """Per block 12 B; per row the table's ids (unless the table is given) and 40 B."""
