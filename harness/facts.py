@@ -197,6 +197,10 @@ figure("ref.flat.l1d", ("paper", "flat", "batched", "l1d_misses_per_seq_step"))
 for _name, _yard in (("limit", "limit"), ("unchecked", "unchecked")):
     figure(f"ref.{_name}.warm", ("paper", "-", "-", f"seq_step_{_yard}_warm_ns"), unit=" ns")
     figure(f"ref.flat.vs-{_name}.warm", ("paper", "flat", "batched", f"seq_step_alone_warm_vs_{_yard}"), "ratio")
+for _impl in ("flat", "flat-rows"):
+    for _state in ("warm", "cold"):
+        figure(f"ref.{_impl}.vs-cpp.{_state}", ("paper", _impl, "batched", f"seq_step_alone_{_state}_vs_cpp"), "ratio")
+constant("twin.target", "harness.studies.twin_pair", "TARGET", lambda v: f"{v:g}×")
 figure("ref.flat.vs-limit.cold", ("paper", "flat", "batched", "seq_step_alone_cold_vs_limit"), "value", "×")
 figure("ref.paced.above-floor", ("paper", "flat", "batched", "paced_above_floor_pct"), "interval", " points")
 
@@ -409,9 +413,11 @@ for _scenario in ("chat-multiturn", "mooncake-cached"):
 
 
 def _paced_verdict(root: Path) -> str:
-    from harness.output.paced_report import verdict
+    from harness.output.formatting import target_word
+    from harness.output.paced_report import TARGET_ABOVE_FLOOR
 
-    return verdict(_row(root, ("paper", "flat", "batched", "paced_above_floor_pct"))).split(" (")[0]
+    word = target_word(_row(root, ("paper", "flat", "batched", "paced_above_floor_pct")), TARGET_ABOVE_FLOOR)
+    return "not decided" if word == "no interval" else word
 
 
 def _calibration_range(root: Path) -> str:

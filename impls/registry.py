@@ -30,6 +30,7 @@ class Impl:
     letter: str | None = None
     needs: str = ""  # what to install when the module cannot be imported here
     untimed_hook: bool = False  # may define untimed_after_step, the Python drivers' untimed per-step hook
+    twin_of: str = ""
 
     @property
     def compares_with_article(self) -> bool:
@@ -73,13 +74,13 @@ RECORDS: tuple[Impl, ...] = (
     Impl("radix-pc", "impls.caching.radix_pc:RadixPcBlockManager", "caching", "radix-pc",
          "B + SGLang's radix tree over block hashes (prefix caching)", "#EE8866"),
     Impl("cpp-dict", "impls.native.available:CppDictBlockManager", "native", "A cpp-dict",
-         "A in C++ (std::unordered_map per sequence)", "#332288", "A"),
+         "A in C++ (std::unordered_map per sequence)", "#332288", "A", twin_of="dict-jit"),
     Impl("cpp-list", "impls.native.available:CppListBlockManager", "native", "B cpp-list",
-         "B in C++ (std::vector per sequence)", "#7F3C00", "B"),
+         "B in C++ (std::vector per sequence)", "#7F3C00", "B", twin_of="list-jit"),
     Impl("cpp-flat", "impls.native.available:CppFlatBlockManager", "native", "C cpp-flat",
-         "C in C++ (flat uint16 table + free stack)", "#66A61E", "C"),
+         "C in C++ (flat uint16 table + free stack)", "#66A61E", "C", twin_of="flat"),
     Impl("cpp-flat-rows", "impls.native.available:CppFlatRowsBlockManager", "native", "cpp-flat-rows",
-         "flat-rows in C++ (64-byte rows from a row pool)", "#A50026"),
+         "flat-rows in C++ (64-byte rows from a row pool)", "#A50026", twin_of="flat-rows"),
 )
 
 BY_NAME: dict[str, Impl] = {r.name: r for r in RECORDS}
@@ -90,6 +91,11 @@ PLUGIN_COLORS = ("#E41A1C", "#0000FF", "#7F7F7F", "#FF00FF", "#637939", "#C2B709
 def names(*roles: str) -> list[str]:
     """Registered names with one of ``roles`` (all when none given), in the registry's order."""
     return [r.name for r in RECORDS if not roles or r.role in roles]
+
+
+def cpp_twin(name: str) -> str | None:
+    """The native record that reimplements compiled design ``name`` (its ``twin_of``), if any."""
+    return next((r.name for r in RECORDS if r.twin_of == name), None)
 
 
 def record(name: str) -> Impl:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from harness.output.formatting import fmt, interval_text
+from harness.output.formatting import fmt, interval_text, target_word
 from harness.output.rundata import RunData
-from harness.studies import cache_state, limit_loop
-from impls.registry import RATIO_BASE
+from harness.studies import cache_state, limit_loop, twin_pair
+from impls.registry import RATIO_BASE, RECORDS
 from scenarios import PAPER
 
 WARM, COLD = cache_state.METRICS["warm"], cache_state.METRICS["cold"]
@@ -40,6 +40,22 @@ def limit_text(run: RunData, scenario: str = PAPER) -> str:
     return text
 
 
+def twin_text(run: RunData, scenario: str = PAPER) -> str:
+    """Each compiled design over its C++ twin, paired slice against slice (``twin_pair``), and the target's verdict."""
+    parts = []
+    for design, twin in ((r.twin_of, r.name) for r in RECORDS if r.twin_of):
+        warm, cold = (run.get(scenario, design, "batched", m) for m in twin_pair.RATIOS.values())
+        if _ok(warm) and _ok(cold):
+            parts.append(f"`{design}` over `{twin}` {fmt(float(warm['value']))}×{interval_text(warm)} warm, "
+                         f"{target_word(warm, twin_pair.TARGET)}, and {fmt(float(cold['value']))}×"
+                         f"{interval_text(cold)} cold, {target_word(cold, twin_pair.TARGET)}")
+    if not parts:
+        return ""
+    return (" Each compiled design paired with its C++ twin (`twin_pair`: the two in turn on each slice in the "
+            f"design's worker), against a target of at most {fmt(twin_pair.TARGET)}× (met: the whole interval at or "
+            f"below it; missed: above it): {'; '.join(parts)}.")
+
+
 def cache_state_sentence(run: RunData, scenario: str = PAPER, impls: tuple[str, ...] = SHOWN) -> str:
     """The shown designs' whole step alone, warm and cold, beside the run's own figure and the minimal loop."""
     parts = [text for impl in impls if (text := _figures(run, scenario, impl))]
@@ -51,4 +67,5 @@ def cache_state_sentence(run: RunData, scenario: str = PAPER, impls: tuple[str, 
              "holds." if _ok(ours) else "")
     return ("Replayed alone in its worker after the timings (`cache_state`), the batched whole step per "
             f"sequence-step: {'; '.join(parts)} (warm: whole replays back to back; cold: the caches flushed before "
-            f"every slice of the trace, as each row's `how` says).{among}{limit_text(run, scenario)}")
+            f"every slice of the trace, as each row's `how` says).{among}{twin_text(run, scenario)}"
+            f"{limit_text(run, scenario)}")

@@ -29,6 +29,26 @@ def fmt(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+WHY = {"met": "the whole interval is at or below it", "missed": "the whole interval is above it",
+       "not decided": "the interval holds it"}
+
+
+def target_word(row: dict | None, target: float) -> str:
+    """Whether a figure is at most ``target`` judged on its interval (a key of :data:`WHY`), or ``no interval``."""
+    bounds = interval_of(row)
+    if bounds is None:
+        return "no interval"
+    return "met" if bounds[1] <= target else "missed" if bounds[0] > target else "not decided"
+
+
+def target_verdict(row: dict | None, target: float) -> str:
+    """:func:`target_word` with its reason, never on the point alone."""
+    word = target_word(row, target)
+    if word == "no interval":
+        return "not decided (no interval: the figure needs at least two repetitions)"
+    return f"{word} ({WHY[word]})"
+
+
 def interval_of(row: dict | None) -> tuple[float, float] | None:
     """A measured row's 95 % interval (its ``ci_low``/``ci_high`` columns), None where it has none."""
     if not row or row.get("status") != "ok":

@@ -3,7 +3,7 @@ Design: docs/output.md#harnessoutputpaced_reportpy."""
 
 from __future__ import annotations
 
-from harness.output.formatting import fmt, interval_of, interval_text
+from harness.output.formatting import fmt, interval_text, target_verdict
 from harness.output.rundata import RunData
 from impls.registry import RATIO_BASE
 from scenarios import PAPER
@@ -12,18 +12,6 @@ TARGET_ABOVE_FLOOR = 1.0  # points of one core: flat's paced whole step over the
 TARGET_OVER_KERNEL = 0.25  # points of one core: what step() adds to its kernel called straight, same run
 FLOOR, WHOLE, ABOVE = "paced_floor_pct", "cpu_share_observed_whole_step_pct", "paced_above_floor_pct"
 OVER_KERNEL = "paced_step_over_kernel_pct"
-
-
-def verdict(row: dict | None, target: float = TARGET_ABOVE_FLOOR) -> str:
-    """Whether a paired paced figure meets ``target``: judged on its interval, never on the point alone."""
-    bounds = interval_of(row)
-    if bounds is None:
-        return "not decided (no interval: run the paced study with at least two repetitions)"
-    if bounds[1] <= target:
-        return "met (the whole interval is at or below it)"
-    if bounds[0] > target:
-        return "missed (the whole interval is above it)"
-    return "not decided (the interval holds it)"
 
 
 def points(value: float) -> str:
@@ -48,7 +36,8 @@ def paced_sentence(run: RunData, scenario: str = PAPER, impl: str = RATIO_BASE) 
     return (head + f"; batched `{impl}`'s whole step (one `step()` call per step) {fmt(float(whole['value']))} %"
             f"{interval_text(whole)}, {fmt(float(above['value']))} points above the floor{interval_text(above)} "
             f"(thread CPU inside the calls, paired per repetition). Target: at most {points(TARGET_ABOVE_FLOOR)} "
-            f"above the floor, both measured in the same run: {verdict(above)}." + _over_kernel(run, scenario, impl))
+            f"above the floor, both measured in the same run: {target_verdict(above, TARGET_ABOVE_FLOOR)}."
+            + _over_kernel(run, scenario, impl))
 
 
 def _over_kernel(run: RunData, scenario: str, impl: str) -> str:
@@ -58,4 +47,4 @@ def _over_kernel(run: RunData, scenario: str, impl: str) -> str:
         return ""
     return (f" Of that, `step()` itself (its checks and dispatch) adds {fmt(float(row['value']))} points"
             f"{interval_text(row)} over its kernel called straight with the same arguments (`{OVER_KERNEL}`). "
-            f"Target: at most {points(TARGET_OVER_KERNEL)}: {verdict(row, TARGET_OVER_KERNEL)}.")
+            f"Target: at most {points(TARGET_OVER_KERNEL)}: {target_verdict(row, TARGET_OVER_KERNEL)}.")

@@ -310,16 +310,18 @@ def scenario_studies(job: ScenarioJob, bench: CellBench, cells: list[Cell], even
 def _cache_state_rows(job: ScenarioJob, bench: CellBench, cells: list[Cell], events: Events) -> list[Row]:
     from harness.studies.cache_state import Evictor, cache_state_rows
     from harness.studies.limit_loop import limit_rows
+    from harness.studies.twin_pair import twin_rows
 
     events.status(f"{job.scenario}: {_designs(job)}: replays alone, warm and cold")
     drivers = [bench.drivers[(*cell, "")] for cell in job.study_cells.get("cache_state", []) if cell in cells]
     evictor = Evictor.make() if drivers else None
     rows = cache_state_rows(job.scenario, drivers, evictor, enter=events.cell)
     for driver in drivers:
+        events.cell((driver.impl, driver.regime))
+        rows += twin_rows(job.scenario, driver, evictor)
         if driver.impl == registry.RATIO_BASE and driver.regime == "batched" and driver.kind == "compiled":
-            events.cell((driver.impl, driver.regime))
             rows += limit_rows(job.scenario, driver, evictor)
-            events.cell(None)
+        events.cell(None)
     events.tick(f"{job.scenario} cache state")
     return rows
 

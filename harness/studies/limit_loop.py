@@ -78,8 +78,8 @@ class LimitLoopManager(flat.FlatBlockManager):
 
 @dataclass(frozen=True)
 class Yardstick:
-    """A loop replayed beside ``flat``: its words (its rows' how, ``flat``'s rows', the report's), its rows' metrics
-    (impl ``-``) and ``flat``'s ratios over it, per state."""
+    """A loop replayed beside a design: its words (its rows' how, the design's rows', the report's), its rows' impl
+    (``-``: no implementation) and metrics, and the design's ratios over it, per state."""
 
     name: str
     cls: type
@@ -88,6 +88,7 @@ class Yardstick:
     label: str
     metrics: dict[str, str]
     ratios: dict[str, str]
+    impl: str = "-"
 
 
 YARDSTICKS = (
@@ -148,37 +149,44 @@ def paired(flat_driver: Driver, sticks: list[Driver], cold: Evictor | None,
             for k in range(1, len(drivers))]
 
 
-def _stick_rows(scenario: str, impl: str, stick: Yardstick, state: str, figures: tuple[np.ndarray, np.ndarray] | str,
-                common: dict) -> list[Row]:
-    """A yardstick's row and ``flat``'s ratio over it for one state: measured, or failed for the reason given."""
+def _stick_rows(scenario: str, impl: str, stick: Yardstick, kind: str, state: str,
+                figures: tuple[np.ndarray, np.ndarray] | str, common: dict) -> list[Row]:
+    """A yardstick's row and ``impl``'s ratio over it for one state: measured, or failed for the reason given."""
     metric, ratio_metric = stick.metrics[state], stick.ratios[state]
+    own = (stick.impl, "-" if stick.impl == "-" else "batched", metric)
+    mine = {**common, "driver": kind}
     if isinstance(figures, str):
-        return [Row(scenario, "-", "-", metric, float("nan"), "ns", "rdtsc", "failed", figures, **common),
+        return [Row(scenario, *own, float("nan"), "ns", "rdtsc", "failed", figures, **mine),
                 Row(scenario, impl, "batched", ratio_metric, float("nan"), "x", "rdtsc", "failed", figures, **common)]
     how = (f"alone in the worker after the run's timings, `{impl}` and the yardsticks replaying the trace in the run's "
            f"slices, in turn on each slice, {PAIRS[state]}; {common['reps']} repetitions")
     est, ratio = median_estimate(figures[0]), median_estimate(figures[1])
-    return [Row(scenario, "-", "-", metric, est.value, "ns", "rdtsc", "ok",
-                f"{stick.what}; {how}; median, 95 % bootstrap interval", ci_low=est.low, ci_high=est.high, **common),
+    return [Row(scenario, *own, est.value, "ns", "rdtsc", "ok",
+                f"{stick.what}; {how}; median, 95 % bootstrap interval", ci_low=est.low, ci_high=est.high, **mine),
             Row(scenario, impl, "batched", ratio_metric, ratio.value, "x", "rdtsc", "ok",
                 f"`{impl}`'s time over that of {stick.short} on the same slice; {how}; per repetition the median "
                 "over its slices, then the median of the repetitions, 95 % bootstrap interval",
                 ci_low=ratio.low, ci_high=ratio.high, **common)]
 
 
-def limit_rows(scenario: str, flat_driver: Driver, evictor: Evictor, reps: int = REPS) -> list[Row]:
-    """Each yardstick's warm and cold rows and ``flat``'s over it; none for a trace with copy-on-write."""
-    prep = flat_driver.prep
-    if prep.trace.step_cows.any():
-        return []
-    sticks = [Driver(prep, stick.cls, "batched", flat_driver.compiled_loops, stick.name) for stick in YARDSTICKS]
-    common = {"reps": reps, "steps": prep.num_steps, "driver": sticks[0].kind}
+def stick_rows(scenario: str, driver: Driver, yardsticks: list[Yardstick], evictor: Evictor, reps: int) -> list[Row]:
+    """Each yardstick's warm and cold rows and ``driver``'s design over it, all replayed in turn slice by slice."""
+    prep = driver.prep
+    sticks = [Driver(prep, stick.cls, "batched", driver.compiled_loops, stick.name) for stick in yardsticks]
+    common = {"reps": reps, "steps": prep.num_steps, "driver": driver.kind}
     rows: list[Row] = []
     for state in ("warm", "cold"):
         try:
-            figures: list = paired(flat_driver, sticks, evictor if state == "cold" else None, reps)
+            figures: list = paired(driver, sticks, evictor if state == "cold" else None, reps)
         except DesignFailure as exc:
-            figures = [exc.reason] * len(YARDSTICKS)
-        for stick, measured in zip(YARDSTICKS, figures, strict=True):
-            rows += _stick_rows(scenario, flat_driver.impl, stick, state, measured, common)
+            figures = [exc.reason] * len(yardsticks)
+        for stick, kind, measured in zip(yardsticks, [s.kind for s in sticks], figures, strict=True):
+            rows += _stick_rows(scenario, driver.impl, stick, kind, state, measured, common)
     return rows
+
+
+def limit_rows(scenario: str, flat_driver: Driver, evictor: Evictor, reps: int = REPS) -> list[Row]:
+    """Each yardstick's warm and cold rows and ``flat``'s over it; none for a trace with copy-on-write."""
+    if flat_driver.prep.trace.step_cows.any():
+        return []
+    return stick_rows(scenario, flat_driver, list(YARDSTICKS), evictor, reps)
