@@ -435,6 +435,23 @@ _add("ref.paced.verdict", f"{REFERENCE}/results.csv: paced_above_floor_pct again
 _add("calibration.range", "results/calibration/calibration.csv: ratio, ratio_calls", _calibration_range)
 
 
+def _account(variant: str) -> Callable[[Path], str]:
+    def render(root: Path) -> str:
+        import pandas as pd
+
+        frame = pd.read_csv(root / "results/decode_account/decode_account.csv")
+        values = frame.loc[frame["variant"] == variant, "flat_over"]
+        return f"{values.min():.2f}-{values.max():.2f}×"
+
+    return render
+
+
+for _variant in ("no-save", "no-duplicate-check", "no-save-no-duplicate-check", "scratch-copy", "unchecked-flat",
+                 "cpp-flat"):
+    _add(f"account.{_variant}", f"results/decode_account/decode_account.csv: flat_over of {_variant}, every round",
+         _account(_variant))
+
+
 def _calibration_tvm(root: Path) -> str:
     """``cpp-flat`` over TVM's page bookkeeping on ``paper``, on the engine's calls, with its min-max."""
     import pandas as pd
