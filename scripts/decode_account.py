@@ -69,20 +69,27 @@ def edited(source: str, edits: tuple[tuple[str, str], ...], name: str) -> str:
     return source
 
 
-def variant_classes() -> dict[str, type]:
-    """``flat``, then a FlatBlockManager per variant whose decode step is ``flat``'s source with its edits."""
+def variant_sources() -> dict[str, str]:
+    """Each variant's decode step: ``flat``'s own source with the variant's edits."""
     import inspect
 
+    from impls.designs import flat
+
+    source = inspect.getsource(flat.decode_step.py_func).replace("@kernel\n", "")
+    return {name: edited(source, edits, name) for name, (edits, _, _) in EDITS.items()}
+
+
+def variant_classes() -> dict[str, type]:
+    """``flat``, then a FlatBlockManager per variant whose decode step is compiled from :func:`variant_sources`."""
     from numba import njit
 
     from impls.core.compiled import Kernels
     from impls.designs import flat
 
-    source = inspect.getsource(flat.decode_step.py_func).replace("@kernel\n", "")
     classes = {"flat": flat.FlatBlockManager}
-    for name, (edits, _, _) in EDITS.items():
+    for name, source in variant_sources().items():
         namespace = dict(vars(flat), __name__=f"decode_account_{name.replace('-', '_')}")
-        exec(edited(source, edits, name), namespace)  # flat's own source, edited by EDITS
+        exec(source, namespace)  # flat's own source, edited by EDITS
         step = njit(_nrt=False)(namespace["decode_step"])
         classes[name] = type(name, (flat.FlatBlockManager,), {"kernels": Kernels(*flat.KERNELS[:5], step,
                                                                                   *flat.KERNELS[6:])})
@@ -102,21 +109,25 @@ def contenders() -> dict[str, type]:
     return classes
 
 
-def measure(classes: dict[str, type], reps: int) -> list[dict]:
-    """One pass: every variant and yardstick paired with ``flat``, warm and cold; a row per state and variant."""
+def drivers(classes: dict[str, type]) -> list:
+    """A driver per class over one ``paper`` trace, ``flat``'s first (built once: every pass replays the same)."""
     from harness.base.drivers import Prepared
     from harness.base.interleave import Driver
-    from harness.base.stats import median_estimate
-    from harness.studies.cache_state import Evictor
-    from harness.studies.limit_loop import paired
     from scenarios import PAPER, generate
 
     prep, loops = Prepared.from_trace(generate(PAPER)), {}
-    drivers = [Driver(prep, cls, "batched", loops, name) for name, cls in classes.items()]
-    rows, evictor = [], Evictor.make()
+    return [Driver(prep, cls, "batched", loops, name) for name, cls in classes.items()]
+
+
+def measure(replays: list, evictor, reps: int) -> list[dict]:
+    """One pass: every variant and yardstick paired with ``flat``, warm and cold; a row per state and variant."""
+    from harness.base.stats import median_estimate
+    from harness.studies.limit_loop import paired
+
+    rows = []
     for state in ("warm", "cold"):
-        figures = paired(drivers[0], drivers[1:], evictor if state == "cold" else None, reps)
-        for driver, (ns, ratio) in zip(drivers[1:], figures, strict=True):
+        figures = paired(replays[0], replays[1:], evictor if state == "cold" else None, reps)
+        for driver, (ns, ratio) in zip(replays[1:], figures, strict=True):
             est = median_estimate(ratio)
             rows.append({"state": state, "variant": driver.impl, "flat_over": est.value, "ci_low": est.low,
                          "ci_high": est.high, "variant_ns": float(np.median(ns)), "reps": reps})
@@ -170,21 +181,24 @@ def main(argv: list[str] | None = None) -> int:
 
     import numba
 
+    from harness.studies.cache_state import Evictor
+
     # The variants are compiled from edited source, which Numba's on-disk cache cannot load back: a private one.
     numba.config.CACHE_DIR = tempfile.mkdtemp(prefix="decode-account-numba-")
-    classes, parts = contenders(), []
+    replays, evictor, parts = drivers(contenders()), Evictor.make(), []
     for index in range(args.rounds):
         for condition in ("idle", "loaded") if index % 2 == 0 else ("loaded", "idle"):
             with neighbour(condition == "loaded", args.neighbour_procs, index):
-                parts += [{"round": index, "condition": condition, **row} for row in measure(classes, args.reps)]
+                rows = measure(replays, evictor, args.reps)
+            parts += [{"round": index, "condition": condition, **row} for row in rows]
             print(f"round {index + 1}/{args.rounds} {condition}: done", flush=True)
-    rows = pd.DataFrame(parts)
+    frame = pd.DataFrame(parts)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "?"
     args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out / "decode_account.csv", rows.to_csv(index=False))
-    atomic_write_text(args.out / "README.md", summary(rows, args.neighbour_procs, machine_name({"cpu": cpu_identity()}),
-                                                      commit))
+    atomic_write_text(args.out / "decode_account.csv", frame.to_csv(index=False))
+    machine = machine_name({"cpu": cpu_identity()})
+    atomic_write_text(args.out / "README.md", summary(frame, args.neighbour_procs, machine, commit))
     print((args.out / "README.md").read_text())
     return 0
 

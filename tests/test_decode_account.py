@@ -15,10 +15,17 @@ import decode_account
 
 
 def test_every_variant_is_flats_step_with_its_edits_applied() -> None:
+    sources = decode_account.variant_sources()
+    save, mark_check = "store(ints, slots + 2 * i, slot_out[_u(i)])", "if ints[_u(rec + MARK)] == stamp2:"
+    assert save not in sources["no-save"] and sources["no-save"].count(mark_check) == 2
+    assert sources["no-duplicate-check"].count(mark_check) == 1 and save in sources["no-duplicate-check"]
+    assert save not in sources["no-save-no-duplicate-check"]
+    assert sources["no-save-no-duplicate-check"].count(mark_check) == 1  # the full path keeps its check
+    assert save not in sources["scratch-copy"] and "step_slots[_u(i)] = slot" in sources["scratch-copy"]
     classes = decode_account.variant_classes()
     assert list(classes) == ["flat", *decode_account.EDITS]
-    steps = {name: cls.kernels.decode_step for name, cls in classes.items()}
-    assert len({id(step) for step in steps.values()}) == len(steps)  # each variant has a step of its own
+    assert all(cls.kernels.decode_step.py_func.__module__ == f"decode_account_{name.replace('-', '_')}"
+               for name, cls in classes.items() if name != "flat")
 
 
 def test_an_edit_that_no_longer_applies_stops_the_script_naming_the_variant() -> None:

@@ -133,10 +133,10 @@ def repetition(drivers: list[Driver], cold: Evictor | None, rep: int) -> list[tu
     return [(mgr, concat(p)) for mgr, p in zip(mgrs, parts, strict=True)]
 
 
-def paired(flat_driver: Driver, sticks: list[Driver], cold: Evictor | None,
+def paired(base: Driver, sticks: list[Driver], cold: Evictor | None,
            reps: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per yardstick and repetition (one left out): its ns per sequence-step, ``flat``'s median slice ratio over it."""
-    prep, drivers = flat_driver.prep, [flat_driver, *sticks]
+    """Per yardstick and repetition (one left out): its ns per sequence-step, ``base``'s median slice ratio over it."""
+    prep, drivers = base.prep, [base, *sticks]
     with frozen_gc():
         done = [repetition(drivers, cold, rep) for rep in range(reps + 1)]
     for results in done:  # the repetition left out too
